@@ -1,0 +1,101 @@
+/* duet/autograd.h — the tape.
+ *
+ * While grad mode is on, every op whose inputs require grad records a node on
+ * this thread's tape. duet_backward(loss) runs the recorded nodes in reverse,
+ * accumulates into the gradients of leaves that require grad, fires each
+ * leaf's gradient-ready hook once its gradient for this pass is complete, and
+ * then frees the whole tape (tensors still held by the caller survive, without
+ * history).
+ *
+ * Usage:
+ *
+ *   duet_tensor *y = NULL, *loss = NULL;
+ *   DUET_TRY(duet_linear(x, w, b, &y));        // w->requires_grad = true
+ *   DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
+ *   DUET_TRY(duet_backward(loss));             // w->grad now holds dloss/dw
+ *   duet_tensor_release(y); duet_tensor_release(loss);
+ *
+ *   bool prev = duet_set_grad_enabled(false);  // a no-grad scope
+ *   ...
+ *   duet_set_grad_enabled(prev);
+ */
+#ifndef DUET_AUTOGRAD_H
+#define DUET_AUTOGRAD_H
+
+#include "duet/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DUET_NODE_MAX_INPUTS 8
+
+struct duet_node;
+/* An op's backward: reads node->output->grad (never NULL when called) and
+ * accumulates (+=) into the gradient of each input that needs one, through
+ * duet_node_input_grad(). Returns a status. */
+typedef int (*duet_backward_fn)(struct duet_node *node);
+
+typedef struct duet_node {
+    const char *op;                 /* static name, e.g. "conv2d" */
+    duet_backward_fn backward;
+    void *ctx;                      /* op's saved state, freed with free_ctx */
+    void (*free_ctx)(void *ctx);
+    int ninputs;
+    duet_tensor *inputs[DUET_NODE_MAX_INPUTS]; /* retained */
+    duet_tensor *output;            /* retained */
+    uint64_t mark;                  /* private: reachability pass */
+} duet_node;
+
+/* Grad mode is per thread, on by default. Returns the previous mode. */
+bool duet_set_grad_enabled(bool enabled);
+bool duet_grad_enabled(void);
+
+/* True when grad mode is on and some input requires grad: the op must then
+ * call duet_autograd_record(). NULL inputs are skipped. */
+bool duet_autograd_needs_record(int ninputs, duet_tensor *const *inputs);
+/* Records `output` as produced by an op. Retains output and inputs, sets
+ * output->grad_fn and output->requires_grad. Takes ownership of ctx (freed
+ * with free_ctx, also on failure). NULL inputs are allowed and skipped. */
+int duet_autograd_record(duet_tensor *output, const char *op, duet_backward_fn backward,
+                         void *ctx, void (*free_ctx)(void *ctx), int ninputs,
+                         duet_tensor *const *inputs);
+/* Gradient buffer of input i to accumulate into, allocated zero-filled on
+ * first use; NULL when that input needs no gradient (skip the work) or when
+ * allocation failed (then duet_node_alloc_failed() is true). */
+float *duet_node_input_grad(duet_node *node, int i);
+bool duet_node_input_needs_grad(const duet_node *node, int i);
+
+/* Runs backward from a scalar (numel 1) loss with d loss = 1. The loss must
+ * have been produced by recorded ops. Frees the tape afterwards, also on
+ * failure. */
+int duet_backward(duet_tensor *loss);
+
+/* Drops every recorded node (e.g. after a forward whose result is not
+ * backpropagated). Tensors held elsewhere survive without history. */
+void duet_tape_clear(void);
+size_t duet_tape_size(void);
+
+/* A new tensor sharing t's data, with no history and requires_grad false. */
+int duet_detach(duet_tensor *t, duet_tensor **out);
+
+/* Calls fn for each distinct leaf that requires grad and is reachable
+ * backwards from the given roots on the current tape. */
+int duet_autograd_visit_leaves(duet_tensor *const *roots, int nroots,
+                               void (*fn)(void *ctx, duet_tensor *leaf), void *ctx);
+
+/* Observers of backward passes on this thread (DDP uses one): on_progress is
+ * called between nodes (to drive communication), on_end after the last node
+ * and before the tape is freed; a failing on_end makes duet_backward fail. */
+typedef struct duet_backward_observer {
+    void (*on_progress)(void *ctx);
+    int (*on_end)(void *ctx);
+    void *ctx;
+} duet_backward_observer;
+int duet_autograd_add_observer(const duet_backward_observer *obs, int *id);
+void duet_autograd_remove_observer(int id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,150 @@
+/* duet/base.h — status codes, error messages, asserts, logging, aligned
+ * allocation and a counter-based seeded RNG.
+ *
+ * Usage:
+ *
+ *   int rc = duet_something(...);
+ *   if (rc != DUET_OK)
+ *       fprintf(stderr, "%s: %s\n", duet_err_name(rc), duet_last_error());
+ *
+ *   duet_rng rng = duet_rng_make(42, 0);   // seed 42, stream 0
+ *   float u = duet_rng_uniform(&rng);      // [0, 1)
+ *   duet_rng saved = rng;                  // the state is a plain value
+ */
+#ifndef DUET_BASE_H
+#define DUET_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DUET_VERSION_STRING "0.1.0"
+
+/* ---- status codes ------------------------------------------------------ */
+
+/* X(name, value, description): one list makes the enum, duet_strerror() and
+ * duet_err_name(). */
+#define DUET_STATUS_LIST(X)                                                    \
+    X(OK, 0, "success")                                                        \
+    X(EINVAL, -1, "invalid argument")                                          \
+    X(ENOMEM, -2, "out of memory")                                             \
+    X(ESHAPE, -3, "shape mismatch")                                            \
+    X(EIO, -4, "input/output error")                                           \
+    X(EFORMAT, -5, "malformed file or data")                                   \
+    X(ECONFIG, -6, "bad configuration")                                        \
+    X(EMPI, -7, "MPI error")                                                   \
+    X(ESTATE, -8, "operation not valid in the current state")                  \
+    X(ENOTFOUND, -9, "not found")                                              \
+    X(EUNSUPPORTED, -10, "not supported")                                      \
+    X(ENUMERIC, -11, "non-finite value")                                       \
+    X(EMISMATCH, -12, "processes disagree")                                    \
+    X(EUNUSED, -13, "parameters got no gradient")
+
+enum duet_status {
+#define DUET__STATUS_ENUM(name, value, desc) DUET_##name = value,
+    DUET_STATUS_LIST(DUET__STATUS_ENUM)
+#undef DUET__STATUS_ENUM
+};
+
+/* Short description of a status code ("shape mismatch"). Static string. */
+const char *duet_strerror(int status);
+/* Name of a status code ("DUET_ESHAPE"). Static string. */
+const char *duet_err_name(int status);
+
+/* The detailed message of the last failure on this thread (what happened and
+ * what to do). Borrowed; valid until the next failing call on this thread.
+ * Empty string when nothing failed. */
+const char *duet_last_error(void);
+void duet_clear_error(void);
+
+/* Records a detailed message for duet_last_error() and returns `status`, so
+ * that library code can write `return duet__error(DUET_EINVAL, "...", ...);`. */
+int duet__error(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prefixes the current message with "context: " and returns `status`. */
+int duet__error_context(int status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- asserts (bugs only) ----------------------------------------------- */
+
+void duet__assert_fail(const char *file, int line, const char *expr)
+    __attribute__((noreturn));
+#define DUET_ASSERT(expr)                                                      \
+    do {                                                                       \
+        if (!(expr)) duet__assert_fail(__FILE__, __LINE__, #expr);             \
+    } while (0)
+
+/* Propagates a failing status: `DUET_TRY(duet_x(...));` */
+#define DUET_TRY(expr)                                                         \
+    do {                                                                       \
+        int duet__rc = (expr);                                                 \
+        if (duet__rc != DUET_OK) return duet__rc;                              \
+    } while (0)
+
+/* ---- logging ------------------------------------------------------------ */
+
+enum duet_log_level {
+    DUET_LOG_DEBUG = 0,
+    DUET_LOG_INFO = 1,
+    DUET_LOG_WARN = 2,
+    DUET_LOG_ERROR = 3,
+    DUET_LOG_OFF = 4
+};
+
+/* Messages below `level` are dropped. Default DUET_LOG_INFO, or the value of
+ * the environment variable DUET_LOG (debug, info, warn, error, off). */
+void duet_log_set_level(int level);
+int duet_log_get_level(void);
+/* Tells the logger this process's rank. By default only rank 0 prints
+ * (errors print on every rank); all_ranks=true prints on every rank with a
+ * "[rank r]" prefix. */
+void duet_log_set_rank(int rank, bool all_ranks);
+void duet_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define DUET_LOG_DEBUG_(...) duet_log(DUET_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- aligned allocation -------------------------------------------------- */
+
+#define DUET_ALIGNMENT 64
+/* 64-byte aligned, uninitialised; NULL on failure (never aborts). bytes == 0
+ * returns a valid unique pointer. Free with duet_aligned_free (NULL ok). */
+void *duet_aligned_alloc(size_t bytes);
+void *duet_aligned_calloc(size_t bytes);
+void duet_aligned_free(void *p);
+
+/* ---- RNG ------------------------------------------------------------------ */
+
+/* Counter-based generator: every draw is a hash of (seed, stream, counter),
+ * so the whole state is these three numbers. Copy the struct to save it.
+ * Streams with different ids are independent (one per sample, per rank...). */
+typedef struct duet_rng {
+    uint64_t seed;
+    uint64_t stream;
+    uint64_t counter;
+} duet_rng;
+
+duet_rng duet_rng_make(uint64_t seed, uint64_t stream);
+uint64_t duet_rng_u64(duet_rng *rng);
+/* Uniform in [0, 1), 24 random bits. */
+float duet_rng_uniform(duet_rng *rng);
+/* Uniform double in [0, 1), 53 random bits. */
+double duet_rng_uniform_double(duet_rng *rng);
+/* Standard normal (Box-Muller on two fresh uniforms). */
+float duet_rng_normal(duet_rng *rng);
+/* Integer uniform in [lo, hi] inclusive, unbiased. Requires lo <= hi. */
+int64_t duet_rng_int(duet_rng *rng, int64_t lo, int64_t hi);
+/* Fisher-Yates permutation of 0..n-1 into perm. */
+void duet_rng_permutation(duet_rng *rng, int64_t *perm, int64_t n);
+
+/* Monotonic wall clock in seconds. */
+double duet_time_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

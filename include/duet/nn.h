@@ -1,0 +1,219 @@
+/* duet/nn.h — modules (a tree of named children with parameters and buffers
+ * under dotted PyTorch names), layers, initialisation, optimizers and LR
+ * schedules.
+ *
+ * Usage:
+ *
+ *   duet_rng rng = duet_rng_make(0, 0);
+ *   duet_module *net = NULL, *conv = NULL;
+ *   DUET_TRY(duet_sequential_create(&net));
+ *   DUET_TRY(duet_conv2d_module_create(&conv, 3, 64, 3, 1, 1, true, &rng));
+ *   DUET_TRY(duet_module_add_child(net, "0", conv));   // net owns conv now
+ *   duet_tensor *y = NULL;
+ *   DUET_TRY(duet_module_forward(net, x, &y));         // names: 0.weight, 0.bias
+ *   duet_module_destroy(net);
+ */
+#ifndef DUET_NN_H
+#define DUET_NN_H
+
+#include "duet/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- modules -------------------------------------------------------------- */
+
+typedef struct duet_module duet_module;
+
+/* What a module type provides. forward takes n borrowed inputs and returns
+ * one new tensor (most layers take one input; losses take (pred, target)). */
+typedef struct duet_module_type {
+    const char *name; /* "Conv2d", "MSRResNet", ... */
+    int (*forward)(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out);
+    /* Frees `impl` (not the parameters, buffers or children). May be NULL. */
+    void (*destroy)(void *impl);
+} duet_module_type;
+
+typedef struct duet_module_entry {
+    char *name;           /* own name inside the parent module, owned */
+    duet_tensor *tensor;  /* one reference held by the module */
+    bool is_integer;      /* buffer holding a count (num_batches_tracked): I64 on disk */
+} duet_module_entry;
+
+typedef struct duet_module_child {
+    char *name;
+    duet_module *module;  /* owned */
+} duet_module_child;
+
+struct duet_module {
+    const duet_module_type *type;
+    void *impl;           /* the type's state, freed by type->destroy */
+    bool training;
+    /* A transparent module (a DDP around a child) contributes no path
+     * component: "generator.module.conv.weight" reads "generator.conv.weight". */
+    bool transparent;
+    size_t nparams, nbuffers, nchildren;
+    duet_module_entry *params;
+    duet_module_entry *buffers;
+    duet_module_child *children;
+};
+
+/* New empty module in training mode. impl is owned from now on (freed with
+ * type->destroy, also when this fails). Free with duet_module_destroy. */
+int duet_module_create(duet_module **out, const duet_module_type *type, void *impl);
+/* Destroys children recursively and releases parameters and buffers. NULL ok. */
+void duet_module_destroy(duet_module *m);
+
+/* Registration, in order. The module takes over one reference of t (also on
+ * failure). Names must be unique within the module and contain no '.'. */
+int duet_module_add_param(duet_module *m, const char *name, duet_tensor *t);
+int duet_module_add_buffer(duet_module *m, const char *name, duet_tensor *t, bool is_integer);
+/* The module takes ownership of child (destroyed on failure). */
+int duet_module_add_child(duet_module *m, const char *name, duet_module *child);
+/* Borrowed, or NULL. */
+duet_module *duet_module_child(const duet_module *m, const char *name);
+duet_tensor *duet_module_param(const duet_module *m, const char *name);
+duet_tensor *duet_module_buffer(const duet_module *m, const char *name);
+/* Puts `replacement` in place of child `name` and hands the old child back
+ * to the caller in *old (ownership moves both ways). */
+int duet_module_replace_child(duet_module *m, const char *name, duet_module *replacement,
+                              duet_module **old);
+
+int duet_module_forward(duet_module *m, duet_tensor *x, duet_tensor **out);
+int duet_module_forward2(duet_module *m, duet_tensor *a, duet_tensor *b, duet_tensor **out);
+int duet_module_forwardn(duet_module *m, int nin, duet_tensor *const *in, duet_tensor **out);
+
+/* A flat list of (dotted name, tensor): parameters or buffers of a subtree in
+ * PyTorch order (a module's own entries, then each child's, depth first). */
+typedef struct duet_named_tensor {
+    char *name;          /* owned by the list */
+    duet_tensor *tensor; /* borrowed from the module */
+    bool is_integer;
+} duet_named_tensor;
+typedef struct duet_named_tensors {
+    size_t count;
+    duet_named_tensor *items;
+} duet_named_tensors;
+
+/* trainable_only: only parameters with requires_grad. Free with
+ * duet_named_tensors_free. */
+int duet_module_named_parameters(duet_module *m, bool trainable_only, duet_named_tensors *out);
+int duet_module_named_buffers(duet_module *m, duet_named_tensors *out);
+/* Parameters then buffers, i.e. the state dict. */
+int duet_module_state(duet_module *m, duet_named_tensors *out);
+void duet_named_tensors_free(duet_named_tensors *l);
+int64_t duet_module_num_parameters(duet_module *m, bool trainable_only);
+
+/* MMEditing's set_requires_grad: every parameter of the subtree. */
+void duet_module_set_requires_grad(duet_module *m, bool requires_grad);
+/* Recursive train/eval mode. */
+void duet_module_train(duet_module *m, bool training);
+/* Zeroes the gradients of every parameter of the subtree. */
+void duet_module_zero_grad(duet_module *m);
+
+/* Adds the state dict under `prefix` ("generator." or "") to a writer. */
+int duet_module_save_state(duet_module *m, duet_st_writer *w, const char *prefix);
+/* Loads entries "prefix<name>" into the module. strict: missing or
+ * unexpected keys (under prefix) and shape mismatches fail and are listed;
+ * non-strict: shape mismatches still fail, missing and unexpected keys are
+ * reported through duet_log at WARN level and counted in *nmissing and
+ * *nunexpected (either may be NULL). */
+int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix, bool strict,
+                           size_t *nmissing, size_t *nunexpected);
+
+/* ---- layers ---------------------------------------------------------------- */
+
+/* PyTorch default init: kaiming_uniform(a=sqrt(5)) weights, bias uniform in
+ * +-1/sqrt(fan_in). Params: weight (O, C, K, K), bias (O). */
+int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channels, int kernel,
+                              int stride, int padding, bool bias, duet_rng *rng);
+/* Params: weight (OUT, IN), bias (OUT). */
+int duet_linear_module_create(duet_module **out, int in_features, int out_features, bool bias,
+                              duet_rng *rng);
+/* Params weight = 1, bias = 0 (C); buffers running_mean, running_var,
+ * num_batches_tracked (integer). */
+int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, float momentum);
+/* Children are added with duet_module_add_child, named "0", "1", ...; forward
+ * runs them in order. */
+int duet_sequential_create(duet_module **out);
+/* Appends a child named by its index. */
+int duet_sequential_append(duet_module *seq, duet_module *child);
+
+typedef enum duet_activation {
+    DUET_ACT_RELU,
+    DUET_ACT_LEAKY_RELU,
+    DUET_ACT_SIGMOID,
+    DUET_ACT_TANH
+} duet_activation;
+int duet_activation_module_create(duet_module **out, duet_activation kind, float negative_slope);
+/* MaxPool2d(kernel, stride); no parameters. */
+int duet_maxpool2d_module_create(duet_module **out, int kernel, int stride);
+
+/* Type checks ("Conv2d", "Linear", "BatchNorm2d", ...). */
+bool duet_module_is(const duet_module *m, const char *type_name);
+
+/* MMEditing's default_init_weights(module, scale): for every Conv2d and
+ * Linear in the subtree, kaiming_normal (a=0, fan_in, leaky_relu gain
+ * sqrt(2)) times scale, bias 0; BatchNorm weight 1, bias 0. */
+void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng);
+
+/* ---- optimizers ---------------------------------------------------------- */
+
+typedef struct duet_optimizer duet_optimizer;
+
+typedef struct duet_adam_opts {
+    float lr, beta1, beta2, eps, weight_decay;
+} duet_adam_opts;
+duet_adam_opts duet_adam_opts_default(void); /* 1e-3, 0.9, 0.999, 1e-8, 0 */
+
+typedef struct duet_sgd_opts {
+    float lr, momentum, dampening, weight_decay;
+    bool nesterov;
+} duet_sgd_opts;
+duet_sgd_opts duet_sgd_opts_default(void);
+
+/* The optimizer keeps borrowed pointers to the tensors in params (copying the
+ * list); the tensors must outlive it. Free with duet_optimizer_destroy. */
+int duet_adam_create(duet_optimizer **out, const duet_named_tensors *params, duet_adam_opts opts);
+int duet_sgd_create(duet_optimizer **out, const duet_named_tensors *params, duet_sgd_opts opts);
+void duet_optimizer_destroy(duet_optimizer *opt);
+/* One update from the current gradients (parameters without a gradient are
+ * skipped, as PyTorch does). */
+int duet_optimizer_step(duet_optimizer *opt);
+void duet_optimizer_zero_grad(duet_optimizer *opt);
+float duet_optimizer_lr(const duet_optimizer *opt);
+void duet_optimizer_set_lr(duet_optimizer *opt, float lr);
+/* The lr given at creation (schedules scale it). */
+float duet_optimizer_base_lr(const duet_optimizer *opt);
+int64_t duet_optimizer_steps(const duet_optimizer *opt);
+/* State (step count, moments) as tensors named prefix + "<param>.exp_avg"
+ * etc. plus prefix + "step", prefix + "lr". */
+int duet_optimizer_save_state(const duet_optimizer *opt, duet_st_writer *w, const char *prefix);
+int duet_optimizer_load_state(duet_optimizer *opt, const duet_st *st, const char *prefix);
+
+/* ---- LR schedules (MMEditing's lr_config, by iteration) ----------------- */
+
+typedef enum duet_lr_policy {
+    DUET_LR_FIXED,
+    DUET_LR_STEP,          /* lr = base * gamma^(number of milestones <= iter) */
+    DUET_LR_COSINE_RESTART /* periods, restart_weights, min_lr */
+} duet_lr_policy;
+
+#define DUET_LR_MAX_STEPS 16
+typedef struct duet_lr_schedule {
+    duet_lr_policy policy;
+    int nsteps;
+    int64_t steps[DUET_LR_MAX_STEPS]; /* STEP: milestones; COSINE: periods */
+    float gamma;                       /* STEP */
+    float restart_weights[DUET_LR_MAX_STEPS]; /* COSINE */
+    float min_lr;                      /* COSINE */
+} duet_lr_schedule;
+duet_lr_schedule duet_lr_schedule_default(void); /* FIXED */
+/* The lr for iteration `iter` (0-based, as MMEditing's runner.iter). */
+float duet_lr_at(const duet_lr_schedule *s, float base_lr, int64_t iter);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

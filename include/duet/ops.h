@@ -1,0 +1,115 @@
+/* duet/ops.h — differentiable ops with PyTorch semantics and layouts.
+ *
+ * Every op takes borrowed inputs, returns a new tensor in *out (one reference
+ * for the caller) and records itself on the tape when an input requires grad
+ * (duet/autograd.h). Shapes that do not fit fail with DUET_ESHAPE and a
+ * message naming the op and both shapes; *out is then NULL.
+ *
+ * Usage:
+ *
+ *   duet_tensor *h = NULL, *a = NULL;
+ *   DUET_TRY(duet_conv2d(x, w, b, 1, 1, &h));     // x (N,C,H,W), w (O,C,3,3)
+ *   DUET_TRY(duet_leaky_relu(h, 0.1f, &a));
+ *   duet_tensor_release(h);
+ */
+#ifndef DUET_OPS_H
+#define DUET_OPS_H
+
+#include "duet/autograd.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- convolution, linear, normalisation, pooling ------------------------ */
+
+/* x (N, C, H, W), w (O, C, KH, KW), b (O) or NULL; symmetric stride and zero
+ * padding. out (N, O, (H+2p-KH)/s+1, (W+2p-KW)/s+1). im2col + SGEMM. */
+int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
+                duet_tensor **out);
+/* x (N, IN), w (OUT, IN), b (OUT) or NULL; out (N, OUT) = x w^T + b. */
+int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out);
+
+/* Sums `count` floats in place across the processes that share a batch
+ * (SyncBatchNorm); NULL in the options means a local batch. */
+typedef int (*duet_reduce_fn)(void *ctx, float *buf, int64_t count);
+
+typedef struct duet_batch_norm_opts {
+    bool training;     /* batch statistics + running update, else running stats */
+    float momentum;    /* 0.1 */
+    float eps;         /* 1e-5 */
+    duet_reduce_fn reduce; /* NULL: statistics of the local batch only */
+    void *reduce_ctx;
+} duet_batch_norm_opts;
+duet_batch_norm_opts duet_batch_norm_opts_default(void);
+
+/* x (N, C, H, W); weight, bias (C) or NULL (affine off); running_mean,
+ * running_var (C) updated in place in training mode (momentum, unbiased
+ * variance over the whole — possibly multi-process — batch); num_batches
+ * (1 element) incremented in training mode, may be NULL. */
+int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
+                      duet_tensor *running_mean, duet_tensor *running_var,
+                      duet_tensor *num_batches, const duet_batch_norm_opts *opts,
+                      duet_tensor **out);
+
+/* x (N, C, H, W); no padding; out (N, C, (H-k)/s+1, (W-k)/s+1). */
+int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out);
+
+/* ---- activations and element-wise ---------------------------------------- */
+
+int duet_relu(duet_tensor *x, duet_tensor **out);
+int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out);
+int duet_sigmoid(duet_tensor *x, duet_tensor **out);
+int duet_tanh(duet_tensor *x, duet_tensor **out);
+/* a, b same shape. */
+int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+/* out = s * x */
+int duet_scale(duet_tensor *x, float s, duet_tensor **out);
+/* Per-channel out[n,c,...] = x[n,c,...] * scale[c] + shift[c] with constant
+ * (non-learned) scale and shift of C floats (e.g. ImageNet normalisation). */
+int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
+                        duet_tensor **out);
+
+/* ---- shape and resampling ------------------------------------------------ */
+
+/* x (N, C*r*r, H, W) -> (N, C, H*r, W*r), PyTorch's pixel_shuffle. */
+int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out);
+/* Bilinear, align_corners=False, integer scale factor:
+ * x (N, C, H, W) -> (N, C, H*f, W*f), as F.interpolate(scale_factor=f). */
+int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out);
+/* (N, ...) -> (N, rest). */
+int duet_flatten(duet_tensor *x, duet_tensor **out);
+int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out);
+/* Concatenation along dim 1 of n tensors (N, Ci, H, W) -> (N, sum Ci, H, W). */
+int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out);
+
+/* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
+
+int duet_sum(duet_tensor *x, duet_tensor **out);
+int duet_mean(duet_tensor *x, duet_tensor **out);
+/* weight * mean(|pred - target|) */
+int duet_l1_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out);
+/* weight * mean((pred - target)^2) */
+int duet_mse_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out);
+/* weight * mean(max(x,0) - x*t + log(1 + exp(-|x|))), numerically stable;
+ * target has x's shape. Gradient flows to logits only. */
+int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,
+                         duet_tensor **out);
+/* Same with every target equal to `target` (a GAN's real/fake label). */
+int duet_bce_with_logits_const(duet_tensor *logits, float target, float weight,
+                               duet_tensor **out);
+
+/* ---- BLAS ---------------------------------------------------------------- */
+
+/* Row-major C (M, N) = alpha * op(A) op(B) + beta * C, with op = transpose
+ * when trans_* is true. The one place duet calls BLAS GEMM. */
+void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,136 @@
+/* duet/tensor.h — float32 N-d arrays (up to 4-D, NCHW, contiguous) with
+ * reference counting, and safetensors files.
+ *
+ * Usage:
+ *
+ *   duet_tensor *x = NULL;
+ *   if (duet_tensor_create(&x, 4, (int64_t[]){2, 3, 8, 8}) != DUET_OK) ...
+ *   x->data[0] = 1.0f;               // contiguous row-major floats
+ *   duet_tensor_release(x);          // frees when the last reference goes
+ *
+ * Ownership: a function that returns a new tensor gives the caller one
+ * reference, to drop with duet_tensor_release(). Tensors that are borrowed
+ * (a module's parameters, duet_st_find) say so.
+ */
+#ifndef DUET_TENSOR_H
+#define DUET_TENSOR_H
+
+#include "duet/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DUET_MAX_DIMS 4
+
+struct duet_node;
+struct duet_tensor;
+
+/* Called by autograd when this tensor's gradient for the current backward
+ * pass is complete (see duet/autograd.h). */
+typedef void (*duet_grad_hook_fn)(void *ctx, struct duet_tensor *t);
+
+typedef struct duet_tensor {
+    int ndim;
+    int64_t shape[DUET_MAX_DIMS]; /* unused trailing dims are 1 */
+    int64_t numel;
+    float *data;                  /* numel floats, contiguous */
+    /* Gradient, same shape as data. NULL until backward first writes it.
+     * Leaves accumulate across backward passes until zeroed. */
+    float *grad;
+    bool requires_grad;
+    /* Autograd bookkeeping; NULL for leaves. Owned by the tape. */
+    struct duet_node *grad_fn;
+    /* Fired once per backward when grad is complete (leaves only). */
+    duet_grad_hook_fn grad_hook;
+    void *grad_hook_ctx;
+    /* Private. */
+    int refcount;
+    bool owns_data;
+    bool owns_grad;
+    struct duet_tensor *base; /* data owner when this is a view; retained */
+    int64_t tape_uses;        /* autograd: pending contributions this pass */
+} duet_tensor;
+
+/* New zero-filled tensor. ndim in 1..4, every dim >= 1 (0 allowed for empty
+ * batch-free shapes is not supported). Returns DUET_EINVAL or DUET_ENOMEM. */
+int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape);
+/* Shorthand for 4-D NCHW. */
+int duet_tensor_create4(duet_tensor **out, int64_t n, int64_t c, int64_t h, int64_t w);
+/* New tensor with the same shape as `like`, zero-filled. */
+int duet_tensor_create_like(duet_tensor **out, const duet_tensor *like);
+/* New tensor copying `data` (numel floats). */
+int duet_tensor_from_data(duet_tensor **out, int ndim, const int64_t *shape, const float *data);
+/* Deep copy of data (no grad, no autograd history). */
+int duet_tensor_clone(duet_tensor **out, const duet_tensor *t);
+/* A tensor that shares `t`'s data with another shape of the same numel
+ * (retains t). Not recorded by autograd: use duet_reshape in duet/ops.h for
+ * that. */
+int duet_tensor_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape);
+/* A tensor over samples [start, start+count) of dim 0, sharing data. */
+int duet_tensor_slice0(duet_tensor **out, duet_tensor *t, int64_t start, int64_t count);
+
+duet_tensor *duet_tensor_retain(duet_tensor *t);
+/* Drops one reference; frees data, grad and the struct at zero. NULL ok. */
+void duet_tensor_release(duet_tensor *t);
+
+/* Makes sure t->grad exists (zero-filled on first allocation). */
+int duet_tensor_ensure_grad(duet_tensor *t);
+/* Points t->grad at external storage of numel floats (not freed by the
+ * tensor; used by DDP's contiguous gradient buffer). Existing gradient values
+ * are copied into it, else it is left as is. */
+void duet_tensor_set_grad_storage(duet_tensor *t, float *storage);
+void duet_tensor_zero_grad(duet_tensor *t);
+
+void duet_tensor_fill(duet_tensor *t, float v);
+bool duet_tensor_same_shape(const duet_tensor *a, const duet_tensor *b);
+/* Writes "[2, 3, 8, 8]" into buf; returns buf. */
+char *duet_shape_str(const duet_tensor *t, char *buf, size_t size);
+#define DUET_SHAPE_STR_MAX 96
+
+/* ---- safetensors ---------------------------------------------------------
+ * The Hugging Face format: 8-byte little-endian header length, a JSON header
+ * {name: {dtype, shape, data_offsets}, "__metadata__": {str: str}}, then the
+ * raw little-endian data. Reading converts F32, F16, BF16, F64, I64, I32 and
+ * U8 to float32 tensors. */
+
+typedef struct duet_st duet_st;
+
+/* Reads and validates the whole file. Errors name the file and what is
+ * wrong. Free with duet_st_destroy. */
+int duet_st_load(const char *path, duet_st **out);
+void duet_st_destroy(duet_st *st);
+size_t duet_st_count(const duet_st *st);
+/* Name of tensor i in file order. Borrowed. */
+const char *duet_st_name(const duet_st *st, size_t i);
+bool duet_st_has(const duet_st *st, const char *name);
+/* New float32 tensor with the named entry's values. DUET_ENOTFOUND names the
+ * file and the key when absent. */
+int duet_st_get(const duet_st *st, const char *name, duet_tensor **out);
+/* Copies the named entry into `dst`, which must have the same shape
+ * (DUET_ESHAPE names both shapes otherwise). */
+int duet_st_copy_into(const duet_st *st, const char *name, duet_tensor *dst);
+/* Raw access for non-float entries (e.g. an I64 step count or U8 blob):
+ * dtype string ("F32", "I64", "U8", ...), byte pointer and length. Borrowed. */
+int duet_st_raw(const duet_st *st, const char *name, const char **dtype,
+                const void **bytes, size_t *nbytes, int *ndim, int64_t *shape);
+/* Metadata value, or NULL when absent. Borrowed. */
+const char *duet_st_meta(const duet_st *st, const char *key);
+
+typedef struct duet_st_writer duet_st_writer;
+int duet_st_writer_create(duet_st_writer **out);
+void duet_st_writer_destroy(duet_st_writer *w);
+/* Adds a float32 tensor; the data is copied now. Duplicate names are
+ * DUET_EINVAL. */
+int duet_st_writer_add(duet_st_writer *w, const char *name, const duet_tensor *t);
+/* Adds raw bytes with a dtype string and shape; copied now. */
+int duet_st_writer_add_raw(duet_st_writer *w, const char *name, const char *dtype,
+                           int ndim, const int64_t *shape, const void *bytes, size_t nbytes);
+int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *value);
+/* Writes atomically: temporary file in the same folder, fsync, rename. */
+int duet_st_writer_save(duet_st_writer *w, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,265 @@
+/* The tape: nodes recorded in forward order on a per-thread list, run in
+ * reverse by duet_backward. Reverse recording order is a topological order,
+ * since an op's inputs exist before it runs. */
+#include "duet/autograd.h"
+
+#include <string.h>
+
+typedef struct tape {
+    duet_node **nodes;
+    size_t count, cap;
+    uint64_t epoch;
+    bool alloc_failed;
+} tape;
+
+static _Thread_local tape the_tape;
+static _Thread_local bool grad_disabled;
+
+#define MAX_OBSERVERS 64
+static _Thread_local duet_backward_observer observers[MAX_OBSERVERS];
+static _Thread_local bool observer_used[MAX_OBSERVERS];
+
+bool duet_set_grad_enabled(bool enabled) {
+    bool prev = !grad_disabled;
+    grad_disabled = !enabled;
+    return prev;
+}
+
+bool duet_grad_enabled(void) { return !grad_disabled; }
+
+bool duet_autograd_needs_record(int ninputs, duet_tensor *const *inputs) {
+    if (grad_disabled) return false;
+    for (int i = 0; i < ninputs; i++)
+        if (inputs[i] != NULL && inputs[i]->requires_grad) return true;
+    return false;
+}
+
+static void free_node(duet_node *n) {
+    if (n->free_ctx != NULL) n->free_ctx(n->ctx);
+    for (int i = 0; i < n->ninputs; i++) duet_tensor_release(n->inputs[i]);
+    if (n->output != NULL) {
+        /* The output outlives its history only through other references;
+         * from now on it is a constant. */
+        if (n->output->grad_fn == n) {
+            n->output->grad_fn = NULL;
+            n->output->requires_grad = false;
+            if (n->output->owns_grad) duet_aligned_free(n->output->grad);
+            n->output->grad = NULL;
+            n->output->owns_grad = false;
+        }
+        duet_tensor_release(n->output);
+    }
+    free(n);
+}
+
+int duet_autograd_record(duet_tensor *output, const char *op, duet_backward_fn backward,
+                         void *ctx, void (*free_ctx)(void *ctx), int ninputs,
+                         duet_tensor *const *inputs) {
+    DUET_ASSERT(ninputs >= 0 && ninputs <= DUET_NODE_MAX_INPUTS);
+    DUET_ASSERT(output->grad_fn == NULL);
+    tape *tp = &the_tape;
+    if (tp->count == tp->cap) {
+        size_t cap = tp->cap ? tp->cap * 2 : 256;
+        duet_node **nodes = realloc(tp->nodes, cap * sizeof *nodes);
+        if (nodes == NULL) {
+            if (free_ctx != NULL) free_ctx(ctx);
+            return duet__error(DUET_ENOMEM, "autograd: out of memory growing the tape");
+        }
+        tp->nodes = nodes;
+        tp->cap = cap;
+    }
+    duet_node *n = calloc(1, sizeof *n);
+    if (n == NULL) {
+        if (free_ctx != NULL) free_ctx(ctx);
+        return duet__error(DUET_ENOMEM, "autograd: out of memory recording %s", op);
+    }
+    n->op = op;
+    n->backward = backward;
+    n->ctx = ctx;
+    n->free_ctx = free_ctx;
+    n->ninputs = ninputs;
+    for (int i = 0; i < ninputs; i++) n->inputs[i] = duet_tensor_retain(inputs[i]);
+    n->output = duet_tensor_retain(output);
+    output->grad_fn = n;
+    output->requires_grad = true;
+    tp->nodes[tp->count++] = n;
+    return DUET_OK;
+}
+
+bool duet_node_input_needs_grad(const duet_node *node, int i) {
+    const duet_tensor *in = node->inputs[i];
+    return in != NULL && in->requires_grad;
+}
+
+float *duet_node_input_grad(duet_node *node, int i) {
+    if (!duet_node_input_needs_grad(node, i)) return NULL;
+    duet_tensor *in = node->inputs[i];
+    if (duet_tensor_ensure_grad(in) != DUET_OK) {
+        the_tape.alloc_failed = true;
+        return NULL;
+    }
+    return in->grad;
+}
+
+void duet_tape_clear(void) {
+    tape *tp = &the_tape;
+    /* Newest first, so that an output is let go before the nodes that made
+     * its inputs. */
+    for (size_t i = tp->count; i-- > 0;) free_node(tp->nodes[i]);
+    tp->count = 0;
+    if (tp->cap > 4096) {
+        free(tp->nodes);
+        tp->nodes = NULL;
+        tp->cap = 0;
+    }
+}
+
+size_t duet_tape_size(void) { return the_tape.count; }
+
+static bool is_tracked_leaf(const duet_tensor *t) {
+    return t != NULL && t->grad_fn == NULL && t->requires_grad;
+}
+
+int duet_backward(duet_tensor *loss) {
+    tape *tp = &the_tape;
+    if (loss->numel != 1) {
+        char s[DUET_SHAPE_STR_MAX];
+        duet_tape_clear();
+        return duet__error(DUET_EINVAL, "backward: the loss must have one element, got shape %s",
+                           duet_shape_str(loss, s, sizeof s));
+    }
+    if (loss->grad_fn == NULL) {
+        duet_tape_clear();
+        return duet__error(DUET_EINVAL,
+                           "backward: the loss has no recorded history (no input required "
+                           "grad, grad mode was off, or the tape was already freed)");
+    }
+    uint64_t epoch = ++tp->epoch;
+    loss->grad_fn->mark = epoch;
+    /* Pass 1: reachability from the loss; reset the leaves' counters. */
+    for (size_t i = tp->count; i-- > 0;) {
+        duet_node *n = tp->nodes[i];
+        if (n->mark != epoch) continue;
+        for (int k = 0; k < n->ninputs; k++) {
+            duet_tensor *in = n->inputs[k];
+            if (in == NULL) continue;
+            if (in->grad_fn != NULL) in->grad_fn->mark = epoch;
+            else if (in->requires_grad) in->tape_uses = 0;
+        }
+    }
+    /* Pass 2: how many reachable uses each leaf has, so that its ready hook
+     * fires after the last one. */
+    for (size_t i = 0; i < tp->count; i++) {
+        duet_node *n = tp->nodes[i];
+        if (n->mark != epoch) continue;
+        for (int k = 0; k < n->ninputs; k++)
+            if (is_tracked_leaf(n->inputs[k])) n->inputs[k]->tape_uses++;
+    }
+    int rc = duet_tensor_ensure_grad(loss);
+    if (rc == DUET_OK) loss->grad[0] += 1.0f;
+    tp->alloc_failed = false;
+    /* Pass 3: run the nodes newest first. */
+    for (size_t i = tp->count; i-- > 0 && rc == DUET_OK;) {
+        duet_node *n = tp->nodes[i];
+        if (n->mark != epoch) continue;
+        if (n->output->grad != NULL) {
+            rc = n->backward(n);
+            if (rc == DUET_OK && tp->alloc_failed)
+                rc = duet__error(DUET_ENOMEM, "backward: out of memory for gradients in %s",
+                                 n->op);
+            if (rc != DUET_OK) {
+                duet__error_context(rc, "backward of %s", n->op);
+                break;
+            }
+        }
+        if (n->output->owns_grad) {
+            duet_aligned_free(n->output->grad);
+            n->output->grad = NULL;
+            n->output->owns_grad = false;
+        }
+        for (int k = 0; k < n->ninputs; k++) {
+            duet_tensor *in = n->inputs[k];
+            if (!is_tracked_leaf(in)) continue;
+            if (--in->tape_uses == 0 && in->grad_hook != NULL && in->grad != NULL)
+                in->grad_hook(in->grad_hook_ctx, in);
+        }
+        for (int o = 0; o < MAX_OBSERVERS; o++)
+            if (observer_used[o] && observers[o].on_progress != NULL)
+                observers[o].on_progress(observers[o].ctx);
+    }
+    /* Observers finish (DDP waits for its reductions) even after a failure,
+     * so that no peer is left waiting on a collective this rank skipped. */
+    for (int o = 0; o < MAX_OBSERVERS; o++) {
+        if (!observer_used[o] || observers[o].on_end == NULL) continue;
+        int orc = observers[o].on_end(observers[o].ctx);
+        if (rc == DUET_OK) rc = orc;
+    }
+    duet_tape_clear();
+    return rc;
+}
+
+int duet_detach(duet_tensor *t, duet_tensor **out) {
+    DUET_TRY(duet_tensor_view(out, t, t->ndim, t->shape));
+    (*out)->requires_grad = false;
+    return DUET_OK;
+}
+
+int duet_autograd_visit_leaves(duet_tensor *const *roots, int nroots,
+                               void (*fn)(void *ctx, duet_tensor *leaf), void *ctx) {
+    tape *tp = &the_tape;
+    uint64_t epoch = ++tp->epoch;
+    size_t nseen = 0, capseen = 0;
+    duet_tensor **seen = NULL;
+    int rc = DUET_OK;
+    for (int r = 0; r < nroots; r++) {
+        duet_tensor *t = roots[r];
+        if (t == NULL) continue;
+        if (t->grad_fn != NULL) t->grad_fn->mark = epoch;
+        else if (t->requires_grad) fn(ctx, t);
+    }
+    for (size_t i = tp->count; i-- > 0 && rc == DUET_OK;) {
+        duet_node *n = tp->nodes[i];
+        if (n->mark != epoch) continue;
+        for (int k = 0; k < n->ninputs; k++) {
+            duet_tensor *in = n->inputs[k];
+            if (in == NULL) continue;
+            if (in->grad_fn != NULL) {
+                in->grad_fn->mark = epoch;
+                continue;
+            }
+            if (!in->requires_grad) continue;
+            bool dup = false;
+            for (size_t s = 0; s < nseen && !dup; s++) dup = seen[s] == in;
+            if (dup) continue;
+            if (nseen == capseen) {
+                size_t cap = capseen ? capseen * 2 : 64;
+                duet_tensor **grown = realloc(seen, cap * sizeof *grown);
+                if (grown == NULL) {
+                    rc = duet__error(DUET_ENOMEM, "autograd: out of memory visiting leaves");
+                    break;
+                }
+                seen = grown;
+                capseen = cap;
+            }
+            seen[nseen++] = in;
+            fn(ctx, in);
+        }
+    }
+    free(seen);
+    return rc;
+}
+
+int duet_autograd_add_observer(const duet_backward_observer *obs, int *id) {
+    for (int o = 0; o < MAX_OBSERVERS; o++) {
+        if (observer_used[o]) continue;
+        observers[o] = *obs;
+        observer_used[o] = true;
+        *id = o;
+        return DUET_OK;
+    }
+    return duet__error(DUET_ENOMEM, "autograd: more than %d backward observers", MAX_OBSERVERS);
+}
+
+void duet_autograd_remove_observer(int id) {
+    if (id >= 0 && id < MAX_OBSERVERS) observer_used[id] = false;
+}

@@ -1,0 +1,56 @@
+/* Rank-aware logging to stderr (errors, warnings) and stdout (info, debug). */
+#include "duet/base.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+/* Process-wide logger settings, written once at start-up by the runner. */
+static int log_level = -1;
+static int log_rank = 0;
+static bool log_all_ranks = false;
+
+static int level_from_env(void) {
+    const char *s = getenv("DUET_LOG");
+    if (s == NULL) return DUET_LOG_INFO;
+    if (strcasecmp(s, "debug") == 0) return DUET_LOG_DEBUG;
+    if (strcasecmp(s, "warn") == 0) return DUET_LOG_WARN;
+    if (strcasecmp(s, "error") == 0) return DUET_LOG_ERROR;
+    if (strcasecmp(s, "off") == 0) return DUET_LOG_OFF;
+    return DUET_LOG_INFO;
+}
+
+void duet_log_set_level(int level) { log_level = level; }
+
+int duet_log_get_level(void) {
+    if (log_level < 0) log_level = level_from_env();
+    return log_level;
+}
+
+void duet_log_set_rank(int rank, bool all_ranks) {
+    log_rank = rank;
+    log_all_ranks = all_ranks;
+}
+
+void duet_log(int level, const char *fmt, ...) {
+    if (level < duet_log_get_level()) return;
+    if (level < DUET_LOG_ERROR && log_rank != 0 && !log_all_ranks) return;
+    static const char *names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
+    FILE *f = level >= DUET_LOG_WARN ? stderr : stdout;
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    char msg[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (log_all_ranks || level >= DUET_LOG_ERROR)
+        fprintf(f, "%s - duet - %s - [rank %d] %s\n", stamp, names[level], log_rank, msg);
+    else
+        fprintf(f, "%s - duet - %s - %s\n", stamp, names[level], msg);
+    fflush(f);
+}

@@ -1,0 +1,165 @@
+/* Tensor creation, views, reference counting and gradient storage. */
+#include "duet/tensor.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static int check_shape(int ndim, const int64_t *shape, int64_t *numel) {
+    if (ndim < 1 || ndim > DUET_MAX_DIMS)
+        return duet__error(DUET_EINVAL, "tensor: %d dimensions requested; duet supports 1 to %d",
+                           ndim, DUET_MAX_DIMS);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 1)
+            return duet__error(DUET_EINVAL, "tensor: dimension %d has size %" PRId64
+                               "; every dimension must be at least 1", i, shape[i]);
+        if (n > INT64_MAX / shape[i])
+            return duet__error(DUET_EINVAL, "tensor: shape overflows 64-bit element count");
+        n *= shape[i];
+    }
+    *numel = n;
+    return DUET_OK;
+}
+
+static duet_tensor *alloc_header(int ndim, const int64_t *shape, int64_t numel) {
+    duet_tensor *t = calloc(1, sizeof *t);
+    if (t == NULL) return NULL;
+    t->ndim = ndim;
+    for (int i = 0; i < DUET_MAX_DIMS; i++) t->shape[i] = i < ndim ? shape[i] : 1;
+    t->numel = numel;
+    t->refcount = 1;
+    return t;
+}
+
+int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape) {
+    *out = NULL;
+    int64_t numel;
+    DUET_TRY(check_shape(ndim, shape, &numel));
+    duet_tensor *t = alloc_header(ndim, shape, numel);
+    if (t == NULL) return duet__error(DUET_ENOMEM, "tensor: out of memory for the header");
+    t->data = duet_aligned_calloc((size_t)numel * sizeof(float));
+    if (t->data == NULL) {
+        free(t);
+        return duet__error(DUET_ENOMEM, "tensor: out of memory for %" PRId64 " floats", numel);
+    }
+    t->owns_data = true;
+    *out = t;
+    return DUET_OK;
+}
+
+int duet_tensor_create4(duet_tensor **out, int64_t n, int64_t c, int64_t h, int64_t w) {
+    return duet_tensor_create(out, 4, (int64_t[]){n, c, h, w});
+}
+
+int duet_tensor_create_like(duet_tensor **out, const duet_tensor *like) {
+    return duet_tensor_create(out, like->ndim, like->shape);
+}
+
+int duet_tensor_from_data(duet_tensor **out, int ndim, const int64_t *shape, const float *data) {
+    DUET_TRY(duet_tensor_create(out, ndim, shape));
+    memcpy((*out)->data, data, (size_t)(*out)->numel * sizeof(float));
+    return DUET_OK;
+}
+
+int duet_tensor_clone(duet_tensor **out, const duet_tensor *t) {
+    return duet_tensor_from_data(out, t->ndim, t->shape, t->data);
+}
+
+static int make_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape,
+                     float *data) {
+    int64_t numel;
+    *out = NULL;
+    DUET_TRY(check_shape(ndim, shape, &numel));
+    duet_tensor *v = alloc_header(ndim, shape, numel);
+    if (v == NULL) return duet__error(DUET_ENOMEM, "tensor: out of memory for a view");
+    v->data = data;
+    v->owns_data = false;
+    v->base = duet_tensor_retain(t->base != NULL ? t->base : t);
+    *out = v;
+    return DUET_OK;
+}
+
+int duet_tensor_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape) {
+    int64_t numel = 1;
+    for (int i = 0; i < ndim && i < DUET_MAX_DIMS; i++) numel *= shape[i];
+    if (ndim >= 1 && ndim <= DUET_MAX_DIMS && numel != t->numel) {
+        char a[DUET_SHAPE_STR_MAX];
+        *out = NULL;
+        return duet__error(DUET_ESHAPE, "tensor view: %s has %" PRId64
+                           " elements, the requested shape has %" PRId64,
+                           duet_shape_str(t, a, sizeof a), t->numel, numel);
+    }
+    return make_view(out, t, ndim, shape, t->data);
+}
+
+int duet_tensor_slice0(duet_tensor **out, duet_tensor *t, int64_t start, int64_t count) {
+    if (start < 0 || count < 1 || start + count > t->shape[0]) {
+        *out = NULL;
+        return duet__error(DUET_EINVAL, "tensor slice: samples [%" PRId64 ", %" PRId64
+                           ") outside a batch of %" PRId64, start, start + count, t->shape[0]);
+    }
+    int64_t shape[DUET_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = count;
+    int64_t per = t->numel / t->shape[0];
+    return make_view(out, t, t->ndim, shape, t->data + start * per);
+}
+
+duet_tensor *duet_tensor_retain(duet_tensor *t) {
+    if (t != NULL) t->refcount++;
+    return t;
+}
+
+void duet_tensor_release(duet_tensor *t) {
+    if (t == NULL) return;
+    DUET_ASSERT(t->refcount > 0);
+    if (--t->refcount > 0) return;
+    if (t->owns_data) duet_aligned_free(t->data);
+    if (t->owns_grad) duet_aligned_free(t->grad);
+    duet_tensor_release(t->base);
+    free(t);
+}
+
+int duet_tensor_ensure_grad(duet_tensor *t) {
+    if (t->grad != NULL) return DUET_OK;
+    t->grad = duet_aligned_calloc((size_t)t->numel * sizeof(float));
+    if (t->grad == NULL)
+        return duet__error(DUET_ENOMEM, "tensor: out of memory for a gradient of %" PRId64
+                           " floats", t->numel);
+    t->owns_grad = true;
+    return DUET_OK;
+}
+
+void duet_tensor_set_grad_storage(duet_tensor *t, float *storage) {
+    if (t->grad != NULL) {
+        memcpy(storage, t->grad, (size_t)t->numel * sizeof(float));
+        if (t->owns_grad) duet_aligned_free(t->grad);
+    }
+    t->grad = storage;
+    t->owns_grad = false;
+}
+
+void duet_tensor_zero_grad(duet_tensor *t) {
+    if (t->grad != NULL) memset(t->grad, 0, (size_t)t->numel * sizeof(float));
+}
+
+void duet_tensor_fill(duet_tensor *t, float v) {
+    for (int64_t i = 0; i < t->numel; i++) t->data[i] = v;
+}
+
+bool duet_tensor_same_shape(const duet_tensor *a, const duet_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+char *duet_shape_str(const duet_tensor *t, char *buf, size_t size) {
+    size_t used = 0;
+    used += (size_t)snprintf(buf + used, size - used, "[");
+    for (int i = 0; i < t->ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %" PRId64 : "%" PRId64,
+                                 t->shape[i]);
+    if (used < size) snprintf(buf + used, size - used, "]");
+    return buf;
+}
