@@ -41,10 +41,10 @@ typedef struct duet_module_entry {
     bool is_integer;      /* buffer holding a count (num_batches_tracked): I64 on disk */
 } duet_module_entry;
 
-typedef struct duet_module_child {
+typedef struct duet_module_slot {
     char *name;
     duet_module *module;  /* owned */
-} duet_module_child;
+} duet_module_slot;
 
 struct duet_module {
     const duet_module_type *type;
@@ -56,7 +56,7 @@ struct duet_module {
     size_t nparams, nbuffers, nchildren;
     duet_module_entry *params;
     duet_module_entry *buffers;
-    duet_module_child *children;
+    duet_module_slot *children;
 };
 
 /* New empty module in training mode. impl is owned from now on (freed with
