@@ -1,0 +1,102 @@
+/* base layer: status codes and messages, RNG determinism and ranges,
+ * aligned allocation. */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+static void test_status_names(void **state) {
+    (void)state;
+    assert_string_equal(duet_err_name(DUET_OK), "DUET_OK");
+    assert_string_equal(duet_err_name(DUET_ESHAPE), "DUET_ESHAPE");
+    assert_string_equal(duet_strerror(DUET_ENOMEM), "out of memory");
+    assert_string_equal(duet_err_name(-999), "DUET_UNKNOWN");
+}
+
+static void test_error_message_and_context(void **state) {
+    (void)state;
+    duet_clear_error();
+    assert_string_equal(duet_last_error(), "");
+    int rc = duet__error(DUET_EIO, "cannot open %s", "x.png");
+    assert_int_equal(rc, DUET_EIO);
+    assert_string_equal(duet_last_error(), "cannot open x.png");
+    rc = duet__error_context(rc, "dataset %d", 3);
+    assert_int_equal(rc, DUET_EIO);
+    assert_string_equal(duet_last_error(), "dataset 3: cannot open x.png");
+}
+
+static void test_rng_deterministic_and_streams(void **state) {
+    (void)state;
+    duet_rng a = duet_rng_make(7, 0), b = duet_rng_make(7, 0), c = duet_rng_make(7, 1);
+    int same_c = 0;
+    for (int i = 0; i < 100; i++) {
+        uint64_t x = duet_rng_u64(&a), y = duet_rng_u64(&b), z = duet_rng_u64(&c);
+        assert_true(x == y);
+        same_c += x == z;
+    }
+    assert_int_equal(same_c, 0);
+    /* Saving the state is copying the struct. */
+    duet_rng saved = a;
+    uint64_t next = duet_rng_u64(&a);
+    assert_true(duet_rng_u64(&saved) == next);
+}
+
+static void test_rng_ranges_and_moments(void **state) {
+    (void)state;
+    duet_rng r = duet_rng_make(1, 2);
+    double sum = 0, sumsq = 0, usum = 0;
+    const int n = 200000;
+    int hist[5] = {0};
+    for (int i = 0; i < n; i++) {
+        float u = duet_rng_uniform(&r);
+        assert_true(u >= 0.0f && u < 1.0f);
+        usum += u;
+        float g = duet_rng_normal(&r);
+        sum += g;
+        sumsq += (double)g * g;
+        int64_t k = duet_rng_int(&r, -2, 2);
+        assert_true(k >= -2 && k <= 2);
+        hist[k + 2]++;
+    }
+    assert_true(fabs(usum / n - 0.5) < 0.01);
+    assert_true(fabs(sum / n) < 0.01);
+    assert_true(fabs(sumsq / n - 1.0) < 0.02);
+    for (int k = 0; k < 5; k++) assert_true(fabs(hist[k] / (double)n - 0.2) < 0.01);
+}
+
+static void test_rng_permutation(void **state) {
+    (void)state;
+    duet_rng r = duet_rng_make(3, 0);
+    int64_t perm[50];
+    duet_rng_permutation(&r, perm, 50);
+    int seen[50] = {0};
+    int fixed = 0;
+    for (int i = 0; i < 50; i++) {
+        seen[perm[i]]++;
+        fixed += perm[i] == i;
+    }
+    for (int i = 0; i < 50; i++) assert_int_equal(seen[i], 1);
+    assert_true(fixed < 10);
+}
+
+static void test_aligned_alloc(void **state) {
+    (void)state;
+    float *p = duet_aligned_calloc(1000 * sizeof(float));
+    assert_non_null(p);
+    assert_true(((uintptr_t)p % DUET_ALIGNMENT) == 0);
+    for (int i = 0; i < 1000; i++) assert_true(p[i] == 0.0f);
+    duet_aligned_free(p);
+    duet_aligned_free(NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_error_message_and_context),
+        cmocka_unit_test(test_rng_deterministic_and_streams),
+        cmocka_unit_test(test_rng_ranges_and_moments),
+        cmocka_unit_test(test_rng_permutation),
+        cmocka_unit_test(test_aligned_alloc),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
