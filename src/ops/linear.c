@@ -1,0 +1,78 @@
+/* Fully connected layer, PyTorch's F.linear: out = x w^T + b with w
+ * (OUT, IN). Leading dimensions of x are batch dimensions. */
+#include "ops/ops_internal.h"
+
+#include <inttypes.h>
+#include <limits.h>
+
+/* rows: product of x's leading dims; in/outf: the feature sizes. */
+static int linear_sizes(const duet_tensor *x, const duet_tensor *w, const duet_tensor *b,
+                        int64_t *rows, int64_t *in, int64_t *outf) {
+    char sx[DUET_SHAPE_STR_MAX], sw[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
+    duet_shape_str(x, sx, sizeof sx);
+    duet_shape_str(w, sw, sizeof sw);
+    if (w->ndim != 2)
+        return duet__error(DUET_ESHAPE, "linear: weight %s must be 2-D (OUT, IN); input %s", sw,
+                           sx);
+    if (x->shape[x->ndim - 1] != w->shape[1])
+        return duet__error(DUET_ESHAPE,
+                           "linear: input %s has %" PRId64 " features but weight %s expects %"
+                           PRId64, sx, x->shape[x->ndim - 1], sw, w->shape[1]);
+    if (b != NULL && (b->ndim != 1 || b->shape[0] != w->shape[0]))
+        return duet__error(DUET_ESHAPE, "linear: bias %s does not match weight %s (want [%"
+                           PRId64 "])", duet_shape_str(b, sb, sizeof sb), sw, w->shape[0]);
+    *in = w->shape[1];
+    *outf = w->shape[0];
+    *rows = x->numel / *in;
+    if (*rows > INT_MAX || *in > INT_MAX || *outf > INT_MAX)
+        return duet__error(DUET_EINVAL, "linear: input %s with weight %s is too large for "
+                           "32-bit BLAS sizes", sx, sw);
+    return DUET_OK;
+}
+
+static int linear_backward(duet_node *node) {
+    duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
+    int64_t rows, in, outf;
+    DUET_TRY(linear_sizes(x, w, b, &rows, &in, &outf));
+    const float *dy = node->output->grad; /* (rows, OUT) */
+    float *dx = duet_node_input_grad(node, 0);
+    float *dw = duet_node_input_grad(node, 1);
+    float *db = b != NULL ? duet_node_input_grad(node, 2) : NULL;
+    /* dX (rows, IN) += dY (rows, OUT) W (OUT, IN) */
+    if (dx != NULL)
+        duet_sgemm(false, false, rows, in, outf, 1.0f, dy, outf, w->data, in, 1.0f, dx, in);
+    /* dW (OUT, IN) += dY^T (OUT, rows) X (rows, IN) */
+    if (dw != NULL)
+        duet_sgemm(true, false, outf, in, rows, 1.0f, dy, outf, x->data, in, 1.0f, dw, in);
+    if (db != NULL)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = 0; o < outf; o++) db[o] += dy[r * outf + o];
+    return DUET_OK;
+}
+
+int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out) {
+    *out = NULL;
+    int64_t rows, in, outf;
+    DUET_TRY(linear_sizes(x, w, b, &rows, &in, &outf));
+    int64_t shape[DUET_MAX_DIMS];
+    for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
+    shape[x->ndim - 1] = outf;
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create(&y, x->ndim, shape));
+    if (b != NULL)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = 0; o < outf; o++) y->data[r * outf + o] = b->data[o];
+    /* Y (rows, OUT) = X (rows, IN) W^T (IN, OUT) (+ the bias already there) */
+    duet_sgemm(false, true, rows, outf, in, 1.0f, x->data, in, w->data, in,
+               b != NULL ? 1.0f : 0.0f, y->data, outf);
+    duet_tensor *ins[3] = {x, w, b};
+    if (duet_autograd_needs_record(3, ins)) {
+        int rc = duet_autograd_record(y, "linear", linear_backward, NULL, NULL, 3, ins);
+        if (rc != DUET_OK) {
+            duet_tensor_release(y);
+            return rc;
+        }
+    }
+    *out = y;
+    return DUET_OK;
+}

@@ -1,0 +1,96 @@
+/* Max pooling without padding, PyTorch's max_pool2d: the first maximum in
+ * row-major window order wins, and a NaN in the window propagates. */
+#include "ops/ops_internal.h"
+
+#include <inttypes.h>
+#include <math.h>
+
+typedef struct pool_ctx {
+    int32_t *argmax; /* (N, C, OH, OW): index in the input plane (H*W) */
+} pool_ctx;
+
+static void pool_ctx_free(void *p) {
+    pool_ctx *c = p;
+    if (c == NULL) return;
+    free(c->argmax);
+    free(c);
+}
+
+static int max_pool_backward(duet_node *node) {
+    const pool_ctx *c = node->ctx;
+    duet_tensor *x = node->inputs[0], *y = node->output;
+    float *dx = duet_node_input_grad(node, 0);
+    if (dx == NULL) return DUET_OK;
+    const int64_t planes = x->shape[0] * x->shape[1];
+    const int64_t hw = x->shape[2] * x->shape[3], ohw = y->shape[2] * y->shape[3];
+    const float *dy = y->grad;
+    for (int64_t pl = 0; pl < planes; pl++)
+        for (int64_t q = 0; q < ohw; q++)
+            dx[pl * hw + c->argmax[pl * ohw + q]] += dy[pl * ohw + q];
+    return DUET_OK;
+}
+
+int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
+    *out = NULL;
+    char sx[DUET_SHAPE_STR_MAX];
+    duet_shape_str(x, sx, sizeof sx);
+    if (kernel < 1 || stride < 1)
+        return duet__error(DUET_EINVAL, "max_pool2d: kernel %d and stride %d must be >= 1",
+                           kernel, stride);
+    if (x->ndim != 4)
+        return duet__error(DUET_ESHAPE, "max_pool2d: input %s must be 4-D (N, C, H, W)", sx);
+    const int64_t h = x->shape[2], w = x->shape[3];
+    if (h < kernel || w < kernel)
+        return duet__error(DUET_ESHAPE, "max_pool2d: input %s is smaller than the %dx%d window",
+                           sx, kernel, kernel);
+    if (h * w > INT32_MAX)
+        return duet__error(DUET_EINVAL, "max_pool2d: input %s has too large planes", sx);
+    const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+    const int64_t planes = x->shape[0] * x->shape[1];
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create4(&y, x->shape[0], x->shape[1], oh, ow));
+    bool record = duet_autograd_needs_record(1, &x);
+    pool_ctx *c = NULL;
+    if (record) {
+        c = calloc(1, sizeof *c);
+        if (c != NULL) c->argmax = malloc((size_t)y->numel * sizeof(int32_t));
+        if (c == NULL || c->argmax == NULL) {
+            pool_ctx_free(c);
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "max_pool2d: out of memory for the argmax of %s",
+                               sx);
+        }
+    }
+    for (int64_t pl = 0; pl < planes; pl++) {
+        const float *px = x->data + pl * h * w;
+        float *py = y->data + pl * oh * ow;
+        for (int64_t i = 0; i < oh; i++) {
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t best = i * stride * w + j * stride;
+                float m = px[best];
+                for (int64_t a = 0; a < kernel && !isnan(m); a++) {
+                    for (int64_t b = 0; b < kernel; b++) {
+                        int64_t idx = (i * stride + a) * w + j * stride + b;
+                        float v = px[idx];
+                        if (v > m || isnan(v)) {
+                            m = v;
+                            best = idx;
+                            if (isnan(v)) break;
+                        }
+                    }
+                }
+                py[i * ow + j] = m;
+                if (c != NULL) c->argmax[pl * oh * ow + i * ow + j] = (int32_t)best;
+            }
+        }
+    }
+    if (record) {
+        int rc = duet_autograd_record(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x);
+        if (rc != DUET_OK) {
+            duet_tensor_release(y);
+            return rc;
+        }
+    }
+    *out = y;
+    return DUET_OK;
+}
