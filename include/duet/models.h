@@ -47,6 +47,300 @@ int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *op
 
 /* ---- model contract, losses, SRGAN, registry: below ------------------- */
 
+/* A model is a module whose top-level children are its parts (SRGAN:
+ * generator, discriminator, gan_loss, pixel_loss, perceptual_loss), plus
+ * three operations: forward (test mode: the generator's output), train_step
+ * (one optimisation step, returning named log values) and val_step (outputs
+ * and metrics). The model's code looks its parts up by name at every step
+ * (duet_module_child), so a wrapper that replaces a child in place (a DDP
+ * around the generator) is called through.
+ *
+ * Usage:
+ *
+ *   duet_srgan_opts so = duet_srgan_opts_default();      // then shrink it
+ *   duet_model *model = NULL;
+ *   DUET_TRY(duet_srgan_create(&model, &so, &rng));
+ *   duet_optimizer_set *opts = NULL;
+ *   DUET_TRY(duet_optimizer_set_create(&opts));
+ *   DUET_TRY(duet_optimizer_set_add_adam(opts, model, "generator", adam_g));
+ *   DUET_TRY(duet_optimizer_set_add_adam(opts, model, "discriminator", adam_d));
+ *   duet_batch batch = {0};
+ *   DUET_TRY(duet_batch_add_tensor(&batch, "lq", lq));   // (N,3,h,w) in [0,1]
+ *   DUET_TRY(duet_batch_add_tensor(&batch, "gt", gt));   // (N,3,4h,4w)
+ *   duet_log_vars log;
+ *   DUET_TRY(duet_model_train_step(model, &batch, opts, &log));
+ *   double l;
+ *   duet_log_vars_get(&log, "loss_pix", &l);
+ *   duet_batch_clear(&batch);
+ *   duet_optimizer_set_destroy(opts);
+ *   duet_model_destroy(model);
+ */
+
+/* The process group of duet/comm.h (declared here so that models need not
+ * include it). */
+typedef struct duet_comm duet_comm;
+typedef struct duet_model duet_model;
+
+/* ---- batches ---------------------------------------------------------- */
+
+/* Named tensors (each with the samples along dim 0) and per-sample metadata
+ * as named string columns ("gt_path": one file name per sample). A zeroed
+ * struct is an empty batch. The batch holds one reference on each tensor and
+ * owns its strings: free with duet_batch_clear. */
+typedef struct duet_batch_tensor {
+    char *name;
+    duet_tensor *tensor;
+} duet_batch_tensor;
+
+typedef struct duet_batch_meta {
+    char *key;
+    char **values; /* nsamples strings */
+} duet_batch_meta;
+
+typedef struct duet_batch {
+    int64_t nsamples; /* 0 until the first tensor or metadata column */
+    size_t ntensors;
+    duet_batch_tensor *tensors;
+    size_t nmeta;
+    duet_batch_meta *meta;
+} duet_batch;
+
+/* Adds (retains) t under `name`; its dim 0 must equal the batch's sample
+ * count (set by the first entry). Duplicate names are DUET_EINVAL. */
+int duet_batch_add_tensor(duet_batch *b, const char *name, duet_tensor *t);
+/* Copies n strings as the column `key`; n must equal the sample count. */
+int duet_batch_add_meta(duet_batch *b, const char *key, int64_t n, const char *const *values);
+/* Borrowed, or NULL when absent. */
+duet_tensor *duet_batch_tensor_get(const duet_batch *b, const char *name);
+/* DUET_ENOTFOUND with a message naming the key and the keys there are. */
+int duet_batch_require(const duet_batch *b, const char *name, duet_tensor **out);
+/* Sample i's value of column `key`; borrowed, or NULL. */
+const char *duet_batch_meta_get(const duet_batch *b, const char *key, int64_t i);
+/* Samples [start, start+count) of every tensor (views) and column (copies)
+ * into an empty `out`: a rank's share of a global batch. */
+int duet_batch_slice(duet_batch *out, const duet_batch *b, int64_t start, int64_t count);
+/* Releases everything; leaves an empty batch. */
+void duet_batch_clear(duet_batch *b);
+
+/* ---- named log values ------------------------------------------------- */
+
+#define DUET_LOG_VARS_MAX 32
+#define DUET_LOG_VAR_NAME_MAX 48
+
+/* A small ordered map name -> double, a plain value (MMEditing's log_vars:
+ * loss_pix, loss_gan, ...; or PSNR, SSIM). */
+typedef struct duet_log_vars {
+    int count;
+    char names[DUET_LOG_VARS_MAX][DUET_LOG_VAR_NAME_MAX];
+    double values[DUET_LOG_VARS_MAX];
+} duet_log_vars;
+
+void duet_log_vars_clear(duet_log_vars *lv);
+/* Sets or replaces; DUET_EINVAL when full or the name is too long. */
+int duet_log_vars_set(duet_log_vars *lv, const char *name, double value);
+/* False when absent (*value untouched). */
+bool duet_log_vars_get(const duet_log_vars *lv, const char *name, double *value);
+/* Replaces every value with its mean over the ranks of comm (one allreduce;
+ * every rank must hold the same names in the same order, else
+ * DUET_EMISMATCH). comm NULL: no-op. MMEditing's parse_losses does this. */
+int duet_log_vars_average(duet_log_vars *lv, duet_comm *comm);
+
+/* ---- optimizers keyed by part ------------------------------------------ */
+
+/* MMEditing's dict of optimizers: one per trainable part, keyed by the
+ * child's name ("generator", "discriminator"), each with its own settings. */
+typedef struct duet_optimizer_set duet_optimizer_set;
+
+int duet_optimizer_set_create(duet_optimizer_set **out);
+/* Destroys the set and its optimizers. NULL ok. */
+void duet_optimizer_set_destroy(duet_optimizer_set *s);
+/* Takes ownership of opt (destroyed on failure). Duplicate names fail. */
+int duet_optimizer_set_add(duet_optimizer_set *s, const char *name, duet_optimizer *opt);
+/* Adam / SGD over every parameter of the model's child `child` (as
+ * torch.optim.Adam(model.generator.parameters())), added under its name. */
+int duet_optimizer_set_add_adam(duet_optimizer_set *s, duet_model *model, const char *child,
+                                duet_adam_opts opts);
+int duet_optimizer_set_add_sgd(duet_optimizer_set *s, duet_model *model, const char *child,
+                               duet_sgd_opts opts);
+/* Borrowed, or NULL when absent. */
+duet_optimizer *duet_optimizer_set_get(const duet_optimizer_set *s, const char *name);
+/* DUET_ENOTFOUND naming the key and the keys there are. */
+int duet_optimizer_set_require(const duet_optimizer_set *s, const char *name,
+                               duet_optimizer **out);
+size_t duet_optimizer_set_count(const duet_optimizer_set *s);
+/* Name and optimizer i in insertion order; borrowed. */
+const char *duet_optimizer_set_name(const duet_optimizer_set *s, size_t i);
+duet_optimizer *duet_optimizer_set_at(const duet_optimizer_set *s, size_t i);
+
+/* ---- models ------------------------------------------------------------ */
+
+/* What val_step returns: the model's output and metrics. */
+typedef struct duet_val_output {
+    duet_tensor *output;   /* (N, C, H, W), one reference; NULL before */
+    int64_t nsamples;
+    /* Mean over the batch's samples of each metric in the model's test
+     * settings ("PSNR", "SSIM"); empty when the batch has no "gt". */
+    duet_log_vars metrics;
+} duet_val_output;
+void duet_val_output_clear(duet_val_output *v);
+
+/* A model type: each operation gets the model (its parts through
+ * duet_model_module) and its state (duet_model_impl). */
+typedef struct duet_model_ops {
+    const char *name; /* "SRGAN" */
+    int (*forward)(duet_model *m, duet_tensor *lq, duet_tensor **out);
+    int (*train_step)(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
+                      duet_log_vars *log);
+    int (*val_step)(duet_model *m, const duet_batch *batch, duet_val_output *out);
+    void (*destroy)(void *impl); /* may be NULL */
+} duet_model_ops;
+
+/* Takes ownership of impl (freed by ops->destroy, also on failure) and of
+ * root, the module whose children are the parts (destroyed on failure).
+ * Free with duet_model_destroy. */
+int duet_model_create(duet_model **out, const duet_model_ops *ops, void *impl,
+                      duet_module *root);
+void duet_model_destroy(duet_model *m);
+/* The model as a module (type name = the model's): children are the parts,
+ * state dict names are MMEditing's ("generator.conv_first.weight").
+ * Borrowed. */
+duet_module *duet_model_module(duet_model *m);
+void *duet_model_impl(duet_model *m);
+const char *duet_model_type_name(const duet_model *m);
+/* Borrowed part, or NULL. */
+duet_module *duet_model_part(duet_model *m, const char *name);
+/* The process group to average log values over (borrowed; NULL: this
+ * process only, the default). The wrapper sets it. */
+void duet_model_set_comm(duet_model *m, duet_comm *comm);
+duet_comm *duet_model_comm(const duet_model *m);
+
+/* forward: the test-mode output for `lq` (generator output), recorded on the
+ * tape when grad mode is on. */
+int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out);
+/* One optimisation step. *log is cleared and filled with the named values,
+ * averaged over the model's comm. */
+int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
+                          duet_log_vars *log);
+/* Output and metrics, without gradients; the model is put in eval mode for
+ * the call and back to its previous mode after. *out must be zeroed or
+ * cleared; fill it. */
+int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out);
+
+/* ---- losses (MMEditing's mmedit/models/losses) ---------------------------- */
+
+/* L1Loss / MSELoss: module forward2(pred, target) = loss_weight * mean. */
+int duet_l1_loss_module_create(duet_module **out, float loss_weight);
+int duet_mse_loss_module_create(duet_module **out, float loss_weight);
+
+/* GANLoss, gan_type "vanilla" (BCE with logits) or "lsgan" (MSE): target
+ * real_label_val / fake_label_val; loss_weight multiplies the generator's
+ * loss only (is_disc false). forward(pred) is the generator's loss. */
+typedef struct duet_gan_loss_opts {
+    const char *gan_type; /* "vanilla" */
+    float real_label_val, fake_label_val, loss_weight;
+} duet_gan_loss_opts;
+duet_gan_loss_opts duet_gan_loss_opts_default(void); /* vanilla, 1, 0, 1 */
+int duet_gan_loss_create(duet_module **out, const duet_gan_loss_opts *opts);
+int duet_gan_loss(duet_module *gan_loss, duet_tensor *pred, bool target_is_real, bool is_disc,
+                  duet_tensor **out);
+
+/* PerceptualLoss over a frozen VGG-style feature network. Names as
+ * MMEditing: child "vgg" (PerceptualVGG) with buffers mean, std (1,3,1,1)
+ * when use_input_norm, and its child "vgg_layers" (torchvision's features,
+ * truncated after the deepest layer in layer_weights; conv i is
+ * vgg_layers.<i>.weight/bias). The VGG parameters never require grad.
+ * layers: the torchvision cfg as channel counts with 0 for a max pool
+ * (vgg19 when nlayers is 0); the indices of layer_weights count conv, ReLU
+ * and pool modules as torchvision does ("34" = conv5_4 of vgg19, before its
+ * ReLU). weights_path: a safetensors file with keys features.<i>.weight,
+ * features.<i>.bias (torchvision's vgg converted); NULL or "": seeded random
+ * init and a warning in the log. */
+#define DUET_PERCEPTUAL_MAX_LAYERS 8
+#define DUET_VGG_MAX_CFG 24
+typedef struct duet_perceptual_loss_opts {
+    int nlayer_weights;
+    int layer_ids[DUET_PERCEPTUAL_MAX_LAYERS];       /* {34} */
+    float layer_weights[DUET_PERCEPTUAL_MAX_LAYERS]; /* {1.0} */
+    int ncfg;                                        /* 0: vgg19 */
+    int cfg[DUET_VGG_MAX_CFG];
+    int in_channels;                                 /* 3 */
+    bool use_input_norm;                             /* true: ImageNet mean/std */
+    bool norm_img;                                   /* true: x = (x+1)/2 first */
+    float perceptual_weight;                         /* 1.0 */
+    float style_weight;                              /* 0: off (style not supported yet) */
+    const char *criterion;                           /* "l1" or "mse" */
+    const char *weights_path;                        /* NULL: random init + warning */
+} duet_perceptual_loss_opts;
+duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void); /* SRGAN's, norm_img true */
+int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_opts *opts,
+                                duet_rng *rng);
+/* *percep (or NULL when perceptual_weight is 0) and *style (NULL: style off).
+ * gt is treated as a constant (gt.detach()). */
+int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_tensor **percep,
+                         duet_tensor **style);
+
+/* ---- metrics (mmedit/core/evaluation/metrics.py) ----------------------- */
+
+/* tensor2img: one image (C, H, W) floats of min_max [0,1] -> uint8 HWC BGR
+ * (clamped, *255, rounded half to even as numpy). img holds C*H*W bytes. */
+void duet_tensor2img(uint8_t *img, const float *chw, int64_t c, int64_t h, int64_t w);
+/* PSNR and SSIM of two uint8 HWC BGR images (C = 3 or 1), MMEditing's
+ * formulas: crop_border pixels off each side, convert_to NULL (all channels)
+ * or "y" (bgr2ycbcr y_only on [0,1], scaled back to 255); PSNR is +inf for
+ * identical images; SSIM uses an 11x11 Gaussian (sigma 1.5) valid-mode
+ * window, C1 (0.01*255)^2, C2 (0.03*255)^2, mean over channels. Images must
+ * be larger than 2*crop_border (+10 for SSIM), else DUET_EINVAL. */
+int duet_psnr(const uint8_t *img1, const uint8_t *img2, int64_t h, int64_t w, int64_t c,
+              int crop_border, const char *convert_to, double *out);
+int duet_ssim(const uint8_t *img1, const uint8_t *img2, int64_t h, int64_t w, int64_t c,
+              int crop_border, const char *convert_to, double *out);
+
+/* What val_step evaluates (MMEditing's test_cfg). */
+#define DUET_MAX_METRICS 4
+typedef struct duet_test_cfg {
+    int nmetrics;
+    const char *metrics[DUET_MAX_METRICS]; /* "PSNR", "SSIM" (static strings) */
+    int crop_border;
+    const char *convert_to; /* NULL or "y" */
+} duet_test_cfg;
+duet_test_cfg duet_test_cfg_default(void); /* PSNR, SSIM, crop 0, RGB */
+/* Mean over the batch of each metric for output and gt (N, C, H, W). */
+int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const duet_tensor *gt,
+                  duet_log_vars *metrics);
+
+/* ---- SRGAN and BasicRestorer (mmedit/models/restorers) --------------------- */
+
+typedef struct duet_srgan_opts {
+    duet_msrresnet_opts generator;
+    duet_modified_vgg_opts discriminator;
+    duet_gan_loss_opts gan_loss;       /* vanilla, weight 5e-3 */
+    float pixel_loss_weight;           /* L1, 1e-2; <= 0: no pixel loss */
+    bool perceptual;                   /* true: a perceptual_loss part */
+    duet_perceptual_loss_opts perceptual_loss; /* {34: 1.0}, vgg19, norm_img false */
+    int disc_steps;                    /* 1 */
+    int disc_init_steps;               /* 0 */
+    duet_test_cfg test_cfg;
+} duet_srgan_opts;
+duet_srgan_opts duet_srgan_opts_default(void); /* MMEditing's srgan_x4c64b16 config */
+/* Log values of train_step: loss_pix, loss_perceptual, loss_gan (when the
+ * generator stepped), loss_d_real, loss_d_fake, real_logit_mean,
+ * fake_logit_mean. Optimizers "generator" and "discriminator". */
+int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng);
+/* The model's step counter (MMEditing's step_counter). */
+int64_t duet_srgan_step_counter(duet_model *m);
+
+/* BasicRestorer: generator + pixel loss, PSNR-oriented pretraining. Log
+ * values loss_pix, loss. Optimizer "generator". */
+typedef struct duet_basic_restorer_opts {
+    duet_msrresnet_opts generator;
+    const char *pixel_loss;   /* "L1Loss" or "MSELoss" */
+    float pixel_loss_weight;  /* 1.0 */
+    duet_test_cfg test_cfg;
+} duet_basic_restorer_opts;
+duet_basic_restorer_opts duet_basic_restorer_opts_default(void);
+int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
+                               duet_rng *rng);
+
 #ifdef __cplusplus
 }
 #endif
