@@ -1,0 +1,235 @@
+/* Element-wise binary ops (add, sub, mul), scaling, the constant per-channel
+ * affine map, and the helpers of ops_common.h.
+ *
+ * Backward kernels accumulate (+=). The two input gradients of a binary op
+ * may be one buffer (add(x, x)): each is updated in its own pass, so both
+ * contributions land. */
+#include "ops/ops_common.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------ */
+
+int duet__opb_finish(duet_tensor *y, const char *op, duet_backward_fn backward, void *ctx,
+                     void (*free_ctx)(void *ctx), int ninputs, duet_tensor *const *inputs,
+                     duet_tensor **out) {
+    if (duet_autograd_needs_record(ninputs, inputs)) {
+        int rc = duet_autograd_record(y, op, backward, ctx, free_ctx, ninputs, inputs);
+        if (rc != DUET_OK) {
+            duet_tensor_release(y);
+            *out = NULL;
+            return duet__error_context(rc, "%s", op);
+        }
+    } else if (free_ctx != NULL) {
+        free_ctx(ctx);
+    }
+    *out = y;
+    return DUET_OK;
+}
+
+int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b) {
+    if (duet_tensor_same_shape(a, b)) return DUET_OK;
+    char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
+    return duet__error(DUET_ESHAPE, "%s: shapes %s and %s differ; both inputs must have the "
+                       "same shape", op, duet_shape_str(a, sa, sizeof sa),
+                       duet_shape_str(b, sb, sizeof sb));
+}
+
+double duet__opb_sum(const float *x, int64_t n) {
+    /* Blocks of float partial sums keep the inner loop simple; the double
+     * total keeps the error small for activations of millions of values. */
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i += 1024) {
+        int64_t end = i + 1024 < n ? i + 1024 : n;
+        double part = 0.0;
+        for (int64_t j = i; j < end; j++) part += x[j];
+        total += part;
+    }
+    return total;
+}
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+static void add_forward(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+static void sub_forward(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] - b[i];
+}
+
+static void mul_forward(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+}
+
+/* g += s * gout */
+static void axpy_backward(float *g, const float *gout, float s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] += s * gout[i];
+}
+
+/* g += gout * other */
+static void mul_backward(float *g, const float *gout, const float *other, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] += gout[i] * other[i];
+}
+
+/* out (N, C, inner) = x * scale[c] + shift[c] */
+static void channel_affine_forward(float *out, const float *x, const float *scale,
+                                   const float *shift, int64_t n, int64_t c, int64_t inner) {
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++) {
+            const float a = scale[ch], b = shift[ch];
+            const float *xs = x + (s * c + ch) * inner;
+            float *os = out + (s * c + ch) * inner;
+            for (int64_t i = 0; i < inner; i++) os[i] = xs[i] * a + b;
+        }
+}
+
+/* gx (N, C, inner) += gout * scale[c] */
+static void channel_affine_backward(float *gx, const float *gout, const float *scale, int64_t n,
+                                    int64_t c, int64_t inner) {
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++)
+            axpy_backward(gx + (s * c + ch) * inner, gout + (s * c + ch) * inner, scale[ch],
+                          inner);
+}
+
+/* ---- add, sub, mul ---------------------------------------------------------- */
+
+static int add_backward(duet_node *node) {
+    const float *go = node->output->grad;
+    int64_t n = node->output->numel;
+    float *ga = duet_node_input_grad(node, 0);
+    if (ga != NULL) axpy_backward(ga, go, 1.0f, n);
+    float *gb = duet_node_input_grad(node, 1);
+    if (gb != NULL) axpy_backward(gb, go, 1.0f, n);
+    return DUET_OK;
+}
+
+static int sub_backward(duet_node *node) {
+    const float *go = node->output->grad;
+    int64_t n = node->output->numel;
+    float *ga = duet_node_input_grad(node, 0);
+    if (ga != NULL) axpy_backward(ga, go, 1.0f, n);
+    float *gb = duet_node_input_grad(node, 1);
+    if (gb != NULL) axpy_backward(gb, go, -1.0f, n);
+    return DUET_OK;
+}
+
+static int mul_backward_node(duet_node *node) {
+    const float *go = node->output->grad;
+    int64_t n = node->output->numel;
+    const float *a = node->inputs[0]->data, *b = node->inputs[1]->data;
+    float *ga = duet_node_input_grad(node, 0);
+    if (ga != NULL) mul_backward(ga, go, b, n);
+    float *gb = duet_node_input_grad(node, 1);
+    if (gb != NULL) mul_backward(gb, go, a, n);
+    return DUET_OK;
+}
+
+typedef void (*binary_kernel)(float *out, const float *a, const float *b, int64_t n);
+
+static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn backward,
+                     duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
+    *out = NULL;
+    DUET_TRY(duet__opb_check_same_shape(op, a, b));
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create_like(&y, a));
+    kernel(y->data, a->data, b->data, y->numel);
+    duet_tensor *inputs[2] = {a, b};
+    return duet__opb_finish(y, op, backward, NULL, NULL, 2, inputs, out);
+}
+
+int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    return binary_op("add", add_forward, add_backward, a, b, out);
+}
+
+int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    return binary_op("sub", sub_forward, sub_backward, a, b, out);
+}
+
+int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    return binary_op("mul", mul_forward, mul_backward_node, a, b, out);
+}
+
+/* ---- scale ------------------------------------------------------------------ */
+
+typedef struct scale_ctx {
+    float s;
+} scale_ctx;
+
+static int scale_backward(duet_node *node) {
+    const scale_ctx *c = node->ctx;
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx != NULL) axpy_backward(gx, node->output->grad, c->s, node->output->numel);
+    return DUET_OK;
+}
+
+int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    *out = NULL;
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create_like(&y, x));
+    for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
+    scale_ctx *c = NULL;
+    if (duet_autograd_needs_record(1, &x)) {
+        c = malloc(sizeof *c);
+        if (c == NULL) {
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "scale: out of memory for the saved factor");
+        }
+        c->s = s;
+    }
+    return duet__opb_finish(y, "scale", scale_backward, c, free, 1, &x, out);
+}
+
+/* ---- channel_affine -------------------------------------------------------------- */
+
+/* scale then shift, C floats each, copied so that the caller's arrays may go
+ * away before backward. */
+typedef struct affine_ctx {
+    int64_t c;
+    float v[];
+} affine_ctx;
+
+static int channel_affine_backward_node(duet_node *node) {
+    const affine_ctx *ac = node->ctx;
+    const duet_tensor *x = node->inputs[0];
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx != NULL)
+        channel_affine_backward(gx, node->output->grad, ac->v, x->shape[0], ac->c,
+                                x->numel / (x->shape[0] * ac->c));
+    return DUET_OK;
+}
+
+int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
+                        duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    *out = NULL;
+    if (x->ndim < 2) {
+        char sx[DUET_SHAPE_STR_MAX];
+        return duet__error(DUET_ESHAPE, "channel_affine: input %s has no channel dimension; "
+                           "expected (N, C, ...)", duet_shape_str(x, sx, sizeof sx));
+    }
+    int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
+    /* NULL scale means 1, NULL shift means 0. */
+    affine_ctx *ac = malloc(sizeof *ac + 2 * (size_t)c * sizeof(float));
+    if (ac == NULL)
+        return duet__error(DUET_ENOMEM, "channel_affine: out of memory for %" PRId64
+                           " channels", c);
+    ac->c = c;
+    for (int64_t i = 0; i < c; i++) {
+        ac->v[i] = scale != NULL ? scale[i] : 1.0f;
+        ac->v[c + i] = shift != NULL ? shift[i] : 0.0f;
+    }
+    duet_tensor *y = NULL;
+    int rc = duet_tensor_create_like(&y, x);
+    if (rc != DUET_OK) {
+        free(ac);
+        return rc;
+    }
+    channel_affine_forward(y->data, x->data, ac->v, ac->v + c, n, c, inner);
+    return duet__opb_finish(y, "channel_affine", channel_affine_backward_node, ac, free, 1, &x,
+                            out);
+}

@@ -1,0 +1,24 @@
+/* Private helpers shared by the element-wise, activation, resampling, shape,
+ * reduction and loss ops (src/ops/{elementwise,activation,resample,shape,
+ * reduce,loss}.c). */
+#ifndef DUET_OPS_COMMON_H
+#define DUET_OPS_COMMON_H
+
+#include "duet/ops.h"
+
+/* Ends an op's forward: when grad mode is on and one of `inputs` requires
+ * grad, records `y` on the tape (taking ownership of ctx); otherwise frees
+ * ctx. On success *out = y; on failure y is released, *out = NULL and the
+ * status (with "op: " context) is returned. */
+int duet__opb_finish(duet_tensor *y, const char *op, duet_backward_fn backward, void *ctx,
+                     void (*free_ctx)(void *ctx), int ninputs, duet_tensor *const *inputs,
+                     duet_tensor **out);
+
+/* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
+ * shape; DUET_OK otherwise. */
+int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);
+
+/* Sum of n floats with a double accumulator (reductions and losses). */
+double duet__opb_sum(const float *x, int64_t n);
+
+#endif

@@ -1,0 +1,39 @@
+/* Reductions to a scalar of shape [1]: sum and mean over every element. */
+#include "ops/ops_common.h"
+
+/* gx += g (the output's gradient times 1 or 1/numel) */
+static void fill_add_backward(float *gx, float g, int64_t n) {
+    for (int64_t i = 0; i < n; i++) gx[i] += g;
+}
+
+static int sum_backward(duet_node *node) {
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx != NULL) fill_add_backward(gx, node->output->grad[0], node->inputs[0]->numel);
+    return DUET_OK;
+}
+
+static int mean_backward(duet_node *node) {
+    const int64_t n = node->inputs[0]->numel;
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx != NULL) fill_add_backward(gx, (float)(node->output->grad[0] / (double)n), n);
+    return DUET_OK;
+}
+
+static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_tensor *x,
+                     duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    *out = NULL;
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
+    double s = duet__opb_sum(x->data, x->numel);
+    y->data[0] = (float)(mean ? s / (double)x->numel : s);
+    return duet__opb_finish(y, op, backward, NULL, NULL, 1, &x, out);
+}
+
+int duet_sum(duet_tensor *x, duet_tensor **out) {
+    return reduce_op("sum", sum_backward, false, x, out);
+}
+
+int duet_mean(duet_tensor *x, duet_tensor **out) {
+    return reduce_op("mean", mean_backward, true, x, out);
+}
