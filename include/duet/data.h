@@ -1,0 +1,285 @@
+/* duet/data.h — images (PNG/JPEG decode, PNG encode), MATLAB bicubic
+ * resizing, super-resolution datasets, MMEditing's distributed sampler and a
+ * prefetching batch loader.
+ *
+ * Usage (one rank of a data-parallel run; errors checked as everywhere):
+ *
+ *   duet_sr_dataset_options o = duet_sr_dataset_options_default();
+ *   o.gt_dir = "data/sample/train";     // ground truth; lq made by bicubic x1/4
+ *   o.scale = 4;
+ *   o.gt_size = 128;                    // random 128x128 GT crop, 32x32 LQ
+ *   duet_dataset *train = NULL, *rep = NULL;
+ *   duet_sr_train_dataset_create(&train, &o);
+ *   duet_repeat_dataset_create(&rep, train, 1000);   // takes `train`
+ *
+ *   duet_loader_options lo = duet_loader_options_default();
+ *   lo.samples_per_gpu = 16; lo.world_size = world; lo.rank = rank;
+ *   lo.seed = 42;                       // the same on every rank
+ *   duet_loader *loader = NULL;
+ *   duet_loader_create(&loader, rep, &lo);           // rep is borrowed
+ *   for (int it = 0; it < iters; it++) {
+ *       duet_data_batch *b = NULL;
+ *       duet_loader_next(loader, &b);   // b->lq (16,3,32,32), b->gt (16,3,128,128)
+ *       ... train on b; b->data_time is the wait for it ...
+ *       duet_data_batch_destroy(b);
+ *   }
+ *   duet_sampler_state resume = duet_loader_get_state(loader);  // checkpoint
+ *   duet_loader_destroy(loader);
+ *   duet_dataset_destroy(rep);          // frees `train` too
+ *
+ * Threads: a dataset may be read from several threads at once (duet_dataset_get
+ * is reentrant); loaders, samplers and images are used by one thread at a time.
+ */
+#ifndef DUET_DATA_H
+#define DUET_DATA_H
+
+#include "duet/base.h"
+#include "duet/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- images ---------------------------------------------------------------
+ * 8-bit images, interleaved HWC, row-major: pixel (y, x) channel c is at
+ * data[(y * width + x) * channels + c]. */
+
+typedef struct duet_image {
+    int64_t height;
+    int64_t width;
+    int channels;  /* 3 (RGB) for decoded images; 1 (gray) or 3 accepted elsewhere */
+    uint8_t *data; /* height * width * channels bytes; owned by the image */
+} duet_image;
+
+/* New zero-filled image. channels 1 or 3. Free with duet_image_destroy. */
+int duet_image_create(duet_image **out, int64_t height, int64_t width, int channels);
+/* NULL ok. */
+void duet_image_destroy(duet_image *img);
+
+/* Reads a PNG or JPEG file (recognised by its first bytes, not its name) as
+ * 8-bit RGB: gray is replicated, alpha dropped, a palette expanded and 16-bit
+ * PNG samples reduced to their high byte (as OpenCV, hence MMEditing, does).
+ * A corrupt or truncated file — including one libjpeg would only warn about,
+ * such as "premature end of JPEG file" — is DUET_EFORMAT with a message naming
+ * the file and the decoder's complaint; a missing file is DUET_EIO; a CMYK
+ * JPEG is DUET_EUNSUPPORTED. Free *out with duet_image_destroy. */
+int duet_image_load(const char *path, duet_image **out);
+/* The same from bytes in memory; `name` is only used in messages. */
+int duet_image_decode(const void *bytes, size_t nbytes, const char *name, duet_image **out);
+/* Writes an 8-bit PNG (gray for 1 channel, RGB for 3). */
+int duet_image_save_png(const duet_image *img, const char *path);
+
+/* New (C, H, W) float tensor with values byte / 255, in [0, 1]. */
+int duet_image_to_tensor(const duet_image *img, duet_tensor **out);
+/* New image from sample `n` of a (N, C, H, W) tensor, or from a (C, H, W)
+ * tensor with n = 0; C is 1 or 3. Values are clamped to [0, 1], scaled by 255
+ * and rounded half to even (numpy's round, as MMEditing's tensor2img). */
+int duet_image_from_tensor(const duet_tensor *t, int64_t n, duet_image **out);
+
+/* ---- MATLAB bicubic resizing -----------------------------------------------
+ * This is MATLAB's imresize(img, scale, 'bicubic') with its default
+ * antialiasing, which BasicSR's and MMEditing's `imresize` port and which
+ * makes the LQ images of SR benchmarks (DIV2K, Set5, ...):
+ *   - Keys' cubic kernel with a = -0.5;
+ *   - output pixel k (1-based) samples input position u = k/scale + (1 - 1/scale)/2;
+ *   - when downscaling (scale < 1) the kernel is stretched to width 4/scale
+ *     and scaled by `scale` (antialiasing); weights are normalised to sum 1;
+ *   - taps outside the image are mirrored with the edge pixel repeated
+ *     (MATLAB's symmetric padding: -1 -> 0, -2 -> 1, H -> H-1, ...);
+ *   - rows are resized first, then columns; the same scale for both.
+ * The output size is ceil(in * scale), as in MATLAB, except that a product
+ * within 1e-9 of an integer is taken as that integer (so 15 * (1/5) is 3,
+ * not 4 as a naive ceil of the double product would give). */
+
+/* Output length for one dimension. */
+int64_t duet_imresize_length(int64_t in_length, double scale);
+/* Kernel: out (C, OH, OW) from in (C, H, W), OH/OW = duet_imresize_length of
+ * H/W. scale > 0. Float in, float out, no rounding or clamping (values may
+ * overshoot the input range slightly, as MATLAB's do). DUET_EINVAL on a bad
+ * scale or size, DUET_ENOMEM. */
+int duet_imresize(float *out, const float *in, int64_t channels, int64_t height, int64_t width,
+                  double scale);
+/* Tensor form: (C, H, W) or (N, C, H, W) in, new tensor of the resized shape
+ * out. */
+int duet_imresize_tensor(const duet_tensor *in, double scale, duet_tensor **out);
+/* uint8 form, as MATLAB resizes a uint8 image: computed in float on the byte
+ * values, then rounded half to even and clamped to [0, 255]. */
+int duet_image_resize(const duet_image *in, double scale, duet_image **out);
+
+/* ---- datasets ---------------------------------------------------------------
+ * A dataset maps an index in [0, size) to a sample. Its randomness (crops,
+ * flips) comes only from (seed, epoch, index) through duet_dataset_sample_rng,
+ * never from the rank or the thread, so any process that asks for the same
+ * sample gets the same tensors. */
+
+typedef struct duet_dataset duet_dataset;
+
+typedef struct duet_sample {
+    duet_tensor *lq;  /* (3, h, w) in [0, 1]; owned by the sample */
+    duet_tensor *gt;  /* (3, h * scale, w * scale) in [0, 1]; owned */
+    const char *name; /* file name without folder ("0801.png"); borrowed from
+                         the dataset, valid while it lives */
+    int64_t index;    /* the dataset index asked for */
+} duet_sample;
+
+/* Releases lq and gt and zeroes the struct. NULL ok. */
+void duet_sample_clear(duet_sample *s);
+
+typedef struct duet_sr_dataset_options {
+    /* Folder of ground-truth images (*.png, *.jpg, *.jpeg, any case), taken
+     * in strcmp order of their names. Required. */
+    const char *gt_dir;
+    /* Optional folder of low-quality images with the same file names, each
+     * exactly 1/scale the size of its GT (MMEditing's paired folders). NULL:
+     * the LQ is made by bicubic downscaling (duet_imresize, scale 1/scale). */
+    const char *lq_dir;
+    int scale;          /* SR factor, >= 1. Default 4. */
+    int64_t gt_size;    /* training: side of the square GT crop, a multiple of
+                           scale. Default 128. Ignored by validation sets. */
+    bool use_hflip;     /* training: random horizontal flip, p = 0.5. Default true. */
+    bool use_vflip;     /* training: random vertical flip, p = 0.5. Default true. */
+    bool use_transpose; /* training: random H/W transpose, p = 0.5. Default true. */
+    /* false (default): decode every image once at creation and keep the
+     * pixels in memory (errors surface at creation). true: decode on every
+     * access and keep nothing (for sets larger than memory). */
+    bool lazy;
+} duet_sr_dataset_options;
+
+duet_sr_dataset_options duet_sr_dataset_options_default(void);
+
+/* Training set (MMEditing's SRFolderGTDataset / SRFolderDataset pipeline):
+ * sample i takes image i, a random gt_size x gt_size crop whose corner is a
+ * multiple of scale, its LQ (downscaled crop, or the matching crop of the LQ
+ * image), then flips both horizontally, vertically and transposes them, each
+ * with p = 0.5, in that order. Errors (DUET_ENOTFOUND for an empty folder or a
+ * missing LQ file, DUET_ESHAPE for an image smaller than the crop or an LQ of
+ * the wrong size, decode errors) name the file. Free with
+ * duet_dataset_destroy. */
+int duet_sr_train_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
+/* Validation set: sample i is image i whole; the GT is cropped (top-left) to
+ * a multiple of scale, the LQ is its bicubic downscale (or the LQ image, the
+ * GT then cropped to LQ size * scale). No randomness. */
+int duet_sr_val_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
+/* MMEditing's RepeatDataset: size times * inner size; index i is inner
+ * sample i % inner size but with i's own randomness. Takes ownership of
+ * `inner` (also on failure). */
+int duet_repeat_dataset_create(duet_dataset **out, duet_dataset *inner, int64_t times);
+/* NULL ok. */
+void duet_dataset_destroy(duet_dataset *ds);
+
+int64_t duet_dataset_size(const duet_dataset *ds);
+/* The SR factor of the dataset (1 for datasets without one). */
+int duet_dataset_scale(const duet_dataset *ds);
+/* File name of sample `index` without loading it. Borrowed. */
+const char *duet_dataset_name(const duet_dataset *ds, int64_t index);
+/* Builds sample `index` for this seed and epoch into *out (cleared first).
+ * Reentrant. Errors name the file. */
+int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64_t epoch,
+                     duet_sample *out);
+/* The generator sample `index` of `epoch` draws from: duet_rng_make(seed,
+ * stream) with the stream a hash of (epoch, index). Exposed for tests. */
+duet_rng duet_dataset_sample_rng(uint64_t seed, int64_t epoch, int64_t index);
+
+/* ---- distributed sampler -----------------------------------------------------
+ * MMEditing's DistributedSampler: per epoch one permutation of [0, size) from
+ * the shared seed and the epoch (the identity when shuffle is false), padded
+ * by repeating its start to total = world * num_samples entries, and rank r
+ * takes entries r, r + world, r + 2 world, ... num_samples =
+ * ceil(size / world / samples_per_gpu) * samples_per_gpu, so every rank gets
+ * the same whole number of batches. */
+
+typedef struct duet_sampler duet_sampler;
+
+/* Where a sampler (or loader) stands: the epoch and how many of this rank's
+ * num_samples indices of it were handed out. A plain value: save the two
+ * numbers in a checkpoint and give them back to resume. */
+typedef struct duet_sampler_state {
+    int64_t epoch;
+    int64_t position;
+} duet_sampler_state;
+
+/* DUET_EINVAL for bad arguments; DUET_ESHAPE when size < world_size *
+ * samples_per_gpu (the padding could not make equal shares: use fewer
+ * processes or a smaller batch). Free with duet_sampler_destroy. */
+int duet_sampler_create(duet_sampler **out, int64_t dataset_size, int world_size, int rank,
+                        int64_t samples_per_gpu, uint64_t seed, bool shuffle);
+void duet_sampler_destroy(duet_sampler *s);
+/* Indices per rank per epoch (a multiple of samples_per_gpu). */
+int64_t duet_sampler_num_samples(const duet_sampler *s);
+/* This rank's num_samples indices of `epoch` into out (no state change). */
+void duet_sampler_epoch_indices(const duet_sampler *s, int64_t epoch, int64_t *out);
+/* The next samples_per_gpu indices into out, and the epoch they belong to;
+ * moves to the next epoch (a new permutation) when the current one is used up.
+ * Batches never straddle epochs. */
+void duet_sampler_next_batch(duet_sampler *s, int64_t *out, int64_t *epoch);
+duet_sampler_state duet_sampler_get_state(const duet_sampler *s);
+/* DUET_EINVAL when epoch < 0 or position is not in [0, num_samples] or not a
+ * multiple of samples_per_gpu. */
+int duet_sampler_set_state(duet_sampler *s, duet_sampler_state state);
+
+/* ---- loader -----------------------------------------------------------------
+ * Batches of a dataset for one rank, from a duet_sampler. The batch type is
+ * the data layer's own; a training step wants models.h's duet_batch, made by
+ * adding lq and gt as tensors "lq" and "gt" and the names as meta "gt_path"
+ * (MMEditing's keys). */
+
+typedef struct duet_loader duet_loader;
+
+typedef struct duet_data_batch {
+    int64_t n;         /* samples in the batch */
+    duet_tensor *lq;   /* (n, 3, h, w); owned */
+    duet_tensor *gt;   /* (n, 3, h * scale, w * scale); owned */
+    char **names;      /* n file names; owned */
+    int64_t *indices;  /* n dataset indices (padding repeats some); owned */
+    int64_t epoch;     /* the sampler epoch the batch belongs to */
+    double data_time;  /* seconds duet_loader_next spent waiting for (or, without
+                          prefetch, building) this batch */
+} duet_data_batch;
+
+/* NULL ok. */
+void duet_data_batch_destroy(duet_data_batch *b);
+
+typedef struct duet_loader_options {
+    int64_t samples_per_gpu; /* batch size on this rank. Default 1. */
+    int world_size;          /* default 1 */
+    int rank;                /* default 0 */
+    uint64_t seed;           /* shared by all ranks: shuffling and augmentation. Default 0. */
+    bool shuffle;            /* default true; false for validation */
+    /* Batches prepared ahead by a background thread. 0: no thread, batches
+     * are built inside duet_loader_next. Default 2. */
+    int prefetch;
+    /* false (default): endless, epoch after epoch (iteration-based training).
+     * true: one epoch from the starting state, then duet_loader_next gives
+     * NULL (validation). */
+    bool one_epoch;
+    duet_sampler_state start; /* where to begin (resume). Default {0, 0}. */
+} duet_loader_options;
+
+duet_loader_options duet_loader_options_default(void);
+
+/* `ds` is borrowed and must outlive the loader. Sampler errors as in
+ * duet_sampler_create. The prefetch thread starts on the first
+ * duet_loader_next. Free with duet_loader_destroy. */
+int duet_loader_create(duet_loader **out, duet_dataset *ds, const duet_loader_options *opts);
+/* Stops and joins the prefetch thread, frees batches not handed out. NULL ok. */
+void duet_loader_destroy(duet_loader *l);
+/* The next batch into *out (free with duet_data_batch_destroy); *out = NULL after
+ * the last batch of a one_epoch loader. Batches are the same, in the same
+ * order, with or without prefetch. An error from building a batch (on the
+ * prefetch thread or not) comes back here with its message naming the file;
+ * the loader then stays failed (DUET_ESTATE) until duet_loader_set_state. */
+int duet_loader_next(duet_loader *l, duet_data_batch **out);
+/* Batches per epoch on this rank. */
+int64_t duet_loader_batches_per_epoch(const duet_loader *l);
+/* The state after the last batch handed out (prefetched batches not
+ * counted): give it back as options.start, or to duet_loader_set_state, to
+ * continue with the next batch. */
+duet_sampler_state duet_loader_get_state(const duet_loader *l);
+/* Drops prefetched batches and restarts from `state`. Validation as
+ * duet_sampler_set_state. */
+int duet_loader_set_state(duet_loader *l, duet_sampler_state state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
