@@ -1,0 +1,315 @@
+/* conv2d: forward and backward against a direct (loop) convolution in
+ * double for several kernels, strides, paddings and non-square inputs;
+ * finite-difference gradient checks of x, w and b; accumulation into
+ * existing gradients; skipped work for inputs that need no gradient; shape
+ * errors. */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- helpers --------------------------------------------------------------- */
+
+/* Backward of L = sum(out * r) through a recorded op, so that out's upstream
+ * gradient is exactly r. */
+static int dot_backward(duet_node *node) {
+    const float *r = node->ctx;
+    float *g = duet_node_input_grad(node, 0);
+    if (g != NULL)
+        for (int64_t i = 0; i < node->inputs[0]->numel; i++) g[i] += node->output->grad[0] * r[i];
+    return DUET_OK;
+}
+
+static void backprop_with(duet_tensor *out, const float *r) {
+    duet_tensor *loss = tu_zeros(1, (int64_t[]){1});
+    float *rc = malloc((size_t)out->numel * sizeof(float));
+    assert_non_null(rc);
+    memcpy(rc, r, (size_t)out->numel * sizeof(float));
+    TU_OK(duet_autograd_record(loss, "test_dot", dot_backward, rc, free, 1, &out));
+    TU_OK(duet_backward(loss));
+    duet_tensor_release(loss);
+}
+
+typedef struct cfg {
+    int64_t n, c, h, w, o, kh, kw;
+    int stride, pad;
+    bool bias;
+} cfg;
+
+static int64_t out_size(int64_t in, int64_t k, int s, int p) { return (in + 2 * p - k) / s + 1; }
+
+/* Direct convolution in double: y (N, O, OH, OW). */
+static void naive_forward(double *y, const float *x, const float *w, const float *b,
+                          const cfg *c) {
+    int64_t oh = out_size(c->h, c->kh, c->stride, c->pad),
+            ow = out_size(c->w, c->kw, c->stride, c->pad);
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t o = 0; o < c->o; o++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    double s = b != NULL ? b[o] : 0.0;
+                    for (int64_t ci = 0; ci < c->c; ci++)
+                        for (int64_t a = 0; a < c->kh; a++)
+                            for (int64_t bb = 0; bb < c->kw; bb++) {
+                                int64_t ih = i * c->stride - c->pad + a;
+                                int64_t iw = j * c->stride - c->pad + bb;
+                                if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+                                s += (double)x[((n * c->c + ci) * c->h + ih) * c->w + iw] *
+                                     w[((o * c->c + ci) * c->kh + a) * c->kw + bb];
+                            }
+                    y[((n * c->o + o) * oh + i) * ow + j] = s;
+                }
+}
+
+/* Gradients of L = sum(y * r) by the same loops. */
+static void naive_backward(double *dx, double *dw, double *db, const float *x, const float *w,
+                           const float *r, const cfg *c) {
+    int64_t oh = out_size(c->h, c->kh, c->stride, c->pad),
+            ow = out_size(c->w, c->kw, c->stride, c->pad);
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t o = 0; o < c->o; o++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    double g = r[((n * c->o + o) * oh + i) * ow + j];
+                    db[o] += g;
+                    for (int64_t ci = 0; ci < c->c; ci++)
+                        for (int64_t a = 0; a < c->kh; a++)
+                            for (int64_t bb = 0; bb < c->kw; bb++) {
+                                int64_t ih = i * c->stride - c->pad + a;
+                                int64_t iw = j * c->stride - c->pad + bb;
+                                if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+                                int64_t xi = ((n * c->c + ci) * c->h + ih) * c->w + iw;
+                                int64_t wi = ((o * c->c + ci) * c->kh + a) * c->kw + bb;
+                                dx[xi] += g * w[wi];
+                                dw[wi] += g * x[xi];
+                            }
+                }
+}
+
+static void assert_close_d(const float *got, const double *want, int64_t n, double tol,
+                           const char *what) {
+    float *wf = malloc((size_t)n * sizeof(float));
+    assert_non_null(wf);
+    for (int64_t i = 0; i < n; i++) wf[i] = (float)want[i];
+    tu_assert_close(got, wf, n, tol, tol, what);
+    free(wf);
+}
+
+static const cfg configs[] = {
+    {2, 3, 8, 8, 4, 3, 3, 1, 1, true},    /* 3x3 s1 p1, the generator's conv */
+    {2, 3, 8, 8, 5, 4, 4, 2, 1, true},    /* 4x4 s2 p1, the discriminator's */
+    {2, 4, 7, 5, 3, 3, 3, 2, 0, false},   /* stride 2, no padding, odd non-square */
+    {1, 5, 6, 4, 6, 1, 1, 1, 0, true},    /* 1x1: no columns needed */
+    {3, 2, 5, 9, 2, 3, 5, 1, 2, false},   /* non-square kernel, padding 2 */
+    {2, 2, 4, 4, 3, 4, 4, 3, 1, true},    /* stride 3 leaves input unread */
+    {1, 3, 3, 3, 2, 3, 3, 1, 1, true},    /* output as small as the input */
+};
+
+/* ---- tests ----------------------------------------------------------------- */
+
+static void test_forward_backward_vs_direct(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(11, 0);
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        const cfg *c = &configs[k];
+        duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){c->n, c->c, c->h, c->w}, 1.0f);
+        duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){c->o, c->c, c->kh, c->kw}, 0.5f);
+        duet_tensor *b = c->bias ? tu_randn(&rng, 1, (int64_t[]){c->o}, 1.0f) : NULL;
+        x->requires_grad = w->requires_grad = true;
+        if (b != NULL) b->requires_grad = true;
+        duet_tensor *y = NULL;
+        TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
+        int64_t oh = out_size(c->h, c->kh, c->stride, c->pad),
+                ow = out_size(c->w, c->kw, c->stride, c->pad);
+        assert_int_equal(y->ndim, 4);
+        assert_int_equal(y->shape[0], c->n);
+        assert_int_equal(y->shape[1], c->o);
+        assert_int_equal(y->shape[2], oh);
+        assert_int_equal(y->shape[3], ow);
+        double *want = calloc((size_t)y->numel, sizeof(double));
+        naive_forward(want, x->data, w->data, b ? b->data : NULL, c);
+        char what[64];
+        snprintf(what, sizeof what, "config %zu forward", k);
+        assert_close_d(y->data, want, y->numel, 1e-4, what);
+
+        duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+        backprop_with(y, r->data);
+        double *dx = calloc((size_t)x->numel, sizeof(double));
+        double *dw = calloc((size_t)w->numel, sizeof(double));
+        double *db = calloc((size_t)c->o, sizeof(double));
+        naive_backward(dx, dw, db, x->data, w->data, r->data, c);
+        snprintf(what, sizeof what, "config %zu dx", k);
+        assert_close_d(x->grad, dx, x->numel, 1e-4, what);
+        snprintf(what, sizeof what, "config %zu dw", k);
+        assert_close_d(w->grad, dw, w->numel, 1e-4, what);
+        if (b != NULL) {
+            snprintf(what, sizeof what, "config %zu db", k);
+            assert_close_d(b->grad, db, c->o, 1e-4, what);
+        }
+        free(want);
+        free(dx);
+        free(dw);
+        free(db);
+        duet_tensor_release(r);
+        duet_tensor_release(y);
+        duet_tensor_release(x);
+        duet_tensor_release(w);
+        duet_tensor_release(b);
+    }
+}
+
+typedef struct conv_args {
+    int stride, pad;
+} conv_args;
+
+static int conv_op(void *ctx, duet_tensor *const *in, duet_tensor **out) {
+    const conv_args *a = ctx;
+    return duet_conv2d(in[0], in[1], in[2], a->stride, a->pad, out);
+}
+
+static void gradcheck_conv(int64_t n, int64_t c, int64_t h, int64_t o, int64_t k, int stride,
+                           int pad, bool bias, uint64_t seed) {
+    duet_rng rng = duet_rng_make(seed, 1);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){n, c, h, h}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){o, c, k, k}, 0.5f);
+    duet_tensor *b = bias ? tu_randn(&rng, 1, (int64_t[]){o}, 1.0f) : NULL;
+    x->requires_grad = w->requires_grad = true;
+    if (b != NULL) b->requires_grad = true;
+    conv_args a = {stride, pad};
+    duet_tensor *in[3] = {x, w, b};
+    tu_gradcheck(conv_op, &a, 3, in, 1e-2, 1e-2, 2e-3, 64);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+}
+
+static void test_gradcheck_3x3_s1_p1(void **state) {
+    (void)state;
+    gradcheck_conv(2, 3, 6, 4, 3, 1, 1, true, 1);
+}
+
+static void test_gradcheck_4x4_s2_p1(void **state) {
+    (void)state;
+    gradcheck_conv(2, 3, 8, 4, 4, 2, 1, true, 2);
+}
+
+static void test_gradcheck_no_bias_p0(void **state) {
+    (void)state;
+    gradcheck_conv(2, 2, 7, 3, 3, 1, 0, false, 3);
+    gradcheck_conv(1, 3, 8, 2, 4, 2, 0, false, 4);
+}
+
+static void test_gradcheck_1x1(void **state) {
+    (void)state;
+    gradcheck_conv(2, 4, 3, 5, 1, 1, 0, true, 5);
+}
+
+/* Backward adds to existing gradients, and an input that needs no gradient
+ * gets none (the first conv on data computes no dX). */
+static void test_accumulate_and_skip(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(21, 0);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){2, 3, 6, 6}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){4, 3, 3, 3}, 0.5f);
+    duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){4}, 1.0f);
+    w->requires_grad = b->requires_grad = true;
+    duet_tensor *y = NULL;
+    TU_OK(duet_conv2d(x, w, b, 1, 1, &y));
+    duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+    backprop_with(y, r->data);
+    duet_tensor_release(y);
+    assert_null(x->grad);
+    float *w1 = malloc((size_t)w->numel * sizeof(float)), *b1 = malloc(4 * sizeof(float));
+    memcpy(w1, w->grad, (size_t)w->numel * sizeof(float));
+    memcpy(b1, b->grad, 4 * sizeof(float));
+    TU_OK(duet_conv2d(x, w, b, 1, 1, &y));
+    backprop_with(y, r->data);
+    duet_tensor_release(y);
+    for (int64_t i = 0; i < w->numel; i++) w1[i] *= 2.0f;
+    for (int i = 0; i < 4; i++) b1[i] *= 2.0f;
+    tu_assert_close(w->grad, w1, w->numel, 1e-5, 1e-5, "dw after two passes");
+    tu_assert_close(b->grad, b1, 4, 1e-5, 1e-5, "db after two passes");
+    free(w1);
+    free(b1);
+    duet_tensor_release(r);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+}
+
+/* Without grad mode or inputs that require grad nothing is recorded. */
+static void test_no_record(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(22, 0);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){1, 2, 5, 5}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){3, 2, 3, 3}, 1.0f);
+    duet_tensor *y = NULL;
+    size_t before = duet_tape_size();
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y));
+    assert_int_equal(duet_tape_size(), before);
+    assert_false(y->requires_grad);
+    duet_tensor_release(y);
+    w->requires_grad = true;
+    bool prev = duet_set_grad_enabled(false);
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y));
+    duet_set_grad_enabled(prev);
+    assert_int_equal(duet_tape_size(), before);
+    duet_tensor_release(y);
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y));
+    assert_int_equal(duet_tape_size(), before + 1);
+    assert_true(y->requires_grad);
+    duet_tensor_release(y);
+    duet_tape_clear();
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+}
+
+static void expect_shape_error(duet_tensor *x, duet_tensor *w, duet_tensor *b, int s, int p,
+                               const char *shape1, const char *shape2) {
+    duet_tensor *y = (duet_tensor *)(uintptr_t)1;
+    int rc = duet_conv2d(x, w, b, s, p, &y);
+    assert_int_equal(rc, DUET_ESHAPE);
+    assert_null(y);
+    const char *msg = duet_last_error();
+    if (strstr(msg, "conv2d") == NULL || strstr(msg, shape1) == NULL ||
+        strstr(msg, shape2) == NULL)
+        fail_msg("message \"%s\" should name conv2d, %s and %s", msg, shape1, shape2);
+}
+
+static void test_shape_errors(void **state) {
+    (void)state;
+    duet_tensor *x = tu_zeros(4, (int64_t[]){2, 3, 8, 8});
+    duet_tensor *w = tu_zeros(4, (int64_t[]){4, 5, 3, 3});
+    duet_tensor *w3 = tu_zeros(4, (int64_t[]){4, 3, 3, 3});
+    duet_tensor *big = tu_zeros(4, (int64_t[]){4, 3, 11, 11});
+    duet_tensor *b = tu_zeros(1, (int64_t[]){5});
+    duet_tensor *x2 = tu_zeros(2, (int64_t[]){2, 3});
+    expect_shape_error(x, w, NULL, 1, 1, "[2, 3, 8, 8]", "[4, 5, 3, 3]");
+    expect_shape_error(x, w3, b, 1, 1, "[5]", "[4, 3, 3, 3]");
+    expect_shape_error(x, big, NULL, 1, 1, "[2, 3, 8, 8]", "[4, 3, 11, 11]");
+    expect_shape_error(x2, w3, NULL, 1, 1, "[2, 3]", "[4, 3, 3, 3]");
+    duet_tensor *y = NULL;
+    assert_int_equal(duet_conv2d(x, w3, NULL, 0, 1, &y), DUET_EINVAL);
+    assert_int_equal(duet_conv2d(x, w3, NULL, 1, -1, &y), DUET_EINVAL);
+    assert_null(y);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(w3);
+    duet_tensor_release(big);
+    duet_tensor_release(b);
+    duet_tensor_release(x2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_forward_backward_vs_direct),
+        cmocka_unit_test(test_gradcheck_3x3_s1_p1),
+        cmocka_unit_test(test_gradcheck_4x4_s2_p1),
+        cmocka_unit_test(test_gradcheck_no_bias_p0),
+        cmocka_unit_test(test_gradcheck_1x1),
+        cmocka_unit_test(test_accumulate_and_skip),
+        cmocka_unit_test(test_no_record),
+        cmocka_unit_test(test_shape_errors),
+    };
+    return cmocka_run_group_tests_name("ops_conv", tests, NULL, NULL);
+}
