@@ -66,7 +66,9 @@ int duet_module_create(duet_module **out, const duet_module_type *type, void *im
 void duet_module_destroy(duet_module *m);
 
 /* Registration, in order. The module takes over one reference of t (also on
- * failure). Names must be unique within the module and contain no '.'. */
+ * failure). Names must be unique within the module (across parameters,
+ * buffers and children) and contain no '.'. add_param sets
+ * t->requires_grad = true, as nn.Parameter does. */
 int duet_module_add_param(duet_module *m, const char *name, duet_tensor *t);
 int duet_module_add_buffer(duet_module *m, const char *name, duet_tensor *t, bool is_integer);
 /* The module takes ownership of child (destroyed on failure). */
@@ -76,7 +78,8 @@ duet_module *duet_module_child(const duet_module *m, const char *name);
 duet_tensor *duet_module_param(const duet_module *m, const char *name);
 duet_tensor *duet_module_buffer(const duet_module *m, const char *name);
 /* Puts `replacement` in place of child `name` and hands the old child back
- * to the caller in *old (ownership moves both ways). */
+ * to the caller in *old (ownership moves both ways). On failure
+ * (DUET_ENOTFOUND) nothing moves: the caller keeps `replacement`. */
 int duet_module_replace_child(duet_module *m, const char *name, duet_module *replacement,
                               duet_module **old);
 
@@ -100,7 +103,8 @@ typedef struct duet_named_tensors {
  * duet_named_tensors_free. */
 int duet_module_named_parameters(duet_module *m, bool trainable_only, duet_named_tensors *out);
 int duet_module_named_buffers(duet_module *m, duet_named_tensors *out);
-/* Parameters then buffers, i.e. the state dict. */
+/* The state dict, in PyTorch's order: each module's own parameters, then
+ * its own buffers, then its children's entries depth first. */
 int duet_module_state(duet_module *m, duet_named_tensors *out);
 void duet_named_tensors_free(duet_named_tensors *l);
 int64_t duet_module_num_parameters(duet_module *m, bool trainable_only);
@@ -112,13 +116,17 @@ void duet_module_train(duet_module *m, bool training);
 /* Zeroes the gradients of every parameter of the subtree. */
 void duet_module_zero_grad(duet_module *m);
 
-/* Adds the state dict under `prefix` ("generator." or "") to a writer. */
+/* Adds the state dict under `prefix` ("generator." or "") to a writer.
+ * Float entries are F32; integer buffers (num_batches_tracked) are 0-dim
+ * I64, as in PyTorch state dicts. */
 int duet_module_save_state(duet_module *m, duet_st_writer *w, const char *prefix);
 /* Loads entries "prefix<name>" into the module. strict: missing or
  * unexpected keys (under prefix) and shape mismatches fail and are listed;
  * non-strict: shape mismatches still fail, missing and unexpected keys are
  * reported through duet_log at WARN level and counted in *nmissing and
- * *nunexpected (either may be NULL). */
+ * *nunexpected (either may be NULL). Everything is checked before anything
+ * is copied: a failing load leaves the module unchanged. Integer buffers
+ * accept a one-value entry of any shape ([] or [1]) and dtype. */
 int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix, bool strict,
                            size_t *nmissing, size_t *nunexpected);
 
@@ -134,6 +142,10 @@ int duet_linear_module_create(duet_module **out, int in_features, int out_featur
 /* Params weight = 1, bias = 0 (C); buffers running_mean, running_var,
  * num_batches_tracked (integer). */
 int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, float momentum);
+/* Plugs a cross-process sum of the batch statistics into a BatchNorm2d
+ * (SyncBatchNorm); fn NULL goes back to local statistics. ctx is borrowed
+ * and must outlive its use. DUET_EINVAL when bn is not a BatchNorm2d. */
+int duet_batchnorm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx);
 /* Children are added with duet_module_add_child, named "0", "1", ...; forward
  * runs them in order. */
 int duet_sequential_create(duet_module **out);
@@ -150,7 +162,8 @@ int duet_activation_module_create(duet_module **out, duet_activation kind, float
 /* MaxPool2d(kernel, stride); no parameters. */
 int duet_maxpool2d_module_create(duet_module **out, int kernel, int stride);
 
-/* Type checks ("Conv2d", "Linear", "BatchNorm2d", ...). */
+/* Type checks ("Conv2d", "Linear", "BatchNorm2d", "Sequential", "ReLU",
+ * "LeakyReLU", "Sigmoid", "Tanh", "MaxPool2d", ...). */
 bool duet_module_is(const duet_module *m, const char *type_name);
 
 /* MMEditing's default_init_weights(module, scale): for every Conv2d and
@@ -178,8 +191,12 @@ duet_sgd_opts duet_sgd_opts_default(void);
 int duet_adam_create(duet_optimizer **out, const duet_named_tensors *params, duet_adam_opts opts);
 int duet_sgd_create(duet_optimizer **out, const duet_named_tensors *params, duet_sgd_opts opts);
 void duet_optimizer_destroy(duet_optimizer *opt);
-/* One update from the current gradients (parameters without a gradient are
- * skipped, as PyTorch does). */
+/* One update from the current gradients. Parameters with no gradient
+ * (grad NULL) or with requires_grad false are skipped and keep their state,
+ * as PyTorch skips parameters whose .grad is None. Adam follows
+ * torch.optim.Adam (L2 weight_decay added to the gradient, bias correction
+ * per parameter step, eps added after sqrt(v_hat)); SGD follows
+ * torch.optim.SGD (the momentum buffer starts as the first gradient). */
 int duet_optimizer_step(duet_optimizer *opt);
 void duet_optimizer_zero_grad(duet_optimizer *opt);
 float duet_optimizer_lr(const duet_optimizer *opt);
@@ -187,8 +204,13 @@ void duet_optimizer_set_lr(duet_optimizer *opt, float lr);
 /* The lr given at creation (schedules scale it). */
 float duet_optimizer_base_lr(const duet_optimizer *opt);
 int64_t duet_optimizer_steps(const duet_optimizer *opt);
-/* State (step count, moments) as tensors named prefix + "<param>.exp_avg"
- * etc. plus prefix + "step", prefix + "lr". */
+/* State as tensors: prefix + "step" (0-dim I64, the number of step calls),
+ * prefix + "lr" (F32 [1], the current lr); Adam: prefix + "<param>.step"
+ * (0-dim I64, that parameter's own count), "<param>.exp_avg",
+ * "<param>.exp_avg_sq" for every parameter; SGD: "<param>.momentum_buffer"
+ * for each parameter that has one. Loading needs the same parameter names
+ * and shapes; it fails without changing the optimizer when an entry is
+ * missing or misshapen. A restored optimizer continues bit-identically. */
 int duet_optimizer_save_state(const duet_optimizer *opt, duet_st_writer *w, const char *prefix);
 int duet_optimizer_load_state(duet_optimizer *opt, const duet_st *st, const char *prefix);
 
@@ -210,7 +232,16 @@ typedef struct duet_lr_schedule {
     float min_lr;                      /* COSINE */
 } duet_lr_schedule;
 duet_lr_schedule duet_lr_schedule_default(void); /* FIXED */
-/* The lr for iteration `iter` (0-based, as MMEditing's runner.iter). */
+/* DUET_ECONFIG with a message unless the schedule is usable: nsteps in
+ * 0..DUET_LR_MAX_STEPS, STEP milestones ascending and >= 0, COSINE_RESTART
+ * with at least one period, all positive. */
+int duet_lr_schedule_check(const duet_lr_schedule *s);
+/* The lr for iteration `iter` (0-based, as MMEditing's runner.iter).
+ * COSINE_RESTART (mmcv's CosineRestartLrUpdaterHook): in period i (the
+ * first whose cumulative end is > iter), alpha = (iter - start_i) / period_i
+ * and lr = min_lr + 0.5 * restart_weights[i] * (base - min_lr) *
+ * (1 + cos(pi * alpha)); past the last period it stays at min_lr (mmcv
+ * raises there). A schedule failing duet_lr_schedule_check gives base_lr. */
 float duet_lr_at(const duet_lr_schedule *s, float base_lr, int64_t iter);
 
 #ifdef __cplusplus

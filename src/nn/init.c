@@ -1,0 +1,33 @@
+/* MMEditing's default_init_weights: scaled Kaiming-normal for Conv2d and
+ * Linear, constants for BatchNorm. */
+#include "duet/nn.h"
+
+#include <math.h>
+
+/* kaiming_normal_(w, a=0, mode='fan_in', nonlinearity='relu' or
+ * 'leaky_relu' with a=0): gain sqrt(2), std = gain / sqrt(fan_in), where
+ * fan_in = in_channels * kh * kw (conv, OIHW) or in_features (linear). */
+static void kaiming_normal_scaled(duet_tensor *w, float scale, duet_rng *rng) {
+    int64_t fan_in = w->numel / w->shape[0];
+    double std = sqrt(2.0) / sqrt((double)fan_in);
+    for (int64_t i = 0; i < w->numel; i++)
+        w->data[i] = (float)(std * duet_rng_normal(rng)) * scale;
+}
+
+/* Visits the subtree in PyTorch's module.modules() order (the module, then
+ * its children depth first), which fixes the order of the random draws. */
+void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng) {
+    if (duet_module_is(m, "Conv2d") || duet_module_is(m, "Linear")) {
+        duet_tensor *w = duet_module_param(m, "weight");
+        duet_tensor *b = duet_module_param(m, "bias");
+        if (w != NULL) kaiming_normal_scaled(w, scale, rng);
+        if (b != NULL) duet_tensor_fill(b, 0.0f);
+    } else if (duet_module_is(m, "BatchNorm2d")) {
+        duet_tensor *w = duet_module_param(m, "weight");
+        duet_tensor *b = duet_module_param(m, "bias");
+        if (w != NULL) duet_tensor_fill(w, 1.0f);
+        if (b != NULL) duet_tensor_fill(b, 0.0f);
+    }
+    for (size_t i = 0; i < m->nchildren; i++)
+        duet_default_init_weights(m->children[i].module, scale, rng);
+}

@@ -1,0 +1,293 @@
+/* Layers: Conv2d, Linear, BatchNorm2d, Sequential, activations, MaxPool2d,
+ * with PyTorch's default initialisation. */
+#include "duet/nn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Only the forward of a layer whose own parameters exist; the layout of
+ * params is fixed by the constructor (weight first, then bias). */
+static int need_one_input(const duet_module *m, int nin) {
+    if (nin != 1)
+        return duet__error(DUET_EINVAL, "%s takes one input, got %d", m->type->name, nin);
+    return DUET_OK;
+}
+
+/* Uniform in [-bound, bound), as torch's uniform_(-bound, bound). */
+static void fill_uniform(duet_tensor *t, float bound, duet_rng *rng) {
+    for (int64_t i = 0; i < t->numel; i++)
+        t->data[i] = -bound + 2.0f * bound * duet_rng_uniform(rng);
+}
+
+/* PyTorch's reset_parameters for Conv2d and Linear: kaiming_uniform_ with
+ * a = sqrt(5) gives gain sqrt(2 / (1 + 5)) and bound gain * sqrt(3 / fan_in)
+ * = 1 / sqrt(fan_in); the bias is uniform in +-1/sqrt(fan_in) too. */
+static void torch_default_init(duet_tensor *w, duet_tensor *b, int64_t fan_in, duet_rng *rng) {
+    float bound = fan_in > 0 ? (float)(1.0 / sqrt((double)fan_in)) : 0.0f;
+    fill_uniform(w, bound, rng);
+    if (b != NULL) fill_uniform(b, bound, rng);
+}
+
+/* ---- Conv2d ------------------------------------------------------------------ */
+
+typedef struct conv_impl {
+    int stride, padding;
+    bool bias;
+} conv_impl;
+
+static int conv_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    DUET_TRY(need_one_input(self, nin));
+    const conv_impl *c = self->impl;
+    duet_tensor *b = c->bias ? self->params[1].tensor : NULL;
+    return duet_conv2d(in[0], self->params[0].tensor, b, c->stride, c->padding, out);
+}
+
+static const duet_module_type conv_type = {"Conv2d", conv_forward, free};
+
+int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channels, int kernel,
+                              int stride, int padding, bool bias, duet_rng *rng) {
+    *out = NULL;
+    if (in_channels < 1 || out_channels < 1 || kernel < 1 || stride < 1 || padding < 0)
+        return duet__error(DUET_EINVAL, "Conv2d(%d, %d, kernel %d, stride %d, padding %d): "
+                           "channels, kernel and stride must be positive, padding non-negative",
+                           in_channels, out_channels, kernel, stride, padding);
+    conv_impl *c = malloc(sizeof *c);
+    if (c == NULL) return duet__error(DUET_ENOMEM, "Conv2d: out of memory");
+    *c = (conv_impl){stride, padding, bias};
+    duet_module *m = NULL;
+    DUET_TRY(duet_module_create(&m, &conv_type, c));
+    duet_tensor *w = NULL, *b = NULL;
+    int rc = duet_tensor_create4(&w, out_channels, in_channels, kernel, kernel);
+    if (rc == DUET_OK && bias) rc = duet_tensor_create(&b, 1, (int64_t[]){out_channels});
+    if (rc == DUET_OK) {
+        torch_default_init(w, b, (int64_t)in_channels * kernel * kernel, rng);
+        rc = duet_module_add_param(m, "weight", w);
+        w = NULL;
+        if (rc == DUET_OK && bias) {
+            rc = duet_module_add_param(m, "bias", b);
+            b = NULL;
+        }
+    }
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return DUET_OK;
+}
+
+/* ---- Linear ------------------------------------------------------------------ */
+
+typedef struct linear_impl {
+    bool bias;
+} linear_impl;
+
+static int linear_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    DUET_TRY(need_one_input(self, nin));
+    const linear_impl *l = self->impl;
+    duet_tensor *b = l->bias ? self->params[1].tensor : NULL;
+    return duet_linear(in[0], self->params[0].tensor, b, out);
+}
+
+static const duet_module_type linear_type = {"Linear", linear_forward, free};
+
+int duet_linear_module_create(duet_module **out, int in_features, int out_features, bool bias,
+                              duet_rng *rng) {
+    *out = NULL;
+    if (in_features < 1 || out_features < 1)
+        return duet__error(DUET_EINVAL, "Linear(%d, %d): feature counts must be positive",
+                           in_features, out_features);
+    linear_impl *l = malloc(sizeof *l);
+    if (l == NULL) return duet__error(DUET_ENOMEM, "Linear: out of memory");
+    l->bias = bias;
+    duet_module *m = NULL;
+    DUET_TRY(duet_module_create(&m, &linear_type, l));
+    duet_tensor *w = NULL, *b = NULL;
+    int rc = duet_tensor_create(&w, 2, (int64_t[]){out_features, in_features});
+    if (rc == DUET_OK && bias) rc = duet_tensor_create(&b, 1, (int64_t[]){out_features});
+    if (rc == DUET_OK) {
+        torch_default_init(w, b, in_features, rng);
+        rc = duet_module_add_param(m, "weight", w);
+        w = NULL;
+        if (rc == DUET_OK && bias) {
+            rc = duet_module_add_param(m, "bias", b);
+            b = NULL;
+        }
+    }
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return DUET_OK;
+}
+
+/* ---- BatchNorm2d ---------------------------------------------------------------- */
+
+typedef struct bn_impl {
+    float eps, momentum;
+    duet_reduce_fn reduce; /* SyncBatchNorm's cross-process sum, or NULL */
+    void *reduce_ctx;
+} bn_impl;
+
+static int bn_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    DUET_TRY(need_one_input(self, nin));
+    const bn_impl *b = self->impl;
+    duet_batch_norm_opts o = duet_batch_norm_opts_default();
+    o.training = self->training;
+    o.eps = b->eps;
+    o.momentum = b->momentum;
+    o.reduce = b->reduce;
+    o.reduce_ctx = b->reduce_ctx;
+    return duet_batch_norm2d(in[0], self->params[0].tensor, self->params[1].tensor,
+                             self->buffers[0].tensor, self->buffers[1].tensor,
+                             self->buffers[2].tensor, &o, out);
+}
+
+static const duet_module_type bn_type = {"BatchNorm2d", bn_forward, free};
+
+int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, float momentum) {
+    *out = NULL;
+    if (channels < 1 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
+        return duet__error(DUET_EINVAL, "BatchNorm2d(%d, eps %g, momentum %g): channels must be "
+                           "positive, eps positive and momentum in [0, 1]",
+                           channels, (double)eps, (double)momentum);
+    bn_impl *b = malloc(sizeof *b);
+    if (b == NULL) return duet__error(DUET_ENOMEM, "BatchNorm2d: out of memory");
+    *b = (bn_impl){.eps = eps, .momentum = momentum, .reduce = NULL, .reduce_ctx = NULL};
+    duet_module *m = NULL;
+    DUET_TRY(duet_module_create(&m, &bn_type, b));
+    const char *names[5] = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
+    const float init[5] = {1.0f, 0.0f, 0.0f, 1.0f, 0.0f};
+    int rc = DUET_OK;
+    for (int i = 0; i < 5 && rc == DUET_OK; i++) {
+        duet_tensor *t = NULL;
+        rc = duet_tensor_create(&t, 1, (int64_t[]){i == 4 ? 1 : channels});
+        if (rc != DUET_OK) break;
+        duet_tensor_fill(t, init[i]);
+        if (i < 2)
+            rc = duet_module_add_param(m, names[i], t);
+        else
+            rc = duet_module_add_buffer(m, names[i], t, i == 4);
+    }
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return DUET_OK;
+}
+
+int duet_batchnorm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx) {
+    if (!duet_module_is(bn, "BatchNorm2d"))
+        return duet__error(DUET_EINVAL, "set_reduce: module is a %s, not a BatchNorm2d",
+                           bn != NULL ? bn->type->name : "NULL");
+    bn_impl *b = bn->impl;
+    b->reduce = fn;
+    b->reduce_ctx = fn != NULL ? ctx : NULL;
+    return DUET_OK;
+}
+
+/* ---- Sequential ------------------------------------------------------------------ */
+
+static int seq_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    *out = NULL;
+    if (self->nchildren == 0) {
+        DUET_TRY(need_one_input(self, nin));
+        *out = duet_tensor_retain(in[0]);
+        return DUET_OK;
+    }
+    duet_tensor *cur = NULL;
+    for (size_t i = 0; i < self->nchildren; i++) {
+        duet_tensor *next = NULL;
+        int rc = i == 0 ? duet_module_forwardn(self->children[i].module, nin, in, &next)
+                        : duet_module_forward(self->children[i].module, cur, &next);
+        duet_tensor_release(cur);
+        if (rc != DUET_OK)
+            return duet__error_context(rc, "Sequential child %s (%s)", self->children[i].name,
+                                       self->children[i].module->type->name);
+        cur = next;
+    }
+    *out = cur;
+    return DUET_OK;
+}
+
+static const duet_module_type seq_type = {"Sequential", seq_forward, NULL};
+
+int duet_sequential_create(duet_module **out) {
+    return duet_module_create(out, &seq_type, NULL);
+}
+
+int duet_sequential_append(duet_module *seq, duet_module *child) {
+    char name[32];
+    snprintf(name, sizeof name, "%zu", seq->nchildren);
+    return duet_module_add_child(seq, name, child);
+}
+
+/* ---- activations and pooling ----------------------------------------------------- */
+
+typedef struct act_impl {
+    duet_activation kind;
+    float negative_slope;
+} act_impl;
+
+static int act_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    DUET_TRY(need_one_input(self, nin));
+    const act_impl *a = self->impl;
+    switch (a->kind) {
+    case DUET_ACT_RELU: return duet_relu(in[0], out);
+    case DUET_ACT_LEAKY_RELU: return duet_leaky_relu(in[0], a->negative_slope, out);
+    case DUET_ACT_SIGMOID: return duet_sigmoid(in[0], out);
+    case DUET_ACT_TANH: return duet_tanh(in[0], out);
+    }
+    return duet__error(DUET_EINVAL, "activation: unknown kind %d", (int)a->kind);
+}
+
+static const duet_module_type relu_type = {"ReLU", act_forward, free};
+static const duet_module_type lrelu_type = {"LeakyReLU", act_forward, free};
+static const duet_module_type sigmoid_type = {"Sigmoid", act_forward, free};
+static const duet_module_type tanh_type = {"Tanh", act_forward, free};
+
+int duet_activation_module_create(duet_module **out, duet_activation kind, float negative_slope) {
+    *out = NULL;
+    const duet_module_type *type;
+    switch (kind) {
+    case DUET_ACT_RELU: type = &relu_type; break;
+    case DUET_ACT_LEAKY_RELU: type = &lrelu_type; break;
+    case DUET_ACT_SIGMOID: type = &sigmoid_type; break;
+    case DUET_ACT_TANH: type = &tanh_type; break;
+    default: return duet__error(DUET_EINVAL, "activation: unknown kind %d", (int)kind);
+    }
+    act_impl *a = malloc(sizeof *a);
+    if (a == NULL) return duet__error(DUET_ENOMEM, "activation: out of memory");
+    *a = (act_impl){kind, negative_slope};
+    return duet_module_create(out, type, a);
+}
+
+typedef struct pool_impl {
+    int kernel, stride;
+} pool_impl;
+
+static int pool_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    DUET_TRY(need_one_input(self, nin));
+    const pool_impl *p = self->impl;
+    return duet_max_pool2d(in[0], p->kernel, p->stride, out);
+}
+
+static const duet_module_type pool_type = {"MaxPool2d", pool_forward, free};
+
+int duet_maxpool2d_module_create(duet_module **out, int kernel, int stride) {
+    *out = NULL;
+    if (kernel < 1 || stride < 1)
+        return duet__error(DUET_EINVAL, "MaxPool2d(kernel %d, stride %d): both must be positive",
+                           kernel, stride);
+    pool_impl *p = malloc(sizeof *p);
+    if (p == NULL) return duet__error(DUET_ENOMEM, "MaxPool2d: out of memory");
+    *p = (pool_impl){kernel, stride};
+    return duet_module_create(out, &pool_type, p);
+}

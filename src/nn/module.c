@@ -1,0 +1,549 @@
+/* The module tree: registration of parameters, buffers and children, dotted
+ * PyTorch names, modes, gradients, and state dicts in safetensors files. */
+#include "duet/nn.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* ---- small growable string, for names and error messages ----------------- */
+
+typedef struct strbuf {
+    char *s;
+    size_t len, cap;
+    bool failed; /* an allocation failed: the content is truncated */
+} strbuf;
+
+static void sb_addf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_addf(strbuf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (s == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static const char *sb_str(const strbuf *b) { return b->s != NULL ? b->s : ""; }
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d != NULL) memcpy(d, s, n);
+    return d;
+}
+
+/* ---- creation and registration ------------------------------------------- */
+
+int duet_module_create(duet_module **out, const duet_module_type *type, void *impl) {
+    *out = NULL;
+    DUET_ASSERT(type != NULL);
+    duet_module *m = calloc(1, sizeof *m);
+    if (m == NULL) {
+        if (type->destroy != NULL && impl != NULL) type->destroy(impl);
+        return duet__error(DUET_ENOMEM, "module %s: out of memory", type->name);
+    }
+    m->type = type;
+    m->impl = impl;
+    m->training = true;
+    *out = m;
+    return DUET_OK;
+}
+
+void duet_module_destroy(duet_module *m) {
+    if (m == NULL) return;
+    for (size_t i = 0; i < m->nchildren; i++) {
+        duet_module_destroy(m->children[i].module);
+        free(m->children[i].name);
+    }
+    for (size_t i = 0; i < m->nparams; i++) {
+        duet_tensor_release(m->params[i].tensor);
+        free(m->params[i].name);
+    }
+    for (size_t i = 0; i < m->nbuffers; i++) {
+        duet_tensor_release(m->buffers[i].tensor);
+        free(m->buffers[i].name);
+    }
+    free(m->children);
+    free(m->params);
+    free(m->buffers);
+    if (m->type->destroy != NULL && m->impl != NULL) m->type->destroy(m->impl);
+    free(m);
+}
+
+static bool name_taken(const duet_module *m, const char *name) {
+    for (size_t i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0) return true;
+    for (size_t i = 0; i < m->nbuffers; i++)
+        if (strcmp(m->buffers[i].name, name) == 0) return true;
+    for (size_t i = 0; i < m->nchildren; i++)
+        if (strcmp(m->children[i].name, name) == 0) return true;
+    return false;
+}
+
+/* Names are attribute names in PyTorch: unique across parameters, buffers
+ * and children of one module, non-empty, without '.'. */
+static int check_name(const duet_module *m, const char *what, const char *name) {
+    if (name == NULL || name[0] == '\0')
+        return duet__error(DUET_EINVAL, "module %s: %s name is empty", m->type->name, what);
+    if (strchr(name, '.') != NULL)
+        return duet__error(DUET_EINVAL, "module %s: %s name \"%s\" contains '.'; dots separate "
+                           "path components", m->type->name, what, name);
+    if (name_taken(m, name))
+        return duet__error(DUET_EINVAL, "module %s: %s name \"%s\" is already used by a "
+                           "parameter, buffer or child of this module", m->type->name, what, name);
+    return DUET_OK;
+}
+
+static int add_entry(duet_module *m, duet_module_entry **arr, size_t *n, const char *what,
+                     const char *name, duet_tensor *t, bool is_integer) {
+    if (t == NULL)
+        return duet__error(DUET_EINVAL, "module %s: %s \"%s\" is NULL", m->type->name, what,
+                           name != NULL ? name : "");
+    int rc = check_name(m, what, name);
+    if (rc != DUET_OK) {
+        duet_tensor_release(t);
+        return rc;
+    }
+    duet_module_entry *grown = realloc(*arr, (*n + 1) * sizeof *grown);
+    char *copy = dup_str(name);
+    if (grown != NULL) *arr = grown;
+    if (grown == NULL || copy == NULL) {
+        free(copy);
+        duet_tensor_release(t);
+        return duet__error(DUET_ENOMEM, "module %s: out of memory adding %s \"%s\"",
+                           m->type->name, what, name);
+    }
+    (*arr)[*n] = (duet_module_entry){.name = copy, .tensor = t, .is_integer = is_integer};
+    (*n)++;
+    return DUET_OK;
+}
+
+int duet_module_add_param(duet_module *m, const char *name, duet_tensor *t) {
+    if (t != NULL) t->requires_grad = true;
+    return add_entry(m, &m->params, &m->nparams, "parameter", name, t, false);
+}
+
+int duet_module_add_buffer(duet_module *m, const char *name, duet_tensor *t, bool is_integer) {
+    return add_entry(m, &m->buffers, &m->nbuffers, "buffer", name, t, is_integer);
+}
+
+int duet_module_add_child(duet_module *m, const char *name, duet_module *child) {
+    if (child == NULL)
+        return duet__error(DUET_EINVAL, "module %s: child \"%s\" is NULL", m->type->name,
+                           name != NULL ? name : "");
+    int rc = check_name(m, "child", name);
+    if (rc != DUET_OK) {
+        duet_module_destroy(child);
+        return rc;
+    }
+    duet_module_slot *grown = realloc(m->children, (m->nchildren + 1) * sizeof *grown);
+    char *copy = dup_str(name);
+    if (grown != NULL) m->children = grown;
+    if (grown == NULL || copy == NULL) {
+        free(copy);
+        duet_module_destroy(child);
+        return duet__error(DUET_ENOMEM, "module %s: out of memory adding child \"%s\"",
+                           m->type->name, name);
+    }
+    m->children[m->nchildren++] = (duet_module_slot){.name = copy, .module = child};
+    return DUET_OK;
+}
+
+duet_module *duet_module_child(const duet_module *m, const char *name) {
+    for (size_t i = 0; i < m->nchildren; i++)
+        if (strcmp(m->children[i].name, name) == 0) return m->children[i].module;
+    return NULL;
+}
+
+duet_tensor *duet_module_param(const duet_module *m, const char *name) {
+    for (size_t i = 0; i < m->nparams; i++)
+        if (strcmp(m->params[i].name, name) == 0) return m->params[i].tensor;
+    return NULL;
+}
+
+duet_tensor *duet_module_buffer(const duet_module *m, const char *name) {
+    for (size_t i = 0; i < m->nbuffers; i++)
+        if (strcmp(m->buffers[i].name, name) == 0) return m->buffers[i].tensor;
+    return NULL;
+}
+
+int duet_module_replace_child(duet_module *m, const char *name, duet_module *replacement,
+                              duet_module **old) {
+    *old = NULL;
+    if (replacement == NULL)
+        return duet__error(DUET_EINVAL, "module %s: replacement for child \"%s\" is NULL",
+                           m->type->name, name);
+    for (size_t i = 0; i < m->nchildren; i++) {
+        if (strcmp(m->children[i].name, name) == 0) {
+            *old = m->children[i].module;
+            m->children[i].module = replacement;
+            return DUET_OK;
+        }
+    }
+    return duet__error(DUET_ENOTFOUND, "module %s: no child named \"%s\" to replace",
+                       m->type->name, name);
+}
+
+bool duet_module_is(const duet_module *m, const char *type_name) {
+    return m != NULL && strcmp(m->type->name, type_name) == 0;
+}
+
+/* ---- forward -------------------------------------------------------------- */
+
+int duet_module_forwardn(duet_module *m, int nin, duet_tensor *const *in, duet_tensor **out) {
+    *out = NULL;
+    if (m->type->forward == NULL)
+        return duet__error(DUET_EUNSUPPORTED, "module %s has no forward", m->type->name);
+    for (int i = 0; i < nin; i++)
+        if (in[i] == NULL)
+            return duet__error(DUET_EINVAL, "module %s: input %d is NULL", m->type->name, i);
+    return m->type->forward(m, nin, in, out);
+}
+
+int duet_module_forward(duet_module *m, duet_tensor *x, duet_tensor **out) {
+    return duet_module_forwardn(m, 1, &x, out);
+}
+
+int duet_module_forward2(duet_module *m, duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    duet_tensor *in[2] = {a, b};
+    return duet_module_forwardn(m, 2, in, out);
+}
+
+/* ---- named lists ----------------------------------------------------------- */
+
+enum { COLLECT_PARAMS = 1, COLLECT_BUFFERS = 2 };
+
+typedef struct collector {
+    duet_named_tensors *list;
+    size_t cap;
+    int what;
+    bool trainable_only;
+} collector;
+
+static int push_named(collector *c, const char *prefix, const char *name, duet_tensor *t,
+                      bool is_integer) {
+    duet_named_tensors *l = c->list;
+    if (l->count == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 16;
+        duet_named_tensor *items = realloc(l->items, cap * sizeof *items);
+        if (items == NULL) return duet__error(DUET_ENOMEM, "module: out of memory listing names");
+        l->items = items;
+        c->cap = cap;
+    }
+    size_t np = strlen(prefix), nn = strlen(name);
+    char *full = malloc(np + nn + 1);
+    if (full == NULL) return duet__error(DUET_ENOMEM, "module: out of memory listing names");
+    memcpy(full, prefix, np);
+    memcpy(full + np, name, nn + 1);
+    l->items[l->count++] = (duet_named_tensor){.name = full, .tensor = t, .is_integer = is_integer};
+    return DUET_OK;
+}
+
+/* PyTorch's order: a module's own parameters, then its own buffers, then
+ * each child's entries depth first. `prefix` ends with '.' or is empty. */
+static int collect(collector *c, const duet_module *m, const char *prefix) {
+    if (c->what & COLLECT_PARAMS)
+        for (size_t i = 0; i < m->nparams; i++) {
+            if (c->trainable_only && !m->params[i].tensor->requires_grad) continue;
+            DUET_TRY(push_named(c, prefix, m->params[i].name, m->params[i].tensor, false));
+        }
+    if (c->what & COLLECT_BUFFERS)
+        for (size_t i = 0; i < m->nbuffers; i++)
+            DUET_TRY(push_named(c, prefix, m->buffers[i].name, m->buffers[i].tensor,
+                                m->buffers[i].is_integer));
+    for (size_t i = 0; i < m->nchildren; i++) {
+        const duet_module_slot *ch = &m->children[i];
+        if (m->transparent) {
+            /* A wrapper (DDP) does not show its child's name in paths. */
+            DUET_TRY(collect(c, ch->module, prefix));
+            continue;
+        }
+        size_t np = strlen(prefix), nn = strlen(ch->name);
+        char *sub = malloc(np + nn + 2);
+        if (sub == NULL) return duet__error(DUET_ENOMEM, "module: out of memory listing names");
+        memcpy(sub, prefix, np);
+        memcpy(sub + np, ch->name, nn);
+        sub[np + nn] = '.';
+        sub[np + nn + 1] = '\0';
+        int rc = collect(c, ch->module, sub);
+        free(sub);
+        if (rc != DUET_OK) return rc;
+    }
+    return DUET_OK;
+}
+
+static int collect_list(duet_module *m, int what, bool trainable_only, duet_named_tensors *out) {
+    out->count = 0;
+    out->items = NULL;
+    collector c = {.list = out, .cap = 0, .what = what, .trainable_only = trainable_only};
+    int rc = collect(&c, m, "");
+    if (rc != DUET_OK) duet_named_tensors_free(out);
+    return rc;
+}
+
+int duet_module_named_parameters(duet_module *m, bool trainable_only, duet_named_tensors *out) {
+    return collect_list(m, COLLECT_PARAMS, trainable_only, out);
+}
+
+int duet_module_named_buffers(duet_module *m, duet_named_tensors *out) {
+    return collect_list(m, COLLECT_BUFFERS, false, out);
+}
+
+int duet_module_state(duet_module *m, duet_named_tensors *out) {
+    return collect_list(m, COLLECT_PARAMS | COLLECT_BUFFERS, false, out);
+}
+
+void duet_named_tensors_free(duet_named_tensors *l) {
+    if (l == NULL) return;
+    for (size_t i = 0; i < l->count; i++) free(l->items[i].name);
+    free(l->items);
+    l->items = NULL;
+    l->count = 0;
+}
+
+static int64_t count_params(const duet_module *m, bool trainable_only) {
+    int64_t n = 0;
+    for (size_t i = 0; i < m->nparams; i++)
+        if (!trainable_only || m->params[i].tensor->requires_grad) n += m->params[i].tensor->numel;
+    for (size_t i = 0; i < m->nchildren; i++) n += count_params(m->children[i].module, trainable_only);
+    return n;
+}
+
+int64_t duet_module_num_parameters(duet_module *m, bool trainable_only) {
+    return count_params(m, trainable_only);
+}
+
+/* ---- modes and gradients --------------------------------------------------- */
+
+void duet_module_set_requires_grad(duet_module *m, bool requires_grad) {
+    for (size_t i = 0; i < m->nparams; i++) m->params[i].tensor->requires_grad = requires_grad;
+    for (size_t i = 0; i < m->nchildren; i++)
+        duet_module_set_requires_grad(m->children[i].module, requires_grad);
+}
+
+void duet_module_train(duet_module *m, bool training) {
+    m->training = training;
+    for (size_t i = 0; i < m->nchildren; i++) duet_module_train(m->children[i].module, training);
+}
+
+void duet_module_zero_grad(duet_module *m) {
+    for (size_t i = 0; i < m->nparams; i++) duet_tensor_zero_grad(m->params[i].tensor);
+    for (size_t i = 0; i < m->nchildren; i++) duet_module_zero_grad(m->children[i].module);
+}
+
+/* ---- state dicts ------------------------------------------------------------ */
+
+static char *join_prefix(const char *prefix, const char *name) {
+    size_t np = strlen(prefix), nn = strlen(name);
+    char *s = malloc(np + nn + 1);
+    if (s == NULL) return NULL;
+    memcpy(s, prefix, np);
+    memcpy(s + np, name, nn + 1);
+    return s;
+}
+
+int duet_module_save_state(duet_module *m, duet_st_writer *w, const char *prefix) {
+    if (prefix == NULL) prefix = "";
+    duet_named_tensors st;
+    DUET_TRY(duet_module_state(m, &st));
+    int rc = DUET_OK;
+    for (size_t i = 0; i < st.count && rc == DUET_OK; i++) {
+        char *key = join_prefix(prefix, st.items[i].name);
+        if (key == NULL) {
+            rc = duet__error(DUET_ENOMEM, "module save: out of memory");
+            break;
+        }
+        const duet_tensor *t = st.items[i].tensor;
+        if (st.items[i].is_integer) {
+            /* Counts are 0-dim int64 tensors in PyTorch state dicts. */
+            int64_t v = (int64_t)t->data[0];
+            rc = duet_st_writer_add_raw(w, key, "I64", 0, NULL, &v, sizeof v);
+        } else {
+            rc = duet_st_writer_add(w, key, t);
+        }
+        if (rc != DUET_OK) rc = duet__error_context(rc, "module save: %s", key);
+        free(key);
+    }
+    duet_named_tensors_free(&st);
+    return rc;
+}
+
+static void shape_str(char *buf, size_t size, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < ndim && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %" PRId64 : "%" PRId64, shape[i]);
+    if (used < size) snprintf(buf + used, size - used, "]");
+}
+
+/* Whether the file entry's shape fits t. A count (is_integer) is one value,
+ * stored as a 0-dim or a one-element tensor. */
+static bool shape_fits(const duet_tensor *t, bool is_integer, int ndim, const int64_t *shape) {
+    if (is_integer) {
+        int64_t n = 1;
+        for (int i = 0; i < ndim; i++) n *= shape[i];
+        return n == 1;
+    }
+    if (ndim != t->ndim) return false;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] != t->shape[i]) return false;
+    return true;
+}
+
+static int read_count(const duet_st *st, const char *key, duet_tensor *dst) {
+    const char *dtype;
+    const void *bytes;
+    size_t nbytes;
+    int ndim;
+    int64_t shape[16];
+    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape));
+    if (strcmp(dtype, "I64") == 0 && nbytes == 8) {
+        int64_t v;
+        memcpy(&v, bytes, sizeof v);
+        dst->data[0] = (float)v;
+        return DUET_OK;
+    }
+    if (strcmp(dtype, "I32") == 0 && nbytes == 4) {
+        int32_t v;
+        memcpy(&v, bytes, sizeof v);
+        dst->data[0] = (float)v;
+        return DUET_OK;
+    }
+    /* Any other dtype: let the reader convert it. */
+    duet_tensor *tmp = NULL;
+    DUET_TRY(duet_st_get(st, key, &tmp));
+    dst->data[0] = tmp->data[0];
+    duet_tensor_release(tmp);
+    return DUET_OK;
+}
+
+static bool in_state(const duet_named_tensors *l, const char *name) {
+    for (size_t i = 0; i < l->count; i++)
+        if (strcmp(l->items[i].name, name) == 0) return true;
+    return false;
+}
+
+int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix, bool strict,
+                           size_t *nmissing, size_t *nunexpected) {
+    if (prefix == NULL) prefix = "";
+    if (nmissing != NULL) *nmissing = 0;
+    if (nunexpected != NULL) *nunexpected = 0;
+    duet_named_tensors state;
+    DUET_TRY(duet_module_state(m, &state));
+    size_t np = strlen(prefix);
+    strbuf missing = {0}, unexpected = {0}, mismatch = {0};
+    size_t nmiss = 0, nunexp = 0, nmis = 0;
+    int rc = DUET_OK;
+    bool *present = calloc(state.count + 1, sizeof *present);
+    if (present == NULL) {
+        duet_named_tensors_free(&state);
+        return duet__error(DUET_ENOMEM, "module load: out of memory");
+    }
+
+    /* Check everything first, so that a failing load changes nothing. */
+    for (size_t i = 0; i < state.count; i++) {
+        char *key = join_prefix(prefix, state.items[i].name);
+        if (key == NULL) {
+            rc = duet__error(DUET_ENOMEM, "module load: out of memory");
+            goto done;
+        }
+        if (!duet_st_has(st, key)) {
+            sb_addf(&missing, "%s%s", nmiss ? ", " : "", key);
+            nmiss++;
+        } else {
+            const char *dtype;
+            const void *bytes;
+            size_t nbytes;
+            int ndim = 0;
+            int64_t shape[16];
+            rc = duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape);
+            if (rc != DUET_OK) {
+                free(key);
+                goto done;
+            }
+            const duet_tensor *t = state.items[i].tensor;
+            if (!shape_fits(t, state.items[i].is_integer, ndim, shape)) {
+                char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
+                shape_str(b, sizeof b, ndim, shape);
+                sb_addf(&mismatch, "%s%s: the file has %s, the module %s", nmis ? "; " : "", key,
+                        b, duet_shape_str(t, a, sizeof a));
+                nmis++;
+            } else {
+                present[i] = true;
+            }
+        }
+        free(key);
+    }
+    for (size_t i = 0; i < duet_st_count(st); i++) {
+        const char *name = duet_st_name(st, i);
+        if (strncmp(name, prefix, np) != 0) continue;
+        if (in_state(&state, name + np)) continue;
+        sb_addf(&unexpected, "%s%s", nunexp ? ", " : "", name);
+        nunexp++;
+    }
+    if (missing.failed || unexpected.failed || mismatch.failed) {
+        rc = duet__error(DUET_ENOMEM, "module load: out of memory");
+        goto done;
+    }
+    if (nmis > 0) {
+        rc = duet__error(DUET_ESHAPE, "loading %s state%s%s: %zu shape mismatch%s: %s",
+                         m->type->name, np ? " under " : "", prefix, nmis, nmis == 1 ? "" : "es",
+                         sb_str(&mismatch));
+        goto done;
+    }
+    if (strict && (nmiss > 0 || nunexp > 0)) {
+        rc = duet__error(DUET_ENOTFOUND,
+                         "loading %s state%s%s strictly: %zu missing key%s [%s], %zu unexpected "
+                         "key%s [%s]; load non-strictly to skip them",
+                         m->type->name, np ? " under " : "", prefix, nmiss, nmiss == 1 ? "" : "s",
+                         sb_str(&missing), nunexp, nunexp == 1 ? "" : "s", sb_str(&unexpected));
+        goto done;
+    }
+    if (nmiss > 0)
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", m->type->name, nmiss,
+                 nmiss == 1 ? "" : "s", sb_str(&missing));
+    if (nunexp > 0)
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", m->type->name,
+                 nunexp, nunexp == 1 ? "" : "s", sb_str(&unexpected));
+
+    for (size_t i = 0; i < state.count && rc == DUET_OK; i++) {
+        if (!present[i]) continue;
+        char *key = join_prefix(prefix, state.items[i].name);
+        if (key == NULL) {
+            rc = duet__error(DUET_ENOMEM, "module load: out of memory");
+            break;
+        }
+        if (state.items[i].is_integer)
+            rc = read_count(st, key, state.items[i].tensor);
+        else
+            rc = duet_st_copy_into(st, key, state.items[i].tensor);
+        if (rc != DUET_OK) rc = duet__error_context(rc, "module load: %s", key);
+        free(key);
+    }
+    if (rc == DUET_OK) {
+        if (nmissing != NULL) *nmissing = nmiss;
+        if (nunexpected != NULL) *nunexpected = nunexp;
+    }
+done:
+    free(present);
+    free(missing.s);
+    free(unexpected.s);
+    free(mismatch.s);
+    duet_named_tensors_free(&state);
+    return rc;
+}

@@ -1,0 +1,358 @@
+/* Adam and SGD with the update rules of torch.optim (single-tensor code
+ * path), and their state in safetensors files. */
+#include "duet/nn.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+
+typedef enum optim_kind { OPTIM_ADAM, OPTIM_SGD } optim_kind;
+
+struct duet_optimizer {
+    optim_kind kind;
+    duet_adam_opts adam;
+    duet_sgd_opts sgd;
+    float lr, base_lr;
+    int64_t steps; /* calls to duet_optimizer_step */
+    size_t n;
+    char **names;           /* owned copies of the parameter names */
+    duet_tensor **params;   /* borrowed */
+    /* Per-parameter state, like torch's optimizer.state[p]: Adam's step
+     * count, exp_avg and exp_avg_sq; SGD's momentum_buffer (has_buf false
+     * while torch's buffer would still be None). */
+    int64_t *pstep;
+    duet_tensor **m1;
+    duet_tensor **m2;
+    bool *has_buf;
+};
+
+duet_adam_opts duet_adam_opts_default(void) {
+    return (duet_adam_opts){.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                            .weight_decay = 0.0f};
+}
+
+duet_sgd_opts duet_sgd_opts_default(void) {
+    return (duet_sgd_opts){.lr = 1e-3f, .momentum = 0.0f, .dampening = 0.0f,
+                           .weight_decay = 0.0f, .nesterov = false};
+}
+
+void duet_optimizer_destroy(duet_optimizer *opt) {
+    if (opt == NULL) return;
+    for (size_t i = 0; i < opt->n; i++) {
+        if (opt->names != NULL) free(opt->names[i]);
+        if (opt->m1 != NULL) duet_tensor_release(opt->m1[i]);
+        if (opt->m2 != NULL) duet_tensor_release(opt->m2[i]);
+    }
+    free(opt->names);
+    free(opt->params);
+    free(opt->pstep);
+    free(opt->m1);
+    free(opt->m2);
+    free(opt->has_buf);
+    free(opt);
+}
+
+static int optimizer_create(duet_optimizer **out, const duet_named_tensors *params, optim_kind kind,
+                            bool second_moment) {
+    *out = NULL;
+    const char *what = kind == OPTIM_ADAM ? "Adam" : "SGD";
+    duet_optimizer *o = calloc(1, sizeof *o);
+    if (o == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", what);
+    o->kind = kind;
+    size_t n = params->count;
+    o->names = calloc(n + 1, sizeof *o->names);
+    o->params = calloc(n + 1, sizeof *o->params);
+    o->pstep = calloc(n + 1, sizeof *o->pstep);
+    o->m1 = calloc(n + 1, sizeof *o->m1);
+    o->m2 = calloc(n + 1, sizeof *o->m2);
+    o->has_buf = calloc(n + 1, sizeof *o->has_buf);
+    if (!o->names || !o->params || !o->pstep || !o->m1 || !o->m2 || !o->has_buf) {
+        duet_optimizer_destroy(o);
+        return duet__error(DUET_ENOMEM, "%s: out of memory", what);
+    }
+    o->n = n;
+    for (size_t i = 0; i < n; i++) {
+        const duet_named_tensor *p = &params->items[i];
+        if (p->tensor == NULL) {
+            duet_optimizer_destroy(o);
+            return duet__error(DUET_EINVAL, "%s: parameter %zu (%s) is NULL", what, i,
+                               p->name ? p->name : "?");
+        }
+        for (size_t j = 0; j < i; j++)
+            if (params->items[j].tensor == p->tensor) {
+                duet_optimizer_destroy(o);
+                return duet__error(DUET_EINVAL, "%s: parameter %s appears twice (also as %s)",
+                                   what, p->name, params->items[j].name);
+            }
+        size_t len = strlen(p->name) + 1;
+        o->names[i] = malloc(len);
+        int rc = o->names[i] != NULL ? duet_tensor_create_like(&o->m1[i], p->tensor) : DUET_ENOMEM;
+        if (rc == DUET_OK && second_moment) rc = duet_tensor_create_like(&o->m2[i], p->tensor);
+        if (rc != DUET_OK) {
+            duet_optimizer_destroy(o);
+            return duet__error(DUET_ENOMEM, "%s: out of memory for the state of %s", what, p->name);
+        }
+        memcpy(o->names[i], p->name, len);
+        o->params[i] = p->tensor;
+    }
+    *out = o;
+    return DUET_OK;
+}
+
+int duet_adam_create(duet_optimizer **out, const duet_named_tensors *params, duet_adam_opts opts) {
+    *out = NULL;
+    if (!(opts.lr >= 0.0f) || !(opts.eps >= 0.0f) || !(opts.beta1 >= 0.0f && opts.beta1 < 1.0f) ||
+        !(opts.beta2 >= 0.0f && opts.beta2 < 1.0f) || !(opts.weight_decay >= 0.0f))
+        return duet__error(DUET_EINVAL, "Adam: lr %g, betas (%g, %g), eps %g, weight_decay %g: "
+                           "need lr, eps, weight_decay >= 0 and betas in [0, 1)",
+                           (double)opts.lr, (double)opts.beta1, (double)opts.beta2,
+                           (double)opts.eps, (double)opts.weight_decay);
+    DUET_TRY(optimizer_create(out, params, OPTIM_ADAM, true));
+    (*out)->adam = opts;
+    (*out)->lr = (*out)->base_lr = opts.lr;
+    return DUET_OK;
+}
+
+int duet_sgd_create(duet_optimizer **out, const duet_named_tensors *params, duet_sgd_opts opts) {
+    *out = NULL;
+    if (!(opts.lr >= 0.0f) || !(opts.momentum >= 0.0f) || !(opts.weight_decay >= 0.0f))
+        return duet__error(DUET_EINVAL, "SGD: lr %g, momentum %g, weight_decay %g: all must be "
+                           ">= 0", (double)opts.lr, (double)opts.momentum,
+                           (double)opts.weight_decay);
+    if (opts.nesterov && (opts.momentum <= 0.0f || opts.dampening != 0.0f))
+        return duet__error(DUET_EINVAL, "SGD: Nesterov momentum requires a momentum > 0 and "
+                           "dampening 0 (momentum %g, dampening %g)", (double)opts.momentum,
+                           (double)opts.dampening);
+    DUET_TRY(optimizer_create(out, params, OPTIM_SGD, false));
+    (*out)->sgd = opts;
+    (*out)->lr = (*out)->base_lr = opts.lr;
+    return DUET_OK;
+}
+
+/* torch.optim.Adam for one tensor: grad += wd * p; exp_avg.lerp_(grad,
+ * 1 - beta1); exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) grad^2;
+ * p -= lr / bc1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bc2) + eps). The bias
+ * corrections are computed in double, as torch does in Python. */
+static void adam_update(duet_optimizer *o, size_t i) {
+    const duet_adam_opts *a = &o->adam;
+    duet_tensor *p = o->params[i];
+    float *m = o->m1[i]->data, *v = o->m2[i]->data;
+    int64_t step = ++o->pstep[i];
+    double bc1 = 1.0 - pow((double)a->beta1, (double)step);
+    double bc2 = 1.0 - pow((double)a->beta2, (double)step);
+    float step_size = (float)((double)o->lr / bc1);
+    float bc2_sqrt = (float)sqrt(bc2);
+    float w1 = (float)(1.0 - (double)a->beta1), w2 = (float)(1.0 - (double)a->beta2);
+    float b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
+    float *x = p->data;
+    const float *g = p->grad;
+    for (int64_t j = 0; j < p->numel; j++) {
+        float gj = wd != 0.0f ? g[j] + wd * x[j] : g[j];
+        m[j] = m[j] + w1 * (gj - m[j]);
+        v[j] = v[j] * b2 + w2 * gj * gj;
+        float denom = sqrtf(v[j]) / bc2_sqrt + eps;
+        x[j] = x[j] - step_size * (m[j] / denom);
+    }
+}
+
+/* torch.optim.SGD for one tensor: grad += wd * p; with momentum the buffer
+ * starts as a copy of the first gradient, then buf = momentum * buf +
+ * (1 - dampening) * grad; Nesterov uses grad + momentum * buf; p -= lr * d. */
+static void sgd_update(duet_optimizer *o, size_t i) {
+    const duet_sgd_opts *s = &o->sgd;
+    duet_tensor *p = o->params[i];
+    float *x = p->data, *buf = o->m1[i]->data;
+    const float *g = p->grad;
+    float wd = s->weight_decay, mom = s->momentum, damp = 1.0f - s->dampening, lr = o->lr;
+    bool first = !o->has_buf[i];
+    o->pstep[i]++;
+    for (int64_t j = 0; j < p->numel; j++) {
+        float d = wd != 0.0f ? g[j] + wd * x[j] : g[j];
+        if (mom != 0.0f) {
+            buf[j] = first ? d : buf[j] * mom + damp * d;
+            d = s->nesterov ? d + mom * buf[j] : buf[j];
+        }
+        x[j] = x[j] - lr * d;
+    }
+    if (mom != 0.0f) o->has_buf[i] = true;
+}
+
+int duet_optimizer_step(duet_optimizer *opt) {
+    for (size_t i = 0; i < opt->n; i++) {
+        duet_tensor *p = opt->params[i];
+        /* PyTorch skips parameters whose .grad is None; a frozen parameter
+         * (requires_grad false) gets no gradient there either. */
+        if (p->grad == NULL || !p->requires_grad) continue;
+        if (opt->kind == OPTIM_ADAM)
+            adam_update(opt, i);
+        else
+            sgd_update(opt, i);
+    }
+    opt->steps++;
+    return DUET_OK;
+}
+
+void duet_optimizer_zero_grad(duet_optimizer *opt) {
+    for (size_t i = 0; i < opt->n; i++) duet_tensor_zero_grad(opt->params[i]);
+}
+
+float duet_optimizer_lr(const duet_optimizer *opt) { return opt->lr; }
+void duet_optimizer_set_lr(duet_optimizer *opt, float lr) { opt->lr = lr; }
+float duet_optimizer_base_lr(const duet_optimizer *opt) { return opt->base_lr; }
+int64_t duet_optimizer_steps(const duet_optimizer *opt) { return opt->steps; }
+
+/* ---- state ------------------------------------------------------------------ */
+
+static char *key_of(const char *prefix, const char *a, const char *b) {
+    size_t n = strlen(prefix) + strlen(a) + (b ? strlen(b) + 1 : 0) + 1;
+    char *k = malloc(n);
+    if (k != NULL) snprintf(k, n, "%s%s%s%s", prefix, a, b ? "." : "", b ? b : "");
+    return k;
+}
+
+static int put_i64(duet_st_writer *w, const char *key, int64_t v) {
+    return duet_st_writer_add_raw(w, key, "I64", 0, NULL, &v, sizeof v);
+}
+
+static int put_tensor(duet_st_writer *w, const char *prefix, const char *param, const char *what,
+                      const duet_tensor *t) {
+    char *k = key_of(prefix, param, what);
+    if (k == NULL) return duet__error(DUET_ENOMEM, "optimizer save: out of memory");
+    int rc = duet_st_writer_add(w, k, t);
+    free(k);
+    return rc;
+}
+
+int duet_optimizer_save_state(const duet_optimizer *opt, duet_st_writer *w, const char *prefix) {
+    if (prefix == NULL) prefix = "";
+    char *k = key_of(prefix, "step", NULL);
+    if (k == NULL) return duet__error(DUET_ENOMEM, "optimizer save: out of memory");
+    int rc = put_i64(w, k, opt->steps);
+    free(k);
+    if (rc != DUET_OK) return rc;
+    duet_tensor *lr = NULL;
+    DUET_TRY(duet_tensor_from_data(&lr, 1, (int64_t[]){1}, &opt->lr));
+    k = key_of(prefix, "lr", NULL);
+    rc = k != NULL ? duet_st_writer_add(w, k, lr) : DUET_ENOMEM;
+    free(k);
+    duet_tensor_release(lr);
+    if (rc != DUET_OK) return rc;
+    for (size_t i = 0; i < opt->n && rc == DUET_OK; i++) {
+        if (opt->kind == OPTIM_ADAM) {
+            k = key_of(prefix, opt->names[i], "step");
+            rc = k != NULL ? put_i64(w, k, opt->pstep[i]) : DUET_ENOMEM;
+            free(k);
+            if (rc == DUET_OK) rc = put_tensor(w, prefix, opt->names[i], "exp_avg", opt->m1[i]);
+            if (rc == DUET_OK) rc = put_tensor(w, prefix, opt->names[i], "exp_avg_sq", opt->m2[i]);
+        } else if (opt->has_buf[i]) {
+            rc = put_tensor(w, prefix, opt->names[i], "momentum_buffer", opt->m1[i]);
+        }
+    }
+    if (rc == DUET_ENOMEM) return duet__error(rc, "optimizer save: out of memory");
+    return rc;
+}
+
+static int get_i64(const duet_st *st, const char *key, int64_t *v) {
+    const char *dtype;
+    const void *bytes;
+    size_t nbytes;
+    int ndim;
+    int64_t shape[16];
+    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape));
+    if (strcmp(dtype, "I64") != 0 || nbytes != sizeof *v)
+        return duet__error(DUET_EFORMAT, "optimizer state %s: expected one I64 value, found %s "
+                           "with %zu bytes", key, dtype, nbytes);
+    memcpy(v, bytes, sizeof *v);
+    return DUET_OK;
+}
+
+/* Reads into fresh tensors first and swaps them in at the end, so that a
+ * failing load leaves the optimizer as it was. */
+int duet_optimizer_load_state(duet_optimizer *opt, const duet_st *st, const char *prefix) {
+    if (prefix == NULL) prefix = "";
+    const char *what = opt->kind == OPTIM_ADAM ? "Adam" : "SGD";
+    int64_t steps = 0;
+    float lr = 0.0f;
+    size_t n = opt->n;
+    int64_t *pstep = calloc(n + 1, sizeof *pstep);
+    bool *has_buf = calloc(n + 1, sizeof *has_buf);
+    duet_tensor **m1 = calloc(n + 1, sizeof *m1), **m2 = calloc(n + 1, sizeof *m2);
+    duet_tensor *lrt = NULL;
+    char *k = NULL;
+    int rc = DUET_OK;
+    if (!pstep || !has_buf || !m1 || !m2) {
+        rc = duet__error(DUET_ENOMEM, "%s load: out of memory", what);
+        goto done;
+    }
+    k = key_of(prefix, "step", NULL);
+    rc = k ? get_i64(st, k, &steps) : DUET_ENOMEM;
+    free(k);
+    k = NULL;
+    if (rc != DUET_OK) goto done;
+    k = key_of(prefix, "lr", NULL);
+    rc = k ? duet_st_get(st, k, &lrt) : DUET_ENOMEM;
+    if (rc != DUET_OK) goto done;
+    if (lrt->numel != 1) {
+        rc = duet__error(DUET_EFORMAT, "%s state %s: expected one value, found %" PRId64, what, k,
+                         lrt->numel);
+        goto done;
+    }
+    lr = lrt->data[0];
+    free(k);
+    k = NULL;
+    for (size_t i = 0; i < n; i++) {
+        rc = duet_tensor_create_like(&m1[i], opt->params[i]);
+        if (rc == DUET_OK && opt->kind == OPTIM_ADAM) rc = duet_tensor_create_like(&m2[i], opt->params[i]);
+        if (rc != DUET_OK) goto done;
+        if (opt->kind == OPTIM_ADAM) {
+            k = key_of(prefix, opt->names[i], "step");
+            rc = k ? get_i64(st, k, &pstep[i]) : DUET_ENOMEM;
+            free(k);
+            k = key_of(prefix, opt->names[i], "exp_avg");
+            if (rc == DUET_OK) rc = k ? duet_st_copy_into(st, k, m1[i]) : DUET_ENOMEM;
+            free(k);
+            k = key_of(prefix, opt->names[i], "exp_avg_sq");
+            if (rc == DUET_OK) rc = k ? duet_st_copy_into(st, k, m2[i]) : DUET_ENOMEM;
+            free(k);
+            k = NULL;
+        } else {
+            k = key_of(prefix, opt->names[i], "momentum_buffer");
+            if (k == NULL) {
+                rc = DUET_ENOMEM;
+            } else if (duet_st_has(st, k)) {
+                rc = duet_st_copy_into(st, k, m1[i]);
+                has_buf[i] = true;
+            }
+            free(k);
+            k = NULL;
+        }
+        if (rc != DUET_OK) goto done;
+    }
+    /* Everything read: swap in. */
+    for (size_t i = 0; i < n; i++) {
+        duet_tensor *t = opt->m1[i];
+        opt->m1[i] = m1[i];
+        m1[i] = t;
+        t = opt->m2[i];
+        opt->m2[i] = m2[i];
+        m2[i] = t;
+        opt->pstep[i] = pstep[i];
+        opt->has_buf[i] = has_buf[i];
+    }
+    opt->steps = steps;
+    opt->lr = lr;
+done:
+    if (rc == DUET_ENOMEM) rc = duet__error(rc, "%s load: out of memory", what);
+    else if (rc != DUET_OK) rc = duet__error_context(rc, "loading %s state", what);
+    free(k);
+    for (size_t i = 0; i < n; i++) {
+        if (m1 != NULL) duet_tensor_release(m1[i]);
+        if (m2 != NULL) duet_tensor_release(m2[i]);
+    }
+    free(m1);
+    free(m2);
+    free(pstep);
+    free(has_buf);
+    duet_tensor_release(lrt);
+    return rc;
+}
