@@ -1,0 +1,503 @@
+/* ops part A besides conv: duet_sgemm (every transpose, leading dimensions,
+ * alpha/beta, single-threaded BLAS by default), linear, batch_norm2d
+ * (training and eval statistics, running updates, gradients, and the
+ * SyncBatchNorm reduce path checked by splitting a batch in two), and
+ * max_pool2d (values, argmax routing, ties, NaN, overlap). */
+#include "testutil.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops_internal.h"
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static int dot_backward(duet_node *node) {
+    const float *r = node->ctx;
+    float *g = duet_node_input_grad(node, 0);
+    if (g != NULL)
+        for (int64_t i = 0; i < node->inputs[0]->numel; i++) g[i] += node->output->grad[0] * r[i];
+    return DUET_OK;
+}
+
+/* Backward of L = sum(out * r): out's upstream gradient is exactly r. */
+static void backprop_with(duet_tensor *out, const float *r) {
+    duet_tensor *loss = tu_zeros(1, (int64_t[]){1});
+    float *rc = malloc((size_t)out->numel * sizeof(float));
+    assert_non_null(rc);
+    memcpy(rc, r, (size_t)out->numel * sizeof(float));
+    TU_OK(duet_autograd_record(loss, "test_dot", dot_backward, rc, free, 1, &out));
+    TU_OK(duet_backward(loss));
+    duet_tensor_release(loss);
+}
+
+static void expect_error(int rc, int want, const char *op, const char *s1, const char *s2) {
+    assert_int_equal(rc, want);
+    const char *msg = duet_last_error();
+    if (strstr(msg, op) == NULL || strstr(msg, s1) == NULL || (s2 && strstr(msg, s2) == NULL))
+        fail_msg("message \"%s\" should name %s, %s and %s", msg, op, s1, s2 ? s2 : "");
+}
+
+/* ---- sgemm ----------------------------------------------------------------- */
+
+static void test_sgemm_transposes(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(5, 0);
+    const int64_t m = 7, n = 5, k = 9, pad = 3;
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            /* Row-major storage of op(A) (m, k) is A (m, k) or A^T stored (k, m),
+             * with leading dimensions wider than the rows. */
+            int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+            int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
+            float *a = malloc((size_t)(ar * lda) * sizeof(float));
+            float *b = malloc((size_t)(br * ldb) * sizeof(float));
+            float *c = malloc((size_t)(m * ldc) * sizeof(float));
+            float *want = malloc((size_t)(m * ldc) * sizeof(float));
+            for (int64_t i = 0; i < ar * lda; i++) a[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < br * ldb; i++) b[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < m * ldc; i++) c[i] = want[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < k; p++) {
+                        double av = ta ? a[p * lda + i] : a[i * lda + p];
+                        double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                        s += av * bv;
+                    }
+                    want[i * ldc + j] = (float)(0.5 * s + 2.0 * want[i * ldc + j]);
+                }
+            duet_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 2.0f, c, ldc);
+            char what[32];
+            snprintf(what, sizeof what, "sgemm ta=%d tb=%d", ta, tb);
+            /* The padding columns of C must be left alone too. */
+            tu_assert_close(c, want, m * ldc, 1e-5, 1e-5, what);
+            free(a);
+            free(b);
+            free(c);
+            free(want);
+        }
+    }
+}
+
+static void test_blas_single_thread_by_default(void **state) {
+    (void)state;
+    const char *env = getenv("DUET_BLAS_THREADS");
+    int n = duet__blas_init();
+    if (env == NULL || env[0] == '\0') {
+        assert_int_equal(n, 1);
+        assert_int_equal(openblas_get_num_threads(), 1);
+    } else {
+        assert_int_equal(n, openblas_get_num_threads());
+    }
+}
+
+/* ---- linear ---------------------------------------------------------------- */
+
+static int linear_op(void *ctx, duet_tensor *const *in, duet_tensor **out) {
+    (void)ctx;
+    return duet_linear(in[0], in[1], in[2], out);
+}
+
+static void test_linear_forward(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(6, 0);
+    /* 3-D input: the leading dims are batch dims, as in F.linear. */
+    duet_tensor *x = tu_randn(&rng, 3, (int64_t[]){2, 3, 5}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 2, (int64_t[]){4, 5}, 1.0f);
+    duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){4}, 1.0f);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        duet_tensor *y = NULL;
+        TU_OK(duet_linear(x, w, with_bias ? b : NULL, &y));
+        assert_int_equal(y->ndim, 3);
+        assert_int_equal(y->shape[0], 2);
+        assert_int_equal(y->shape[1], 3);
+        assert_int_equal(y->shape[2], 4);
+        float want[24];
+        for (int r = 0; r < 6; r++)
+            for (int o = 0; o < 4; o++) {
+                double s = with_bias ? b->data[o] : 0.0;
+                for (int i = 0; i < 5; i++) s += (double)x->data[r * 5 + i] * w->data[o * 5 + i];
+                want[r * 4 + o] = (float)s;
+            }
+        tu_assert_close(y->data, want, 24, 1e-5, 1e-5, "linear forward");
+        duet_tensor_release(y);
+    }
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+}
+
+static void test_linear_gradcheck(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(7, 0);
+    duet_tensor *x = tu_randn(&rng, 2, (int64_t[]){3, 6}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 2, (int64_t[]){4, 6}, 1.0f);
+    duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){4}, 1.0f);
+    x->requires_grad = w->requires_grad = b->requires_grad = true;
+    duet_tensor *in[3] = {x, w, b};
+    tu_gradcheck(linear_op, NULL, 3, in, 1e-2, 1e-2, 1e-3, 64);
+    duet_tensor *in2[3] = {x, w, NULL};
+    tu_gradcheck(linear_op, NULL, 3, in2, 1e-2, 1e-2, 1e-3, 64);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+}
+
+static void test_linear_shape_errors(void **state) {
+    (void)state;
+    duet_tensor *x = tu_zeros(2, (int64_t[]){3, 6});
+    duet_tensor *w = tu_zeros(2, (int64_t[]){4, 5});
+    duet_tensor *w6 = tu_zeros(2, (int64_t[]){4, 6});
+    duet_tensor *b = tu_zeros(1, (int64_t[]){3});
+    duet_tensor *y = NULL;
+    expect_error(duet_linear(x, w, NULL, &y), DUET_ESHAPE, "linear", "[3, 6]", "[4, 5]");
+    expect_error(duet_linear(x, w6, b, &y), DUET_ESHAPE, "linear", "[3]", "[4, 6]");
+    assert_null(y);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(w6);
+    duet_tensor_release(b);
+}
+
+/* ---- batch norm ------------------------------------------------------------- */
+
+#define BN_N 4
+#define BN_C 3
+#define BN_S 6 /* H*W = 3*2 */
+
+typedef struct bn_args {
+    duet_batch_norm_opts opts;
+    duet_tensor *rm, *rv;
+} bn_args;
+
+static int bn_op(void *ctx, duet_tensor *const *in, duet_tensor **out) {
+    bn_args *a = ctx;
+    return duet_batch_norm2d(in[0], in[1], in[2], a->rm, a->rv, NULL, &a->opts, out);
+}
+
+static void test_bn_train_forward_and_running(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(8, 0);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){BN_N, BN_C, 3, 2}, 2.0f);
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] += 1.5f; /* a non-zero mean */
+    duet_tensor *w = tu_randn(&rng, 1, (int64_t[]){BN_C}, 1.0f);
+    duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){BN_C}, 1.0f);
+    duet_tensor *rm = tu_randn(&rng, 1, (int64_t[]){BN_C}, 1.0f);
+    duet_tensor *rv = tu_rand(&rng, 1, (int64_t[]){BN_C}, 0.5f, 2.0f);
+    duet_tensor *nb = tu_zeros(1, (int64_t[]){1});
+    nb->data[0] = 3.0f;
+    float rm0[BN_C], rv0[BN_C];
+    memcpy(rm0, rm->data, sizeof rm0);
+    memcpy(rv0, rv->data, sizeof rv0);
+    duet_batch_norm_opts o = duet_batch_norm_opts_default();
+    assert_true(o.training);
+    assert_true(fabsf(o.momentum - 0.1f) < 1e-7f && fabsf(o.eps - 1e-5f) < 1e-10f);
+    assert_null(o.reduce);
+    duet_tensor *y = NULL;
+    TU_OK(duet_batch_norm2d(x, w, b, rm, rv, nb, &o, &y));
+    float want[BN_N * BN_C * BN_S], wrm[BN_C], wrv[BN_C];
+    for (int c = 0; c < BN_C; c++) {
+        double s = 0, sq = 0, cnt = BN_N * BN_S;
+        for (int n = 0; n < BN_N; n++)
+            for (int q = 0; q < BN_S; q++) s += x->data[(n * BN_C + c) * BN_S + q];
+        double mean = s / cnt;
+        for (int n = 0; n < BN_N; n++)
+            for (int q = 0; q < BN_S; q++) {
+                double d = x->data[(n * BN_C + c) * BN_S + q] - mean;
+                sq += d * d;
+            }
+        for (int n = 0; n < BN_N; n++)
+            for (int q = 0; q < BN_S; q++) {
+                int i = (n * BN_C + c) * BN_S + q;
+                want[i] = (float)((x->data[i] - mean) / sqrt(sq / cnt + 1e-5) * w->data[c] +
+                                  b->data[c]);
+            }
+        wrm[c] = (float)(0.9 * rm0[c] + 0.1 * mean);
+        wrv[c] = (float)(0.9 * rv0[c] + 0.1 * sq / (cnt - 1));
+    }
+    tu_assert_close(y->data, want, y->numel, 1e-5, 1e-5, "bn train forward");
+    tu_assert_close(rm->data, wrm, BN_C, 1e-5, 1e-6, "running_mean");
+    tu_assert_close(rv->data, wrv, BN_C, 1e-5, 1e-6, "running_var (unbiased)");
+    assert_true(nb->data[0] == 4.0f);
+    duet_tensor_release(y);
+
+    /* Eval: running statistics, nothing updated. */
+    o.training = false;
+    memcpy(rm0, rm->data, sizeof rm0);
+    memcpy(rv0, rv->data, sizeof rv0);
+    TU_OK(duet_batch_norm2d(x, w, b, rm, rv, nb, &o, &y));
+    for (int n = 0; n < BN_N; n++)
+        for (int c = 0; c < BN_C; c++)
+            for (int q = 0; q < BN_S; q++) {
+                int i = (n * BN_C + c) * BN_S + q;
+                want[i] = (float)((x->data[i] - rm0[c]) / sqrt(rv0[c] + 1e-5) * w->data[c] +
+                                  b->data[c]);
+            }
+    tu_assert_close(y->data, want, y->numel, 1e-5, 1e-5, "bn eval forward");
+    tu_assert_close(rm->data, rm0, BN_C, 0, 0, "running_mean unchanged in eval");
+    tu_assert_close(rv->data, rv0, BN_C, 0, 0, "running_var unchanged in eval");
+    assert_true(nb->data[0] == 4.0f);
+    duet_tensor_release(y);
+    duet_tensor *ts[] = {x, w, b, rm, rv, nb};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+}
+
+static void bn_gradcheck(bool training, bool affine) {
+    duet_rng rng = duet_rng_make(9, training * 2 + affine);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){BN_N, BN_C, 3, 2}, 1.0f);
+    duet_tensor *w = affine ? tu_rand(&rng, 1, (int64_t[]){BN_C}, 0.5f, 1.5f) : NULL;
+    duet_tensor *b = affine ? tu_randn(&rng, 1, (int64_t[]){BN_C}, 1.0f) : NULL;
+    bn_args a = {duet_batch_norm_opts_default(), NULL, NULL};
+    a.opts.training = training;
+    a.rm = tu_randn(&rng, 1, (int64_t[]){BN_C}, 0.5f);
+    a.rv = tu_rand(&rng, 1, (int64_t[]){BN_C}, 0.5f, 2.0f);
+    x->requires_grad = true;
+    if (affine) w->requires_grad = b->requires_grad = true;
+    duet_tensor *in[3] = {x, w, b};
+    tu_gradcheck(bn_op, &a, 3, in, 1e-2, 2e-2, 2e-3, 72);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+    duet_tensor_release(a.rm);
+    duet_tensor_release(a.rv);
+}
+
+static void test_bn_gradcheck(void **state) {
+    (void)state;
+    bn_gradcheck(true, true);
+    bn_gradcheck(true, false);
+    bn_gradcheck(false, true);
+}
+
+/* A stand-in for the other process of a two-process SyncBatchNorm: adds the
+ * statistics of the other half of the batch, in the order the op asks for
+ * them (forward [sum, count], forward [squared deviations], backward
+ * [sum dy, sum dy*xhat]). */
+typedef struct fake_peer {
+    const float *x;  /* the other half (n, C, S) */
+    const float *dy; /* its upstream gradient */
+    int64_t n;
+    int phase;
+    double mean[BN_C], invstd[BN_C];
+} fake_peer;
+
+static int fake_reduce(void *ctx, float *buf, int64_t count) {
+    fake_peer *p = ctx;
+    for (int c = 0; c < BN_C; c++) {
+        double s0 = 0, s1 = 0;
+        for (int64_t n = 0; n < p->n; n++)
+            for (int q = 0; q < BN_S; q++) {
+                int64_t i = (n * BN_C + c) * BN_S + q;
+                double xv = p->x[i];
+                if (p->phase == 0) {
+                    s0 += xv;
+                    s1 += 1;
+                } else if (p->phase == 1) {
+                    s0 += (xv - p->mean[c]) * (xv - p->mean[c]);
+                } else {
+                    s0 += p->dy[i];
+                    s1 += p->dy[i] * (xv - p->mean[c]) * p->invstd[c];
+                }
+            }
+        buf[c] += (float)s0;
+        if (p->phase != 1) buf[BN_C + c] += (float)s1;
+    }
+    if (p->phase == 0) {
+        assert_int_equal(count, 2 * BN_C);
+        for (int c = 0; c < BN_C; c++) p->mean[c] = buf[c] / buf[BN_C + c];
+    } else if (p->phase == 1) {
+        assert_int_equal(count, BN_C);
+        for (int c = 0; c < BN_C; c++)
+            p->invstd[c] = 1.0 / sqrt(buf[c] / (BN_N * BN_S) + 1e-5);
+    } else {
+        assert_int_equal(p->phase, 2);
+        assert_int_equal(count, 2 * BN_C);
+    }
+    p->phase++;
+    return DUET_OK;
+}
+
+static void test_bn_sync_split_batch(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(10, 0);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){BN_N, BN_C, 3, 2}, 1.0f);
+    for (int64_t i = 0; i < x->numel / 2; i++) x->data[i] += 2.0f; /* halves differ */
+    duet_tensor *w = tu_rand(&rng, 1, (int64_t[]){BN_C}, 0.5f, 1.5f);
+    duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){BN_C}, 1.0f);
+    duet_tensor *r = tu_randn(&rng, 4, x->shape, 1.0f);
+    duet_tensor *rm = tu_zeros(1, (int64_t[]){BN_C}), *rv = tu_zeros(1, (int64_t[]){BN_C});
+    duet_tensor_fill(rv, 1.0f);
+    x->requires_grad = w->requires_grad = b->requires_grad = true;
+    duet_batch_norm_opts o = duet_batch_norm_opts_default();
+    duet_tensor *y = NULL;
+    TU_OK(duet_batch_norm2d(x, w, b, rm, rv, NULL, &o, &y));
+    backprop_with(y, r->data);
+
+    const int64_t half = BN_N / 2, hn = half * BN_C * BN_S;
+    float dw_sum[BN_C] = {0}, db_sum[BN_C] = {0};
+    for (int part = 0; part < 2; part++) {
+        const int64_t mine = part * hn, other = (1 - part) * hn;
+        duet_tensor *xh = NULL, *wh = NULL, *bh = NULL, *yh = NULL;
+        TU_OK(duet_tensor_from_data(&xh, 4, (int64_t[]){half, BN_C, 3, 2}, x->data + mine));
+        TU_OK(duet_tensor_clone(&wh, w));
+        TU_OK(duet_tensor_clone(&bh, b));
+        xh->requires_grad = wh->requires_grad = bh->requires_grad = true;
+        duet_tensor *rmh = tu_zeros(1, (int64_t[]){BN_C}), *rvh = tu_zeros(1, (int64_t[]){BN_C});
+        duet_tensor_fill(rvh, 1.0f);
+        fake_peer peer = {.x = x->data + other, .dy = r->data + other, .n = half};
+        duet_batch_norm_opts oh = duet_batch_norm_opts_default();
+        oh.reduce = fake_reduce;
+        oh.reduce_ctx = &peer;
+        TU_OK(duet_batch_norm2d(xh, wh, bh, rmh, rvh, NULL, &oh, &yh));
+        assert_int_equal(peer.phase, 2);
+        backprop_with(yh, r->data + mine);
+        assert_int_equal(peer.phase, 3);
+        tu_assert_close(yh->data, y->data + mine, hn, 1e-5, 1e-5, "half-batch output");
+        tu_assert_close(xh->grad, x->grad + mine, hn, 1e-4, 1e-5, "half-batch dx");
+        tu_assert_close(rmh->data, rm->data, BN_C, 1e-5, 1e-6, "half-batch running_mean");
+        tu_assert_close(rvh->data, rv->data, BN_C, 1e-5, 1e-6, "half-batch running_var");
+        for (int c = 0; c < BN_C; c++) {
+            dw_sum[c] += wh->grad[c];
+            db_sum[c] += bh->grad[c];
+        }
+        duet_tensor *ts[] = {xh, wh, bh, yh, rmh, rvh};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+    }
+    /* The affine gradients stay local; their sum over processes is the whole. */
+    tu_assert_close(dw_sum, w->grad, BN_C, 1e-4, 1e-5, "sum of half-batch dw");
+    tu_assert_close(db_sum, b->grad, BN_C, 1e-4, 1e-5, "sum of half-batch db");
+    duet_tensor *ts[] = {x, w, b, r, rm, rv, y};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+}
+
+static int failing_reduce(void *ctx, float *buf, int64_t count) {
+    (void)ctx;
+    (void)buf;
+    (void)count;
+    return duet__error(DUET_EMPI, "peer went away");
+}
+
+static void test_bn_errors(void **state) {
+    (void)state;
+    duet_tensor *x = tu_zeros(4, (int64_t[]){2, 3, 2, 2});
+    duet_tensor *one = tu_zeros(4, (int64_t[]){1, 3, 1, 1});
+    duet_tensor *w4 = tu_zeros(1, (int64_t[]){4});
+    duet_tensor *y = NULL;
+    duet_batch_norm_opts o = duet_batch_norm_opts_default();
+    expect_error(duet_batch_norm2d(x, w4, NULL, NULL, NULL, NULL, &o, &y), DUET_ESHAPE,
+                 "batch_norm2d", "[4]", "[2, 3, 2, 2]");
+    expect_error(duet_batch_norm2d(one, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EINVAL,
+                 "batch_norm2d", "more than one value", NULL);
+    o.reduce = failing_reduce;
+    expect_error(duet_batch_norm2d(x, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EMPI,
+                 "batch_norm2d", "peer went away", NULL);
+    o.training = false;
+    o.reduce = NULL;
+    expect_error(duet_batch_norm2d(x, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EINVAL,
+                 "batch_norm2d", "running", NULL);
+    assert_null(y);
+    duet_tensor_release(x);
+    duet_tensor_release(one);
+    duet_tensor_release(w4);
+}
+
+/* ---- max pool ---------------------------------------------------------------- */
+
+typedef struct pool_args {
+    int k, s;
+} pool_args;
+
+static int pool_op(void *ctx, duet_tensor *const *in, duet_tensor **out) {
+    const pool_args *a = ctx;
+    return duet_max_pool2d(in[0], a->k, a->s, out);
+}
+
+/* Distinct values 0.05 apart in a random order, so that a finite
+ * difference never changes which element is the maximum. */
+static duet_tensor *distinct(duet_rng *rng, int64_t n, int64_t c, int64_t h, int64_t w) {
+    duet_tensor *x = tu_zeros(4, (int64_t[]){n, c, h, w});
+    int64_t *perm = malloc((size_t)x->numel * sizeof(int64_t));
+    duet_rng_permutation(rng, perm, x->numel);
+    for (int64_t i = 0; i < x->numel; i++) x->data[i] = 0.05f * (float)perm[i] - 1.0f;
+    free(perm);
+    return x;
+}
+
+static void test_max_pool_forward_and_grad(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(12, 0);
+    const pool_args cases[] = {{2, 2}, {3, 2}, {2, 1}, {3, 3}};
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int k = cases[t].k, s = cases[t].s;
+        duet_tensor *x = distinct(&rng, 2, 3, 7, 6);
+        duet_tensor *y = NULL;
+        TU_OK(duet_max_pool2d(x, k, s, &y));
+        const int64_t oh = (7 - k) / s + 1, ow = (6 - k) / s + 1;
+        assert_int_equal(y->shape[2], oh);
+        assert_int_equal(y->shape[3], ow);
+        float *want = malloc((size_t)y->numel * sizeof(float));
+        for (int64_t p = 0; p < 6; p++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    float m = -INFINITY;
+                    for (int a = 0; a < k; a++)
+                        for (int b = 0; b < k; b++)
+                            m = fmaxf(m, x->data[p * 42 + (i * s + a) * 6 + j * s + b]);
+                    want[(p * oh + i) * ow + j] = m;
+                }
+        tu_assert_close(y->data, want, y->numel, 0, 0, "max_pool2d forward");
+        free(want);
+        duet_tensor_release(y);
+        x->requires_grad = true;
+        pool_args a = cases[t];
+        tu_gradcheck(pool_op, &a, 1, &x, 1e-3, 1e-3, 1e-3, 1000);
+        duet_tensor_release(x);
+    }
+}
+
+static void test_max_pool_ties_nan_errors(void **state) {
+    (void)state;
+    /* Ties: the first maximum in window order gets the gradient. */
+    duet_tensor *x = tu_zeros(4, (int64_t[]){1, 1, 2, 4});
+    x->requires_grad = true;
+    duet_tensor *y = NULL;
+    TU_OK(duet_max_pool2d(x, 2, 2, &y));
+    backprop_with(y, (float[]){1.0f, 2.0f});
+    duet_tensor_release(y);
+    float want[8] = {1, 0, 2, 0, 0, 0, 0, 0};
+    tu_assert_close(x->grad, want, 8, 0, 0, "tie gradient");
+    /* A NaN in the window propagates, as in PyTorch. */
+    x->data[5] = NAN;
+    x->data[2] = 7.0f;
+    x->requires_grad = false;
+    TU_OK(duet_max_pool2d(x, 2, 2, &y));
+    /* x (1, 1, 2, 4): window 0 holds elements 0, 1, 4, 5; window 1 holds 2, 3, 6, 7. */
+    assert_true(isnan(y->data[0]));
+    assert_true(y->data[1] == 7.0f);
+    duet_tensor_release(y);
+    duet_tensor *small = tu_zeros(4, (int64_t[]){1, 2, 3, 1});
+    expect_error(duet_max_pool2d(small, 2, 2, &y), DUET_ESHAPE, "max_pool2d", "[1, 2, 3, 1]",
+                 NULL);
+    assert_null(y);
+    duet_tensor_release(small);
+    duet_tensor_release(x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgemm_transposes),
+        cmocka_unit_test(test_blas_single_thread_by_default),
+        cmocka_unit_test(test_linear_forward),
+        cmocka_unit_test(test_linear_gradcheck),
+        cmocka_unit_test(test_linear_shape_errors),
+        cmocka_unit_test(test_bn_train_forward_and_running),
+        cmocka_unit_test(test_bn_gradcheck),
+        cmocka_unit_test(test_bn_sync_split_batch),
+        cmocka_unit_test(test_bn_errors),
+        cmocka_unit_test(test_max_pool_forward_and_grad),
+        cmocka_unit_test(test_max_pool_ties_nan_errors),
+    };
+    return cmocka_run_group_tests_name("ops_a", tests, NULL, NULL);
+}
