@@ -206,8 +206,9 @@ int duet_sampler_create(duet_sampler **out, int64_t dataset_size, int world_size
 void duet_sampler_destroy(duet_sampler *s);
 /* Indices per rank per epoch (a multiple of samples_per_gpu). */
 int64_t duet_sampler_num_samples(const duet_sampler *s);
-/* This rank's num_samples indices of `epoch` into out (no state change). */
-void duet_sampler_epoch_indices(const duet_sampler *s, int64_t epoch, int64_t *out);
+/* This rank's num_samples indices of `epoch` into out (no state change).
+ * DUET_ENOMEM only. */
+int duet_sampler_epoch_indices(const duet_sampler *s, int64_t epoch, int64_t *out);
 /* The next samples_per_gpu indices into out, and the epoch they belong to;
  * moves to the next epoch (a new permutation) when the current one is used up.
  * Batches never straddle epochs. */

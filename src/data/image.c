@@ -1,0 +1,361 @@
+/* 8-bit images: PNG and JPEG decoding (libpng, libjpeg-turbo), PNG encoding,
+ * and conversion to and from float CHW tensors.
+ *
+ * Both decoders report errors by longjmp. Every local that changes between
+ * setjmp and a possible longjmp and is read after it is volatile, and the
+ * jump target frees what was allocated. libjpeg's "warnings" (premature end
+ * of file, corrupt entropy data) are turned into errors as well: a
+ * truncated JPEG otherwise decodes "successfully" with a grey bottom. */
+#include "duet/data.h"
+
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <png.h>
+
+#define MSG_MAX 256
+
+int duet_image_create(duet_image **out, int64_t height, int64_t width, int channels) {
+    *out = NULL;
+    if (height < 1 || width < 1 || (channels != 1 && channels != 3))
+        return duet__error(DUET_EINVAL, "image: bad size %lldx%lld with %d channels",
+                           (long long)height, (long long)width, channels);
+    if (height > (int64_t)1 << 24 || width > (int64_t)1 << 24)
+        return duet__error(DUET_EINVAL, "image: %lldx%lld is too large", (long long)height,
+                           (long long)width);
+    duet_image *img = calloc(1, sizeof(*img));
+    if (img == NULL) return duet__error(DUET_ENOMEM, "image: out of memory");
+    size_t bytes = (size_t)height * (size_t)width * (size_t)channels;
+    img->data = calloc(bytes, 1);
+    if (img->data == NULL) {
+        free(img);
+        return duet__error(DUET_ENOMEM, "image: out of memory for %lldx%lldx%d",
+                           (long long)height, (long long)width, channels);
+    }
+    img->height = height;
+    img->width = width;
+    img->channels = channels;
+    *out = img;
+    return DUET_OK;
+}
+
+void duet_image_destroy(duet_image *img) {
+    if (img == NULL) return;
+    free(img->data);
+    free(img);
+}
+
+/* ---- PNG ------------------------------------------------------------------ */
+
+typedef struct png_source {
+    const uint8_t *bytes;
+    size_t n, pos;
+} png_source;
+
+typedef struct png_errinfo {
+    const char *name;
+    char msg[MSG_MAX];
+} png_errinfo;
+
+static void png_read_mem(png_structp png, png_bytep dst, size_t len) {
+    png_source *s = png_get_io_ptr(png);
+    if (len > s->n - s->pos) png_error(png, "unexpected end of data (file truncated)");
+    memcpy(dst, s->bytes + s->pos, len);
+    s->pos += len;
+}
+
+static void png_on_error(png_structp png, png_const_charp msg) {
+    png_errinfo *e = png_get_error_ptr(png);
+    snprintf(e->msg, sizeof(e->msg), "%s", msg);
+    png_longjmp(png, 1);
+}
+
+/* Warnings (a bad ancillary chunk, an odd sRGB profile) do not make the
+ * pixels wrong: keep them for debugging only. */
+static void png_on_warning(png_structp png, png_const_charp msg) {
+    png_errinfo *e = png_get_error_ptr(png);
+    duet_log(DUET_LOG_DEBUG, "%s: libpng warning: %s", e->name, msg);
+}
+
+static int decode_png(const uint8_t *bytes, size_t nbytes, const char *name, duet_image **out) {
+    png_errinfo err = {name, ""};
+    png_source src = {bytes, nbytes, 0};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error,
+                                             png_on_warning);
+    if (png == NULL) return duet__error(DUET_ENOMEM, "%s: cannot create a PNG reader", name);
+    png_infop info = png_create_info_struct(png);
+    if (info == NULL) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return duet__error(DUET_ENOMEM, "%s: cannot create a PNG reader", name);
+    }
+    duet_image *volatile img = NULL;
+    png_bytep *volatile rows = NULL;
+    volatile int rc = DUET_OK;
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_read_struct(&png, &info, NULL);
+        duet_image_destroy(img);
+        free(rows);
+        if (rc != DUET_OK) return rc; /* set before the jump, message already there */
+        return duet__error(DUET_EFORMAT, "%s: corrupt PNG: %s", name, err.msg);
+    }
+    png_set_read_fn(png, &src, png_read_mem);
+    png_read_info(png, info);
+    png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    int color = png_get_color_type(png, info);
+    int depth = png_get_bit_depth(png, info);
+    /* To 8-bit RGB: expand palettes and low-depth gray, keep the high byte
+     * of 16-bit samples (OpenCV's IMREAD_COLOR does the same), drop alpha,
+     * replicate gray. */
+    if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if (depth == 16) png_set_strip_16(png);
+    if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+    if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA)
+        png_set_gray_to_rgb(png);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_channels(png, info) != 3 || png_get_rowbytes(png, info) != (size_t)w * 3) {
+        rc = duet__error(DUET_EUNSUPPORTED, "%s: PNG layout not convertible to 8-bit RGB", name);
+        png_longjmp(png, 1);
+    }
+    duet_image *im = NULL;
+    rc = duet_image_create(&im, h, w, 3);
+    if (rc != DUET_OK) {
+        duet__error_context(rc, "%s", name);
+        png_longjmp(png, 1);
+    }
+    img = im;
+    rows = malloc(sizeof(png_bytep) * h);
+    if (rows == NULL) {
+        rc = duet__error(DUET_ENOMEM, "%s: out of memory", name);
+        png_longjmp(png, 1);
+    }
+    for (png_uint_32 y = 0; y < h; y++) rows[y] = im->data + (size_t)y * w * 3;
+    png_read_image(png, rows);
+    /* Reads up to IEND, so a file cut after its pixel data is an error too. */
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    free(rows);
+    *out = im;
+    return DUET_OK;
+}
+
+/* ---- JPEG ------------------------------------------------------------------- */
+
+typedef struct jpeg_errinfo {
+    struct jpeg_error_mgr pub; /* first: libjpeg casts cinfo->err to this */
+    jmp_buf jump;
+    char msg[JMSG_LENGTH_MAX];
+} jpeg_errinfo;
+
+static void jpeg_on_error(j_common_ptr cinfo) {
+    jpeg_errinfo *e = (jpeg_errinfo *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, e->msg);
+    longjmp(e->jump, 1);
+}
+
+/* level -1 is a warning: corrupt or missing data that libjpeg would paper
+ * over. An error for us. Levels >= 0 are trace messages. */
+static void jpeg_on_message(j_common_ptr cinfo, int level) {
+    if (level < 0) jpeg_on_error(cinfo);
+}
+
+static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, duet_image **out) {
+    struct jpeg_decompress_struct cinfo;
+    jpeg_errinfo err;
+    memset(&cinfo, 0, sizeof(cinfo));
+    memset(&err, 0, sizeof(err));
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = jpeg_on_error;
+    err.pub.emit_message = jpeg_on_message;
+    duet_image *volatile img = NULL;
+    volatile int rc = DUET_OK;
+    if (setjmp(err.jump)) {
+        jpeg_destroy_decompress(&cinfo);
+        duet_image_destroy(img);
+        if (rc != DUET_OK) return rc;
+        return duet__error(DUET_EFORMAT, "%s: corrupt JPEG: %s", name, err.msg);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, (const unsigned char *)bytes, (unsigned long)nbytes);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+        rc = duet__error(DUET_EUNSUPPORTED, "%s: CMYK JPEG images are not supported; convert "
+                         "it to RGB", name);
+        longjmp(err.jump, 1);
+    }
+    cinfo.out_color_space = JCS_RGB; /* converts gray and YCbCr */
+    jpeg_start_decompress(&cinfo);
+    if (cinfo.output_components != 3) {
+        rc = duet__error(DUET_EUNSUPPORTED, "%s: JPEG with %d output components", name,
+                         cinfo.output_components);
+        longjmp(err.jump, 1);
+    }
+    duet_image *im = NULL;
+    rc = duet_image_create(&im, cinfo.output_height, cinfo.output_width, 3);
+    if (rc != DUET_OK) {
+        duet__error_context(rc, "%s", name);
+        longjmp(err.jump, 1);
+    }
+    img = im;
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = im->data + (size_t)cinfo.output_scanline * im->width * 3;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    *out = im;
+    return DUET_OK;
+}
+
+/* ---- files ------------------------------------------------------------------ */
+
+int duet_image_decode(const void *bytes, size_t nbytes, const char *name, duet_image **out) {
+    *out = NULL;
+    if (name == NULL) name = "<memory>";
+    const uint8_t *b = bytes;
+    if (nbytes == 0) return duet__error(DUET_EFORMAT, "%s: empty file, not an image", name);
+    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (nbytes >= 8 && memcmp(b, png_sig, 8) == 0) return decode_png(b, nbytes, name, out);
+    if (nbytes >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
+        return decode_jpeg(b, nbytes, name, out);
+    char first[3 * 8 + 1] = "";
+    for (size_t i = 0; i < nbytes && i < 8; i++)
+        snprintf(first + 3 * i, sizeof(first) - 3 * i, "%02x ", b[i]);
+    return duet__error(DUET_EFORMAT, "%s: neither PNG nor JPEG (first bytes: %s)", name, first);
+}
+
+/* Whole file into a malloc'd buffer. */
+static int read_file(const char *path, uint8_t **bytes, size_t *nbytes) {
+    *bytes = NULL;
+    *nbytes = 0;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    for (;;) {
+        if (buf == NULL) {
+            fclose(f);
+            return duet__error(DUET_ENOMEM, "%s: out of memory reading the file", path);
+        }
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        uint8_t *bigger = realloc(buf, cap * 2);
+        if (bigger == NULL) free(buf);
+        buf = bigger;
+        cap *= 2;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return duet__error(DUET_EIO, "cannot read %s", path);
+    }
+    *bytes = buf;
+    *nbytes = n;
+    return DUET_OK;
+}
+
+int duet_image_load(const char *path, duet_image **out) {
+    *out = NULL;
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    DUET_TRY(read_file(path, &bytes, &n));
+    int rc = duet_image_decode(bytes, n, path, out);
+    free(bytes);
+    return rc;
+}
+
+int duet_image_save_png(const duet_image *img, const char *path) {
+    if (img == NULL || img->data == NULL || (img->channels != 1 && img->channels != 3))
+        return duet__error(DUET_EINVAL, "%s: can only save 1- or 3-channel images", path);
+    FILE *volatile f = fopen(path, "wb");
+    if (f == NULL) return duet__error(DUET_EIO, "cannot create %s: %s", path, strerror(errno));
+    png_errinfo err = {path, ""};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error,
+                                              png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (info == NULL) {
+        png_destroy_write_struct(&png, NULL);
+        fclose(f);
+        remove(path);
+        return duet__error(DUET_ENOMEM, "%s: cannot create a PNG writer", path);
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        fclose(f);
+        remove(path);
+        return duet__error(DUET_EIO, "cannot write %s: %s", path, err.msg);
+    }
+    png_init_io(png, f);
+    png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8,
+                 img->channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    size_t stride = (size_t)img->width * (size_t)img->channels;
+    for (int64_t y = 0; y < img->height; y++) png_write_row(png, img->data + (size_t)y * stride);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    FILE *fc = f;
+    if (fflush(fc) != 0 || ferror(fc)) {
+        int e = errno;
+        fclose(fc);
+        remove(path);
+        return duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(e));
+    }
+    if (fclose(fc) != 0) {
+        remove(path);
+        return duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    return DUET_OK;
+}
+
+/* ---- tensors -------------------------------------------------------------------- */
+
+int duet_image_to_tensor(const duet_image *img, duet_tensor **out) {
+    *out = NULL;
+    int64_t c = img->channels, h = img->height, w = img->width;
+    duet_tensor *t = NULL;
+    DUET_TRY(duet_tensor_create(&t, 3, (int64_t[]){c, h, w}));
+    /* HWC bytes -> CHW floats */
+    for (int64_t y = 0; y < h; y++)
+        for (int64_t x = 0; x < w; x++)
+            for (int64_t k = 0; k < c; k++)
+                t->data[(k * h + y) * w + x] = img->data[(y * w + x) * c + k] * (1.0f / 255.0f);
+    *out = t;
+    return DUET_OK;
+}
+
+int duet_image_from_tensor(const duet_tensor *t, int64_t n, duet_image **out) {
+    *out = NULL;
+    char shape[DUET_SHAPE_STR_MAX];
+    int64_t c, h, w;
+    if (t->ndim == 3 && n == 0) {
+        c = t->shape[0], h = t->shape[1], w = t->shape[2];
+    } else if (t->ndim == 4 && n >= 0 && n < t->shape[0]) {
+        c = t->shape[1], h = t->shape[2], w = t->shape[3];
+    } else {
+        return duet__error(DUET_ESHAPE, "image from tensor: want (C, H, W) or sample %lld of "
+                           "(N, C, H, W), got %s", (long long)n,
+                           duet_shape_str(t, shape, sizeof(shape)));
+    }
+    if (c != 1 && c != 3)
+        return duet__error(DUET_ESHAPE, "image from tensor: %lld channels in %s (want 1 or 3)",
+                           (long long)c, duet_shape_str(t, shape, sizeof(shape)));
+    duet_image *img = NULL;
+    DUET_TRY(duet_image_create(&img, h, w, (int)c));
+    const float *src = t->data + n * c * h * w;
+    for (int64_t k = 0; k < c; k++)
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++) {
+                /* fminf/fmaxf return the number when one side is NaN, so a
+                 * NaN becomes 255 rather than undefined behaviour. */
+                float v = fmaxf(0.0f, fminf(1.0f, src[(k * h + y) * w + x])) * 255.0f;
+                img->data[(y * w + x) * c + k] = (uint8_t)nearbyintf(v);
+            }
+    *out = img;
+    return DUET_OK;
+}
