@@ -1,0 +1,249 @@
+/* ops part B against PyTorch (tests/ref/ref_ops_b.py -> ops_b.safetensors):
+ * for every case, the output and the gradient of sum(out * r) with respect
+ * to each differentiable input, to 1e-4 relative (1e-5 relative for the
+ * exact rearrangements). */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_IN 4
+
+static duet_st *ref;
+
+static int setup(void **state) {
+    (void)state;
+    ref = tu_ref_load("ops_b.safetensors");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    duet_st_destroy(ref);
+    return 0;
+}
+
+/* L = sum(out * r) as its own recorded op, so that the gradients reaching
+ * the op under test are exactly r (and no other op of this file is used). */
+static int dot_backward(duet_node *node) {
+    const float *r = node->ctx;
+    float *g = duet_node_input_grad(node, 0);
+    if (g == NULL) return DUET_OK;
+    for (int64_t i = 0; i < node->inputs[0]->numel; i++) g[i] += node->output->grad[0] * r[i];
+    return DUET_OK;
+}
+
+/* The op under test; ctx carries the case's constants. */
+typedef int (*op_fn)(const void *ctx, duet_tensor *const *in, duet_tensor **out);
+
+/* Loads NAME.in0..in<n-1> (requires_grad where NAME.grad<i> exists), runs
+ * op, compares NAME.out, backpropagates NAME.r and compares NAME.grad<i>. */
+static void run_case(const char *name, int n, op_fn op, const void *ctx, double rtol) {
+    char key[128];
+    duet_tensor *in[MAX_IN] = {0};
+    bool needs[MAX_IN] = {0};
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s.in%d", name, i);
+        in[i] = tu_ref_tensor(ref, key);
+        snprintf(key, sizeof key, "%s.grad%d", name, i);
+        needs[i] = duet_st_has(ref, key);
+        in[i]->requires_grad = needs[i];
+    }
+    duet_tensor *y = NULL;
+    TU_OK(op(ctx, in, &y));
+    snprintf(key, sizeof key, "%s.out", name);
+    duet_tensor *want = tu_ref_tensor(ref, key);
+    if (!duet_tensor_same_shape(y, want)) {
+        char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
+        fail_msg("%s: output shape %s, PyTorch %s", name, duet_shape_str(y, a, sizeof a),
+                 duet_shape_str(want, b, sizeof b));
+    }
+    tu_assert_close(y->data, want->data, y->numel, rtol, 1e-6, key);
+    duet_tensor_release(want);
+
+    snprintf(key, sizeof key, "%s.r", name);
+    duet_tensor *r = tu_ref_tensor(ref, key);
+    assert_int_equal(r->numel, y->numel);
+    duet_tensor *loss = NULL;
+    TU_OK(duet_tensor_create(&loss, 1, (int64_t[]){1}));
+    double l = 0.0;
+    for (int64_t i = 0; i < y->numel; i++) l += (double)y->data[i] * r->data[i];
+    loss->data[0] = (float)l;
+    TU_OK(duet_autograd_record(loss, "ref_dot", dot_backward, r->data, NULL, 1, &y));
+    TU_OK(duet_backward(loss));
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s.grad%d", name, i);
+        if (!needs[i]) {
+            assert_null(in[i]->grad);
+            continue;
+        }
+        if (in[i]->grad == NULL) fail_msg("%s: input %d got no gradient", name, i);
+        tu_assert_ref(ref, key, in[i]->grad, in[i]->numel, rtol, 1e-6);
+    }
+    duet_tensor_release(loss);
+    duet_tensor_release(r);
+    duet_tensor_release(y);
+    for (int i = 0; i < n; i++) duet_tensor_release(in[i]);
+}
+
+/* ---- op adapters ------------------------------------------------------------ */
+
+static int op_relu(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_relu(in[0], out);
+}
+static int op_leaky_relu(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_leaky_relu(in[0], 0.2f, out);
+}
+static int op_sigmoid(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_sigmoid(in[0], out);
+}
+static int op_tanh(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_tanh(in[0], out);
+}
+static int op_add(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_add(in[0], in[1], out);
+}
+static int op_sub(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_sub(in[0], in[1], out);
+}
+static int op_mul(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_mul(in[0], in[1], out);
+}
+static int op_scale(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_scale(in[0], -1.7f, out);
+}
+static int op_channel_affine(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    const duet_tensor *const *ss = c; /* scale, shift */
+    return duet_channel_affine(in[0], ss[0]->data, ss[1]->data, out);
+}
+static int op_pixel_shuffle(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_pixel_shuffle(in[0], *(const int *)c, out);
+}
+static int op_bilinear(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_upsample_bilinear(in[0], *(const int *)c, out);
+}
+static int op_flatten(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_flatten(in[0], out);
+}
+static int op_reshape(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_reshape(in[0], 2, (int64_t[]){6, 20}, out);
+}
+static int op_concat(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_concat_channels(3, in, out);
+}
+static int op_sum(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_sum(in[0], out);
+}
+static int op_mean(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    (void)c;
+    return duet_mean(in[0], out);
+}
+static int op_l1(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_l1_loss(in[0], in[1], *(const float *)c, out);
+}
+static int op_mse(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_mse_loss(in[0], in[1], *(const float *)c, out);
+}
+static int op_bce(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_bce_with_logits(in[0], in[1], *(const float *)c, out);
+}
+typedef struct bce_const_args {
+    float target, weight;
+} bce_const_args;
+static int op_bce_const(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    const bce_const_args *a = c;
+    return duet_bce_with_logits_const(in[0], a->target, a->weight, out);
+}
+
+/* ---- tests ---------------------------------------------------------------------- */
+
+static void test_activations(void **state) {
+    (void)state;
+    run_case("relu", 1, op_relu, NULL, 1e-6);
+    run_case("leaky_relu", 1, op_leaky_relu, NULL, 1e-6);
+    run_case("sigmoid", 1, op_sigmoid, NULL, 1e-5);
+    run_case("tanh", 1, op_tanh, NULL, 1e-5);
+}
+
+static void test_elementwise(void **state) {
+    (void)state;
+    run_case("add", 2, op_add, NULL, 1e-6);
+    run_case("sub", 2, op_sub, NULL, 1e-6);
+    run_case("mul", 2, op_mul, NULL, 1e-6);
+    run_case("scale", 1, op_scale, NULL, 1e-6);
+    const duet_tensor *ss[2] = {tu_ref_tensor(ref, "channel_affine.scale"),
+                                tu_ref_tensor(ref, "channel_affine.shift")};
+    run_case("channel_affine", 1, op_channel_affine, ss, 1e-5);
+    duet_tensor_release((duet_tensor *)ss[0]);
+    duet_tensor_release((duet_tensor *)ss[1]);
+}
+
+static void test_pixel_shuffle(void **state) {
+    (void)state;
+    int r = 2;
+    run_case("pixel_shuffle_r2", 1, op_pixel_shuffle, &r, 0.0);
+    r = 3;
+    run_case("pixel_shuffle_r3", 1, op_pixel_shuffle, &r, 0.0);
+}
+
+static void test_bilinear(void **state) {
+    (void)state;
+    int f = 2;
+    run_case("bilinear_x2_5x7", 1, op_bilinear, &f, 1e-5);
+    f = 3;
+    run_case("bilinear_x3_3x5", 1, op_bilinear, &f, 1e-5);
+    f = 4;
+    run_case("bilinear_x4_5x3", 1, op_bilinear, &f, 1e-5);
+    f = 3;
+    run_case("bilinear_x3_1x4", 1, op_bilinear, &f, 1e-5);
+}
+
+static void test_shape(void **state) {
+    (void)state;
+    run_case("flatten", 1, op_flatten, NULL, 0.0);
+    run_case("reshape", 1, op_reshape, NULL, 0.0);
+    run_case("concat", 3, op_concat, NULL, 0.0);
+}
+
+static void test_reductions(void **state) {
+    (void)state;
+    run_case("sum", 1, op_sum, NULL, 1e-5);
+    run_case("mean", 1, op_mean, NULL, 1e-5);
+}
+
+static void test_losses(void **state) {
+    (void)state;
+    float w = 0.5f;
+    run_case("l1", 2, op_l1, &w, 1e-5);
+    w = 2.0f;
+    run_case("mse", 2, op_mse, &w, 1e-5);
+    w = 0.7f;
+    run_case("bce", 2, op_bce, &w, 1e-5);
+    w = 1.0f;
+    run_case("bce_big", 2, op_bce, &w, 1e-5);
+    bce_const_args a1 = {1.0f, 1.3f}, a0 = {0.0f, 1.3f};
+    run_case("bce_const_1", 1, op_bce_const, &a1, 1e-5);
+    run_case("bce_const_0", 1, op_bce_const, &a0, 1e-5);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_activations),   cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_pixel_shuffle), cmocka_unit_test(test_bilinear),
+        cmocka_unit_test(test_shape),         cmocka_unit_test(test_reductions),
+        cmocka_unit_test(test_losses),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
