@@ -1,0 +1,140 @@
+/* duet/comm.h — a process group over an MPI communicator.
+ *
+ * A duet_comm is a private duplicate of MPI_COMM_WORLD (or of a communicator
+ * the host program passes in) with MPI_ERRORS_RETURN set, so that every MPI
+ * failure comes back as DUET_EMPI with MPI's own message and the call site in
+ * duet_last_error(), never as a silent abort. duet initialises MPI only when
+ * nobody has yet, and finalizes only what it initialised. Started without a
+ * launcher the world has one process; under mpirun, mpiexec or srun it spans
+ * the job.
+ *
+ * Counts are element counts (not bytes) as size_t; buffers larger than MPI's
+ * int are sent in chunks. Every collective must be called by every rank of
+ * the communicator in the same order (MPI's rule).
+ *
+ * Usage:
+ *
+ *   duet_comm *comm = NULL;
+ *   DUET_TRY(duet_comm_world(&comm));                 // MPI_Init if needed
+ *   float g[1000];
+ *   DUET_TRY(duet_comm_allreduce(comm, g, 1000, DUET_DTYPE_F32, DUET_REDUCE_SUM));
+ *
+ *   duet_comm_request *req = NULL;                     // overlap with work
+ *   DUET_TRY(duet_comm_iallreduce(comm, g, 1000, DUET_DTYPE_F32, DUET_REDUCE_SUM, &req));
+ *   bool done = false;
+ *   while (!done) { do_some_work(); DUET_TRY(duet_comm_test(&req, &done)); }
+ *
+ *   duet_comm_destroy(comm);
+ *   duet_comm_finalize();                              // only if duet initialised MPI
+ */
+#ifndef DUET_COMM_H
+#define DUET_COMM_H
+
+#include <mpi.h>
+
+#include "duet/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types on the wire. F16 (IEEE half) and BF16 are summed (and
+ * max/min'ed) by user-defined MPI operations that widen to float32, combine,
+ * and round to nearest even. */
+typedef enum duet_dtype {
+    DUET_DTYPE_F32,
+    DUET_DTYPE_F64,
+    DUET_DTYPE_F16,
+    DUET_DTYPE_BF16,
+    DUET_DTYPE_I32,
+    DUET_DTYPE_I64,
+    DUET_DTYPE_U64,
+    DUET_DTYPE_U8
+} duet_dtype;
+
+/* Bytes per element of a dtype. */
+size_t duet_dtype_size(duet_dtype dt);
+
+typedef enum duet_reduce_op { DUET_REDUCE_SUM, DUET_REDUCE_MAX, DUET_REDUCE_MIN } duet_reduce_op;
+
+typedef struct duet_comm duet_comm;
+typedef struct duet_comm_request duet_comm_request;
+
+/* Initialises MPI (MPI_Init_thread, MPI_THREAD_FUNNELED) unless it already
+ * is; argc/argv may be NULL. Called by duet_comm_world, so calling it is
+ * optional. Fails (DUET_ESTATE) after MPI_Finalize. */
+int duet_comm_init(int *argc, char ***argv);
+/* True when duet_comm_init (or duet_comm_world) called MPI_Init. */
+bool duet_comm_initialised_mpi(void);
+/* Calls MPI_Finalize when duet initialised MPI and MPI is not finalized yet;
+ * otherwise does nothing (the host program owns MPI). Destroy every comm
+ * first. */
+int duet_comm_finalize(void);
+
+/* A process group spanning the job (a duplicate of MPI_COMM_WORLD). Collective
+ * over MPI_COMM_WORLD. Free with duet_comm_destroy. */
+int duet_comm_world(duet_comm **out);
+/* A process group over the host's communicator (duplicated: duet's traffic
+ * never mixes with the host's, and the host's error handler is untouched).
+ * MPI must be initialised. Collective over `comm`. Free with
+ * duet_comm_destroy. */
+int duet_comm_create(duet_comm **out, MPI_Comm comm);
+/* A new process group over the same processes (an independent channel:
+ * collectives on it do not order against those on `c`). Collective. */
+int duet_comm_dup(const duet_comm *c, duet_comm **out);
+/* Frees the duplicate communicator. Outstanding requests must be completed
+ * first. NULL ok. Does not finalize MPI. */
+void duet_comm_destroy(duet_comm *c);
+
+int duet_comm_rank(const duet_comm *c);
+int duet_comm_size(const duet_comm *c);
+/* The duplicated communicator (borrowed; freed by duet_comm_destroy). */
+MPI_Comm duet_comm_mpi(const duet_comm *c);
+
+/* ---- blocking collectives ------------------------------------------------ */
+
+/* In place: buf (count elements) becomes the reduction over all ranks. */
+int duet_comm_allreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt, duet_reduce_op op);
+/* buf (count elements) on every rank becomes root's. */
+int duet_comm_bcast(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root);
+/* recv (size * count elements) gets each rank's send (count elements), in rank
+ * order. send and recv must not overlap. */
+int duet_comm_allgather(duet_comm *c, const void *send, void *recv, size_t count,
+                        duet_dtype dt);
+int duet_comm_barrier(duet_comm *c);
+
+/* ---- nonblocking allreduce -------------------------------------------------- */
+
+/* Starts an in-place allreduce of buf; buf must stay untouched until the
+ * request completes. *req is a new handle, freed by test (when done) or wait.
+ * On failure *req is NULL. */
+int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
+                         duet_reduce_op op, duet_comm_request **req);
+/* Drives progress. *done becomes true when the operation completed; the
+ * handle is then freed and *req set to NULL. A NULL *req counts as done. */
+int duet_comm_test(duet_comm_request **req, bool *done);
+/* Blocks until completion, frees the handle and sets *req to NULL (also on
+ * failure). A NULL *req returns at once. */
+int duet_comm_wait(duet_comm_request **req);
+
+/* ---- job control ------------------------------------------------------------- */
+
+/* For runners: prints "duet: rank r: <message>" on stderr and aborts every
+ * process of the job (MPI_Abort on c, or on MPI_COMM_WORLD when c is NULL), so
+ * that an error on one rank never leaves the others waiting. Without MPI it
+ * calls abort(). Does not return. */
+void duet_comm_abort(duet_comm *c, int errorcode, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), noreturn));
+
+/* ---- half-precision conversion ------------------------------------------- */
+
+/* Round to nearest even; NaN stays NaN, overflow becomes infinity. */
+void duet_f32_to_f16(uint16_t *out, const float *in, size_t n);
+void duet_f16_to_f32(float *out, const uint16_t *in, size_t n);
+void duet_f32_to_bf16(uint16_t *out, const float *in, size_t n);
+void duet_bf16_to_f32(float *out, const uint16_t *in, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

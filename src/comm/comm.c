@@ -1,0 +1,382 @@
+/* The process group: MPI initialisation that cooperates with a host program,
+ * a private duplicate communicator with MPI_ERRORS_RETURN, and collectives
+ * whose size_t counts are cut into int-sized chunks in one place. */
+#include "comm/comm_internal.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <string.h>
+
+/* MPI is process-global state; so is the one fact "duet called MPI_Init".
+ * Only the main thread initialises and finalizes. */
+static bool duet_initialised_mpi;
+
+int duet__mpi_error(int mpi_rc, const char *call, const char *file, int line) {
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(mpi_rc, msg, &len) != MPI_SUCCESS) len = 0;
+    msg[len] = '\0';
+    /* Only the function name of the call text: "MPI_Bcast(buf, ...)" -> MPI_Bcast. */
+    int namelen = 0;
+    while (call[namelen] != '\0' && call[namelen] != '(') namelen++;
+    const char *base = strrchr(file, '/');
+    return duet__error(DUET_EMPI, "%.*s failed at %s:%d: %s (MPI error code %d)", namelen, call,
+                       base ? base + 1 : file, line, len ? msg : "unknown MPI error", mpi_rc);
+}
+
+size_t duet_dtype_size(duet_dtype dt) {
+    switch (dt) {
+    case DUET_DTYPE_F32: return 4;
+    case DUET_DTYPE_F64: return 8;
+    case DUET_DTYPE_F16: return 2;
+    case DUET_DTYPE_BF16: return 2;
+    case DUET_DTYPE_I32: return 4;
+    case DUET_DTYPE_I64: return 8;
+    case DUET_DTYPE_U64: return 8;
+    case DUET_DTYPE_U8: return 1;
+    }
+    return 0;
+}
+
+/* ---- initialisation ------------------------------------------------------ */
+
+int duet_comm_init(int *argc, char ***argv) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return duet__error(DUET_ESTATE, "comm: MPI has already been finalized; it cannot be "
+                                        "initialised again in this process");
+    if (inited) return DUET_OK;
+    int provided = 0;
+    int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS)
+        return duet__error(DUET_EMPI, "comm: MPI_Init_thread failed (MPI error code %d); is the "
+                                      "MPI runtime installed and the launcher working?",
+                           rc);
+    duet_initialised_mpi = true;
+    /* Failures of calls on MPI_COMM_WORLD itself (the dup in duet_comm_world)
+     * come back as codes too. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return DUET_OK;
+}
+
+bool duet_comm_initialised_mpi(void) { return duet_initialised_mpi; }
+
+int duet_comm_finalize(void) {
+    if (!duet_initialised_mpi) return DUET_OK;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    duet_initialised_mpi = false;
+    if (finalized) return DUET_OK;
+    DUET__MPI_TRY(MPI_Finalize());
+    return DUET_OK;
+}
+
+/* ---- F16 / BF16 reduction operators -------------------------------------- */
+
+/* Element-wise over `len` two-byte values: inout[i] = in[i] (op) inout[i],
+ * computed in float32 and rounded back. */
+#define DUET__HALF_OP(name, to32, to16, combine)                                 \
+    static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {       \
+        (void)dt;                                                                \
+        const uint16_t *a = in;                                                  \
+        uint16_t *b = inout;                                                     \
+        float x[256], y[256];                                                    \
+        for (int i = 0; i < *len; i += 256) {                                    \
+            size_t n = (size_t)(*len - i < 256 ? *len - i : 256);                \
+            to32(x, a + i, n);                                                   \
+            to32(y, b + i, n);                                                   \
+            for (size_t k = 0; k < n; k++) y[k] = combine(x[k], y[k]);          \
+            to16(b + i, y, n);                                                   \
+        }                                                                        \
+    }
+#define DUET__ADD(a, b) ((a) + (b))
+#define DUET__MAX(a, b) ((a) > (b) || (a) != (a) ? (a) : (b))
+#define DUET__MIN(a, b) ((a) < (b) || (a) != (a) ? (a) : (b))
+DUET__HALF_OP(f16_sum, duet_f16_to_f32, duet_f32_to_f16, DUET__ADD)
+DUET__HALF_OP(f16_max, duet_f16_to_f32, duet_f32_to_f16, DUET__MAX)
+DUET__HALF_OP(f16_min, duet_f16_to_f32, duet_f32_to_f16, DUET__MIN)
+DUET__HALF_OP(bf16_sum, duet_bf16_to_f32, duet_f32_to_bf16, DUET__ADD)
+DUET__HALF_OP(bf16_max, duet_bf16_to_f32, duet_f32_to_bf16, DUET__MAX)
+DUET__HALF_OP(bf16_min, duet_bf16_to_f32, duet_f32_to_bf16, DUET__MIN)
+
+/* ---- creation -------------------------------------------------------------- */
+
+static void free_handles(duet_comm *c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return; /* MPI has freed everything already */
+    for (int i = 0; i < 3; i++) {
+        if (c->f16_ops[i] != MPI_OP_NULL) MPI_Op_free(&c->f16_ops[i]);
+        if (c->bf16_ops[i] != MPI_OP_NULL) MPI_Op_free(&c->bf16_ops[i]);
+    }
+    if (c->half_type != MPI_DATATYPE_NULL) MPI_Type_free(&c->half_type);
+    if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
+}
+
+void duet_comm_destroy(duet_comm *c) {
+    if (c == NULL) return;
+    free_handles(c);
+    free(c);
+}
+
+/* Builds our comm over a duplicate of `parent`. */
+static int comm_build(duet_comm **out, MPI_Comm parent) {
+    *out = NULL;
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized)
+        return duet__error(DUET_ESTATE, "comm: MPI is %s; call duet_comm_init (or let "
+                                        "duet_comm_world do it) before creating a comm",
+                           finalized ? "already finalized" : "not initialised");
+    duet_comm *c = calloc(1, sizeof *c);
+    if (c == NULL) return duet__error(DUET_ENOMEM, "comm: out of memory");
+    c->comm = MPI_COMM_NULL;
+    c->half_type = MPI_DATATYPE_NULL;
+    for (int i = 0; i < 3; i++) c->f16_ops[i] = c->bf16_ops[i] = MPI_OP_NULL;
+    c->max_chunk = (size_t)INT_MAX;
+    int rc = DUET__MPI_CHECK(MPI_Comm_dup(parent, &c->comm));
+    if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN));
+    if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_rank(c->comm, &c->rank));
+    if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_size(c->comm, &c->size));
+    if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &c->half_type));
+    if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Type_commit(&c->half_type));
+    MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min}, {bf16_sum, bf16_max, bf16_min}};
+    for (int i = 0; i < 3 && rc == DUET_OK; i++) {
+        rc = DUET__MPI_CHECK(MPI_Op_create(fns[0][i], 1, &c->f16_ops[i]));
+        if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Op_create(fns[1][i], 1, &c->bf16_ops[i]));
+    }
+    if (rc != DUET_OK) {
+        duet__error_context(rc, "comm: creating the process group");
+        duet_comm_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return DUET_OK;
+}
+
+int duet_comm_world(duet_comm **out) {
+    *out = NULL;
+    DUET_TRY(duet_comm_init(NULL, NULL));
+    return comm_build(out, MPI_COMM_WORLD);
+}
+
+int duet_comm_create(duet_comm **out, MPI_Comm comm) {
+    *out = NULL;
+    if (comm == MPI_COMM_NULL)
+        return duet__error(DUET_EINVAL, "comm: duet_comm_create got MPI_COMM_NULL");
+    return comm_build(out, comm);
+}
+
+int duet_comm_dup(const duet_comm *c, duet_comm **out) {
+    *out = NULL;
+    int rc = comm_build(out, c->comm);
+    if (rc == DUET_OK) (*out)->max_chunk = c->max_chunk;
+    return rc;
+}
+
+int duet_comm_rank(const duet_comm *c) { return c->rank; }
+int duet_comm_size(const duet_comm *c) { return c->size; }
+MPI_Comm duet_comm_mpi(const duet_comm *c) { return c->comm; }
+
+void duet__comm_set_max_chunk(duet_comm *c, size_t max_elems) {
+    if (max_elems < 1) max_elems = 1;
+    if (max_elems > (size_t)INT_MAX) max_elems = (size_t)INT_MAX;
+    c->max_chunk = max_elems;
+}
+
+/* ---- types and ops ---------------------------------------------------------- */
+
+static MPI_Datatype mpi_type(const duet_comm *c, duet_dtype dt) {
+    switch (dt) {
+    case DUET_DTYPE_F32: return MPI_FLOAT;
+    case DUET_DTYPE_F64: return MPI_DOUBLE;
+    case DUET_DTYPE_F16:
+    case DUET_DTYPE_BF16: return c->half_type;
+    case DUET_DTYPE_I32: return MPI_INT32_T;
+    case DUET_DTYPE_I64: return MPI_INT64_T;
+    case DUET_DTYPE_U64: return MPI_UINT64_T;
+    case DUET_DTYPE_U8: return MPI_UINT8_T;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static int mpi_op(const duet_comm *c, duet_dtype dt, duet_reduce_op op, MPI_Op *out) {
+    if ((unsigned)op > DUET_REDUCE_MIN)
+        return duet__error(DUET_EINVAL, "comm: unknown reduce op %d", (int)op);
+    if (dt == DUET_DTYPE_F16) *out = c->f16_ops[op];
+    else if (dt == DUET_DTYPE_BF16) *out = c->bf16_ops[op];
+    else *out = op == DUET_REDUCE_SUM ? MPI_SUM : op == DUET_REDUCE_MAX ? MPI_MAX : MPI_MIN;
+    return DUET_OK;
+}
+
+static int check_dtype(duet_dtype dt, const char *what) {
+    if (duet_dtype_size(dt) == 0)
+        return duet__error(DUET_EINVAL, "comm: %s: unknown dtype %d", what, (int)dt);
+    return DUET_OK;
+}
+
+/* The one place where a size_t count becomes MPI's int: the next chunk of at
+ * most c->max_chunk (<= INT_MAX) elements out of `left`. */
+static int chunk_count(const duet_comm *c, size_t left) {
+    size_t n = left < c->max_chunk ? left : c->max_chunk;
+    DUET_ASSERT(n <= (size_t)INT_MAX);
+    return (int)n;
+}
+
+/* ---- blocking collectives ------------------------------------------------ */
+
+int duet_comm_allreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt, duet_reduce_op op) {
+    DUET_TRY(check_dtype(dt, "allreduce"));
+    MPI_Op mop = MPI_OP_NULL;
+    DUET_TRY(mpi_op(c, dt, op, &mop));
+    size_t es = duet_dtype_size(dt);
+    for (size_t off = 0; off < count;) {
+        int n = chunk_count(c, count - off);
+        DUET__MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, n, mpi_type(c, dt), mop,
+                                    c->comm));
+        off += (size_t)n;
+    }
+    return DUET_OK;
+}
+
+int duet_comm_bcast(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root) {
+    DUET_TRY(check_dtype(dt, "bcast"));
+    if (root < 0 || root >= c->size)
+        return duet__error(DUET_EINVAL, "comm: bcast root %d outside the group of %d", root,
+                           c->size);
+    size_t es = duet_dtype_size(dt);
+    for (size_t off = 0; off < count;) {
+        int n = chunk_count(c, count - off);
+        DUET__MPI_TRY(MPI_Bcast((char *)buf + off * es, n, mpi_type(c, dt), root, c->comm));
+        off += (size_t)n;
+    }
+    return DUET_OK;
+}
+
+int duet_comm_allgather(duet_comm *c, const void *send, void *recv, size_t count,
+                        duet_dtype dt) {
+    DUET_TRY(check_dtype(dt, "allgather"));
+    size_t es = duet_dtype_size(dt);
+    if (count <= c->max_chunk) {
+        int n = chunk_count(c, count);
+        DUET__MPI_TRY(MPI_Allgather(send, n, mpi_type(c, dt), recv, n, mpi_type(c, dt), c->comm));
+        return DUET_OK;
+    }
+    /* Chunk j of every rank's block: rank r's elements [off, off+n) land at
+     * recv + (r*count + off) elements, i.e. a block of n elements whose
+     * extent is a whole per-rank block. */
+    for (size_t off = 0; off < count;) {
+        int n = chunk_count(c, count - off);
+        MPI_Datatype block, strided;
+        DUET__MPI_TRY(MPI_Type_contiguous(n, mpi_type(c, dt), &block));
+        int rc = DUET__MPI_CHECK(
+            MPI_Type_create_resized(block, 0, (MPI_Aint)(count * es), &strided));
+        MPI_Type_free(&block);
+        if (rc != DUET_OK) return rc;
+        rc = DUET__MPI_CHECK(MPI_Type_commit(&strided));
+        if (rc == DUET_OK)
+            rc = DUET__MPI_CHECK(MPI_Allgather((const char *)send + off * es, n, mpi_type(c, dt),
+                                               (char *)recv + off * es, 1, strided, c->comm));
+        MPI_Type_free(&strided);
+        if (rc != DUET_OK) return rc;
+        off += (size_t)n;
+    }
+    return DUET_OK;
+}
+
+int duet_comm_barrier(duet_comm *c) {
+    DUET__MPI_TRY(MPI_Barrier(c->comm));
+    return DUET_OK;
+}
+
+/* ---- nonblocking allreduce -------------------------------------------------- */
+
+struct duet_comm_request {
+    int n;              /* MPI requests, one per chunk */
+    MPI_Request reqs[]; /* MPI_REQUEST_NULL once complete */
+};
+
+int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
+                         duet_reduce_op op, duet_comm_request **req) {
+    *req = NULL;
+    DUET_TRY(check_dtype(dt, "iallreduce"));
+    MPI_Op mop = MPI_OP_NULL;
+    DUET_TRY(mpi_op(c, dt, op, &mop));
+    size_t nchunks = count == 0 ? 0 : (count - 1) / c->max_chunk + 1;
+    if (nchunks > (size_t)INT_MAX)
+        return duet__error(DUET_EINVAL, "comm: iallreduce of %zu elements needs too many chunks",
+                           count);
+    duet_comm_request *r = malloc(sizeof *r + nchunks * sizeof(MPI_Request));
+    if (r == NULL) return duet__error(DUET_ENOMEM, "comm: out of memory for a request");
+    r->n = 0;
+    size_t es = duet_dtype_size(dt);
+    for (size_t off = 0; off < count;) {
+        int n = chunk_count(c, count - off);
+        int rc = DUET__MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * es, n,
+                                                mpi_type(c, dt), mop, c->comm, &r->reqs[r->n]));
+        if (rc != DUET_OK) {
+            /* Chunks already started must still finish, or the peers would
+             * wait on them forever. */
+            MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE);
+            free(r);
+            return rc;
+        }
+        r->n++;
+        off += (size_t)n;
+    }
+    *req = r;
+    return DUET_OK;
+}
+
+int duet_comm_test(duet_comm_request **req, bool *done) {
+    *done = true;
+    duet_comm_request *r = *req;
+    if (r == NULL) return DUET_OK;
+    int flag = 0;
+    int rc = DUET__MPI_CHECK(MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE));
+    if (rc != DUET_OK) {
+        free(r);
+        *req = NULL;
+        return rc;
+    }
+    if (!flag) {
+        *done = false;
+        return DUET_OK;
+    }
+    free(r);
+    *req = NULL;
+    return DUET_OK;
+}
+
+int duet_comm_wait(duet_comm_request **req) {
+    duet_comm_request *r = *req;
+    if (r == NULL) return DUET_OK;
+    int rc = DUET__MPI_CHECK(MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE));
+    free(r);
+    *req = NULL;
+    return rc;
+}
+
+/* ---- job control ------------------------------------------------------------- */
+
+void duet_comm_abort(duet_comm *c, int errorcode, const char *fmt, ...) {
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    bool mpi_up = inited && !finalized;
+    int rank = 0;
+    if (c != NULL) rank = c->rank;
+    else if (mpi_up) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "duet: rank %d: %s\n", rank, msg);
+    fflush(stderr);
+    if (mpi_up) MPI_Abort(c != NULL ? c->comm : MPI_COMM_WORLD, errorcode != 0 ? errorcode : 1);
+    abort();
+}

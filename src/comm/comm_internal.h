@@ -1,0 +1,45 @@
+/* Private to duet: the comm object's layout, the one checking macro for MPI
+ * calls, and the checked size_t -> int conversion. Other layers (ddp,
+ * wrapper, train) may include it for DUET__MPI_TRY. */
+#ifndef DUET_COMM_INTERNAL_H
+#define DUET_COMM_INTERNAL_H
+
+#include "duet/comm.h"
+
+struct duet_comm {
+    MPI_Comm comm; /* our duplicate, MPI_ERRORS_RETURN */
+    int rank, size;
+    /* Two-byte element type for F16/BF16, and the user ops over it. */
+    MPI_Datatype half_type;
+    MPI_Op f16_ops[3];  /* indexed by duet_reduce_op */
+    MPI_Op bf16_ops[3];
+    /* Largest element count handed to one MPI call (<= INT_MAX); lowered by
+     * tests to exercise chunking. */
+    size_t max_chunk;
+};
+
+/* Turns a failed MPI return code into DUET_EMPI with MPI's message and the
+ * call site; returns DUET_EMPI. */
+int duet__mpi_error(int mpi_rc, const char *call, const char *file, int line);
+
+/* `DUET__MPI_TRY(MPI_Bcast(...));` returns DUET_EMPI from the enclosing
+ * function on failure. */
+#define DUET__MPI_TRY(call)                                                    \
+    do {                                                                       \
+        int duet__mrc = (call);                                                \
+        if (duet__mrc != MPI_SUCCESS)                                          \
+            return duet__mpi_error(duet__mrc, #call, __FILE__, __LINE__);      \
+    } while (0)
+
+/* Same, for code that must clean up: evaluates to a duet status. */
+#define DUET__MPI_CHECK(call)                                                  \
+    duet__mpi_check((call), #call, __FILE__, __LINE__)
+static inline int duet__mpi_check(int mpi_rc, const char *call, const char *file, int line) {
+    return mpi_rc == MPI_SUCCESS ? 0 : duet__mpi_error(mpi_rc, call, file, line);
+}
+
+/* Sets the largest element count per MPI call (clamped to 1..INT_MAX). For
+ * tests of the chunked paths. */
+void duet__comm_set_max_chunk(duet_comm *c, size_t max_elems);
+
+#endif

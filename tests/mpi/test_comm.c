@@ -1,0 +1,209 @@
+/* comm layer across processes: the host program initialises MPI itself (duet
+ * must neither re-initialise nor finalize it), every collective with
+ * rank-dependent data against closed forms, the chunked paths, F16/BF16
+ * sums through the user-defined op, nonblocking allreduce with test/wait,
+ * and MPI errors coming back as statuses on every rank. */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+
+static duet_comm *world;
+static int rank, size;
+
+static void test_host_owns_mpi(void **state) {
+    (void)state;
+    assert_false(duet_comm_initialised_mpi());
+    int r = -1, s = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    assert_int_equal(duet_comm_rank(world), r);
+    assert_int_equal(duet_comm_size(world), s);
+    /* A comm over the host's own communicator is a private duplicate. */
+    duet_comm *c = NULL;
+    TU_OK(duet_comm_create(&c, MPI_COMM_WORLD));
+    int cmp = 0;
+    MPI_Comm_compare(duet_comm_mpi(c), MPI_COMM_WORLD, &cmp);
+    assert_int_equal(cmp, MPI_CONGRUENT);
+    duet_comm_destroy(c);
+    /* duet_comm_init with MPI already up is a no-op. */
+    TU_OK(duet_comm_init(NULL, NULL));
+    assert_false(duet_comm_initialised_mpi());
+}
+
+static void test_allreduce_ops(void **state) {
+    (void)state;
+    enum { N = 37 };
+    float f[N];
+    double d[N];
+    int64_t l[N];
+    for (int i = 0; i < N; i++) {
+        f[i] = (float)(rank + 1) * (float)i;
+        d[i] = (rank + 1) * 0.25 + i;
+        l[i] = (int64_t)(rank - i) << 33;
+    }
+    TU_OK(duet_comm_allreduce(world, f, N, DUET_DTYPE_F32, DUET_REDUCE_SUM));
+    TU_OK(duet_comm_allreduce(world, d, N, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    TU_OK(duet_comm_allreduce(world, l, N, DUET_DTYPE_I64, DUET_REDUCE_MIN));
+    float tri = (float)(size * (size + 1) / 2);
+    for (int i = 0; i < N; i++) {
+        assert_true(f[i] == tri * (float)i);
+        assert_true(d[i] == size * 0.25 + i);
+        assert_true(l[i] == (int64_t)(0 - i) << 33);
+    }
+}
+
+static void test_chunked_collectives(void **state) {
+    (void)state;
+    duet_comm *c = NULL;
+    TU_OK(duet_comm_dup(world, &c));
+    duet__comm_set_max_chunk(c, 4); /* 4 elements per MPI call */
+    enum { N = 23 };
+    int32_t a[N];
+    for (int i = 0; i < N; i++) a[i] = rank * 1000 + i;
+    TU_OK(duet_comm_allreduce(c, a, N, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    for (int i = 0; i < N; i++) assert_int_equal(a[i], 1000 * size * (size - 1) / 2 + size * i);
+
+    float b[N];
+    for (int i = 0; i < N; i++) b[i] = rank == size - 1 ? (float)i * 3.0f : -1.0f;
+    TU_OK(duet_comm_bcast(c, b, N, DUET_DTYPE_F32, size - 1));
+    for (int i = 0; i < N; i++) assert_true(b[i] == (float)i * 3.0f);
+
+    /* Allgather with a block larger than the chunk: each rank's block lands
+     * at its place although it travels in pieces. */
+    uint64_t send[N], *recv = calloc((size_t)size * N, sizeof *recv);
+    for (int i = 0; i < N; i++) send[i] = ((uint64_t)rank << 40) | (uint64_t)i;
+    TU_OK(duet_comm_allgather(c, send, recv, N, DUET_DTYPE_U64));
+    for (int r = 0; r < size; r++)
+        for (int i = 0; i < N; i++) assert_true(recv[r * N + i] == (((uint64_t)r << 40) | (uint64_t)i));
+    free(recv);
+
+    float g[N];
+    for (int i = 0; i < N; i++) g[i] = (float)(rank + i);
+    duet_comm_request *req = NULL;
+    TU_OK(duet_comm_iallreduce(c, g, N, DUET_DTYPE_F32, DUET_REDUCE_MAX, &req));
+    TU_OK(duet_comm_wait(&req));
+    assert_null(req);
+    for (int i = 0; i < N; i++) assert_true(g[i] == (float)(size - 1 + i));
+    duet_comm_destroy(c);
+}
+
+/* Half sums: values whose sum is exact in the format must come back exact;
+ * general values must match float32 sums to the format's precision. */
+static void test_half_sums(void **state) {
+    (void)state;
+    enum { N = 300 };
+    float v[N], want[N], got[N];
+    uint16_t h[N];
+    for (int i = 0; i < N; i++) {
+        v[i] = (float)(i % 17 - 8) * 0.125f * (float)(rank + 1); /* exact in both */
+        want[i] = (float)(i % 17 - 8) * 0.125f * (float)(size * (size + 1) / 2);
+    }
+    duet_f32_to_f16(h, v, N);
+    TU_OK(duet_comm_allreduce(world, h, N, DUET_DTYPE_F16, DUET_REDUCE_SUM));
+    duet_f16_to_f32(got, h, N);
+    tu_assert_close(got, want, N, 0, 0, "exact f16 sum");
+    duet_f32_to_bf16(h, v, N);
+    TU_OK(duet_comm_allreduce(world, h, N, DUET_DTYPE_BF16, DUET_REDUCE_SUM));
+    duet_bf16_to_f32(got, h, N);
+    tu_assert_close(got, want, N, 0, 0, "exact bf16 sum");
+
+    /* Random values, nonblocking: compare with the float32 sum of the same
+     * rounded inputs (each rank can compute every rank's input). */
+    for (int i = 0; i < N; i++) {
+        want[i] = 0;
+        for (int r = 0; r < size; r++) {
+            duet_rng g = duet_rng_make(99, (uint64_t)(r * N + i));
+            float x = duet_rng_normal(&g) * 10.0f;
+            uint16_t xh;
+            duet_f32_to_f16(&xh, &x, 1);
+            float xr;
+            duet_f16_to_f32(&xr, &xh, 1);
+            want[i] += xr;
+            if (r == rank) v[i] = x;
+        }
+    }
+    duet_f32_to_f16(h, v, N);
+    duet_comm_request *req = NULL;
+    TU_OK(duet_comm_iallreduce(world, h, N, DUET_DTYPE_F16, DUET_REDUCE_SUM, &req));
+    bool done = false;
+    while (!done) TU_OK(duet_comm_test(&req, &done));
+    duet_f16_to_f32(got, h, N);
+    /* Each of the size-1 additions rounds once (2^-11 relative). */
+    tu_assert_close(got, want, N, 2e-3, 5e-2, "f16 sum of random values");
+
+    /* Max on halves too. */
+    for (int i = 0; i < N; i++) v[i] = (float)((rank * 7 + i) % 11);
+    duet_f32_to_f16(h, v, N);
+    TU_OK(duet_comm_allreduce(world, h, N, DUET_DTYPE_F16, DUET_REDUCE_MAX));
+    duet_f16_to_f32(got, h, N);
+    for (int i = 0; i < N; i++) {
+        float m = 0;
+        for (int r = 0; r < size; r++) m = fmaxf(m, (float)((r * 7 + i) % 11));
+        assert_true(got[i] == m);
+    }
+}
+
+static void test_allgather_and_barrier(void **state) {
+    (void)state;
+    double mine[2] = {rank * 1.5, -rank};
+    double *all = calloc((size_t)size * 2, sizeof *all);
+    TU_OK(duet_comm_allgather(world, mine, all, 2, DUET_DTYPE_F64));
+    for (int r = 0; r < size; r++) {
+        assert_true(all[2 * r] == r * 1.5);
+        assert_true(all[2 * r + 1] == -r);
+    }
+    free(all);
+    TU_OK(duet_comm_barrier(world));
+}
+
+static void test_errors_on_every_rank(void **state) {
+    (void)state;
+    int x = 0;
+    /* The same bad call on every rank: every rank gets the status back. */
+    int rc = DUET__MPI_CHECK(MPI_Bcast(&x, 1, MPI_INT, size + 2, duet_comm_mpi(world)));
+    assert_int_equal(rc, DUET_EMPI);
+    assert_non_null(strstr(duet_last_error(), "MPI_Bcast failed"));
+    assert_int_equal(duet_comm_bcast(world, &x, 1, DUET_DTYPE_I32, -1), DUET_EINVAL);
+    /* The group still works afterwards. */
+    x = rank;
+    TU_OK(duet_comm_allreduce(world, &x, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    assert_int_equal(x, size * (size - 1) / 2);
+}
+
+static int setup(void **state) {
+    (void)state;
+    return duet_comm_world(&world) == DUET_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    duet_comm_destroy(world);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    /* The host program owns MPI here. */
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_owns_mpi),
+        cmocka_unit_test(test_allreduce_ops),
+        cmocka_unit_test(test_chunked_collectives),
+        cmocka_unit_test(test_half_sums),
+        cmocka_unit_test(test_allgather_and_barrier),
+        cmocka_unit_test(test_errors_on_every_rank),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    /* duet must not have finalized the host's MPI. */
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (duet_comm_finalize() != DUET_OK) failed++; /* no-op: duet did not initialise MPI */
+    MPI_Finalized(&finalized);
+    if (finalized) failed++;
+    MPI_Finalize();
+    return failed;
+}
