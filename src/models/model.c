@@ -1,0 +1,414 @@
+/* The model contract: batches, named log values, the optimizer set keyed by
+ * part, and the model handle that dispatches forward / train_step /
+ * val_step to its type. */
+#include "duet/models.h"
+#include "duet/comm.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d != NULL) memcpy(d, s, n);
+    return d;
+}
+
+/* ---- batches --------------------------------------------------------------- */
+
+static int batch_check_count(duet_batch *b, int64_t n, const char *what, const char *name) {
+    if (n < 1)
+        return duet__error(DUET_EINVAL, "batch: %s '%s' has no samples", what, name);
+    bool empty = b->ntensors == 0 && b->nmeta == 0;
+    if (!empty && b->nsamples != n)
+        return duet__error(DUET_ESHAPE,
+                           "batch: %s '%s' has %" PRId64 " samples but the batch has %" PRId64,
+                           what, name, n, b->nsamples);
+    return DUET_OK;
+}
+
+static bool batch_has_name(const duet_batch *b, const char *name) {
+    for (size_t i = 0; i < b->ntensors; i++)
+        if (strcmp(b->tensors[i].name, name) == 0) return true;
+    for (size_t i = 0; i < b->nmeta; i++)
+        if (strcmp(b->meta[i].key, name) == 0) return true;
+    return false;
+}
+
+int duet_batch_add_tensor(duet_batch *b, const char *name, duet_tensor *t) {
+    DUET_ASSERT(b != NULL && name != NULL && t != NULL);
+    if (batch_has_name(b, name))
+        return duet__error(DUET_EINVAL, "batch: '%s' is already in the batch", name);
+    DUET_TRY(batch_check_count(b, t->shape[0], "tensor", name));
+    duet_batch_tensor *grown = realloc(b->tensors, (b->ntensors + 1) * sizeof *grown);
+    if (grown == NULL) return duet__error(DUET_ENOMEM, "batch: out of memory adding '%s'", name);
+    b->tensors = grown;
+    char *n = dup_str(name);
+    if (n == NULL) return duet__error(DUET_ENOMEM, "batch: out of memory adding '%s'", name);
+    b->tensors[b->ntensors].name = n;
+    b->tensors[b->ntensors].tensor = duet_tensor_retain(t);
+    b->ntensors++;
+    b->nsamples = t->shape[0];
+    return DUET_OK;
+}
+
+static void free_strings(char **v, int64_t n) {
+    if (v == NULL) return;
+    for (int64_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+int duet_batch_add_meta(duet_batch *b, const char *key, int64_t n, const char *const *values) {
+    DUET_ASSERT(b != NULL && key != NULL && (values != NULL || n == 0));
+    if (batch_has_name(b, key))
+        return duet__error(DUET_EINVAL, "batch: '%s' is already in the batch", key);
+    DUET_TRY(batch_check_count(b, n, "metadata column", key));
+    char **v = calloc((size_t)n, sizeof *v);
+    char *k = dup_str(key);
+    duet_batch_meta *grown = realloc(b->meta, (b->nmeta + 1) * sizeof *grown);
+    if (grown != NULL) b->meta = grown;
+    bool ok = v != NULL && k != NULL && grown != NULL;
+    for (int64_t i = 0; ok && i < n; i++) {
+        v[i] = dup_str(values[i] != NULL ? values[i] : "");
+        ok = v[i] != NULL;
+    }
+    if (!ok) {
+        free_strings(v, n);
+        free(k);
+        return duet__error(DUET_ENOMEM, "batch: out of memory adding metadata '%s'", key);
+    }
+    b->meta[b->nmeta].key = k;
+    b->meta[b->nmeta].values = v;
+    b->nmeta++;
+    b->nsamples = n;
+    return DUET_OK;
+}
+
+duet_tensor *duet_batch_tensor_get(const duet_batch *b, const char *name) {
+    for (size_t i = 0; i < b->ntensors; i++)
+        if (strcmp(b->tensors[i].name, name) == 0) return b->tensors[i].tensor;
+    return NULL;
+}
+
+int duet_batch_require(const duet_batch *b, const char *name, duet_tensor **out) {
+    *out = duet_batch_tensor_get(b, name);
+    if (*out != NULL) return DUET_OK;
+    char have[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < b->ntensors && used < sizeof have; i++)
+        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "",
+                                 b->tensors[i].name);
+    return duet__error(DUET_ENOTFOUND, "batch: no tensor '%s' (the batch has: %s)", name,
+                       b->ntensors ? have : "nothing");
+}
+
+const char *duet_batch_meta_get(const duet_batch *b, const char *key, int64_t i) {
+    if (i < 0 || i >= b->nsamples) return NULL;
+    for (size_t k = 0; k < b->nmeta; k++)
+        if (strcmp(b->meta[k].key, key) == 0) return b->meta[k].values[i];
+    return NULL;
+}
+
+int duet_batch_slice(duet_batch *out, const duet_batch *b, int64_t start, int64_t count) {
+    DUET_ASSERT(out->ntensors == 0 && out->nmeta == 0);
+    if (start < 0 || count < 1 || start + count > b->nsamples)
+        return duet__error(DUET_EINVAL,
+                           "batch: samples [%" PRId64 ", %" PRId64 ") are outside a batch of %"
+                           PRId64, start, start + count, b->nsamples);
+    int rc = DUET_OK;
+    for (size_t i = 0; i < b->ntensors && rc == DUET_OK; i++) {
+        duet_tensor *v = NULL;
+        rc = duet_tensor_slice0(&v, b->tensors[i].tensor, start, count);
+        if (rc == DUET_OK) rc = duet_batch_add_tensor(out, b->tensors[i].name, v);
+        duet_tensor_release(v);
+    }
+    for (size_t i = 0; i < b->nmeta && rc == DUET_OK; i++)
+        rc = duet_batch_add_meta(out, b->meta[i].key, count,
+                                 (const char *const *)b->meta[i].values + start);
+    if (rc != DUET_OK) duet_batch_clear(out);
+    return rc;
+}
+
+void duet_batch_clear(duet_batch *b) {
+    if (b == NULL) return;
+    for (size_t i = 0; i < b->ntensors; i++) {
+        free(b->tensors[i].name);
+        duet_tensor_release(b->tensors[i].tensor);
+    }
+    for (size_t i = 0; i < b->nmeta; i++) {
+        free(b->meta[i].key);
+        free_strings(b->meta[i].values, b->nsamples);
+    }
+    free(b->tensors);
+    free(b->meta);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- log values ------------------------------------------------------------ */
+
+void duet_log_vars_clear(duet_log_vars *lv) { lv->count = 0; }
+
+int duet_log_vars_set(duet_log_vars *lv, const char *name, double value) {
+    for (int i = 0; i < lv->count; i++) {
+        if (strcmp(lv->names[i], name) == 0) {
+            lv->values[i] = value;
+            return DUET_OK;
+        }
+    }
+    if (strlen(name) >= DUET_LOG_VAR_NAME_MAX)
+        return duet__error(DUET_EINVAL, "log values: name '%s' is longer than %d characters",
+                           name, DUET_LOG_VAR_NAME_MAX - 1);
+    if (lv->count == DUET_LOG_VARS_MAX)
+        return duet__error(DUET_EINVAL, "log values: more than %d values (adding '%s')",
+                           DUET_LOG_VARS_MAX, name);
+    strcpy(lv->names[lv->count], name);
+    lv->values[lv->count] = value;
+    lv->count++;
+    return DUET_OK;
+}
+
+bool duet_log_vars_get(const duet_log_vars *lv, const char *name, double *value) {
+    for (int i = 0; i < lv->count; i++) {
+        if (strcmp(lv->names[i], name) == 0) {
+            *value = lv->values[i];
+            return true;
+        }
+    }
+    return false;
+}
+
+/* FNV-1a over the names in order: ranks that disagree on what they log
+ * would otherwise average unrelated numbers. */
+static uint64_t names_hash(const duet_log_vars *lv) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < lv->count; i++)
+        for (const char *c = lv->names[i]; ; c++) {
+            h = (h ^ (uint8_t)*c) * 1099511628211ull;
+            if (*c == '\0') break;
+        }
+    return h;
+}
+
+int duet_log_vars_average(duet_log_vars *lv, duet_comm *comm) {
+    if (comm == NULL || duet_comm_size(comm) == 1) return DUET_OK;
+    int size = duet_comm_size(comm);
+    uint64_t mine[2] = {(uint64_t)lv->count, names_hash(lv)};
+    uint64_t *all = malloc((size_t)size * sizeof mine);
+    if (all == NULL) return duet__error(DUET_ENOMEM, "log values: out of memory");
+    int rc = duet_comm_allgather(comm, mine, all, 2, DUET_DTYPE_U64);
+    for (int r = 0; r < size && rc == DUET_OK; r++)
+        if (all[2 * r] != mine[0] || all[2 * r + 1] != mine[1])
+            rc = duet__error(DUET_EMISMATCH,
+                             "log values: rank %d logs %d values and rank %d logs %llu values "
+                             "(or other names); every rank must log the same names in the same "
+                             "order", duet_comm_rank(comm), lv->count, r,
+                             (unsigned long long)all[2 * r]);
+    free(all);
+    DUET_TRY(rc);
+    if (lv->count == 0) return DUET_OK;
+    DUET_TRY(duet_comm_allreduce(comm, lv->values, (size_t)lv->count, DUET_DTYPE_F64,
+                                 DUET_REDUCE_SUM));
+    for (int i = 0; i < lv->count; i++) lv->values[i] /= size;
+    return DUET_OK;
+}
+
+/* ---- optimizer set ------------------------------------------------------------ */
+
+struct duet_optimizer_set {
+    size_t count;
+    char **names;
+    duet_optimizer **opts;
+};
+
+int duet_optimizer_set_create(duet_optimizer_set **out) {
+    *out = calloc(1, sizeof **out);
+    if (*out == NULL) return duet__error(DUET_ENOMEM, "optimizer set: out of memory");
+    return DUET_OK;
+}
+
+void duet_optimizer_set_destroy(duet_optimizer_set *s) {
+    if (s == NULL) return;
+    for (size_t i = 0; i < s->count; i++) {
+        free(s->names[i]);
+        duet_optimizer_destroy(s->opts[i]);
+    }
+    free(s->names);
+    free(s->opts);
+    free(s);
+}
+
+int duet_optimizer_set_add(duet_optimizer_set *s, const char *name, duet_optimizer *opt) {
+    if (duet_optimizer_set_get(s, name) != NULL) {
+        duet_optimizer_destroy(opt);
+        return duet__error(DUET_EINVAL, "optimizer set: there is already an optimizer for '%s'",
+                           name);
+    }
+    char **names = realloc(s->names, (s->count + 1) * sizeof *names);
+    if (names != NULL) s->names = names;
+    duet_optimizer **opts = realloc(s->opts, (s->count + 1) * sizeof *opts);
+    if (opts != NULL) s->opts = opts;
+    char *n = dup_str(name);
+    if (names == NULL || opts == NULL || n == NULL) {
+        free(n);
+        duet_optimizer_destroy(opt);
+        return duet__error(DUET_ENOMEM, "optimizer set: out of memory adding '%s'", name);
+    }
+    s->names[s->count] = n;
+    s->opts[s->count] = opt;
+    s->count++;
+    return DUET_OK;
+}
+
+static int part_params(duet_model *model, const char *child, duet_named_tensors *params) {
+    duet_module *part = duet_model_part(model, child);
+    if (part == NULL)
+        return duet__error(DUET_ENOTFOUND, "optimizer set: model %s has no part '%s'",
+                           duet_model_type_name(model), child);
+    /* All parameters, as torch.optim over model.<child>.parameters(): a
+     * part that is frozen for a moment (set_requires_grad) keeps its
+     * optimizer state. */
+    DUET_TRY(duet_module_named_parameters(part, false, params));
+    if (params->count == 0) {
+        duet_named_tensors_free(params);
+        return duet__error(DUET_EINVAL, "optimizer set: part '%s' of %s has no parameters",
+                           child, duet_model_type_name(model));
+    }
+    return DUET_OK;
+}
+
+int duet_optimizer_set_add_adam(duet_optimizer_set *s, duet_model *model, const char *child,
+                                duet_adam_opts opts) {
+    duet_named_tensors params = {0};
+    DUET_TRY(part_params(model, child, &params));
+    duet_optimizer *opt = NULL;
+    int rc = duet_adam_create(&opt, &params, opts);
+    duet_named_tensors_free(&params);
+    DUET_TRY(rc);
+    return duet_optimizer_set_add(s, child, opt);
+}
+
+int duet_optimizer_set_add_sgd(duet_optimizer_set *s, duet_model *model, const char *child,
+                               duet_sgd_opts opts) {
+    duet_named_tensors params = {0};
+    DUET_TRY(part_params(model, child, &params));
+    duet_optimizer *opt = NULL;
+    int rc = duet_sgd_create(&opt, &params, opts);
+    duet_named_tensors_free(&params);
+    DUET_TRY(rc);
+    return duet_optimizer_set_add(s, child, opt);
+}
+
+duet_optimizer *duet_optimizer_set_get(const duet_optimizer_set *s, const char *name) {
+    for (size_t i = 0; i < s->count; i++)
+        if (strcmp(s->names[i], name) == 0) return s->opts[i];
+    return NULL;
+}
+
+int duet_optimizer_set_require(const duet_optimizer_set *s, const char *name,
+                               duet_optimizer **out) {
+    *out = duet_optimizer_set_get(s, name);
+    if (*out != NULL) return DUET_OK;
+    char have[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < s->count && used < sizeof have; i++)
+        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "",
+                                 s->names[i]);
+    return duet__error(DUET_ENOTFOUND,
+                       "optimizer set: no optimizer for '%s' (the set has: %s); configure "
+                       "optimizers.%s",
+                       name, s->count ? have : "none", name);
+}
+
+size_t duet_optimizer_set_count(const duet_optimizer_set *s) { return s->count; }
+
+const char *duet_optimizer_set_name(const duet_optimizer_set *s, size_t i) {
+    return i < s->count ? s->names[i] : NULL;
+}
+
+duet_optimizer *duet_optimizer_set_at(const duet_optimizer_set *s, size_t i) {
+    return i < s->count ? s->opts[i] : NULL;
+}
+
+/* ---- models ------------------------------------------------------------------- */
+
+struct duet_model {
+    const duet_model_ops *ops;
+    void *impl;
+    duet_module *root;
+    duet_comm *comm;
+};
+
+void duet_val_output_clear(duet_val_output *v) {
+    if (v == NULL) return;
+    duet_tensor_release(v->output);
+    v->output = NULL;
+    v->nsamples = 0;
+    duet_log_vars_clear(&v->metrics);
+}
+
+int duet_model_create(duet_model **out, const duet_model_ops *ops, void *impl,
+                      duet_module *root) {
+    DUET_ASSERT(ops != NULL && root != NULL);
+    *out = calloc(1, sizeof **out);
+    if (*out == NULL) {
+        if (ops->destroy != NULL) ops->destroy(impl);
+        duet_module_destroy(root);
+        return duet__error(DUET_ENOMEM, "model %s: out of memory", ops->name);
+    }
+    (*out)->ops = ops;
+    (*out)->impl = impl;
+    (*out)->root = root;
+    return DUET_OK;
+}
+
+void duet_model_destroy(duet_model *m) {
+    if (m == NULL) return;
+    if (m->ops->destroy != NULL) m->ops->destroy(m->impl);
+    duet_module_destroy(m->root);
+    free(m);
+}
+
+duet_module *duet_model_module(duet_model *m) { return m->root; }
+void *duet_model_impl(duet_model *m) { return m->impl; }
+const char *duet_model_type_name(const duet_model *m) { return m->ops->name; }
+
+duet_module *duet_model_part(duet_model *m, const char *name) {
+    return duet_module_child(m->root, name);
+}
+
+void duet_model_set_comm(duet_model *m, duet_comm *comm) { m->comm = comm; }
+duet_comm *duet_model_comm(const duet_model *m) { return m->comm; }
+
+int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
+    *out = NULL;
+    if (m->ops->forward == NULL)
+        return duet__error(DUET_EUNSUPPORTED, "model %s has no forward", m->ops->name);
+    return m->ops->forward(m, lq, out);
+}
+
+int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
+                          duet_log_vars *log) {
+    duet_log_vars_clear(log);
+    if (m->ops->train_step == NULL)
+        return duet__error(DUET_EUNSUPPORTED, "model %s has no train_step", m->ops->name);
+    int rc = m->ops->train_step(m, batch, opts, log);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.train_step", m->ops->name);
+    return rc;
+}
+
+int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
+    duet_val_output_clear(out);
+    if (m->ops->val_step == NULL)
+        return duet__error(DUET_EUNSUPPORTED, "model %s has no val_step", m->ops->name);
+    bool was_training = m->root->training;
+    bool prev = duet_set_grad_enabled(false);
+    duet_module_train(m->root, false);
+    int rc = m->ops->val_step(m, batch, out);
+    duet_module_train(m->root, was_training);
+    duet_set_grad_enabled(prev);
+    if (rc != DUET_OK) {
+        duet__error_context(rc, "%s.val_step", m->ops->name);
+        duet_val_output_clear(out);
+    }
+    return rc;
+}

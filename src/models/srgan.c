@@ -1,0 +1,251 @@
+/* SRGAN as MMEditing builds and trains it (mmedit/models/restorers/srgan.py):
+ * parts generator, discriminator, gan_loss, pixel_loss, perceptual_loss;
+ * train_step alternates a generator step (discriminator frozen) and a
+ * discriminator step on real and detached fake images. */
+#include "models_internal.h"
+
+#include <string.h>
+
+typedef struct srgan {
+    int disc_steps, disc_init_steps;
+    int64_t step_counter;
+    duet_test_cfg test_cfg;
+} srgan;
+
+duet_srgan_opts duet_srgan_opts_default(void) {
+    duet_srgan_opts o;
+    memset(&o, 0, sizeof o);
+    o.generator = duet_msrresnet_opts_default();
+    o.discriminator = duet_modified_vgg_opts_default();
+    o.gan_loss = duet_gan_loss_opts_default();
+    o.gan_loss.loss_weight = 5e-3f;
+    o.pixel_loss_weight = 1e-2f;
+    o.perceptual = true;
+    o.perceptual_loss = duet_perceptual_loss_opts_default();
+    o.perceptual_loss.norm_img = false;
+    o.disc_steps = 1;
+    o.disc_init_steps = 0;
+    o.test_cfg = duet_test_cfg_default();
+    o.test_cfg.crop_border = o.generator.upscale_factor;
+    return o;
+}
+
+/* The model as a module: forward is the generator's (test mode output). */
+static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    duet_module *g = duet_module_child(self, "generator");
+    if (g == NULL) return duet__error(DUET_ESTATE, "%s has no generator", self->type->name);
+    return duet_module_forwardn(g, nin, in, out);
+}
+
+static const duet_module_type srgan_module_type = {"SRGAN", root_forward, NULL};
+
+static int need_part(duet_model *m, const char *name, duet_module **out) {
+    *out = duet_model_part(m, name);
+    if (*out == NULL)
+        return duet__error(DUET_ESTATE, "%s: the model has no part '%s'",
+                           duet_model_type_name(m), name);
+    return DUET_OK;
+}
+
+/* total = total + l (total NULL: l), consuming l: parse_losses' sum. */
+static int add_loss(duet_tensor **total, duet_tensor *l) {
+    if (*total == NULL) {
+        *total = l;
+        return DUET_OK;
+    }
+    duet_tensor *s = NULL;
+    int rc = duet_add(*total, l, &s);
+    duet_tensor_release(*total);
+    duet_tensor_release(l);
+    *total = s;
+    return rc;
+}
+
+static double mean_of(const duet_tensor *t) {
+    double s = 0.0;
+    for (int64_t i = 0; i < t->numel; i++) s += t->data[i];
+    return s / (double)t->numel;
+}
+
+/* Pixel + perceptual + GAN loss on the generator's output, one generator
+ * update. Log values go into *log. */
+static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
+                          duet_optimizer *opt_g, duet_log_vars *log) {
+    duet_module *disc = NULL, *gan = NULL;
+    DUET_TRY(need_part(m, "discriminator", &disc));
+    DUET_TRY(need_part(m, "gan_loss", &gan));
+    duet_module *pix = duet_model_part(m, "pixel_loss");
+    duet_module *percep = duet_model_part(m, "perceptual_loss");
+    duet_tensor *loss_g = NULL, *l = NULL, *style = NULL, *pred = NULL;
+    int rc = DUET_OK;
+    if (pix != NULL) {
+        rc = duet_module_forward2(pix, fake, gt, &l);
+        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_pix", l->data[0]);
+        if (rc == DUET_OK) rc = add_loss(&loss_g, l);
+        else duet_tensor_release(l);
+        l = NULL;
+    }
+    if (rc == DUET_OK && percep != NULL) {
+        rc = duet_perceptual_loss(percep, fake, gt, &l, &style);
+        if (rc == DUET_OK && l != NULL) {
+            rc = duet_log_vars_set(log, "loss_perceptual", l->data[0]);
+            if (rc == DUET_OK) rc = add_loss(&loss_g, l);
+            else duet_tensor_release(l);
+            l = NULL;
+        }
+        if (rc == DUET_OK && style != NULL) {
+            rc = duet_log_vars_set(log, "loss_style", style->data[0]);
+            if (rc == DUET_OK) rc = add_loss(&loss_g, style);
+            else duet_tensor_release(style);
+            style = NULL;
+        }
+        duet_tensor_release(l);
+        duet_tensor_release(style);
+    }
+    if (rc == DUET_OK) rc = duet_module_forward(disc, fake, &pred);
+    if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, true, false, &l);
+    if (rc == DUET_OK) {
+        rc = duet_log_vars_set(log, "loss_gan", l->data[0]);
+        if (rc == DUET_OK) rc = add_loss(&loss_g, l);
+        else duet_tensor_release(l);
+    }
+    duet_tensor_release(pred);
+    if (rc == DUET_OK) {
+        duet_optimizer_zero_grad(opt_g);
+        rc = duet_backward(loss_g);
+    }
+    if (rc == DUET_OK) rc = duet_optimizer_step(opt_g);
+    duet_tensor_release(loss_g);
+    return rc;
+}
+
+/* One discriminator update: real then detached fake, gradients summed. */
+static int discriminator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
+                              duet_optimizer *opt_d, duet_log_vars *log) {
+    duet_module *disc = NULL, *gan = NULL;
+    DUET_TRY(need_part(m, "discriminator", &disc));
+    DUET_TRY(need_part(m, "gan_loss", &gan));
+    duet_tensor *real_pred = NULL, *fake_pred = NULL, *loss = NULL, *fake_d = NULL;
+    int rc = duet_module_forward(disc, gt, &real_pred);
+    if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &loss);
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
+    if (rc == DUET_OK) {
+        duet_optimizer_zero_grad(opt_d);
+        rc = duet_backward(loss);
+    }
+    duet_tensor_release(loss);
+    loss = NULL;
+    if (rc == DUET_OK) rc = duet_detach(fake, &fake_d);
+    if (rc == DUET_OK) rc = duet_module_forward(disc, fake_d, &fake_pred);
+    if (rc == DUET_OK) rc = duet_gan_loss(gan, fake_pred, false, true, &loss);
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
+    if (rc == DUET_OK) rc = duet_backward(loss);
+    if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, "real_logit_mean", mean_of(real_pred));
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, "fake_logit_mean", mean_of(fake_pred));
+    duet_tensor_release(loss);
+    duet_tensor_release(fake_d);
+    duet_tensor_release(real_pred);
+    duet_tensor_release(fake_pred);
+    return rc;
+}
+
+static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
+                            duet_log_vars *log) {
+    srgan *s = duet_model_impl(m);
+    duet_tensor *lq = NULL, *gt = NULL, *fake = NULL;
+    duet_optimizer *opt_g = NULL, *opt_d = NULL;
+    duet_module *gen = NULL, *disc = NULL;
+    DUET_TRY(duet_batch_require(batch, "lq", &lq));
+    DUET_TRY(duet_batch_require(batch, "gt", &gt));
+    DUET_TRY(duet_optimizer_set_require(opts, "generator", &opt_g));
+    DUET_TRY(duet_optimizer_set_require(opts, "discriminator", &opt_d));
+    DUET_TRY(need_part(m, "generator", &gen));
+    DUET_TRY(need_part(m, "discriminator", &disc));
+
+    int rc = duet_module_forward(gen, lq, &fake);
+    /* No updates to the discriminator's parameters in the generator step. */
+    duet_module_set_requires_grad(disc, false);
+    if (rc == DUET_OK && s->step_counter % s->disc_steps == 0 &&
+        s->step_counter >= s->disc_init_steps)
+        rc = generator_step(m, fake, gt, opt_g, log);
+    duet_module_set_requires_grad(disc, true);
+    if (rc == DUET_OK) rc = discriminator_step(m, fake, gt, opt_d, log);
+    duet_tensor_release(fake);
+    /* A failure may leave recorded nodes (a generator forward with no
+     * backward); they belong to this step only. */
+    if (rc != DUET_OK) duet_tape_clear();
+    DUET_TRY(rc);
+    s->step_counter++;
+    return duet_log_vars_average(log, duet_model_comm(m));
+}
+
+static int srgan_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
+    duet_module *gen = NULL;
+    DUET_TRY(need_part(m, "generator", &gen));
+    return duet_module_forward(gen, lq, out);
+}
+
+int duet__restorer_val_step(duet_model *m, const duet_test_cfg *cfg, const duet_batch *batch,
+                            duet_val_output *out) {
+    duet_tensor *lq = NULL;
+    DUET_TRY(duet_batch_require(batch, "lq", &lq));
+    DUET_TRY(duet_model_forward(m, lq, &out->output));
+    out->nsamples = lq->shape[0];
+    duet_tensor *gt = duet_batch_tensor_get(batch, "gt");
+    if (gt == NULL || cfg->nmetrics == 0) return DUET_OK;
+    return duet_evaluate(cfg, out->output, gt, &out->metrics);
+}
+
+static int srgan_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
+    srgan *s = duet_model_impl(m);
+    return duet__restorer_val_step(m, &s->test_cfg, batch, out);
+}
+
+static const duet_model_ops srgan_ops = {"SRGAN", srgan_forward, srgan_train_step,
+                                         srgan_val_step, free};
+
+int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng) {
+    *out = NULL;
+    if (opts->disc_steps < 1 || opts->disc_init_steps < 0)
+        return duet__error(DUET_EINVAL, "SRGAN: disc_steps %d must be >= 1 and disc_init_steps "
+                           "%d >= 0", opts->disc_steps, opts->disc_init_steps);
+    srgan *s = calloc(1, sizeof *s);
+    if (s == NULL) return duet__error(DUET_ENOMEM, "SRGAN: out of memory");
+    s->disc_steps = opts->disc_steps;
+    s->disc_init_steps = opts->disc_init_steps;
+    s->test_cfg = opts->test_cfg;
+
+    duet_module *root = NULL, *part = NULL;
+    int rc = duet_module_create(&root, &srgan_module_type, NULL);
+    if (rc != DUET_OK) {
+        free(s);
+        return rc;
+    }
+    rc = duet_msrresnet_create(&part, &opts->generator, rng);
+    if (rc == DUET_OK) rc = duet_module_add_child(root, "generator", part);
+    if (rc == DUET_OK) rc = duet_modified_vgg_create(&part, &opts->discriminator, rng);
+    if (rc == DUET_OK) rc = duet_module_add_child(root, "discriminator", part);
+    if (rc == DUET_OK) rc = duet_gan_loss_create(&part, &opts->gan_loss);
+    if (rc == DUET_OK) rc = duet_module_add_child(root, "gan_loss", part);
+    if (rc == DUET_OK && opts->pixel_loss_weight > 0.0f) {
+        rc = duet_l1_loss_module_create(&part, opts->pixel_loss_weight);
+        if (rc == DUET_OK) rc = duet_module_add_child(root, "pixel_loss", part);
+    }
+    if (rc == DUET_OK && opts->perceptual) {
+        rc = duet_perceptual_loss_create(&part, &opts->perceptual_loss, rng);
+        if (rc == DUET_OK) rc = duet_module_add_child(root, "perceptual_loss", part);
+    }
+    if (rc != DUET_OK) {
+        duet__error_context(rc, "SRGAN");
+        duet_module_destroy(root);
+        free(s);
+        return rc;
+    }
+    return duet_model_create(out, &srgan_ops, s, root);
+}
+
+int64_t duet_srgan_step_counter(duet_model *m) {
+    DUET_ASSERT(strcmp(duet_model_type_name(m), "SRGAN") == 0);
+    return ((srgan *)duet_model_impl(m))->step_counter;
+}
