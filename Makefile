@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test asan bench clean
+.PHONY: all deps configure build test asan bench demo clean
 
 all: build
 
@@ -26,6 +26,11 @@ asan: deps
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure -L unit -j 2
+
+# The quick start: train the tiny MSRResNet/SRGAN pair on 2 processes on the
+# sample photos, then test them next to bicubic (scripts/demo.sh).
+demo: build
+	bash scripts/demo.sh $(BUILD)
 
 bench: build
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b; done
