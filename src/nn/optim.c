@@ -129,8 +129,9 @@ int duet_sgd_create(duet_optimizer **out, const duet_named_tensors *params, duet
     return DUET_OK;
 }
 
-/* torch.optim.Adam for one tensor: grad += wd * p; exp_avg.lerp_(grad,
- * 1 - beta1); exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) grad^2;
+/* torch.optim.Adam for one tensor: grad += wd * p; exp_avg = beta1 *
+ * exp_avg + (1 - beta1) grad; exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2)
+ * grad^2;
  * p -= lr / bc1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bc2) + eps). The bias
  * corrections are computed in double, as torch does in Python. */
 static void adam_update(duet_optimizer *o, size_t i) {
@@ -143,12 +144,12 @@ static void adam_update(duet_optimizer *o, size_t i) {
     float step_size = (float)((double)o->lr / bc1);
     float bc2_sqrt = (float)sqrt(bc2);
     float w1 = (float)(1.0 - (double)a->beta1), w2 = (float)(1.0 - (double)a->beta2);
-    float b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
+    float b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
     float *x = p->data;
     const float *g = p->grad;
     for (int64_t j = 0; j < p->numel; j++) {
         float gj = wd != 0.0f ? g[j] + wd * x[j] : g[j];
-        m[j] = m[j] + w1 * (gj - m[j]);
+        m[j] = m[j] * b1 + w1 * gj;
         v[j] = v[j] * b2 + w2 * gj * gj;
         float denom = sqrtf(v[j]) / bc2_sqrt + eps;
         x[j] = x[j] - step_size * (m[j] / denom);
