@@ -1,7 +1,7 @@
 /* The model contract: batches, named log values, the optimizer set keyed by
  * part, and the model handle that dispatches forward / train_step /
  * val_step to its type. */
-#include "duet/models.h"
+#include "models_internal.h"
 #include "duet/comm.h"
 
 #include <inttypes.h>
@@ -335,6 +335,7 @@ struct duet_model {
     const duet_model_ops *ops;
     void *impl;
     duet_module *root;
+    duet_module *outer; /* owns root when set (a DDP around the model) */
     duet_comm *comm;
 };
 
@@ -364,16 +365,23 @@ int duet_model_create(duet_model **out, const duet_model_ops *ops, void *impl,
 void duet_model_destroy(duet_model *m) {
     if (m == NULL) return;
     if (m->ops->destroy != NULL) m->ops->destroy(m->impl);
-    duet_module_destroy(m->root);
+    duet_module_destroy(m->outer != NULL ? m->outer : m->root);
     free(m);
 }
 
 duet_module *duet_model_module(duet_model *m) { return m->root; }
+
+void duet__model_set_outer(duet_model *m, duet_module *outer) {
+    if (outer == NULL) m->root = NULL;
+    m->outer = outer;
+}
+
+duet_module *duet__model_outer(duet_model *m) { return m->outer != NULL ? m->outer : m->root; }
 void *duet_model_impl(duet_model *m) { return m->impl; }
 const char *duet_model_type_name(const duet_model *m) { return m->ops->name; }
 
 duet_module *duet_model_part(duet_model *m, const char *name) {
-    return duet_module_child(m->root, name);
+    return m->root != NULL ? duet_module_child(m->root, name) : NULL;
 }
 
 void duet_model_set_comm(duet_model *m, duet_comm *comm) { m->comm = comm; }

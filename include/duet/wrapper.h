@@ -1,0 +1,140 @@
+/* duet/wrapper.h — MMEditing's DistributedDataParallelWrapper, and the
+ * registry that builds models, networks, losses, optimizers and wrappers
+ * from a config by type name.
+ *
+ * The wrapper walks the model's top-level children (its parts) once: a part
+ * with no parameters, or with every parameter frozen (a perceptual loss's
+ * VGG), stays as it is; every other part gets a DDP of its own that replaces
+ * it in place. The model's train_step, which calls
+ * duet_model_part(m, "generator"), then goes through the generator's DDP,
+ * and the generator step and the discriminator step each synchronise only
+ * their own gradients. (One DDP around the whole GAN cannot work: in the
+ * generator step the frozen discriminator's parameters get no gradient and
+ * the reduction never finishes. The "DistributedDataParallel" wrapper type
+ * does exactly that, to show it.)
+ *
+ * Usage:
+ *
+ *   duet_comm *comm = NULL;
+ *   DUET_TRY(duet_comm_world(&comm));
+ *   duet_wrapper_opts wo = duet_wrapper_opts_default();  // MMEditing's
+ *   wo.sync_bn = true;
+ *   duet_wrapper *w = NULL;
+ *   const char *devices[] = {"cpu"};
+ *   DUET_TRY(duet_wrapper_create(&w, model, comm, devices, 1, &wo)); // owns model
+ *   duet_log_vars log;
+ *   DUET_TRY(duet_wrapper_train_step(w, &batch, optimizers, &log));
+ *   duet_wrapper_destroy(w);                              // and the model
+ *
+ *   // or from a config file (duet/train.h):
+ *   DUET_TRY(duet_build_model(cfg, "model", &rng, &model));
+ *   DUET_TRY(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
+ *   DUET_TRY(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
+ */
+#ifndef DUET_WRAPPER_H
+#define DUET_WRAPPER_H
+
+#include "duet/ddp.h"
+#include "duet/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct duet_config duet_config; /* duet/train.h */
+
+typedef enum duet_wrapper_kind {
+    /* One DDP per trainable part (MMEditing's DistributedDataParallelWrapper). */
+    DUET_WRAPPER_PER_PART,
+    /* One DDP around the whole model (plain DistributedDataParallel): fails
+     * with DUET_EUNUSED on a GAN, on purpose. */
+    DUET_WRAPPER_WHOLE_MODEL
+} duet_wrapper_kind;
+
+typedef struct duet_wrapper_opts {
+    duet_wrapper_kind kind;      /* DUET_WRAPPER_PER_PART */
+    int dim;                     /* scatter dimension; only 0 (samples) */
+    bool broadcast_buffers;      /* false (MMEditing) */
+    bool find_unused_parameters; /* false */
+    double bucket_cap_mb;        /* 0: the DDP default */
+    duet_ddp_hook comm_hook;     /* plain allreduce */
+    /* BatchNorm layers of wrapped parts become SyncBatchNorm (statistics
+     * and their gradients reduced over comm). */
+    bool sync_bn;                /* false */
+    const char *trace_path;      /* per-DDP Chrome trace; "%s" = part name; NULL: none */
+} duet_wrapper_opts;
+duet_wrapper_opts duet_wrapper_opts_default(void);
+
+typedef struct duet_wrapper duet_wrapper;
+
+/* Wraps `model` for data parallelism over comm (collective over comm). The
+ * wrapper takes ownership of model, also on failure; comm is borrowed and
+ * must outlive it. device_ids: exactly one device per process, "cpu" or
+ * "0" (DUET_EINVAL otherwise, naming what was given). Sets the model's comm
+ * (duet_model_set_comm) so that its log values are averaged over ranks.
+ * Free with duet_wrapper_destroy. */
+int duet_wrapper_create(duet_wrapper **out, duet_model *model, duet_comm *comm,
+                        const char *const *device_ids, size_t ndevices,
+                        const duet_wrapper_opts *opts);
+/* Destroys the wrapper, the model and its DDPs. NULL ok. */
+void duet_wrapper_destroy(duet_wrapper *w);
+
+/* The wrapped model (borrowed): its parts are DDPs where wrapped
+ * (duet_is_ddp), its state dict names are unchanged. */
+duet_model *duet_wrapper_model(duet_wrapper *w);
+duet_comm *duet_wrapper_comm(duet_wrapper *w);
+/* Names of the wrapped parts in child order (borrowed), e.g. generator,
+ * discriminator. For DUET_WRAPPER_WHOLE_MODEL: one entry, "" (the root). */
+size_t duet_wrapper_num_ddps(const duet_wrapper *w);
+const char *duet_wrapper_ddp_name(const duet_wrapper *w, size_t i);
+/* The DDP module of wrapped entry i (borrowed). */
+duet_module *duet_wrapper_ddp(duet_wrapper *w, size_t i);
+
+/* Each scatters its inputs to this process's device (on the CPU: views of
+ * the same data; metadata passed through untouched) and delegates to the
+ * model. train_step's log values are averaged over the ranks. */
+int duet_wrapper_forward(duet_wrapper *w, duet_tensor *lq, duet_tensor **out);
+int duet_wrapper_train_step(duet_wrapper *w, const duet_batch *batch, duet_optimizer_set *opts,
+                            duet_log_vars *log);
+int duet_wrapper_val_step(duet_wrapper *w, const duet_batch *batch, duet_val_output *out);
+
+/* Bit-identity of every wrapped part across ranks (duet_ddp_check_replicas
+ * per DDP). Collective. */
+int duet_wrapper_check_replicas(duet_wrapper *w);
+
+/* ---- registry: build by type name from a config (duet/train.h) -------------
+ * Each builder reads the group at `path` (its `type` and the options it
+ * knows, each marked used, so duet_config_check_unused catches typos) and
+ * fails with DUET_ECONFIG naming the path and the known type names when the
+ * type is unknown. Option names and defaults are MMEditing's. */
+
+/* Networks and losses: MSRResNet, ModifiedVGG, L1Loss, MSELoss, GANLoss,
+ * PerceptualLoss (layer_weights as a group {"34" = 1.0;}, vgg_type vgg11,
+ * vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128] for a custom stack with 0
+ * for a max pool, pretrained = safetensors path or ""). */
+int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out);
+/* Models: SRGAN, BasicRestorer (parts as groups, train_cfg {disc_steps,
+ * disc_init_steps}, test_cfg {metrics, crop_border, convert_to}). */
+int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out);
+/* Wrappers: DistributedDataParallelWrapper, DistributedDataParallel (keys
+ * broadcast_buffers, find_unused_parameters, bucket_cap_mb, comm_hook
+ * "allreduce" | "fp16" | "bf16", sync_bn, device_ids ["cpu"], dim).
+ * Takes ownership of model, also on failure. */
+int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, duet_comm *comm,
+                       duet_wrapper **out);
+/* One optimizer per member of the group at `path`, keyed by the member's
+ * name, which is a part of the model: {generator = {type = "Adam"; lr =
+ * 1e-4; betas = [0.9, 0.999]; eps; weight_decay;}; ...}; types Adam, SGD
+ * (lr, momentum, dampening, weight_decay, nesterov). */
+int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
+                          duet_optimizer_set **out);
+
+/* The type names each builder knows, NULL-terminated (static). */
+const char *const *duet_registry_module_types(void);
+const char *const *duet_registry_model_types(void);
+const char *const *duet_registry_wrapper_types(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,270 @@
+/* MMEditing's DistributedDataParallelWrapper
+ * (mmedit/core/distributed_wrapper.py): one DDP per trainable top-level
+ * part of a model, inputs scattered to the process's one device, forward /
+ * train_step / val_step delegated to the model. Also the plain
+ * DistributedDataParallel around a whole model, for contrast. */
+#include "duet/wrapper.h"
+
+#include <string.h>
+
+#include "models/models_internal.h"
+
+struct duet_wrapper {
+    duet_model *model;
+    duet_comm *comm;
+    duet_wrapper_opts opts;
+    size_t nddps;
+    char **names;        /* owned */
+    duet_module **ddps;  /* borrowed from the model */
+};
+
+duet_wrapper_opts duet_wrapper_opts_default(void) {
+    return (duet_wrapper_opts){.kind = DUET_WRAPPER_PER_PART,
+                               .dim = 0,
+                               .broadcast_buffers = false,
+                               .find_unused_parameters = false,
+                               .bucket_cap_mb = 0.0,
+                               .comm_hook = DUET_DDP_HOOK_ALLREDUCE,
+                               .sync_bn = false,
+                               .trace_path = NULL};
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d != NULL) memcpy(d, s, n);
+    return d;
+}
+
+/* MMEditing asserts len(device_ids) == 1: one process per device. */
+static int check_devices(const char *const *ids, size_t n) {
+    if (n != 1) {
+        char list[256] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < n && used < sizeof list; i++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", i ? ", " : "",
+                                     ids[i] != NULL ? ids[i] : "(null)");
+        return duet__error(DUET_EINVAL,
+                           "DistributedDataParallelWrapper supports exactly one device per "
+                           "process; device_ids must have length 1, got %zu [%s]. Start one "
+                           "process per device (mpiexec -n <devices>)", n, list);
+    }
+    const char *id = ids[0] != NULL ? ids[0] : "";
+    if (strcmp(id, "cpu") != 0 && strcmp(id, "0") != 0 && strcmp(id, "cpu:0") != 0)
+        return duet__error(DUET_EUNSUPPORTED,
+                           "DistributedDataParallelWrapper: device '%s' is not available; this "
+                           "build runs on the CPU (device id \"cpu\" or \"0\")", id);
+    return DUET_OK;
+}
+
+static int add_entry(duet_wrapper *w, const char *name, duet_module *ddp) {
+    char **names = realloc(w->names, (w->nddps + 1) * sizeof *names);
+    if (names != NULL) w->names = names;
+    duet_module **ddps = realloc(w->ddps, (w->nddps + 1) * sizeof *ddps);
+    if (ddps != NULL) w->ddps = ddps;
+    char *n = dup_str(name);
+    if (names == NULL || ddps == NULL || n == NULL) {
+        free(n);
+        return duet__error(DUET_ENOMEM, "wrapper: out of memory");
+    }
+    w->names[w->nddps] = n;
+    w->ddps[w->nddps] = ddp;
+    w->nddps++;
+    return DUET_OK;
+}
+
+/* DDP options for one part; trace holds the part's trace path. */
+static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, char *trace,
+                                  size_t trace_size) {
+    duet_ddp_opts d = duet_ddp_opts_default();
+    d.broadcast_buffers = o->broadcast_buffers;
+    d.find_unused_parameters = o->find_unused_parameters;
+    if (o->bucket_cap_mb > 0.0) d.bucket_cap_mb = o->bucket_cap_mb;
+    d.comm_hook = o->comm_hook;
+    d.name = name[0] != '\0' ? name : NULL;
+    if (o->trace_path != NULL && o->trace_path[0] != '\0') {
+        const char *s = strstr(o->trace_path, "%s");
+        const char *part = name[0] != '\0' ? name : "model";
+        if (s != NULL)
+            snprintf(trace, trace_size, "%.*s%s%s", (int)(s - o->trace_path), o->trace_path, part,
+                     s + 2);
+        else
+            snprintf(trace, trace_size, "%s.%s", o->trace_path, part);
+        d.trace_path = trace;
+    }
+    return d;
+}
+
+static int wrap_parts(duet_wrapper *w) {
+    duet_module *root = duet_model_module(w->model);
+    for (size_t i = 0; i < root->nchildren; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "%s", root->children[i].name);
+        duet_module *part = root->children[i].module;
+        /* Parts with nothing to train (the losses, a frozen VGG) are only
+         * "moved to the device", which on the CPU is nothing to do. */
+        if (duet_module_num_parameters(part, true) == 0) {
+            duet_log(DUET_LOG_DEBUG, "wrapper: %s has no trainable parameters; not wrapped",
+                     name);
+            continue;
+        }
+        if (w->opts.sync_bn) {
+            int rc = duet_convert_sync_batchnorm(part, w->comm);
+            if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn on %s", name);
+        }
+        char trace[512];
+        duet_ddp_opts d = ddp_opts_for(&w->opts, name, trace, sizeof trace);
+        duet_module *ddp = NULL;
+        int rc = duet_ddp_wrap_child(root, name, w->comm, &d, &ddp);
+        if (rc != DUET_OK) return duet__error_context(rc, "wrapper: wrapping %s", name);
+        DUET_TRY(add_entry(w, name, ddp));
+    }
+    return DUET_OK;
+}
+
+static int wrap_whole(duet_wrapper *w) {
+    duet_module *root = duet_model_module(w->model);
+    if (w->opts.sync_bn) {
+        int rc = duet_convert_sync_batchnorm(root, w->comm);
+        if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn");
+    }
+    char trace[512];
+    duet_ddp_opts d = ddp_opts_for(&w->opts, "", trace, sizeof trace);
+    d.name = duet_model_type_name(w->model);
+    duet_module *ddp = NULL;
+    int rc = duet_ddp_create(&ddp, root, w->comm, &d);
+    /* The DDP owns the root from now on, also when creation failed (it
+     * destroyed it then). */
+    duet__model_set_outer(w->model, rc == DUET_OK ? ddp : NULL);
+    DUET_TRY(rc);
+    return add_entry(w, "", ddp);
+}
+
+int duet_wrapper_create(duet_wrapper **out, duet_model *model, duet_comm *comm,
+                        const char *const *device_ids, size_t ndevices,
+                        const duet_wrapper_opts *opts) {
+    *out = NULL;
+    DUET_ASSERT(model != NULL);
+    duet_wrapper_opts o = opts != NULL ? *opts : duet_wrapper_opts_default();
+    int rc = comm != NULL ? check_devices(device_ids, ndevices)
+                          : duet__error(DUET_EINVAL, "wrapper: no process group (comm is NULL)");
+    if (rc == DUET_OK && o.dim != 0)
+        rc = duet__error(DUET_EUNSUPPORTED, "wrapper: scatter along dim %d; only dim 0 (the "
+                         "samples) is supported", o.dim);
+    duet_wrapper *w = NULL;
+    if (rc == DUET_OK) {
+        w = calloc(1, sizeof *w);
+        if (w == NULL) rc = duet__error(DUET_ENOMEM, "wrapper: out of memory");
+    }
+    if (rc != DUET_OK) {
+        duet_model_destroy(model);
+        return rc;
+    }
+    w->model = model;
+    w->comm = comm;
+    w->opts = o;
+    w->opts.trace_path = NULL; /* not kept past create */
+    rc = o.kind == DUET_WRAPPER_WHOLE_MODEL ? wrap_whole(w) : wrap_parts(w);
+    if (rc != DUET_OK) {
+        duet_wrapper_destroy(w);
+        return rc;
+    }
+    duet_model_set_comm(model, comm);
+    *out = w;
+    return DUET_OK;
+}
+
+void duet_wrapper_destroy(duet_wrapper *w) {
+    if (w == NULL) return;
+    duet_model_destroy(w->model);
+    for (size_t i = 0; i < w->nddps; i++) free(w->names[i]);
+    free(w->names);
+    free(w->ddps);
+    free(w);
+}
+
+duet_model *duet_wrapper_model(duet_wrapper *w) { return w->model; }
+duet_comm *duet_wrapper_comm(duet_wrapper *w) { return w->comm; }
+size_t duet_wrapper_num_ddps(const duet_wrapper *w) { return w->nddps; }
+
+const char *duet_wrapper_ddp_name(const duet_wrapper *w, size_t i) {
+    return i < w->nddps ? w->names[i] : NULL;
+}
+
+duet_module *duet_wrapper_ddp(duet_wrapper *w, size_t i) {
+    return i < w->nddps ? w->ddps[i] : NULL;
+}
+
+/* ---- scatter -------------------------------------------------------------------- */
+
+/* The batch on this process's device. On the CPU the data are already
+ * there: each tensor becomes a view of the same floats, and the metadata
+ * columns are the caller's, untouched (borrowed: release with
+ * scatter_release, never duet_batch_clear). */
+static int scatter(duet_batch *out, const duet_batch *in) {
+    *out = *in;
+    out->tensors = NULL;
+    out->ntensors = 0;
+    if (in->ntensors == 0) return DUET_OK;
+    out->tensors = calloc(in->ntensors, sizeof *out->tensors);
+    if (out->tensors == NULL) return duet__error(DUET_ENOMEM, "wrapper: scatter: out of memory");
+    for (size_t i = 0; i < in->ntensors; i++) {
+        duet_tensor *t = in->tensors[i].tensor, *v = NULL;
+        int rc = duet_tensor_view(&v, t, t->ndim, t->shape);
+        if (rc != DUET_OK) return rc;
+        out->tensors[i].name = in->tensors[i].name;
+        out->tensors[i].tensor = v;
+        out->ntensors++;
+    }
+    return DUET_OK;
+}
+
+static void scatter_release(duet_batch *b) {
+    for (size_t i = 0; i < b->ntensors; i++) duet_tensor_release(b->tensors[i].tensor);
+    free(b->tensors);
+}
+
+int duet_wrapper_forward(duet_wrapper *w, duet_tensor *lq, duet_tensor **out) {
+    *out = NULL;
+    duet_tensor *v = NULL;
+    DUET_TRY(duet_tensor_view(&v, lq, lq->ndim, lq->shape));
+    int rc;
+    if (w->opts.kind == DUET_WRAPPER_WHOLE_MODEL)
+        rc = duet_module_forward(w->ddps[0], v, out); /* arms the DDP in grad mode */
+    else
+        rc = duet_model_forward(w->model, v, out);
+    duet_tensor_release(v);
+    return rc;
+}
+
+int duet_wrapper_train_step(duet_wrapper *w, const duet_batch *batch, duet_optimizer_set *opts,
+                            duet_log_vars *log) {
+    duet_log_vars_clear(log);
+    duet_batch local;
+    int rc = scatter(&local, batch);
+    /* One DDP around the model sees the whole train_step as its forward
+     * (MMCV's MMDistributedDataParallel.train_step): armed once, it then
+     * waits in vain for the discriminator's gradients in the generator step. */
+    if (rc == DUET_OK && w->opts.kind == DUET_WRAPPER_WHOLE_MODEL)
+        rc = duet_ddp_prepare(w->ddps[0], NULL, 0);
+    if (rc == DUET_OK) rc = duet_model_train_step(w->model, &local, opts, log);
+    scatter_release(&local);
+    return rc;
+}
+
+int duet_wrapper_val_step(duet_wrapper *w, const duet_batch *batch, duet_val_output *out) {
+    duet_batch local;
+    int rc = scatter(&local, batch);
+    if (rc == DUET_OK) rc = duet_model_val_step(w->model, &local, out);
+    scatter_release(&local);
+    return rc;
+}
+
+int duet_wrapper_check_replicas(duet_wrapper *w) {
+    for (size_t i = 0; i < w->nddps; i++) {
+        int rc = duet_ddp_check_replicas(w->ddps[i]);
+        if (rc != DUET_OK)
+            return duet__error_context(rc, "wrapper: %s", w->names[i][0] ? w->names[i] : "model");
+    }
+    return DUET_OK;
+}
