@@ -23,11 +23,12 @@ extern "C" {
 
 /* MMEditing's MSRResNet: conv_first, trunk_net.<i>.conv1/conv2
  * (ResidualBlockNoBN, res_scale 1), upsample1.upsample_conv (and upsample2
- * for x4; x3 uses one PixelShufflePack of 3), conv_hr, conv_last; LeakyReLU
- * 0.1; the bilinear upsampled input is added to the output. Init as
- * MMEditing: default_init_weights scale 0.1 on the residual blocks, 0.1 on
- * conv_first/upsample/conv_hr, conv_last scale 0 for its weight is not
- * used — see the source for each. */
+ * for x4; x2 and x3 use one PixelShufflePack of 2 or 3), conv_hr,
+ * conv_last; LeakyReLU 0.1; the bilinear upsampled input is added to the
+ * output. Init as MMEditing 0.x after init_weights(): every convolution
+ * (conv_first, each block's conv1/conv2, the upsample convs, conv_hr,
+ * conv_last) is kaiming_normal (fan_in, gain sqrt 2) times 0.1 with bias 0.
+ * DUET_EINVAL for another scale factor. */
 typedef struct duet_msrresnet_opts {
     int in_channels, out_channels, mid_channels, num_blocks, upscale_factor;
 } duet_msrresnet_opts;
@@ -37,7 +38,9 @@ int duet_msrresnet_create(duet_module **out, const duet_msrresnet_opts *opts, du
 /* MMEditing's ModifiedVGG discriminator: conv0_0 (3x3, bias), conv0_1 (4x4
  * s2, no bias), bn0_1, conv1_0, bn1_0, conv1_1, bn1_1, ... conv4_1, bn4_1,
  * linear1 (mid*8 * (input_size/32)^2 -> 100), linear2 (100 -> 1); LeakyReLU
- * 0.2. Output (N, 1) logits. input_size must be a multiple of 32. */
+ * 0.2. Output (N, 1) logits. input_size must be a multiple of 32 (MMEditing:
+ * 128 only); forward fails with DUET_ESHAPE on another size. PyTorch
+ * default init (uniform +-1/sqrt(fan_in)); BN eps 1e-5, momentum 0.1. */
 typedef struct duet_modified_vgg_opts {
     int in_channels, mid_channels, input_size;
 } duet_modified_vgg_opts;

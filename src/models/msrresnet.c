@@ -1,0 +1,207 @@
+/* MMEditing's MSRResNet (mmedit/models/backbones/sr_backbones/sr_resnet.py)
+ * with its ResidualBlockNoBN and PixelShufflePack, under the same names. */
+#include "duet/models.h"
+
+/* Replaces *cur by m's output for it (releasing the old tensor). */
+static int step(duet_module *m, duet_tensor **cur) {
+    duet_tensor *next = NULL;
+    int rc = duet_module_forward(m, *cur, &next);
+    duet_tensor_release(*cur);
+    *cur = next;
+    return rc;
+}
+
+static int step_lrelu(float slope, duet_tensor **cur) {
+    duet_tensor *next = NULL;
+    int rc = duet_leaky_relu(*cur, slope, &next);
+    duet_tensor_release(*cur);
+    *cur = next;
+    return rc;
+}
+
+/* ---- ResidualBlockNoBN: x + conv2(relu(conv1(x))), res_scale 1 ------------ */
+
+static int resblock_forward(duet_module *self, int nin, duet_tensor *const *in,
+                            duet_tensor **out) {
+    *out = NULL;
+    if (nin != 1) return duet__error(DUET_EINVAL, "ResidualBlockNoBN takes one input");
+    duet_tensor *h = duet_tensor_retain(in[0]), *r = NULL;
+    int rc = step(self->children[0].module, &h);
+    if (rc == DUET_OK) {
+        duet_tensor *a = NULL;
+        rc = duet_relu(h, &a);
+        duet_tensor_release(h);
+        h = a;
+    }
+    if (rc == DUET_OK) rc = step(self->children[1].module, &h);
+    if (rc == DUET_OK) rc = duet_add(in[0], h, &r);
+    duet_tensor_release(h);
+    *out = r;
+    return rc;
+}
+
+static const duet_module_type resblock_type = {"ResidualBlockNoBN", resblock_forward, NULL};
+
+static int resblock_create(duet_module **out, int mid, duet_rng *rng) {
+    DUET_TRY(duet_module_create(out, &resblock_type, NULL));
+    const char *names[2] = {"conv1", "conv2"};
+    for (int i = 0; i < 2; i++) {
+        duet_module *conv = NULL;
+        int rc = duet_conv2d_module_create(&conv, mid, mid, 3, 1, 1, true, rng);
+        if (rc == DUET_OK) rc = duet_module_add_child(*out, names[i], conv);
+        if (rc != DUET_OK) {
+            duet_module_destroy(*out);
+            *out = NULL;
+            return rc;
+        }
+    }
+    /* res_scale == 1: the block's own init_weights, scale 0.1. */
+    duet_default_init_weights(*out, 0.1f, rng);
+    return DUET_OK;
+}
+
+/* ---- PixelShufflePack: pixel_shuffle(upsample_conv(x), scale) ------------- */
+
+typedef struct pack_impl {
+    int scale;
+} pack_impl;
+
+static int pack_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    *out = NULL;
+    if (nin != 1) return duet__error(DUET_EINVAL, "PixelShufflePack takes one input");
+    const pack_impl *p = self->impl;
+    duet_tensor *h = NULL;
+    DUET_TRY(duet_module_forward(self->children[0].module, in[0], &h));
+    int rc = duet_pixel_shuffle(h, p->scale, out);
+    duet_tensor_release(h);
+    return rc;
+}
+
+static const duet_module_type pack_type = {"PixelShufflePack", pack_forward, free};
+
+static int pack_create(duet_module **out, int in_ch, int out_ch, int scale, int kernel,
+                       duet_rng *rng) {
+    *out = NULL;
+    pack_impl *p = malloc(sizeof *p);
+    if (p == NULL) return duet__error(DUET_ENOMEM, "PixelShufflePack: out of memory");
+    p->scale = scale;
+    duet_module *m = NULL, *conv = NULL;
+    DUET_TRY(duet_module_create(&m, &pack_type, p));
+    int rc = duet_conv2d_module_create(&conv, in_ch, out_ch * scale * scale, kernel, 1,
+                                       (kernel - 1) / 2, true, rng);
+    if (rc == DUET_OK) rc = duet_module_add_child(m, "upsample_conv", conv);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    /* PixelShufflePack.init_weights: default_init_weights(self, 1). */
+    duet_default_init_weights(m, 1.0f, rng);
+    *out = m;
+    return DUET_OK;
+}
+
+/* ---- MSRResNet ---------------------------------------------------------------- */
+
+typedef struct msr_impl {
+    duet_msrresnet_opts opts;
+} msr_impl;
+
+duet_msrresnet_opts duet_msrresnet_opts_default(void) {
+    return (duet_msrresnet_opts){.in_channels = 3, .out_channels = 3, .mid_channels = 64,
+                                 .num_blocks = 16, .upscale_factor = 4};
+}
+
+static int msr_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    *out = NULL;
+    if (nin != 1) return duet__error(DUET_EINVAL, "MSRResNet takes one input, got %d", nin);
+    const msr_impl *g = self->impl;
+    duet_tensor *x = in[0];
+    if (x->ndim != 4 || x->shape[1] != g->opts.in_channels) {
+        char s[DUET_SHAPE_STR_MAX];
+        return duet__error(DUET_ESHAPE, "MSRResNet: input %s; expected (N, %d, H, W)",
+                           duet_shape_str(x, s, sizeof s), g->opts.in_channels);
+    }
+    duet_module *conv_first = duet_module_child(self, "conv_first");
+    duet_module *trunk = duet_module_child(self, "trunk_net");
+    duet_module *up1 = duet_module_child(self, "upsample1");
+    duet_module *up2 = duet_module_child(self, "upsample2"); /* x4 only */
+    duet_module *conv_hr = duet_module_child(self, "conv_hr");
+    duet_module *conv_last = duet_module_child(self, "conv_last");
+    DUET_ASSERT(conv_first && trunk && up1 && conv_hr && conv_last);
+
+    /* feat = lrelu(conv_first(x)); out = trunk_net(feat); out = upsample(s);
+     * out = conv_last(lrelu(conv_hr(out))) + bilinear(x). */
+    duet_tensor *h = duet_tensor_retain(x), *up = NULL, *y = NULL;
+    int rc = step(conv_first, &h);
+    if (rc == DUET_OK) rc = step_lrelu(0.1f, &h);
+    if (rc == DUET_OK) rc = step(trunk, &h);
+    if (rc == DUET_OK) rc = step(up1, &h);
+    if (rc == DUET_OK && up2 != NULL) rc = step(up2, &h);
+    if (rc == DUET_OK) rc = step(conv_hr, &h);
+    if (rc == DUET_OK) rc = step_lrelu(0.1f, &h);
+    if (rc == DUET_OK) rc = step(conv_last, &h);
+    if (rc == DUET_OK) rc = duet_upsample_bilinear(x, g->opts.upscale_factor, &up);
+    if (rc == DUET_OK) rc = duet_add(h, up, &y);
+    duet_tensor_release(h);
+    duet_tensor_release(up);
+    if (rc != DUET_OK) return duet__error_context(rc, "MSRResNet forward");
+    *out = y;
+    return DUET_OK;
+}
+
+static const duet_module_type msr_type = {"MSRResNet", msr_forward, free};
+
+static int add_conv(duet_module *m, const char *name, int in, int out, duet_rng *rng) {
+    duet_module *conv = NULL;
+    DUET_TRY(duet_conv2d_module_create(&conv, in, out, 3, 1, 1, true, rng));
+    return duet_module_add_child(m, name, conv);
+}
+
+int duet_msrresnet_create(duet_module **out, const duet_msrresnet_opts *opts, duet_rng *rng) {
+    *out = NULL;
+    const duet_msrresnet_opts o = *opts;
+    if (o.in_channels < 1 || o.out_channels < 1 || o.mid_channels < 1 || o.num_blocks < 0)
+        return duet__error(DUET_EINVAL, "MSRResNet: in %d, out %d, mid %d channels and %d "
+                           "blocks; channels must be positive and blocks non-negative",
+                           o.in_channels, o.out_channels, o.mid_channels, o.num_blocks);
+    if (o.upscale_factor < 2 || o.upscale_factor > 4)
+        return duet__error(DUET_EINVAL, "MSRResNet: unsupported scale factor %d; supported "
+                           "ones are 2, 3 and 4", o.upscale_factor);
+    msr_impl *impl = malloc(sizeof *impl);
+    if (impl == NULL) return duet__error(DUET_ENOMEM, "MSRResNet: out of memory");
+    impl->opts = o;
+    duet_module *m = NULL, *trunk = NULL, *part = NULL;
+    DUET_TRY(duet_module_create(&m, &msr_type, impl));
+    int mid = o.mid_channels;
+    int rc = add_conv(m, "conv_first", o.in_channels, mid, rng);
+    if (rc == DUET_OK) rc = duet_sequential_create(&trunk);
+    if (rc == DUET_OK) rc = duet_module_add_child(m, "trunk_net", trunk);
+    for (int i = 0; i < o.num_blocks && rc == DUET_OK; i++) {
+        rc = resblock_create(&part, mid, rng);
+        if (rc == DUET_OK) rc = duet_sequential_append(trunk, part);
+    }
+    int s1 = o.upscale_factor == 4 ? 2 : o.upscale_factor;
+    if (rc == DUET_OK) rc = pack_create(&part, mid, mid, s1, 3, rng);
+    if (rc == DUET_OK) rc = duet_module_add_child(m, "upsample1", part);
+    if (rc == DUET_OK && o.upscale_factor == 4) {
+        rc = pack_create(&part, mid, mid, 2, 3, rng);
+        if (rc == DUET_OK) rc = duet_module_add_child(m, "upsample2", part);
+    }
+    if (rc == DUET_OK) rc = add_conv(m, "conv_hr", mid, mid, rng);
+    if (rc == DUET_OK) rc = add_conv(m, "conv_last", mid, o.out_channels, rng);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    /* MSRResNet.init_weights (MMEditing 0.x, run by the restorer after
+     * construction): default_init_weights(m, 0.1) for conv_first,
+     * upsample1, upsample2, conv_hr and conv_last. The trunk's blocks were
+     * initialised with 0.1 by their own constructor. */
+    const char *scaled[5] = {"conv_first", "upsample1", "upsample2", "conv_hr", "conv_last"};
+    for (int i = 0; i < 5; i++) {
+        duet_module *c = duet_module_child(m, scaled[i]);
+        if (c != NULL) duet_default_init_weights(c, 0.1f, rng);
+    }
+    *out = m;
+    return DUET_OK;
+}
