@@ -1,0 +1,462 @@
+/* The registry: builds networks, losses, models, wrappers and optimizers
+ * from config groups by their `type`, reading MMEditing's option names.
+ * Every key read is marked used by the config, so a typo or an option duet
+ * does not know is caught later by duet_config_check_unused. */
+#include "duet/wrapper.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "duet/train.h"
+
+static const char *const module_types[] = {"MSRResNet", "ModifiedVGG", "L1Loss", "MSELoss",
+                                           "GANLoss", "PerceptualLoss", NULL};
+static const char *const model_types[] = {"SRGAN", "BasicRestorer", NULL};
+static const char *const wrapper_types[] = {"DistributedDataParallelWrapper",
+                                            "DistributedDataParallel", NULL};
+
+const char *const *duet_registry_module_types(void) { return module_types; }
+const char *const *duet_registry_model_types(void) { return model_types; }
+const char *const *duet_registry_wrapper_types(void) { return wrapper_types; }
+
+static int unknown_type(const char *what, const char *path, const char *type,
+                        const char *const *known) {
+    char list[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; known[i] != NULL && used < sizeof list; i++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", known[i]);
+    return duet__error(DUET_ECONFIG, "%s.type: unknown %s type '%s' (known: %s)", path, what, type,
+                       list);
+}
+
+/* Typed getters with defaults, narrowing to the types of the option structs. */
+static int get_int(duet_config *c, const char *key, int def, int *out) {
+    int64_t v;
+    DUET_TRY(duet_config_get_int_or(c, key, def, &v));
+    if (v < -2147483647 || v > 2147483647)
+        return duet__error(DUET_ECONFIG, "%s: %s = %lld is out of range", duet_config_name(c), key,
+                           (long long)v);
+    *out = (int)v;
+    return DUET_OK;
+}
+
+static int get_float(duet_config *c, const char *key, float def, float *out) {
+    double v;
+    DUET_TRY(duet_config_get_double_or(c, key, def, &v));
+    *out = (float)v;
+    return DUET_OK;
+}
+
+/* The group at path as a view, and its type. */
+static int open_group(duet_config *cfg, const char *path, duet_config **sub, const char **type) {
+    *sub = NULL;
+    DUET_TRY(duet_config_sub(cfg, path, sub));
+    int rc = duet_config_get_string(*sub, "type", type);
+    if (rc != DUET_OK) {
+        duet_config_destroy(*sub);
+        *sub = NULL;
+    }
+    return rc;
+}
+
+static int expect_type(const char *path, const char *type, const char *want) {
+    if (strcmp(type, want) == 0) return DUET_OK;
+    return duet__error(DUET_EUNSUPPORTED, "%s.type: '%s' is not supported here (duet has %s)",
+                       path, type, want);
+}
+
+/* ---- option readers ------------------------------------------------------------- */
+
+static int read_msrresnet(duet_config *c, duet_msrresnet_opts *o) {
+    *o = duet_msrresnet_opts_default();
+    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    DUET_TRY(get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
+    return get_int(c, "upscale_factor", o->upscale_factor, &o->upscale_factor);
+}
+
+static int read_modified_vgg(duet_config *c, duet_modified_vgg_opts *o) {
+    *o = duet_modified_vgg_opts_default();
+    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    return get_int(c, "input_size", o->input_size, &o->input_size);
+}
+
+static int read_pixel_loss(duet_config *c, float *weight) {
+    const char *red;
+    DUET_TRY(get_float(c, "loss_weight", 1.0f, weight));
+    DUET_TRY(duet_config_get_string_or(c, "reduction", "mean", &red));
+    if (strcmp(red, "mean") != 0)
+        return duet__error(DUET_EUNSUPPORTED, "%s: reduction '%s' is not supported (only 'mean')",
+                           duet_config_name(c), red);
+    return DUET_OK;
+}
+
+static int read_gan_loss(duet_config *c, duet_gan_loss_opts *o) {
+    *o = duet_gan_loss_opts_default();
+    DUET_TRY(duet_config_get_string_or(c, "gan_type", "vanilla", &o->gan_type));
+    DUET_TRY(get_float(c, "real_label_val", o->real_label_val, &o->real_label_val));
+    DUET_TRY(get_float(c, "fake_label_val", o->fake_label_val, &o->fake_label_val));
+    return get_float(c, "loss_weight", o->loss_weight, &o->loss_weight);
+}
+
+/* torchvision's VGG configurations, 0 = max pool. */
+static int vgg_cfg(const char *vgg_type, int *cfg, int *n) {
+    static const int v11[] = {64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
+    static const int v13[] = {64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
+    static const int v16[] = {64,  64,  0,   128, 128, 0,   256, 256, 256,
+                              0,   512, 512, 512, 0,   512, 512, 512, 0};
+    static const int v19[] = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
+                              512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
+    const int *src;
+    size_t len;
+    if (strcmp(vgg_type, "vgg11") == 0) src = v11, len = sizeof v11 / sizeof *v11;
+    else if (strcmp(vgg_type, "vgg13") == 0) src = v13, len = sizeof v13 / sizeof *v13;
+    else if (strcmp(vgg_type, "vgg16") == 0) src = v16, len = sizeof v16 / sizeof *v16;
+    else if (strcmp(vgg_type, "vgg19") == 0) src = v19, len = sizeof v19 / sizeof *v19;
+    else
+        return duet__error(DUET_ECONFIG, "PerceptualLoss: vgg_type '%s' (use vgg11, vgg13, vgg16, "
+                           "vgg19, or give cfg = [...])", vgg_type);
+    for (size_t i = 0; i < len; i++) cfg[i] = src[i];
+    *n = (int)len;
+    return DUET_OK;
+}
+
+static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
+    *o = duet_perceptual_loss_opts_default();
+    if (duet_config_has(c, "layer_weights")) {
+        size_t n = 0;
+        DUET_TRY(duet_config_length(c, "layer_weights", &n));
+        if (n < 1 || n > DUET_PERCEPTUAL_MAX_LAYERS)
+            return duet__error(DUET_ECONFIG, "%s: layer_weights has %zu entries (1 to %d)",
+                               duet_config_name(c), n, DUET_PERCEPTUAL_MAX_LAYERS);
+        o->nlayer_weights = (int)n;
+        for (size_t i = 0; i < n; i++) {
+            const char *name;
+            DUET_TRY(duet_config_member_name(c, "layer_weights", i, &name));
+            char *end = NULL;
+            long id = strtol(name, &end, 10);
+            if (end == name || *end != '\0' || id < 0)
+                return duet__error(DUET_ECONFIG, "%s: layer_weights key '%s' must be a layer "
+                                   "index such as \"34\"", duet_config_name(c), name);
+            char key[96];
+            snprintf(key, sizeof key, "layer_weights.%s", name);
+            double w;
+            DUET_TRY(duet_config_get_double(c, key, &w));
+            o->layer_ids[i] = (int)id;
+            o->layer_weights[i] = (float)w;
+        }
+    }
+    const char *vgg_type;
+    DUET_TRY(duet_config_get_string_or(c, "vgg_type", "vgg19", &vgg_type));
+    if (duet_config_has(c, "cfg")) {
+        int64_t v[DUET_VGG_MAX_CFG];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_int_array(c, "cfg", v, DUET_VGG_MAX_CFG, &n));
+        for (size_t i = 0; i < n; i++) o->cfg[i] = (int)v[i];
+        o->ncfg = (int)n;
+    } else {
+        DUET_TRY(vgg_cfg(vgg_type, o->cfg, &o->ncfg));
+    }
+    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet_config_get_bool_or(c, "use_input_norm", o->use_input_norm, &o->use_input_norm));
+    DUET_TRY(duet_config_get_bool_or(c, "norm_img", o->norm_img, &o->norm_img));
+    DUET_TRY(get_float(c, "perceptual_weight", o->perceptual_weight, &o->perceptual_weight));
+    DUET_TRY(get_float(c, "style_weight", o->style_weight, &o->style_weight));
+    DUET_TRY(duet_config_get_string_or(c, "criterion", "l1", &o->criterion));
+    DUET_TRY(duet_config_get_string_or(c, "pretrained", "", &o->weights_path));
+    if (strncmp(o->weights_path, "torchvision://", 14) == 0)
+        return duet__error(DUET_ECONFIG, "%s: pretrained = '%s': duet reads VGG weights from a "
+                           "safetensors file (torchvision's state dict converted, keys "
+                           "features.<i>.weight); give its path", duet_config_name(c),
+                           o->weights_path);
+    return DUET_OK;
+}
+
+static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int crop_default) {
+    *o = duet_test_cfg_default();
+    o->crop_border = crop_default;
+    if (!duet_config_has(c, path)) return DUET_OK;
+    duet_config *t = NULL;
+    DUET_TRY(duet_config_sub(c, path, &t));
+    int rc = DUET_OK;
+    if (duet_config_has(t, "metrics")) {
+        size_t n = 0;
+        const char *names[DUET_MAX_METRICS];
+        rc = duet_config_get_string_array(t, "metrics", names, DUET_MAX_METRICS, &n);
+        for (size_t i = 0; i < n && rc == DUET_OK; i++) {
+            /* Static names, so that the settings outlive the config. */
+            if (strcmp(names[i], "PSNR") == 0) o->metrics[i] = "PSNR";
+            else if (strcmp(names[i], "SSIM") == 0) o->metrics[i] = "SSIM";
+            else
+                rc = duet__error(DUET_ECONFIG, "%s.metrics: '%s' is not supported (PSNR, SSIM)",
+                                 path, names[i]);
+        }
+        o->nmetrics = (int)n;
+    }
+    if (rc == DUET_OK) rc = get_int(t, "crop_border", o->crop_border, &o->crop_border);
+    const char *conv = "";
+    if (rc == DUET_OK) rc = duet_config_get_string_or(t, "convert_to", "", &conv);
+    if (rc == DUET_OK && conv[0] != '\0') {
+        if (strcmp(conv, "y") == 0 || strcmp(conv, "Y") == 0) o->convert_to = "y";
+        else rc = duet__error(DUET_ECONFIG, "%s.convert_to: '%s' (use \"y\" or leave it out)",
+                              path, conv);
+    }
+    duet_config_destroy(t);
+    return rc;
+}
+
+/* ---- networks and losses -------------------------------------------------------- */
+
+int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out) {
+    *out = NULL;
+    duet_config *c = NULL;
+    const char *type = NULL;
+    DUET_TRY(open_group(cfg, path, &c, &type));
+    int rc;
+    if (strcmp(type, "MSRResNet") == 0) {
+        duet_msrresnet_opts o;
+        rc = read_msrresnet(c, &o);
+        if (rc == DUET_OK) rc = duet_msrresnet_create(out, &o, rng);
+    } else if (strcmp(type, "ModifiedVGG") == 0) {
+        duet_modified_vgg_opts o;
+        rc = read_modified_vgg(c, &o);
+        if (rc == DUET_OK) rc = duet_modified_vgg_create(out, &o, rng);
+    } else if (strcmp(type, "L1Loss") == 0 || strcmp(type, "MSELoss") == 0) {
+        float w;
+        rc = read_pixel_loss(c, &w);
+        if (rc == DUET_OK)
+            rc = type[0] == 'L' ? duet_l1_loss_module_create(out, w)
+                                : duet_mse_loss_module_create(out, w);
+    } else if (strcmp(type, "GANLoss") == 0) {
+        duet_gan_loss_opts o;
+        rc = read_gan_loss(c, &o);
+        if (rc == DUET_OK) rc = duet_gan_loss_create(out, &o);
+    } else if (strcmp(type, "PerceptualLoss") == 0) {
+        duet_perceptual_loss_opts o;
+        rc = read_perceptual(c, &o);
+        if (rc == DUET_OK) rc = duet_perceptual_loss_create(out, &o, rng);
+    } else {
+        rc = unknown_type("module", path, type, module_types);
+    }
+    duet_config_destroy(c);
+    if (rc != DUET_OK && rc != DUET_ECONFIG) duet__error_context(rc, "%s", path);
+    return rc;
+}
+
+/* ---- models ---------------------------------------------------------------------- */
+
+/* A part's group at "<model>.<part>": its type must be `want`; reader fills
+ * the options. */
+static int read_part(duet_config *m, const char *model_path, const char *part, const char *want,
+                     int (*reader)(duet_config *, void *), void *opts) {
+    char path[256];
+    snprintf(path, sizeof path, "%s.%s", model_path, part);
+    duet_config *c = NULL;
+    const char *type = NULL;
+    DUET_TRY(open_group(m, part, &c, &type));
+    int rc = expect_type(path, type, want);
+    if (rc == DUET_OK) rc = reader(c, opts);
+    duet_config_destroy(c);
+    return rc;
+}
+
+static int rd_msrresnet(duet_config *c, void *o) { return read_msrresnet(c, o); }
+static int rd_vgg(duet_config *c, void *o) { return read_modified_vgg(c, o); }
+static int rd_gan(duet_config *c, void *o) { return read_gan_loss(c, o); }
+static int rd_percep(duet_config *c, void *o) { return read_perceptual(c, o); }
+static int rd_l1(duet_config *c, void *o) { return read_pixel_loss(c, o); }
+
+/* `train_cfg = {};` holds nothing to read; any key in it is reported as
+ * unknown by duet_config_check_unused. */
+static int mark_empty_group(duet_config *m, const char *key) {
+    if (!duet_config_has(m, key)) return DUET_OK;
+    size_t n = 0;
+    DUET_TRY(duet_config_length(m, key, &n));
+    return n == 0 ? duet_config_mark_used(m, key) : DUET_OK;
+}
+
+static int check_pretrained(duet_config *m, const char *path) {
+    const char *pre = "";
+    DUET_TRY(duet_config_get_string_or(m, "pretrained", "", &pre));
+    if (pre[0] != '\0')
+        return duet__error(DUET_EUNSUPPORTED, "%s.pretrained = '%s': start from a checkpoint with "
+                           "load_from instead", path, pre);
+    return DUET_OK;
+}
+
+static int build_srgan(duet_config *m, const char *path, duet_rng *rng, duet_model **out) {
+    duet_srgan_opts o = duet_srgan_opts_default();
+    DUET_TRY(read_part(m, path, "generator", "MSRResNet", rd_msrresnet, &o.generator));
+    DUET_TRY(read_part(m, path, "discriminator", "ModifiedVGG", rd_vgg, &o.discriminator));
+    DUET_TRY(read_part(m, path, "gan_loss", "GANLoss", rd_gan, &o.gan_loss));
+    o.pixel_loss_weight = 0.0f;
+    if (duet_config_has(m, "pixel_loss"))
+        DUET_TRY(read_part(m, path, "pixel_loss", "L1Loss", rd_l1, &o.pixel_loss_weight));
+    o.perceptual = duet_config_has(m, "perceptual_loss");
+    if (o.perceptual)
+        DUET_TRY(read_part(m, path, "perceptual_loss", "PerceptualLoss", rd_percep,
+                           &o.perceptual_loss));
+    DUET_TRY(get_int(m, "train_cfg.disc_steps", 1, &o.disc_steps));
+    DUET_TRY(get_int(m, "train_cfg.disc_init_steps", 0, &o.disc_init_steps));
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
+    DUET_TRY(check_pretrained(m, path));
+    return duet_srgan_create(out, &o, rng);
+}
+
+static int build_basic_restorer(duet_config *m, const char *path, duet_rng *rng,
+                                duet_model **out) {
+    duet_basic_restorer_opts o = duet_basic_restorer_opts_default();
+    DUET_TRY(read_part(m, path, "generator", "MSRResNet", rd_msrresnet, &o.generator));
+    duet_config *c = NULL;
+    const char *type = NULL;
+    DUET_TRY(open_group(m, "pixel_loss", &c, &type));
+    int rc = DUET_OK;
+    if (strcmp(type, "L1Loss") == 0) o.pixel_loss = "L1Loss";
+    else if (strcmp(type, "MSELoss") == 0) o.pixel_loss = "MSELoss";
+    else rc = duet__error(DUET_ECONFIG, "%s.pixel_loss.type: '%s' (use L1Loss or MSELoss)", path,
+                          type);
+    if (rc == DUET_OK) rc = read_pixel_loss(c, &o.pixel_loss_weight);
+    duet_config_destroy(c);
+    DUET_TRY(rc);
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
+    DUET_TRY(check_pretrained(m, path));
+    return duet_basic_restorer_create(out, &o, rng);
+}
+
+int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out) {
+    *out = NULL;
+    duet_config *m = NULL;
+    const char *type = NULL;
+    DUET_TRY(open_group(cfg, path, &m, &type));
+    int rc;
+    if (strcmp(type, "SRGAN") == 0) rc = build_srgan(m, path, rng, out);
+    else if (strcmp(type, "BasicRestorer") == 0) rc = build_basic_restorer(m, path, rng, out);
+    else rc = unknown_type("model", path, type, model_types);
+    duet_config_destroy(m);
+    return rc;
+}
+
+/* ---- wrappers --------------------------------------------------------------------- */
+
+int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, duet_comm *comm,
+                       duet_wrapper **out) {
+    *out = NULL;
+    duet_config *c = NULL;
+    const char *type = NULL;
+    int rc = open_group(cfg, path, &c, &type);
+    if (rc != DUET_OK) {
+        duet_model_destroy(model);
+        return rc;
+    }
+    duet_wrapper_opts o = duet_wrapper_opts_default();
+    if (strcmp(type, "DistributedDataParallel") == 0) o.kind = DUET_WRAPPER_WHOLE_MODEL;
+    else if (strcmp(type, "DistributedDataParallelWrapper") != 0)
+        rc = unknown_type("wrapper", path, type, wrapper_types);
+    const char *hook = "allreduce";
+    const char *devices[4] = {"cpu"};
+    size_t ndevices = 1;
+    if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "broadcast_buffers", false,
+                                                    &o.broadcast_buffers);
+    if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "find_unused_parameters", false,
+                                                    &o.find_unused_parameters);
+    if (rc == DUET_OK) rc = duet_config_get_double_or(c, "bucket_cap_mb", 0.0, &o.bucket_cap_mb);
+    if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "sync_bn", false, &o.sync_bn);
+    if (rc == DUET_OK) rc = get_int(c, "dim", 0, &o.dim);
+    if (rc == DUET_OK) rc = duet_config_get_string_or(c, "comm_hook", "allreduce", &hook);
+    if (rc == DUET_OK && duet_config_has(c, "device_ids"))
+        rc = duet_config_get_string_array(c, "device_ids", devices, 4, &ndevices);
+    if (rc == DUET_OK) {
+        if (strcmp(hook, "allreduce") == 0) o.comm_hook = DUET_DDP_HOOK_ALLREDUCE;
+        else if (strcmp(hook, "fp16") == 0) o.comm_hook = DUET_DDP_HOOK_FP16;
+        else if (strcmp(hook, "bf16") == 0) o.comm_hook = DUET_DDP_HOOK_BF16;
+        else rc = duet__error(DUET_ECONFIG, "%s.comm_hook: '%s' (use allreduce, fp16 or bf16)",
+                              path, hook);
+    }
+    if (rc != DUET_OK) {
+        duet_config_destroy(c);
+        duet_model_destroy(model);
+        return rc;
+    }
+    rc = duet_wrapper_create(out, model, comm, devices, ndevices, &o);
+    duet_config_destroy(c);
+    return rc;
+}
+
+/* ---- optimizers ------------------------------------------------------------------- */
+
+static int build_one_optimizer(duet_config *c, const char *path, const char *part,
+                               duet_model *model, duet_optimizer_set *set) {
+    const char *type = NULL;
+    DUET_TRY(duet_config_get_string(c, "type", &type));
+    if (duet_model_part(model, part) == NULL) {
+        duet_module *root = duet_model_module(model);
+        char list[512] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < root->nchildren && used < sizeof list; i++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
+                                     root->children[i].name);
+        return duet__error(DUET_ECONFIG, "%s.%s: the model (%s) has no part '%s' (parts: %s)",
+                           path, part, duet_model_type_name(model), part, list);
+    }
+    double lr;
+    DUET_TRY(duet_config_get_double(c, "lr", &lr));
+    if (strcmp(type, "Adam") == 0) {
+        duet_adam_opts o = duet_adam_opts_default();
+        o.lr = (float)lr;
+        if (duet_config_has(c, "betas")) {
+            double b[2];
+            size_t n = 0;
+            DUET_TRY(duet_config_get_double_array(c, "betas", b, 2, &n));
+            if (n != 2)
+                return duet__error(DUET_ECONFIG, "%s.%s.betas: two values, got %zu", path, part,
+                                   n);
+            o.beta1 = (float)b[0];
+            o.beta2 = (float)b[1];
+        }
+        DUET_TRY(get_float(c, "eps", o.eps, &o.eps));
+        DUET_TRY(get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
+        return duet_optimizer_set_add_adam(set, model, part, o);
+    }
+    if (strcmp(type, "SGD") == 0) {
+        duet_sgd_opts o = duet_sgd_opts_default();
+        o.lr = (float)lr;
+        DUET_TRY(get_float(c, "momentum", o.momentum, &o.momentum));
+        DUET_TRY(get_float(c, "dampening", o.dampening, &o.dampening));
+        DUET_TRY(get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
+        DUET_TRY(duet_config_get_bool_or(c, "nesterov", o.nesterov, &o.nesterov));
+        return duet_optimizer_set_add_sgd(set, model, part, o);
+    }
+    return duet__error(DUET_ECONFIG, "%s.%s.type: unknown optimizer type '%s' (known: Adam, SGD)",
+                       path, part, type);
+}
+
+int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
+                          duet_optimizer_set **out) {
+    *out = NULL;
+    size_t n = 0;
+    DUET_TRY(duet_config_length(cfg, path, &n));
+    duet_optimizer_set *set = NULL;
+    DUET_TRY(duet_optimizer_set_create(&set));
+    int rc = DUET_OK;
+    for (size_t i = 0; i < n && rc == DUET_OK; i++) {
+        const char *part = NULL;
+        rc = duet_config_member_name(cfg, path, i, &part);
+        if (rc != DUET_OK) break;
+        char sub_path[256];
+        snprintf(sub_path, sizeof sub_path, "%s.%s", path, part);
+        duet_config *c = NULL;
+        rc = duet_config_sub(cfg, sub_path, &c);
+        if (rc == DUET_OK) rc = build_one_optimizer(c, path, part, model, set);
+        duet_config_destroy(c);
+    }
+    if (rc != DUET_OK) {
+        duet_optimizer_set_destroy(set);
+        return rc;
+    }
+    *out = set;
+    return DUET_OK;
+}
