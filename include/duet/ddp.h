@@ -175,7 +175,7 @@ typedef struct duet_ddp_stats {
     int64_t bytes;        /* bytes handed to allreduce (after compression) */
     double comm_s;        /* sum over buckets of start -> completion seen */
     double exposed_s;     /* time in finalize (waiting after the backward) */
-    double first_start_s; /* sum over syncs of arm -> first bucket start */
+    double backward_s;    /* sum over syncs of first ready mark -> finalize */
 } duet_ddp_stats;
 /* Zeroed when ddp is not a DDP. */
 duet_ddp_stats duet_ddp_get_stats(duet_module *ddp);

@@ -1,0 +1,21 @@
+/* SyncBatchNorm: every BatchNorm2d of a tree sums its per-channel batch
+ * statistics over the ranks of a comm (duet_batch_norm2d calls the reduce
+ * callback in forward and in backward). */
+#include "duet/ddp.h"
+
+static int allreduce_sum(void *ctx, float *buf, int64_t count) {
+    if (count < 0) return duet__error(DUET_EINVAL, "SyncBatchNorm: negative count %lld", (long long)count);
+    int rc = duet_comm_allreduce(ctx, buf, (size_t)count, DUET_DTYPE_F32, DUET_REDUCE_SUM);
+    if (rc != DUET_OK) duet__error_context(rc, "SyncBatchNorm");
+    return rc;
+}
+
+int duet_convert_sync_batchnorm(duet_module *module, duet_comm *comm) {
+    if (module == NULL || comm == NULL)
+        return duet__error(DUET_EINVAL, "duet_convert_sync_batchnorm: NULL module or comm");
+    if (duet_module_is(module, "BatchNorm2d"))
+        DUET_TRY(duet_batchnorm2d_set_reduce(module, allreduce_sum, comm));
+    for (size_t i = 0; i < module->nchildren; i++)
+        DUET_TRY(duet_convert_sync_batchnorm(module->children[i].module, comm));
+    return DUET_OK;
+}
