@@ -87,7 +87,13 @@ static void col2im(float *dx, const float *col, const conv_geom *g) {
                     const float *src = row + oh * g->ow;
                     float *dst = dx + (c * g->h + ih) * g->w;
                     const int64_t off = j - pad;
-                    for (int64_t ow = lo; ow < hi; ow++) dst[ow * s + off] += src[ow];
+                    if (s == 1) {
+                        /* Unit stride: a plain vectorisable add of rows. */
+                        float *d1 = dst + off;
+                        for (int64_t ow = lo; ow < hi; ow++) d1[ow] += src[ow];
+                    } else {
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow * s + off] += src[ow];
+                    }
                 }
             }
         }

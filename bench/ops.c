@@ -1,0 +1,202 @@
+/* bench_ops: GFLOP/s of duet_conv2d forward and backward (dX + dW) for the
+ * SRGAN shapes, next to plain single-thread cblas_sgemm on the same GEMM
+ * shapes measured in the same run, and the ratio. Medians over repetitions.
+ *
+ *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall]
+ *
+ * The sgemm baseline runs the GEMMs the conv issues, with the same sizes and
+ * the same count, on fixed buffers: forward (O x P x K) once per sample;
+ * backward dW (O x K x P, B transposed) and dX columns (K x P x O, A
+ * transposed) once per sample. The ratio is the share of GEMM speed the conv
+ * keeps after im2col, col2im and the bias.
+ *
+ * Times are this thread's CPU time (BLAS runs single-threaded here), so that
+ * other processes sharing the cores disturb the numbers less; --wall uses
+ * the wall clock instead. */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "duet/duet.h"
+#include "ops/ops_internal.h"
+
+typedef struct shape {
+    const char *name;
+    int64_t c, o, h, k;
+    int stride, pad;
+} shape;
+
+static const shape shapes[] = {
+    {"g.body 64->64 3x3 @32", 64, 64, 32, 3, 1, 1},
+    {"g.first 3->64 3x3 @32", 3, 64, 32, 3, 1, 1},
+    {"g.up 64->256 3x3 @32", 64, 256, 32, 3, 1, 1},
+    {"g.up 64->256 3x3 @64", 64, 256, 64, 3, 1, 1},
+    {"d 64->64 4x4 s2 @128", 64, 64, 128, 4, 2, 1},
+    {"d 128->128 4x4 s2 @64", 128, 128, 64, 4, 2, 1},
+    {"d 256->256 4x4 s2 @32", 256, 256, 32, 4, 2, 1},
+    {"d 512->512 4x4 s2 @16", 512, 512, 16, 4, 2, 1},
+};
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Untimed runs first: the allocator settles into reusing the same blocks
+ * after a few rounds (fresh pages are slow on some VMs), as it does over
+ * many training steps. */
+#define WARMUP 1
+
+static bool use_wall;
+
+static double now(void) {
+    if (use_wall) return duet_time_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void fill(float *p, int64_t n, duet_rng *rng) {
+    for (int64_t i = 0; i < n; i++) p[i] = duet_rng_uniform(rng) - 0.5f;
+}
+
+static int check(int rc, const char *what) {
+    if (rc != DUET_OK) {
+        fprintf(stderr, "bench_ops: %s failed: %s: %s\n", what, duet_err_name(rc),
+                duet_last_error());
+        exit(1);
+    }
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    int64_t batch = 16;
+    int reps = 3;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoll(argv[++i]);
+        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+        else if (strcmp(argv[i], "--wall") == 0) use_wall = true;
+        else {
+            fprintf(stderr, "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (batch < 1 || reps < 1) {
+        fprintf(stderr, "bench_ops: --batch and --reps must be >= 1\n");
+        return 2;
+    }
+    int threads = duet__blas_init();
+    const char *core = getenv("OPENBLAS_CORETYPE");
+    printf("bench_ops: batch %lld, median of %d reps, %s time, BLAS threads %d, "
+           "OPENBLAS_CORETYPE=%s\n", (long long)batch, reps, use_wall ? "wall" : "thread CPU",
+           threads, core ? core : "(unset)");
+    printf("(fwd includes creating the output tensor)\n");
+    printf("%-24s %8s %7s %7s %6s | %8s %7s %7s %6s\n", "conv", "fwd ms", "GF/s", "sgemm",
+           "ratio", "bwd ms", "GF/s", "sgemm", "ratio");
+    duet_rng rng = duet_rng_make(1, 0);
+    double *t = malloc((size_t)reps * sizeof *t);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const shape *sh = &shapes[s];
+        if (only != NULL && strstr(sh->name, only) == NULL) continue;
+        const int64_t oh = (sh->h + 2 * sh->pad - sh->k) / sh->stride + 1;
+        const int64_t kk = sh->c * sh->k * sh->k, p = oh * oh;
+        const double flops = 2.0 * (double)batch * (double)sh->o * (double)kk * (double)p;
+        duet_tensor *x = NULL, *w = NULL, *b = NULL;
+        check(duet_tensor_create4(&x, batch, sh->c, sh->h, sh->h), "create x");
+        check(duet_tensor_create4(&w, sh->o, sh->c, sh->k, sh->k), "create w");
+        check(duet_tensor_create(&b, 1, (int64_t[]){sh->o}), "create b");
+        fill(x->data, x->numel, &rng);
+        fill(w->data, w->numel, &rng);
+        fill(b->data, b->numel, &rng);
+
+        /* Forward, nothing recorded. */
+        for (int r = -WARMUP; r < reps; r++) {
+            duet_tensor *y = NULL;
+            double t0 = now();
+            check(duet_conv2d(x, w, b, sh->stride, sh->pad, &y), "conv2d");
+            if (r >= 0) t[r] = now() - t0;
+            duet_tensor_release(y);
+        }
+        double fwd = median(t, reps);
+
+        /* Backward: dX + dW (+ the bias's O(N O P) sum). The conv's node
+         * runs on its own, with the upstream gradient in a buffer kept across
+         * repetitions, so that only the conv's backward is timed. */
+        x->requires_grad = w->requires_grad = b->requires_grad = true;
+        float *dy = malloc((size_t)(batch * sh->o * p) * sizeof(float));
+        if (dy == NULL) {
+            fprintf(stderr, "bench_ops: out of memory\n");
+            return 1;
+        }
+        fill(dy, batch * sh->o * p, &rng);
+        for (int r = -WARMUP; r < reps; r++) {
+            duet_tensor *y = NULL;
+            check(duet_conv2d(x, w, b, sh->stride, sh->pad, &y), "conv2d");
+            duet_tensor_set_grad_storage(y, dy);
+            double t0 = now();
+            check(y->grad_fn->backward(y->grad_fn), "conv2d backward");
+            if (r >= 0) t[r] = now() - t0;
+            duet_tape_clear();
+            duet_tensor_release(y);
+        }
+        double bwd = median(t, reps);
+        x->requires_grad = w->requires_grad = b->requires_grad = false;
+        free(dy);
+
+        /* The same GEMMs through cblas_sgemm directly. */
+        float *ga = malloc((size_t)(sh->o * kk) * sizeof(float));
+        float *gb = malloc((size_t)(kk * p) * sizeof(float));
+        float *gc = malloc((size_t)(sh->o * p) * sizeof(float));
+        float *gd = malloc((size_t)(kk * p) * sizeof(float));
+        if (!ga || !gb || !gc || !gd) {
+            fprintf(stderr, "bench_ops: out of memory\n");
+            return 1;
+        }
+        fill(ga, sh->o * kk, &rng);
+        fill(gb, kk * p, &rng);
+        fill(gc, sh->o * p, &rng);
+        const int O = (int)sh->o, K = (int)kk, P = (int)p;
+        for (int r = -WARMUP; r < reps; r++) {
+            double t0 = now();
+            for (int64_t n = 0; n < batch; n++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, O, P, K, 1.0f, ga, K, gb,
+                            P, 0.0f, gc, P);
+            if (r >= 0) t[r] = now() - t0;
+        }
+        double gfwd = median(t, reps);
+        for (int r = -WARMUP; r < reps; r++) {
+            double t0 = now();
+            for (int64_t n = 0; n < batch; n++) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, O, K, P, 1.0f, gc, P, gb, P,
+                            1.0f, ga, K);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, O, 1.0f, ga, K, gc, P,
+                            0.0f, gd, P);
+            }
+            if (r >= 0) t[r] = now() - t0;
+        }
+        double gbwd = median(t, reps);
+        free(ga);
+        free(gb);
+        free(gc);
+        free(gd);
+
+        printf("%-24s %8.2f %7.1f %7.1f %5.0f%% | %8.2f %7.1f %7.1f %5.0f%%\n", sh->name,
+               fwd * 1e3, flops / fwd * 1e-9, flops / gfwd * 1e-9, 100.0 * gfwd / fwd, bwd * 1e3,
+               2 * flops / bwd * 1e-9, 2 * flops / gbwd * 1e-9, 100.0 * gbwd / bwd);
+        fflush(stdout);
+        duet_tensor_release(x);
+        duet_tensor_release(w);
+        duet_tensor_release(b);
+    }
+    free(t);
+    return 0;
+}
