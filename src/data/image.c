@@ -327,7 +327,7 @@ int duet_image_to_tensor(const duet_image *img, duet_tensor **out) {
     for (int64_t y = 0; y < h; y++)
         for (int64_t x = 0; x < w; x++)
             for (int64_t k = 0; k < c; k++)
-                t->data[(k * h + y) * w + x] = img->data[(y * w + x) * c + k] * (1.0f / 255.0f);
+                t->data[(k * h + y) * w + x] = img->data[(y * w + x) * c + k] / 255.0f;
     *out = t;
     return DUET_OK;
 }

@@ -1,0 +1,460 @@
+/* Super-resolution datasets (random-crop training set, whole-image
+ * validation set, from a GT folder and optionally a paired LQ folder) and
+ * the repeat wrapper. After creation a dataset is read-only, so
+ * duet_dataset_get may run on several threads at once. */
+#include "duet/data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+enum ds_kind { DS_SR_TRAIN, DS_SR_VAL, DS_REPEAT };
+
+typedef struct sr_item {
+    char *name;    /* file name in gt_dir (and lq_dir) */
+    char *gt_path;
+    char *lq_path; /* NULL without lq_dir */
+    duet_image *gt; /* cached pixels; NULL when lazy */
+    duet_image *lq;
+} sr_item;
+
+struct duet_dataset {
+    enum ds_kind kind;
+    int64_t size;
+    int scale;
+    /* SR sets */
+    duet_sr_dataset_options opts; /* gt_dir / lq_dir point at the copies below */
+    char *gt_dir;
+    char *lq_dir;
+    sr_item *items;
+    /* repeat */
+    duet_dataset *inner;
+    int64_t times;
+};
+
+duet_sr_dataset_options duet_sr_dataset_options_default(void) {
+    duet_sr_dataset_options o;
+    memset(&o, 0, sizeof(o));
+    o.scale = 4;
+    o.gt_size = 128;
+    o.use_hflip = true;
+    o.use_vflip = true;
+    o.use_transpose = true;
+    o.lazy = false;
+    return o;
+}
+
+void duet_sample_clear(duet_sample *s) {
+    if (s == NULL) return;
+    duet_tensor_release(s->lq);
+    duet_tensor_release(s->gt);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- folder listing ------------------------------------------------------ */
+
+static bool is_image_name(const char *name) {
+    const char *dot = strrchr(name, '.');
+    if (dot == NULL || name[0] == '.') return false;
+    return strcasecmp(dot, ".png") == 0 || strcasecmp(dot, ".jpg") == 0 ||
+           strcasecmp(dot, ".jpeg") == 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *join_path(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p != NULL) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+static void free_names(char **names, int64_t n) {
+    for (int64_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* Image file names (regular files) of `dir`, sorted by strcmp. */
+static int list_images(const char *dir, char ***out, int64_t *count) {
+    *out = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return duet__error(errno == ENOENT ? DUET_ENOTFOUND : DUET_EIO,
+                           "cannot open image folder %s: %s", dir, strerror(errno));
+    char **names = NULL;
+    int64_t n = 0, cap = 0;
+    int rc = DUET_OK;
+    struct dirent *e;
+    while (rc == DUET_OK && (e = readdir(d)) != NULL) {
+        if (!is_image_name(e->d_name)) continue;
+        char *path = join_path(dir, e->d_name);
+        struct stat sb;
+        bool regular = path != NULL && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+        free(path);
+        if (!regular) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **bigger = realloc(names, sizeof(char *) * (size_t)cap);
+            if (bigger == NULL) {
+                rc = duet__error(DUET_ENOMEM, "listing %s: out of memory", dir);
+                break;
+            }
+            names = bigger;
+        }
+        names[n] = strdup(e->d_name);
+        if (names[n] == NULL) rc = duet__error(DUET_ENOMEM, "listing %s: out of memory", dir);
+        else n++;
+    }
+    closedir(d);
+    if (rc != DUET_OK) {
+        free_names(names, n);
+        return rc;
+    }
+    if (n == 0) {
+        free(names);
+        return duet__error(DUET_ENOTFOUND, "no images (*.png, *.jpg, *.jpeg) in %s", dir);
+    }
+    qsort(names, (size_t)n, sizeof(char *), cmp_str);
+    *out = names;
+    *count = n;
+    return DUET_OK;
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static int check_pair(const duet_dataset *ds, const sr_item *it, const duet_image *gt,
+                      const duet_image *lq) {
+    int64_t s = ds->scale;
+    if (lq == NULL) {
+        if (ds->kind == DS_SR_TRAIN && (gt->height < ds->opts.gt_size ||
+                                        gt->width < ds->opts.gt_size))
+            return duet__error(DUET_ESHAPE, "%s: %lldx%lld (WxH) is smaller than the %lld "
+                               "pixel crop (gt_size)", it->gt_path, (long long)gt->width,
+                               (long long)gt->height, (long long)ds->opts.gt_size);
+        if (gt->height < s || gt->width < s)
+            return duet__error(DUET_ESHAPE, "%s: %lldx%lld (WxH) is smaller than the scale %lld",
+                               it->gt_path, (long long)gt->width, (long long)gt->height,
+                               (long long)s);
+        return DUET_OK;
+    }
+    if (ds->kind == DS_SR_TRAIN ? (gt->height != lq->height * s || gt->width != lq->width * s)
+                                : (gt->height < lq->height * s || gt->width < lq->width * s))
+        return duet__error(DUET_ESHAPE, "%s is %lldx%lld (WxH) but its LQ %s is %lldx%lld: "
+                           "want the GT %s %lld times the LQ", it->gt_path,
+                           (long long)gt->width, (long long)gt->height, it->lq_path,
+                           (long long)lq->width, (long long)lq->height,
+                           ds->kind == DS_SR_TRAIN ? "exactly" : "at least", (long long)s);
+    if (ds->kind == DS_SR_TRAIN && (lq->height * s < ds->opts.gt_size ||
+                                    lq->width * s < ds->opts.gt_size))
+        return duet__error(DUET_ESHAPE, "%s: %lldx%lld (WxH) is smaller than the %lld pixel "
+                           "crop (gt_size)", it->gt_path, (long long)gt->width,
+                           (long long)gt->height, (long long)ds->opts.gt_size);
+    return DUET_OK;
+}
+
+/* Loads item i's images (GT, and LQ when paired) and checks their sizes. */
+static int load_item(const duet_dataset *ds, const sr_item *it, duet_image **gt,
+                     duet_image **lq) {
+    *gt = NULL;
+    *lq = NULL;
+    DUET_TRY(duet_image_load(it->gt_path, gt));
+    int rc = DUET_OK;
+    if (it->lq_path != NULL) rc = duet_image_load(it->lq_path, lq);
+    if (rc == DUET_OK) rc = check_pair(ds, it, *gt, *lq);
+    if (rc != DUET_OK) {
+        duet_image_destroy(*gt);
+        duet_image_destroy(*lq);
+        *gt = *lq = NULL;
+    }
+    return rc;
+}
+
+static int sr_create(duet_dataset **out, const duet_sr_dataset_options *opts, enum ds_kind kind) {
+    *out = NULL;
+    const char *what = kind == DS_SR_TRAIN ? "SR training set" : "SR validation set";
+    if (opts == NULL || opts->gt_dir == NULL)
+        return duet__error(DUET_EINVAL, "%s: gt_dir is required", what);
+    if (opts->scale < 1)
+        return duet__error(DUET_EINVAL, "%s: scale %d must be >= 1", what, opts->scale);
+    if (kind == DS_SR_TRAIN && (opts->gt_size < opts->scale || opts->gt_size % opts->scale != 0))
+        return duet__error(DUET_EINVAL, "%s: gt_size %lld must be a positive multiple of the "
+                           "scale %d", what, (long long)opts->gt_size, opts->scale);
+    duet_dataset *ds = calloc(1, sizeof(*ds));
+    if (ds == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", what);
+    ds->kind = kind;
+    ds->scale = opts->scale;
+    ds->opts = *opts;
+    ds->gt_dir = strdup(opts->gt_dir);
+    ds->lq_dir = opts->lq_dir ? strdup(opts->lq_dir) : NULL;
+    ds->opts.gt_dir = ds->gt_dir;
+    ds->opts.lq_dir = ds->lq_dir;
+    if (ds->gt_dir == NULL || (opts->lq_dir && ds->lq_dir == NULL)) {
+        duet_dataset_destroy(ds);
+        return duet__error(DUET_ENOMEM, "%s: out of memory", what);
+    }
+    char **names = NULL;
+    int64_t n = 0;
+    int rc = list_images(ds->gt_dir, &names, &n);
+    if (rc != DUET_OK) {
+        duet_dataset_destroy(ds);
+        return duet__error_context(rc, "%s", what);
+    }
+    ds->items = calloc((size_t)n, sizeof(sr_item));
+    if (ds->items == NULL) {
+        free_names(names, n);
+        duet_dataset_destroy(ds);
+        return duet__error(DUET_ENOMEM, "%s: out of memory", what);
+    }
+    ds->size = n;
+    for (int64_t i = 0; i < n; i++) ds->items[i].name = names[i]; /* now owned by items */
+    free(names);
+    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
+        sr_item *it = &ds->items[i];
+        it->gt_path = join_path(ds->gt_dir, it->name);
+        if (ds->lq_dir) it->lq_path = join_path(ds->lq_dir, it->name);
+        if (it->gt_path == NULL || (ds->lq_dir && it->lq_path == NULL)) {
+            rc = duet__error(DUET_ENOMEM, "%s: out of memory", what);
+            break;
+        }
+        struct stat sb;
+        if (it->lq_path && stat(it->lq_path, &sb) != 0)
+            rc = duet__error(DUET_ENOTFOUND, "%s: %s has no LQ image %s (paired folders need "
+                             "the same file names)", what, it->gt_path, it->lq_path);
+        else if (!opts->lazy)
+            rc = load_item(ds, it, &it->gt, &it->lq);
+    }
+    if (rc != DUET_OK) {
+        duet_dataset_destroy(ds);
+        return rc;
+    }
+    *out = ds;
+    return DUET_OK;
+}
+
+int duet_sr_train_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts) {
+    return sr_create(out, opts, DS_SR_TRAIN);
+}
+
+int duet_sr_val_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts) {
+    return sr_create(out, opts, DS_SR_VAL);
+}
+
+int duet_repeat_dataset_create(duet_dataset **out, duet_dataset *inner, int64_t times) {
+    *out = NULL;
+    if (inner == NULL || times < 1) {
+        duet_dataset_destroy(inner);
+        return duet__error(DUET_EINVAL, "repeat dataset: need a dataset and times >= 1 (got "
+                           "%lld)", (long long)times);
+    }
+    if (inner->size > INT64_MAX / times) {
+        duet_dataset_destroy(inner);
+        return duet__error(DUET_EINVAL, "repeat dataset: %lld x %lld samples overflow",
+                           (long long)inner->size, (long long)times);
+    }
+    duet_dataset *ds = calloc(1, sizeof(*ds));
+    if (ds == NULL) {
+        duet_dataset_destroy(inner);
+        return duet__error(DUET_ENOMEM, "repeat dataset: out of memory");
+    }
+    ds->kind = DS_REPEAT;
+    ds->inner = inner;
+    ds->times = times;
+    ds->size = inner->size * times;
+    ds->scale = inner->scale;
+    *out = ds;
+    return DUET_OK;
+}
+
+void duet_dataset_destroy(duet_dataset *ds) {
+    if (ds == NULL) return;
+    if (ds->items != NULL)
+        for (int64_t i = 0; i < ds->size; i++) {
+            free(ds->items[i].name);
+            free(ds->items[i].gt_path);
+            free(ds->items[i].lq_path);
+            duet_image_destroy(ds->items[i].gt);
+            duet_image_destroy(ds->items[i].lq);
+        }
+    free(ds->items);
+    free(ds->gt_dir);
+    free(ds->lq_dir);
+    duet_dataset_destroy(ds->inner);
+    free(ds);
+}
+
+int64_t duet_dataset_size(const duet_dataset *ds) { return ds->size; }
+
+int duet_dataset_scale(const duet_dataset *ds) { return ds->scale; }
+
+const char *duet_dataset_name(const duet_dataset *ds, int64_t index) {
+    DUET_ASSERT(index >= 0 && index < ds->size);
+    while (ds->kind == DS_REPEAT) {
+        index %= ds->inner->size;
+        ds = ds->inner;
+    }
+    return ds->items[index].name;
+}
+
+/* ---- samples ------------------------------------------------------------------ */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+duet_rng duet_dataset_sample_rng(uint64_t seed, int64_t epoch, int64_t index) {
+    uint64_t stream = mix64(mix64((uint64_t)epoch ^ 0x6461746173657400ULL /* "dataset" */) +
+                            (uint64_t)index);
+    return duet_rng_make(seed, stream);
+}
+
+/* A (3, h, w) float tensor in [0, 1] from the rectangle of `img` at
+ * (top, left). */
+static int crop_to_tensor(const duet_image *img, int64_t top, int64_t left, int64_t h, int64_t w,
+                          duet_tensor **out) {
+    DUET_TRY(duet_tensor_create(out, 3, (int64_t[]){3, h, w}));
+    float *d = (*out)->data;
+    for (int64_t y = 0; y < h; y++) {
+        const uint8_t *row = img->data + ((top + y) * img->width + left) * 3;
+        for (int64_t x = 0; x < w; x++)
+            for (int64_t c = 0; c < 3; c++) d[(c * h + y) * w + x] = row[x * 3 + c] / 255.0f;
+    }
+    return DUET_OK;
+}
+
+/* The LQ of a GT tensor (3, H, W): bicubic downscale by 1/scale, then
+ * rounded to 8 bits as an LQ file written by MATLAB or BasicSR would be. */
+static int downscale(const duet_tensor *gt, int scale, duet_tensor **out) {
+    DUET_TRY(duet_imresize_tensor(gt, 1.0 / scale, out));
+    float *d = (*out)->data;
+    for (int64_t i = 0; i < (*out)->numel; i++)
+        d[i] = nearbyintf(fmaxf(0.0f, fminf(255.0f, d[i] * 255.0f))) / 255.0f;
+    return DUET_OK;
+}
+
+/* In-place flips of a (C, H, W) tensor. */
+static void hflip(duet_tensor *t) {
+    int64_t w = t->shape[2], rows = t->shape[0] * t->shape[1];
+    for (int64_t r = 0; r < rows; r++) {
+        float *row = t->data + r * w;
+        for (int64_t x = 0; x < w / 2; x++) {
+            float v = row[x];
+            row[x] = row[w - 1 - x];
+            row[w - 1 - x] = v;
+        }
+    }
+}
+
+static void vflip(duet_tensor *t) {
+    int64_t c = t->shape[0], h = t->shape[1], w = t->shape[2];
+    for (int64_t k = 0; k < c; k++)
+        for (int64_t y = 0; y < h / 2; y++) {
+            float *a = t->data + (k * h + y) * w, *b = t->data + (k * h + h - 1 - y) * w;
+            for (int64_t x = 0; x < w; x++) {
+                float v = a[x];
+                a[x] = b[x];
+                b[x] = v;
+            }
+        }
+}
+
+/* (C, H, W) -> new (C, W, H). */
+static int transpose_hw(duet_tensor **t) {
+    duet_tensor *src = *t, *dst = NULL;
+    int64_t c = src->shape[0], h = src->shape[1], w = src->shape[2];
+    DUET_TRY(duet_tensor_create(&dst, 3, (int64_t[]){c, w, h}));
+    for (int64_t k = 0; k < c; k++)
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t x = 0; x < w; x++)
+                dst->data[(k * w + x) * h + y] = src->data[(k * h + y) * w + x];
+    duet_tensor_release(src);
+    *t = dst;
+    return DUET_OK;
+}
+
+static int sr_train_get(const duet_dataset *ds, const sr_item *it, const duet_image *gt,
+                        const duet_image *lq, duet_rng *rng, duet_sample *out) {
+    int64_t s = ds->scale, gs = ds->opts.gt_size, ls = gs / s;
+    /* Crop corner in LQ pixels (MMEditing's PairedRandomCrop draws top then
+     * left); the GT corner is that times the scale. Without an LQ image
+     * the "LQ grid" is the GT's divided by the scale. */
+    int64_t lh = lq ? lq->height : gt->height / s, lw = lq ? lq->width : gt->width / s;
+    int64_t top = duet_rng_int(rng, 0, lh - ls), left = duet_rng_int(rng, 0, lw - ls);
+    bool do_h = duet_rng_uniform(rng) < 0.5f;
+    bool do_v = duet_rng_uniform(rng) < 0.5f;
+    bool do_t = duet_rng_uniform(rng) < 0.5f;
+    int rc = crop_to_tensor(gt, top * s, left * s, gs, gs, &out->gt);
+    if (rc == DUET_OK)
+        rc = lq ? crop_to_tensor(lq, top, left, ls, ls, &out->lq) : downscale(out->gt, (int)s, &out->lq);
+    if (rc != DUET_OK) return duet__error_context(rc, "%s", it->gt_path);
+    if (ds->opts.use_hflip && do_h) {
+        hflip(out->gt);
+        hflip(out->lq);
+    }
+    if (ds->opts.use_vflip && do_v) {
+        vflip(out->gt);
+        vflip(out->lq);
+    }
+    if (ds->opts.use_transpose && do_t) {
+        rc = transpose_hw(&out->gt);
+        if (rc == DUET_OK) rc = transpose_hw(&out->lq);
+    }
+    return rc;
+}
+
+static int sr_val_get(const duet_dataset *ds, const sr_item *it, const duet_image *gt,
+                      const duet_image *lq, duet_sample *out) {
+    int64_t s = ds->scale;
+    int rc;
+    if (lq != NULL) {
+        rc = crop_to_tensor(lq, 0, 0, lq->height, lq->width, &out->lq);
+        if (rc == DUET_OK) rc = crop_to_tensor(gt, 0, 0, lq->height * s, lq->width * s, &out->gt);
+    } else {
+        rc = crop_to_tensor(gt, 0, 0, gt->height - gt->height % s, gt->width - gt->width % s,
+                            &out->gt);
+        if (rc == DUET_OK) rc = downscale(out->gt, (int)s, &out->lq);
+    }
+    return rc == DUET_OK ? rc : duet__error_context(rc, "%s", it->gt_path);
+}
+
+int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64_t epoch,
+                     duet_sample *out) {
+    memset(out, 0, sizeof(*out));
+    if (index < 0 || index >= ds->size)
+        return duet__error(DUET_EINVAL, "dataset: index %lld out of range [0, %lld)",
+                           (long long)index, (long long)ds->size);
+    /* The randomness belongs to the outer index: repeats of one image get
+     * different crops. */
+    duet_rng rng = duet_dataset_sample_rng(seed, epoch, index);
+    const duet_dataset *d = ds;
+    int64_t i = index;
+    while (d->kind == DS_REPEAT) {
+        i %= d->inner->size;
+        d = d->inner;
+    }
+    const sr_item *it = &d->items[i];
+    duet_image *gt = it->gt, *lq = it->lq, *own_gt = NULL, *own_lq = NULL;
+    if (d->opts.lazy) {
+        DUET_TRY(load_item(d, it, &own_gt, &own_lq));
+        gt = own_gt;
+        lq = own_lq;
+    }
+    int rc = d->kind == DS_SR_TRAIN ? sr_train_get(d, it, gt, lq, &rng, out)
+                                    : sr_val_get(d, it, gt, lq, out);
+    duet_image_destroy(own_gt);
+    duet_image_destroy(own_lq);
+    if (rc != DUET_OK) {
+        duet_sample_clear(out);
+        return rc;
+    }
+    out->name = it->name;
+    out->index = index;
+    return DUET_OK;
+}
