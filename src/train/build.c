@@ -1,0 +1,209 @@
+/* The runner's settings from the config: hooks, LR schedule, datasets and
+ * the loader. (Models, wrappers and optimizers come from the registry in
+ * duet/wrapper.h.) */
+#include <string.h>
+
+#include "duet/wrapper.h"
+#include "train/runner_internal.h"
+
+/* A positive or zero interval; 0 turns the hook off. */
+static int get_interval(duet_config *cfg, const char *path, int64_t def, int64_t *out) {
+    DUET_TRY(duet_config_get_int_or(cfg, path, def, out));
+    if (*out < 0)
+        return duet__error(DUET_ECONFIG, "%s: '%s' must be >= 0 (0 turns it off), got %lld",
+                           duet_config_name(cfg), path, (long long)*out);
+    return DUET_OK;
+}
+
+/* MMEditing's by_epoch flag: duet's runner counts iterations only. */
+static int check_by_epoch(duet_config *cfg, const char *group) {
+    char path[128];
+    snprintf(path, sizeof path, "%s.by_epoch", group);
+    bool by_epoch = false;
+    DUET_TRY(duet_config_get_bool_or(cfg, path, false, &by_epoch));
+    if (by_epoch)
+        return duet__error(DUET_ECONFIG,
+                           "%s: '%s = true' is not supported: duet's runner is iteration-based "
+                           "(set it to false and give intervals in iterations)",
+                           duet_config_name(cfg), path);
+    return DUET_OK;
+}
+
+static int read_lr_config(duet__run *r) {
+    duet_config *cfg = r->cfg;
+    r->sched = duet_lr_schedule_default();
+    if (!duet_config_has(cfg, "lr_config")) return DUET_OK;
+    DUET_TRY(check_by_epoch(cfg, "lr_config"));
+    const char *policy = NULL;
+    DUET_TRY(duet_config_get_string_or(cfg, "lr_config.policy", "Fixed", &policy));
+    duet_lr_schedule *s = &r->sched;
+    size_t n = 0;
+    if (strcmp(policy, "Fixed") == 0) {
+        s->policy = DUET_LR_FIXED;
+    } else if (strcmp(policy, "Step") == 0) {
+        s->policy = DUET_LR_STEP;
+        if (duet_config_kind(cfg, "lr_config.step") == DUET_CONFIG_INT) {
+            DUET_TRY(duet_config_get_int(cfg, "lr_config.step", &s->steps[0]));
+            n = 1;
+        } else {
+            DUET_TRY(duet_config_get_int_array(cfg, "lr_config.step", s->steps,
+                                               DUET_LR_MAX_STEPS, &n));
+        }
+        double gamma = 0.1;
+        DUET_TRY(duet_config_get_double_or(cfg, "lr_config.gamma", 0.1, &gamma));
+        s->gamma = (float)gamma;
+        for (size_t i = 1; i < n; i++)
+            if (s->steps[i] <= s->steps[i - 1])
+                return duet__error(DUET_ECONFIG,
+                                   "%s: lr_config.step must increase, got %lld after %lld",
+                                   duet_config_name(cfg), (long long)s->steps[i],
+                                   (long long)s->steps[i - 1]);
+    } else if (strcmp(policy, "CosineRestart") == 0) {
+        s->policy = DUET_LR_COSINE_RESTART;
+        DUET_TRY(duet_config_get_int_array(cfg, "lr_config.periods", s->steps,
+                                           DUET_LR_MAX_STEPS, &n));
+        double w[DUET_LR_MAX_STEPS];
+        size_t nw = 0;
+        if (duet_config_has(cfg, "lr_config.restart_weights")) {
+            DUET_TRY(duet_config_get_double_array(cfg, "lr_config.restart_weights", w,
+                                                  DUET_LR_MAX_STEPS, &nw));
+            if (nw != n)
+                return duet__error(DUET_ECONFIG,
+                                   "%s: lr_config.restart_weights has %zu values for %zu periods",
+                                   duet_config_name(cfg), nw, n);
+        }
+        for (size_t i = 0; i < n; i++) s->restart_weights[i] = nw ? (float)w[i] : 1.0f;
+        double min_lr = 0;
+        DUET_TRY(duet_config_get_double_or(cfg, "lr_config.min_lr", 0.0, &min_lr));
+        s->min_lr = (float)min_lr;
+    } else {
+        return duet__error(DUET_ECONFIG,
+                           "%s: lr_config.policy '%s' is not known (use Fixed, Step or "
+                           "CosineRestart)", duet_config_name(cfg), policy);
+    }
+    s->nsteps = (int)n;
+    return DUET_OK;
+}
+
+int duet__run_read_settings(duet__run *r) {
+    duet_config *cfg = r->cfg;
+    int64_t seed = 0;
+    DUET_TRY(duet_config_get_int_or(cfg, "seed", 0, &seed));
+    r->seed = (uint64_t)seed;
+    DUET_TRY(duet_config_get_int(cfg, "total_iters", &r->total_iters));
+    if (r->total_iters < 1)
+        return duet__error(DUET_ECONFIG, "%s: total_iters must be >= 1, got %lld",
+                           duet_config_name(cfg), (long long)r->total_iters);
+    DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
+    DUET_TRY(check_by_epoch(cfg, "checkpoint_config"));
+    DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
+    DUET_TRY(duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer", true,
+                                     &r->save_optimizer));
+    DUET_TRY(get_interval(cfg, "evaluation.interval", 0, &r->eval_interval));
+    DUET_TRY(duet_config_get_bool_or(cfg, "evaluation.save_image", true, &r->save_image));
+    DUET_TRY(get_interval(cfg, "evaluation.num_images", 4, &r->eval_num_images));
+    return read_lr_config(r);
+}
+
+/* The bicubic comparison uses the model's own test settings. */
+int duet__run_read_test_cfg(duet__run *r) {
+    duet_config *cfg = r->cfg;
+    r->test_cfg = duet_test_cfg_default();
+    int64_t crop = 0;
+    DUET_TRY(duet_config_get_int_or(cfg, "model.test_cfg.crop_border", 0, &crop));
+    r->test_cfg.crop_border = (int)crop;
+    const char *conv = NULL;
+    DUET_TRY(duet_config_get_string_or(cfg, "model.test_cfg.convert_to", NULL, &conv));
+    r->test_cfg.convert_to = conv;
+    return DUET_OK;
+}
+
+/* One dataset group: data.train or data.val. */
+static int build_dataset(duet__run *r, const char *path, bool train, duet_dataset **out) {
+    duet_config *d = NULL;
+    DUET_TRY(duet_config_sub(r->cfg, path, &d));
+    duet_sr_dataset_options o = duet_sr_dataset_options_default();
+    const char *type = NULL;
+    int64_t scale = 4, gt_size = o.gt_size, times = 1;
+    int rc = duet_config_get_string(d, "type", &type);
+    if (rc == DUET_OK && strcmp(type, "SRFolderGTDataset") != 0 &&
+        strcmp(type, "SRFolderDataset") != 0)
+        rc = duet__error(DUET_ECONFIG,
+                         "%s: %s.type '%s' is not known (use SRFolderGTDataset: ground truth "
+                         "only, LQ by bicubic; or SRFolderDataset: with lq_folder)",
+                         duet_config_name(r->cfg), path, type);
+    if (rc == DUET_OK) rc = duet_config_get_string(d, "gt_folder", &o.gt_dir);
+    bool paired = rc == DUET_OK && strcmp(type, "SRFolderDataset") == 0;
+    if (rc == DUET_OK && paired) rc = duet_config_get_string(d, "lq_folder", &o.lq_dir);
+    if (rc == DUET_OK) rc = duet_config_get_int_or(d, "scale", 4, &scale);
+    if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "lazy", false, &o.lazy);
+    if (rc == DUET_OK && train) {
+        rc = duet_config_get_int_or(d, "gt_patch_size", o.gt_size, &gt_size);
+        if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_hflip", true, &o.use_hflip);
+        if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_vflip", true, &o.use_vflip);
+        if (rc == DUET_OK)
+            rc = duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose);
+        if (rc == DUET_OK) rc = duet_config_get_int_or(d, "times", 1, &times);
+        if (rc == DUET_OK && times < 1)
+            rc = duet__error(DUET_ECONFIG, "%s: %s.times must be >= 1, got %lld",
+                             duet_config_name(r->cfg), path, (long long)times);
+    }
+    duet_config_destroy(d);
+    DUET_TRY(rc);
+    o.scale = (int)scale;
+    o.gt_size = gt_size;
+    duet_dataset *ds = NULL;
+    rc = train ? duet_sr_train_dataset_create(&ds, &o) : duet_sr_val_dataset_create(&ds, &o);
+    if (rc != DUET_OK) return duet__error_context(rc, "%s (%s)", path, duet_config_name(r->cfg));
+    if (train && times > 1) DUET_TRY(duet_repeat_dataset_create(&ds, ds, times));
+    *out = ds;
+    return DUET_OK;
+}
+
+int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
+    if (with_train) {
+        DUET_TRY(duet_config_get_int(r->cfg, "data.samples_per_gpu", &r->samples_per_gpu));
+        if (r->samples_per_gpu < 1)
+            return duet__error(DUET_ECONFIG, "%s: data.samples_per_gpu must be >= 1, got %lld",
+                               duet_config_name(r->cfg), (long long)r->samples_per_gpu);
+        int64_t prefetch = 2;
+        DUET_TRY(duet_config_get_int_or(r->cfg, "data.prefetch", 2, &prefetch));
+        r->prefetch = prefetch < 0 ? 0 : (int)prefetch;
+        DUET_TRY(build_dataset(r, "data.train", true, &r->train_set));
+    } else {
+        /* test / infer read no training data: those keys are not typos. */
+        if (duet_config_has(r->cfg, "data.train")) duet_config_mark_used(r->cfg, "data.train");
+        if (duet_config_has(r->cfg, "data.samples_per_gpu"))
+            duet_config_mark_used(r->cfg, "data.samples_per_gpu");
+        if (duet_config_has(r->cfg, "data.prefetch")) duet_config_mark_used(r->cfg, "data.prefetch");
+    }
+    if (need_val || duet_config_has(r->cfg, "data.val")) {
+        if (need_val || r->eval_interval > 0)
+            DUET_TRY(build_dataset(r, "data.val", false, &r->val_set));
+        else
+            duet_config_mark_used(r->cfg, "data.val");
+    }
+    return DUET_OK;
+}
+
+int duet__run_build_loader(duet__run *r, duet_sampler_state start) {
+    duet_loader_options lo = duet_loader_options_default();
+    lo.samples_per_gpu = r->samples_per_gpu;
+    lo.world_size = r->world;
+    lo.rank = r->rank;
+    lo.seed = r->seed;
+    lo.shuffle = true;
+    lo.prefetch = r->prefetch;
+    lo.start = start;
+    int rc = duet_loader_create(&r->loader, r->train_set, &lo);
+    if (rc != DUET_OK) return duet__error_context(rc, "data.train");
+    return DUET_OK;
+}
+
+void duet__run_apply_lr(duet__run *r, int64_t iter) {
+    size_t n = duet_optimizer_set_count(r->opts);
+    for (size_t i = 0; i < n; i++) {
+        duet_optimizer *o = duet_optimizer_set_at(r->opts, i);
+        duet_optimizer_set_lr(o, duet_lr_at(&r->sched, duet_optimizer_base_lr(o), iter));
+    }
+}

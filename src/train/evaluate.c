@@ -1,0 +1,119 @@
+/* Validation for the evaluation hook and `duet test`: every rank evaluates
+ * its share of the validation images (image i on rank i % world, each image
+ * counted once), the sums are reduced, and rank 0 saves a grid of input |
+ * output | ground truth. */
+#include <string.h>
+
+#include "train/grid.h"
+#include "train/runner_internal.h"
+
+/* "0801.png" -> "<dir>/0801.png" (any extension becomes .png). */
+static char *output_path(const char *dir, const char *name) {
+    const char *base = strrchr(name, '/');
+    base = base != NULL ? base + 1 : name;
+    size_t n = strlen(base);
+    const char *dot = strrchr(base, '.');
+    if (dot != NULL && dot != base) n = (size_t)(dot - base);
+    char stem[512];
+    snprintf(stem, sizeof stem, "%.*s.png", (int)(n < 500 ? n : 500), base);
+    return duet__path_join(dir, stem);
+}
+
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name) {
+    char *path = output_path(dir, name);
+    if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    duet_image *img = NULL;
+    int rc = duet_image_from_tensor(t, 0, &img);
+    if (rc == DUET_OK) rc = duet_image_save_png(img, path);
+    duet_image_destroy(img);
+    free(path);
+    return rc;
+}
+
+/* A (3, H, W) sample tensor as a batch of one (1, 3, H, W), sharing data. */
+static int as_batch_of_one(duet_tensor *t, duet_tensor **out) {
+    int64_t shape[4] = {1, t->shape[0], t->shape[1], t->shape[2]};
+    return duet_tensor_view(out, t, 4, shape);
+}
+
+static double metric(const duet_log_vars *lv, const char *name) {
+    double v = 0;
+    return duet_log_vars_get(lv, name, &v) ? v : 0.0;
+}
+
+/* One image: model output (and its metrics), bicubic metrics, grid row. */
+static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
+                    duet_image **row, double sums[5]) {
+    duet_sample s = {0};
+    DUET_TRY(duet_dataset_get(r->val_set, index, r->seed, 0, &s));
+    duet_tensor *lq = NULL, *gt = NULL, *bic = NULL;
+    duet_batch batch = {0};
+    duet_val_output vo = {0};
+    const char *name = s.name != NULL ? s.name : "image";
+    int rc = as_batch_of_one(s.lq, &lq);
+    if (rc == DUET_OK) rc = as_batch_of_one(s.gt, &gt);
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "lq", lq);
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "gt", gt);
+    if (rc == DUET_OK) rc = duet_batch_add_meta(&batch, "gt_path", 1, &name);
+    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
+    if (rc == DUET_OK) {
+        sums[0] += 1;
+        sums[1] += metric(&vo.metrics, "PSNR");
+        sums[2] += metric(&vo.metrics, "SSIM");
+    }
+    if (rc == DUET_OK && bicubic) {
+        duet_log_vars bl;
+        duet_log_vars_clear(&bl);
+        rc = duet_imresize_tensor(lq, (double)duet_dataset_scale(r->val_set), &bic);
+        if (rc == DUET_OK) rc = duet_evaluate(&r->test_cfg, bic, gt, &bl);
+        sums[3] += metric(&bl, "PSNR");
+        sums[4] += metric(&bl, "SSIM");
+    }
+    if (rc == DUET_OK && out_dir != NULL) rc = duet__save_tensor_png(vo.output, out_dir, name);
+    if (rc == DUET_OK && row != NULL) rc = duet__grid_row(row, lq, vo.output, gt, 0, 4);
+    if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
+    duet_val_output_clear(&vo);
+    duet_batch_clear(&batch);
+    duet_tensor_release(lq);
+    duet_tensor_release(gt);
+    duet_tensor_release(bic);
+    duet_sample_clear(&s);
+    return rc;
+}
+
+int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
+                       duet__eval_result *res) {
+    memset(res, 0, sizeof *res);
+    int64_t n = duet_dataset_size(r->val_set);
+    int nrows = 0, maxrows = r->rank == 0 && grid_path != NULL ? (int)r->eval_num_images : 0;
+    duet_image **rows = maxrows > 0 ? calloc((size_t)maxrows, sizeof *rows) : NULL;
+    if (maxrows > 0 && rows == NULL) return duet__error(DUET_ENOMEM, "evaluation: out of memory");
+    /* count, PSNR, SSIM, bicubic PSNR, bicubic SSIM: summed over images. */
+    double sums[5] = {0, 0, 0, 0, 0};
+    int rc = DUET_OK;
+    if (out_dir != NULL) rc = duet__mkdirs(out_dir);
+    for (int64_t i = r->rank; i < n && rc == DUET_OK; i += r->world) {
+        duet_image **row = nrows < maxrows ? &rows[nrows] : NULL;
+        rc = eval_one(r, i, out_dir, bicubic, row, sums);
+        if (rc == DUET_OK && row != NULL) nrows++;
+    }
+    if (rc == DUET_OK && nrows > 0) {
+        duet_image *grid = NULL;
+        rc = duet__grid_stack(&grid, rows, nrows, 4);
+        if (rc == DUET_OK) rc = duet_image_save_png(grid, grid_path);
+        duet_image_destroy(grid);
+    }
+    for (int i = 0; i < nrows; i++) duet_image_destroy(rows[i]);
+    free(rows);
+    DUET_TRY(rc);
+    if (r->world > 1) DUET_TRY(duet_comm_allreduce(r->comm, sums, 5, DUET_DTYPE_F64, DUET_REDUCE_SUM));
+    res->images = (int64_t)sums[0];
+    if (res->images > 0) {
+        res->psnr = sums[1] / sums[0];
+        res->ssim = sums[2] / sums[0];
+        res->psnr_bicubic = sums[3] / sums[0];
+        res->ssim_bicubic = sums[4] / sums[0];
+    }
+    return DUET_OK;
+}

@@ -1,0 +1,532 @@
+/* The iteration runner behind `duet train | test | infer`: setup from the
+ * config (the registry builds the model, wrapper and optimizers), then
+ * MMEditing's IterBasedRunner loop with its hooks: LR schedule, text /
+ * JSON-lines logging, evaluation and checkpoints.
+ *
+ * Errors. Setup failures are agreed on (one allreduce per phase): the lowest
+ * failing rank prints its message, every rank returns a status, and nobody
+ * waits in a collective. Once the loop runs, ranks cannot agree without a
+ * collective per iteration, so an error on any rank prints its message with
+ * the rank and aborts the job (duet_comm_abort); checkpoints are written
+ * atomically, so the last good one survives. A non-finite loss is seen by
+ * every rank at once (log values are averaged over ranks) and ends the run
+ * cleanly. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "train/runner_ckpt.h"
+#include "train/runner_internal.h"
+
+duet_runner_opts duet_runner_opts_default(void) {
+    duet_runner_opts o;
+    memset(&o, 0, sizeof o);
+    return o;
+}
+
+char *duet__path_join(const char *dir, const char *name) {
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p != NULL) snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+int duet__mkdirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return duet__error(DUET_EINVAL, "bad folder name '%s'", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return duet__error(DUET_EIO, "cannot create folder %s: %s", buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return duet__error(DUET_EIO, "%s exists and is not a folder", path);
+    return DUET_OK;
+}
+
+/* ---- errors across ranks ---------------------------------------------------- */
+
+static void print_error(int rc) {
+    const char *msg = duet_last_error();
+    fprintf(stderr, "duet: error: %s\n", msg[0] ? msg : duet_strerror(rc));
+    fflush(stderr);
+}
+
+/* Setup phases: every rank calls this with its own status. Returns DUET_OK
+ * when every rank succeeded; otherwise the lowest failing rank prints its
+ * message and every rank returns that rank's status. */
+static int agree(duet__run *r, int rc) {
+    if (r->comm == NULL || r->world == 1) {
+        if (rc != DUET_OK) print_error(rc);
+        return rc;
+    }
+    int32_t v[2] = {rc != DUET_OK ? r->rank : INT32_MAX, 0};
+    int arc = duet_comm_allreduce(r->comm, v, 1, DUET_DTYPE_I32, DUET_REDUCE_MIN);
+    if (arc != DUET_OK) {
+        /* MPI itself failed: nothing can be agreed any more. */
+        duet_comm_abort(r->comm, 1, "%s", duet_last_error());
+    }
+    if (v[0] == INT32_MAX) return DUET_OK;
+    int32_t status = rc;
+    if (duet_comm_bcast(r->comm, &status, 1, DUET_DTYPE_I32, v[0]) != DUET_OK)
+        duet_comm_abort(r->comm, 1, "%s", duet_last_error());
+    if (v[0] == r->rank) {
+        print_error(rc);
+        return rc;
+    }
+    return duet__error(status, "process %d failed (its message is above)", v[0]);
+}
+
+/* In the training loop: an error ends the job. */
+static int fail_loop(duet__run *r, int rc) {
+    if (r->world > 1) duet_comm_abort(r->comm, 1, "%s", duet_last_error());
+    print_error(rc);
+    return rc;
+}
+
+/* ---- setup and teardown ------------------------------------------------------ */
+
+static int open_run(duet__run *r, const duet_runner_opts *o) {
+    memset(r, 0, sizeof *r);
+    r->quiet = o->quiet;
+    r->world = 1;
+    if (o->config == NULL) return duet__error(DUET_EINVAL, "no config file given");
+    DUET_TRY(duet_comm_world(&r->comm));
+    r->rank = duet_comm_rank(r->comm);
+    r->world = duet_comm_size(r->comm);
+    duet_log_set_rank(r->rank, false);
+    DUET_TRY(duet_config_load(o->config, &r->cfg));
+    for (size_t i = 0; i < o->nsets; i++) {
+        int rc = duet_config_set(r->cfg, o->sets[i]);
+        if (rc != DUET_OK) return duet__error_context(rc, "--set %s", o->sets[i]);
+    }
+    return DUET_OK;
+}
+
+static void close_run(duet__run *r) {
+    duet__logger_close(r->log);
+    duet_loader_destroy(r->loader);
+    duet_optimizer_set_destroy(r->opts);
+    if (r->wrapper != NULL)
+        duet_wrapper_destroy(r->wrapper);
+    else
+        duet_model_destroy(r->model);
+    duet_dataset_destroy(r->train_set);
+    duet_dataset_destroy(r->val_set);
+    duet_config_destroy(r->cfg);
+    free(r->work_dir);
+    duet_comm_destroy(r->comm);
+    memset(r, 0, sizeof *r);
+}
+
+/* Keys only training reads, accepted (not flagged as unknown) by test and
+ * infer so that one config serves all three commands. */
+static void mark_training_keys(duet_config *cfg) {
+    static const char *const keys[] = {"optimizers", "lr_config", "total_iters",
+                                       "checkpoint_config", "evaluation", "log_config", "wrapper",
+                                       "seed", "work_dir", "load_from"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (duet_config_has(cfg, keys[i])) duet_config_mark_used(cfg, keys[i]);
+}
+
+/* The model of the config with weights from `ckpt` (test and infer). */
+static int build_eval_model(duet__run *r, const char *ckpt) {
+    int64_t seed = 0;
+    DUET_TRY(duet_config_get_int_or(r->cfg, "seed", 0, &seed));
+    r->seed = (uint64_t)seed;
+    r->rng = duet_rng_make(r->seed, 0);
+    DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &r->model));
+    duet_st *st = NULL;
+    DUET_TRY(duet_st_load(ckpt, &st));
+    int rc = duet__ckpt_load_weights(r, st, ckpt, false, "generator.");
+    duet_st_destroy(st);
+    DUET_TRY(rc);
+    duet_module_train(duet_model_module(r->model), false);
+    return DUET_OK;
+}
+
+/* ---- training -------------------------------------------------------------------- */
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* The work dir: --work-dir, else the config's work_dir, else
+ * ./work_dirs/<config name without .cfg>. */
+static int resolve_work_dir(duet__run *r, const duet_runner_opts *o) {
+    const char *wd = NULL;
+    DUET_TRY(duet_config_get_string_or(r->cfg, "work_dir", NULL, &wd));
+    if (o->work_dir != NULL) wd = o->work_dir;
+    char def[512];
+    if (wd == NULL || wd[0] == '\0') {
+        const char *base = strrchr(o->config, '/');
+        base = base != NULL ? base + 1 : o->config;
+        size_t n = strlen(base);
+        if (n > 4 && strcmp(base + n - 4, ".cfg") == 0) n -= 4;
+        snprintf(def, sizeof def, "./work_dirs/%.*s", (int)(n < 400 ? n : 400), base);
+        wd = def;
+    }
+    r->work_dir = strdup(wd);
+    if (r->work_dir == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    return DUET_OK;
+}
+
+/* The config as run (after --set), next to the logs. */
+static int dump_config(duet__run *r) {
+    char *text = NULL, *path = duet__path_join(r->work_dir, "config.cfg");
+    int rc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                          : duet_config_text(r->cfg, &text);
+    if (rc == DUET_OK) {
+        FILE *f = fopen(path, "w");
+        if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0)
+            rc = duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(errno));
+    }
+    free(text);
+    free(path);
+    return rc;
+}
+
+static int setup_train(duet__run *r, const duet_runner_opts *o) {
+    DUET_TRY(duet__run_read_settings(r));
+    DUET_TRY(duet__run_read_test_cfg(r));
+    DUET_TRY(resolve_work_dir(r, o));
+    r->rng = duet_rng_make(r->seed, 0);
+    const char *load_from = NULL;
+    DUET_TRY(duet_config_get_string_or(r->cfg, "load_from", "", &load_from));
+
+    duet_model *model = NULL;
+    DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &model));
+    r->model = model; /* owned until the wrapper takes it */
+    if (load_from[0] != '\0' && !o->resume) {
+        duet_st *st = NULL;
+        int rc = duet_st_load(load_from, &st);
+        if (rc == DUET_OK) rc = duet__ckpt_load_weights(r, st, load_from, false, NULL);
+        duet_st_destroy(st);
+        if (rc != DUET_OK) return duet__error_context(rc, "load_from");
+        if (r->rank == 0 && !r->quiet)
+            duet_log(DUET_LOG_INFO, "load_from %s: weights loaded", load_from);
+    }
+    if (duet_config_has(r->cfg, "wrapper")) {
+        r->model = NULL;
+        DUET_TRY(duet_build_wrapper(r->cfg, "wrapper", model, r->comm, &r->wrapper));
+    } else {
+        duet_wrapper_opts wo = duet_wrapper_opts_default();
+        const char *devices[] = {"cpu"};
+        r->model = NULL;
+        DUET_TRY(duet_wrapper_create(&r->wrapper, model, r->comm, devices, 1, &wo));
+    }
+    r->model = duet_wrapper_model(r->wrapper);
+    DUET_TRY(duet_build_optimizers(r->cfg, "optimizers", r->model, &r->opts));
+    DUET_TRY(duet__run_build_data(r, true, false));
+    return duet_config_check_unused(r->cfg);
+}
+
+/* Losses summed over a logging interval (MMEditing's log buffer average). */
+typedef struct interval_acc {
+    duet_log_vars sum;
+    int n;
+    double time, data_time;
+} interval_acc;
+
+static void acc_add(interval_acc *a, const duet_log_vars *lv, double t, double dt) {
+    for (int i = 0; i < lv->count; i++) {
+        double prev = 0;
+        duet_log_vars_get(&a->sum, lv->names[i], &prev);
+        duet_log_vars_set(&a->sum, lv->names[i], prev + lv->values[i]);
+    }
+    a->n++;
+    a->time += t;
+    a->data_time += dt;
+}
+
+static int log_interval(duet__run *r, interval_acc *a, int64_t iter, double eta) {
+    if (r->log == NULL || a->n == 0) return DUET_OK;
+    duet__kv lr[DUET__MAX_OPTIMIZERS], losses[DUET_LOG_VARS_MAX];
+    int nlr = 0;
+    size_t nopt = duet_optimizer_set_count(r->opts);
+    for (size_t i = 0; i < nopt && nlr < DUET__MAX_OPTIMIZERS; i++, nlr++) {
+        lr[nlr].name = duet_optimizer_set_name(r->opts, i);
+        lr[nlr].value = duet_optimizer_lr(duet_optimizer_set_at(r->opts, i));
+    }
+    for (int i = 0; i < a->sum.count; i++) {
+        losses[i].name = a->sum.names[i];
+        losses[i].value = a->sum.values[i] / a->n;
+    }
+    duet__train_record rec = {.iter = iter, .max_iters = r->total_iters, .lr = lr, .nlr = nlr,
+                              .losses = losses, .nlosses = a->sum.count,
+                              .time = a->time / a->n, .data_time = a->data_time / a->n,
+                              .eta = eta, .memory_mb = peak_rss_mb()};
+    return duet__logger_train(r->log, &rec);
+}
+
+static int check_finite(duet__run *r, const duet_log_vars *lv, int64_t iter) {
+    for (int i = 0; i < lv->count; i++)
+        if (!isfinite(lv->values[i]))
+            return duet__error(DUET_ENUMERIC,
+                               "iteration %" PRId64 ": %s is %g (averaged over %d processes): "
+                               "training diverged; lower the learning rate or check the data. "
+                               "The last checkpoint in %s is intact.",
+                               iter, lv->names[i], lv->values[i], r->world, r->work_dir);
+    (void)r;
+    return DUET_OK;
+}
+
+static int evaluate_hook(duet__run *r, int64_t iter) {
+    char name[64];
+    snprintf(name, sizeof name, "val/iter_%" PRId64 ".png", iter);
+    char *grid = NULL;
+    if (r->rank == 0 && r->save_image && r->eval_num_images > 0) {
+        char *dir = duet__path_join(r->work_dir, "val");
+        int rc = dir == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__mkdirs(dir);
+        free(dir);
+        DUET_TRY(rc);
+        grid = duet__path_join(r->work_dir, name);
+        if (grid == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    }
+    duet__eval_result res;
+    int rc = duet__run_evaluate(r, grid, NULL, false, &res);
+    if (rc == DUET_OK && r->log != NULL) {
+        duet__kv m[2] = {{"PSNR", res.psnr}, {"SSIM", res.ssim}};
+        rc = duet__logger_val(r->log, iter, m, 2);
+        if (rc == DUET_OK && grid != NULL)
+            duet__logger_text(r->log, "evaluation images (input | output | ground truth): %s",
+                              grid);
+    }
+    free(grid);
+    return rc;
+}
+
+static bool every(int64_t iter, int64_t interval, int64_t total) {
+    return interval > 0 && (iter % interval == 0 || iter == total);
+}
+
+static int train_loop(duet__run *r, int64_t start_iter) {
+    interval_acc acc;
+    memset(&acc, 0, sizeof acc);
+    double t_start = duet_time_now();
+    for (int64_t iter = start_iter; iter < r->total_iters;) {
+        double t0 = duet_time_now();
+        duet__run_apply_lr(r, iter);
+        duet_data_batch *db = NULL;
+        DUET_TRY(duet_loader_next(r->loader, &db));
+        duet_batch batch = {0};
+        int rc = duet_batch_add_tensor(&batch, "lq", db->lq);
+        if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "gt", db->gt);
+        if (rc == DUET_OK)
+            rc = duet_batch_add_meta(&batch, "gt_path", db->n, (const char *const *)db->names);
+        duet_log_vars lv;
+        duet_log_vars_clear(&lv);
+        if (rc == DUET_OK) rc = duet_wrapper_train_step(r->wrapper, &batch, r->opts, &lv);
+        double data_time = db->data_time;
+        duet_batch_clear(&batch);
+        duet_data_batch_destroy(db);
+        DUET_TRY(rc);
+        iter++;
+        /* Every rank holds the same averaged values: all stop together. */
+        rc = check_finite(r, &lv, iter);
+        if (rc != DUET_OK) return rc;
+        acc_add(&acc, &lv, duet_time_now() - t0, data_time);
+        double eta = duet__eta(duet_time_now() - t_start, iter - start_iter, iter, r->total_iters);
+        duet__logger_progress(r->log, iter, r->total_iters, eta);
+        if (every(iter, r->log_interval, r->total_iters)) {
+            DUET_TRY(log_interval(r, &acc, iter, eta));
+            memset(&acc, 0, sizeof acc);
+        }
+        if (every(iter, r->ckpt_interval, r->total_iters) && r->rank == 0) {
+            duet__ckpt_state s = {.iter = iter, .sampler = duet_loader_get_state(r->loader),
+                                  .step_counter = -1};
+            DUET_TRY(duet__ckpt_save(r, &s));
+            if (r->log != NULL)
+                duet__logger_text(r->log, "saved checkpoint %s/iter_%" PRId64 ".safetensors",
+                                  r->work_dir, iter);
+        }
+        if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
+            DUET_TRY(evaluate_hook(r, iter));
+    }
+    return DUET_OK;
+}
+
+static void describe(duet__run *r, int64_t start_iter) {
+    if (r->log == NULL) return;
+    duet__logger_text(r->log, "duet %s: %s on %d process%s, %" PRId64 " images per process, "
+                      "%" PRId64 " per iteration; iterations %" PRId64 "..%" PRId64
+                      "; work dir %s", DUET_VERSION_STRING, duet_model_type_name(r->model),
+                      r->world, r->world == 1 ? "" : "es", r->samples_per_gpu,
+                      r->samples_per_gpu * r->world, start_iter, r->total_iters, r->work_dir);
+    duet_module *root = duet_model_module(r->model);
+    for (size_t i = 0; i < root->nchildren; i++) {
+        int64_t n = duet_module_num_parameters(root->children[i].module, false);
+        int64_t t = duet_module_num_parameters(root->children[i].module, true);
+        if (n > 0)
+            duet__logger_text(r->log, "  %s: %" PRId64 " parameters (%" PRId64 " trainable)%s",
+                              root->children[i].name, n, t,
+                              duet_is_ddp(root->children[i].module) ? ", own DDP" : "");
+    }
+}
+
+int duet_runner_train(const duet_runner_opts *o) {
+    duet__run r;
+    int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
+    if (rc == DUET_OK) {
+        int mrc = DUET_OK;
+        if (r.rank == 0) {
+            mrc = duet__mkdirs(r.work_dir);
+            if (mrc == DUET_OK) mrc = dump_config(&r);
+            if (mrc == DUET_OK)
+                mrc = duet__logger_open(&r.log, r.work_dir, r.quiet ? NULL : stdout);
+        }
+        rc = agree(&r, mrc);
+    }
+    int64_t start_iter = 0;
+    duet_sampler_state start = {0, 0};
+    if (rc == DUET_OK && o->resume) {
+        char *latest = NULL;
+        const char *path = o->resume_from;
+        if (path == NULL) {
+            latest = duet__path_join(r.work_dir, "latest.safetensors");
+            path = latest;
+        }
+        duet__ckpt_state s;
+        int lrc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                               : duet__ckpt_resume(&r, path, &s);
+        if (lrc != DUET_OK) duet__error_context(lrc, "--resume");
+        if (lrc == DUET_OK) {
+            start_iter = s.iter;
+            start = s.sampler;
+            if (r.log != NULL)
+                duet__logger_text(r.log, "resumed from %s at iteration %" PRId64, path, s.iter);
+        }
+        free(latest);
+        rc = agree(&r, lrc);
+    }
+    if (rc == DUET_OK) rc = agree(&r, duet__run_build_loader(&r, start));
+    if (rc == DUET_OK) {
+        describe(&r, start_iter);
+        int lrc = train_loop(&r, start_iter);
+        if (lrc == DUET_ENUMERIC) {
+            if (r.rank == 0) print_error(lrc);
+            rc = lrc;
+        } else if (lrc != DUET_OK) {
+            rc = fail_loop(&r, lrc);
+        } else if (r.log != NULL) {
+            duet__logger_text(r.log, "done: %" PRId64 " iterations; checkpoints in %s",
+                              r.total_iters, r.work_dir);
+        }
+    }
+    close_run(&r);
+    return rc;
+}
+
+/* ---- test and infer ------------------------------------------------------------ */
+
+int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
+    duet__run r;
+    int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK && o->checkpoint == NULL)
+        rc = agree(&r, duet__error(DUET_EINVAL, "test needs a checkpoint"));
+    if (rc == DUET_OK) {
+        int src = duet__run_read_test_cfg(&r);
+        if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
+        if (src == DUET_OK) src = duet__run_build_data(&r, false, true);
+        mark_training_keys(r.cfg);
+        if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
+        rc = agree(&r, src);
+    }
+    duet__eval_result res;
+    memset(&res, 0, sizeof res);
+    if (rc == DUET_OK) {
+        r.eval_num_images = 0;
+        int erc = duet__run_evaluate(&r, NULL, o->out_dir, true, &res);
+        if (erc != DUET_OK) rc = fail_loop(&r, erc);
+    }
+    if (rc == DUET_OK && r.rank == 0 && !o->quiet) {
+        if (o->json) {
+            printf("{\"PSNR\": %.4f, \"SSIM\": %.4f, \"PSNR_bicubic\": %.4f, "
+                   "\"SSIM_bicubic\": %.4f, \"images\": %" PRId64 "}\n",
+                   res.psnr, res.ssim, res.psnr_bicubic, res.ssim_bicubic, res.images);
+        } else {
+            printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
+                   o->checkpoint, res.images, r.test_cfg.crop_border);
+            printf("            PSNR      SSIM\n");
+            printf("  model    %7.3f   %.4f\n", res.psnr, res.ssim);
+            printf("  bicubic  %7.3f   %.4f\n", res.psnr_bicubic, res.ssim_bicubic);
+            if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
+        }
+        fflush(stdout);
+    }
+    if (result != NULL) {
+        memset(result, 0, sizeof *result);
+        if (rc == DUET_OK) {
+            result->images = res.images;
+            result->psnr = res.psnr;
+            result->ssim = res.ssim;
+            result->psnr_bicubic = res.psnr_bicubic;
+            result->ssim_bicubic = res.ssim_bicubic;
+        }
+    }
+    close_run(&r);
+    return rc;
+}
+
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
+
+static int infer_one(duet__run *r, const char *path, const char *out_dir) {
+    duet_image *img = NULL;
+    duet_tensor *chw = NULL, *x = NULL, *y = NULL;
+    DUET_TRY(duet_image_load(path, &img));
+    int rc = duet_image_to_tensor(img, &chw);
+    if (rc == DUET_OK) {
+        int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
+        rc = duet_tensor_view(&x, chw, 4, shape);
+    }
+    bool prev = duet_set_grad_enabled(false);
+    if (rc == DUET_OK) rc = duet_model_forward(r->model, x, &y);
+    duet_set_grad_enabled(prev);
+    if (rc == DUET_OK) rc = duet__save_tensor_png(y, out_dir, path);
+    if (rc != DUET_OK) duet__error_context(rc, "%s", path);
+    duet_tensor_release(y);
+    duet_tensor_release(x);
+    duet_tensor_release(chw);
+    duet_image_destroy(img);
+    return rc;
+}
+
+int duet_runner_infer(const duet_runner_opts *o) {
+    duet__run r;
+    int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK && (o->checkpoint == NULL || o->out_dir == NULL || o->nimages == 0))
+        rc = agree(&r, duet__error(DUET_EINVAL, "infer needs a checkpoint, images and an "
+                                                "output folder"));
+    if (rc == DUET_OK) {
+        int src = build_eval_model(&r, o->checkpoint);
+        if (src == DUET_OK) src = duet__mkdirs(o->out_dir);
+        mark_training_keys(r.cfg);
+        if (duet_config_has(r.cfg, "data")) duet_config_mark_used(r.cfg, "data");
+        if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
+        rc = agree(&r, src);
+    }
+    int irc = DUET_OK;
+    for (size_t i = (size_t)r.rank; rc == DUET_OK && irc == DUET_OK && i < o->nimages;
+         i += (size_t)r.world)
+        irc = infer_one(&r, o->images[i], o->out_dir);
+    if (rc == DUET_OK) rc = agree(&r, irc);
+    if (rc == DUET_OK && r.rank == 0 && !o->quiet) {
+        printf("duet infer: %zu image%s upscaled into %s/\n", o->nimages,
+               o->nimages == 1 ? "" : "s", o->out_dir);
+        fflush(stdout);
+    }
+    close_run(&r);
+    return rc;
+}

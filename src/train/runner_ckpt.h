@@ -1,0 +1,26 @@
+/* The runner's checkpoint files (private to src/train/). */
+#ifndef DUET_TRAIN_RUNNER_CKPT_H
+#define DUET_TRAIN_RUNNER_CKPT_H
+
+#include "train/runner_internal.h"
+
+typedef struct duet__ckpt_state {
+    int64_t iter;                 /* iterations done */
+    duet_sampler_state sampler;   /* where the data continues */
+    int64_t step_counter;         /* SRGAN's; -1 when absent */
+} duet__ckpt_state;
+
+/* Rank 0: WORK_DIR/iter_<iter>.safetensors and latest.safetensors. */
+int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s);
+/* Weights of the model from st (file `path`, for messages). strict: every
+ * key of the state dict present and no unknown key (optimizer.* entries are
+ * never weights); otherwise missing and unexpected keys are listed at WARN
+ * level, except that keys starting with require_prefix (may be NULL) must be
+ * there. */
+int duet__ckpt_load_weights(duet__run *r, const duet_st *st, const char *path, bool strict,
+                            const char *require_prefix);
+/* --resume: weights (strict), optimizer states, iteration, sampler state,
+ * seed and RNG. */
+int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s);
+
+#endif

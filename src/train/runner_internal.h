@@ -1,0 +1,77 @@
+/* The runner's private state and the helpers its files share
+ * (src/train/runner.c: setup and the training loop; build.c: data,
+ * optimizers and schedules from the config; evaluate.c: validation, test and
+ * infer). */
+#ifndef DUET_TRAIN_RUNNER_INTERNAL_H
+#define DUET_TRAIN_RUNNER_INTERNAL_H
+
+#include "duet/comm.h"
+#include "duet/data.h"
+#include "duet/models.h"
+#include "duet/train.h"
+#include "duet/wrapper.h"
+#include "train/logger.h"
+
+/* One optimizer's settings as the config gives them (built after the model). */
+#define DUET__MAX_OPTIMIZERS 8
+
+typedef struct duet__run {
+    duet_comm *comm; /* the job */
+    int rank, world;
+    bool quiet;      /* no stdout */
+    duet_config *cfg;
+    char *work_dir;  /* owned */
+    uint64_t seed;
+    duet_rng rng;    /* model init; saved in checkpoints */
+
+    duet_wrapper *wrapper;    /* training: owns the model */
+    duet_model *model;        /* borrowed from the wrapper, or owned (test, infer) */
+    duet_optimizer_set *opts; /* training only */
+    duet_lr_schedule sched;
+    int scale;
+
+    duet_dataset *train_set, *val_set; /* owned */
+    duet_loader *loader;               /* training */
+    int64_t samples_per_gpu;
+    int prefetch;
+
+    /* Hooks: every N iterations (0 = never). */
+    int64_t total_iters, log_interval, ckpt_interval, eval_interval;
+    bool save_optimizer, save_image;
+    int64_t eval_num_images; /* rows of the evaluation grid */
+    duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
+
+    duet__logger *log; /* rank 0 while training; NULL elsewhere */
+} duet__run;
+
+/* "a/b" joined into a new string; NULL when out of memory. */
+char *duet__path_join(const char *dir, const char *name);
+/* mkdir -p; DUET_EIO naming the folder. */
+int duet__mkdirs(const char *path);
+
+/* ---- build.c ---- */
+/* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
+int duet__run_read_settings(duet__run *r);
+/* data.train (with_train) and data.val (when present, or required) into
+ * datasets, and the training loader starting at `start`. */
+int duet__run_build_data(duet__run *r, bool with_train, bool need_val);
+int duet__run_build_loader(duet__run *r, duet_sampler_state start);
+/* model.test_cfg's crop_border and convert_to (for the bicubic numbers). */
+int duet__run_read_test_cfg(duet__run *r);
+/* Sets every optimizer's lr for iteration `iter` (0-based). */
+void duet__run_apply_lr(duet__run *r, int64_t iter);
+
+/* ---- evaluate.c ---- */
+typedef struct duet__eval_result {
+    int64_t images;
+    double psnr, ssim, psnr_bicubic, ssim_bicubic;
+} duet__eval_result;
+/* Each rank evaluates images rank, rank + world, ...; sums are reduced so
+ * that every rank gets the means over all images. grid_path (rank 0, may be
+ * NULL): a PNG of the first eval_num_images of rank 0's share;
+ * out_dir (may be NULL): every output saved as <out_dir>/<name>.png by its
+ * rank; bicubic: also measure bicubic upscaling. */
+int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
+                       duet__eval_result *res);
+
+#endif
