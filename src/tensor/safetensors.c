@@ -6,6 +6,7 @@
  * entries, sorted by offset, must tile the body exactly (no holes, no
  * overlap), as the reference implementation requires. */
 #include "duet/tensor.h"
+#include "tensor/safetensors_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,6 +138,7 @@ typedef struct {
 struct duet_st {
     char *path;
     unsigned char *file; /* whole file; body at file + 8 + header_len */
+    bool borrowed_file;  /* a view's file belongs to the duet_st it came from */
     const unsigned char *body;
     uint64_t body_len;
     st_entry *entries; /* file order (by data offset) */
@@ -163,7 +165,7 @@ void duet_st_destroy(duet_st *st) {
     free(st->entries);
     free(st->by_name);
     free(st->meta);
-    duet_aligned_free(st->file);
+    if (!st->borrowed_file) duet_aligned_free(st->file);
     free(st->path);
     free(st);
 }
@@ -215,6 +217,21 @@ typedef struct {
 
 static int name_ref_cmp(const void *a, const void *b) {
     return strcmp(((const st_name_ref *)a)->name, ((const st_name_ref *)b)->name);
+}
+
+/* Fills st->by_name: entry indices sorted by name, for binary search. */
+static int build_name_index(duet_st *st) {
+    st_name_ref *refs = malloc((st->count > 0 ? st->count : 1) * sizeof *refs);
+    st->by_name = malloc((st->count > 0 ? st->count : 1) * sizeof *st->by_name);
+    if (refs == NULL || st->by_name == NULL) {
+        free(refs);
+        return duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+    }
+    for (size_t i = 0; i < st->count; i++) refs[i] = (st_name_ref){st->entries[i].name, i};
+    qsort(refs, st->count, sizeof *refs, name_ref_cmp);
+    for (size_t i = 0; i < st->count; i++) st->by_name[i] = refs[i].index;
+    free(refs);
+    return DUET_OK;
 }
 
 /* Non-negative JSON integer, else false. */
@@ -373,17 +390,7 @@ static int parse_header(duet_st *st, const char *text, size_t len) {
                          "header", path, at, st->body_len);
         goto done;
     }
-    st_name_ref *refs = malloc((st->count > 0 ? st->count : 1) * sizeof *refs);
-    st->by_name = malloc((st->count > 0 ? st->count : 1) * sizeof *st->by_name);
-    if (refs == NULL || st->by_name == NULL) {
-        free(refs);
-        rc = duet__error(DUET_ENOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    for (size_t i = 0; i < st->count; i++) refs[i] = (st_name_ref){st->entries[i].name, i};
-    qsort(refs, st->count, sizeof *refs, name_ref_cmp);
-    for (size_t i = 0; i < st->count; i++) st->by_name[i] = refs[i].index;
-    free(refs);
+    rc = build_name_index(st);
 done:
     json_decref(root);
     return rc;
@@ -430,6 +437,52 @@ fail:
     duet_st_destroy(st);
     return rc;
 }
+
+int duet__st_view_without(const duet_st *st, const char *prefix, duet_st **out) {
+    *out = NULL;
+    size_t np = strlen(prefix);
+    duet_st *v = calloc(1, sizeof *v);
+    if (v == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+    v->borrowed_file = true;
+    v->file = st->file;
+    v->body = st->body;
+    v->body_len = st->body_len;
+    v->path = dup_str(st->path);
+    v->entries = calloc(st->count > 0 ? st->count : 1, sizeof *v->entries);
+    v->meta = calloc(st->meta_count > 0 ? st->meta_count : 1, sizeof *v->meta);
+    int rc = DUET_OK;
+    if (v->path == NULL || v->entries == NULL || v->meta == NULL) goto oom;
+    for (size_t i = 0; i < st->count; i++) {
+        if (strncmp(st->entries[i].name, prefix, np) == 0) continue;
+        st_entry *e = &v->entries[v->count];
+        *e = st->entries[i];
+        e->name = dup_str(e->name);
+        if (e->name == NULL) goto oom;
+        v->count++;
+    }
+    for (size_t i = 0; i < st->meta_count; i++) {
+        st_meta *m = &v->meta[v->meta_count];
+        m->key = dup_str(st->meta[i].key);
+        m->value = dup_str(st->meta[i].value);
+        if (m->key == NULL || m->value == NULL) {
+            free(m->key);
+            free(m->value);
+            goto oom;
+        }
+        v->meta_count++;
+    }
+    rc = build_name_index(v);
+    if (rc != DUET_OK) goto fail;
+    *out = v;
+    return DUET_OK;
+oom:
+    rc = duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+fail:
+    duet_st_destroy(v);
+    return rc;
+}
+
+const char *duet__st_path(const duet_st *st) { return st->path; }
 
 size_t duet_st_count(const duet_st *st) { return st->count; }
 
