@@ -120,19 +120,22 @@ static int axis_lerp_make(axis_lerp *a, int64_t in_size, int factor) {
         return duet__error(DUET_ENOMEM, "upsample_bilinear: out of memory for %" PRId64
                            " interpolation weights", out_size);
     }
-    /* PyTorch computes in float with scale = (float)(1.0 / factor). */
-    const float scale = (float)(1.0 / factor);
+    /* As PyTorch: the scale is rounded to float, (float)(1.0 / factor), but
+     * the source coordinate is computed in double, so that a weight such as
+     * 33.000001 - 33 keeps the digits a float coordinate would round away
+     * (matched against torch 1.13 to the last bit or one). */
+    const double scale = (float)(1.0 / factor);
     for (int64_t o = 0; o < out_size; o++) {
-        float s = scale * ((float)o + 0.5f) - 0.5f;
-        if (s < 0.0f) s = 0.0f;
+        double s = scale * ((double)o + 0.5) - 0.5;
+        if (s < 0.0) s = 0.0;
         int64_t i0 = (int64_t)s;
         if (i0 > in_size - 1) i0 = in_size - 1;
-        float l = s - (float)i0;
-        if (l > 1.0f) l = 1.0f;
+        double l = s - (double)i0;
+        if (l > 1.0) l = 1.0;
         a->i0[o] = i0;
         a->i1[o] = i0 < in_size - 1 ? i0 + 1 : i0;
-        a->l1[o] = l;
-        a->l0[o] = 1.0f - l;
+        a->l1[o] = (float)l;
+        a->l0[o] = 1.0f - (float)l;
     }
     return DUET_OK;
 }

@@ -73,7 +73,8 @@ def main(outdir):
          gen)
     case(out, "pixel_shuffle_r3", lambda x: F.pixel_shuffle(x, 3), [randn(1, 18, 3, 4)], [True],
          gen)
-    for f, shape in ((2, (2, 3, 5, 7)), (3, (1, 2, 3, 5)), (4, (1, 3, 5, 3)), (3, (1, 1, 1, 4))):
+    for f, shape in ((2, (2, 3, 5, 7)), (3, (1, 2, 3, 5)), (4, (1, 3, 5, 3)), (3, (1, 1, 1, 4)),
+                     (3, (1, 2, 33, 47))):
         name = f"bilinear_x{f}_{shape[2]}x{shape[3]}"
         case(out, name,
              lambda x, f=f: F.interpolate(x, scale_factor=f, mode="bilinear",

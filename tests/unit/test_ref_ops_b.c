@@ -208,6 +208,7 @@ static void test_bilinear(void **state) {
     run_case("bilinear_x4_5x3", 1, op_bilinear, &f, 1e-5);
     f = 3;
     run_case("bilinear_x3_1x4", 1, op_bilinear, &f, 1e-5);
+    run_case("bilinear_x3_33x47", 1, op_bilinear, &f, 1e-5);
 }
 
 static void test_shape(void **state) {
