@@ -109,9 +109,12 @@ int duet_wrapper_check_replicas(duet_wrapper *w);
  * type is unknown. Option names and defaults are MMEditing's. */
 
 /* Networks and losses: MSRResNet, ModifiedVGG, L1Loss, MSELoss, GANLoss,
- * PerceptualLoss (layer_weights as a group {"34" = 1.0;}, vgg_type vgg11,
- * vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128] for a custom stack with 0
- * for a max pool, pretrained = safetensors path or ""). */
+ * PerceptualLoss. MMEditing's layer_weights = {'34': 1.0} is written
+ * `layer_ids = [34]; layer_weights = [1.0];` or `layer_weights = { conv34 =
+ * 1.0; };` (libconfig names cannot be numbers: the index is the trailing
+ * digits); vgg_type vgg11, vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128]
+ * for a custom stack with 0 for a max pool; pretrained = a safetensors path
+ * (torchvision's VGG state dict, keys features.<i>.weight) or "". */
 int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out);
 /* Models: SRGAN, BasicRestorer (parts as groups, train_cfg {disc_steps,
  * disc_init_steps}, test_cfg {metrics, crop_border, convert_to}). */

@@ -125,7 +125,28 @@ static int vgg_cfg(const char *vgg_type, int *cfg, int *n) {
 
 static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
     *o = duet_perceptual_loss_opts_default();
-    if (duet_config_has(c, "layer_weights")) {
+    /* MMEditing writes layer_weights = {'34': 1.0}; libconfig names cannot
+     * be numbers, so duet reads layer_ids = [34]; layer_weights = [1.0];
+     * or a group whose member names end in the index: { conv34 = 1.0; }. */
+    int kind = duet_config_kind(c, "layer_weights");
+    if (kind == DUET_CONFIG_ARRAY || kind == DUET_CONFIG_LIST) {
+        int64_t ids[DUET_PERCEPTUAL_MAX_LAYERS];
+        double w[DUET_PERCEPTUAL_MAX_LAYERS];
+        size_t nids = 0, nw = 0;
+        DUET_TRY(duet_config_get_double_array(c, "layer_weights", w, DUET_PERCEPTUAL_MAX_LAYERS,
+                                              &nw));
+        DUET_TRY(duet_config_get_int_array(c, "layer_ids", ids, DUET_PERCEPTUAL_MAX_LAYERS,
+                                           &nids));
+        if (nids != nw || nw == 0)
+            return duet__error(DUET_ECONFIG, "%s: layer_ids has %zu entries and layer_weights "
+                               "%zu; give one weight per layer index", duet_config_name(c),
+                               nids, nw);
+        o->nlayer_weights = (int)nw;
+        for (size_t i = 0; i < nw; i++) {
+            o->layer_ids[i] = (int)ids[i];
+            o->layer_weights[i] = (float)w[i];
+        }
+    } else if (kind != DUET_CONFIG_NONE) {
         size_t n = 0;
         DUET_TRY(duet_config_length(c, "layer_weights", &n));
         if (n < 1 || n > DUET_PERCEPTUAL_MAX_LAYERS)
@@ -135,16 +156,18 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
         for (size_t i = 0; i < n; i++) {
             const char *name;
             DUET_TRY(duet_config_member_name(c, "layer_weights", i, &name));
-            char *end = NULL;
-            long id = strtol(name, &end, 10);
-            if (end == name || *end != '\0' || id < 0)
-                return duet__error(DUET_ECONFIG, "%s: layer_weights key '%s' must be a layer "
-                                   "index such as \"34\"", duet_config_name(c), name);
+            const char *digits = name + strlen(name);
+            while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') digits--;
+            if (*digits == '\0')
+                return duet__error(DUET_ECONFIG, "%s: layer_weights member '%s' must end in a "
+                                   "layer index (conv34 = 1.0 for MMEditing's '34'), or use "
+                                   "layer_ids = [34]; layer_weights = [1.0];",
+                                   duet_config_name(c), name);
             char key[96];
             snprintf(key, sizeof key, "layer_weights.%s", name);
             double w;
             DUET_TRY(duet_config_get_double(c, key, &w));
-            o->layer_ids[i] = (int)id;
+            o->layer_ids[i] = atoi(digits);
             o->layer_weights[i] = (float)w;
         }
     }
