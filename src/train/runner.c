@@ -197,6 +197,20 @@ static int dump_config(duet__run *r) {
     return rc;
 }
 
+/* The progress bar needs a terminal. Under mpirun, stdout is a pseudo
+ * terminal whatever it ends in (a file, a pipe), so launched processes draw
+ * no bar; DUET_PROGRESS=1 or 0 overrides. */
+static void setup_progress_bar(duet__run *r) {
+    const char *env = getenv("DUET_PROGRESS");
+    if (env != NULL && env[0] != '\0') {
+        duet__logger_set_progress(r->log, strcmp(env, "0") != 0);
+        return;
+    }
+    if (r->world > 1 || getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_RANK") != NULL ||
+        getenv("PMIX_RANK") != NULL || getenv("SLURM_PROCID") != NULL)
+        duet__logger_set_progress(r->log, false);
+}
+
 static int setup_train(duet__run *r, const duet_runner_opts *o) {
     DUET_TRY(duet__run_read_settings(r));
     DUET_TRY(duet__run_read_test_cfg(r));
@@ -386,6 +400,7 @@ int duet_runner_train(const duet_runner_opts *o) {
             if (mrc == DUET_OK) mrc = dump_config(&r);
             if (mrc == DUET_OK)
                 mrc = duet__logger_open(&r.log, r.work_dir, r.quiet ? NULL : stdout);
+            if (mrc == DUET_OK) setup_progress_bar(&r);
         }
         rc = agree(&r, mrc);
     }
