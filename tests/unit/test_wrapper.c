@@ -1,0 +1,323 @@
+/* The DistributedDataParallelWrapper in one process (a world of one): the
+ * wrapping rule, devices, scatter and delegation, SRGAN through the wrapper,
+ * and the whole-model DDP that cannot train a GAN. The multi-process
+ * behaviour is in tests/mpi/test_wrapper*.c and test_srgan*.c. */
+#include "testutil.h"
+
+#include <string.h>
+
+#include "duet/train.h"
+
+static duet_comm *world;
+
+static const char *cpu[] = {"cpu"};
+
+/* ---- a toy model whose parts cover the wrapping rule ----------------------------- */
+
+typedef struct toy {
+    const duet_batch *seen;
+    duet_tensor *seen_lq;
+    const char *seen_meta;
+} toy;
+
+static int toy_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
+    toy *t = duet_model_impl(m);
+    t->seen_lq = lq;
+    return duet_module_forward(duet_model_part(m, "trainable"), lq, out);
+}
+
+static int toy_train_step(duet_model *m, const duet_batch *b, duet_optimizer_set *o,
+                          duet_log_vars *log) {
+    (void)o;
+    toy *t = duet_model_impl(m);
+    t->seen = b;
+    t->seen_lq = duet_batch_tensor_get(b, "lq");
+    t->seen_meta = duet_batch_meta_get(b, "lq_path", 0);
+    return duet_log_vars_set(log, "n", (double)b->nsamples);
+}
+
+static int toy_val_step(duet_model *m, const duet_batch *b, duet_val_output *out) {
+    out->nsamples = b->nsamples;
+    return toy_forward(m, duet_batch_tensor_get(b, "lq"), &out->output);
+}
+
+static const duet_model_ops toy_ops = {"Toy", toy_forward, toy_train_step, toy_val_step, free};
+static const duet_module_type toy_root = {"Toy", NULL, NULL};
+
+static duet_model *toy_model(void) {
+    duet_rng rng = duet_rng_make(1, 0);
+    duet_module *root = NULL, *m = NULL, *a = NULL, *b = NULL;
+    TU_OK(duet_module_create(&root, &toy_root, NULL));
+    TU_OK(duet_l1_loss_module_create(&m, 1.0f)); /* no parameters */
+    TU_OK(duet_module_add_child(root, "noparams", m));
+    TU_OK(duet_linear_module_create(&m, 4, 4, true, &rng)); /* all frozen */
+    duet_module_set_requires_grad(m, false);
+    TU_OK(duet_module_add_child(root, "frozen", m));
+    TU_OK(duet_sequential_create(&m)); /* some frozen, some trainable */
+    TU_OK(duet_linear_module_create(&a, 4, 4, true, &rng));
+    duet_module_set_requires_grad(a, false);
+    TU_OK(duet_linear_module_create(&b, 4, 4, false, &rng));
+    TU_OK(duet_sequential_append(m, a));
+    TU_OK(duet_sequential_append(m, b));
+    TU_OK(duet_module_add_child(root, "mixed", m));
+    TU_OK(duet_linear_module_create(&m, 4, 2, true, &rng)); /* all trainable */
+    TU_OK(duet_module_add_child(root, "trainable", m));
+    duet_model *model = NULL;
+    TU_OK(duet_model_create(&model, &toy_ops, calloc(1, sizeof(toy)), root));
+    return model;
+}
+
+static void test_wrapping_rule(void **state) {
+    (void)state;
+    duet_model *model = toy_model();
+    duet_named_tensors before = {0}, after = {0};
+    TU_OK(duet_module_state(duet_model_module(model), &before));
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, model, world, cpu, 1, NULL));
+    assert_ptr_equal(duet_wrapper_model(w), model);
+    assert_int_equal(duet_wrapper_num_ddps(w), 2);
+    assert_string_equal(duet_wrapper_ddp_name(w, 0), "mixed");
+    assert_string_equal(duet_wrapper_ddp_name(w, 1), "trainable");
+    assert_false(duet_is_ddp(duet_model_part(model, "noparams")));
+    assert_false(duet_is_ddp(duet_model_part(model, "frozen")));
+    assert_true(duet_is_ddp(duet_model_part(model, "mixed")));
+    assert_true(duet_is_ddp(duet_model_part(model, "trainable")));
+    assert_ptr_equal(duet_wrapper_ddp(w, 1), duet_model_part(model, "trainable"));
+    /* The mixed part's DDP tracks only its trainable parameter. */
+    assert_int_equal(duet_ddp_num_tracked(duet_model_part(model, "mixed")), 1);
+    assert_string_equal(duet_ddp_tracked_name(duet_model_part(model, "mixed"), 0), "1.weight");
+    /* The state dict keeps its names and tensors: DDPs are transparent. */
+    TU_OK(duet_module_state(duet_model_module(model), &after));
+    assert_int_equal(before.count, after.count);
+    for (size_t i = 0; i < before.count; i++) {
+        assert_string_equal(before.items[i].name, after.items[i].name);
+        assert_ptr_equal(before.items[i].tensor, after.items[i].tensor);
+    }
+    duet_named_tensors_free(&before);
+    duet_named_tensors_free(&after);
+    assert_ptr_equal(duet_model_comm(model), world);
+    TU_OK(duet_wrapper_check_replicas(w));
+    duet_wrapper_destroy(w);
+}
+
+static void test_devices(void **state) {
+    (void)state;
+    duet_wrapper *w = NULL;
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, cpu, 0, NULL), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "exactly one device"));
+    const char *two[] = {"0", "1"};
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, two, 2, NULL), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "got 2 ['0', '1']"));
+    const char *cuda[] = {"cuda:0"};
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, cuda, 1, NULL),
+                     DUET_EUNSUPPORTED);
+    assert_non_null(strstr(duet_last_error(), "cuda:0"));
+    assert_null(w);
+    duet_wrapper_opts o = duet_wrapper_opts_default();
+    o.dim = 1;
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, cpu, 1, &o), DUET_EUNSUPPORTED);
+    const char *zero[] = {"0"};
+    TU_OK(duet_wrapper_create(&w, toy_model(), world, zero, 1, NULL));
+    duet_wrapper_destroy(w);
+}
+
+static void test_scatter_and_delegation(void **state) {
+    (void)state;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, toy_model(), world, cpu, 1, NULL));
+    toy *t = duet_model_impl(duet_wrapper_model(w));
+    duet_rng rng = duet_rng_make(2, 0);
+    duet_tensor *lq = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1);
+    duet_batch b = {0};
+    TU_OK(duet_batch_add_tensor(&b, "lq", lq));
+    const char *paths[3] = {"x.png", "y.png", "z.png"};
+    TU_OK(duet_batch_add_meta(&b, "lq_path", 3, paths));
+    duet_log_vars log;
+    TU_OK(duet_wrapper_train_step(w, &b, NULL, &log));
+    /* On the CPU the scattered tensor is a view of the same floats; the
+     * metadata is the caller's own. */
+    assert_ptr_not_equal(t->seen, &b);
+    assert_ptr_not_equal(t->seen_lq, lq);
+    assert_ptr_equal(t->seen_lq->data, lq->data);
+    assert_ptr_equal(t->seen_meta, b.meta[0].values[0]);
+    double n;
+    assert_true(duet_log_vars_get(&log, "n", &n) && n == 3);
+    duet_tensor *y = NULL, *z = NULL;
+    TU_OK(duet_wrapper_forward(w, lq, &y));
+    assert_ptr_equal(t->seen_lq->data, lq->data);
+    TU_OK(duet_module_forward(duet_ddp_inner(duet_model_part(duet_wrapper_model(w), "trainable")),
+                              lq, &z));
+    tu_assert_close(y->data, z->data, y->numel, 0, 0, "wrapper forward");
+    duet_tensor_release(y);
+    duet_tensor_release(z);
+    duet_tape_clear();
+    duet_val_output out = {0};
+    TU_OK(duet_wrapper_val_step(w, &b, &out));
+    assert_int_equal(out.nsamples, 3);
+    assert_int_equal(out.output->shape[1], 2);
+    duet_val_output_clear(&out);
+    duet_batch_clear(&b);
+    duet_tensor_release(lq);
+    duet_wrapper_destroy(w);
+}
+
+/* ---- SRGAN through the wrapper --------------------------------------------------- */
+
+static duet_model *tiny_srgan(uint64_t seed) {
+    duet_srgan_opts o = duet_srgan_opts_default();
+    o.generator.mid_channels = 8;
+    o.generator.num_blocks = 1;
+    o.discriminator.mid_channels = 4;
+    o.discriminator.input_size = 32;
+    o.perceptual_loss.ncfg = 4;
+    int cfg[4] = {4, 4, 0, 8};
+    memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
+    o.perceptual_loss.layer_ids[0] = 5;
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_srgan_create(&m, &o, &rng));
+    return m;
+}
+
+static duet_optimizer_set *adam_pair(duet_model *m) {
+    duet_optimizer_set *s = NULL;
+    TU_OK(duet_optimizer_set_create(&s));
+    duet_adam_opts a = duet_adam_opts_default();
+    a.lr = 1e-3f;
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
+    return s;
+}
+
+static void make_batch(duet_batch *b, uint64_t seed) {
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_tensor *lq = tu_rand(&rng, 4, (int64_t[]){2, 3, 8, 8}, 0, 1);
+    duet_tensor *gt = tu_rand(&rng, 4, (int64_t[]){2, 3, 32, 32}, 0, 1);
+    memset(b, 0, sizeof *b);
+    TU_OK(duet_batch_add_tensor(b, "lq", lq));
+    TU_OK(duet_batch_add_tensor(b, "gt", gt));
+    duet_tensor_release(lq);
+    duet_tensor_release(gt);
+}
+
+static void test_srgan_wrapped_matches_plain(void **state) {
+    (void)state;
+    duet_model *plain = tiny_srgan(3), *model = tiny_srgan(3);
+    duet_wrapper_opts o = duet_wrapper_opts_default();
+    o.sync_bn = true;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, model, world, cpu, 1, &o));
+    /* generator and discriminator wrapped; the losses and the frozen VGG not. */
+    assert_int_equal(duet_wrapper_num_ddps(w), 2);
+    assert_string_equal(duet_wrapper_ddp_name(w, 0), "generator");
+    assert_string_equal(duet_wrapper_ddp_name(w, 1), "discriminator");
+    assert_false(duet_is_ddp(duet_model_part(model, "perceptual_loss")));
+    assert_false(duet_is_ddp(duet_model_part(model, "gan_loss")));
+    duet_optimizer_set *op = adam_pair(plain), *ow = adam_pair(model);
+    duet_batch b;
+    make_batch(&b, 4);
+    duet_log_vars lp, lw;
+    for (int it = 0; it < 3; it++) {
+        TU_OK(duet_model_train_step(plain, &b, op, &lp));
+        TU_OK(duet_wrapper_train_step(w, &b, ow, &lw));
+        assert_int_equal(lp.count, lw.count);
+        for (int i = 0; i < lp.count; i++) {
+            assert_string_equal(lp.names[i], lw.names[i]);
+            assert_true(lp.values[i] == lw.values[i]);
+        }
+    }
+    duet_named_tensors sp = {0}, sw = {0};
+    TU_OK(duet_module_state(duet_model_module(plain), &sp));
+    TU_OK(duet_module_state(duet_model_module(model), &sw));
+    assert_int_equal(sp.count, sw.count);
+    for (size_t i = 0; i < sp.count; i++) {
+        assert_string_equal(sp.items[i].name, sw.items[i].name);
+        tu_assert_close(sw.items[i].tensor->data, sp.items[i].tensor->data,
+                        sp.items[i].tensor->numel, 0, 0, sp.items[i].name);
+    }
+    duet_named_tensors_free(&sp);
+    duet_named_tensors_free(&sw);
+    duet_val_output out = {0};
+    TU_OK(duet_wrapper_val_step(w, &b, &out));
+    assert_int_equal(out.metrics.count, 2);
+    duet_val_output_clear(&out);
+    duet_batch_clear(&b);
+    duet_optimizer_set_destroy(op);
+    duet_optimizer_set_destroy(ow);
+    duet_model_destroy(plain);
+    duet_wrapper_destroy(w);
+}
+
+static void test_whole_model_ddp_fails(void **state) {
+    (void)state;
+    duet_model *model = tiny_srgan(5);
+    duet_wrapper_opts o = duet_wrapper_opts_default();
+    o.kind = DUET_WRAPPER_WHOLE_MODEL;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, model, world, cpu, 1, &o));
+    assert_int_equal(duet_wrapper_num_ddps(w), 1);
+    /* The parts are still found, and the names do not change. */
+    assert_non_null(duet_model_part(model, "generator"));
+    assert_false(duet_is_ddp(duet_model_part(model, "generator")));
+    duet_optimizer_set *s = adam_pair(model);
+    duet_batch b;
+    make_batch(&b, 6);
+    duet_log_vars log;
+    int rc = DUET_OK;
+    for (int it = 0; it < 3 && rc == DUET_OK; it++) rc = duet_wrapper_train_step(w, &b, s, &log);
+    assert_int_equal(rc, DUET_EUNUSED);
+    /* The generator step left the discriminator's gradients missing. */
+    assert_non_null(strstr(duet_last_error(), "discriminator.conv0_0.weight"));
+    duet_batch_clear(&b);
+    duet_optimizer_set_destroy(s);
+    duet_wrapper_destroy(w);
+}
+
+static void test_build_wrapper(void **state) {
+    (void)state;
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(
+        "wrapper = { type = \"DistributedDataParallelWrapper\"; broadcast_buffers = false;\n"
+        "            find_unused_parameters = false; bucket_cap_mb = 1.0; sync_bn = true;\n"
+        "            device_ids = [\"cpu\"]; comm_hook = \"allreduce\"; };\n"
+        "whole = { type = \"DistributedDataParallel\"; };\n"
+        "two = { type = \"DistributedDataParallelWrapper\"; device_ids = [\"0\", \"1\"]; };\n"
+        "bad = { type = \"DataParallel\"; };\n",
+        "<test>", &cfg));
+    duet_wrapper *w = NULL;
+    TU_OK(duet_build_wrapper(cfg, "wrapper", toy_model(), world, &w));
+    assert_int_equal(duet_wrapper_num_ddps(w), 2);
+    duet_wrapper_destroy(w);
+    TU_OK(duet_build_wrapper(cfg, "whole", toy_model(), world, &w));
+    assert_int_equal(duet_wrapper_num_ddps(w), 1);
+    assert_string_equal(duet_wrapper_ddp_name(w, 0), "");
+    duet_wrapper_destroy(w);
+    assert_int_equal(duet_build_wrapper(cfg, "two", toy_model(), world, &w), DUET_EINVAL);
+    assert_int_equal(duet_build_wrapper(cfg, "bad", toy_model(), world, &w), DUET_ECONFIG);
+    assert_non_null(strstr(duet_last_error(), "DistributedDataParallelWrapper"));
+    TU_OK(duet_config_check_unused(cfg));
+    duet_config_destroy(cfg);
+}
+
+static int setup(void **state) {
+    (void)state;
+    return duet_comm_world(&world) == DUET_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    duet_comm_destroy(world);
+    return duet_comm_finalize() == DUET_OK ? 0 : -1;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_wrapping_rule),
+        cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_scatter_and_delegation),
+        cmocka_unit_test(test_srgan_wrapped_matches_plain),
+        cmocka_unit_test(test_whole_model_ddp_fails),
+        cmocka_unit_test(test_build_wrapper),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
