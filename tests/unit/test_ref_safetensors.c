@@ -7,6 +7,8 @@
 
 #include <string.h>
 
+#include "duet/train.h"
+
 static void test_dtypes_match_torch(void **state) {
     (void)state;
     duet_st *st = tu_ref_load("safetensors_dtypes.safetensors");
@@ -102,10 +104,73 @@ static void test_pytorch_state_dict(void **state) {
     duet_st_destroy(st);
 }
 
+/* The tree of ref_safetensors.py's _Model from nn.h layers: generator
+ * { conv_first: Conv2d(3, 4, 3), upsample: Sequential(Conv2d(4, 16, 3)) },
+ * discriminator { conv0_0: Conv2d(3, 4, 3, no bias), bn0_0: BatchNorm2d(4),
+ * linear1: Linear(8, 2) }. */
+static duet_module *build_mirror(void) {
+    duet_rng rng = duet_rng_make(9, 0);
+    duet_module *model, *gen, *up, *disc, *m;
+    TU_OK(duet_sequential_create(&model));
+    TU_OK(duet_sequential_create(&gen));
+    TU_OK(duet_conv2d_module_create(&m, 3, 4, 3, 1, 1, true, &rng));
+    TU_OK(duet_module_add_child(gen, "conv_first", m));
+    TU_OK(duet_sequential_create(&up));
+    TU_OK(duet_conv2d_module_create(&m, 4, 16, 3, 1, 1, true, &rng));
+    TU_OK(duet_sequential_append(up, m));
+    TU_OK(duet_module_add_child(gen, "upsample", up));
+    TU_OK(duet_module_add_child(model, "generator", gen));
+    TU_OK(duet_sequential_create(&disc));
+    TU_OK(duet_conv2d_module_create(&m, 3, 4, 3, 1, 1, false, &rng));
+    TU_OK(duet_module_add_child(disc, "conv0_0", m));
+    TU_OK(duet_batchnorm2d_module_create(&m, 4, 1e-5f, 0.1f));
+    TU_OK(duet_module_add_child(disc, "bn0_0", m));
+    TU_OK(duet_linear_module_create(&m, 8, 2, true, &rng));
+    TU_OK(duet_module_add_child(disc, "linear1", m));
+    TU_OK(duet_module_add_child(model, "discriminator", disc));
+    return model;
+}
+
+/* A PyTorch state dict loads as a checkpoint's weights, strictly. */
+static void test_pytorch_file_as_checkpoint(void **state) {
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/safetensors_state.safetensors", tu_ref_dir());
+    duet_module *model = build_mirror();
+    size_t nmissing = 9, nunexpected = 9;
+    TU_OK(duet_checkpoint_load_weights(path, model, true, NULL, &nmissing, &nunexpected));
+    duet_st *st = tu_ref_load("safetensors_state.safetensors");
+    duet_named_tensors sd;
+    TU_OK(duet_module_state(model, &sd));
+    assert_int_equal(sd.count, duet_st_count(st));
+    for (size_t i = 0; i < sd.count; i++)
+        tu_assert_ref(st, sd.items[i].name, sd.items[i].tensor->data, sd.items[i].tensor->numel,
+                      0, 0);
+    duet_named_tensors_free(&sd);
+    duet_module *bn = duet_module_child(duet_module_child(model, "discriminator"), "bn0_0");
+    assert_true(duet_module_buffer(bn, "num_batches_tracked")->data[0] == 17.0f);
+    int64_t iter;
+    TU_OK(duet_checkpoint_meta_int(st, "iteration", &iter));
+    assert_int_equal(iter, 300);
+    /* Not resumable: PyTorch wrote no optimizer state for it. */
+    duet_optimizer *opt = NULL;
+    duet_named_tensors p;
+    TU_OK(duet_module_named_parameters(model, true, &p));
+    TU_OK(duet_adam_create(&opt, &p, duet_adam_opts_default()));
+    duet_named_tensors_free(&p);
+    duet_named_optimizer opts[] = {{"generator", opt}};
+    assert_int_equal(duet_checkpoint_resume(path, model, opts, 1, NULL), DUET_ENOTFOUND);
+    assert_non_null(strstr(duet_last_error(), "optimizer 'generator'"));
+    duet_optimizer_destroy(opt);
+    duet_st_destroy(st);
+    duet_module_destroy(model);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtypes_match_torch),
         cmocka_unit_test(test_pytorch_state_dict),
+        cmocka_unit_test(test_pytorch_file_as_checkpoint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
