@@ -149,16 +149,20 @@ duet_sr_dataset_options duet_sr_dataset_options_default(void);
 
 /* Training set (MMEditing's SRFolderGTDataset / SRFolderDataset pipeline):
  * sample i takes image i, a random gt_size x gt_size crop whose corner is a
- * multiple of scale, its LQ (downscaled crop, or the matching crop of the LQ
- * image), then flips both horizontally, vertically and transposes them, each
- * with p = 0.5, in that order. Errors (DUET_ENOTFOUND for an empty folder or a
+ * multiple of scale, its LQ (the crop downscaled by duet_imresize and rounded
+ * to 8-bit levels, as an LQ file made by MATLAB or BasicSR would be; or the
+ * matching crop of the LQ image), then flips both horizontally, vertically
+ * and transposes them, each with p = 0.5, in that order. The draws are made
+ * whether or not a flip is enabled, so switching one off leaves the crops
+ * unchanged. Errors (DUET_ENOTFOUND for an empty folder or a
  * missing LQ file, DUET_ESHAPE for an image smaller than the crop or an LQ of
  * the wrong size, decode errors) name the file. Free with
  * duet_dataset_destroy. */
 int duet_sr_train_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
 /* Validation set: sample i is image i whole; the GT is cropped (top-left) to
- * a multiple of scale, the LQ is its bicubic downscale (or the LQ image, the
- * GT then cropped to LQ size * scale). No randomness. */
+ * a multiple of scale, the LQ is its bicubic downscale in 8-bit levels (or
+ * the LQ image, the GT then cropped to LQ size * scale). No randomness;
+ * gt_size and the flips are ignored. */
 int duet_sr_val_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
 /* MMEditing's RepeatDataset: size times * inner size; index i is inner
  * sample i % inner size but with i's own randomness. Takes ownership of
