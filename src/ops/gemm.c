@@ -107,11 +107,3 @@ float *duet__scratch(int slot, size_t nfloats) {
     }
     return s->buf[slot];
 }
-
-const char *duet__shape_or_null(const duet_tensor *t, char *buf, size_t size) {
-    if (t == NULL) {
-        snprintf(buf, size, "NULL");
-        return buf;
-    }
-    return duet_shape_str(t, buf, size);
-}

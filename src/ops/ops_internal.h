@@ -20,7 +20,4 @@ int duet__blas_init(void);
 #define DUET__SCRATCH_SLOTS 4
 float *duet__scratch(int slot, size_t nfloats);
 
-/* "conv2d: ..." messages name shapes; this formats a tensor or "NULL". */
-const char *duet__shape_or_null(const duet_tensor *t, char *buf, size_t size);
-
 #endif
