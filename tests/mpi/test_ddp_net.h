@@ -26,7 +26,7 @@ typedef struct tiny_cfg {
 
 static const tiny_cfg TINY_PLAIN = {false, false, 4};
 
-static int tiny_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+static inline int tiny_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     (void)nin;
     duet_tensor *h = NULL, *a = NULL, *h2 = NULL, *a2 = NULL, *f = NULL, *b = NULL;
     duet_module *bn = duet_module_child(self, "bn");
@@ -51,7 +51,7 @@ static int tiny_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type tiny_type = {"TinyNet", tiny_forward, NULL};
 
-static duet_module *tiny_create(uint64_t seed, tiny_cfg cfg) {
+static inline duet_module *tiny_create(uint64_t seed, tiny_cfg cfg) {
     duet_rng rng = duet_rng_make(seed, 0);
     duet_module *m = NULL, *c = NULL;
     TU_OK(duet_module_create(&m, &tiny_type, NULL));
@@ -75,20 +75,20 @@ static duet_module *tiny_create(uint64_t seed, tiny_cfg cfg) {
 }
 
 /* The full batch, identical on every rank: x (B, 3, 8, 8), target (B, 3). */
-static void make_batch(uint64_t seed, int64_t B, duet_tensor **x, duet_tensor **t) {
+static inline void make_batch(uint64_t seed, int64_t B, duet_tensor **x, duet_tensor **t) {
     duet_rng rng = duet_rng_make(seed, 7);
     *x = tu_randn(&rng, 4, (int64_t[]){B, 3, 8, 8}, 1.0f);
     *t = tu_randn(&rng, 2, (int64_t[]){B, 3}, 1.0f);
 }
 
-static duet_tensor *slice(duet_tensor *t, int64_t start, int64_t count) {
+static inline duet_tensor *slice(duet_tensor *t, int64_t start, int64_t count) {
     duet_tensor *s = NULL;
     TU_OK(duet_tensor_slice0(&s, t, start, count));
     return s;
 }
 
 /* forward + weight * mse + backward. */
-static void fwd_bwd(duet_module *m, duet_tensor *x, duet_tensor *t, float weight) {
+static inline void fwd_bwd(duet_module *m, duet_tensor *x, duet_tensor *t, float weight) {
     duet_tensor *y = NULL, *loss = NULL;
     TU_OK(duet_module_forward(m, x, &y));
     TU_OK(duet_mse_loss(y, t, weight, &loss));
@@ -97,7 +97,7 @@ static void fwd_bwd(duet_module *m, duet_tensor *x, duet_tensor *t, float weight
     duet_tensor_release(loss);
 }
 
-static duet_optimizer *adam_for(duet_module *m, float lr) {
+static inline duet_optimizer *adam_for(duet_module *m, float lr) {
     duet_named_tensors p = {0, NULL};
     TU_OK(duet_module_named_parameters(m, true, &p));
     duet_adam_opts o = duet_adam_opts_default();
@@ -110,7 +110,7 @@ static duet_optimizer *adam_for(duet_module *m, float lr) {
 
 /* Every parameter (and buffer) of `got` close to the same-named one of
  * `want` (both lists in the same order, names checked). */
-static void assert_state_close(duet_module *got, duet_module *want, double rtol, double atol) {
+static inline void assert_state_close(duet_module *got, duet_module *want, double rtol, double atol) {
     duet_named_tensors a = {0, NULL}, b = {0, NULL};
     TU_OK(duet_module_state(got, &a));
     TU_OK(duet_module_state(want, &b));
@@ -128,7 +128,7 @@ static void assert_state_close(duet_module *got, duet_module *want, double rtol,
 }
 
 /* Same for gradients of the trainable parameters. */
-static void assert_grads_close(duet_module *got, duet_module *want, double rtol, double atol) {
+static inline void assert_grads_close(duet_module *got, duet_module *want, double rtol, double atol) {
     duet_named_tensors a = {0, NULL}, b = {0, NULL};
     TU_OK(duet_module_named_parameters(got, true, &a));
     TU_OK(duet_module_named_parameters(want, true, &b));
@@ -148,7 +148,7 @@ static void assert_grads_close(duet_module *got, duet_module *want, double rtol,
 
 /* Rank 0's copy of every parameter and buffer (and gradient, when
  * with_grads) is broadcast with plain MPI and compared bit for bit. */
-static void assert_bit_identical(duet_module *m, bool with_grads) {
+static inline void assert_bit_identical(duet_module *m, bool with_grads) {
     duet_named_tensors s = {0, NULL};
     TU_OK(duet_module_state(m, &s));
     for (size_t i = 0; i < s.count; i++) {
@@ -168,13 +168,13 @@ static void assert_bit_identical(duet_module *m, bool with_grads) {
     duet_named_tensors_free(&s);
 }
 
-static duet_module *ddp_of(duet_module *net, const duet_ddp_opts *o) {
+static inline duet_module *ddp_of(duet_module *net, const duet_ddp_opts *o) {
     duet_module *ddp = NULL;
     TU_OK(duet_ddp_create(&ddp, net, g_comm, o));
     return ddp;
 }
 
-static int ddp_setup(void **state) {
+static inline int ddp_setup(void **state) {
     (void)state;
     if (duet_comm_world(&g_comm) != DUET_OK) return -1;
     g_rank = duet_comm_rank(g_comm);
@@ -182,7 +182,7 @@ static int ddp_setup(void **state) {
     return 0;
 }
 
-static int ddp_teardown(void **state) {
+static inline int ddp_teardown(void **state) {
     (void)state;
     duet_comm_destroy(g_comm);
     return 0;
