@@ -500,18 +500,30 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
         rc = duet__error(DUET_ENOMEM, "module load: out of memory");
         goto done;
     }
-    if (nmis > 0) {
-        rc = duet__error(DUET_ESHAPE, "loading %s state%s%s: %zu shape mismatch%s: %s",
-                         m->type->name, np ? " under " : "", prefix, nmis, nmis == 1 ? "" : "es",
-                         sb_str(&mismatch));
-        goto done;
-    }
-    if (strict && (nmiss > 0 || nunexp > 0)) {
-        rc = duet__error(DUET_ENOTFOUND,
-                         "loading %s state%s%s strictly: %zu missing key%s [%s], %zu unexpected "
-                         "key%s [%s]; load non-strictly to skip them",
-                         m->type->name, np ? " under " : "", prefix, nmiss, nmiss == 1 ? "" : "s",
-                         sb_str(&missing), nunexp, nunexp == 1 ? "" : "s", sb_str(&unexpected));
+    if (nmis > 0 || (strict && (nmiss > 0 || nunexp > 0))) {
+        /* One message with every problem: shape mismatches first, then the
+         * missing and unexpected keys. */
+        const char *sep = "";
+        strbuf msg = {0};
+        sb_addf(&msg, "loading %s state%s%s%s: ", m->type->name, np ? " under " : "", prefix,
+                strict ? " strictly" : "");
+        if (nmis > 0) {
+            sb_addf(&msg, "%zu shape mismatch%s: %s", nmis, nmis == 1 ? "" : "es",
+                    sb_str(&mismatch));
+            sep = "; ";
+        }
+        if (nmiss > 0) {
+            sb_addf(&msg, "%s%zu missing key%s [%s]", sep, nmiss, nmiss == 1 ? "" : "s",
+                    sb_str(&missing));
+            sep = "; ";
+        }
+        if (nunexp > 0)
+            sb_addf(&msg, "%s%zu unexpected key%s [%s]", sep, nunexp, nunexp == 1 ? "" : "s",
+                    sb_str(&unexpected));
+        if (nmis == 0) sb_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
+        rc = duet__error(nmis > 0 ? DUET_ESHAPE : DUET_ENOTFOUND, "%s",
+                         msg.failed ? "out of memory for the message" : sb_str(&msg));
+        free(msg.s);
         goto done;
     }
     if (nmiss > 0)
