@@ -136,6 +136,11 @@ int duet_config_check_unused(const duet_config *cfg);
  * checkpoint metadata. Free *out with free(). */
 int duet_config_text(const duet_config *cfg, char **out);
 
+/* Where the setting at `path` was defined, for messages about its value:
+ * "configs/x.cfg:12", "--set a.b=1", or the config's name when absent.
+ * (Added by the runner.) */
+void duet_config_where(const duet_config *cfg, const char *path, char *buf, size_t size);
+
 /* ==== checkpoint files (owner: st) ========================================
  * One safetensors file holds a model's state dict under its unwrapped
  * PyTorch names (generator.conv_first.weight, discriminator.bn0_0.

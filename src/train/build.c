@@ -1,17 +1,35 @@
 /* The runner's settings from the config: hooks, LR schedule, datasets and
  * the loader. (Models, wrappers and optimizers come from the registry in
  * duet/wrapper.h.) */
+#include <stdarg.h>
 #include <string.h>
 
 #include "duet/wrapper.h"
 #include "train/runner_internal.h"
 
+/* DUET_ECONFIG "configs/x.cfg:12: 'lr_config.policy' ...": a bad value,
+ * with where it was set. `path` is relative to cfg (full paths in messages
+ * come from cfg's root, which is the whole config here). */
+static int bad_value_in(duet_config *cfg, const char *group, const char *path,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int bad_value_in(duet_config *cfg, const char *group, const char *path,
+                        const char *fmt, ...) {
+    char where[512], msg[1024];
+    duet_config_where(cfg, path, where, sizeof where);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return duet__error(DUET_ECONFIG, "%s: '%s%s%s' %s", where, group ? group : "",
+                       group ? "." : "", path, msg);
+}
+#define bad_value(cfg, path, ...) bad_value_in(cfg, NULL, path, __VA_ARGS__)
+
 /* A positive or zero interval; 0 turns the hook off. */
 static int get_interval(duet_config *cfg, const char *path, int64_t def, int64_t *out) {
     DUET_TRY(duet_config_get_int_or(cfg, path, def, out));
     if (*out < 0)
-        return duet__error(DUET_ECONFIG, "%s: '%s' must be >= 0 (0 turns it off), got %lld",
-                           duet_config_name(cfg), path, (long long)*out);
+        return bad_value(cfg, path, "must be >= 0 (0 turns it off), got %lld", (long long)*out);
     return DUET_OK;
 }
 
@@ -22,10 +40,9 @@ static int check_by_epoch(duet_config *cfg, const char *group) {
     bool by_epoch = false;
     DUET_TRY(duet_config_get_bool_or(cfg, path, false, &by_epoch));
     if (by_epoch)
-        return duet__error(DUET_ECONFIG,
-                           "%s: '%s = true' is not supported: duet's runner is iteration-based "
-                           "(set it to false and give intervals in iterations)",
-                           duet_config_name(cfg), path);
+        return bad_value(cfg, path,
+                         "= true is not supported: duet's runner is iteration-based (set it "
+                         "to false and give intervals in iterations)");
     return DUET_OK;
 }
 
@@ -54,10 +71,8 @@ static int read_lr_config(duet__run *r) {
         s->gamma = (float)gamma;
         for (size_t i = 1; i < n; i++)
             if (s->steps[i] <= s->steps[i - 1])
-                return duet__error(DUET_ECONFIG,
-                                   "%s: lr_config.step must increase, got %lld after %lld",
-                                   duet_config_name(cfg), (long long)s->steps[i],
-                                   (long long)s->steps[i - 1]);
+                return bad_value(cfg, "lr_config.step", "must increase, got %lld after %lld",
+                                 (long long)s->steps[i], (long long)s->steps[i - 1]);
     } else if (strcmp(policy, "CosineRestart") == 0) {
         s->policy = DUET_LR_COSINE_RESTART;
         DUET_TRY(duet_config_get_int_array(cfg, "lr_config.periods", s->steps,
@@ -68,18 +83,16 @@ static int read_lr_config(duet__run *r) {
             DUET_TRY(duet_config_get_double_array(cfg, "lr_config.restart_weights", w,
                                                   DUET_LR_MAX_STEPS, &nw));
             if (nw != n)
-                return duet__error(DUET_ECONFIG,
-                                   "%s: lr_config.restart_weights has %zu values for %zu periods",
-                                   duet_config_name(cfg), nw, n);
+                return bad_value(cfg, "lr_config.restart_weights",
+                                 "has %zu values for %zu periods", nw, n);
         }
         for (size_t i = 0; i < n; i++) s->restart_weights[i] = nw ? (float)w[i] : 1.0f;
         double min_lr = 0;
         DUET_TRY(duet_config_get_double_or(cfg, "lr_config.min_lr", 0.0, &min_lr));
         s->min_lr = (float)min_lr;
     } else {
-        return duet__error(DUET_ECONFIG,
-                           "%s: lr_config.policy '%s' is not known (use Fixed, Step or "
-                           "CosineRestart)", duet_config_name(cfg), policy);
+        return bad_value(cfg, "lr_config.policy",
+                         "= \"%s\" is not known (use Fixed, Step or CosineRestart)", policy);
     }
     s->nsteps = (int)n;
     return DUET_OK;
@@ -92,8 +105,8 @@ int duet__run_read_settings(duet__run *r) {
     r->seed = (uint64_t)seed;
     DUET_TRY(duet_config_get_int(cfg, "total_iters", &r->total_iters));
     if (r->total_iters < 1)
-        return duet__error(DUET_ECONFIG, "%s: total_iters must be >= 1, got %lld",
-                           duet_config_name(cfg), (long long)r->total_iters);
+        return bad_value(cfg, "total_iters", "must be >= 1, got %lld",
+                         (long long)r->total_iters);
     DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
     DUET_TRY(check_by_epoch(cfg, "checkpoint_config"));
     DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
@@ -128,10 +141,9 @@ static int build_dataset(duet__run *r, const char *path, bool train, duet_datase
     int rc = duet_config_get_string(d, "type", &type);
     if (rc == DUET_OK && strcmp(type, "SRFolderGTDataset") != 0 &&
         strcmp(type, "SRFolderDataset") != 0)
-        rc = duet__error(DUET_ECONFIG,
-                         "%s: %s.type '%s' is not known (use SRFolderGTDataset: ground truth "
-                         "only, LQ by bicubic; or SRFolderDataset: with lq_folder)",
-                         duet_config_name(r->cfg), path, type);
+        rc = bad_value_in(d, path, "type",
+                       "= \"%s\" is not known (use SRFolderGTDataset: ground truth only, LQ "
+                       "by bicubic; or SRFolderDataset: with lq_folder)", type);
     if (rc == DUET_OK) rc = duet_config_get_string(d, "gt_folder", &o.gt_dir);
     bool paired = rc == DUET_OK && strcmp(type, "SRFolderDataset") == 0;
     if (rc == DUET_OK && paired) rc = duet_config_get_string(d, "lq_folder", &o.lq_dir);
@@ -145,8 +157,7 @@ static int build_dataset(duet__run *r, const char *path, bool train, duet_datase
             rc = duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose);
         if (rc == DUET_OK) rc = duet_config_get_int_or(d, "times", 1, &times);
         if (rc == DUET_OK && times < 1)
-            rc = duet__error(DUET_ECONFIG, "%s: %s.times must be >= 1, got %lld",
-                             duet_config_name(r->cfg), path, (long long)times);
+            rc = bad_value_in(d, path, "times", "must be >= 1, got %lld", (long long)times);
     }
     duet_config_destroy(d);
     DUET_TRY(rc);
@@ -164,8 +175,8 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
     if (with_train) {
         DUET_TRY(duet_config_get_int(r->cfg, "data.samples_per_gpu", &r->samples_per_gpu));
         if (r->samples_per_gpu < 1)
-            return duet__error(DUET_ECONFIG, "%s: data.samples_per_gpu must be >= 1, got %lld",
-                               duet_config_name(r->cfg), (long long)r->samples_per_gpu);
+            return bad_value(r->cfg, "data.samples_per_gpu", "must be >= 1, got %lld",
+                             (long long)r->samples_per_gpu);
         int64_t prefetch = 2;
         DUET_TRY(duet_config_get_int_or(r->cfg, "data.prefetch", 2, &prefetch));
         r->prefetch = prefetch < 0 ? 0 : (int)prefetch;
