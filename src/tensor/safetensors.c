@@ -787,7 +787,9 @@ static int fsync_parent(const char *path) {
     const char *dir = dirname(copy);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     int rc = DUET_OK;
-    if (fd < 0 || fsync(fd) != 0)
+    /* Some file systems cannot sync a folder (EINVAL): the file itself is
+     * synced and renamed, which is all they offer. */
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
         rc = duet__error(DUET_EIO, "%s: cannot sync folder %s: %s", path, dir, strerror(errno));
     if (fd >= 0) close(fd);
     free(copy);
