@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 /* ---- helpers --------------------------------------------------------------- */
@@ -300,6 +301,37 @@ static void test_shape_errors(void **state) {
     duet_tensor_release(x2);
 }
 
+/* The im2col scratch is per thread: a conv on another thread gives the same
+ * result, and that thread's scratch is freed when it exits (ASan checks). */
+typedef struct thread_job {
+    duet_tensor *x, *w, *y;
+    int rc;
+} thread_job;
+
+static void *thread_conv(void *p) {
+    thread_job *j = p;
+    j->rc = duet_conv2d(j->x, j->w, NULL, 2, 1, &j->y);
+    return NULL;
+}
+
+static void test_other_thread(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(23, 0);
+    thread_job j = {tu_randn(&rng, 4, (int64_t[]){2, 3, 9, 9}, 1.0f),
+                    tu_randn(&rng, 4, (int64_t[]){4, 3, 4, 4}, 1.0f), NULL, -1};
+    duet_tensor *y = NULL;
+    TU_OK(duet_conv2d(j.x, j.w, NULL, 2, 1, &y));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, thread_conv, &j), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    TU_OK(j.rc);
+    tu_assert_close(j.y->data, y->data, y->numel, 0, 0, "conv on another thread");
+    duet_tensor_release(j.y);
+    duet_tensor_release(y);
+    duet_tensor_release(j.x);
+    duet_tensor_release(j.w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_vs_direct),
@@ -310,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_accumulate_and_skip),
         cmocka_unit_test(test_no_record),
         cmocka_unit_test(test_shape_errors),
+        cmocka_unit_test(test_other_thread),
     };
     return cmocka_run_group_tests_name("ops_conv", tests, NULL, NULL);
 }
