@@ -145,11 +145,7 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
     r->seed = (uint64_t)seed;
     r->rng = duet_rng_make(r->seed, 0);
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &r->model));
-    duet_st *st = NULL;
-    DUET_TRY(duet_st_load(ckpt, &st));
-    int rc = duet__ckpt_load_weights(r, st, ckpt, false, "generator.");
-    duet_st_destroy(st);
-    DUET_TRY(rc);
+    DUET_TRY(duet__ckpt_load_weights(r, ckpt, false, "generator."));
     duet_module_train(duet_model_module(r->model), false);
     return DUET_OK;
 }
@@ -223,10 +219,7 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &model));
     r->model = model; /* owned until the wrapper takes it */
     if (load_from[0] != '\0' && !o->resume) {
-        duet_st *st = NULL;
-        int rc = duet_st_load(load_from, &st);
-        if (rc == DUET_OK) rc = duet__ckpt_load_weights(r, st, load_from, false, NULL);
-        duet_st_destroy(st);
+        int rc = duet__ckpt_load_weights(r, load_from, false, NULL);
         if (rc != DUET_OK) return duet__error_context(rc, "load_from");
         if (r->rank == 0 && !r->quiet)
             duet_log(DUET_LOG_INFO, "load_from %s: weights loaded", load_from);

@@ -12,12 +12,12 @@ typedef struct duet__ckpt_state {
 
 /* Rank 0: WORK_DIR/iter_<iter>.safetensors and latest.safetensors. */
 int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s);
-/* Weights of the model from st (file `path`, for messages). strict: every
- * key of the state dict present and no unknown key (optimizer.* entries are
- * never weights); otherwise missing and unexpected keys are listed at WARN
- * level, except that keys starting with require_prefix (may be NULL) must be
- * there. */
-int duet__ckpt_load_weights(duet__run *r, const duet_st *st, const char *path, bool strict,
+/* Weights of the model from `path` (duet_checkpoint_load_weights). strict:
+ * every key of the state dict present and no unknown key (optimizer.*
+ * entries are never weights); otherwise missing and unexpected keys are
+ * listed at WARN level, except that keys starting with require_prefix (may
+ * be NULL) must be there. */
+int duet__ckpt_load_weights(duet__run *r, const char *path, bool strict,
                             const char *require_prefix);
 /* --resume: weights (strict), optimizer states, iteration, sampler state,
  * seed and RNG. */
