@@ -11,6 +11,20 @@
  *   DUET_TRY(duet_module_add_child(net, "0", conv));   // net owns conv now
  *   duet_tensor *y = NULL;
  *   DUET_TRY(duet_module_forward(net, x, &y));         // names: 0.weight, 0.bias
+ *
+ *   duet_named_tensors ps;                             // optimise what trains
+ *   DUET_TRY(duet_module_named_parameters(net, true, &ps));
+ *   duet_optimizer *opt = NULL;
+ *   DUET_TRY(duet_adam_create(&opt, &ps, duet_adam_opts_default()));
+ *   duet_lr_schedule sched = duet_lr_schedule_default();
+ *   for (int64_t iter = 0; iter < iters; iter++) {
+ *       duet_optimizer_set_lr(opt, duet_lr_at(&sched, duet_optimizer_base_lr(opt), iter));
+ *       duet_optimizer_zero_grad(opt);
+ *       ... forward, loss, duet_backward(loss) ...
+ *       DUET_TRY(duet_optimizer_step(opt));
+ *   }
+ *   duet_optimizer_destroy(opt);
+ *   duet_named_tensors_free(&ps);
  *   duet_module_destroy(net);
  */
 #ifndef DUET_NN_H
