@@ -17,6 +17,7 @@ static void kaiming_normal_scaled(duet_tensor *w, float scale, duet_rng *rng) {
 /* Visits the subtree in PyTorch's module.modules() order (the module, then
  * its children depth first), which fixes the order of the random draws. */
 void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng) {
+    DUET_ASSERT(m != NULL && rng != NULL);
     if (duet_module_is(m, "Conv2d") || duet_module_is(m, "Linear")) {
         duet_tensor *w = duet_module_param(m, "weight");
         duet_tensor *b = duet_module_param(m, "bias");

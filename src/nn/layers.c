@@ -52,6 +52,7 @@ int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channe
         return duet__error(DUET_EINVAL, "Conv2d(%d, %d, kernel %d, stride %d, padding %d): "
                            "channels, kernel and stride must be positive, padding non-negative",
                            in_channels, out_channels, kernel, stride, padding);
+    if (rng == NULL) return duet__error(DUET_EINVAL, "Conv2d: the rng for the init is NULL");
     conv_impl *c = malloc(sizeof *c);
     if (c == NULL) return duet__error(DUET_ENOMEM, "Conv2d: out of memory");
     *c = (conv_impl){stride, padding, bias};
@@ -100,6 +101,7 @@ int duet_linear_module_create(duet_module **out, int in_features, int out_featur
     if (in_features < 1 || out_features < 1)
         return duet__error(DUET_EINVAL, "Linear(%d, %d): feature counts must be positive",
                            in_features, out_features);
+    if (rng == NULL) return duet__error(DUET_EINVAL, "Linear: the rng for the init is NULL");
     linear_impl *l = malloc(sizeof *l);
     if (l == NULL) return duet__error(DUET_ENOMEM, "Linear: out of memory");
     l->bias = bias;

@@ -182,6 +182,8 @@ static void test_registration_errors(void **state) {
     duet_module *bad = NULL;
     assert_int_equal(duet_conv2d_module_create(&bad, 0, 3, 3, 1, 1, true, NULL), DUET_EINVAL);
     assert_null(bad);
+    assert_int_equal(duet_linear_module_create(&bad, 2, 3, true, NULL), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "rng"));
     assert_int_equal(duet_batchnorm2d_module_create(&bad, 4, 0.0f, 0.1f), DUET_EINVAL);
     assert_int_equal(duet_maxpool2d_module_create(&bad, 0, 1), DUET_EINVAL);
     duet_module_destroy(m);
