@@ -338,7 +338,8 @@ int duet_config_load(const char *path, duet_config **out) {
     DUET_ASSERT(path != NULL && out != NULL);
     *out = NULL;
     FILE *f = fopen(path, "r");
-    if (f == NULL) return duet__error(DUET_EIO, "%s: cannot open config: %s", path, strerror(errno));
+    if (f == NULL)
+        return duet__error(DUET_EIO, "%s: cannot open config: %s", path, strerror(errno));
     fclose(f);
     duet_config *cfg;
     DUET_TRY(core_create(path, &cfg));
