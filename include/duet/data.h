@@ -58,7 +58,8 @@ void duet_image_destroy(duet_image *img);
 
 /* Reads a PNG or JPEG file (recognised by its first bytes, not its name) as
  * 8-bit RGB: gray is replicated, alpha dropped, a palette expanded and 16-bit
- * PNG samples reduced to their high byte (as OpenCV, hence MMEditing, does).
+ * PNG samples reduced to their high byte, and a JPEG's EXIF orientation
+ * applied (all three as OpenCV's imread, hence MMEditing, does).
  * A corrupt or truncated file — including one libjpeg would only warn about,
  * such as "premature end of JPEG file" — is DUET_EFORMAT with a message naming
  * the file and the decoder's complaint; a missing file is DUET_EIO; a CMYK

@@ -166,6 +166,61 @@ static void jpeg_on_message(j_common_ptr cinfo, int level) {
     if (level < 0) jpeg_on_error(cinfo);
 }
 
+/* EXIF orientation (tag 0x0112 of IFD0 in an APP1 "Exif" marker), 1..8;
+ * 1 (as stored) when absent or malformed, as OpenCV treats it. */
+static int exif_orientation(const uint8_t *d, size_t n) {
+    if (n < 14 || memcmp(d, "Exif\0\0", 6) != 0) return 1;
+    const uint8_t *t = d + 6; /* TIFF header */
+    size_t tn = n - 6;
+    bool le;
+    if (t[0] == 'I' && t[1] == 'I') le = true;
+    else if (t[0] == 'M' && t[1] == 'M') le = false;
+    else return 1;
+#define RD16(p) (le ? (uint32_t)(p)[0] | (uint32_t)(p)[1] << 8 : (uint32_t)(p)[0] << 8 | (p)[1])
+#define RD32(p) (le ? RD16(p) | RD16((p) + 2) << 16 : RD16(p) << 16 | RD16((p) + 2))
+    if (RD16(t + 2) != 42) return 1;
+    uint32_t ifd = RD32(t + 4);
+    if (ifd > tn || tn - ifd < 2) return 1;
+    uint32_t count = RD16(t + ifd);
+    for (uint32_t i = 0; i < count; i++) {
+        size_t e = ifd + 2 + (size_t)i * 12;
+        if (e + 12 > tn) return 1;
+        if (RD16(t + e) == 0x0112 && RD16(t + e + 2) == 3 /* SHORT */) {
+            uint32_t v = RD16(t + e + 8);
+            return v >= 1 && v <= 8 ? (int)v : 1;
+        }
+    }
+#undef RD32
+#undef RD16
+    return 1;
+}
+
+/* The displayed image of a stored one with EXIF orientation o (2..8):
+ * out(y, x) = in(sy, sx), with H, W the stored size. */
+static int apply_orientation(duet_image **img, int o) {
+    duet_image *in = *img, *out = NULL;
+    int64_t h = in->height, w = in->width;
+    bool swap = o >= 5;
+    DUET_TRY(duet_image_create(&out, swap ? w : h, swap ? h : w, 3));
+    for (int64_t y = 0; y < out->height; y++)
+        for (int64_t x = 0; x < out->width; x++) {
+            int64_t sy, sx;
+            switch (o) {
+            case 2: sy = y, sx = w - 1 - x; break;          /* mirrored */
+            case 3: sy = h - 1 - y, sx = w - 1 - x; break;  /* rotated 180 */
+            case 4: sy = h - 1 - y, sx = x; break;          /* flipped */
+            case 5: sy = x, sx = y; break;                  /* transposed */
+            case 6: sy = h - 1 - x, sx = y; break;          /* rotated 90 clockwise */
+            case 7: sy = h - 1 - x, sx = w - 1 - y; break;  /* transversed */
+            default: sy = x, sx = w - 1 - y; break;         /* 8: rotated 90 anticlockwise */
+            }
+            memcpy(out->data + (y * out->width + x) * 3, in->data + (sy * w + sx) * 3, 3);
+        }
+    duet_image_destroy(in);
+    *img = out;
+    return DUET_OK;
+}
+
 static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, duet_image **out) {
     struct jpeg_decompress_struct cinfo;
     jpeg_errinfo err;
@@ -184,7 +239,12 @@ static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, du
     }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, (const unsigned char *)bytes, (unsigned long)nbytes);
+    jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xffff);
     jpeg_read_header(&cinfo, TRUE);
+    int orientation = 1;
+    for (jpeg_saved_marker_ptr m = cinfo.marker_list; m != NULL; m = m->next)
+        if (m->marker == JPEG_APP0 + 1 && orientation == 1)
+            orientation = exif_orientation(m->data, m->data_length);
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         rc = duet__error(DUET_EUNSUPPORTED, "%s: CMYK JPEG images are not supported; convert "
                          "it to RGB", name);
@@ -210,6 +270,14 @@ static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, du
     }
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
+    /* OpenCV's imread (so MMEditing) shows photos the way up EXIF says. */
+    if (orientation != 1) {
+        int orc = apply_orientation(&im, orientation);
+        if (orc != DUET_OK) {
+            duet_image_destroy(im);
+            return duet__error_context(orc, "%s", name);
+        }
+    }
     *out = im;
     return DUET_OK;
 }

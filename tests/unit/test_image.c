@@ -65,8 +65,18 @@ static void write_png_raw(const char *path, int w, int h, int color, int depth,
     fclose(f);
 }
 
+static void write_jpeg_exif(const char *path, const uint8_t *pixels, int w, int h, int comps,
+                            int quality, int orientation, bool big_endian);
+
 static void write_jpeg(const char *path, const uint8_t *pixels, int w, int h, int comps,
                        int quality) {
+    write_jpeg_exif(path, pixels, w, h, comps, quality, 0, false);
+}
+
+/* orientation 0: no EXIF marker. Otherwise an APP1 "Exif" marker whose IFD0
+ * holds one other tag, then Orientation (SHORT). */
+static void write_jpeg_exif(const char *path, const uint8_t *pixels, int w, int h, int comps,
+                            int quality, int orientation, bool big_endian) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr err;
     c.err = jpeg_std_error(&err);
@@ -83,6 +93,31 @@ static void write_jpeg(const char *path, const uint8_t *pixels, int w, int h, in
     for (int i = 0; i < c.num_components; i++) /* 4:4:4, no chroma subsampling */
         c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
     jpeg_start_compress(&c, TRUE);
+    if (orientation > 0) {
+        /* TIFF: byte order, 42, IFD0 offset 8; IFD0: 2 entries of 12 bytes
+         * (tag, type, count, value), next-IFD offset 0. */
+        uint8_t app1[6 + 8 + 2 + 2 * 12 + 4] = {'E', 'x', 'i', 'f', 0, 0};
+        uint8_t *t = app1 + 6;
+        uint32_t v32;
+#define W16(off, v) (big_endian ? (t[off] = (uint8_t)((v) >> 8), t[(off) + 1] = (uint8_t)(v)) \
+                                : (t[off] = (uint8_t)(v), t[(off) + 1] = (uint8_t)((v) >> 8)))
+#define W32(off, v) (v32 = (v), big_endian ? (W16(off, v32 >> 16), W16((off) + 2, v32 & 0xffff)) \
+                                           : (W16(off, v32 & 0xffff), W16((off) + 2, v32 >> 16)))
+        t[0] = t[1] = big_endian ? 'M' : 'I';
+        W16(2, 42);
+        W32(4, 8);
+        W16(8, 2);
+        W16(10, 0x010f); /* Make, ASCII, count 4, "duet" would be here: ignored */
+        W16(12, 2);
+        W32(14, 4);
+        W16(22, 0x0112); /* Orientation, SHORT, count 1, value in the first 2 bytes */
+        W16(24, 3);
+        W32(26, 1);
+        W16(30, orientation);
+#undef W32
+#undef W16
+        jpeg_write_marker(&c, JPEG_APP0 + 1, app1, sizeof(app1));
+    }
     while (c.next_scanline < c.image_height) {
         JSAMPROW row = (JSAMPROW)pixels + (size_t)c.next_scanline * w * comps;
         jpeg_write_scanlines(&c, &row, 1);
@@ -292,6 +327,62 @@ static void test_jpeg_decode(void **state) {
     free(rgb);
 }
 
+/* EXIF orientation 1..8 (both byte orders): the same pixels as the plain
+ * file, turned the way the tag says (OpenCV's convention). */
+static void test_jpeg_exif_orientation(void **state) {
+    (void)state;
+    char path[300];
+    const int w = 24, h = 16;
+    uint8_t *rgb = malloc((size_t)w * h * 3);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            rgb[(y * w + x) * 3 + 0] = (uint8_t)(x * 10);
+            rgb[(y * w + x) * 3 + 1] = (uint8_t)(y * 15);
+            rgb[(y * w + x) * 3 + 2] = 60;
+        }
+    write_jpeg(tmp_path(path, sizeof(path), "plain.jpg"), rgb, w, h, 3, 95);
+    duet_image *plain = NULL;
+    TU_OK(duet_image_load(path, &plain));
+    for (int o = 1; o <= 8; o++)
+        for (int be = 0; be <= 1; be++) {
+            write_jpeg_exif(tmp_path(path, sizeof(path), "exif.jpg"), rgb, w, h, 3, 95, o, be);
+            duet_image *img = NULL;
+            TU_OK(duet_image_load(path, &img));
+            bool swap = o >= 5;
+            assert_int_equal(img->height, swap ? w : h);
+            assert_int_equal(img->width, swap ? h : w);
+            for (int64_t y = 0; y < img->height; y++)
+                for (int64_t x = 0; x < img->width; x++) {
+                    int64_t sy, sx;
+                    switch (o) {
+                    case 1: sy = y, sx = x; break;
+                    case 2: sy = y, sx = w - 1 - x; break;
+                    case 3: sy = h - 1 - y, sx = w - 1 - x; break;
+                    case 4: sy = h - 1 - y, sx = x; break;
+                    case 5: sy = x, sx = y; break;
+                    case 6: sy = h - 1 - x, sx = y; break;
+                    case 7: sy = h - 1 - x, sx = w - 1 - y; break;
+                    default: sy = x, sx = w - 1 - y; break;
+                    }
+                    if (memcmp(img->data + (y * img->width + x) * 3,
+                               plain->data + (sy * w + sx) * 3, 3) != 0)
+                        fail_msg("orientation %d (%s): pixel (%lld, %lld) is not stored (%lld, "
+                                 "%lld)", o, be ? "MM" : "II", (long long)y, (long long)x,
+                                 (long long)sy, (long long)sx);
+                }
+            duet_image_destroy(img);
+        }
+    /* Orientation 6 of a known corner: the stored bottom-left (x 0, green
+     * high) is the displayed top-left. */
+    write_jpeg_exif(tmp_path(path, sizeof(path), "exif6.jpg"), rgb, w, h, 3, 95, 6, false);
+    duet_image *img = NULL;
+    TU_OK(duet_image_load(path, &img));
+    assert_true(img->data[0] < 20 && img->data[1] > 200);
+    duet_image_destroy(img);
+    duet_image_destroy(plain);
+    free(rgb);
+}
+
 static void test_corrupt_files(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(3, 0);
@@ -417,7 +508,8 @@ static void test_resize_properties(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_png_round_trip),     cmocka_unit_test(test_png_color_types),
-        cmocka_unit_test(test_jpeg_decode),        cmocka_unit_test(test_corrupt_files),
+        cmocka_unit_test(test_jpeg_decode),        cmocka_unit_test(test_jpeg_exif_orientation),
+        cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_tensor_conversion),  cmocka_unit_test(test_resize_properties),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
