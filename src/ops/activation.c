@@ -11,27 +11,24 @@
 
 /* out = max(x, 0), NaN passing through as in PyTorch */
 static void relu_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] < 0.0f ? 0.0f : x[i];
+    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] < 0.0f, 0.0f, x[i]);
 }
 
 /* gx += x > 0 ? gout : 0 */
 static void relu_backward(float *gx, const float *gout, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        const float g = gout[i]; /* loaded unconditionally: a select, no branch */
-        gx[i] += x[i] > 0.0f ? g : 0.0f;
-    }
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], 0.0f);
 }
 
-/* out = x > 0 ? x : slope * x, written as a select of the factor so that
- * it vectorises */
+/* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * (x[i] > 0.0f ? 1.0f : slope);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] > 0.0f, x[i], slope * x[i]);
 }
 
 /* gx += x > 0 ? gout : slope * gout */
 static void leaky_relu_backward(float *gx, const float *gout, const float *x, float slope,
                                 int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += gout[i] * (x[i] > 0.0f ? 1.0f : slope);
+    for (int64_t i = 0; i < n; i++)
+        gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], slope * gout[i]);
 }
 
 /* out = 1 / (1 + exp(-x)), without overflow for large |x|. */
@@ -39,7 +36,7 @@ static void sigmoid_forward(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i])); /* in (0, 1] */
         float p = 1.0f / (1.0f + e);
-        out[i] = x[i] >= 0.0f ? p : e * p;
+        out[i] = duet__opb_pick(x[i] >= 0.0f, p, e * p);
     }
 }
 

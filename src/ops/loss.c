@@ -58,7 +58,8 @@ static double bce_sum(const float *x, const float *t, int64_t tstride, int64_t n
         double part = 0.0;
         for (int64_t j = i; j < end; j++) {
             float v = x[j];
-            part += (v > 0.0f ? v : 0.0f) - v * t[j * tstride] + log1pf(expf(-fabsf(v)));
+            part += duet__opb_pick(v > 0.0f, v, 0.0f) - v * t[j * tstride] +
+                    log1pf(expf(-fabsf(v)));
         }
         total += part;
     }
@@ -71,7 +72,7 @@ static void bce_backward(float *gx, const float *x, const float *t, int64_t tstr
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i]));
         float p = 1.0f / (1.0f + e);
-        float s = x[i] >= 0.0f ? p : e * p;
+        float s = duet__opb_pick(x[i] >= 0.0f, p, e * p);
         gx[i] += c * (s - t[i * tstride]);
     }
 }

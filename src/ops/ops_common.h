@@ -6,6 +6,23 @@
 
 #include "duet/ops.h"
 
+#include <string.h>
+
+/* c ? a : b without a branch. GCC at -O2 compiles ?: between floats into
+ * jumps, which mispredict half the time on activations of random sign (10 ns
+ * instead of 0.6 ns per element); a bit mask does not, and the loop still
+ * vectorises at -O3. Exact: the chosen value's bits are returned as is. */
+static inline float duet__opb_pick(bool c, float a, float b) {
+    uint32_t ua, ub, r;
+    float f;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    const uint32_t m = -(uint32_t)c;
+    r = (ua & m) | (ub & ~m);
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
 /* Ends an op's forward: when grad mode is on and one of `inputs` requires
  * grad, records `y` on the tape (taking ownership of ctx); otherwise frees
  * ctx. On success *out = y; on failure y is released, *out = NULL and the
