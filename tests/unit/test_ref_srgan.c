@@ -1,4 +1,6 @@
-/* duet against PyTorch/numpy references: MMEditing's PSNR, SSIM and
+/* duet against PyTorch/numpy references: SRGAN's train_step
+ * (tests/ref/ref_srgan.py: MMEditing's networks, losses and step order in
+ * PyTorch, same weights, same batch), and MMEditing's PSNR, SSIM and
  * tensor2img (tests/ref/ref_metrics.py). */
 #include "testutil.h"
 
@@ -85,11 +87,182 @@ static void test_evaluate(void **state) {
     duet_st_destroy(st);
 }
 
+/* ---- SRGAN train_step ----------------------------------------------------------- */
+
+static duet_model *ref_srgan_model(void) {
+    duet_srgan_opts o = duet_srgan_opts_default();
+    o.generator.mid_channels = 16;
+    o.generator.num_blocks = 2;
+    o.discriminator.mid_channels = 8;
+    o.discriminator.input_size = 32;
+    int cfg[5] = {8, 8, 0, 16, 16};
+    o.perceptual_loss.ncfg = 5;
+    memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
+    o.perceptual_loss.layer_ids[0] = 7;
+    o.perceptual_loss.layer_weights[0] = 1.0f;
+    o.perceptual_loss.norm_img = false;
+    duet_rng rng = duet_rng_make(1, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_srgan_create(&m, &o, &rng));
+    return m;
+}
+
+/* Largest |got - want| / (|want| + atol) over the entries, for the log. */
+static double worst_rel(const float *got, const float *want, int64_t n, double atol) {
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]) / (fabs((double)want[i]) + atol);
+        if (e > w) w = e;
+    }
+    return w;
+}
+
+/* Every state-dict entry after `step` steps against "step<step>.<name>",
+ * to rtol 1e-4 (atol 1e-6). Adam's first steps move a parameter by about
+ * lr * g / (|g| + eps): for an element whose gradient is at float32 noise
+ * level (PyTorch's own float32 gradients differ from float64 by up to 7e-5
+ * of the tensor's largest), the direction is noise. Elements whose
+ * reference gradient, in any step so far, is below 3e-4 of the tensor's
+ * largest (but not exactly 0: taps that only ever meet zero padding) may
+ * differ by up to 2.1 * lr per step; they are counted and must stay a small
+ * minority. */
+static void compare_state(duet_module *root, const duet_st *st, int step, double lr) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_state(root, &l));
+    double worst = 0;
+    int64_t total = 0, noisy = 0;
+    for (size_t i = 0; i < l.count; i++) {
+        char key[256];
+        snprintf(key, sizeof key, "step%d.%s", step, l.items[i].name);
+        duet_tensor *want = tu_ref_tensor(st, key);
+        duet_tensor *t = l.items[i].tensor;
+        assert_int_equal(t->numel, want->numel);
+        bool *mask = calloc((size_t)t->numel, sizeof *mask);
+        for (int s = 1; s <= step; s++) {
+            snprintf(key, sizeof key, "grad%d.%s", s, l.items[i].name);
+            if (!duet_st_has(st, key)) continue;
+            duet_tensor *g = tu_ref_tensor(st, key);
+            double gmax = 0;
+            for (int64_t k = 0; k < g->numel; k++) gmax = fmax(gmax, fabs(g->data[k]));
+            for (int64_t k = 0; k < g->numel; k++) 
+                mask[k] |= g->data[k] != 0.0f && fabs(g->data[k]) < 3e-4 * gmax;
+            duet_tensor_release(g);
+        }
+        for (int64_t k = 0; k < t->numel; k++) {
+            double d = fabs((double)t->data[k] - want->data[k]);
+            total++;
+            if (mask[k]) {
+                noisy++;
+                if (d > 2.1 * lr * step)
+                    fail_msg("%s[%lld]: got %.8g, want %.8g: moved %.3g, more than Adam can "
+                             "in %d steps", key, (long long)k, t->data[k], want->data[k], d, step);
+                continue;
+            }
+            double e = d / (fabs((double)want->data[k]) + 1e-6);
+            if (e > worst) worst = e;
+            if (d > 1e-6 + 1e-4 * fabs((double)want->data[k]))
+                fail_msg("step%d.%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol 1e-6)", step,
+                         l.items[i].name, (long long)k, t->data[k], want->data[k]);
+        }
+        free(mask);
+        duet_tensor_release(want);
+    }
+    printf("    step%d.*: %zu entries, %lld values: largest relative difference %.3g; %lld "
+           "values with noise-level gradients (within 2.1 lr per step)\n",
+           step, l.count, (long long)total, worst, (long long)noisy);
+    assert_true(noisy * 50 < total);
+    duet_named_tensors_free(&l);
+}
+
+static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
+    const char *names[7] = {"loss_pix", "loss_perceptual", "loss_gan", "loss_d_real",
+                            "loss_d_fake", "real_logit_mean", "fake_logit_mean"};
+    assert_int_equal(log->count, 7);
+    for (int i = 0; i < 7; i++) {
+        double v = 0;
+        assert_true(duet_log_vars_get(log, names[i], &v));
+        char key[64];
+        snprintf(key, sizeof key, "log%d.%s", step, names[i]);
+        float got = (float)v;
+        tu_assert_ref(st, key, &got, 1, 1e-4, 1e-7);
+    }
+}
+
+/* The gradients themselves (before Adam's normalisation): the generator's
+ * from its step, the discriminator's summed over real and fake; the frozen
+ * perceptual network has none. */
+static void compare_grads(duet_module *root, const duet_st *st, const char *prefix) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_named_parameters(root, false, &l));
+    double worst = 0;
+    size_t ngrads = 0;
+    for (size_t i = 0; i < l.count; i++) {
+        char key[256];
+        snprintf(key, sizeof key, "%s%s", prefix, l.items[i].name);
+        duet_tensor *t = l.items[i].tensor;
+        if (!duet_st_has(st, key)) {
+            assert_true(strncmp(l.items[i].name, "perceptual_loss.", 16) == 0);
+            assert_null(t->grad);
+            continue;
+        }
+        duet_tensor *want = tu_ref_tensor(st, key);
+        double scale = 0;
+        for (int64_t k = 0; k < want->numel; k++)
+            if (fabs(want->data[k]) > scale) scale = fabs(want->data[k]);
+        assert_non_null(t->grad);
+        double w = worst_rel(t->grad, want->data, t->numel, 1e-4 * scale);
+        if (w > worst) worst = w;
+        tu_assert_ref(st, key, t->grad, t->numel, 1e-3, 1e-4 * scale);
+        ngrads++;
+        duet_tensor_release(want);
+    }
+    printf("    %s*: %zu gradients, largest difference relative to |want| + 1e-4 max|want|: "
+           "%.3g\n", prefix, ngrads, worst);
+    assert_int_equal(ngrads, 18 + 33);
+    duet_named_tensors_free(&l);
+}
+
+static void test_srgan_train_step_vs_pytorch(void **state) {
+    (void)state;
+    duet_st *st = tu_ref_load("srgan.safetensors");
+    duet_model *m = ref_srgan_model();
+    duet_module *root = duet_model_module(m);
+    size_t missing = 0, unexpected = 0;
+    TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));
+    duet_optimizer_set *opts = NULL;
+    TU_OK(duet_optimizer_set_create(&opts));
+    duet_adam_opts a = duet_adam_opts_default();
+    a.lr = 1e-4f;
+    TU_OK(duet_optimizer_set_add_adam(opts, m, "generator", a));
+    TU_OK(duet_optimizer_set_add_adam(opts, m, "discriminator", a));
+    duet_batch b = {0};
+    duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
+    TU_OK(duet_batch_add_tensor(&b, "lq", lq));
+    TU_OK(duet_batch_add_tensor(&b, "gt", gt));
+    duet_log_vars log;
+    TU_OK(duet_model_train_step(m, &b, opts, &log));
+    compare_log(st, &log, 1);
+    compare_grads(root, st, "grad1.");
+    compare_state(root, st, 1, a.lr);
+    TU_OK(duet_model_train_step(m, &b, opts, &log));
+    compare_log(st, &log, 2);
+    compare_state(root, st, 2, a.lr);
+    compare_grads(root, st, "grad2.");
+    assert_int_equal(duet_srgan_step_counter(m), 2);
+    duet_batch_clear(&b);
+    duet_tensor_release(lq);
+    duet_tensor_release(gt);
+    duet_optimizer_set_destroy(opts);
+    duet_model_destroy(m);
+    duet_st_destroy(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor2img),
         cmocka_unit_test(test_psnr_ssim),
         cmocka_unit_test(test_evaluate),
+        cmocka_unit_test(test_srgan_train_step_vs_pytorch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
