@@ -306,6 +306,20 @@ static void test_activation_values(void **state) {
     for (int i = 0; i < 8; i++) ASSERT_NEAR(y->data[i], tanh((double)v[i]), 1e-6);
     duet_tensor_release(y);
     duet_tensor_release(x);
+
+    /* NaN passes through every activation, as in PyTorch (a NaN that a
+     * relu turned into 0 would hide a diverged run). */
+    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){2}, (float[]){NAN, -NAN}));
+    int (*acts[3])(duet_tensor *, duet_tensor **) = {duet_relu, duet_sigmoid, duet_tanh};
+    for (int k = 0; k < 3; k++) {
+        TU_OK(acts[k](x, &y));
+        assert_true(isnan(y->data[0]) && isnan(y->data[1]));
+        duet_tensor_release(y);
+    }
+    TU_OK(duet_leaky_relu(x, 0.2f, &y));
+    assert_true(isnan(y->data[0]) && isnan(y->data[1]));
+    duet_tensor_release(y);
+    duet_tensor_release(x);
 }
 
 /* At exactly 0 PyTorch takes the negative side: relu' = 0, leaky' = slope. */
