@@ -183,7 +183,8 @@ int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const due
     if (output->ndim != 4 || !duet_tensor_same_shape(output, gt)) {
         char s1[DUET_SHAPE_STR_MAX], s2[DUET_SHAPE_STR_MAX];
         return duet__error(DUET_ESHAPE, "evaluate: output %s and gt %s must be the same (N,C,H,W)",
-                           duet_shape_str(output, s1, sizeof s1), duet_shape_str(gt, s2, sizeof s2));
+                           duet_shape_str(output, s1, sizeof s1),
+                           duet_shape_str(gt, s2, sizeof s2));
     }
     for (int m = 0; m < cfg->nmetrics; m++)
         if (strcasecmp(cfg->metrics[m], "PSNR") != 0 && strcasecmp(cfg->metrics[m], "SSIM") != 0)

@@ -165,7 +165,8 @@ static void train_pair(duet_model *ref, duet_wrapper *w, noise_masks *nm, bool c
         for (int i = 0; i < lw.count; i++) {
             assert_true(isfinite(lw.values[i]));
             /* Averaged over ranks, mean losses are the whole batch's. */
-            if (compare_logs && fabs(lw.values[i] - lr.values[i]) > 1e-4 * fabs(lr.values[i]) + 1e-7)
+            double tol = 1e-4 * fabs(lr.values[i]) + 1e-7;
+            if (compare_logs && fabs(lw.values[i] - lr.values[i]) > tol)
                 fail_msg("rank %d: %s: %.8g, one process %.8g", g_rank, lw.names[i], lw.values[i],
                          lr.values[i]);
         }

@@ -245,7 +245,8 @@ static void test_optimizer_set(void **state) {
     duet_tensor *g1 = copy_params(duet_model_part(m, "generator"));
     duet_tensor *d1 = copy_params(d);
     assert_true(same_data(g0, g1));
-    for (int64_t k = 0; k < d0->numel; k++) assert_float_equal(d1->data[k], d0->data[k] - 0.25f, 1e-6);
+    for (int64_t k = 0; k < d0->numel; k++)
+        assert_float_equal(d1->data[k], d0->data[k] - 0.25f, 1e-6);
     duet_tensor_release(g0);
     duet_tensor_release(g1);
     duet_tensor_release(d0);
@@ -304,7 +305,8 @@ static void test_gan_loss(void **state) {
 static void test_pixel_losses(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(6, 0);
-    duet_tensor *a = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1), *b = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1);
+    duet_tensor *a = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1);
+    duet_tensor *b = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1);
     double l1 = 0, l2 = 0;
     for (int i = 0; i < 12; i++) {
         double d = (double)a->data[i] - b->data[i];
@@ -432,7 +434,8 @@ static void test_perceptual_value(void **state) {
     for (int64_t i = 0; i < x->numel; i++) gsum += fabs(x->grad[i]);
     assert_true(gsum > 0);
     assert_null(gt->grad);
-    duet_module *conv0 = duet_module_child(duet_module_child(p, "vgg"), "vgg_layers")->children[0].module;
+    duet_module *layers = duet_module_child(duet_module_child(p, "vgg"), "vgg_layers");
+    duet_module *conv0 = layers->children[0].module;
     assert_null(conv0->params[0].tensor->grad);
     duet_tensor_release(l);
     duet_module_destroy(p);
@@ -725,7 +728,8 @@ static void test_registry_errors(void **state) {
                                   "       train_cfg = { fancy = 1; }; };\n"
                                   "p = { type = \"PerceptualLoss\"; cfg = [4, 4, 0, 8];\n"
                                   "      layer_weights = { conv2 = 0.5; relu6 = 1.0; }; };\n"
-                                  "p2 = { type = \"PerceptualLoss\"; layer_weights = { a = 1.0; }; };\n"
+                                  "p2 = { type = \"PerceptualLoss\";\n"
+                                  "       layer_weights = { a = 1.0; }; };\n"
                                   "opt = { critic = { type = \"Adam\"; lr = 1e-3; }; };\n"
                                   "opt2 = { generator = { type = \"RMSprop\"; lr = 1e-3; }; };\n",
                                   "<test>", &cfg));
