@@ -33,7 +33,7 @@ static duet_tensor *alloc_header(int ndim, const int64_t *shape, int64_t numel) 
 
 int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape) {
     *out = NULL;
-    int64_t numel;
+    int64_t numel = 0;
     DUET_TRY(check_shape(ndim, shape, &numel));
     duet_tensor *t = alloc_header(ndim, shape, numel);
     if (t == NULL) return duet__error(DUET_ENOMEM, "tensor: out of memory for the header");
@@ -67,7 +67,7 @@ int duet_tensor_clone(duet_tensor **out, const duet_tensor *t) {
 
 static int make_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape,
                      float *data) {
-    int64_t numel;
+    int64_t numel = 0;
     *out = NULL;
     DUET_TRY(check_shape(ndim, shape, &numel));
     duet_tensor *v = alloc_header(ndim, shape, numel);

@@ -89,6 +89,29 @@ static void test_aligned_alloc(void **state) {
     duet_aligned_free(NULL);
 }
 
+static void test_large_blocks_reused_and_zeroed(void **state) {
+    (void)state;
+    /* Large blocks come back from the cache (the point of it: no fresh page
+     * faults per step); calloc must still hand out zeros. */
+    size_t bytes = (size_t)4 << 20;
+    unsigned char *a = duet_aligned_alloc(bytes);
+    assert_non_null(a);
+    memset(a, 0xff, bytes);
+    duet_aligned_free(a);
+    unsigned char *b = duet_aligned_calloc(bytes - 4096);
+    assert_non_null(b);
+    assert_true(((uintptr_t)b % DUET_ALIGNMENT) == 0);
+    for (size_t i = 0; i < bytes - 4096; i += 997) assert_int_equal(b[i], 0);
+#if !defined(__SANITIZE_ADDRESS__)
+    assert_ptr_equal(a, b);
+#endif
+    /* A much smaller request does not take the big block. */
+    duet_aligned_free(b);
+    unsigned char *c = duet_aligned_alloc(bytes / 2);
+    assert_ptr_not_equal(c, b);
+    duet_aligned_free(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_names),
@@ -97,6 +120,7 @@ int main(void) {
         cmocka_unit_test(test_rng_ranges_and_moments),
         cmocka_unit_test(test_rng_permutation),
         cmocka_unit_test(test_aligned_alloc),
+        cmocka_unit_test(test_large_blocks_reused_and_zeroed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -304,7 +304,7 @@ static void test_paired_folders(void **state) {
         duet_sample s;
         TU_OK(duet_dataset_get(ds, i, 3, 1, &s));
         duet_image *gt = load_named(gt_dir, s.name), *lq = load_named(lq_dir, s.name);
-        int64_t top, left;
+        int64_t top = -1, left = -1;
         find_crop(s.gt, gt, 4, &top, &left);
         assert_int_equal(s.lq->shape[1], 4);
         /* The LQ crop is the LQ file's rectangle at the GT corner / scale. */
