@@ -69,8 +69,7 @@ class MSRResNet(nn.Module):
     def forward(self, x):
         lrelu = lambda t: F.leaky_relu(t, 0.1)
         out = self.trunk_net(lrelu(self.conv_first(x)))
-        out = lrelu(self.upsample1(out))
-        out = lrelu(self.upsample2(out))
+        out = self.upsample2(self.upsample1(out))
         out = self.conv_last(lrelu(self.conv_hr(out)))
         return out + F.interpolate(x, scale_factor=4, mode="bilinear", align_corners=False)
 
