@@ -153,6 +153,9 @@ int duet_ddp_prepare(duet_module *ddp, duet_tensor *const *outputs, int noutputs
  * Ignored when the DDP is not armed. Marking one twice fails (DUET_ESTATE),
  * and makes duet_ddp_finalize fail on every rank. */
 int duet_ddp_mark_ready(duet_module *ddp, size_t i);
+/* Drives the reductions in flight (what the backward does between nodes);
+ * call it between pieces of a hand-written backward. */
+void duet_ddp_progress(duet_module *ddp);
 /* End of the backward pass: waits for the started reductions (starting,
  * with the data at hand, any that other ranks started, so nobody hangs) and
  * records whether every tracked parameter was ready. No-op when not armed.

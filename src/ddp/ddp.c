@@ -725,6 +725,11 @@ int duet_ddp_mark_ready(duet_module *m, size_t i) {
     return rc;
 }
 
+void duet_ddp_progress(duet_module *m) {
+    ddp_state *d = duet__ddp_state(m);
+    if (d != NULL) on_progress(d);
+}
+
 int duet_ddp_finalize(duet_module *m) {
     GET_STATE(m);
     return finalize(d);

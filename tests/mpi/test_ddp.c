@@ -8,6 +8,13 @@
  * itself from the same seeds. */
 #include "test_ddp_net.h"
 
+/* Under AddressSanitizer: unwind allocation stacks fully, so that Open MPI's
+ * own long-lived allocations are traced into libmpi and matched by
+ * tests/lsan.supp (with the fast unwinder they stop in MPI components that
+ * MPI_Finalize has unloaded, which no suppression can name). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
+
 enum { B = 12, STEPS = 5 };
 static const float LR = 1e-2f;
 

@@ -10,6 +10,13 @@
 
 #include "comm/comm_internal.h"
 
+/* Under AddressSanitizer: unwind allocation stacks fully, so that Open MPI's
+ * own long-lived allocations are traced into libmpi and matched by
+ * tests/lsan.supp (with the fast unwinder they stop in MPI components that
+ * MPI_Finalize has unloaded, which no suppression can name). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
+
 static const char *self_path;
 static duet_comm *world;
 
