@@ -2,7 +2,8 @@
  * and 3 with a global batch of 6: with SyncBatchNorm, N ranks with 6/N
  * samples each match one process with the whole batch after 3 iterations
  * (every state entry to 1e-4) and hold bit-identical parameters; without
- * it, training runs and the parameters stay identical across ranks; and one
+ * it, training runs and the parameters stay identical across ranks; a
+ * first iteration without a generator step (disc_init_steps) is fine; one
  * DDP around the whole model fails on every rank with the unfinished-
  * reduction error, in bounded time. Each rank computes the single-process
  * reference itself. */
@@ -17,8 +18,9 @@ static duet_comm *world;
 static int g_rank, g_size;
 static const char *cpu[] = {"cpu"};
 
-static duet_model *tiny_srgan(void) {
+static duet_model *tiny_srgan_init(int disc_init_steps) {
     duet_srgan_opts o = duet_srgan_opts_default();
+    o.disc_init_steps = disc_init_steps;
     o.generator.mid_channels = 8;
     o.generator.num_blocks = 1;
     o.discriminator.mid_channels = 4;
@@ -34,6 +36,8 @@ static duet_model *tiny_srgan(void) {
     TU_OK(duet_srgan_create(&m, &o, &rng));
     return m;
 }
+
+static duet_model *tiny_srgan(void) { return tiny_srgan_init(0); }
 
 static duet_optimizer_set *adam_pair(duet_model *m) {
     duet_optimizer_set *s = NULL;
@@ -213,6 +217,25 @@ static void test_without_syncbn(void **state) {
     duet_model_destroy(ref);
 }
 
+/* disc_init_steps: the first iteration runs the generator forward (arming
+ * its DDP) without a generator backward; that must not leave the
+ * generator's DDP waiting. */
+static void test_disc_init_steps(void **state) {
+    (void)state;
+    duet_model *ref = tiny_srgan_init(1);
+    duet_wrapper_opts o = duet_wrapper_opts_default();
+    o.sync_bn = true;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, tiny_srgan_init(1), world, cpu, 1, &o));
+    noise_masks nm = {0};
+    train_pair(ref, w, &nm, true);
+    assert_model_close(duet_wrapper_model(w), ref, &nm);
+    assert_params_identical(duet_wrapper_model(w));
+    masks_free(&nm);
+    duet_wrapper_destroy(w);
+    duet_model_destroy(ref);
+}
+
 static void test_whole_model_ddp_fails_everywhere(void **state) {
     (void)state;
     duet_wrapper_opts o = duet_wrapper_opts_default();
@@ -267,6 +290,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_syncbn_matches_one_process),
         cmocka_unit_test(test_without_syncbn),
+        cmocka_unit_test(test_disc_init_steps),
         cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
     };
     int failed = cmocka_run_group_tests(tests, setup, teardown);
