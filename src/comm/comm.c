@@ -137,6 +137,7 @@ static int comm_build(duet_comm **out, MPI_Comm parent) {
     c->half_type = MPI_DATATYPE_NULL;
     for (int i = 0; i < 3; i++) c->f16_ops[i] = c->bf16_ops[i] = MPI_OP_NULL;
     c->max_chunk = (size_t)INT_MAX;
+    c->use_ring = true;
     int rc = DUET__MPI_CHECK(MPI_Comm_dup(parent, &c->comm));
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN));
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_rank(c->comm, &c->rank));
@@ -173,13 +174,18 @@ int duet_comm_create(duet_comm **out, MPI_Comm comm) {
 int duet_comm_dup(const duet_comm *c, duet_comm **out) {
     *out = NULL;
     int rc = comm_build(out, c->comm);
-    if (rc == DUET_OK) (*out)->max_chunk = c->max_chunk;
+    if (rc == DUET_OK) {
+        (*out)->max_chunk = c->max_chunk;
+        (*out)->use_ring = c->use_ring;
+    }
     return rc;
 }
 
 int duet_comm_rank(const duet_comm *c) { return c->rank; }
 int duet_comm_size(const duet_comm *c) { return c->size; }
 MPI_Comm duet_comm_mpi(const duet_comm *c) { return c->comm; }
+
+void duet__comm_set_ring(duet_comm *c, bool use_ring) { c->use_ring = use_ring; }
 
 void duet__comm_set_max_chunk(duet_comm *c, size_t max_elems) {
     if (max_elems < 1) max_elems = 1;
@@ -294,10 +300,45 @@ int duet_comm_barrier(duet_comm *c) {
 
 /* ---- nonblocking allreduce -------------------------------------------------- */
 
+/* One part per chunk of at most max_chunk elements: an MPI request, or a
+ * ring operation (ring.c). */
+typedef struct request_part {
+    bool ring_op, done;
+    MPI_Request req;
+    duet__ring ring;
+} request_part;
+
 struct duet_comm_request {
-    int n;              /* MPI requests, one per chunk */
-    MPI_Request reqs[]; /* MPI_REQUEST_NULL once complete */
+    int n;
+    request_part parts[];
 };
+
+static void request_free(duet_comm_request *r) {
+    for (int i = 0; i < r->n; i++)
+        if (r->parts[i].ring_op) duet__ring_free(&r->parts[i].ring);
+    free(r);
+}
+
+/* Advances every part; *done when all are complete. */
+static int request_progress(duet_comm_request *r, bool blocking, bool *done) {
+    *done = true;
+    for (int i = 0; i < r->n; i++) {
+        request_part *p = &r->parts[i];
+        if (p->done) continue;
+        if (p->ring_op) {
+            DUET_TRY(duet__ring_progress(&p->ring, blocking, &p->done));
+        } else if (blocking) {
+            DUET__MPI_TRY(MPI_Wait(&p->req, MPI_STATUS_IGNORE));
+            p->done = true;
+        } else {
+            int flag = 0;
+            DUET__MPI_TRY(MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE));
+            p->done = flag != 0;
+        }
+        if (!p->done) *done = false;
+    }
+    return DUET_OK;
+}
 
 int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
                          duet_reduce_op op, duet_comm_request **req) {
@@ -309,19 +350,28 @@ int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
     if (nchunks > (size_t)INT_MAX)
         return duet__error(DUET_EINVAL, "comm: iallreduce of %zu elements needs too many chunks",
                            count);
-    duet_comm_request *r = malloc(sizeof *r + nchunks * sizeof(MPI_Request));
+    duet_comm_request *r = calloc(1, sizeof *r + nchunks * sizeof(request_part));
     if (r == NULL) return duet__error(DUET_ENOMEM, "comm: out of memory for a request");
-    r->n = 0;
+    bool ring = duet__ring_supports(c, dt);
     size_t es = duet_dtype_size(dt);
     for (size_t off = 0; off < count;) {
         int n = chunk_count(c, count - off);
-        int rc = DUET__MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * es, n,
-                                                mpi_type(c, dt), mop, c->comm, &r->reqs[r->n]));
+        request_part *p = &r->parts[r->n];
+        char *b = (char *)buf + off * es;
+        int rc;
+        if (ring) {
+            p->ring_op = true;
+            rc = duet__ring_start(&p->ring, c, b, (size_t)n, dt, op, mpi_type(c, dt));
+        } else {
+            rc = DUET__MPI_CHECK(
+                MPI_Iallreduce(MPI_IN_PLACE, b, n, mpi_type(c, dt), mop, c->comm, &p->req));
+        }
         if (rc != DUET_OK) {
-            /* Chunks already started must still finish, or the peers would
+            /* Parts already started must still finish, or the peers would
              * wait on them forever. */
-            MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE);
-            free(r);
+            bool done;
+            request_progress(r, true, &done);
+            request_free(r);
             return rc;
         }
         r->n++;
@@ -335,27 +385,21 @@ int duet_comm_test(duet_comm_request **req, bool *done) {
     *done = true;
     duet_comm_request *r = *req;
     if (r == NULL) return DUET_OK;
-    int flag = 0;
-    int rc = DUET__MPI_CHECK(MPI_Testall(r->n, r->reqs, &flag, MPI_STATUSES_IGNORE));
-    if (rc != DUET_OK) {
-        free(r);
+    int rc = request_progress(r, false, done);
+    if (rc != DUET_OK || *done) {
+        request_free(r);
         *req = NULL;
-        return rc;
+        *done = true;
     }
-    if (!flag) {
-        *done = false;
-        return DUET_OK;
-    }
-    free(r);
-    *req = NULL;
-    return DUET_OK;
+    return rc;
 }
 
 int duet_comm_wait(duet_comm_request **req) {
     duet_comm_request *r = *req;
     if (r == NULL) return DUET_OK;
-    int rc = DUET__MPI_CHECK(MPI_Waitall(r->n, r->reqs, MPI_STATUSES_IGNORE));
-    free(r);
+    bool done = false;
+    int rc = request_progress(r, true, &done);
+    request_free(r);
     *req = NULL;
     return rc;
 }

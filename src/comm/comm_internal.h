@@ -16,7 +16,38 @@ struct duet_comm {
     /* Largest element count handed to one MPI call (<= INT_MAX); lowered by
      * tests to exercise chunking. */
     size_t max_chunk;
+    /* Nonblocking allreduce of F32/F16/BF16 through our ring (ring.c)
+     * rather than MPI_Iallreduce; on by default. */
+    bool use_ring;
+    unsigned ring_seq; /* ring operations started, for their tags */
 };
+
+/* One ring allreduce in flight (ring.c). */
+typedef struct duet__ring {
+    MPI_Comm comm;
+    int rank, size;
+    char *buf;
+    size_t count, es;
+    duet_dtype dt;
+    duet_reduce_op op;
+    MPI_Datatype type;
+    int tag, step, nsteps, recv_i;
+    MPI_Request reqs[2]; /* receive, send of the current step */
+    void *tmp;           /* one chunk, for the reduce-scatter steps */
+    bool done;
+} duet__ring;
+
+bool duet__ring_supports(const duet_comm *c, duet_dtype dt);
+/* count must be <= c->max_chunk * c->size... any count whose chunks
+ * (count / size + 1 elements) fit an int. */
+int duet__ring_start(duet__ring *g, duet_comm *c, void *buf, size_t count, duet_dtype dt,
+                     duet_reduce_op op, MPI_Datatype type);
+int duet__ring_progress(duet__ring *g, bool blocking, bool *done);
+void duet__ring_free(duet__ring *g);
+
+/* Chooses the nonblocking allreduce: our ring (true) or MPI_Iallreduce. For
+ * tests and the benchmark. */
+void duet__comm_set_ring(duet_comm *c, bool use_ring);
 
 /* Turns a failed MPI return code into DUET_EMPI with MPI's message and the
  * call site; returns DUET_EMPI. */

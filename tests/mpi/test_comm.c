@@ -5,6 +5,7 @@
  * and MPI errors coming back as statuses on every rank. */
 #include "testutil.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -153,6 +154,82 @@ static void test_half_sums(void **state) {
     }
 }
 
+/* The ring behind iallreduce (F32/F16/BF16): exact results on exactly
+ * summable values for every op and awkward counts (fewer elements than
+ * ranks, odd lengths, chunked), several operations in flight completed in
+ * reverse order, bit-identical results on random values, and the same
+ * answers through MPI_Iallreduce. */
+static float exact_value(int r, size_t i, int salt) {
+    return (float)((int)((i * 7 + (size_t)r * 13 + (size_t)salt) % 41) - 20) * 0.125f;
+}
+
+static void check_ring_case(duet_comm *c, size_t count, duet_reduce_op op, int salt) {
+    float *v = malloc((count + 1) * sizeof *v);
+    for (size_t i = 0; i < count; i++) v[i] = exact_value(rank, i, salt);
+    duet_comm_request *req = NULL;
+    TU_OK(duet_comm_iallreduce(c, v, count, DUET_DTYPE_F32, op, &req));
+    bool done = false;
+    while (!done) TU_OK(duet_comm_test(&req, &done));
+    for (size_t i = 0; i < count; i++) {
+        float w = exact_value(0, i, salt);
+        for (int r = 1; r < size; r++) {
+            float x = exact_value(r, i, salt);
+            w = op == DUET_REDUCE_SUM ? w + x : op == DUET_REDUCE_MAX ? fmaxf(w, x) : fminf(w, x);
+        }
+        if (v[i] != w) fail_msg("count %zu op %d [%zu]: %g, want %g", count, op, i, v[i], w);
+    }
+    free(v);
+}
+
+static void test_ring_iallreduce(void **state) {
+    (void)state;
+    duet_comm *c = NULL;
+    TU_OK(duet_comm_dup(world, &c));
+    const size_t counts[] = {0, 1, 2, 5, 1000, 4097};
+    for (int ring = 1; ring >= 0; ring--) {
+        duet__comm_set_ring(c, ring);
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+            for (int op = 0; op < 3; op++) check_ring_case(c, counts[k], op, (int)k);
+        duet__comm_set_max_chunk(c, 7);
+        check_ring_case(c, 100, DUET_REDUCE_SUM, 9);
+        duet__comm_set_max_chunk(c, (size_t)INT_MAX);
+    }
+    duet__comm_set_ring(c, true);
+
+    /* Six in flight, finished in reverse order. */
+    enum { K = 6, N = 3001 };
+    float *bufs[K];
+    duet_comm_request *reqs[K];
+    for (int k = 0; k < K; k++) {
+        bufs[k] = malloc(N * sizeof(float));
+        for (size_t i = 0; i < N; i++) bufs[k][i] = exact_value(rank, i, 100 + k);
+        TU_OK(duet_comm_iallreduce(c, bufs[k], N, DUET_DTYPE_F32, DUET_REDUCE_SUM, &reqs[k]));
+    }
+    for (int k = K - 1; k >= 0; k--) TU_OK(duet_comm_wait(&reqs[k]));
+    for (int k = 0; k < K; k++) {
+        for (size_t i = 0; i < N; i++) {
+            float w = 0;
+            for (int r = 0; r < size; r++) w += exact_value(r, i, 100 + k);
+            if (bufs[k][i] != w) fail_msg("in flight %d [%zu]: %g, want %g", k, i, bufs[k][i], w);
+        }
+        free(bufs[k]);
+    }
+
+    /* Random values: every rank ends with the same bits. */
+    duet_rng g = duet_rng_make(5, (uint64_t)rank);
+    float *v = malloc(N * sizeof *v), *root = malloc(N * sizeof *root);
+    for (size_t i = 0; i < N; i++) v[i] = duet_rng_normal(&g);
+    duet_comm_request *req = NULL;
+    TU_OK(duet_comm_iallreduce(c, v, N, DUET_DTYPE_F32, DUET_REDUCE_SUM, &req));
+    TU_OK(duet_comm_wait(&req));
+    memcpy(root, v, N * sizeof *v);
+    MPI_Bcast(root, N, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    assert_memory_equal(root, v, N * sizeof *v);
+    free(v);
+    free(root);
+    duet_comm_destroy(c);
+}
+
 static void test_allgather_and_barrier(void **state) {
     (void)state;
     double mine[2] = {rank * 1.5, -rank};
@@ -201,6 +278,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_allreduce_ops),
         cmocka_unit_test(test_chunked_collectives),
         cmocka_unit_test(test_half_sums),
+        cmocka_unit_test(test_ring_iallreduce),
         cmocka_unit_test(test_allgather_and_barrier),
         cmocka_unit_test(test_errors_on_every_rank),
     };
