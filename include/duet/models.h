@@ -331,6 +331,9 @@ duet_srgan_opts duet_srgan_opts_default(void); /* MMEditing's srgan_x4c64b16 con
 int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng);
 /* The model's step counter (MMEditing's step_counter). */
 int64_t duet_srgan_step_counter(duet_model *m);
+/* Sets it: a resumed run continues the count (disc_steps and
+ * disc_init_steps depend on it). */
+void duet_srgan_set_step_counter(duet_model *m, int64_t step_counter);
 
 /* BasicRestorer: generator + pixel loss, PSNR-oriented pretraining. Log
  * values loss_pix, loss. Optimizer "generator". */

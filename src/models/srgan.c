@@ -249,3 +249,9 @@ int64_t duet_srgan_step_counter(duet_model *m) {
     DUET_ASSERT(strcmp(duet_model_type_name(m), "SRGAN") == 0);
     return ((srgan *)duet_model_impl(m))->step_counter;
 }
+
+/* Added by the runner: --resume restores the counter from the checkpoint. */
+void duet_srgan_set_step_counter(duet_model *m, int64_t step_counter) {
+    DUET_ASSERT(strcmp(duet_model_type_name(m), "SRGAN") == 0);
+    ((srgan *)duet_model_impl(m))->step_counter = step_counter;
+}
