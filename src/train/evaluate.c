@@ -82,29 +82,63 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     return rc;
 }
 
+/* Rows 0..n-1 of the grid to rank 0: row i was made by rank i % world.
+ * Point-to-point over the comm's MPI communicator (rank 0 receives in
+ * order; the others send theirs). */
+static int gather_rows(duet__run *r, duet_image **rows, int64_t n) {
+    MPI_Comm mc = duet_comm_mpi(r->comm);
+    for (int64_t i = 0; i < n; i++) {
+        int owner = (int)(i % r->world);
+        if (owner == 0 || (r->rank != 0 && r->rank != owner)) continue;
+        int64_t hw[2] = {0, 0};
+        int err = MPI_SUCCESS;
+        if (r->rank == owner) {
+            hw[0] = rows[i]->height;
+            hw[1] = rows[i]->width;
+            err = MPI_Send(hw, 2, MPI_INT64_T, 0, 0, mc);
+            if (err == MPI_SUCCESS)
+                err = MPI_Send(rows[i]->data, (int)(hw[0] * hw[1] * 3), MPI_BYTE, 0, 1, mc);
+        } else {
+            err = MPI_Recv(hw, 2, MPI_INT64_T, owner, 0, mc, MPI_STATUS_IGNORE);
+            if (err == MPI_SUCCESS) DUET_TRY(duet_image_create(&rows[i], hw[0], hw[1], 3));
+            if (err == MPI_SUCCESS)
+                err = MPI_Recv(rows[i]->data, (int)(hw[0] * hw[1] * 3), MPI_BYTE, owner, 1, mc,
+                               MPI_STATUS_IGNORE);
+        }
+        if (err != MPI_SUCCESS) {
+            char msg[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(err, msg, &len);
+            return duet__error(DUET_EMPI, "evaluation grid: passing row %lld to rank 0: %s",
+                               (long long)i, msg);
+        }
+    }
+    return DUET_OK;
+}
+
 int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
                        duet__eval_result *res) {
     memset(res, 0, sizeof *res);
     int64_t n = duet_dataset_size(r->val_set);
-    int nrows = 0, maxrows = r->rank == 0 && grid_path != NULL ? (int)r->eval_num_images : 0;
-    duet_image **rows = maxrows > 0 ? calloc((size_t)maxrows, sizeof *rows) : NULL;
-    if (maxrows > 0 && rows == NULL) return duet__error(DUET_ENOMEM, "evaluation: out of memory");
+    /* Rows for the first nrows images, each made by the rank that evaluates
+     * the image and sent to rank 0, which writes the picture. */
+    int64_t nrows = grid_path != NULL ? (r->eval_num_images < n ? r->eval_num_images : n) : 0;
+    duet_image **rows = nrows > 0 ? calloc((size_t)nrows, sizeof *rows) : NULL;
+    if (nrows > 0 && rows == NULL) return duet__error(DUET_ENOMEM, "evaluation: out of memory");
     /* count, PSNR, SSIM, bicubic PSNR, bicubic SSIM: summed over images. */
     double sums[5] = {0, 0, 0, 0, 0};
     int rc = DUET_OK;
     if (out_dir != NULL) rc = duet__mkdirs(out_dir);
-    for (int64_t i = r->rank; i < n && rc == DUET_OK; i += r->world) {
-        duet_image **row = nrows < maxrows ? &rows[nrows] : NULL;
-        rc = eval_one(r, i, out_dir, bicubic, row, sums);
-        if (rc == DUET_OK && row != NULL) nrows++;
-    }
-    if (rc == DUET_OK && nrows > 0) {
+    for (int64_t i = r->rank; i < n && rc == DUET_OK; i += r->world)
+        rc = eval_one(r, i, out_dir, bicubic, i < nrows ? &rows[i] : NULL, sums);
+    if (rc == DUET_OK && nrows > 0 && r->world > 1) rc = gather_rows(r, rows, nrows);
+    if (rc == DUET_OK && nrows > 0 && r->rank == 0) {
         duet_image *grid = NULL;
-        rc = duet__grid_stack(&grid, rows, nrows, 4);
+        rc = duet__grid_stack(&grid, rows, (int)nrows, 4);
         if (rc == DUET_OK) rc = duet_image_save_png(grid, grid_path);
         duet_image_destroy(grid);
     }
-    for (int i = 0; i < nrows; i++) duet_image_destroy(rows[i]);
+    for (int64_t i = 0; i < nrows; i++) duet_image_destroy(rows[i]);
     free(rows);
     DUET_TRY(rc);
     if (r->world > 1) DUET_TRY(duet_comm_allreduce(r->comm, sums, 5, DUET_DTYPE_F64, DUET_REDUCE_SUM));

@@ -292,12 +292,14 @@ static int check_finite(duet__run *r, const duet_log_vars *lv, int64_t iter) {
 static int evaluate_hook(duet__run *r, int64_t iter) {
     char name[64];
     snprintf(name, sizeof name, "val/iter_%" PRId64 ".png", iter);
-    char *grid = NULL;
-    if (r->rank == 0 && r->save_image && r->eval_num_images > 0) {
-        char *dir = duet__path_join(r->work_dir, "val");
-        int rc = dir == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__mkdirs(dir);
-        free(dir);
-        DUET_TRY(rc);
+    char *grid = NULL; /* every rank passes it; rank 0 writes it */
+    if (r->save_image && r->eval_num_images > 0) {
+        if (r->rank == 0) {
+            char *dir = duet__path_join(r->work_dir, "val");
+            int rc = dir == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__mkdirs(dir);
+            free(dir);
+            DUET_TRY(rc);
+        }
         grid = duet__path_join(r->work_dir, name);
         if (grid == NULL) return duet__error(DUET_ENOMEM, "out of memory");
     }

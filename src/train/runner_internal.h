@@ -67,8 +67,9 @@ typedef struct duet__eval_result {
     double psnr, ssim, psnr_bicubic, ssim_bicubic;
 } duet__eval_result;
 /* Each rank evaluates images rank, rank + world, ...; sums are reduced so
- * that every rank gets the means over all images. grid_path (rank 0, may be
- * NULL): a PNG of the first eval_num_images of rank 0's share;
+ * that every rank gets the means over all images. grid_path (the same on
+ * every rank, or NULL on every rank): rank 0 writes a PNG of the first
+ * eval_num_images images, whose rows the other ranks send it;
  * out_dir (may be NULL): every output saved as <out_dir>/<name>.png by its
  * rank; bicubic: also measure bicubic upscaling. */
 int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,

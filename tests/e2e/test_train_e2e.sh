@@ -113,6 +113,10 @@ assert abs(train[0]["lr"]["generator"] - 2e-3) < 1e-9, train[0]
 assert abs(train[-1]["lr"]["generator"] - 1e-3) < 1e-9, train[-1]
 for r in val:
     assert 10 < r["PSNR"] < 60 and 0 < r["SSIM"] <= 1, r
+# The evaluation picture: num_images = 2 rows (image 0 from rank 0, image 1
+# from rank 1) of input | output | ground truth, 32x32 panels, 4-pixel gaps.
+png = open(T + "/a/val/iter_8.png", "rb").read()
+assert struct.unpack(">II", png[16:24]) == (3 * 32 + 2 * 4, 2 * 32 + 4), struct.unpack(">II", png[16:24])
 a, ma = st(T + "/a/latest.safetensors")
 b, mb = st(T + "/b/latest.safetensors")
 assert ma["iter"] == "8" and mb["iter"] == "8" and ma["world_size"] == "2", (ma, mb)
