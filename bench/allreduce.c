@@ -4,7 +4,9 @@
  *
  * For gradient sizes from 100 KB to 64 MB, in one run:
  *   raw      bus bandwidth of one blocking MPI_Allreduce of the whole buffer
- *   iallred  the same through MPI_Iallreduce + MPI_Wait (what buckets use)
+ *   iallred  the same through MPI_Iallreduce + MPI_Wait (Open MPI's libnbc)
+ *   ring     the same through duet_comm_iallreduce + wait (duet's ring, what
+ *            the DDP's buckets use)
  *   ddp      a DDP's synchronisation of the same bytes (arm, mark every
  *            parameter ready in backward order, finalize), with its buckets
  *   exposed  a simulated backward: compute between the ready hooks (F times
@@ -83,7 +85,7 @@ static void spin(double seconds) {
 }
 
 typedef struct row {
-    double raw_s, iall_s, ddp_s, exposed_s, exposed_share;
+    double raw_s, iall_s, ring_s, ddp_s, exposed_s, exposed_share;
     size_t buckets;
 } row;
 
@@ -135,6 +137,16 @@ static row measure(duet_comm *comm, size_t bytes, double cap_mb, double factor, 
         if (k >= 0) t[k] = MPI_Wtime() - t0;
     }
     r.iall_s = median_max(t, reps);
+    for (int k = -1; k < reps; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        duet_comm_request *req = NULL;
+        if (duet_comm_iallreduce(comm, buf, floats, DUET_DTYPE_F32, DUET_REDUCE_SUM, &req) != DUET_OK ||
+            duet_comm_wait(&req) != DUET_OK)
+            duet_comm_abort(NULL, 1, "bench: %s", duet_last_error());
+        if (k >= 0) t[k] = MPI_Wtime() - t0;
+    }
+    r.ring_s = median_max(t, reps);
     free(buf);
 
     duet_ddp_opts o = duet_ddp_opts_default();
@@ -195,15 +207,16 @@ int main(int argc, char **argv) {
                size, reps, cap > 0 ? cap : def.bucket_cap_mb, def.first_bucket_cap_mb, factor);
         printf("# busbw in GB/s = bytes * 2(n-1)/n / time%s\n",
                size == 1 ? " (n = 1: bytes / time, no communication)" : "");
-        printf("%10s %9s %9s %9s %8s %7s %9s %9s %8s\n", "bytes", "raw", "iallred", "ddp",
-               "ddp/raw", "buckets", "raw_ms", "exp_ms", "exposed");
+        printf("%10s %8s %8s %8s %8s %8s %7s %8s %8s %8s\n", "bytes", "raw", "iallred", "ring",
+               "ddp", "ddp/raw", "buckets", "raw_ms", "exp_ms", "exposed");
     }
     const size_t sizes[] = {100 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         row r = measure(comm, sizes[i], cap, factor, reps);
         if (rank == 0)
-            printf("%10zu %9.2f %9.2f %9.2f %7.1f%% %7zu %9.3f %9.3f %7.1f%%\n", sizes[i],
-                   busbw(sizes[i], r.raw_s), busbw(sizes[i], r.iall_s), busbw(sizes[i], r.ddp_s),
+            printf("%10zu %8.2f %8.2f %8.2f %8.2f %7.1f%% %7zu %8.3f %8.3f %7.1f%%\n", sizes[i],
+                   busbw(sizes[i], r.raw_s), busbw(sizes[i], r.iall_s), busbw(sizes[i], r.ring_s),
+                   busbw(sizes[i], r.ddp_s),
                    100.0 * r.raw_s / r.ddp_s, r.buckets, r.raw_s * 1e3, r.exposed_s * 1e3,
                    100.0 * r.exposed_share);
         fflush(stdout);

@@ -55,7 +55,14 @@ typedef enum duet_dtype {
 /* Bytes per element of a dtype. */
 size_t duet_dtype_size(duet_dtype dt);
 
-typedef enum duet_reduce_op { DUET_REDUCE_SUM, DUET_REDUCE_MAX, DUET_REDUCE_MIN } duet_reduce_op;
+/* AVG is the sum divided by the number of ranks (floating types only), the
+ * division done once on the reduced values. */
+typedef enum duet_reduce_op {
+    DUET_REDUCE_SUM,
+    DUET_REDUCE_MAX,
+    DUET_REDUCE_MIN,
+    DUET_REDUCE_AVG
+} duet_reduce_op;
 
 typedef struct duet_comm duet_comm;
 typedef struct duet_comm_request duet_comm_request;

@@ -209,13 +209,43 @@ static MPI_Datatype mpi_type(const duet_comm *c, duet_dtype dt) {
     return MPI_DATATYPE_NULL;
 }
 
+static bool is_floating(duet_dtype dt) {
+    return dt == DUET_DTYPE_F32 || dt == DUET_DTYPE_F64 || dt == DUET_DTYPE_F16 ||
+           dt == DUET_DTYPE_BF16;
+}
+
+/* The MPI operation; AVG travels as SUM and is divided afterwards. */
 static int mpi_op(const duet_comm *c, duet_dtype dt, duet_reduce_op op, MPI_Op *out) {
-    if ((unsigned)op > DUET_REDUCE_MIN)
+    if ((unsigned)op > DUET_REDUCE_AVG)
         return duet__error(DUET_EINVAL, "comm: unknown reduce op %d", (int)op);
-    if (dt == DUET_DTYPE_F16) *out = c->f16_ops[op];
-    else if (dt == DUET_DTYPE_BF16) *out = c->bf16_ops[op];
-    else *out = op == DUET_REDUCE_SUM ? MPI_SUM : op == DUET_REDUCE_MAX ? MPI_MAX : MPI_MIN;
+    if (op == DUET_REDUCE_AVG && !is_floating(dt))
+        return duet__error(DUET_EINVAL, "comm: DUET_REDUCE_AVG needs a floating-point dtype");
+    int k = op == DUET_REDUCE_AVG ? DUET_REDUCE_SUM : (int)op;
+    if (dt == DUET_DTYPE_F16) *out = c->f16_ops[k];
+    else if (dt == DUET_DTYPE_BF16) *out = c->bf16_ops[k];
+    else *out = k == DUET_REDUCE_SUM ? MPI_SUM : k == DUET_REDUCE_MAX ? MPI_MAX : MPI_MIN;
     return DUET_OK;
+}
+
+void duet__scale(void *buf, size_t n, duet_dtype dt, double s) {
+    if (dt == DUET_DTYPE_F64) {
+        double *d = buf;
+        for (size_t i = 0; i < n; i++) d[i] *= s;
+    } else if (dt == DUET_DTYPE_F32) {
+        float *f = buf, fs = (float)s;
+        for (size_t i = 0; i < n; i++) f[i] *= fs;
+    } else if (dt == DUET_DTYPE_F16 || dt == DUET_DTYPE_BF16) {
+        uint16_t *h = buf;
+        float tmp[256], fs = (float)s;
+        for (size_t i = 0; i < n; i += 256) {
+            size_t m = n - i < 256 ? n - i : 256;
+            if (dt == DUET_DTYPE_F16) duet_f16_to_f32(tmp, h + i, m);
+            else duet_bf16_to_f32(tmp, h + i, m);
+            for (size_t k = 0; k < m; k++) tmp[k] *= fs;
+            if (dt == DUET_DTYPE_F16) duet_f32_to_f16(h + i, tmp, m);
+            else duet_f32_to_bf16(h + i, tmp, m);
+        }
+    }
 }
 
 static int check_dtype(duet_dtype dt, const char *what) {
@@ -243,6 +273,8 @@ int duet_comm_allreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt, du
         int n = chunk_count(c, count - off);
         DUET__MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, n, mpi_type(c, dt), mop,
                                     c->comm));
+        if (op == DUET_REDUCE_AVG && c->size > 1)
+            duet__scale((char *)buf + off * es, (size_t)n, dt, 1.0 / c->size);
         off += (size_t)n;
     }
     return DUET_OK;
@@ -306,6 +338,11 @@ typedef struct request_part {
     bool ring_op, done;
     MPI_Request req;
     duet__ring ring;
+    /* MPI parts of an AVG: divided when complete. */
+    void *buf;
+    size_t count;
+    duet_dtype dt;
+    double scale;
 } request_part;
 
 struct duet_comm_request {
@@ -335,6 +372,7 @@ static int request_progress(duet_comm_request *r, bool blocking, bool *done) {
             DUET__MPI_TRY(MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE));
             p->done = flag != 0;
         }
+        if (p->done && !p->ring_op && p->scale != 1.0) duet__scale(p->buf, p->count, p->dt, p->scale);
         if (!p->done) *done = false;
     }
     return DUET_OK;
@@ -358,6 +396,10 @@ int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
         int n = chunk_count(c, count - off);
         request_part *p = &r->parts[r->n];
         char *b = (char *)buf + off * es;
+        p->buf = b;
+        p->count = (size_t)n;
+        p->dt = dt;
+        p->scale = op == DUET_REDUCE_AVG && c->size > 1 ? 1.0 / c->size : 1.0;
         int rc;
         if (ring) {
             p->ring_op = true;

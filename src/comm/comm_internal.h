@@ -69,6 +69,9 @@ static inline int duet__mpi_check(int mpi_rc, const char *call, const char *file
     return mpi_rc == MPI_SUCCESS ? 0 : duet__mpi_error(mpi_rc, call, file, line);
 }
 
+/* buf (n elements of a floating dtype) *= s, in the element type. */
+void duet__scale(void *buf, size_t n, duet_dtype dt, double s);
+
 /* Sets the largest element count per MPI call (clamped to 1..INT_MAX). For
  * tests of the chunked paths. */
 void duet__comm_set_max_chunk(duet_comm *c, size_t max_elems);

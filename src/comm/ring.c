@@ -13,7 +13,8 @@
  * Buffer (count elements) in n chunks; on rank r, reduce-scatter step s
  * sends chunk r-s and receives chunk r-s-1 (mod n) from the left neighbour,
  * reducing it into place; afterwards rank r holds the total of chunk r+1.
- * Allgather step s sends chunk r+1-s and receives chunk r-s in place. */
+ * Allgather step s sends chunk r+1-s and receives chunk r-s in place. An
+ * average divides each chunk's total on its owner before the allgather. */
 #include "comm/comm_internal.h"
 
 #include <string.h>
@@ -33,7 +34,7 @@ static void reduce_into(void *inout, const void *in, size_t n, duet_dtype dt, du
     if (dt == DUET_DTYPE_F32) {
         float *b = inout;
         const float *a = in;
-        if (op == DUET_REDUCE_SUM)
+        if (op == DUET_REDUCE_SUM || op == DUET_REDUCE_AVG)
             for (size_t i = 0; i < n; i++) b[i] += a[i];
         else if (op == DUET_REDUCE_MAX)
             for (size_t i = 0; i < n; i++) b[i] = a[i] > b[i] || a[i] != a[i] ? a[i] : b[i];
@@ -56,7 +57,7 @@ static void reduce_into(void *inout, const void *in, size_t n, duet_dtype dt, du
             duet_bf16_to_f32(y, b + i, m);
         }
         for (size_t k = 0; k < m; k++) {
-            if (op == DUET_REDUCE_SUM) y[k] += x[k];
+            if (op == DUET_REDUCE_SUM || op == DUET_REDUCE_AVG) y[k] += x[k];
             else if (op == DUET_REDUCE_MAX) y[k] = x[k] > y[k] || x[k] != x[k] ? x[k] : y[k];
             else y[k] = x[k] < y[k] || x[k] != x[k] ? x[k] : y[k];
         }
@@ -143,6 +144,13 @@ int duet__ring_progress(duet__ring *g, bool blocking, bool *done) {
         if (g->step < g->size - 1)
             reduce_into(g->buf + chunk_begin(g, g->recv_i) * g->es, g->tmp,
                         chunk_len(g, g->recv_i), g->dt, g->op);
+        /* After the reduce-scatter this rank owns the total of chunk r+1: an
+         * average divides it here, once, before it goes round. */
+        if (g->step == g->size - 2 && g->op == DUET_REDUCE_AVG) {
+            int own = mod(g->rank + 1, g->size);
+            duet__scale(g->buf + chunk_begin(g, own) * g->es, chunk_len(g, own), g->dt,
+                        1.0 / g->size);
+        }
         if (++g->step == g->nsteps) {
             g->done = true;
             free(g->tmp);

@@ -109,14 +109,12 @@ static int launch(ddp_state *d, size_t k) {
     float *g = d->grad + b->offset;
     int rc;
     if (d->opts.comm_hook == DUET_DDP_HOOK_ALLREDUCE) {
-        /* PyTorch's order: divide, then sum. The buffer holds the running
-         * sum (earlier averaged passes are equal on every rank, so they come
-         * back unchanged; no_sync contributions are averaged now). */
-        if (d->size > 1) {
-            const float inv = 1.0f / (float)d->size;
-            for (size_t i = 0; i < b->count; i++) g[i] *= inv;
-        }
-        rc = duet_comm_iallreduce(d->comm, g, b->count, DUET_DTYPE_F32, DUET_REDUCE_SUM, &b->req);
+        /* The buffer holds the running sum: earlier averaged passes are
+         * equal on every rank, so they come back unchanged; no_sync
+         * contributions are averaged now. The ring divides each chunk's
+         * total once, on its owner (PyTorch divides every rank's copy
+         * first; the results differ by rounding only). */
+        rc = duet_comm_iallreduce(d->comm, g, b->count, DUET_DTYPE_F32, DUET_REDUCE_AVG, &b->req);
         d->stats.bytes += (int64_t)(b->count * sizeof(float));
     } else {
         /* fp16/bf16_compress_hook: cast, divide in the narrow format, sum in
@@ -178,19 +176,23 @@ static int launch_ready(ddp_state *d) {
     return DUET_OK;
 }
 
-/* Tests the oldest outstanding bucket (MPI progresses all of them). */
+/* Advances every bucket in flight (a ring needs its caller to post each
+ * next step) and completes those that finished. */
 static void progress(ddp_state *d) {
-    while (d->next_complete < d->next_launch) {
-        ddp_bucket *b = &d->buckets[d->next_complete];
+    for (size_t k = d->next_complete; k < d->next_launch; k++) {
+        ddp_bucket *b = &d->buckets[k];
+        if (b->done) continue;
         bool done = false;
         int rc = duet_comm_test(&b->req, &done);
         if (rc != DUET_OK) {
+            b->done = true; /* the request is gone */
             pass_fail(d, rc);
-            return;
+            continue;
         }
-        if (!done) return;
-        complete(d, d->next_complete++);
+        if (done) complete(d, k);
     }
+    while (d->next_complete < d->next_launch && d->buckets[d->next_complete].done)
+        d->next_complete++;
 }
 
 static void set_ready(ddp_state *d, size_t i) {
@@ -297,7 +299,13 @@ static int finalize(ddp_state *d) {
      * started and how many parameters were ready, and whether a rank failed. */
     int64_t v[5] = {(int64_t)d->next_launch, -(int64_t)d->next_launch, (int64_t)d->nready,
                     -(int64_t)d->nready, d->pass_error != 0};
-    int rc = duet_comm_allreduce(d->ctl, v, 5, DUET_DTYPE_I64, DUET_REDUCE_MAX);
+    duet_comm_request *agree = NULL;
+    int rc = duet_comm_iallreduce(d->ctl, v, 5, DUET_DTYPE_I64, DUET_REDUCE_MAX, &agree);
+    /* While the slowest rank gets here, keep the buckets' rings moving. */
+    for (bool done = false; rc == DUET_OK && !done;) {
+        rc = duet_comm_test(&agree, &done);
+        if (rc == DUET_OK && !done) progress(d);
+    }
     if (rc != DUET_OK) {
         duet__error_context(rc, "DDP '%s': end-of-backward agreement", d->name);
         set_sticky(d, rc, duet_last_error());
@@ -316,8 +324,10 @@ static int finalize(ddp_state *d) {
         if (rc != DUET_OK) pass_fail(d, rc);
     }
     for (size_t k = d->next_complete; k < d->next_launch; k++) {
+        if (d->buckets[k].done) continue;
         int wrc = duet_comm_wait(&d->buckets[k].req);
         if (wrc != DUET_OK) {
+            d->buckets[k].done = true;
             pass_fail(d, wrc);
             continue;
         }

@@ -174,8 +174,9 @@ static void check_ring_case(duet_comm *c, size_t count, duet_reduce_op op, int s
         float w = exact_value(0, i, salt);
         for (int r = 1; r < size; r++) {
             float x = exact_value(r, i, salt);
-            w = op == DUET_REDUCE_SUM ? w + x : op == DUET_REDUCE_MAX ? fmaxf(w, x) : fminf(w, x);
+            w = op == DUET_REDUCE_MAX ? fmaxf(w, x) : op == DUET_REDUCE_MIN ? fminf(w, x) : w + x;
         }
+        if (op == DUET_REDUCE_AVG && size > 1) w *= (float)(1.0 / size); /* exact total, one division */
         if (v[i] != w) fail_msg("count %zu op %d [%zu]: %g, want %g", count, op, i, v[i], w);
     }
     free(v);
@@ -189,9 +190,10 @@ static void test_ring_iallreduce(void **state) {
     for (int ring = 1; ring >= 0; ring--) {
         duet__comm_set_ring(c, ring);
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
-            for (int op = 0; op < 3; op++) check_ring_case(c, counts[k], op, (int)k);
+            for (int op = 0; op < 4; op++) check_ring_case(c, counts[k], op, (int)k);
         duet__comm_set_max_chunk(c, 7);
         check_ring_case(c, 100, DUET_REDUCE_SUM, 9);
+        check_ring_case(c, 100, DUET_REDUCE_AVG, 10);
         duet__comm_set_max_chunk(c, (size_t)INT_MAX);
     }
     duet__comm_set_ring(c, true);
@@ -228,6 +230,30 @@ static void test_ring_iallreduce(void **state) {
     free(v);
     free(root);
     duet_comm_destroy(c);
+}
+
+/* Blocking AVG, on floats and halves; integers refuse it. */
+static void test_average(void **state) {
+    (void)state;
+    enum { N = 50 };
+    double d[N];
+    uint16_t h[N];
+    float f[N], got[N];
+    for (int i = 0; i < N; i++) {
+        d[i] = (rank + 1) * (double)i;
+        f[i] = (float)((rank + 1) * 2 * i); /* exact in fp16 for i < 50, size <= 3 */
+    }
+    TU_OK(duet_comm_allreduce(world, d, N, DUET_DTYPE_F64, DUET_REDUCE_AVG));
+    duet_f32_to_f16(h, f, N);
+    TU_OK(duet_comm_allreduce(world, h, N, DUET_DTYPE_F16, DUET_REDUCE_AVG));
+    duet_f16_to_f32(got, h, N);
+    for (int i = 0; i < N; i++) {
+        assert_true(fabs(d[i] - (size + 1) / 2.0 * i) <= 1e-12 * i);
+        float w = (float)((size + 1) * i); /* mean of 2i(r+1) over r */
+        assert_true(fabsf(got[i] - w) <= 1e-3f * w);
+    }
+    int32_t x = 1;
+    assert_int_equal(duet_comm_allreduce(world, &x, 1, DUET_DTYPE_I32, DUET_REDUCE_AVG), DUET_EINVAL);
 }
 
 static void test_allgather_and_barrier(void **state) {
@@ -279,6 +305,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_chunked_collectives),
         cmocka_unit_test(test_half_sums),
         cmocka_unit_test(test_ring_iallreduce),
+        cmocka_unit_test(test_average),
         cmocka_unit_test(test_allgather_and_barrier),
         cmocka_unit_test(test_errors_on_every_rank),
     };
