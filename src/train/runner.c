@@ -373,6 +373,16 @@ static void describe(duet__run *r, int64_t start_iter) {
                       "; work dir %s", DUET_VERSION_STRING, duet_model_type_name(r->model),
                       r->world, r->world == 1 ? "" : "es", r->samples_per_gpu,
                       r->samples_per_gpu * r->world, start_iter, r->total_iters, r->work_dir);
+    size_t nddp = duet_wrapper_num_ddps(r->wrapper);
+    char parts[256] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < nddp && len < sizeof parts; i++) {
+        const char *name = duet_wrapper_ddp_name(r->wrapper, i);
+        len += (size_t)snprintf(parts + len, sizeof parts - len, "%s%s", i ? ", " : "",
+                                name[0] ? name : "the whole model");
+    }
+    duet__logger_text(r->log, "  data parallel: %zu DDP%s (%s)", nddp, nddp == 1 ? "" : "s",
+                      parts);
     duet_module *root = duet_model_module(r->model);
     for (size_t i = 0; i < root->nchildren; i++) {
         int64_t n = duet_module_num_parameters(root->children[i].module, false);
