@@ -188,12 +188,10 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
             duet_config_mark_used(r->cfg, "data.samples_per_gpu");
         if (duet_config_has(r->cfg, "data.prefetch")) duet_config_mark_used(r->cfg, "data.prefetch");
     }
-    if (need_val || duet_config_has(r->cfg, "data.val")) {
-        if (need_val || r->eval_interval > 0)
-            DUET_TRY(build_dataset(r, "data.val", false, &r->val_set));
-        else
-            duet_config_mark_used(r->cfg, "data.val");
-    }
+    if (need_val)
+        DUET_TRY(build_dataset(r, "data.val", false, &r->val_set));
+    else if (duet_config_has(r->cfg, "data.val"))
+        duet_config_mark_used(r->cfg, "data.val"); /* no evaluation: not read */
     return DUET_OK;
 }
 

@@ -235,7 +235,8 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
     }
     r->model = duet_wrapper_model(r->wrapper);
     DUET_TRY(duet_build_optimizers(r->cfg, "optimizers", r->model, &r->opts));
-    DUET_TRY(duet__run_build_data(r, true, false));
+    /* Evaluating needs data.val: its absence is an error then. */
+    DUET_TRY(duet__run_build_data(r, true, r->eval_interval > 0));
     return duet_config_check_unused(r->cfg);
 }
 
@@ -285,7 +286,6 @@ static int check_finite(duet__run *r, const duet_log_vars *lv, int64_t iter) {
                                "training diverged; lower the learning rate or check the data. "
                                "The last checkpoint in %s is intact.",
                                iter, lv->names[i], lv->values[i], r->world, r->work_dir);
-    (void)r;
     return DUET_OK;
 }
 

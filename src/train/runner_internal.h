@@ -52,9 +52,10 @@ int duet__mkdirs(const char *path);
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
 int duet__run_read_settings(duet__run *r);
-/* data.train (with_train) and data.val (when present, or required) into
- * datasets, and the training loader starting at `start`. */
+/* data.train (with_train) and data.val (need_val; else it is only marked
+ * read) into datasets. */
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val);
+/* The training loader, starting at `start` (a resumed sampler state). */
 int duet__run_build_loader(duet__run *r, duet_sampler_state start);
 /* model.test_cfg's crop_border and convert_to (for the bicubic numbers). */
 int duet__run_read_test_cfg(duet__run *r);
