@@ -1,6 +1,7 @@
 /* Gradient synchronisation bandwidth and overlap.
  *
- *   mpiexec -n 2 ./bench_allreduce [--reps N] [--cap MB] [--factor F] [--sweep]
+ *   mpiexec -n 2 ./bench_allreduce [--reps N] [--cap MB] [--factor F] [--sweep BYTES]
+ *                                  [--max-bytes BYTES]
  *
  * For gradient sizes from 100 KB to 64 MB, in one run:
  *   raw      bus bandwidth of one blocking MPI_Allreduce of the whole buffer
@@ -15,9 +16,9 @@
  *            between nodes); the time finalize still waits after it, as a
  *            share of the raw allreduce time of the same bytes.
  * Bus bandwidth = bytes * 2(n-1)/n / time (NCCL's convention), medians over
- * the repetitions, the slowest rank's median. With --sweep, also bucket caps
- * from 0.25 to 64 MiB on a 16 MiB gradient (how docs/ddp.md chose the
- * default). The parameters of the fake network follow the proportions of
+ * the repetitions, the slowest rank's median. With --sweep BYTES, also bucket
+ * caps from 0.25 to 64 MiB on a gradient of BYTES (how docs/ddp.md chose the
+ * default). --max-bytes skips the larger sizes. The parameters of the fake network follow the proportions of
  * SRGAN's discriminator (ModifiedVGG), scaled to each total. */
 #include <math.h>
 #include <mpi.h>
@@ -181,14 +182,17 @@ static row measure(duet_comm *comm, size_t bytes, double cap_mb, double factor, 
 int main(int argc, char **argv) {
     int reps = 9;
     double cap = 0, factor = 2.0;
-    bool sweep = false;
+    size_t sweep = 0, max_bytes = (size_t)-1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--cap") == 0 && i + 1 < argc) cap = atof(argv[++i]);
         else if (strcmp(argv[i], "--factor") == 0 && i + 1 < argc) factor = atof(argv[++i]);
-        else if (strcmp(argv[i], "--sweep") == 0) sweep = true;
+        else if (strcmp(argv[i], "--sweep") == 0 && i + 1 < argc) sweep = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--max-bytes") == 0 && i + 1 < argc)
+            max_bytes = strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: %s [--reps N] [--cap MB] [--factor F] [--sweep]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--reps N] [--cap MB] [--factor F] [--sweep BYTES] "
+                            "[--max-bytes BYTES]\n", argv[0]);
             return 2;
         }
     }
@@ -211,7 +215,7 @@ int main(int argc, char **argv) {
                "ddp", "ddp/raw", "buckets", "raw_ms", "exp_ms", "exposed");
     }
     const size_t sizes[] = {100 * 1024, 256 * 1024, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && sizes[i] <= max_bytes; i++) {
         row r = measure(comm, sizes[i], cap, factor, reps);
         if (rank == 0)
             printf("%10zu %8.2f %8.2f %8.2f %8.2f %7.1f%% %7zu %8.3f %8.3f %7.1f%%\n", sizes[i],
@@ -221,9 +225,9 @@ int main(int argc, char **argv) {
                    100.0 * r.exposed_share);
         fflush(stdout);
     }
-    if (sweep) {
+    if (sweep > 0) {
         const double caps[] = {0.25, 0.5, 1, 2, 4, 8, 16, 25, 64};
-        size_t bytes = 16 << 20;
+        size_t bytes = sweep;
         if (rank == 0) {
             printf("\n# bucket cap sweep, %zu-byte gradient\n", bytes);
             printf("%8s %7s %9s %9s %9s %8s\n", "cap_MiB", "buckets", "raw", "ddp", "exp_ms",

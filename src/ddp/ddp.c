@@ -297,10 +297,12 @@ static int finalize(ddp_state *d) {
     /* Agree on what happened before waiting, on the control channel (it does
      * not order against the buckets' reductions): how many buckets each rank
      * started and how many parameters were ready, and whether a rank failed. */
-    int64_t v[5] = {(int64_t)d->next_launch, -(int64_t)d->next_launch, (int64_t)d->nready,
-                    -(int64_t)d->nready, d->pass_error != 0};
+    /* As floats, to travel on the ring (cheaper than MPI_Iallreduce): counts
+     * of buckets and parameters stay far below 2^24, exact in float32. */
+    float v[5] = {(float)d->next_launch, -(float)d->next_launch, (float)d->nready,
+                  -(float)d->nready, d->pass_error != 0 ? 1.0f : 0.0f};
     duet_comm_request *agree = NULL;
-    int rc = duet_comm_iallreduce(d->ctl, v, 5, DUET_DTYPE_I64, DUET_REDUCE_MAX, &agree);
+    int rc = duet_comm_iallreduce(d->ctl, v, 5, DUET_DTYPE_F32, DUET_REDUCE_MAX, &agree);
     /* While the slowest rank gets here, keep the buckets' rings moving. */
     for (bool done = false; rc == DUET_OK && !done;) {
         rc = duet_comm_test(&agree, &done);
@@ -508,6 +510,9 @@ static int broadcast_state(ddp_state *d, const duet_named_tensors *params) {
 static int build_layout(ddp_state *d, const duet_named_tensors *params) {
     size_t n = 0;
     for (size_t i = 0; i < params->count; i++) n += params->items[i].tensor->requires_grad;
+    if (n >= ((size_t)1 << 24)) /* finalize's agreement counts them in float32 */
+        return duet__error(DUET_EINVAL, "DDP '%s': %zu trainable parameters; at most 2^24 - 1",
+                           d->name, n);
     d->slots = calloc(n ? n : 1, sizeof *d->slots);
     d->order = calloc(n ? n : 1, sizeof *d->order);
     d->buckets = calloc(n ? n : 1, sizeof *d->buckets);
