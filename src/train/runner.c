@@ -69,21 +69,19 @@ static int agree(duet__run *r, int rc) {
         if (rc != DUET_OK) print_error(rc);
         return rc;
     }
-    int32_t v[2] = {rc != DUET_OK ? r->rank : INT32_MAX, 0};
-    int arc = duet_comm_allreduce(r->comm, v, 1, DUET_DTYPE_I32, DUET_REDUCE_MIN);
-    if (arc != DUET_OK) {
-        /* MPI itself failed: nothing can be agreed any more. */
-        duet_comm_abort(r->comm, 1, "%s", duet_last_error());
-    }
-    if (v[0] == INT32_MAX) return DUET_OK;
+    /* The lowest failing rank (INT32_MAX: none), then its status. */
+    int32_t first = rc != DUET_OK ? r->rank : INT32_MAX;
+    if (duet_comm_allreduce(r->comm, &first, 1, DUET_DTYPE_I32, DUET_REDUCE_MIN) != DUET_OK)
+        duet_comm_abort(r->comm, 1, "%s", duet_last_error()); /* MPI itself failed */
+    if (first == INT32_MAX) return DUET_OK;
     int32_t status = rc;
-    if (duet_comm_bcast(r->comm, &status, 1, DUET_DTYPE_I32, v[0]) != DUET_OK)
+    if (duet_comm_bcast(r->comm, &status, 1, DUET_DTYPE_I32, first) != DUET_OK)
         duet_comm_abort(r->comm, 1, "%s", duet_last_error());
-    if (v[0] == r->rank) {
+    if (first == r->rank) {
         print_error(rc);
         return rc;
     }
-    return duet__error(status, "process %d failed (its message is above)", v[0]);
+    return duet__error(status, "process %d failed (its message is above)", first);
 }
 
 /* In the training loop: an error ends the job. */
