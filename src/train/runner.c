@@ -280,10 +280,11 @@ static int check_finite(duet__run *r, const duet_log_vars *lv, int64_t iter) {
     for (int i = 0; i < lv->count; i++)
         if (!isfinite(lv->values[i]))
             return duet__error(DUET_ENUMERIC,
-                               "iteration %" PRId64 ": %s is %g (averaged over %d processes): "
+                               "iteration %" PRId64 ": %s is %g (mean over %d process%s): "
                                "training diverged; lower the learning rate or check the data. "
                                "The last checkpoint in %s is intact.",
-                               iter, lv->names[i], lv->values[i], r->world, r->work_dir);
+                               iter, lv->names[i], lv->values[i], r->world,
+                               r->world == 1 ? "" : "es", r->work_dir);
     return DUET_OK;
 }
 
