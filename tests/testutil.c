@@ -1,8 +1,11 @@
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 duet_tensor *tu_randn(duet_rng *rng, int ndim, const int64_t *shape, float scale) {
     duet_tensor *t = NULL;
@@ -154,4 +157,175 @@ void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_
                  (long long)want->numel);
     tu_assert_close(got, want->data, n, rtol, atol, name);
     duet_tensor_release(want);
+}
+
+/* ---- files and folders ---------------------------------------------------- */
+
+char *tu_mkdtemp(char *buf, size_t size, const char *prefix) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(buf, size, "%s/%s_XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp", prefix);
+    return mkdtemp(buf);
+}
+
+int tu_rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return -1;
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        if (d != NULL) {
+            struct dirent *de;
+            char p[4096];
+            while ((de = readdir(d)) != NULL) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+                snprintf(p, sizeof p, "%s/%s", path, de->d_name);
+                tu_rm_tree(p);
+            }
+            closedir(d);
+        }
+        return rmdir(path) == 0 ? 0 : -1;
+    }
+    return unlink(path) == 0 ? 0 : -1;
+}
+
+char *tu_path(char *buf, size_t size, const char *dir, const char *name) {
+    snprintf(buf, size, "%s/%s", dir, name);
+    return buf;
+}
+
+int tu_count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL) fail_msg("cannot open folder %s", dir);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
+}
+
+void tu_write_file(const char *path, const void *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) fail_msg("cannot create %s", path);
+    assert_int_equal(fwrite(bytes, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+void tu_write_text(const char *path, const char *text) {
+    tu_write_file(path, text, strlen(text));
+}
+
+unsigned char *tu_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) fail_msg("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    assert_true(len >= 0);
+    unsigned char *buf = malloc((size_t)len + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    buf[len] = 0;
+    *n = (size_t)len;
+    return buf;
+}
+
+/* ---- errors ----------------------------------------------------------------- */
+
+void tu_expect_error(int rc, int want, ...) {
+    if (rc != want)
+        fail_msg("expected %s, got %s: %s", duet_err_name(want), duet_err_name(rc),
+                 duet_last_error());
+    const char *msg = duet_last_error();
+    va_list ap;
+    va_start(ap, want);
+    for (const char *needle; (needle = va_arg(ap, const char *)) != NULL;)
+        if (strstr(msg, needle) == NULL) {
+            va_end(ap);
+            fail_msg("message \"%s\" should contain \"%s\"", msg, needle);
+        }
+    va_end(ap);
+}
+
+/* ---- autograd and modules --------------------------------------------------- */
+
+/* ctx: the malloc'd copy of r. */
+static int backprop_dot_backward(duet_node *node) {
+    const float *r = node->ctx;
+    float *g = duet_node_input_grad(node, 0);
+    if (g != NULL)
+        for (int64_t i = 0; i < node->inputs[0]->numel; i++) g[i] += node->output->grad[0] * r[i];
+    return DUET_OK;
+}
+
+void tu_backprop_with(duet_tensor *out, const float *r) {
+    duet_tensor *loss = tu_zeros(1, (int64_t[]){1});
+    float *rc = malloc((size_t)out->numel * sizeof(float));
+    assert_non_null(rc);
+    memcpy(rc, r, (size_t)out->numel * sizeof(float));
+    TU_OK(duet_autograd_record(loss, "tu_backprop_with", backprop_dot_backward, rc, free, 1, &out));
+    TU_OK(duet_backward(loss));
+    duet_tensor_release(loss);
+}
+
+void tu_assert_same_state(duet_module *a, duet_module *b, bool want_equal) {
+    duet_named_tensors sa, sb;
+    TU_OK(duet_module_state(a, &sa));
+    TU_OK(duet_module_state(b, &sb));
+    assert_int_equal(sa.count, sb.count);
+    bool all_equal = true;
+    for (size_t i = 0; i < sa.count; i++) {
+        assert_string_equal(sa.items[i].name, sb.items[i].name);
+        const duet_tensor *x = sa.items[i].tensor, *y = sb.items[i].tensor;
+        assert_int_equal(x->numel, y->numel);
+        bool eq = memcmp(x->data, y->data, (size_t)x->numel * sizeof(float)) == 0;
+        if (want_equal && !eq) fail_msg("%s differs", sa.items[i].name);
+        all_equal &= eq;
+    }
+    if (!want_equal) assert_false(all_equal);
+    duet_named_tensors_free(&sa);
+    duet_named_tensors_free(&sb);
+}
+
+/* ---- images and models ------------------------------------------------------ */
+
+duet_image *tu_random_image(duet_rng *rng, int64_t h, int64_t w, int c) {
+    duet_image *img = NULL;
+    TU_OK(duet_image_create(&img, h, w, c));
+    for (int64_t i = 0; i < h * w * c; i++) img->data[i] = (uint8_t)duet_rng_int(rng, 0, 255);
+    return img;
+}
+
+duet_srgan_opts tu_tiny_srgan_opts(void) {
+    duet_srgan_opts o = duet_srgan_opts_default();
+    o.generator.mid_channels = 8;
+    o.generator.num_blocks = 1;
+    o.discriminator.mid_channels = 4;
+    o.discriminator.input_size = 32;
+    o.perceptual_loss.ncfg = 4;
+    int cfg[4] = {4, 4, 0, 8};
+    memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
+    o.perceptual_loss.layer_ids[0] = 5;
+    return o;
+}
+
+void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n) {
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_tensor *lq = tu_rand(&rng, 4, (int64_t[]){n, 3, 8, 8}, 0, 1);
+    duet_tensor *gt = tu_rand(&rng, 4, (int64_t[]){n, 3, 32, 32}, 0, 1);
+    memset(b, 0, sizeof *b);
+    TU_OK(duet_batch_add_tensor(b, "lq", lq));
+    TU_OK(duet_batch_add_tensor(b, "gt", gt));
+    duet_tensor_release(lq);
+    duet_tensor_release(gt);
+}
+
+duet_optimizer_set *tu_adam_pair(duet_model *m, float lr) {
+    duet_optimizer_set *s = NULL;
+    TU_OK(duet_optimizer_set_create(&s));
+    duet_adam_opts a = duet_adam_opts_default();
+    a.lr = lr;
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
+    return s;
 }

@@ -54,4 +54,58 @@ duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);
 
+/* ---- files and folders (test fixtures) ---------------------------------- */
+
+/* Makes a new folder $TMPDIR/<prefix>_XXXXXX (/tmp when TMPDIR is unset or
+ * empty) and writes its path to buf; returns buf, or NULL when it cannot
+ * (a cmocka setup then returns -1). */
+char *tu_mkdtemp(char *buf, size_t size, const char *prefix);
+/* Removes path and everything below it (links are removed, not followed);
+ * 0 when it is gone, -1 otherwise. */
+int tu_rm_tree(const char *path);
+/* buf = "dir/name"; returns buf. */
+char *tu_path(char *buf, size_t size, const char *dir, const char *name);
+/* Number of entries of dir besides . and ..; fails the test when dir cannot
+ * be opened. */
+int tu_count_entries(const char *dir);
+/* Writes n bytes (or a string) to path, replacing it; fails the test on any
+ * error, the close included. */
+void tu_write_file(const char *path, const void *bytes, size_t n);
+void tu_write_text(const char *path, const char *text);
+/* The whole file, malloc'd with one spare 0 byte after it; *n its size.
+ * Fails the test when it cannot be read. */
+unsigned char *tu_read_file(const char *path, size_t *n);
+
+/* ---- errors ------------------------------------------------------------- */
+
+/* Fails unless rc == want and duet_last_error() contains every needle: a
+ * NULL-terminated list (a NULL needle ends it, so optional ones may be
+ * passed as NULL last). E.g. tu_expect_error(rc, DUET_ESHAPE, "linear",
+ * "[3, 6]", NULL). */
+void tu_expect_error(int rc, int want, ...) __attribute__((sentinel));
+
+/* ---- autograd and modules ----------------------------------------------- */
+
+/* Backpropagates L = sum(out * r) through its own recorded op, so that the
+ * gradient reaching out is exactly r (out->numel values, copied). */
+void tu_backprop_with(duet_tensor *out, const float *r);
+/* a and b have the same state-dict names and sizes; with want_equal every
+ * entry is bitwise equal (failing names the first that is not), without it
+ * at least one entry differs. */
+void tu_assert_same_state(duet_module *a, duet_module *b, bool want_equal);
+
+/* ---- images and models -------------------------------------------------- */
+
+/* An h x w image of c channels, every sample uniform in 0..255. */
+duet_image *tu_random_image(duet_rng *rng, int64_t h, int64_t w, int c);
+/* A small SRGAN (generator 8 channels 1 block, discriminator 4 channels on
+ * 32x32, perceptual VGG cfg {4, 4, M, 8} at layer 5) for x4 on 8x8 LQ. */
+duet_srgan_opts tu_tiny_srgan_opts(void);
+/* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
+ * in [0, 1) from the seed. */
+void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);
+/* An optimizer set with one Adam (default betas, learning rate lr) each for
+ * "generator" and "discriminator". */
+duet_optimizer_set *tu_adam_pair(duet_model *m, float lr);
+
 #endif
