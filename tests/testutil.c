@@ -187,6 +187,23 @@ int tu_rm_tree(const char *path) {
     return unlink(path) == 0 ? 0 : -1;
 }
 
+int tu_tmpdir_setup(void **state) {
+    tu_tmpdir *fx = calloc(1, sizeof *fx);
+    if (fx == NULL || tu_mkdtemp(fx->dir, sizeof fx->dir, "duet_test") == NULL) {
+        free(fx);
+        return -1;
+    }
+    *state = fx;
+    return 0;
+}
+
+int tu_tmpdir_teardown(void **state) {
+    tu_tmpdir *fx = *state;
+    tu_rm_tree(fx->dir);
+    free(fx);
+    return 0;
+}
+
 char *tu_path(char *buf, size_t size, const char *dir, const char *name) {
     snprintf(buf, size, "%s/%s", dir, name);
     return buf;

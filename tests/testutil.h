@@ -60,6 +60,16 @@ void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_
  * empty) and writes its path to buf; returns buf, or NULL when it cannot
  * (a cmocka setup then returns -1). */
 char *tu_mkdtemp(char *buf, size_t size, const char *prefix);
+/* A cmocka per-test fixture: a new temporary folder $TMPDIR/duet_test_XXXXXX
+ * (*state points to the tu_tmpdir), removed with all it holds afterwards:
+ * TU_TMPDIR_TEST(test_x) in the test list, and in test_x:
+ *   tu_tmpdir *fx = *state;  ... fx->dir ... */
+typedef struct tu_tmpdir {
+    char dir[256];
+} tu_tmpdir;
+int tu_tmpdir_setup(void **state);
+int tu_tmpdir_teardown(void **state);
+#define TU_TMPDIR_TEST(f) cmocka_unit_test_setup_teardown(f, tu_tmpdir_setup, tu_tmpdir_teardown)
 /* Removes path and everything below it (links are removed, not followed);
  * 0 when it is gone, -1 otherwise. */
 int tu_rm_tree(const char *path);

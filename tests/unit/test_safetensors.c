@@ -4,53 +4,9 @@
  * (DUET_EFORMAT naming the file), and the atomic save. */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-
-typedef struct {
-    char dir[256];
-} fixture;
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/duet_st_XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(fx->dir) == NULL) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    DIR *d = opendir(fx->dir);
-    if (d != NULL) {
-        struct dirent *de;
-        char p[512];
-        while ((de = readdir(d)) != NULL) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-            snprintf(p, sizeof p, "%s/%s", fx->dir, de->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(fx->dir);
-    free(fx);
-    return 0;
-}
-
-static void path_in(const fixture *fx, const char *name, char *out, size_t size) {
-    snprintf(out, size, "%s/%s", fx->dir, name);
-}
-
-static void write_bytes(const char *path, const void *bytes, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(bytes, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
 
 /* A file made by hand: 8-byte length, the JSON as given (unpadded), body. */
 static void write_st(const char *path, const char *json, const void *body, size_t nbody) {
@@ -60,27 +16,14 @@ static void write_st(const char *path, const char *json, const void *body, size_
     memcpy(buf, &h, 8);
     memcpy(buf + 8, json, hl);
     if (nbody > 0) memcpy(buf + 8 + hl, body, nbody);
-    write_bytes(path, buf, 8 + hl + nbody);
+    tu_write_file(path, buf, 8 + hl + nbody);
     free(buf);
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)len + 1);
-    assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 static void test_round_trip(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
-    path_in(fx, "rt.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "rt.safetensors");
     duet_rng rng = duet_rng_make(3, 0);
     duet_tensor *a = tu_randn(&rng, 4, (int64_t[]){2, 3, 4, 5}, 1.0f);
     duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){7}, 10.0f);
@@ -193,7 +136,7 @@ static void test_round_trip(void **state) {
     /* The header is padded with spaces to a multiple of 8 and the body
      * follows it directly. */
     size_t n;
-    unsigned char *raw = read_all(path, &n);
+    unsigned char *raw = tu_read_file(path, &n);
     uint64_t hl;
     memcpy(&hl, raw, 8);
     assert_int_equal(hl % 8, 0);
@@ -211,9 +154,9 @@ static void test_round_trip(void **state) {
 }
 
 static void test_empty_writer(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
-    path_in(fx, "empty.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "empty.safetensors");
     duet_st_writer *w = NULL;
     TU_OK(duet_st_writer_create(&w));
     TU_OK(duet_st_writer_save(w, path));
@@ -228,9 +171,9 @@ static void test_empty_writer(void **state) {
 /* Hand-made file with JSON keys out of data order and every converted
  * dtype, with known bit patterns. */
 static void test_dtype_conversion(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
-    path_in(fx, "dtypes.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "dtypes.safetensors");
     unsigned char body[256];
     size_t at = 0;
     /* F16: 1, -2, 65504 (max), 2^-24 (smallest subnormal), -0, inf, 0.5+2^-11 */
@@ -297,106 +240,95 @@ static void expect_format_error(const char *path, const char *needle) {
 }
 
 static void test_corrupt_files(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
     float body[4] = {1, 2, 3, 4};
     const char *good = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}";
-    path_in(fx, "good.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "good.safetensors");
     write_st(path, good, body, 16);
     duet_st *st = NULL;
     TU_OK(duet_st_load(path, &st));
     duet_st_destroy(st);
 
     /* Truncated: the last byte of data is gone. */
-    path_in(fx, "truncated.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "truncated.safetensors");
     write_st(path, good, body, 15);
     expect_format_error(path, "past the end");
     /* Truncated inside the length field. */
-    path_in(fx, "tiny.safetensors", path, sizeof path);
-    write_bytes(path, "\x10\x00\x00", 3);
+    tu_path(path, sizeof path, fx->dir, "tiny.safetensors");
+    tu_write_file(path, "\x10\x00\x00", 3);
     expect_format_error(path, "truncated");
     /* Header length larger than the file. */
-    path_in(fx, "badlen.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "badlen.safetensors");
     unsigned char hdr[24] = {0};
     uint64_t big = 1000;
     memcpy(hdr, &big, 8);
     memcpy(hdr + 8, "{}              ", 16);
-    write_bytes(path, hdr, sizeof hdr);
+    tu_write_file(path, hdr, sizeof hdr);
     expect_format_error(path, "header length");
     /* Not JSON, and JSON that is not an object. */
-    path_in(fx, "badjson.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "badjson.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],", body, 8);
     expect_format_error(path, "bad JSON");
-    path_in(fx, "array.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "array.safetensors");
     write_st(path, "[1, 2]", NULL, 0);
     expect_format_error(path, "not an object");
     /* Duplicate keys. */
-    path_in(fx, "dup.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "dup.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                    "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", body, 8);
     expect_format_error(path, "bad JSON");
     /* Unknown dtype. */
-    path_in(fx, "dtype.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "dtype.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F31\",\"shape\":[2],\"data_offsets\":[0,8]}}", body, 8);
     expect_format_error(path, "unknown dtype 'F31'");
     /* Shape product * dtype size != span. */
-    path_in(fx, "span.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "span.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", body, 8);
     expect_format_error(path, "needs 12 bytes");
     /* Overlapping entries. */
-    path_in(fx, "overlap.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "overlap.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", body, 12);
     expect_format_error(path, "overlaps");
     /* A hole before an entry. */
-    path_in(fx, "hole.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "hole.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", body, 12);
     expect_format_error(path, "hole");
     /* Bytes after the last entry. */
-    path_in(fx, "extra.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "extra.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", body, 12);
     expect_format_error(path, "cover 8 bytes");
     /* end < begin, negative offsets, missing fields, bad shape. */
-    path_in(fx, "reversed.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "reversed.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,0]}}", body, 8);
     expect_format_error(path, "end before begin");
-    path_in(fx, "negative.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "negative.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", body, 8);
     expect_format_error(path, "data_offsets");
-    path_in(fx, "noshape.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "noshape.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", body, 8);
     expect_format_error(path, "'shape'");
-    path_in(fx, "negdim.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "negdim.safetensors");
     write_st(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", body, 8);
     expect_format_error(path, "dimension 0");
     /* Metadata values must be strings. */
-    path_in(fx, "meta.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "meta.safetensors");
     write_st(path, "{\"__metadata__\":{\"iteration\":5}}", NULL, 0);
     expect_format_error(path, "metadata 'iteration'");
 
     /* A missing file is not a format error, but still names the file. */
-    path_in(fx, "missing.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "missing.safetensors");
     assert_int_equal(duet_st_load(path, &st), DUET_ENOTFOUND);
     assert_non_null(strstr(duet_last_error(), path));
 }
 
-static int count_entries(const char *dir) {
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
-    closedir(d);
-    return n;
-}
-
 static void test_atomic_save(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
-    path_in(fx, "ckpt.safetensors", path, sizeof path);
-    assert_int_equal(count_entries(fx->dir), 0);
+    tu_path(path, sizeof path, fx->dir, "ckpt.safetensors");
+    assert_int_equal(tu_count_entries(fx->dir), 0);
     duet_tensor *t = tu_zeros(1, (int64_t[]){4});
     duet_st_writer *w = NULL;
     TU_OK(duet_st_writer_create(&w));
@@ -407,7 +339,7 @@ static void test_atomic_save(void **state) {
     TU_OK(duet_st_writer_set_meta(w, "v", "2"));
     TU_OK(duet_st_writer_save(w, path));
     duet_st_writer_destroy(w);
-    assert_int_equal(count_entries(fx->dir), 1);
+    assert_int_equal(tu_count_entries(fx->dir), 1);
     duet_st *st = NULL;
     TU_OK(duet_st_load(path, &st));
     assert_string_equal(duet_st_meta(st, "v"), "2");
@@ -425,17 +357,17 @@ static void test_atomic_save(void **state) {
     assert_int_equal(duet_st_writer_save(w, bad), DUET_EIO);
     assert_non_null(strstr(duet_last_error(), "no_such_dir"));
     duet_st_writer_destroy(w);
-    assert_int_equal(count_entries(fx->dir), 1);
+    assert_int_equal(tu_count_entries(fx->dir), 1);
     duet_tensor_release(t);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_empty_writer, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dtype_conversion, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_corrupt_files, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_atomic_save, setup, teardown),
+        TU_TMPDIR_TEST(test_round_trip),
+        TU_TMPDIR_TEST(test_empty_writer),
+        TU_TMPDIR_TEST(test_dtype_conversion),
+        TU_TMPDIR_TEST(test_corrupt_files),
+        TU_TMPDIR_TEST(test_atomic_save),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
