@@ -6,53 +6,9 @@
  * partial files leaving the model unchanged, and the atomic save. */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "duet/train.h"
-
-typedef struct {
-    char dir[256];
-} fixture;
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/duet_ckpt_XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(fx->dir) == NULL) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int count_files(const char *dir) {
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) n++;
-    closedir(d);
-    return n;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    DIR *d = opendir(fx->dir);
-    if (d != NULL) {
-        struct dirent *de;
-        char p[512];
-        while ((de = readdir(d)) != NULL) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-            snprintf(p, sizeof p, "%s/%s", fx->dir, de->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(fx->dir);
-    free(fx);
-    return 0;
-}
 
 typedef struct {
     bool extra;      /* an extra child "extra" (Conv2d 3->2) */
@@ -135,35 +91,10 @@ static void fake_grads(duet_module *model, uint64_t seed) {
     duet_named_tensors_free(&p);
 }
 
-/* Every state-dict entry of a and b bitwise equal (want_equal) or at least
- * one differs (!want_equal). */
-static void assert_same_state(duet_module *a, duet_module *b, bool want_equal) {
-    duet_named_tensors sa, sb;
-    TU_OK(duet_module_state(a, &sa));
-    TU_OK(duet_module_state(b, &sb));
-    assert_int_equal(sa.count, sb.count);
-    bool all_equal = true;
-    for (size_t i = 0; i < sa.count; i++) {
-        assert_string_equal(sa.items[i].name, sb.items[i].name);
-        const duet_tensor *x = sa.items[i].tensor, *y = sb.items[i].tensor;
-        assert_int_equal(x->numel, y->numel);
-        bool eq = memcmp(x->data, y->data, (size_t)x->numel * sizeof(float)) == 0;
-        if (want_equal && !eq) fail_msg("%s differs", sa.items[i].name);
-        all_equal &= eq;
-    }
-    if (!want_equal) assert_false(all_equal);
-    duet_named_tensors_free(&sa);
-    duet_named_tensors_free(&sb);
-}
-
-static void path_in(const fixture *fx, const char *name, char *out, size_t size) {
-    snprintf(out, size, "%s/%s", fx->dir, name);
-}
-
 static void test_save_resume_continue(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
-    path_in(fx, "iter_7.safetensors", path, sizeof path);
+    tu_path(path, sizeof path, fx->dir, "iter_7.safetensors");
     duet_module *a = build_model(1, k_same);
     duet_optimizer *ga = make_adam(duet_module_child(a, "generator"));
     duet_optimizer *da = make_sgd(duet_module_child(a, "discriminator"));
@@ -177,7 +108,7 @@ static void test_save_resume_continue(void **state) {
     duet_meta_item meta[] = {{"iter", "7"}, {"config", config}, {"rng_state", "1 2 3"},
                              {"seed", "18446744073709551615"}};
     TU_OK(duet_checkpoint_save(path, a, opts_a, 2, meta, 4));
-    assert_int_equal(count_files(fx->dir), 1);
+    assert_int_equal(tu_count_entries(fx->dir), 1);
 
     /* The file: unwrapped names, optimizer states under optimizer.<name>. */
     duet_st *raw = NULL;
@@ -190,13 +121,13 @@ static void test_save_resume_continue(void **state) {
     duet_st_destroy(raw);
 
     duet_module *b = build_model(2, k_same);
-    assert_same_state(a, b, false);
+    tu_assert_same_state(a, b, false);
     duet_optimizer *gb = make_adam(duet_module_child(b, "generator"));
     duet_optimizer *db = make_sgd(duet_module_child(b, "discriminator"));
     duet_named_optimizer opts_b[] = {{"generator", gb}, {"discriminator", db}};
     duet_st *ck = NULL;
     TU_OK(duet_checkpoint_resume(path, b, opts_b, 2, &ck));
-    assert_same_state(a, b, true);
+    tu_assert_same_state(a, b, true);
     assert_true(duet_optimizer_steps(gb) == 2 && duet_optimizer_steps(db) == 2);
     int64_t iter;
     TU_OK(duet_checkpoint_meta_int(ck, "iter", &iter));
@@ -221,11 +152,11 @@ static void test_save_resume_continue(void **state) {
         TU_OK(duet_optimizer_step(gb));
         TU_OK(duet_optimizer_step(db));
     }
-    assert_same_state(a, b, true);
+    tu_assert_same_state(a, b, true);
 
     /* Saving again over the same path replaces it atomically. */
     TU_OK(duet_checkpoint_save(path, b, opts_b, 2, NULL, 0));
-    assert_int_equal(count_files(fx->dir), 1);
+    assert_int_equal(tu_count_entries(fx->dir), 1);
     TU_OK(duet_st_load(path, &ck));
     assert_null(duet_st_meta(ck, "iter"));
     duet_st_destroy(ck);
@@ -238,19 +169,11 @@ static void test_save_resume_continue(void **state) {
     duet_module_destroy(b);
 }
 
-static void expect_error(int rc, int want, const char *needle) {
-    if (rc != want)
-        fail_msg("expected %s, got %s: %s", duet_err_name(want), duet_err_name(rc),
-                 duet_last_error());
-    if (strstr(duet_last_error(), needle) == NULL)
-        fail_msg("message '%s' should contain '%s'", duet_last_error(), needle);
-}
-
 static void test_strict_and_non_strict(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char weights[512], full[512];
-    path_in(fx, "weights.safetensors", weights, sizeof weights);
-    path_in(fx, "full.safetensors", full, sizeof full);
+    tu_path(weights, sizeof weights, fx->dir, "weights.safetensors");
+    tu_path(full, sizeof full, fx->dir, "full.safetensors");
     duet_module *a = build_model(1, k_same);
     duet_optimizer *ga = make_adam(duet_module_child(a, "generator"));
     duet_optimizer *da = make_sgd(duet_module_child(a, "discriminator"));
@@ -267,22 +190,22 @@ static void test_strict_and_non_strict(void **state) {
     duet_optimizer *gb = make_adam(duet_module_child(b, "generator"));
     duet_optimizer *db = make_sgd(duet_module_child(b, "discriminator"));
     duet_named_optimizer opts_b[] = {{"generator", gb}, {"discriminator", db}};
-    expect_error(duet_checkpoint_resume(weights, b, opts_b, 2, NULL), DUET_ENOTFOUND,
-                 "no state for optimizer 'generator'");
+    tu_expect_error(duet_checkpoint_resume(weights, b, opts_b, 2, NULL), DUET_ENOTFOUND,
+                    "no state for optimizer 'generator'", NULL);
     assert_non_null(strstr(duet_last_error(), weights));
-    assert_same_state(b, b0, true);
+    tu_assert_same_state(b, b0, true);
     /* Strict optimizers: the file holds a state nobody claims. */
     duet_st *ck = NULL;
     TU_OK(duet_st_load(full, &ck));
-    expect_error(duet_checkpoint_load_optimizers(ck, opts_b, 1, true), DUET_ENOTFOUND,
-                 "'optimizer.discriminator.");
+    tu_expect_error(duet_checkpoint_load_optimizers(ck, opts_b, 1, true), DUET_ENOTFOUND,
+                    "'optimizer.discriminator.", NULL);
     TU_OK(duet_checkpoint_load_optimizers(ck, opts_b, 1, false));
     assert_true(duet_optimizer_steps(gb) == 1 && duet_optimizer_steps(db) == 0);
     duet_named_optimizer bad[] = {{"gen.x", gb}};
-    expect_error(duet_checkpoint_load_optimizers(ck, bad, 1, false), DUET_EINVAL, "gen.x");
+    tu_expect_error(duet_checkpoint_load_optimizers(ck, bad, 1, false), DUET_EINVAL, "gen.x", NULL);
     /* Loading weights strictly from a full checkpoint ignores optimizer.*. */
     TU_OK(duet_checkpoint_load_model(ck, b, true, NULL, NULL, NULL));
-    assert_same_state(a, b, true);
+    tu_assert_same_state(a, b, true);
     duet_st_destroy(ck);
 
     /* A model with an extra child: strict fails and lists it, leaving the
@@ -292,14 +215,14 @@ static void test_strict_and_non_strict(void **state) {
     duet_module *c = build_model(3, extra);
     duet_module *c0 = build_model(3, extra);
     size_t nmissing = 99, nunexpected = 99;
-    expect_error(duet_checkpoint_load_weights(weights, c, true, NULL, &nmissing, &nunexpected),
-                 DUET_ENOTFOUND, "extra.weight");
+    tu_expect_error(duet_checkpoint_load_weights(weights, c, true, NULL, &nmissing, &nunexpected),
+                    DUET_ENOTFOUND, "extra.weight", NULL);
     assert_non_null(strstr(duet_last_error(), weights));
-    assert_same_state(c, c0, true);
-    expect_error(duet_checkpoint_load_weights(weights, c, false, "extra.", NULL, NULL),
-                 DUET_ENOTFOUND, "lacks 2 weights the model needs (extra.*): extra.weight, "
-                 "extra.bias");
-    assert_same_state(c, c0, true);
+    tu_assert_same_state(c, c0, true);
+    tu_expect_error(duet_checkpoint_load_weights(weights, c, false, "extra.", NULL, NULL),
+                    DUET_ENOTFOUND, "lacks 2 weights the model needs (extra.*): extra.weight, "
+                    "extra.bias", NULL);
+    tu_assert_same_state(c, c0, true);
     TU_OK(duet_checkpoint_load_weights(full, c, false, "generator.", &nmissing, &nunexpected));
     assert_int_equal(nmissing, 2);
     assert_int_equal(nunexpected, 0);
@@ -320,17 +243,17 @@ static void test_strict_and_non_strict(void **state) {
     TU_OK(duet_checkpoint_load_weights(full, d, false, "generator.", &nmissing, &nunexpected));
     assert_int_equal(nmissing, 0);
     assert_int_equal(nunexpected, 8);
-    expect_error(duet_checkpoint_load_weights(full, d, true, NULL, NULL, NULL), DUET_ENOTFOUND,
-                 "discriminator.linear1.bias");
+    tu_expect_error(duet_checkpoint_load_weights(full, d, true, NULL, NULL, NULL), DUET_ENOTFOUND,
+                    "discriminator.linear1.bias", NULL);
 
     /* Shapes must match even non-strictly. */
     model_opts wide = k_same;
     wide.gen_out = 5;
     duet_module *e = build_model(5, wide);
-    expect_error(duet_checkpoint_load_weights(weights, e, false, NULL, NULL, NULL), DUET_ESHAPE,
-                 "generator.conv_first.weight");
+    tu_expect_error(duet_checkpoint_load_weights(weights, e, false, NULL, NULL, NULL), DUET_ESHAPE,
+                    "generator.conv_first.weight", NULL);
 
-    expect_error(duet_checkpoint_save(full, a, bad, 1, NULL, 0), DUET_EINVAL, "gen.x");
+    tu_expect_error(duet_checkpoint_save(full, a, bad, 1, NULL, 0), DUET_EINVAL, "gen.x", NULL);
 
     duet_optimizer_destroy(ga);
     duet_optimizer_destroy(da);
@@ -346,30 +269,22 @@ static void test_strict_and_non_strict(void **state) {
 }
 
 static void test_corrupt_checkpoint(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512], cut[512];
-    path_in(fx, "good.safetensors", path, sizeof path);
-    path_in(fx, "cut.safetensors", cut, sizeof cut);
+    tu_path(path, sizeof path, fx->dir, "good.safetensors");
+    tu_path(cut, sizeof cut, fx->dir, "cut.safetensors");
     duet_module *a = build_model(1, k_same);
     TU_OK(duet_checkpoint_save(path, a, NULL, 0, NULL, 0));
     /* Copy all but the last 10 bytes. */
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    f = fopen(cut, "wb");
-    assert_int_equal(fwrite(buf, 1, (size_t)n - 10, f), (size_t)n - 10);
-    fclose(f);
+    size_t n;
+    unsigned char *buf = tu_read_file(path, &n);
+    tu_write_file(cut, buf, n - 10);
     free(buf);
     duet_module *b = build_model(2, k_same), *b0 = build_model(2, k_same);
-    expect_error(duet_checkpoint_load_weights(cut, b, false, NULL, NULL, NULL), DUET_EFORMAT,
-                 cut);
-    expect_error(duet_checkpoint_resume(cut, b, NULL, 0, NULL), DUET_EFORMAT, "truncated");
-    assert_same_state(b, b0, true);
+    tu_expect_error(duet_checkpoint_load_weights(cut, b, false, NULL, NULL, NULL), DUET_EFORMAT,
+                    cut, NULL);
+    tu_expect_error(duet_checkpoint_resume(cut, b, NULL, 0, NULL), DUET_EFORMAT, "truncated", NULL);
+    tu_assert_same_state(b, b0, true);
     duet_module_destroy(a);
     duet_module_destroy(b);
     duet_module_destroy(b0);
@@ -394,7 +309,7 @@ static int header_example(const char *dir, duet_module *model, duet_optimizer *g
 }
 
 static void test_header_example(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     duet_module *model = build_model(1, k_same);
     duet_optimizer *g = make_adam(duet_module_child(model, "generator"));
     duet_optimizer *d = make_sgd(duet_module_child(model, "discriminator"));
@@ -409,10 +324,10 @@ static void test_header_example(void **state) {
 int main(void) {
     duet_log_set_level(DUET_LOG_ERROR); /* the non-strict loads warn by design */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_save_resume_continue, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_strict_and_non_strict, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_corrupt_checkpoint, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_header_example, setup, teardown),
+        TU_TMPDIR_TEST(test_save_resume_continue),
+        TU_TMPDIR_TEST(test_strict_and_non_strict),
+        TU_TMPDIR_TEST(test_corrupt_checkpoint),
+        TU_TMPDIR_TEST(test_header_example),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
