@@ -4,66 +4,16 @@
  * config text round trip. Config files are written by the test. */
 #include "testutil.h"
 
-#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "duet/train.h"
 
-typedef struct {
-    char dir[256];
-} fixture;
-
-static void rm_tree(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d == NULL) return;
-    struct dirent *de;
-    char p[512];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        struct stat sb;
-        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) rm_tree(p);
-        else unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
-static int setup(void **state) {
-    fixture *fx = calloc(1, sizeof *fx);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(fx->dir, sizeof fx->dir, "%s/duet_cfg_XXXXXX", tmp != NULL && tmp[0] ? tmp : "/tmp");
-    if (mkdtemp(fx->dir) == NULL) return -1;
-    *state = fx;
-    return 0;
-}
-
-static int teardown(void **state) {
-    fixture *fx = *state;
-    rm_tree(fx->dir);
-    free(fx);
-    return 0;
-}
-
 /* Writes text to dir/name; returns the path in buf. */
-static const char *write_cfg(const fixture *fx, const char *name, const char *text, char *buf,
+static const char *write_cfg(const tu_tmpdir *fx, const char *name, const char *text, char *buf,
                              size_t size) {
-    snprintf(buf, size, "%s/%s", fx->dir, name);
-    FILE *f = fopen(buf, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    assert_int_equal(fclose(f), 0);
+    tu_write_text(tu_path(buf, size, fx->dir, name), text);
     return buf;
-}
-
-static void expect_error(int rc, int want, const char *needle) {
-    if (rc != want)
-        fail_msg("expected %s, got %s: %s", duet_err_name(want), duet_err_name(rc),
-                 duet_last_error());
-    if (strstr(duet_last_error(), needle) == NULL)
-        fail_msg("message '%s' should contain '%s'", duet_last_error(), needle);
 }
 
 static const char *k_srgan =
@@ -86,7 +36,7 @@ static const char *k_srgan =
     "work_dir = \"./work_dirs/x\";\n";
 
 static void test_getters(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
     duet_config *cfg = NULL;
     TU_OK(duet_config_load(write_cfg(fx, "srgan.cfg", k_srgan, path, sizeof path), &cfg));
@@ -124,8 +74,8 @@ static void test_getters(void **state) {
     TU_OK(duet_config_get_int_array(cfg, "lr_config.step", steps, 4, &n));
     assert_int_equal(n, 2);
     assert_true(steps[0] == 600 && steps[1] == 900);
-    expect_error(duet_config_get_int_array(cfg, "lr_config.step", steps, 1, &n), DUET_ECONFIG,
-                 "has 2 elements; at most 1");
+    tu_expect_error(duet_config_get_int_array(cfg, "lr_config.step", steps, 1, &n), DUET_ECONFIG,
+                    "has 2 elements; at most 1", NULL);
     double betas[2];
     TU_OK(duet_config_get_double_array(cfg, "optimizers.generator.betas", betas, 2, &n));
     assert_true(n == 2 && betas[0] == 0.9 && betas[1] == 0.999);
@@ -136,8 +86,8 @@ static void test_getters(void **state) {
     TU_OK(duet_config_get_string_array(cfg, "model.test_cfg.metrics", metrics, 4, &n));
     assert_int_equal(n, 2);
     assert_string_equal(metrics[1], "SSIM");
-    expect_error(duet_config_get_int_array(cfg, "model.test_cfg.metrics", steps, 4, &n),
-                 DUET_ECONFIG, "element 0 is a string");
+    tu_expect_error(duet_config_get_int_array(cfg, "model.test_cfg.metrics", steps, 4, &n),
+                    DUET_ECONFIG, "element 0 is a string", NULL);
 
     /* Groups keyed by name, lists by index. */
     TU_OK(duet_config_length(cfg, "optimizers", &n));
@@ -152,8 +102,8 @@ static void test_getters(void **state) {
     assert_string_equal(s, "Flip");
     TU_OK(duet_config_get_double(cfg, "pipeline.1.ratio", &d));
     assert_true(d == 0.5);
-    expect_error(duet_config_get_int(cfg, "model.test_cfg.metrics.[0]", &i), DUET_ECONFIG,
-                 "'model.test_cfg.metrics.[0]' must be an integer, got a string");
+    tu_expect_error(duet_config_get_int(cfg, "model.test_cfg.metrics.[0]", &i), DUET_ECONFIG,
+                    "'model.test_cfg.metrics.[0]' must be an integer, got a string", NULL);
 
     assert_int_equal(duet_config_kind(cfg, "model"), DUET_CONFIG_GROUP);
     assert_int_equal(duet_config_kind(cfg, "pipeline"), DUET_CONFIG_LIST);
@@ -171,10 +121,10 @@ static void test_getters(void **state) {
     TU_OK(duet_config_sub(cfg, "model.generator", &gen));
     TU_OK(duet_config_get_int(gen, "num_blocks", &i));
     assert_int_equal(i, 4);
-    expect_error(duet_config_get_int(gen, "type", &i), DUET_ECONFIG,
-                 "'model.generator.type' must be an integer, got a string");
-    expect_error(duet_config_get_int(gen, "in_channels", &i), DUET_ECONFIG,
-                 "missing key 'model.generator.in_channels'");
+    tu_expect_error(duet_config_get_int(gen, "type", &i), DUET_ECONFIG,
+                    "'model.generator.type' must be an integer, got a string", NULL);
+    tu_expect_error(duet_config_get_int(gen, "in_channels", &i), DUET_ECONFIG,
+                    "missing key 'model.generator.in_channels'", NULL);
     duet_config *p0 = NULL;
     TU_OK(duet_config_sub(cfg, "pipeline.[0]", &p0));
     TU_OK(duet_config_get_string(p0, "key", &s));
@@ -183,13 +133,14 @@ static void test_getters(void **state) {
     TU_OK(duet_config_get_string(gen, "type", &s));
     assert_string_equal(s, "MSRResNet");
     duet_config_destroy(p0);
-    expect_error(duet_config_sub(gen, "mid_channels", &p0), DUET_ECONFIG, "must be a group");
+    tu_expect_error(duet_config_sub(gen, "mid_channels", &p0), DUET_ECONFIG,
+                    "must be a group", NULL);
     assert_null(p0);
     duet_config_destroy(gen);
 }
 
 static void test_errors_name_file_and_line(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
     duet_config *cfg = NULL;
     TU_OK(duet_config_load(write_cfg(fx, "x.cfg", k_srgan, path, sizeof path), &cfg));
@@ -197,40 +148,41 @@ static void test_errors_name_file_and_line(void **state) {
     int64_t i;
     /* work_dir is on line 17. */
     snprintf(want, sizeof want, "%s:17: 'work_dir' must be an integer, got a string", path);
-    expect_error(duet_config_get_int(cfg, "work_dir", &i), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_get_int(cfg, "work_dir", &i), DUET_ECONFIG, want, NULL);
     snprintf(want, sizeof want, "%s:14: 'total_iters' must be a string, got an integer", path);
     const char *s;
-    expect_error(duet_config_get_string_or(cfg, "total_iters", "x", &s), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_get_string_or(cfg, "total_iters", "x", &s), DUET_ECONFIG,
+                    want, NULL);
     bool b;
     snprintf(want, sizeof want, "%s:13: 'lr_config.gamma' must be true or false, got a float",
              path);
-    expect_error(duet_config_get_bool(cfg, "lr_config.gamma", &b), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_get_bool(cfg, "lr_config.gamma", &b), DUET_ECONFIG, want, NULL);
     snprintf(want, sizeof want, "%s: missing key 'iters' (an integer)", path);
-    expect_error(duet_config_get_int(cfg, "iters", &i), DUET_ECONFIG, want);
-    expect_error(duet_config_get_int(cfg, "total_iters.x", &i), DUET_ECONFIG,
-                 "'total_iters' is an integer, not a group");
-    expect_error(duet_config_get_int(cfg, "model..type", &i), DUET_ECONFIG, "malformed");
+    tu_expect_error(duet_config_get_int(cfg, "iters", &i), DUET_ECONFIG, want, NULL);
+    tu_expect_error(duet_config_get_int(cfg, "total_iters.x", &i), DUET_ECONFIG,
+                    "'total_iters' is an integer, not a group", NULL);
+    tu_expect_error(duet_config_get_int(cfg, "model..type", &i), DUET_ECONFIG, "malformed", NULL);
     duet_config_destroy(cfg);
 
     /* Syntax errors: file and line. */
     write_cfg(fx, "bad.cfg", "a = 1;\nb = {\n  c = [1, 2.5];\n};\n", path, sizeof path);
     cfg = (duet_config *)(uintptr_t)1;
     snprintf(want, sizeof want, "%s:3: mismatched element type in array", path);
-    expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, want, NULL);
     assert_null(cfg);
     write_cfg(fx, "bad2.cfg", "a = 1;\n\nb = ;\n", path, sizeof path);
     snprintf(want, sizeof want, "%s:3: syntax error", path);
-    expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, want);
-    snprintf(path, sizeof path, "%s/none.cfg", fx->dir);
-    expect_error(duet_config_load(path, &cfg), DUET_EIO, "none.cfg");
-    expect_error(duet_config_load_string("x = \"unterminated;\n", "<meta>", &cfg), DUET_ECONFIG,
-                 "<meta>:");
+    tu_expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, want, NULL);
+    tu_path(path, sizeof path, fx->dir, "none.cfg");
+    tu_expect_error(duet_config_load(path, &cfg), DUET_EIO, "none.cfg", NULL);
+    tu_expect_error(duet_config_load_string("x = \"unterminated;\n", "<meta>", &cfg), DUET_ECONFIG,
+                    "<meta>:", NULL);
 }
 
 static void test_include_relative(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char sub[300], path[512], base[512];
-    snprintf(sub, sizeof sub, "%s/configs", fx->dir);
+    tu_path(sub, sizeof sub, fx->dir, "configs");
     assert_int_equal(mkdir(sub, 0755), 0);
     write_cfg(fx, "configs/_base.cfg", "total_iters = 10;\nlr = \"x\";\n", base, sizeof base);
     write_cfg(fx, "configs/main.cfg", "@include \"_base.cfg\"\nseed = 3;\n", path, sizeof path);
@@ -242,13 +194,13 @@ static void test_include_relative(void **state) {
     TU_OK(duet_config_get_int(cfg, "total_iters", &i));
     assert_int_equal(i, 10);
     double d;
-    expect_error(duet_config_get_double(cfg, "lr", &d), DUET_ECONFIG,
-                 "_base.cfg:2: 'lr' must be a number");
+    tu_expect_error(duet_config_get_double(cfg, "lr", &d), DUET_ECONFIG,
+                    "_base.cfg:2: 'lr' must be a number", NULL);
     duet_config_destroy(cfg);
 }
 
 static void test_overrides(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
     duet_config *cfg = NULL;
     TU_OK(duet_config_load(write_cfg(fx, "o.cfg", k_srgan, path, sizeof path), &cfg));
@@ -297,26 +249,30 @@ static void test_overrides(void **state) {
     int64_t steps[4];
     TU_OK(duet_config_get_int_array(cfg, "lr_config.step", steps, 4, &n));
     assert_true(n == 3 && steps[2] == 30);
-    expect_error(duet_config_set(cfg, "lr_config.step=[0.5]"), DUET_ECONFIG,
-                 "is an array of integers");
-    expect_error(duet_config_set(cfg, "lr_config.step=[1, 2.5]"), DUET_ECONFIG,
-                 "cannot parse the value");
+    tu_expect_error(duet_config_set(cfg, "lr_config.step=[0.5]"), DUET_ECONFIG,
+                    "is an array of integers", NULL);
+    tu_expect_error(duet_config_set(cfg, "lr_config.step=[1, 2.5]"), DUET_ECONFIG,
+                    "cannot parse the value", NULL);
 
     /* Type kept or a clear failure naming where the key was defined. */
     char want[700];
     snprintf(want, sizeof want, "--set scale=abc: 'scale' is an integer (%s:2); "
              "cannot set it to a string", path);
-    expect_error(duet_config_set(cfg, "scale=abc"), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_set(cfg, "scale=abc"), DUET_ECONFIG, want, NULL);
     /* total_iters became 64-bit through --set: messages name the override. */
-    expect_error(duet_config_set(cfg, "total_iters=abc"), DUET_ECONFIG,
-                 "(--set total_iters=10000000000)");
-    expect_error(duet_config_set(cfg, "total_iters=1.5"), DUET_ECONFIG, "cannot set it to a float");
-    expect_error(duet_config_set(cfg, "lr_config.by_epoch=1"), DUET_ECONFIG, "is a boolean");
-    expect_error(duet_config_set(cfg, "model=3"), DUET_ECONFIG, "'model' is a group");
-    expect_error(duet_config_set(cfg, "total_iters.x=3"), DUET_ECONFIG, "'total_iters' is an");
-    expect_error(duet_config_set(cfg, "total_iters"), DUET_ECONFIG, "expected key=value");
-    expect_error(duet_config_set(cfg, "=3"), DUET_ECONFIG, "empty key");
-    expect_error(duet_config_set(cfg, "new.9bad=3"), DUET_ECONFIG, "'9bad' is not a valid");
+    tu_expect_error(duet_config_set(cfg, "total_iters=abc"), DUET_ECONFIG,
+                    "(--set total_iters=10000000000)", NULL);
+    tu_expect_error(duet_config_set(cfg, "total_iters=1.5"), DUET_ECONFIG,
+                    "cannot set it to a float", NULL);
+    tu_expect_error(duet_config_set(cfg, "lr_config.by_epoch=1"), DUET_ECONFIG,
+                    "is a boolean", NULL);
+    tu_expect_error(duet_config_set(cfg, "model=3"), DUET_ECONFIG, "'model' is a group", NULL);
+    tu_expect_error(duet_config_set(cfg, "total_iters.x=3"), DUET_ECONFIG,
+                    "'total_iters' is an", NULL);
+    tu_expect_error(duet_config_set(cfg, "total_iters"), DUET_ECONFIG, "expected key=value", NULL);
+    tu_expect_error(duet_config_set(cfg, "=3"), DUET_ECONFIG, "empty key", NULL);
+    tu_expect_error(duet_config_set(cfg, "new.9bad=3"), DUET_ECONFIG,
+                    "'9bad' is not a valid", NULL);
     assert_false(duet_config_has(cfg, "new")); /* a failed --set changes nothing */
     TU_OK(duet_config_get_int(cfg, "total_iters", &i)); /* unchanged by the failures */
     assert_true(i == INT64_C(10000000000));
@@ -361,13 +317,13 @@ static const char *k_typo =
     "extra = 1;\n";
 
 static void test_unknown_keys(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512], want[700];
     duet_config *cfg = NULL;
     TU_OK(duet_config_load(write_cfg(fx, "typo.cfg", k_typo, path, sizeof path), &cfg));
     /* Nothing read yet: the first setting in file order is reported. */
     snprintf(want, sizeof want, "%s:3: unknown key 'model.generator.type'", path);
-    expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want, NULL);
 
     duet_config *gen = NULL;
     TU_OK(duet_config_sub(cfg, "model.generator", &gen));
@@ -378,37 +334,37 @@ static void test_unknown_keys(void **state) {
     TU_OK(duet_config_get_int(gen, "num_blocks", &i));
     snprintf(want, sizeof want, "%s:4: unknown key 'model.generator.mid_channel' (did you "
              "mean 'mid_channels'?)", path);
-    expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want, NULL);
     /* A view checks only its own subtree. */
-    expect_error(duet_config_check_unused(gen), DUET_ECONFIG, "mid_channel'");
+    tu_expect_error(duet_config_check_unused(gen), DUET_ECONFIG, "mid_channel'", NULL);
     TU_OK(duet_config_mark_used(gen, "mid_channel"));
     TU_OK(duet_config_check_unused(gen));
     duet_config_destroy(gen);
 
     /* Reading one element of an array reads the array. */
     snprintf(want, sizeof want, "%s:8: unknown key 'steps'", path);
-    expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want, NULL);
     TU_OK(duet_config_get_int(cfg, "steps.[1]", &i));
     assert_int_equal(i, 2);
     /* Marking a group marks everything under it; no did-you-mean when no
      * consumer name is close. */
     TU_OK(duet_config_mark_used(cfg, "ignored"));
     snprintf(want, sizeof want, "%s:10: unknown key 'extra': no part of duet reads it", path);
-    expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want);
+    tu_expect_error(duet_config_check_unused(cfg), DUET_ECONFIG, want, NULL);
     TU_OK(duet_config_get_int(cfg, "extra", &i));
     TU_OK(duet_config_check_unused(cfg));
 
     /* A key created by --set and never read names the override. */
     TU_OK(duet_config_set(cfg, "model.generator.mid_channelz=3"));
-    expect_error(duet_config_check_unused(cfg), DUET_ECONFIG,
-                 "--set model.generator.mid_channelz=3: unknown key "
-                 "'model.generator.mid_channelz' (did you mean 'mid_channels'?)");
-    expect_error(duet_config_mark_used(cfg, "nothing.here"), DUET_ECONFIG, "nothing.here");
+    tu_expect_error(duet_config_check_unused(cfg), DUET_ECONFIG,
+                    "--set model.generator.mid_channelz=3: unknown key "
+                    "'model.generator.mid_channelz' (did you mean 'mid_channels'?)", NULL);
+    tu_expect_error(duet_config_mark_used(cfg, "nothing.here"), DUET_ECONFIG, "nothing.here", NULL);
     duet_config_destroy(cfg);
 }
 
 static void test_text_round_trip(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
     duet_config *cfg = NULL;
     TU_OK(duet_config_load(write_cfg(fx, "t.cfg", k_srgan, path, sizeof path), &cfg));
@@ -475,7 +431,7 @@ static int header_example(const char *path, int64_t *iters_out, int64_t *mid_out
 }
 
 static void test_header_example(void **state) {
-    fixture *fx = *state;
+    tu_tmpdir *fx = *state;
     char path[512];
     write_cfg(fx, "ex.cfg", "total_iters = 10;\nmodel = { generator = { mid_channels = 8; }; };\n",
               path, sizeof path);
@@ -487,13 +443,13 @@ static void test_header_example(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_getters, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_errors_name_file_and_line, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_include_relative, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_overrides, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_unknown_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_text_round_trip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_header_example, setup, teardown),
+        TU_TMPDIR_TEST(test_getters),
+        TU_TMPDIR_TEST(test_errors_name_file_and_line),
+        TU_TMPDIR_TEST(test_include_relative),
+        TU_TMPDIR_TEST(test_overrides),
+        TU_TMPDIR_TEST(test_unknown_keys),
+        TU_TMPDIR_TEST(test_text_round_trip),
+        TU_TMPDIR_TEST(test_header_example),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
