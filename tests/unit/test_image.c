@@ -15,28 +15,16 @@ static char tmpdir[256];
 
 static int setup_dir(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/duet_test_image_XXXXXX", base ? base : "/tmp");
-    return mkdtemp(tmpdir) == NULL ? -1 : 0;
+    return tu_mkdtemp(tmpdir, sizeof(tmpdir), "duet_test_image") == NULL ? -1 : 0;
 }
 
 static int teardown_dir(void **state) {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_rm_tree(tmpdir);
 }
 
 static const char *tmp_path(char *buf, size_t n, const char *name) {
-    snprintf(buf, n, "%s/%s", tmpdir, name);
-    return buf;
-}
-
-static duet_image *random_image(duet_rng *rng, int64_t h, int64_t w, int c) {
-    duet_image *img = NULL;
-    TU_OK(duet_image_create(&img, h, w, c));
-    for (int64_t i = 0; i < h * w * c; i++) img->data[i] = (uint8_t)duet_rng_int(rng, 0, 255);
-    return img;
+    return tu_path(buf, n, tmpdir, name);
 }
 
 /* Writes a PNG with libpng directly: `rows` holds height rows of
@@ -127,26 +115,6 @@ static void write_jpeg_exif(const char *path, const uint8_t *pixels, int w, int 
     fclose(f);
 }
 
-static uint8_t *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc((size_t)len);
-    assert_int_equal(fread(b, 1, (size_t)len, f), (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
-
-static void write_all(const char *path, const uint8_t *b, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
 /* Loading `path` fails with `status` and a message naming the file and
  * containing `what`. */
 static void assert_load_fails(const char *path, int status, const char *what) {
@@ -167,7 +135,7 @@ static void test_png_round_trip(void **state) {
     duet_rng rng = duet_rng_make(1, 0);
     char path[300];
     for (int c = 1; c <= 3; c += 2) {
-        duet_image *img = random_image(&rng, 37, 53, c), *back = NULL;
+        duet_image *img = tu_random_image(&rng, 37, 53, c), *back = NULL;
         TU_OK(duet_image_save_png(img, tmp_path(path, sizeof(path), "rt.png")));
         TU_OK(duet_image_load(path, &back));
         assert_int_equal(back->height, 37);
@@ -318,7 +286,7 @@ static void test_jpeg_decode(void **state) {
 
     /* From memory as well. */
     size_t n = 0;
-    uint8_t *bytes = read_all(path, &n);
+    uint8_t *bytes = tu_read_file(path, &n);
     TU_OK(duet_image_decode(bytes, n, "mem.jpg", &img));
     assert_int_equal(img->width, w);
     duet_image_destroy(img);
@@ -390,17 +358,17 @@ static void test_corrupt_files(void **state) {
     size_t n = 0;
 
     /* PNG cut in half: the decoder runs out of data. */
-    duet_image *img = random_image(&rng, 64, 64, 3);
+    duet_image *img = tu_random_image(&rng, 64, 64, 3);
     TU_OK(duet_image_save_png(img, tmp_path(path, sizeof(path), "whole.png")));
-    uint8_t *b = read_all(path, &n);
-    write_all(tmp_path(bad, sizeof(bad), "half.png"), b, n / 2);
+    uint8_t *b = tu_read_file(path, &n);
+    tu_write_file(tmp_path(bad, sizeof(bad), "half.png"), b, n / 2);
     assert_load_fails(bad, DUET_EFORMAT, "PNG");
     /* PNG missing only its last bytes (IEND). */
-    write_all(tmp_path(bad, sizeof(bad), "noend.png"), b, n - 6);
+    tu_write_file(tmp_path(bad, sizeof(bad), "noend.png"), b, n - 6);
     assert_load_fails(bad, DUET_EFORMAT, "PNG");
     /* A flipped byte in the pixel data: CRC or zlib error. */
     b[n / 2] ^= 0x5a;
-    write_all(tmp_path(bad, sizeof(bad), "flipped.png"), b, n);
+    tu_write_file(tmp_path(bad, sizeof(bad), "flipped.png"), b, n);
     assert_load_fails(bad, DUET_EFORMAT, "PNG");
     free(b);
     duet_image_destroy(img);
@@ -411,23 +379,23 @@ static void test_corrupt_files(void **state) {
     for (int i = 0; i < w * h * 3; i++) rgb[i] = (uint8_t)duet_rng_int(&rng, 0, 255);
     write_jpeg(tmp_path(path, sizeof(path), "whole.jpg"), rgb, w, h, 3, 90);
     free(rgb);
-    b = read_all(path, &n);
-    write_all(tmp_path(bad, sizeof(bad), "cut.jpg"), b, n * 2 / 3);
+    b = tu_read_file(path, &n);
+    tu_write_file(tmp_path(bad, sizeof(bad), "cut.jpg"), b, n * 2 / 3);
     assert_load_fails(bad, DUET_EFORMAT, "JPEG");
     /* JPEG cut inside its header. */
-    write_all(tmp_path(bad, sizeof(bad), "head.jpg"), b, 40);
+    tu_write_file(tmp_path(bad, sizeof(bad), "head.jpg"), b, 40);
     assert_load_fails(bad, DUET_EFORMAT, "JPEG");
     free(b);
 
     /* Not an image at all, an empty file, a missing file. */
-    write_all(tmp_path(bad, sizeof(bad), "text.png"), (const uint8_t *)"hello world", 11);
+    tu_write_file(tmp_path(bad, sizeof(bad), "text.png"), (const uint8_t *)"hello world", 11);
     assert_load_fails(bad, DUET_EFORMAT, "neither PNG nor JPEG");
-    write_all(tmp_path(bad, sizeof(bad), "empty.jpg"), (const uint8_t *)"", 0);
+    tu_write_file(tmp_path(bad, sizeof(bad), "empty.jpg"), (const uint8_t *)"", 0);
     assert_load_fails(bad, DUET_EFORMAT, "empty");
     assert_load_fails(tmp_path(bad, sizeof(bad), "absent.png"), DUET_EIO, NULL);
 
     /* Saving into a folder that does not exist. */
-    img = random_image(&rng, 4, 4, 3);
+    img = tu_random_image(&rng, 4, 4, 3);
     int rc = duet_image_save_png(img, tmp_path(bad, sizeof(bad), "no/such/dir.png"));
     assert_int_equal(rc, DUET_EIO);
     assert_non_null(strstr(duet_last_error(), "no/such/dir.png"));
@@ -437,7 +405,7 @@ static void test_corrupt_files(void **state) {
 static void test_tensor_conversion(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(4, 0);
-    duet_image *img = random_image(&rng, 5, 7, 3), *back = NULL;
+    duet_image *img = tu_random_image(&rng, 5, 7, 3), *back = NULL;
     duet_tensor *t = NULL;
     TU_OK(duet_image_to_tensor(img, &t));
     assert_int_equal(t->ndim, 3);
