@@ -81,9 +81,11 @@ typedef struct duet_ddp_opts {
      * armed forward. Default true (PyTorch); MMEditing sets false. */
     bool broadcast_buffers;
     /* Bucket size cap in MiB (1 MiB = 2^20 bytes of float32 gradient). A
-     * parameter larger than the cap gets a bucket of its own. The default
-     * comes from measuring allreduce bandwidth on the target machine; see
-     * docs/ddp.md. */
+     * parameter larger than the cap gets a bucket of its own. Default 1: on
+     * the 2-rank shared-memory machine allreduce bandwidth saturates from
+     * about 256 KiB, and 1 MiB buckets leave under 10% of the communication
+     * exposed after the backward where 4 MiB ones leave about half; see
+     * docs/ddp.md for the measurement. */
     double bucket_cap_mb;
     /* Cap of the first bucket, which holds the last layers' gradients and
      * should start while most of the backward is still to run. Default 1. */

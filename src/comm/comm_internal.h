@@ -33,7 +33,8 @@ typedef struct duet__ring {
     MPI_Datatype type;
     int tag, step, nsteps, recv_i;
     MPI_Request reqs[2]; /* receive, send of the current step */
-    void *tmp;           /* one chunk, for the reduce-scatter steps */
+    void *tmp;           /* one chunk (ring) or the buffer (doubling) */
+    bool rd;             /* recursive doubling instead of the ring */
     bool done;
 } duet__ring;
 

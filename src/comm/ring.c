@@ -14,7 +14,17 @@
  * sends chunk r-s and receives chunk r-s-1 (mod n) from the left neighbour,
  * reducing it into place; afterwards rank r holds the total of chunk r+1.
  * Allgather step s sends chunk r+1-s and receives chunk r-s in place. An
- * average divides each chunk's total on its owner before the allgather. */
+ * average divides each chunk's total on its owner before the allgather.
+ *
+ * Small buffers on a power-of-two number of ranks take recursive doubling
+ * instead: log2(n) steps, each exchanging the whole buffer with rank r^2^s
+ * and adding; half the ring's latency (one message on 2 ranks, which matters
+ * for the DDP's end-of-backward agreement and small buckets). Both ranks of
+ * a pair add the same two operands, and IEEE addition is commutative, so the
+ * results stay bit-identical. */
+
+/* Up to this many bytes, recursive doubling (latency-bound regime). */
+#define RD_MAX_BYTES 65536
 #include "comm/comm_internal.h"
 
 #include <string.h>
@@ -74,6 +84,18 @@ bool duet__ring_supports(const duet_comm *c, duet_dtype dt) {
 /* Posts the messages of the current step. */
 static int post_step(duet__ring *g) {
     int n = g->size, r = g->rank;
+    if (g->rd) {
+        int partner = r ^ (1 << g->step);
+        DUET__MPI_TRY(MPI_Irecv(g->tmp, (int)g->count, g->type, partner, g->tag, g->comm,
+                                &g->reqs[0]));
+        int rc = DUET__MPI_CHECK(
+            MPI_Isend(g->buf, (int)g->count, g->type, partner, g->tag, g->comm, &g->reqs[1]));
+        if (rc != DUET_OK) {
+            MPI_Cancel(&g->reqs[0]);
+            MPI_Wait(&g->reqs[0], MPI_STATUS_IGNORE);
+        }
+        return rc;
+    }
     int right = mod(r + 1, n), left = mod(r - 1, n);
     int s = g->step;
     int send_i, recv_i;
@@ -119,8 +141,15 @@ int duet__ring_start(duet__ring *g, duet_comm *c, void *buf, size_t count, duet_
      * sequence number (hence the tag) of an operation agrees across ranks and
      * messages of operations in flight together never match each other. */
     g->tag = 1 + (int)(c->ring_seq++ % 32000u);
+    g->rd = (g->size & (g->size - 1)) == 0 && count * g->es <= RD_MAX_BYTES;
     g->nsteps = 2 * (g->size - 1);
-    g->tmp = malloc((count / (size_t)g->size + 1) * g->es);
+    size_t tmp_count = count / (size_t)g->size + 1;
+    if (g->rd) {
+        g->nsteps = 0;
+        while ((1 << g->nsteps) < g->size) g->nsteps++;
+        tmp_count = count + 1;
+    }
+    g->tmp = malloc(tmp_count * g->es);
     if (g->tmp == NULL) return duet__error(DUET_ENOMEM, "comm: out of memory for an allreduce");
     int rc = post_step(g);
     if (rc != DUET_OK) {
@@ -140,6 +169,19 @@ int duet__ring_progress(duet__ring *g, bool blocking, bool *done) {
             int flag = 0;
             DUET__MPI_TRY(MPI_Testall(2, g->reqs, &flag, MPI_STATUSES_IGNORE));
             if (!flag) break;
+        }
+        if (g->rd) {
+            reduce_into(g->buf, g->tmp, g->count, g->dt, g->op);
+            if (g->step == g->nsteps - 1 && g->op == DUET_REDUCE_AVG)
+                duet__scale(g->buf, g->count, g->dt, 1.0 / g->size);
+            if (++g->step == g->nsteps) {
+                g->done = true;
+                free(g->tmp);
+                g->tmp = NULL;
+                break;
+            }
+            DUET_TRY(post_step(g));
+            continue;
         }
         if (g->step < g->size - 1)
             reduce_into(g->buf + chunk_begin(g, g->recv_i) * g->es, g->tmp,

@@ -11,7 +11,7 @@
 
 /* Measured on the target machine (2 ranks, shared-memory transport): see
  * docs/ddp.md. */
-#define DDP_DEFAULT_BUCKET_CAP_MB 4.0
+#define DDP_DEFAULT_BUCKET_CAP_MB 1.0
 #define DDP_DEFAULT_FIRST_BUCKET_MB 1.0
 #define MIB (1024.0 * 1024.0)
 

@@ -186,7 +186,9 @@ static void test_ring_iallreduce(void **state) {
     (void)state;
     duet_comm *c = NULL;
     TU_OK(duet_comm_dup(world, &c));
-    const size_t counts[] = {0, 1, 2, 5, 1000, 4097};
+    /* Up to 64 KiB a power-of-two group uses recursive doubling; 70000
+     * floats (273 KiB) take the ring on any group. */
+    const size_t counts[] = {0, 1, 2, 5, 1000, 4097, 70000};
     for (int ring = 1; ring >= 0; ring--) {
         duet__comm_set_ring(c, ring);
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
@@ -198,18 +200,20 @@ static void test_ring_iallreduce(void **state) {
     }
     duet__comm_set_ring(c, true);
 
-    /* Six in flight, finished in reverse order. */
-    enum { K = 6, N = 3001 };
+    /* Six in flight (both algorithms), finished in reverse order. */
+    enum { K = 6, N = 3001, NBIG = 20001 };
     float *bufs[K];
     duet_comm_request *reqs[K];
     for (int k = 0; k < K; k++) {
-        bufs[k] = malloc(N * sizeof(float));
-        for (size_t i = 0; i < N; i++) bufs[k][i] = exact_value(rank, i, 100 + k);
-        TU_OK(duet_comm_iallreduce(c, bufs[k], N, DUET_DTYPE_F32, DUET_REDUCE_SUM, &reqs[k]));
+        size_t n = k % 2 ? NBIG : N;
+        bufs[k] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) bufs[k][i] = exact_value(rank, i, 100 + k);
+        TU_OK(duet_comm_iallreduce(c, bufs[k], n, DUET_DTYPE_F32, DUET_REDUCE_SUM, &reqs[k]));
     }
     for (int k = K - 1; k >= 0; k--) TU_OK(duet_comm_wait(&reqs[k]));
     for (int k = 0; k < K; k++) {
-        for (size_t i = 0; i < N; i++) {
+        size_t n = k % 2 ? NBIG : N;
+        for (size_t i = 0; i < n; i++) {
             float w = 0;
             for (int r = 0; r < size; r++) w += exact_value(r, i, 100 + k);
             if (bufs[k][i] != w) fail_msg("in flight %d [%zu]: %g, want %g", k, i, bufs[k][i], w);
@@ -217,18 +221,21 @@ static void test_ring_iallreduce(void **state) {
         free(bufs[k]);
     }
 
-    /* Random values: every rank ends with the same bits. */
-    duet_rng g = duet_rng_make(5, (uint64_t)rank);
-    float *v = malloc(N * sizeof *v), *root = malloc(N * sizeof *root);
-    for (size_t i = 0; i < N; i++) v[i] = duet_rng_normal(&g);
-    duet_comm_request *req = NULL;
-    TU_OK(duet_comm_iallreduce(c, v, N, DUET_DTYPE_F32, DUET_REDUCE_SUM, &req));
-    TU_OK(duet_comm_wait(&req));
-    memcpy(root, v, N * sizeof *v);
-    MPI_Bcast(root, N, MPI_FLOAT, 0, MPI_COMM_WORLD);
-    assert_memory_equal(root, v, N * sizeof *v);
-    free(v);
-    free(root);
+    /* Random values: every rank ends with the same bits, both algorithms. */
+    for (int big = 0; big < 2; big++) {
+        size_t n = big ? NBIG : N;
+        duet_rng g = duet_rng_make(5, (uint64_t)rank);
+        float *v = malloc(n * sizeof *v), *root = malloc(n * sizeof *root);
+        for (size_t i = 0; i < n; i++) v[i] = duet_rng_normal(&g);
+        duet_comm_request *req = NULL;
+        TU_OK(duet_comm_iallreduce(c, v, n, DUET_DTYPE_F32, DUET_REDUCE_AVG, &req));
+        TU_OK(duet_comm_wait(&req));
+        memcpy(root, v, n * sizeof *v);
+        MPI_Bcast(root, (int)n, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        assert_memory_equal(root, v, n * sizeof *v);
+        free(v);
+        free(root);
+    }
     duet_comm_destroy(c);
 }
 
