@@ -19,47 +19,44 @@ static const char *const NAMES[] = {"b.png", "a.png", "d.png", "c.png", "e.png"}
 static const int64_t SIZES[][2] = {{40, 48}, {36, 36}, {52, 40}, {44, 60}, {48, 48}};
 #define NIMG 5
 
-static duet_image *noise_image(duet_rng *rng, int64_t h, int64_t w) {
-    duet_image *img = NULL;
-    TU_OK(duet_image_create(&img, h, w, 3));
-    for (int64_t i = 0; i < h * w * 3; i++) img->data[i] = (uint8_t)duet_rng_int(rng, 0, 255);
-    return img;
-}
-
-static void path_in(char *buf, size_t n, const char *dir, const char *name) {
-    snprintf(buf, n, "%s/%s", dir, name);
+/* Makes dir and writes n 16x16 noise images 0.png .. <n-1>.png into it. */
+static void noise_pngs(const char *dir, int n, uint64_t seed) {
+    assert_int_equal(mkdir(dir, 0755), 0);
+    duet_rng rng = duet_rng_make(seed, 0);
+    char p[500];
+    for (int i = 0; i < n; i++) {
+        duet_image *img = tu_random_image(&rng, 16, 16, 3);
+        snprintf(p, sizeof(p), "%s/%d.png", dir, i);
+        TU_OK(duet_image_save_png(img, p));
+        duet_image_destroy(img);
+    }
 }
 
 static int setup_folders(void **state) {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(root, sizeof(root), "%s/duet_test_data_XXXXXX", base ? base : "/tmp");
-    if (mkdtemp(root) == NULL) return -1;
-    snprintf(gt_dir, sizeof(gt_dir), "%s/gt", root);
-    snprintf(lq_dir, sizeof(lq_dir), "%s/lq", root);
-    snprintf(odd_dir, sizeof(odd_dir), "%s/odd", root);
+    if (tu_mkdtemp(root, sizeof(root), "duet_test_data") == NULL) return -1;
+    tu_path(gt_dir, sizeof(gt_dir), root, "gt");
+    tu_path(lq_dir, sizeof(lq_dir), root, "lq");
+    tu_path(odd_dir, sizeof(odd_dir), root, "odd");
     if (mkdir(gt_dir, 0755) || mkdir(lq_dir, 0755) || mkdir(odd_dir, 0755)) return -1;
     duet_rng rng = duet_rng_make(77, 0);
     char p[400];
     for (int i = 0; i < NIMG; i++) {
-        duet_image *gt = noise_image(&rng, SIZES[i][0], SIZES[i][1]), *lq = NULL;
-        path_in(p, sizeof(p), gt_dir, NAMES[i]);
+        duet_image *gt = tu_random_image(&rng, SIZES[i][0], SIZES[i][1], 3), *lq = NULL;
+        tu_path(p, sizeof(p), gt_dir, NAMES[i]);
         if (duet_image_save_png(gt, p) != DUET_OK) return -1;
         if (duet_image_resize(gt, 0.25, &lq) != DUET_OK) return -1;
-        path_in(p, sizeof(p), lq_dir, NAMES[i]);
+        tu_path(p, sizeof(p), lq_dir, NAMES[i]);
         if (duet_image_save_png(lq, p) != DUET_OK) return -1;
         duet_image_destroy(gt);
         duet_image_destroy(lq);
     }
     /* Not images: ignored. */
-    path_in(p, sizeof(p), gt_dir, "notes.txt");
-    FILE *f = fopen(p, "w");
-    if (f == NULL) return -1;
-    fputs("not an image\n", f);
-    fclose(f);
+    tu_path(p, sizeof(p), gt_dir, "notes.txt");
+    tu_write_text(p, "not an image\n");
     /* A size that is not a multiple of the scale, for validation sets. */
-    duet_image *odd = noise_image(&rng, 23, 30);
-    path_in(p, sizeof(p), odd_dir, "odd.png");
+    duet_image *odd = tu_random_image(&rng, 23, 30, 3);
+    tu_path(p, sizeof(p), odd_dir, "odd.png");
     int rc = duet_image_save_png(odd, p);
     duet_image_destroy(odd);
     return rc == DUET_OK ? 0 : -1;
@@ -67,9 +64,7 @@ static int setup_folders(void **state) {
 
 static int teardown_folders(void **state) {
     (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_rm_tree(root);
 }
 
 static duet_sr_dataset_options opts_x4(int64_t gt_size, bool flips) {
@@ -83,7 +78,7 @@ static duet_sr_dataset_options opts_x4(int64_t gt_size, bool flips) {
 
 static duet_image *load_named(const char *dir, const char *name) {
     char p[400];
-    path_in(p, sizeof(p), dir, name);
+    tu_path(p, sizeof(p), dir, name);
     duet_image *img = NULL;
     TU_OK(duet_image_load(p, &img));
     return img;
@@ -366,7 +361,7 @@ static void test_dataset_errors(void **state) {
     char dir[400], p[500];
 
     duet_sr_dataset_options o = opts_x4(32, true);
-    snprintf(dir, sizeof(dir), "%s/empty", root);
+    tu_path(dir, sizeof(dir), root, "empty");
     assert_int_equal(mkdir(dir, 0755), 0);
     o.gt_dir = dir;
     assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ENOTFOUND);
@@ -394,15 +389,8 @@ static void test_dataset_errors(void **state) {
     assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ESHAPE);
 
     /* a corrupt image: at creation when eager... */
-    snprintf(dir, sizeof(dir), "%s/corrupt", root);
-    assert_int_equal(mkdir(dir, 0755), 0);
-    duet_rng rng = duet_rng_make(5, 0);
-    for (int i = 0; i < 2; i++) {
-        duet_image *img = noise_image(&rng, 16, 16);
-        snprintf(p, sizeof(p), "%s/%d.png", dir, i);
-        TU_OK(duet_image_save_png(img, p));
-        duet_image_destroy(img);
-    }
+    tu_path(dir, sizeof(dir), root, "corrupt");
+    noise_pngs(dir, 2, 5);
     snprintf(p, sizeof(p), "%s/1.png", dir);
     assert_int_equal(truncate(p, 60), 0);
     o = opts_x4(8, true);
@@ -589,15 +577,8 @@ static void test_loader_one_epoch_validation(void **state) {
 static void test_loader_thread_error(void **state) {
     (void)state;
     char dir[400], p[500];
-    snprintf(dir, sizeof(dir), "%s/lazy", root);
-    assert_int_equal(mkdir(dir, 0755), 0);
-    duet_rng rng = duet_rng_make(6, 0);
-    for (int i = 0; i < 4; i++) {
-        duet_image *img = noise_image(&rng, 16, 16);
-        snprintf(p, sizeof(p), "%s/%d.png", dir, i);
-        TU_OK(duet_image_save_png(img, p));
-        duet_image_destroy(img);
-    }
+    tu_path(dir, sizeof(dir), root, "lazy");
+    noise_pngs(dir, 4, 6);
     duet_dataset *ds = repeat_set(8, true, dir, 1);
     /* Broken after the dataset was made: only the loader sees it. */
     snprintf(p, sizeof(p), "%s/2.png", dir);
