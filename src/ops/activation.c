@@ -4,6 +4,7 @@
  * (x > 0, as PyTorch; the gradient at exactly 0 is the negative side's);
  * sigmoid and tanh from the saved output, as PyTorch does. */
 #include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <math.h>
 
@@ -80,7 +81,7 @@ int duet_relu(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_like(&y, x));
+    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
     relu_forward(y->data, x->data, y->numel);
     return duet__opb_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
 }
@@ -89,7 +90,7 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_like(&y, x));
+    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
     leaky_relu_forward(y->data, x->data, negative_slope, y->numel);
     slope_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -101,6 +102,89 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
         c->slope = negative_slope;
     }
     return duet__opb_finish(y, "leaky_relu", leaky_relu_backward_node, c, free, 1, &x, out);
+}
+
+/* ---- relu, leaky_relu in place ---------------------------------------------------
+ * For an op's fresh output that nobody else reads (ops_internal.h): the
+ * activation overwrites x and the result is a view of it. The backward takes
+ * its mask from the output, which is exact: for slope >= 0, y > 0 exactly
+ * when x > 0 (NaN fails both). */
+
+static int relu_inplace_backward_node(duet_node *node) {
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx != NULL)
+        relu_backward(gx, node->output->grad, node->output->data, node->output->numel);
+    return DUET_OK;
+}
+
+static int leaky_relu_inplace_backward_node(duet_node *node) {
+    const slope_ctx *c = node->ctx;
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx != NULL)
+        leaky_relu_backward(gx, node->output->grad, node->output->data, c->slope,
+                            node->output->numel);
+    return DUET_OK;
+}
+
+bool duet__overwritable(const duet_tensor *x) {
+    /* The caller's reference, plus the producing node's when recorded. */
+    if (!x->owns_data || x->base != NULL) return false;
+    if (x->grad_fn == NULL) return !x->requires_grad && x->refcount == 1;
+    if (x->refcount != 2 || x->grad_fn->output != x) return false;
+    /* Ops whose backward never reads their output's values. */
+    static const char *const dead_output_ops[] = {"conv2d", "linear", "batch_norm2d", "add"};
+    for (size_t i = 0; i < sizeof dead_output_ops / sizeof dead_output_ops[0]; i++)
+        if (strcmp(x->grad_fn->op, dead_output_ops[i]) == 0) return true;
+    return false;
+}
+
+/* The result of an in-place op on x: x itself when nothing is recorded,
+ * else a view of x recorded as the op's output. */
+static int inplace_result(duet_tensor *x, duet_tensor **y) {
+    if (!duet_autograd_needs_record(1, &x)) {
+        *y = duet_tensor_retain(x);
+        return DUET_OK;
+    }
+    return duet_tensor_view(y, x, x->ndim, x->shape);
+}
+
+int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    *out = NULL;
+    if (!duet__overwritable(x)) return duet_relu(x, out);
+    duet_tensor *y = NULL;
+    DUET_TRY(inplace_result(x, &y));
+    relu_forward(x->data, x->data, x->numel);
+    if (y == x) {
+        *out = y;
+        return DUET_OK;
+    }
+    return duet__opb_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
+}
+
+int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    *out = NULL;
+    if (!(negative_slope >= 0.0f) || !duet__overwritable(x))
+        return duet_leaky_relu(x, negative_slope, out);
+    duet_tensor *y = NULL;
+    DUET_TRY(inplace_result(x, &y));
+    slope_ctx *c = NULL;
+    if (y != x) {
+        c = malloc(sizeof *c);
+        if (c == NULL) {
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "leaky_relu: out of memory for the saved slope");
+        }
+        c->slope = negative_slope;
+    }
+    leaky_relu_forward(x->data, x->data, negative_slope, x->numel);
+    if (y == x) {
+        *out = y;
+        return DUET_OK;
+    }
+    return duet__opb_finish(y, "leaky_relu", leaky_relu_inplace_backward_node, c, free, 1, &x,
+                            out);
 }
 
 /* ---- sigmoid, tanh ------------------------------------------------------------------ */
@@ -123,7 +207,7 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_like(&y, x));
+    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
     sigmoid_forward(y->data, x->data, y->numel);
     return duet__opb_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
@@ -132,7 +216,7 @@ int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_like(&y, x));
+    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
     tanh_forward(y->data, x->data, y->numel);
     return duet__opb_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
 }

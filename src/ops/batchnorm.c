@@ -54,6 +54,61 @@ static int do_reduce(const bn_ctx *c, float *buf, int64_t count, const char *wha
     return DUET_OK;
 }
 
+/* Sums over n floats in eight independent double lanes: the loops then
+ * vectorise (a single accumulator is one long dependency chain that the
+ * compiler may not reorder), and double keeps the result close to exact. */
+static double sum_lanes(const float *x, int64_t n) {
+    double acc[8] = {0};
+    int64_t q = 0;
+    for (; q + 8 <= n; q += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[q + l];
+    double s = 0.0;
+    for (; q < n; q++) s += x[q];
+    for (int l = 0; l < 8; l++) s += acc[l];
+    return s;
+}
+
+/* sum (x - m)^2 */
+static double sqdev_lanes(const float *x, int64_t n, double m) {
+    double acc[8] = {0};
+    int64_t q = 0;
+    for (; q + 8 <= n; q += 8)
+        for (int l = 0; l < 8; l++) {
+            double d = x[q + l] - m;
+            acc[l] += d * d;
+        }
+    double s = 0.0;
+    for (; q < n; q++) {
+        double d = x[q] - m;
+        s += d * d;
+    }
+    for (int l = 0; l < 8; l++) s += acc[l];
+    return s;
+}
+
+/* *sdy += sum dy, *sdyx += sum dy (x - m) is */
+static void grad_sums_lanes(const float *dy, const float *x, int64_t n, double m, double is,
+                            double *sdy, double *sdyx) {
+    double a[8] = {0}, b[8] = {0};
+    int64_t q = 0;
+    for (; q + 8 <= n; q += 8)
+        for (int l = 0; l < 8; l++) {
+            a[l] += dy[q + l];
+            b[l] += dy[q + l] * ((x[q + l] - m) * is);
+        }
+    double sa = 0.0, sb = 0.0;
+    for (; q < n; q++) {
+        sa += dy[q];
+        sb += dy[q] * ((x[q] - m) * is);
+    }
+    for (int l = 0; l < 8; l++) {
+        sa += a[l];
+        sb += b[l];
+    }
+    *sdy += sa;
+    *sdyx += sb;
+}
+
 /* Batch statistics into c->mean / c->invstd (and c->count), reduced across
  * processes; updates the running statistics. x (N, C, S). */
 static int batch_stats(bn_ctx *c, const duet_tensor *x, int64_t n, int64_t s, float eps,
@@ -63,10 +118,7 @@ static int batch_stats(bn_ctx *c, const duet_tensor *x, int64_t n, int64_t s, fl
     /* Pass 1: [sum (C), count (C)]. */
     for (int64_t k = 0; k < ch; k++) {
         double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) {
-            const float *p = x->data + (i * ch + k) * s;
-            for (int64_t q = 0; q < s; q++) sum += p[q];
-        }
+        for (int64_t i = 0; i < n; i++) sum += sum_lanes(x->data + (i * ch + k) * s, s);
         buf[k] = (float)sum;
         buf[ch + k] = (float)(n * s);
     }
@@ -84,13 +136,7 @@ static int batch_stats(bn_ctx *c, const duet_tensor *x, int64_t n, int64_t s, fl
      * rather than E[x^2] - E[x]^2, which cancels badly). */
     for (int64_t k = 0; k < ch; k++) {
         double sq = 0.0, m = c->mean[k];
-        for (int64_t i = 0; i < n; i++) {
-            const float *p = x->data + (i * ch + k) * s;
-            for (int64_t q = 0; q < s; q++) {
-                double d = p[q] - m;
-                sq += d * d;
-            }
-        }
+        for (int64_t i = 0; i < n; i++) sq += sqdev_lanes(x->data + (i * ch + k) * s, s, m);
         buf[k] = (float)sq;
     }
     DUET_TRY(do_reduce(c, buf, ch, "the per-channel squared deviations"));
@@ -122,13 +168,9 @@ static int bn_backward(duet_node *node) {
     /* Local [sum dy (C), sum dy*xhat (C)]. */
     for (int64_t k = 0; k < ch; k++) {
         double sdy = 0.0, sdyx = 0.0, m = c->mean[k], is = c->invstd[k];
-        for (int64_t i = 0; i < n; i++) {
-            const float *px = x->data + (i * ch + k) * s, *pd = dy + (i * ch + k) * s;
-            for (int64_t q = 0; q < s; q++) {
-                sdy += pd[q];
-                sdyx += pd[q] * ((px[q] - m) * is);
-            }
-        }
+        for (int64_t i = 0; i < n; i++)
+            grad_sums_lanes(dy + (i * ch + k) * s, x->data + (i * ch + k) * s, s, m, is, &sdy,
+                            &sdyx);
         buf[k] = (float)sdy;
         buf[ch + k] = (float)sdyx;
     }
@@ -214,7 +256,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     }
     free(buf);
     duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet_tensor_create(&y, x->ndim, x->shape);
+    if (rc == DUET_OK) rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         bn_ctx_free(c);
         return rc;

@@ -1,18 +1,31 @@
-/* 2-D convolution (PyTorch's conv2d, weight OIHW) as im2col + one SGEMM per
- * sample. The columns live in per-thread scratch and are rebuilt in backward
- * rather than kept, which costs one im2col per sample but no N*K*P floats of
- * saved state. */
+/* 2-D convolution (PyTorch's conv2d, weight OIHW) as im2col + SGEMM.
+ *
+ * Samples go through in chunks: the chunk's columns sit side by side in one
+ * (K, nb*P) matrix, so that one GEMM serves the whole chunk. Late layers
+ * have few output pixels (P = 16 at 4x4) and a large weight; a GEMM per
+ * sample would repack the whole weight for 16 columns, and the weight
+ * gradient's GEMM would read and write all of dW for an inner dimension of
+ * 16. Chunks stop growing at about CONV_COLS_TARGET columns, where the GEMM
+ * is already efficient, and at CONV_COL_MAX_FLOATS of columns.
+ *
+ * The columns live in per-thread scratch and are rebuilt in backward rather
+ * than kept, which costs one im2col per sample but no N*K*P floats of saved
+ * state. */
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <limits.h>
 #include <string.h>
 
+#define CONV_COLS_TARGET 2048
+#define CONV_COL_MAX_FLOATS ((int64_t)4 << 20)
+
 typedef struct conv_geom {
     int64_t n, c, h, w; /* input (N, C, H, W) */
     int64_t o, kh, kw;  /* weight (O, C, KH, KW) */
     int64_t oh, ow;     /* output spatial size */
     int64_t k, p;       /* GEMM sizes: K = C*KH*KW, P = OH*OW */
+    int64_t nb;         /* samples per GEMM chunk */
     int stride, pad;
 } conv_geom;
 
@@ -37,26 +50,57 @@ static void valid_cols(const conv_geom *g, int64_t j, int64_t *lo, int64_t *hi) 
     *hi = b;
 }
 
-/* col (C*KH*KW, OH*OW) from one sample x (C, H, W): row (c, i, j), column
- * (oh, ow) holds x[c, oh*s - p + i, ow*s - p + j], or 0 in the padding. */
-static void im2col(float *col, const float *x, const conv_geom *g) {
-    const int64_t s = g->stride, pad = g->pad;
+/* The same for output rows and kernel row i. */
+static void valid_rows(const conv_geom *g, int64_t i, int64_t *lo, int64_t *hi) {
+    int64_t s = g->stride, first = g->pad - i, last = g->h - 1 + g->pad - i;
+    int64_t a = first <= 0 ? 0 : (first + s - 1) / s;
+    int64_t b = last < 0 ? 0 : last / s + 1;
+    if (b > g->oh) b = g->oh;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* col (C*KH*KW rows with leading dimension ld, OH*OW columns) from one
+ * sample x (C, H, W): row (c, i, j), column (oh, ow) holds
+ * x[c, oh*s - p + i, ow*s - p + j], or 0 in the padding. */
+static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
+    const int64_t s = g->stride, pad = g->pad, ow_n = g->ow;
+    /* Stride 1 with "same" width: output row oh of kernel tap (i, j) is input
+     * row oh - p + i shifted by j - p, so the valid rows are one shifted copy
+     * of the plane, after which the few columns that wrapped around from the
+     * neighbouring row are zeroed. */
+    const bool shifted_plane = s == 1 && g->ow == g->w;
     for (int64_t c = 0; c < g->c; c++) {
+        const float *plane = x + c * g->h * g->w;
         for (int64_t i = 0; i < g->kh; i++) {
+            int64_t rlo, rhi;
+            valid_rows(g, i, &rlo, &rhi);
             for (int64_t j = 0; j < g->kw; j++) {
-                float *row = col + ((c * g->kh + i) * g->kw + j) * g->p;
+                float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
-                for (int64_t oh = 0; oh < g->oh; oh++) {
-                    float *dst = row + oh * g->ow;
-                    int64_t ih = oh * s - pad + i;
-                    if (ih < 0 || ih >= g->h) {
-                        memset(dst, 0, (size_t)g->ow * sizeof(float));
-                        continue;
+                memset(row, 0, (size_t)(rlo * ow_n) * sizeof(float));
+                memset(row + rhi * ow_n, 0, (size_t)((g->oh - rhi) * ow_n) * sizeof(float));
+                const int64_t off = j - pad;
+                if (shifted_plane && rhi > rlo) {
+                    /* Elements [lo, n - (OW - hi)) of the block read inside
+                     * the plane; the rest are zeroed below. */
+                    float *dst = row + rlo * ow_n;
+                    const float *src = plane + (rlo - pad + i) * g->w + off;
+                    const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
+                    if (end > lo) memcpy(dst + lo, src + lo, (size_t)(end - lo) * sizeof(float));
+                    for (int64_t oh = 0; oh < rhi - rlo; oh++) {
+                        float *d = dst + oh * ow_n;
+                        for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+                        for (int64_t ow = hi; ow < ow_n; ow++) d[ow] = 0.0f;
                     }
+                    continue;
+                }
+                for (int64_t oh = rlo; oh < rhi; oh++) {
+                    float *dst = row + oh * ow_n;
                     /* Input column of output column ow: ow*s + off. */
-                    const float *src = x + (c * g->h + ih) * g->w;
-                    const int64_t off = j - pad;
+                    const float *src = plane + (oh * s - pad + i) * g->w;
                     for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
                     if (s == 1) {
                         if (hi > lo)
@@ -64,7 +108,7 @@ static void im2col(float *col, const float *x, const conv_geom *g) {
                     } else {
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * s + off];
                     }
-                    for (int64_t ow = hi; ow < g->ow; ow++) dst[ow] = 0.0f;
+                    for (int64_t ow = hi; ow < ow_n; ow++) dst[ow] = 0.0f;
                 }
             }
         }
@@ -73,20 +117,20 @@ static void im2col(float *col, const float *x, const conv_geom *g) {
 
 /* The adjoint of im2col: dx (C, H, W) += every column entry back at the
  * input position it was read from (padding entries are dropped). */
-static void col2im(float *dx, const float *col, const conv_geom *g) {
+static void col2im(float *dx, const float *col, int64_t ld, const conv_geom *g) {
     const int64_t s = g->stride, pad = g->pad;
     for (int64_t c = 0; c < g->c; c++) {
         for (int64_t i = 0; i < g->kh; i++) {
+            int64_t rlo, rhi;
+            valid_rows(g, i, &rlo, &rhi);
             for (int64_t j = 0; j < g->kw; j++) {
-                const float *row = col + ((c * g->kh + i) * g->kw + j) * g->p;
+                const float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
-                for (int64_t oh = 0; oh < g->oh; oh++) {
-                    int64_t ih = oh * s - pad + i;
-                    if (ih < 0 || ih >= g->h) continue;
+                const int64_t off = j - pad;
+                for (int64_t oh = rlo; oh < rhi; oh++) {
                     const float *src = row + oh * g->ow;
-                    float *dst = dx + (c * g->h + ih) * g->w;
-                    const int64_t off = j - pad;
+                    float *dst = dx + (c * g->h + oh * s - pad + i) * g->w;
                     if (s == 1) {
                         /* Unit stride: a plain vectorisable add of rows. */
                         float *d1 = dst + off;
@@ -140,7 +184,35 @@ static int conv_geometry(const duet_tensor *x, const duet_tensor *w, const duet_
     if (g->k > INT_MAX || g->p > INT_MAX || g->o > INT_MAX)
         return duet__error(DUET_EINVAL, "conv2d: input %s with weight %s is too large for "
                            "32-bit BLAS sizes", sx, sw);
+    int64_t nb = (CONV_COLS_TARGET + g->p - 1) / g->p;
+    int64_t cap = CONV_COL_MAX_FLOATS / (g->k * g->p > 0 ? g->k * g->p : 1);
+    if (nb > cap) nb = cap;
+    if (nb > INT_MAX / g->p) nb = INT_MAX / g->p;
+    if (nb > g->n) nb = g->n;
+    g->nb = nb < 1 ? 1 : nb;
     return DUET_OK;
+}
+
+/* The chunk's columns (K, cnt*P) into col (leading dimension cnt*P), or the
+ * sample itself when a 1x1 conv has a chunk of one. */
+static const float *chunk_columns(float *col, const float *x0, int64_t cnt, const conv_geom *g) {
+    if (is_pointwise(g) && cnt == 1) return x0;
+    for (int64_t j = 0; j < cnt; j++)
+        im2col(col + j * g->p, cnt * g->p, x0 + j * g->c * g->h * g->w, g);
+    return col;
+}
+
+/* Sum of n floats, in eight independent double lanes so that the loop
+ * vectorises without reassociating one long dependency chain. */
+static double sum_lanes(const float *x, int64_t n) {
+    double acc[8] = {0};
+    int64_t q = 0;
+    for (; q + 8 <= n; q += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[q + l];
+    double s = 0.0;
+    for (; q < n; q++) s += x[q];
+    for (int l = 0; l < 8; l++) s += acc[l];
+    return s;
 }
 
 static int conv2d_backward(duet_node *node) {
@@ -153,48 +225,55 @@ static int conv2d_backward(duet_node *node) {
     float *dw = duet_node_input_grad(node, 1);
     float *db = b != NULL ? duet_node_input_grad(node, 2) : NULL;
     const bool pointwise = is_pointwise(&g);
+    const int64_t chw = g.c * g.h * g.w;
 
     if (db != NULL) {
-        for (int64_t n = 0; n < g.n; n++) {
-            for (int64_t o = 0; o < g.o; o++) {
-                const float *r = dy + (n * g.o + o) * g.p;
-                float s = 0.0f;
-                for (int64_t q = 0; q < g.p; q++) s += r[q];
-                db[o] += s;
-            }
+        for (int64_t o = 0; o < g.o; o++) {
+            double s = 0.0;
+            for (int64_t n = 0; n < g.n; n++) s += sum_lanes(dy + (n * g.o + o) * g.p, g.p);
+            db[o] += (float)s;
         }
     }
     if (dw == NULL && dx == NULL) return DUET_OK;
 
-    float *col = NULL, *dcol = NULL;
-    if (!pointwise) {
-        if (dw != NULL && (col = duet__scratch(0, (size_t)(g.k * g.p))) == NULL)
-            return DUET_ENOMEM;
-        if (dx != NULL && (dcol = duet__scratch(1, (size_t)(g.k * g.p))) == NULL)
-            return DUET_ENOMEM;
-    }
-    for (int64_t n = 0; n < g.n; n++) {
-        const float *xn = x->data + n * g.c * g.h * g.w;
-        const float *dyn = dy + n * g.o * g.p;
+    const int64_t ldmax = g.nb * g.p;
+    float *col = NULL, *dcol = NULL, *dyt = NULL;
+    if (dw != NULL && !(pointwise && g.nb == 1) &&
+        (col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL)
+        return DUET_ENOMEM;
+    if (dx != NULL && !(pointwise && g.nb == 1) &&
+        (dcol = duet__scratch(1, (size_t)(g.k * ldmax))) == NULL)
+        return DUET_ENOMEM;
+    if (g.nb > 1 && (dyt = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) return DUET_ENOMEM;
+    for (int64_t n0 = 0; n0 < g.n; n0 += g.nb) {
+        const int64_t cnt = g.n - n0 < g.nb ? g.n - n0 : g.nb, ld = cnt * g.p;
+        const float *x0 = x->data + n0 * chw;
+        /* dY of the chunk as one (O, cnt*P) matrix. */
+        const float *dyc = dy + n0 * g.o * g.p;
+        if (cnt > 1) {
+            for (int64_t o = 0; o < g.o; o++)
+                for (int64_t j = 0; j < cnt; j++)
+                    memcpy(dyt + o * ld + j * g.p, dyc + (j * g.o + o) * g.p,
+                           (size_t)g.p * sizeof(float));
+            dyc = dyt;
+        }
         if (dw != NULL) {
-            /* dW (O, K) += dY_n (O, P) col^T (P, K) */
-            const float *cn = xn;
-            if (!pointwise) {
-                im2col(col, xn, &g);
-                cn = col;
-            }
-            duet_sgemm(false, true, g.o, g.k, g.p, 1.0f, dyn, g.p, cn, g.p, 1.0f, dw, g.k);
+            /* dW (O, K) += dY (O, cnt*P) col^T (cnt*P, K) */
+            const float *cols = chunk_columns(col, x0, cnt, &g);
+            duet_sgemm(false, true, g.o, g.k, ld, 1.0f, dyc, ld, cols, ld, 1.0f, dw, g.k);
         }
         if (dx != NULL) {
-            /* dcol (K, P) = W^T (K, O) dY_n (O, P), scattered back by col2im. */
-            float *dxn = dx + n * g.c * g.h * g.w;
-            if (pointwise) {
-                duet_sgemm(true, false, g.k, g.p, g.o, 1.0f, w->data, g.k, dyn, g.p, 1.0f, dxn,
+            float *dx0 = dx + n0 * chw;
+            if (pointwise && cnt == 1) {
+                /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
+                duet_sgemm(true, false, g.k, g.p, g.o, 1.0f, w->data, g.k, dyc, g.p, 1.0f, dx0,
                            g.p);
             } else {
-                duet_sgemm(true, false, g.k, g.p, g.o, 1.0f, w->data, g.k, dyn, g.p, 0.0f, dcol,
-                           g.p);
-                col2im(dxn, dcol, &g);
+                /* dcol (K, cnt*P) = W^T (K, O) dY (O, cnt*P), scattered back by
+                 * col2im sample by sample. */
+                duet_sgemm(true, false, g.k, ld, g.o, 1.0f, w->data, g.k, dyc, ld, 0.0f, dcol,
+                           ld);
+                for (int64_t j = 0; j < cnt; j++) col2im(dx0 + j * chw, dcol + j * g.p, ld, &g);
             }
         }
     }
@@ -207,28 +286,47 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     conv_geom g;
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create4(&y, g.n, g.o, g.oh, g.ow));
+    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
     const bool pointwise = is_pointwise(&g);
-    float *col = NULL;
-    if (!pointwise && (col = duet__scratch(0, (size_t)(g.k * g.p))) == NULL) {
+    const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
+    float *col = NULL, *tmp = NULL;
+    if (!(pointwise && g.nb == 1) && (col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL) {
         duet_tensor_release(y);
         return DUET_ENOMEM;
     }
-    for (int64_t n = 0; n < g.n; n++) {
-        const float *xn = x->data + n * g.c * g.h * g.w;
-        float *yn = y->data + n * g.o * g.p;
-        /* The bias goes in first so the GEMM adds onto it (beta = 1). */
-        if (b != NULL)
-            for (int64_t o = 0; o < g.o; o++)
-                for (int64_t q = 0; q < g.p; q++) yn[o * g.p + q] = b->data[o];
-        const float *cn = xn;
-        if (!pointwise) {
-            im2col(col, xn, &g);
-            cn = col;
+    if (g.nb > 1 && (tmp = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) {
+        duet_tensor_release(y);
+        return DUET_ENOMEM;
+    }
+    for (int64_t n0 = 0; n0 < g.n; n0 += g.nb) {
+        const int64_t cnt = g.n - n0 < g.nb ? g.n - n0 : g.nb, ld = cnt * g.p;
+        const float *cols = chunk_columns(col, x->data + n0 * chw, cnt, &g);
+        float *y0 = y->data + n0 * g.o * g.p;
+        if (cnt == 1) {
+            /* The bias goes in first so the GEMM adds onto it (beta = 1). */
+            if (b != NULL)
+                for (int64_t o = 0; o < g.o; o++)
+                    for (int64_t q = 0; q < g.p; q++) y0[o * g.p + q] = b->data[o];
+            /* Y_n (O, P) = W (O, K) col (K, P) */
+            duet_sgemm(false, false, g.o, g.p, g.k, 1.0f, w->data, g.k, cols, g.p,
+                       b != NULL ? 1.0f : 0.0f, y0, g.p);
+            continue;
         }
-        /* Y_n (O, P) = W (O, K) col (K, P) */
-        duet_sgemm(false, false, g.o, g.p, g.k, 1.0f, w->data, g.k, cn, g.p,
-                   b != NULL ? 1.0f : 0.0f, yn, g.p);
+        /* tmp (O, cnt*P) = W (O, K) col (K, cnt*P), then each sample's
+         * (O, P) block out to y with the bias. */
+        duet_sgemm(false, false, g.o, ld, g.k, 1.0f, w->data, g.k, cols, ld, 0.0f, tmp, ld);
+        for (int64_t j = 0; j < cnt; j++) {
+            for (int64_t o = 0; o < g.o; o++) {
+                float *dst = y0 + (j * g.o + o) * g.p;
+                const float *src = tmp + o * ld + j * g.p;
+                if (b == NULL) {
+                    memcpy(dst, src, (size_t)g.p * sizeof(float));
+                    continue;
+                }
+                const float bo = b->data[o];
+                for (int64_t q = 0; q < g.p; q++) dst[q] = src[q] + bo;
+            }
+        }
     }
     duet_tensor *ins[3] = {x, w, b};
     if (duet_autograd_needs_record(3, ins)) {

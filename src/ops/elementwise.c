@@ -5,6 +5,7 @@
  * may be one buffer (add(x, x)): each is updated in its own pass, so both
  * contributions land. */
 #include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -135,7 +136,7 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
     *out = NULL;
     DUET_TRY(duet__opb_check_same_shape(op, a, b));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_like(&y, a));
+    DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, a->shape));
     kernel(y->data, a->data, b->data, y->numel);
     duet_tensor *inputs[2] = {a, b};
     return duet__opb_finish(y, op, backward, NULL, NULL, 2, inputs, out);
@@ -143,6 +144,25 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
 
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     return binary_op("add", add_forward, add_backward, a, b, out);
+}
+
+int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
+    *out = NULL;
+    if (a == b || b->data == a->data || !duet__overwritable(a)) return duet_add(a, b, out);
+    DUET_TRY(duet__opb_check_same_shape("add", a, b));
+    duet_tensor *inputs[2] = {a, b};
+    duet_tensor *y = NULL;
+    if (duet_autograd_needs_record(2, inputs))
+        DUET_TRY(duet_tensor_view(&y, a, a->ndim, a->shape));
+    else
+        y = duet_tensor_retain(a);
+    add_forward(a->data, a->data, b->data, a->numel);
+    if (y == a) {
+        *out = y;
+        return DUET_OK;
+    }
+    return duet__opb_finish(y, "add", add_backward, NULL, NULL, 2, inputs, out);
 }
 
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
@@ -170,7 +190,7 @@ int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_like(&y, x));
+    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
     for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
     scale_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -224,7 +244,7 @@ int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
         ac->v[c + i] = shift != NULL ? shift[i] : 0.0f;
     }
     duet_tensor *y = NULL;
-    int rc = duet_tensor_create_like(&y, x);
+    int rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         free(ac);
         return rc;

@@ -4,6 +4,7 @@
 #define DUET_OPS_INTERNAL_H
 
 #include "duet/ops.h"
+#include "tensor/tensor_internal.h"
 
 /* Sets OpenBLAS's thread count once per process: 1 by default (duet runs one
  * or two MPI ranks on a few cores, and BLAS threads would fight the ranks),
@@ -19,5 +20,18 @@ int duet__blas_init(void);
  * may move it. NULL when out of memory (message set). Freed at thread exit. */
 #define DUET__SCRATCH_SLOTS 4
 float *duet__scratch(int slot, size_t nfloats);
+
+/* In-place variants for networks that know an intermediate is dead: x (a)
+ * is overwritten with the result, which comes back as a view of it. They
+ * fall back to the copying op unless duet__overwritable(x): x owns its data
+ * and is referenced only by the caller and by the node that produced it, and
+ * that op's backward never reads its output's values (conv2d, linear,
+ * batch_norm2d, add), or x has no history at all. The caller must not read
+ * x's old values afterwards. Same results and gradients as duet_relu,
+ * duet_leaky_relu (slope >= 0, else the copying op) and duet_add(a, b). */
+bool duet__overwritable(const duet_tensor *x);
+int duet__relu_inplace(duet_tensor *x, duet_tensor **out);
+int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out);
+int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 
 #endif

@@ -1,5 +1,6 @@
 /* Tensor creation, views, reference counting and gradient storage. */
 #include "duet/tensor.h"
+#include "tensor/tensor_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -38,6 +39,22 @@ int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape) {
     duet_tensor *t = alloc_header(ndim, shape, numel);
     if (t == NULL) return duet__error(DUET_ENOMEM, "tensor: out of memory for the header");
     t->data = duet_aligned_calloc((size_t)numel * sizeof(float));
+    if (t->data == NULL) {
+        free(t);
+        return duet__error(DUET_ENOMEM, "tensor: out of memory for %" PRId64 " floats", numel);
+    }
+    t->owns_data = true;
+    *out = t;
+    return DUET_OK;
+}
+
+int duet__tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape) {
+    *out = NULL;
+    int64_t numel = 0;
+    DUET_TRY(check_shape(ndim, shape, &numel));
+    duet_tensor *t = alloc_header(ndim, shape, numel);
+    if (t == NULL) return duet__error(DUET_ENOMEM, "tensor: out of memory for the header");
+    t->data = duet_aligned_alloc((size_t)numel * sizeof(float));
     if (t->data == NULL) {
         free(t);
         return duet__error(DUET_ENOMEM, "tensor: out of memory for %" PRId64 " floats", numel);
