@@ -11,34 +11,6 @@
 
 #include "ops/ops_internal.h"
 
-/* ---- helpers --------------------------------------------------------------- */
-
-static int dot_backward(duet_node *node) {
-    const float *r = node->ctx;
-    float *g = duet_node_input_grad(node, 0);
-    if (g != NULL)
-        for (int64_t i = 0; i < node->inputs[0]->numel; i++) g[i] += node->output->grad[0] * r[i];
-    return DUET_OK;
-}
-
-/* Backward of L = sum(out * r): out's upstream gradient is exactly r. */
-static void backprop_with(duet_tensor *out, const float *r) {
-    duet_tensor *loss = tu_zeros(1, (int64_t[]){1});
-    float *rc = malloc((size_t)out->numel * sizeof(float));
-    assert_non_null(rc);
-    memcpy(rc, r, (size_t)out->numel * sizeof(float));
-    TU_OK(duet_autograd_record(loss, "test_dot", dot_backward, rc, free, 1, &out));
-    TU_OK(duet_backward(loss));
-    duet_tensor_release(loss);
-}
-
-static void expect_error(int rc, int want, const char *op, const char *s1, const char *s2) {
-    assert_int_equal(rc, want);
-    const char *msg = duet_last_error();
-    if (strstr(msg, op) == NULL || strstr(msg, s1) == NULL || (s2 && strstr(msg, s2) == NULL))
-        fail_msg("message \"%s\" should name %s, %s and %s", msg, op, s1, s2 ? s2 : "");
-}
-
 /* ---- sgemm ----------------------------------------------------------------- */
 
 static void test_sgemm_transposes(void **state) {
@@ -152,8 +124,9 @@ static void test_linear_shape_errors(void **state) {
     duet_tensor *w6 = tu_zeros(2, (int64_t[]){4, 6});
     duet_tensor *b = tu_zeros(1, (int64_t[]){3});
     duet_tensor *y = NULL;
-    expect_error(duet_linear(x, w, NULL, &y), DUET_ESHAPE, "linear", "[3, 6]", "[4, 5]");
-    expect_error(duet_linear(x, w6, b, &y), DUET_ESHAPE, "linear", "[3]", "[4, 6]");
+    tu_expect_error(duet_linear(x, w, NULL, &y), DUET_ESHAPE, "linear", "[3, 6]", "[4, 5]",
+                    NULL);
+    tu_expect_error(duet_linear(x, w6, b, &y), DUET_ESHAPE, "linear", "[3]", "[4, 6]", NULL);
     assert_null(y);
     duet_tensor_release(x);
     duet_tensor_release(w);
@@ -333,7 +306,7 @@ static void test_bn_sync_split_batch(void **state) {
     duet_batch_norm_opts o = duet_batch_norm_opts_default();
     duet_tensor *y = NULL;
     TU_OK(duet_batch_norm2d(x, w, b, rm, rv, NULL, &o, &y));
-    backprop_with(y, r->data);
+    tu_backprop_with(y, r->data);
 
     const int64_t half = BN_N / 2, hn = half * BN_C * BN_S;
     float dw_sum[BN_C] = {0}, db_sum[BN_C] = {0};
@@ -352,7 +325,7 @@ static void test_bn_sync_split_batch(void **state) {
         oh.reduce_ctx = &peer;
         TU_OK(duet_batch_norm2d(xh, wh, bh, rmh, rvh, NULL, &oh, &yh));
         assert_int_equal(peer.phase, 2);
-        backprop_with(yh, r->data + mine);
+        tu_backprop_with(yh, r->data + mine);
         assert_int_equal(peer.phase, 3);
         tu_assert_close(yh->data, y->data + mine, hn, 1e-5, 1e-5, "half-batch output");
         tu_assert_close(xh->grad, x->grad + mine, hn, 1e-4, 1e-5, "half-batch dx");
@@ -386,17 +359,17 @@ static void test_bn_errors(void **state) {
     duet_tensor *w4 = tu_zeros(1, (int64_t[]){4});
     duet_tensor *y = NULL;
     duet_batch_norm_opts o = duet_batch_norm_opts_default();
-    expect_error(duet_batch_norm2d(x, w4, NULL, NULL, NULL, NULL, &o, &y), DUET_ESHAPE,
-                 "batch_norm2d", "[4]", "[2, 3, 2, 2]");
-    expect_error(duet_batch_norm2d(one, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EINVAL,
-                 "batch_norm2d", "more than one value", NULL);
+    tu_expect_error(duet_batch_norm2d(x, w4, NULL, NULL, NULL, NULL, &o, &y), DUET_ESHAPE,
+                    "batch_norm2d", "[4]", "[2, 3, 2, 2]", NULL);
+    tu_expect_error(duet_batch_norm2d(one, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EINVAL,
+                    "batch_norm2d", "more than one value", NULL);
     o.reduce = failing_reduce;
-    expect_error(duet_batch_norm2d(x, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EMPI,
-                 "batch_norm2d", "peer went away", NULL);
+    tu_expect_error(duet_batch_norm2d(x, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EMPI,
+                    "batch_norm2d", "peer went away", NULL);
     o.training = false;
     o.reduce = NULL;
-    expect_error(duet_batch_norm2d(x, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EINVAL,
-                 "batch_norm2d", "running", NULL);
+    tu_expect_error(duet_batch_norm2d(x, NULL, NULL, NULL, NULL, NULL, &o, &y), DUET_EINVAL,
+                    "batch_norm2d", "running", NULL);
     assert_null(y);
     duet_tensor_release(x);
     duet_tensor_release(one);
@@ -464,7 +437,7 @@ static void test_max_pool_ties_nan_errors(void **state) {
     x->requires_grad = true;
     duet_tensor *y = NULL;
     TU_OK(duet_max_pool2d(x, 2, 2, &y));
-    backprop_with(y, (float[]){1.0f, 2.0f});
+    tu_backprop_with(y, (float[]){1.0f, 2.0f});
     duet_tensor_release(y);
     float want[8] = {1, 0, 2, 0, 0, 0, 0, 0};
     tu_assert_close(x->grad, want, 8, 0, 0, "tie gradient");
@@ -478,8 +451,8 @@ static void test_max_pool_ties_nan_errors(void **state) {
     assert_true(y->data[1] == 7.0f);
     duet_tensor_release(y);
     duet_tensor *small = tu_zeros(4, (int64_t[]){1, 2, 3, 1});
-    expect_error(duet_max_pool2d(small, 2, 2, &y), DUET_ESHAPE, "max_pool2d", "[1, 2, 3, 1]",
-                 NULL);
+    tu_expect_error(duet_max_pool2d(small, 2, 2, &y), DUET_ESHAPE, "max_pool2d", "[1, 2, 3, 1]",
+                    NULL);
     assert_null(y);
     duet_tensor_release(small);
     duet_tensor_release(x);
