@@ -23,16 +23,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-/* L = sum(out * r) as its own recorded op, so that the gradients reaching
- * the op under test are exactly r (and no other op of this file is used). */
-static int dot_backward(duet_node *node) {
-    const float *r = node->ctx;
-    float *g = duet_node_input_grad(node, 0);
-    if (g == NULL) return DUET_OK;
-    for (int64_t i = 0; i < node->inputs[0]->numel; i++) g[i] += node->output->grad[0] * r[i];
-    return DUET_OK;
-}
-
 /* The op under test; ctx carries the case's constants. */
 typedef int (*op_fn)(const void *ctx, duet_tensor *const *in, duet_tensor **out);
 
@@ -64,13 +54,8 @@ static void run_case(const char *name, int n, op_fn op, const void *ctx, double 
     snprintf(key, sizeof key, "%s.r", name);
     duet_tensor *r = tu_ref_tensor(ref, key);
     assert_int_equal(r->numel, y->numel);
-    duet_tensor *loss = NULL;
-    TU_OK(duet_tensor_create(&loss, 1, (int64_t[]){1}));
-    double l = 0.0;
-    for (int64_t i = 0; i < y->numel; i++) l += (double)y->data[i] * r->data[i];
-    loss->data[0] = (float)l;
-    TU_OK(duet_autograd_record(loss, "ref_dot", dot_backward, r->data, NULL, 1, &y));
-    TU_OK(duet_backward(loss));
+    /* The gradients reaching the op under test are exactly r. */
+    tu_backprop_with(y, r->data);
     for (int i = 0; i < n; i++) {
         snprintf(key, sizeof key, "%s.grad%d", name, i);
         if (!needs[i]) {
@@ -80,7 +65,6 @@ static void run_case(const char *name, int n, op_fn op, const void *ctx, double 
         if (in[i]->grad == NULL) fail_msg("%s: input %d got no gradient", name, i);
         tu_assert_ref(ref, key, in[i]->grad, in[i]->numel, rtol, 1e-6);
     }
-    duet_tensor_release(loss);
     duet_tensor_release(r);
     duet_tensor_release(y);
     for (int i = 0; i < n; i++) duet_tensor_release(in[i]);
