@@ -11,29 +11,11 @@
 
 /* ---- helpers ----------------------------------------------------------------- */
 
+/* testutil's small SRGAN, metrics on the whole image. */
 static duet_srgan_opts tiny_srgan(void) {
-    duet_srgan_opts o = duet_srgan_opts_default();
-    o.generator.mid_channels = 8;
-    o.generator.num_blocks = 1;
-    o.discriminator.mid_channels = 4;
-    o.discriminator.input_size = 32;
-    o.perceptual_loss.ncfg = 4;
-    int cfg[4] = {4, 4, 0, 8};
-    memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
-    o.perceptual_loss.layer_ids[0] = 5;
+    duet_srgan_opts o = tu_tiny_srgan_opts();
     o.test_cfg.crop_border = 0;
     return o;
-}
-
-static void tiny_batch(duet_batch *b, uint64_t seed, int64_t n) {
-    duet_rng rng = duet_rng_make(seed, 0);
-    duet_tensor *lq = tu_rand(&rng, 4, (int64_t[]){n, 3, 8, 8}, 0, 1);
-    duet_tensor *gt = tu_rand(&rng, 4, (int64_t[]){n, 3, 32, 32}, 0, 1);
-    memset(b, 0, sizeof *b);
-    TU_OK(duet_batch_add_tensor(b, "lq", lq));
-    TU_OK(duet_batch_add_tensor(b, "gt", gt));
-    duet_tensor_release(lq);
-    duet_tensor_release(gt);
 }
 
 static duet_tensor *copy_params(duet_module *m) {
@@ -531,16 +513,6 @@ static void test_srgan_structure(void **state) {
     assert_int_equal(duet_srgan_create(&m, &o, &rng), DUET_EINVAL);
 }
 
-static duet_optimizer_set *srgan_optimizers(duet_model *m) {
-    duet_optimizer_set *s = NULL;
-    TU_OK(duet_optimizer_set_create(&s));
-    duet_adam_opts a = duet_adam_opts_default();
-    a.lr = 1e-3f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
-    return s;
-}
-
 static void test_srgan_train_step(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(12, 0);
@@ -548,9 +520,9 @@ static void test_srgan_train_step(void **state) {
     o.disc_init_steps = 1; /* step 0: discriminator only */
     duet_model *m = NULL;
     TU_OK(duet_srgan_create(&m, &o, &rng));
-    duet_optimizer_set *opts = srgan_optimizers(m);
+    duet_optimizer_set *opts = tu_adam_pair(m, 1e-3f);
     duet_batch b;
-    tiny_batch(&b, 13, 2);
+    tu_sr_batch(&b, 13, 2);
     duet_module *g = duet_model_part(m, "generator"), *d = duet_model_part(m, "discriminator"),
                 *p = duet_model_part(m, "perceptual_loss");
     duet_tensor *g0 = copy_params(g), *d0 = copy_params(d), *p0 = copy_params(p);
@@ -619,7 +591,7 @@ static void test_basic_restorer(void **state) {
     a.lr = 2e-3f;
     TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
     duet_batch b;
-    tiny_batch(&b, 15, 2);
+    tu_sr_batch(&b, 15, 2);
     duet_log_vars log;
     double first = 0, last = 0, total = 0;
     for (int it = 0; it < 8; it++) {
@@ -691,7 +663,7 @@ static void test_registry_srgan(void **state) {
     TU_OK(duet_config_check_unused(cfg));
     /* test_cfg reached val_step: one metric, PSNR on Y. */
     duet_batch b;
-    tiny_batch(&b, 17, 2);
+    tu_sr_batch(&b, 17, 2);
     duet_val_output out = {0};
     TU_OK(duet_model_val_step(m, &b, &out));
     assert_int_equal(out.metrics.count, 1);
@@ -793,7 +765,7 @@ static int models_h_usage(duet_rng rng, duet_tensor *lq, duet_tensor *gt, double
 static void test_header_usage(void **state) {
     (void)state;
     duet_batch b;
-    tiny_batch(&b, 19, 2);
+    tu_sr_batch(&b, 19, 2);
     double l = -1;
     TU_OK(models_h_usage(duet_rng_make(20, 0), duet_batch_tensor_get(&b, "lq"),
                          duet_batch_tensor_get(&b, "gt"), &l));

@@ -167,40 +167,11 @@ static void test_scatter_and_delegation(void **state) {
 /* ---- SRGAN through the wrapper --------------------------------------------------- */
 
 static duet_model *tiny_srgan(uint64_t seed) {
-    duet_srgan_opts o = duet_srgan_opts_default();
-    o.generator.mid_channels = 8;
-    o.generator.num_blocks = 1;
-    o.discriminator.mid_channels = 4;
-    o.discriminator.input_size = 32;
-    o.perceptual_loss.ncfg = 4;
-    int cfg[4] = {4, 4, 0, 8};
-    memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
-    o.perceptual_loss.layer_ids[0] = 5;
+    duet_srgan_opts o = tu_tiny_srgan_opts();
     duet_rng rng = duet_rng_make(seed, 0);
     duet_model *m = NULL;
     TU_OK(duet_srgan_create(&m, &o, &rng));
     return m;
-}
-
-static duet_optimizer_set *adam_pair(duet_model *m) {
-    duet_optimizer_set *s = NULL;
-    TU_OK(duet_optimizer_set_create(&s));
-    duet_adam_opts a = duet_adam_opts_default();
-    a.lr = 1e-3f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
-    return s;
-}
-
-static void make_batch(duet_batch *b, uint64_t seed) {
-    duet_rng rng = duet_rng_make(seed, 0);
-    duet_tensor *lq = tu_rand(&rng, 4, (int64_t[]){2, 3, 8, 8}, 0, 1);
-    duet_tensor *gt = tu_rand(&rng, 4, (int64_t[]){2, 3, 32, 32}, 0, 1);
-    memset(b, 0, sizeof *b);
-    TU_OK(duet_batch_add_tensor(b, "lq", lq));
-    TU_OK(duet_batch_add_tensor(b, "gt", gt));
-    duet_tensor_release(lq);
-    duet_tensor_release(gt);
 }
 
 static void test_srgan_wrapped_matches_plain(void **state) {
@@ -216,9 +187,9 @@ static void test_srgan_wrapped_matches_plain(void **state) {
     assert_string_equal(duet_wrapper_ddp_name(w, 1), "discriminator");
     assert_false(duet_is_ddp(duet_model_part(model, "perceptual_loss")));
     assert_false(duet_is_ddp(duet_model_part(model, "gan_loss")));
-    duet_optimizer_set *op = adam_pair(plain), *ow = adam_pair(model);
+    duet_optimizer_set *op = tu_adam_pair(plain, 1e-3f), *ow = tu_adam_pair(model, 1e-3f);
     duet_batch b;
-    make_batch(&b, 4);
+    tu_sr_batch(&b, 4, 2);
     duet_log_vars lp, lw;
     for (int it = 0; it < 3; it++) {
         TU_OK(duet_model_train_step(plain, &b, op, &lp));
@@ -262,9 +233,9 @@ static void test_whole_model_ddp_fails(void **state) {
     /* The parts are still found, and the names do not change. */
     assert_non_null(duet_model_part(model, "generator"));
     assert_false(duet_is_ddp(duet_model_part(model, "generator")));
-    duet_optimizer_set *s = adam_pair(model);
+    duet_optimizer_set *s = tu_adam_pair(model, 1e-3f);
     duet_batch b;
-    make_batch(&b, 6);
+    tu_sr_batch(&b, 6, 2);
     duet_log_vars log;
     int rc = DUET_OK;
     for (int it = 0; it < 3 && rc == DUET_OK; it++) rc = duet_wrapper_train_step(w, &b, s, &log);
@@ -330,9 +301,9 @@ static int wrapper_h_usage(duet_model *model, duet_batch batch, duet_optimizer_s
 static void test_header_usage(void **state) {
     (void)state;
     duet_model *model = tiny_srgan(7);
-    duet_optimizer_set *s = adam_pair(model);
+    duet_optimizer_set *s = tu_adam_pair(model, 1e-3f);
     duet_batch b;
-    make_batch(&b, 8);
+    tu_sr_batch(&b, 8, 2);
     duet_config *cfg = NULL;
     TU_OK(duet_config_load_string(
         "model = { type = \"BasicRestorer\";\n"
