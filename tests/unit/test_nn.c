@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 /* A container with no forward of its own, like an nn.Module subclass. */
 static const duet_module_type box_type = {"Box", NULL, NULL};
@@ -254,10 +253,6 @@ static void test_replace_child(void **state) {
 
 /* ---- state dicts ------------------------------------------------------------- */
 
-static void tmp_path(char *buf, size_t n, const char *tag) {
-    snprintf(buf, n, "/tmp/duet_test_nn_%d_%s.safetensors", (int)getpid(), tag);
-}
-
 static void save_tree(duet_module *m, const char *prefix, const char *path) {
     duet_st_writer *w = NULL;
     TU_OK(duet_st_writer_create(&w));
@@ -266,25 +261,10 @@ static void save_tree(duet_module *m, const char *prefix, const char *path) {
     duet_st_writer_destroy(w);
 }
 
-static void assert_same_state(duet_module *a, duet_module *b) {
-    duet_named_tensors la, lb;
-    TU_OK(duet_module_state(a, &la));
-    TU_OK(duet_module_state(b, &lb));
-    assert_int_equal(la.count, lb.count);
-    for (size_t i = 0; i < la.count; i++) {
-        assert_string_equal(la.items[i].name, lb.items[i].name);
-        assert_int_equal(la.items[i].tensor->numel, lb.items[i].tensor->numel);
-        assert_memory_equal(la.items[i].tensor->data, lb.items[i].tensor->data,
-                            (size_t)la.items[i].tensor->numel * sizeof(float));
-    }
-    duet_named_tensors_free(&la);
-    duet_named_tensors_free(&lb);
-}
-
 static void test_state_round_trip(void **state) {
-    (void)state;
-    char path[256];
-    tmp_path(path, sizeof path, "rt");
+    tu_tmpdir *fx = *state;
+    char path[512];
+    tu_path(path, sizeof path, fx->dir, "rt.safetensors");
     duet_rng r1 = duet_rng_make(10, 0), r2 = duet_rng_make(11, 0);
     duet_module *a = make_tree(&r1), *b = make_tree(&r2);
     /* Non-trivial buffers. */
@@ -317,17 +297,16 @@ static void test_state_round_trip(void **state) {
     TU_OK(duet_module_load_state(b, st, "net.", true, &nmiss, &nunexp));
     assert_int_equal(nmiss, 0);
     assert_int_equal(nunexp, 0);
-    assert_same_state(a, b);
+    tu_assert_same_state(a, b, true);
     duet_st_destroy(st);
     duet_module_destroy(a);
     duet_module_destroy(b);
-    unlink(path);
 }
 
 static void test_load_strict_and_non_strict(void **state) {
-    (void)state;
-    char path[256];
-    tmp_path(path, sizeof path, "strict");
+    tu_tmpdir *fx = *state;
+    char path[512];
+    tu_path(path, sizeof path, fx->dir, "strict.safetensors");
     duet_rng r1 = duet_rng_make(20, 0), r2 = duet_rng_make(21, 0);
     /* The file lacks head.weight and has an extra "extra.w"; another prefix
      * ("other.") must be ignored entirely. */
@@ -378,13 +357,12 @@ static void test_load_strict_and_non_strict(void **state) {
     duet_st_destroy(st);
     duet_module_destroy(a);
     duet_module_destroy(b);
-    unlink(path);
 }
 
 static void test_load_shape_mismatch(void **state) {
-    (void)state;
-    char path[256];
-    tmp_path(path, sizeof path, "shape");
+    tu_tmpdir *fx = *state;
+    char path[512];
+    tu_path(path, sizeof path, fx->dir, "shape.safetensors");
     duet_rng rng = duet_rng_make(30, 0);
     duet_module *a = NULL, *b = NULL;
     TU_OK(duet_conv2d_module_create(&a, 2, 3, 3, 1, 1, true, &rng));
@@ -403,7 +381,6 @@ static void test_load_shape_mismatch(void **state) {
     duet_st_destroy(st);
     duet_module_destroy(a);
     duet_module_destroy(b);
-    unlink(path);
 }
 
 /* ---- layers and init ----------------------------------------------------------- */
@@ -693,9 +670,9 @@ int main(void) {
         cmocka_unit_test(test_registration_errors),
         cmocka_unit_test(test_transparent_naming),
         cmocka_unit_test(test_replace_child),
-        cmocka_unit_test(test_state_round_trip),
-        cmocka_unit_test(test_load_strict_and_non_strict),
-        cmocka_unit_test(test_load_shape_mismatch),
+        TU_TMPDIR_TEST(test_state_round_trip),
+        TU_TMPDIR_TEST(test_load_strict_and_non_strict),
+        TU_TMPDIR_TEST(test_load_shape_mismatch),
         cmocka_unit_test(test_pytorch_default_init),
         cmocka_unit_test(test_default_init_weights),
         cmocka_unit_test(test_sequential_forward),

@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 /* One parameter "p" of n values with a gradient of n values. */
 typedef struct one_param {
@@ -121,7 +120,7 @@ static void test_adam_varying_gradients(void **state) {
 }
 
 static void test_skipped_parameters(void **state) {
-    (void)state;
+    tu_tmpdir *fx = *state;
     duet_tensor *a = NULL, *b = NULL, *c = NULL;
     TU_OK(duet_tensor_from_data(&a, 1, (int64_t[]){2}, (float[]){1.0f, 1.0f}));
     TU_OK(duet_tensor_from_data(&b, 1, (int64_t[]){2}, (float[]){1.0f, 1.0f}));
@@ -146,8 +145,8 @@ static void test_skipped_parameters(void **state) {
     assert_true(fabsf(b->data[0] - 1.001f) < 1e-6f);
     assert_true(fabsf(a->data[0] - 0.998f) < 1e-6f);
 
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/duet_test_optim_%d_skip.safetensors", (int)getpid());
+    char path[512];
+    tu_path(path, sizeof path, fx->dir, "skip.safetensors");
     duet_st_writer *w = NULL;
     TU_OK(duet_st_writer_create(&w));
     TU_OK(duet_optimizer_save_state(opt, w, "opt."));
@@ -171,7 +170,6 @@ static void test_skipped_parameters(void **state) {
     assert_true(duet_st_has(st, "opt.a.exp_avg"));
     assert_true(duet_st_has(st, "opt.c.exp_avg_sq"));
     duet_st_destroy(st);
-    unlink(path);
     duet_optimizer_destroy(opt);
     duet_tensor_release(a);
     duet_tensor_release(b);
@@ -241,7 +239,7 @@ static void run_steps(duet_optimizer *opt, duet_tensor *const *ps, int np, duet_
     }
 }
 
-static void check_resume(bool adam) {
+static void check_resume(bool adam, const char *dir) {
     duet_rng init = duet_rng_make(8, 0);
     duet_tensor *pa[2], *pb[2];
     pa[0] = tu_randn(&init, 2, (int64_t[]){3, 4}, 1.0f);
@@ -263,8 +261,8 @@ static void check_resume(bool adam) {
     assert_true(pa[0]->data[0] != first);
     duet_optimizer_set_lr(a, 3e-4f);
 
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/duet_test_optim_%d_resume.safetensors", (int)getpid());
+    char path[512];
+    tu_path(path, sizeof path, dir, "resume.safetensors");
     duet_st_writer *w = NULL;
     TU_OK(duet_st_writer_create(&w));
     TU_OK(duet_optimizer_save_state(a, w, "optimizers.generator."));
@@ -307,7 +305,6 @@ static void check_resume(bool adam) {
         duet_tensor_release(wrong);
     }
     duet_st_destroy(st);
-    unlink(path);
     duet_optimizer_destroy(a);
     duet_optimizer_destroy(b);
     for (int i = 0; i < 2; i++) {
@@ -317,13 +314,13 @@ static void check_resume(bool adam) {
 }
 
 static void test_adam_resume_bit_identical(void **state) {
-    (void)state;
-    check_resume(true);
+    tu_tmpdir *fx = *state;
+    check_resume(true, fx->dir);
 }
 
 static void test_sgd_resume_bit_identical(void **state) {
-    (void)state;
-    check_resume(false);
+    tu_tmpdir *fx = *state;
+    check_resume(false, fx->dir);
 }
 
 static void test_zero_grad(void **state) {
@@ -404,10 +401,10 @@ int main(void) {
         cmocka_unit_test(test_adam_constant_gradient),
         cmocka_unit_test(test_adam_eps_and_weight_decay),
         cmocka_unit_test(test_adam_varying_gradients),
-        cmocka_unit_test(test_skipped_parameters),
+        TU_TMPDIR_TEST(test_skipped_parameters),
         cmocka_unit_test(test_sgd_variants),
-        cmocka_unit_test(test_adam_resume_bit_identical),
-        cmocka_unit_test(test_sgd_resume_bit_identical),
+        TU_TMPDIR_TEST(test_adam_resume_bit_identical),
+        TU_TMPDIR_TEST(test_sgd_resume_bit_identical),
         cmocka_unit_test(test_zero_grad),
         cmocka_unit_test(test_schedule_fixed_and_step),
         cmocka_unit_test(test_schedule_cosine_restart),
