@@ -105,6 +105,10 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
                     if (s == 1) {
                         if (hi > lo)
                             memcpy(dst + lo, src + lo + off, (size_t)(hi - lo) * sizeof(float));
+                    } else if (s == 2) {
+                        /* The discriminator's stride: a constant stride lets
+                         * the compiler vectorise the gather with shuffles. */
+                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[2 * ow + off];
                     } else {
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * s + off];
                     }
@@ -135,6 +139,8 @@ static void col2im(float *dx, const float *col, int64_t ld, const conv_geom *g) 
                         /* Unit stride: a plain vectorisable add of rows. */
                         float *d1 = dst + off;
                         for (int64_t ow = lo; ow < hi; ow++) d1[ow] += src[ow];
+                    } else if (s == 2) {
+                        for (int64_t ow = lo; ow < hi; ow++) dst[2 * ow + off] += src[ow];
                     } else {
                         for (int64_t ow = lo; ow < hi; ow++) dst[ow * s + off] += src[ow];
                     }
