@@ -3,7 +3,10 @@
 # on MMEditing's SRGAN networks, one thread each, in the same invocation.
 #
 #   bench/compare_networks.sh [-b BUILD_DIR] [-c tiny|full|all] [-r ROUNDS]
-#                             [-n REPS] [-B BATCH] [-o CASE]
+#                             [-n REPS] [-B BATCH] [-o CASE] [-p BASE_BUILD_DIR]
+#
+# -p also runs BASE_BUILD_DIR/bench_networks (an older duet) in every round
+# and adds its time and ratio to torch: a before/after table from one run.
 #
 # Each round runs duet then torch on one config (each program takes the
 # median over its repetitions); the table gives, per case, the median over
@@ -21,8 +24,9 @@ rounds=3
 reps=0
 batch=0
 only=""
+base=""
 python=${DUET_PYTHON:-/usr/bin/python3}
-while getopts "b:c:r:n:B:o:h" opt; do
+while getopts "b:c:r:n:B:o:p:h" opt; do
     case $opt in
     b) build=$OPTARG ;;
     c) which_cfg=$OPTARG ;;
@@ -30,7 +34,8 @@ while getopts "b:c:r:n:B:o:h" opt; do
     n) reps=$OPTARG ;;
     B) batch=$OPTARG ;;
     o) only=$OPTARG ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    p) base=$OPTARG ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
     esac
 done
 exe="$build/bench_networks"
@@ -58,6 +63,10 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for cfg in $cfgs; do
     for ((r = 0; r < rounds; r++)); do
+        if [[ -n $base ]]; then
+            "$base/bench_networks" --config "$cfg" "${args[@]}" |
+                sed "s/^{/{\"round\": $r, /; s/\"framework\": \"duet\"/\"framework\": \"base\"/" >>"$out"
+        fi
         "$exe" --config "$cfg" "${args[@]}" | sed "s/^{/{\"round\": $r, /" >>"$out"
         "$python" "$here/networks_torch.py" --config "$cfg" "${args[@]}" |
             sed "s/^{/{\"round\": $r, /" >>"$out"
@@ -81,10 +90,12 @@ for r in rows:
     if key not in order:
         order.append(key)
     by[key + (r["round"],)][r["framework"]] = r
+has_base = any(r["framework"] == "base" for r in rows)
 print(f"{'config':<6} {'case':<11} {'batch':>5} | {'duet cpu':>9} {'torch cpu':>9} {'ratio':>6} |"
-      f" {'duet wall':>9} {'torch wall':>10} {'ratio':>6} | rounds")
+      f" {'duet wall':>9} {'torch wall':>10} {'ratio':>6} |"
+      + (f" {'base cpu':>9} {'ratio':>6} |" if has_base else "") + " rounds")
 for cfg, case in order:
-    rs = [v for k, v in by.items() if k[:2] == (cfg, case) and len(v) == 2]
+    rs = [v for k, v in by.items() if k[:2] == (cfg, case) and "duet" in v and "torch" in v]
     if not rs:
         continue
     dc = median([v["duet"]["cpu_ms"] for v in rs])
@@ -93,7 +104,14 @@ for cfg, case in order:
     tw = median([v["torch"]["wall_ms"] for v in rs])
     rc = median([v["duet"]["cpu_ms"] / v["torch"]["cpu_ms"] for v in rs])
     rw = median([v["duet"]["wall_ms"] / v["torch"]["wall_ms"] for v in rs])
+    extra = ""
+    if has_base:
+        bs = [v for v in rs if "base" in v]
+        bc = median([v["base"]["cpu_ms"] for v in bs])
+        rb = median([v["base"]["cpu_ms"] / v["torch"]["cpu_ms"] for v in bs])
+        extra = f" {bc:>9.1f} {rb:>6.2f} |"
     print(f"{cfg:<6} {case:<11} {rs[0]['duet']['batch']:>5} | {dc:>9.1f} {tc:>9.1f} {rc:>6.2f} |"
-          f" {dw:>9.1f} {tw:>10.1f} {rw:>6.2f} | {len(rs)}")
-print("times in ms (medians); ratio = duet / torch, median of the per-round ratios; < 1: duet faster")
+          f" {dw:>9.1f} {tw:>10.1f} {rw:>6.2f} |{extra} {len(rs)}")
+print("times in ms (medians); ratio = duet / torch, median of the per-round ratios; < 1: duet faster"
+      + ("; base = the -p build, its ratio to the same round's torch" if has_base else ""))
 EOF
