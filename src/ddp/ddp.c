@@ -296,9 +296,9 @@ static int finalize(ddp_state *d) {
     double t0 = duet_time_now();
     /* Agree on what happened before waiting, on the control channel (it does
      * not order against the buckets' reductions): how many buckets each rank
-     * started and how many parameters were ready, and whether a rank failed. */
-    /* As floats, to travel on the ring (cheaper than MPI_Iallreduce): counts
-     * of buckets and parameters stay far below 2^24, exact in float32. */
+     * started and how many parameters were ready, and whether a rank failed.
+     * As floats, to travel on duet's allreduce (one message on 2 ranks):
+     * counts of buckets and parameters stay below 2^24, exact in float32. */
     float v[5] = {(float)d->next_launch, -(float)d->next_launch, (float)d->nready,
                   -(float)d->nready, d->pass_error != 0 ? 1.0f : 0.0f};
     duet_comm_request *agree = NULL;
