@@ -19,6 +19,7 @@
 #define DUET_TRAIN_H
 
 #include "duet/nn.h"
+#include "duet/wrapper.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -264,6 +265,42 @@ int duet_runner_train(const duet_runner_opts *opts);
 int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
 /* Upscales opts->images into opts->out_dir/<name>.png. */
 int duet_runner_infer(const duet_runner_opts *opts);
+
+/* ---- registry: building parts, models, wrappers and optimizers from a
+ * config by type name (src/train/registry.c) ----------------------------
+ * Each builder reads the group at `path` (its `type` and the options it
+ * knows, each marked used, so duet_config_check_unused catches typos) and
+ * fails with DUET_ECONFIG naming the path and the known type names when the
+ * type is unknown. Option names and defaults are MMEditing's. */
+
+/* Networks and losses: MSRResNet, ModifiedVGG, L1Loss, MSELoss, GANLoss,
+ * PerceptualLoss. MMEditing's layer_weights = {'34': 1.0} is written
+ * `layer_ids = [34]; layer_weights = [1.0];` or `layer_weights = { conv34 =
+ * 1.0; };` (libconfig names cannot be numbers: the index is the trailing
+ * digits); vgg_type vgg11, vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128]
+ * for a custom stack with 0 for a max pool; pretrained = a safetensors path
+ * (torchvision's VGG state dict, keys features.<i>.weight) or "". */
+int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out);
+/* Models: SRGAN, BasicRestorer (parts as groups, train_cfg {disc_steps,
+ * disc_init_steps}, test_cfg {metrics, crop_border, convert_to}). */
+int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out);
+/* Wrappers: DistributedDataParallelWrapper, DistributedDataParallel (keys
+ * broadcast_buffers, find_unused_parameters, bucket_cap_mb, comm_hook
+ * "allreduce" | "fp16" | "bf16", sync_bn, device_ids ["cpu"], dim).
+ * Takes ownership of model, also on failure. */
+int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, duet_comm *comm,
+                       duet_wrapper **out);
+/* One optimizer per member of the group at `path`, keyed by the member's
+ * name, which is a part of the model: {generator = {type = "Adam"; lr =
+ * 1e-4; betas = [0.9, 0.999]; eps; weight_decay;}; ...}; types Adam, SGD
+ * (lr, momentum, dampening, weight_decay, nesterov). */
+int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
+                          duet_optimizer_set **out);
+
+/* The type names each builder knows, NULL-terminated (static). */
+const char *const *duet_registry_module_types(void);
+const char *const *duet_registry_model_types(void);
+const char *const *duet_registry_wrapper_types(void);
 
 #ifdef __cplusplus
 }

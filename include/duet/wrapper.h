@@ -1,6 +1,6 @@
-/* duet/wrapper.h — MMEditing's DistributedDataParallelWrapper, and the
+/* duet/wrapper.h — MMEditing's DistributedDataParallelWrapper. (The
  * registry that builds models, networks, losses, optimizers and wrappers
- * from a config by type name.
+ * from a config by type name is in duet/train.h, with the config.)
  *
  * The wrapper walks the model's top-level children (its parts) once: a part
  * with no parameters, or with every parameter frozen (a perceptual loss's
@@ -40,8 +40,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct duet_config duet_config; /* duet/train.h */
 
 typedef enum duet_wrapper_kind {
     /* One DDP per trainable part (MMEditing's DistributedDataParallelWrapper). */
@@ -101,41 +99,6 @@ int duet_wrapper_val_step(duet_wrapper *w, const duet_batch *batch, duet_val_out
 /* Bit-identity of every wrapped part across ranks (duet_ddp_check_replicas
  * per DDP). Collective. */
 int duet_wrapper_check_replicas(duet_wrapper *w);
-
-/* ---- registry: build by type name from a config (duet/train.h) -------------
- * Each builder reads the group at `path` (its `type` and the options it
- * knows, each marked used, so duet_config_check_unused catches typos) and
- * fails with DUET_ECONFIG naming the path and the known type names when the
- * type is unknown. Option names and defaults are MMEditing's. */
-
-/* Networks and losses: MSRResNet, ModifiedVGG, L1Loss, MSELoss, GANLoss,
- * PerceptualLoss. MMEditing's layer_weights = {'34': 1.0} is written
- * `layer_ids = [34]; layer_weights = [1.0];` or `layer_weights = { conv34 =
- * 1.0; };` (libconfig names cannot be numbers: the index is the trailing
- * digits); vgg_type vgg11, vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128]
- * for a custom stack with 0 for a max pool; pretrained = a safetensors path
- * (torchvision's VGG state dict, keys features.<i>.weight) or "". */
-int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out);
-/* Models: SRGAN, BasicRestorer (parts as groups, train_cfg {disc_steps,
- * disc_init_steps}, test_cfg {metrics, crop_border, convert_to}). */
-int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out);
-/* Wrappers: DistributedDataParallelWrapper, DistributedDataParallel (keys
- * broadcast_buffers, find_unused_parameters, bucket_cap_mb, comm_hook
- * "allreduce" | "fp16" | "bf16", sync_bn, device_ids ["cpu"], dim).
- * Takes ownership of model, also on failure. */
-int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, duet_comm *comm,
-                       duet_wrapper **out);
-/* One optimizer per member of the group at `path`, keyed by the member's
- * name, which is a part of the model: {generator = {type = "Adam"; lr =
- * 1e-4; betas = [0.9, 0.999]; eps; weight_decay;}; ...}; types Adam, SGD
- * (lr, momentum, dampening, weight_decay, nesterov). */
-int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
-                          duet_optimizer_set **out);
-
-/* The type names each builder knows, NULL-terminated (static). */
-const char *const *duet_registry_module_types(void);
-const char *const *duet_registry_model_types(void);
-const char *const *duet_registry_wrapper_types(void);
 
 #ifdef __cplusplus
 }

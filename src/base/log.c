@@ -1,15 +1,19 @@
 /* Rank-aware logging to stderr (errors, warnings) and stdout (info, debug). */
 #include "duet/base.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 
-/* Process-wide logger settings, written once at start-up by the runner. */
-static int log_level = -1;
-static int log_rank = 0;
-static bool log_all_ranks = false;
+/* Process-wide logger settings, set at start-up by the runner and read by
+ * every thread (the data loader's prefetch thread logs too), hence atomic. */
+static atomic_int log_level = -1;
+static atomic_int log_rank = 0;
+static atomic_bool log_all_ranks = false;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static int level_from_env(void) {
     const char *s = getenv("DUET_LOG");
@@ -21,10 +25,18 @@ static int level_from_env(void) {
     return DUET_LOG_INFO;
 }
 
-void duet_log_set_level(int level) { log_level = level; }
+static void read_env_level(void) {
+    int unset = -1;
+    atomic_compare_exchange_strong(&log_level, &unset, level_from_env());
+}
+
+void duet_log_set_level(int level) {
+    pthread_once(&env_once, read_env_level);
+    log_level = level;
+}
 
 int duet_log_get_level(void) {
-    if (log_level < 0) log_level = level_from_env();
+    pthread_once(&env_once, read_env_level);
     return log_level;
 }
 
@@ -35,7 +47,9 @@ void duet_log_set_rank(int rank, bool all_ranks) {
 
 void duet_log(int level, const char *fmt, ...) {
     if (level < duet_log_get_level()) return;
-    if (level < DUET_LOG_ERROR && log_rank != 0 && !log_all_ranks) return;
+    int rank = log_rank;
+    bool all_ranks = log_all_ranks;
+    if (level < DUET_LOG_ERROR && rank != 0 && !all_ranks) return;
     static const char *names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
     FILE *f = level >= DUET_LOG_WARN ? stderr : stdout;
     char stamp[32];
@@ -48,8 +62,8 @@ void duet_log(int level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (log_all_ranks || level >= DUET_LOG_ERROR)
-        fprintf(f, "%s - duet - %s - [rank %d] %s\n", stamp, names[level], log_rank, msg);
+    if (all_ranks || level >= DUET_LOG_ERROR)
+        fprintf(f, "%s - duet - %s - [rank %d] %s\n", stamp, names[level], rank, msg);
     else
         fprintf(f, "%s - duet - %s - %s\n", stamp, names[level], msg);
     fflush(f);

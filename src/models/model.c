@@ -146,7 +146,9 @@ void duet_batch_clear(duet_batch *b) {
 
 /* ---- log values ------------------------------------------------------------ */
 
-void duet_log_vars_clear(duet_log_vars *lv) { lv->count = 0; }
+void duet_log_vars_clear(duet_log_vars *lv) {
+    if (lv != NULL) lv->count = 0;
+}
 
 int duet_log_vars_set(duet_log_vars *lv, const char *name, double value) {
     for (int i = 0; i < lv->count; i++) {

@@ -2,12 +2,10 @@
  * from config groups by their `type`, reading MMEditing's option names.
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
-#include "duet/wrapper.h"
+#include "duet/train.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "duet/train.h"
 
 static const char *const module_types[] = {"MSRResNet", "ModifiedVGG", "L1Loss", "MSELoss",
                                            "GANLoss", "PerceptualLoss", NULL};
