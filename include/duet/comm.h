@@ -26,6 +26,8 @@
  *
  *   duet_comm_destroy(comm);
  *   duet_comm_finalize();                              // only if duet initialised MPI
+ *
+ * (tests/unit/test_comm_single.c runs this example.)
  */
 #ifndef DUET_COMM_H
 #define DUET_COMM_H

@@ -48,11 +48,14 @@
  *   DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
  *   DUET_TRY(duet_backward(loss));                 // gradients averaged
  *   DUET_TRY(duet_optimizer_step(opt));
- *   duet_module_destroy(ddp);                      // destroys net too
  *
  *   bool prev = duet_ddp_set_no_sync(ddp, true);   // accumulate locally
  *   ... forward + backward ...
  *   duet_ddp_set_no_sync(ddp, prev);               // next backward reduces the sum
+ *
+ *   duet_module_destroy(ddp);                      // destroys net too
+ *
+ * (tests/mpi/test_ddp.c runs this example.)
  */
 #ifndef DUET_DDP_H
 #define DUET_DDP_H
