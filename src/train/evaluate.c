@@ -82,36 +82,35 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     return rc;
 }
 
-/* Rows 0..n-1 of the grid to rank 0: row i was made by rank i % world.
- * Point-to-point over the comm's MPI communicator (rank 0 receives in
- * order; the others send theirs). */
+/* Rows 0..n-1 of the grid to rank 0: row i was made by rank i % world and
+ * is broadcast from there (a handful of small images, so collectives over
+ * the comm are simpler than point-to-point and cost nothing that shows). */
 static int gather_rows(duet__run *r, duet_image **rows, int64_t n) {
-    MPI_Comm mc = duet_comm_mpi(r->comm);
     for (int64_t i = 0; i < n; i++) {
         int owner = (int)(i % r->world);
-        if (owner == 0 || (r->rank != 0 && r->rank != owner)) continue;
+        if (owner == 0) continue;
         int64_t hw[2] = {0, 0};
-        int err = MPI_SUCCESS;
         if (r->rank == owner) {
             hw[0] = rows[i]->height;
             hw[1] = rows[i]->width;
-            err = MPI_Send(hw, 2, MPI_INT64_T, 0, 0, mc);
-            if (err == MPI_SUCCESS)
-                err = MPI_Send(rows[i]->data, (int)(hw[0] * hw[1] * 3), MPI_BYTE, 0, 1, mc);
-        } else {
-            err = MPI_Recv(hw, 2, MPI_INT64_T, owner, 0, mc, MPI_STATUS_IGNORE);
-            if (err == MPI_SUCCESS) DUET_TRY(duet_image_create(&rows[i], hw[0], hw[1], 3));
-            if (err == MPI_SUCCESS)
-                err = MPI_Recv(rows[i]->data, (int)(hw[0] * hw[1] * 3), MPI_BYTE, owner, 1, mc,
-                               MPI_STATUS_IGNORE);
         }
-        if (err != MPI_SUCCESS) {
-            char msg[MPI_MAX_ERROR_STRING];
-            int len = 0;
-            MPI_Error_string(err, msg, &len);
-            return duet__error(DUET_EMPI, "evaluation grid: passing row %lld to rank 0: %s",
-                               (long long)i, msg);
+        DUET_TRY(duet_comm_bcast(r->comm, hw, 2, DUET_DTYPE_I64, owner));
+        /* Every rank takes part; only rank 0 keeps what it received. */
+        duet_image *img = rows[i];
+        duet_image *scratch = NULL;
+        if (r->rank != owner) {
+            DUET_TRY(duet_image_create(&scratch, hw[0], hw[1], 3));
+            img = scratch;
         }
+        int rc = duet_comm_bcast(r->comm, img->data, (size_t)(hw[0] * hw[1] * 3), DUET_DTYPE_U8,
+                                 owner);
+        if (rc != DUET_OK) {
+            duet_image_destroy(scratch);
+            return duet__error_context(rc, "evaluation picture: row %lld from rank %d",
+                                       (long long)i, owner);
+        }
+        if (r->rank == 0) rows[i] = scratch;
+        else duet_image_destroy(scratch);
     }
     return DUET_OK;
 }
