@@ -5,8 +5,10 @@
  * have few output pixels (P = 16 at 4x4) and a large weight; a GEMM per
  * sample would repack the whole weight for 16 columns, and the weight
  * gradient's GEMM would read and write all of dW for an inner dimension of
- * 16. Chunks stop growing at about CONV_COLS_TARGET columns, where the GEMM
- * is already efficient, and at CONV_COL_MAX_FLOATS of columns.
+ * 16. Chunks stop growing at about CONV_COLS_TARGET columns, and at
+ * CONV_COL_MAX_FLOATS of columns: from about 256 columns on, one sample per
+ * GEMM is as fast, and larger chunks only push the columns out of L2
+ * (measured with bench_networks, tiny and full, targets 1 to 2048).
  *
  * The columns live in per-thread scratch and are rebuilt in backward rather
  * than kept, which costs one im2col per sample but no N*K*P floats of saved
@@ -17,7 +19,7 @@
 #include <limits.h>
 #include <string.h>
 
-#define CONV_COLS_TARGET 2048
+#define CONV_COLS_TARGET 256
 #define CONV_COL_MAX_FLOATS ((int64_t)4 << 20)
 
 typedef struct conv_geom {

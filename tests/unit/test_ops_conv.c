@@ -84,10 +84,10 @@ static const cfg configs[] = {
     {3, 2, 5, 9, 2, 3, 5, 1, 2, false},   /* non-square kernel, padding 2 */
     {2, 2, 4, 4, 3, 4, 4, 3, 1, true},    /* stride 3 leaves input unread */
     {1, 3, 3, 3, 2, 3, 3, 1, 1, true},    /* output as small as the input */
-    /* The conv runs samples in chunks that share one GEMM (about 2048
+    /* The conv runs samples in chunks that share one GEMM (about 256
      * output pixels per chunk): a chunk of two and a last chunk of one,
      * one sample per chunk, and 1x1 convs in one chunk. */
-    {3, 2, 32, 32, 3, 3, 3, 1, 1, true},
+    {3, 2, 12, 12, 3, 3, 3, 1, 1, true},
     {2, 2, 48, 48, 3, 3, 3, 1, 1, false},
     {3, 4, 6, 6, 5, 1, 1, 1, 0, false},
     {3, 3, 64, 64, 2, 4, 4, 2, 1, true},
