@@ -1,6 +1,7 @@
 /* duet — the command line: `duet train | test | infer`. Nothing here but
  * argument parsing; the work is duet_runner_train / _test / _infer
  * (duet/train.h), which also print the results and their errors. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +106,8 @@ static bool ends_with(const char *s, const char *suffix) {
  * pos (room for argc) and --set values into sets (room for argc). Returns -1
  * to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, const char *usage, unsigned allowed,
-                 duet_runner_opts *o, const char **pos, int *npos, const char **sets) {
+                 duet_runner_opts *o, const char **pos, int *npos, const char **sets,
+                 bool *json) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -129,7 +131,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if ((o->out_dir = option_value(argc, argv, &i, "--out")) == NULL)
                 return usage_error(usage, "--out needs a folder", "");
         } else if ((allowed & OPT_JSON) && strcmp(a, "--json") == 0) {
-            o->json = true;
+            *json = true;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage_error(usage, "unknown option ", a);
         } else {
@@ -138,6 +140,23 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
     }
     o->sets = sets;
     return -1;
+}
+
+/* `duet test`'s answer: one JSON object, or a table next to bicubic. */
+static void print_test_result(const duet_runner_opts *o, const duet_test_result *r, bool json) {
+    if (json) {
+        printf("{\"PSNR\": %.4f, \"SSIM\": %.4f, \"PSNR_bicubic\": %.4f, "
+               "\"SSIM_bicubic\": %.4f, \"images\": %" PRId64 "}\n",
+               r->psnr, r->ssim, r->psnr_bicubic, r->ssim_bicubic, r->images);
+    } else {
+        printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
+               o->checkpoint, r->images, r->crop_border);
+        printf("            PSNR      SSIM\n");
+        printf("  model    %7.3f   %.4f\n", r->psnr, r->ssim);
+        printf("  bicubic  %7.3f   %.4f\n", r->psnr_bicubic, r->ssim_bicubic);
+        if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
+    }
+    fflush(stdout);
 }
 
 /* The runner has printed its error already (once per job). */
@@ -151,12 +170,14 @@ static int run(const char *cmd, int argc, char **argv) {
     const char **pos = calloc((size_t)argc + 1, sizeof *pos);
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int npos = 0, rc = EXIT_FAILURE;
+    bool json = false;
     if (pos == NULL || sets == NULL) {
         fprintf(stderr, "duet: out of memory\n");
         goto done;
     }
     if (strcmp(cmd, "train") == 0) {
-        rc = parse(argc, argv, train_usage, OPT_WORK_DIR | OPT_RESUME, &o, pos, &npos, sets);
+        rc = parse(argc, argv, train_usage, OPT_WORK_DIR | OPT_RESUME, &o, pos, &npos, sets,
+                   &json);
         if (rc >= 0) goto done;
         if (npos != 1) {
             rc = usage_error(train_usage, npos ? "train takes one CONFIG" : "missing CONFIG",
@@ -166,7 +187,7 @@ static int run(const char *cmd, int argc, char **argv) {
         o.config = pos[0];
         rc = finish(duet_runner_train(&o));
     } else if (strcmp(cmd, "test") == 0) {
-        rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets);
+        rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets, &json);
         if (rc >= 0) goto done;
         if (npos != 2) {
             rc = usage_error(test_usage, "test takes CONFIG and CKPT", "");
@@ -175,9 +196,11 @@ static int run(const char *cmd, int argc, char **argv) {
         o.config = pos[0];
         o.checkpoint = pos[1];
         duet_test_result res;
-        rc = finish(duet_runner_test(&o, &res));
+        int trc = duet_runner_test(&o, &res);
+        if (trc == DUET_OK && res.rank == 0) print_test_result(&o, &res, json);
+        rc = finish(trc);
     } else if (strcmp(cmd, "infer") == 0) {
-        rc = parse(argc, argv, infer_usage, OPT_OUT, &o, pos, &npos, sets);
+        rc = parse(argc, argv, infer_usage, OPT_OUT, &o, pos, &npos, sets, &json);
         if (rc >= 0) goto done;
         if (npos < 3) {
             rc = usage_error(infer_usage, "infer takes CONFIG, CKPT and at least one IMAGE", "");

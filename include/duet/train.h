@@ -241,7 +241,6 @@ typedef struct duet_runner_opts {
     const char *resume_from;        /* train: checkpoint; NULL = WORK_DIR/latest.safetensors */
     const char *checkpoint;         /* test, infer: weights to use (required) */
     const char *out_dir;            /* test: optional, infer: required; created */
-    bool json;                      /* test: print one JSON object, not a table */
     const char *const *images;      /* infer: nimages PNG/JPEG files */
     size_t nimages;
     bool quiet;                     /* print nothing on stdout (tests) */
@@ -252,6 +251,8 @@ duet_runner_opts duet_runner_opts_default(void);
  * counted once over all ranks). */
 typedef struct duet_test_result {
     int64_t images;
+    int crop_border;                   /* pixels ignored at each edge */
+    int rank;                          /* this process's rank (print on 0) */
     double psnr, ssim;                 /* the model */
     double psnr_bicubic, ssim_bicubic; /* MATLAB bicubic upscaling of the inputs */
 } duet_test_result;
@@ -259,9 +260,9 @@ typedef struct duet_test_result {
 /* Trains the config's model for total_iters iterations with its hooks (LR
  * schedule, logging, evaluation, checkpoints); see docs/pipeline.md. */
 int duet_runner_train(const duet_runner_opts *opts);
-/* Evaluates opts->checkpoint on data.val next to bicubic; rank 0 prints a
- * table or (opts->json) one JSON object; *result is the same on every rank
- * (may be NULL). */
+/* Evaluates opts->checkpoint on data.val next to bicubic. Prints nothing:
+ * *result holds the means, the same on every rank (result->rank says which
+ * rank this is, so that a caller prints once). */
 int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
 /* Upscales opts->images into opts->out_dir/<name>.png. */
 int duet_runner_infer(const duet_runner_opts *opts);

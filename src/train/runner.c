@@ -473,25 +473,12 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
         int erc = duet__run_evaluate(&r, NULL, o->out_dir, true, &res);
         if (erc != DUET_OK) rc = fail_loop(&r, erc);
     }
-    if (rc == DUET_OK && r.rank == 0 && !o->quiet) {
-        if (o->json) {
-            printf("{\"PSNR\": %.4f, \"SSIM\": %.4f, \"PSNR_bicubic\": %.4f, "
-                   "\"SSIM_bicubic\": %.4f, \"images\": %" PRId64 "}\n",
-                   res.psnr, res.ssim, res.psnr_bicubic, res.ssim_bicubic, res.images);
-        } else {
-            printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
-                   o->checkpoint, res.images, r.test_cfg.crop_border);
-            printf("            PSNR      SSIM\n");
-            printf("  model    %7.3f   %.4f\n", res.psnr, res.ssim);
-            printf("  bicubic  %7.3f   %.4f\n", res.psnr_bicubic, res.ssim_bicubic);
-            if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
-        }
-        fflush(stdout);
-    }
     if (result != NULL) {
         memset(result, 0, sizeof *result);
         if (rc == DUET_OK) {
             result->images = res.images;
+            result->crop_border = r.test_cfg.crop_border;
+            result->rank = r.rank;
             result->psnr = res.psnr;
             result->ssim = res.ssim;
             result->psnr_bicubic = res.psnr_bicubic;
@@ -544,11 +531,9 @@ int duet_runner_infer(const duet_runner_opts *o) {
          i += (size_t)r.world)
         irc = infer_one(&r, o->images[i], o->out_dir);
     if (rc == DUET_OK) rc = agree(&r, irc);
-    if (rc == DUET_OK && r.rank == 0 && !o->quiet) {
-        printf("duet infer: %zu image%s upscaled into %s/\n", o->nimages,
-               o->nimages == 1 ? "" : "s", o->out_dir);
-        fflush(stdout);
-    }
+    if (rc == DUET_OK && !o->quiet)
+        duet_log(DUET_LOG_INFO, "infer: %zu image%s upscaled into %s/", o->nimages,
+                 o->nimages == 1 ? "" : "s", o->out_dir);
     close_run(&r);
     return rc;
 }
