@@ -25,8 +25,11 @@ import sys
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+# The shared MMEditing modules (tests/ref/mmedit_torch.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+from mmedit_torch import ModifiedVGG, MSRResNet  # noqa: E402
 
 # The sizes of configs/srgan_x4_tiny.cfg and configs/srgan_x4c64b16_div2k.cfg
 # (and of bench/train_torch.py): lq is the generator's input side, the
@@ -36,85 +39,6 @@ CONFIGS = {
     "full": dict(mid=64, blocks=16, dmid=64, lq=32, batch=16),
 }
 CASES = ["g_fwd", "g_fwdbwd", "d_fwdbwd", "d_fwdbwd_x"]
-
-
-class ResidualBlockNoBN(nn.Module):
-    def __init__(self, mid):
-        super().__init__()
-        self.conv1 = nn.Conv2d(mid, mid, 3, 1, 1)
-        self.conv2 = nn.Conv2d(mid, mid, 3, 1, 1)
-        self.relu = nn.ReLU(inplace=True)
-        self.res_scale = 1.0
-
-    def forward(self, x):
-        identity = x
-        out = self.conv2(self.relu(self.conv1(x)))
-        return identity + out * self.res_scale
-
-
-class PixelShufflePack(nn.Module):
-    def __init__(self, cin, cout, scale):
-        super().__init__()
-        self.scale = scale
-        self.upsample_conv = nn.Conv2d(cin, cout * scale * scale, 3, 1, 1)
-
-    def forward(self, x):
-        return F.pixel_shuffle(self.upsample_conv(x), self.scale)
-
-
-class MSRResNet(nn.Module):
-    """mmedit/models/backbones/sr_backbones/sr_resnet.py, x4."""
-
-    def __init__(self, mid, blocks):
-        super().__init__()
-        self.conv_first = nn.Conv2d(3, mid, 3, 1, 1)
-        self.trunk_net = nn.Sequential(*[ResidualBlockNoBN(mid) for _ in range(blocks)])
-        self.upsample1 = PixelShufflePack(mid, mid, 2)
-        self.upsample2 = PixelShufflePack(mid, mid, 2)
-        self.conv_hr = nn.Conv2d(mid, mid, 3, 1, 1)
-        self.conv_last = nn.Conv2d(mid, 3, 3, 1, 1)
-        self.img_upsampler = nn.Upsample(scale_factor=4, mode="bilinear", align_corners=False)
-        self.lrelu = nn.LeakyReLU(negative_slope=0.1, inplace=True)
-
-    def forward(self, x):
-        feat = self.lrelu(self.conv_first(x))
-        out = self.trunk_net(feat)
-        out = self.upsample1(out)
-        out = self.upsample2(out)
-        out = self.conv_last(self.lrelu(self.conv_hr(out)))
-        upsampled_img = self.img_upsampler(x)
-        out += upsampled_img
-        return out
-
-
-class ModifiedVGG(nn.Module):
-    """mmedit/models/components/discriminators/modified_vgg.py."""
-
-    def __init__(self, mid, size):
-        super().__init__()
-        chans = [mid, mid * 2, mid * 4, mid * 8, mid * 8]
-        self.conv0_0 = nn.Conv2d(3, mid, 3, 1, 1, bias=True)
-        cin = mid
-        for i, c in enumerate(chans):
-            if i > 0:
-                setattr(self, f"conv{i}_0", nn.Conv2d(cin, c, 3, 1, 1, bias=False))
-                setattr(self, f"bn{i}_0", nn.BatchNorm2d(c, affine=True))
-            setattr(self, f"conv{i}_1", nn.Conv2d(c, c, 4, 2, 1, bias=False))
-            setattr(self, f"bn{i}_1", nn.BatchNorm2d(c, affine=True))
-            cin = c
-        self.linear1 = nn.Linear(mid * 8 * (size // 32) ** 2, 100)
-        self.linear2 = nn.Linear(100, 1)
-        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
-
-    def forward(self, x):
-        feat = self.lrelu(self.conv0_0(x))
-        feat = self.lrelu(self.bn0_1(self.conv0_1(feat)))
-        for i in range(1, 5):
-            feat = self.lrelu(getattr(self, f"bn{i}_0")(getattr(self, f"conv{i}_0")(feat)))
-            feat = self.lrelu(getattr(self, f"bn{i}_1")(getattr(self, f"conv{i}_1")(feat)))
-        feat = feat.view(feat.size(0), -1)
-        feat = self.lrelu(self.linear1(feat))
-        return self.linear2(feat)
 
 
 def median(xs):
@@ -152,8 +76,9 @@ def main():
     reps = args.reps or (20 if args.config == "tiny" else 5)
     gt = 4 * cfg["lq"]
 
-    g = MSRResNet(cfg["mid"], cfg["blocks"]).train()
-    d = ModifiedVGG(cfg["dmid"], gt).train()
+    # PyTorch's default init, MMEditing's in-place activations.
+    g = MSRResNet(3, 3, cfg["mid"], cfg["blocks"], 4, mmedit_init=False).train()
+    d = ModifiedVGG(3, cfg["dmid"], gt).train()
     lq = torch.rand(batch, 3, cfg["lq"], cfg["lq"])
     img = torch.rand(batch, 3, gt, gt)
     real = torch.ones(batch, 1)

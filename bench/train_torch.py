@@ -24,6 +24,10 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
+# The shared MMEditing modules (tests/ref/mmedit_torch.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "ref"))
+from mmedit_torch import ModifiedVGG, MSRResNet, PerceptualVGG  # noqa: E402
+
 # The same sizes as bench/train.c's (and configs/srgan_x4_tiny.cfg /
 # srgan_x4c64b16_div2k.cfg). vgg: torchvision-style cfg (0 = max pool) and
 # the feature layer of the perceptual loss.
@@ -36,101 +40,17 @@ MODELS = {
 }
 
 
-class ResidualBlockNoBN(nn.Module):
-    def __init__(self, mid):
-        super().__init__()
-        self.conv1 = nn.Conv2d(mid, mid, 3, 1, 1)
-        self.conv2 = nn.Conv2d(mid, mid, 3, 1, 1)
-
-    def forward(self, x):
-        return x + self.conv2(F.relu(self.conv1(x)))
-
-
-class PixelShufflePack(nn.Module):
-    def __init__(self, cin, cout, scale):
-        super().__init__()
-        self.scale = scale
-        self.upsample_conv = nn.Conv2d(cin, cout * scale * scale, 3, 1, 1)
-
-    def forward(self, x):
-        return F.pixel_shuffle(self.upsample_conv(x), self.scale)
-
-
-class MSRResNet(nn.Module):
-    def __init__(self, mid, blocks):
-        super().__init__()
-        self.conv_first = nn.Conv2d(3, mid, 3, 1, 1)
-        self.trunk_net = nn.Sequential(*[ResidualBlockNoBN(mid) for _ in range(blocks)])
-        self.upsample1 = PixelShufflePack(mid, mid, 2)
-        self.upsample2 = PixelShufflePack(mid, mid, 2)
-        self.conv_hr = nn.Conv2d(mid, mid, 3, 1, 1)
-        self.conv_last = nn.Conv2d(mid, 3, 3, 1, 1)
-
-    def forward(self, x):
-        lrelu = lambda t: F.leaky_relu(t, 0.1)
-        out = self.trunk_net(lrelu(self.conv_first(x)))
-        out = self.upsample2(self.upsample1(out))
-        out = self.conv_last(lrelu(self.conv_hr(out)))
-        return out + F.interpolate(x, scale_factor=4, mode="bilinear", align_corners=False)
-
-
-class ModifiedVGG(nn.Module):
-    def __init__(self, mid, size):
-        super().__init__()
-        chans = [mid, mid * 2, mid * 4, mid * 8, mid * 8]
-        self.conv0_0 = nn.Conv2d(3, mid, 3, 1, 1)
-        cin = mid
-        for i, c in enumerate(chans):
-            if i > 0:
-                setattr(self, f"conv{i}_0", nn.Conv2d(cin, c, 3, 1, 1, bias=False))
-                setattr(self, f"bn{i}_0", nn.BatchNorm2d(c))
-            setattr(self, f"conv{i}_1", nn.Conv2d(c, c, 4, 2, 1, bias=False))
-            setattr(self, f"bn{i}_1", nn.BatchNorm2d(c))
-            cin = c
-        self.linear1 = nn.Linear(mid * 8 * (size // 32) ** 2, 100)
-        self.linear2 = nn.Linear(100, 1)
-
-    def forward(self, x):
-        lrelu = lambda t: F.leaky_relu(t, 0.2)
-        x = lrelu(self.conv0_0(x))
-        x = lrelu(self.bn0_1(self.conv0_1(x)))
-        for i in range(1, 5):
-            x = lrelu(getattr(self, f"bn{i}_0")(getattr(self, f"conv{i}_0")(x)))
-            x = lrelu(getattr(self, f"bn{i}_1")(getattr(self, f"conv{i}_1")(x)))
-        return self.linear2(lrelu(self.linear1(x.flatten(1))))
-
-
-class PerceptualVGG(nn.Module):
-    """torchvision's VGG features truncated after `layer`, frozen, with
-    ImageNet input normalisation (MMEditing's PerceptualVGG)."""
-
-    def __init__(self, cfg, layer):
-        super().__init__()
-        mods, cin = [], 3
-        for c in cfg:
-            if c == 0:
-                mods.append(nn.MaxPool2d(2, 2))
-            else:
-                mods += [nn.Conv2d(cin, c, 3, 1, 1), nn.ReLU(inplace=False)]
-                cin = c
-        self.vgg_layers = nn.Sequential(*mods[: layer + 1])
-        self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
-        self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
-        for p in self.parameters():
-            p.requires_grad = False
-
-    def forward(self, x):
-        return self.vgg_layers((x - self.mean) / self.std)
-
-
 def worker(rank, world, model_name, steps, warmup, initfile, queue):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{initfile}", rank=rank, world_size=world)
     m = MODELS[model_name]
     torch.manual_seed(0)
-    gen = MSRResNet(m["mid"], m["blocks"])
-    disc = ModifiedVGG(m["dmid"], m["crop"])
-    vgg = PerceptualVGG(m["vgg"], m["layer"])
+    # PyTorch's default init, out-of-place activations (as this bench always had).
+    gen = MSRResNet(3, 3, m["mid"], m["blocks"], 4, mmedit_init=False, inplace=False)
+    disc = ModifiedVGG(3, m["dmid"], m["crop"], inplace=False)
+    layer = str(m["layer"])
+    percep = PerceptualVGG(m["vgg"], [layer], inplace=False)
+    vgg = lambda x: percep(x)[layer]
     gen = nn.parallel.DistributedDataParallel(gen, broadcast_buffers=False)
     disc = nn.parallel.DistributedDataParallel(disc, broadcast_buffers=False)
     opt_g = torch.optim.Adam(gen.parameters(), lr=1e-4, betas=(0.9, 0.999))

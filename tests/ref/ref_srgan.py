@@ -1,16 +1,17 @@
 """PyTorch reference for SRGAN's train_step, read by tests/unit/test_ref_srgan.c.
 
 The networks and losses are MMEditing's (mmedit/models/...: MSRResNet,
-ModifiedVGG, PerceptualLoss/PerceptualVGG, GANLoss, L1Loss) written out
-here, and train_step is mmedit/models/restorers/srgan.py's, line by line, so
-the order of operations (and of BatchNorm running-stat updates) is
-MMEditing's. A small config: MSRResNet mid 16, 2 blocks, x4; ModifiedVGG
-mid 8 on 32x32 inputs; a tiny VGG-style perceptual network (cfg
-[8, 8, M, 16, 16], layer '7' = the last conv before its ReLU); Adam lr 1e-4
-for both optimizers (MMEditing's betas and eps). The gradients are saved
-too: the C test compares them directly, and uses them to recognise the few
-elements whose gradient is at float32 noise level, where Adam's first steps
-(about lr * g / |g|) are free to go either way.
+ModifiedVGG and PerceptualVGG from mmedit_torch.py; PerceptualLoss, GANLoss,
+L1Loss written out here), and train_step is
+mmedit/models/restorers/srgan.py's, line by line, so the order of operations
+(and of BatchNorm running-stat updates) is MMEditing's. A small config:
+MSRResNet mid 16, 2 blocks, x4; ModifiedVGG mid 8 on 32x32 inputs; a tiny
+VGG-style perceptual network (cfg [8, 8, M, 16, 16], layer '7' = the last
+conv before its ReLU); Adam lr 1e-4 for both optimizers (MMEditing's betas
+and eps). The gradients are saved too: the C test compares them directly, and
+uses them to recognise the few elements whose gradient is at float32 noise
+level, where Adam's first steps (about lr * g / |g|) are free to go either
+way.
 
 srgan.safetensors:
   init.<name>   the state dict before training (MMEditing names)
@@ -26,115 +27,9 @@ import os
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import st
-
-
-class ResidualBlockNoBN(nn.Module):
-    def __init__(self, mid):
-        super().__init__()
-        self.conv1 = nn.Conv2d(mid, mid, 3, 1, 1, bias=True)
-        self.conv2 = nn.Conv2d(mid, mid, 3, 1, 1, bias=True)
-        self.relu = nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        return x + self.conv2(self.relu(self.conv1(x)))
-
-
-class PixelShufflePack(nn.Module):
-    def __init__(self, cin, cout, scale, k):
-        super().__init__()
-        self.scale = scale
-        self.upsample_conv = nn.Conv2d(cin, cout * scale * scale, k, padding=(k - 1) // 2)
-
-    def forward(self, x):
-        return F.pixel_shuffle(self.upsample_conv(x), self.scale)
-
-
-class MSRResNet(nn.Module):
-    def __init__(self, cin=3, cout=3, mid=16, blocks=2, scale=4):
-        super().__init__()
-        self.scale = scale
-        self.conv_first = nn.Conv2d(cin, mid, 3, 1, 1, bias=True)
-        self.trunk_net = nn.Sequential(*[ResidualBlockNoBN(mid) for _ in range(blocks)])
-        self.upsample1 = PixelShufflePack(mid, mid, 2, 3)
-        self.upsample2 = PixelShufflePack(mid, mid, 2, 3)
-        self.conv_hr = nn.Conv2d(mid, mid, 3, 1, 1, bias=True)
-        self.conv_last = nn.Conv2d(mid, cout, 3, 1, 1, bias=True)
-        self.img_upsampler = nn.Upsample(scale_factor=scale, mode='bilinear', align_corners=False)
-        self.lrelu = nn.LeakyReLU(negative_slope=0.1, inplace=True)
-
-    def forward(self, x):
-        feat = self.lrelu(self.conv_first(x))
-        out = self.trunk_net(feat)
-        out = self.upsample1(out)
-        out = self.upsample2(out)
-        out = self.conv_last(self.lrelu(self.conv_hr(out)))
-        upsampled_img = self.img_upsampler(x)
-        out += upsampled_img
-        return out
-
-
-class ModifiedVGG(nn.Module):
-    def __init__(self, cin=3, mid=8, input_size=32):
-        super().__init__()
-        self.conv0_0 = nn.Conv2d(cin, mid, 3, 1, 1, bias=True)
-        self.conv0_1 = nn.Conv2d(mid, mid, 4, 2, 1, bias=False)
-        self.bn0_1 = nn.BatchNorm2d(mid, affine=True)
-        chans = [(mid, mid * 2), (mid * 2, mid * 4), (mid * 4, mid * 8), (mid * 8, mid * 8)]
-        for i, (a, b) in enumerate(chans, start=1):
-            setattr(self, f"conv{i}_0", nn.Conv2d(a, b, 3, 1, 1, bias=False))
-            setattr(self, f"bn{i}_0", nn.BatchNorm2d(b, affine=True))
-            setattr(self, f"conv{i}_1", nn.Conv2d(b, b, 4, 2, 1, bias=False))
-            setattr(self, f"bn{i}_1", nn.BatchNorm2d(b, affine=True))
-        side = input_size // 32
-        self.linear1 = nn.Linear(mid * 8 * side * side, 100)
-        self.linear2 = nn.Linear(100, 1)
-        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=True)
-
-    def forward(self, x):
-        feat = self.lrelu(self.conv0_0(x))
-        feat = self.lrelu(self.bn0_1(self.conv0_1(feat)))
-        for i in range(1, 5):
-            feat = self.lrelu(getattr(self, f"bn{i}_0")(getattr(self, f"conv{i}_0")(feat)))
-            feat = self.lrelu(getattr(self, f"bn{i}_1")(getattr(self, f"conv{i}_1")(feat)))
-        feat = feat.view(feat.size(0), -1)
-        feat = self.lrelu(self.linear1(feat))
-        return self.linear2(feat)
-
-
-class PerceptualVGG(nn.Module):
-    """MMEditing's PerceptualVGG over torchvision-style `features`."""
-
-    def __init__(self, cfg, layer_name_list, use_input_norm=True):
-        super().__init__()
-        layers, c = [], 3
-        for v in cfg:
-            if v == 'M':
-                layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
-            else:
-                layers += [nn.Conv2d(c, v, kernel_size=3, padding=1), nn.ReLU(inplace=True)]
-                c = v
-        num_layers = max(map(int, layer_name_list)) + 1
-        self.layer_name_list = layer_name_list
-        self.use_input_norm = use_input_norm
-        self.vgg_layers = nn.Sequential(*layers[:num_layers])
-        if use_input_norm:
-            self.register_buffer('mean', torch.Tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
-            self.register_buffer('std', torch.Tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
-        for v in self.vgg_layers.parameters():
-            v.requires_grad = False
-
-    def forward(self, x):
-        if self.use_input_norm:
-            x = (x - self.mean) / self.std
-        output = {}
-        for name, module in self.vgg_layers.named_children():
-            x = module(x)
-            if name in self.layer_name_list:
-                output[name] = x.clone()
-        return output
+from mmedit_torch import ModifiedVGG, MSRResNet, PerceptualVGG
 
 
 class PerceptualLoss(nn.Module):
@@ -179,8 +74,10 @@ def set_requires_grad(nets, requires_grad=False):
 class SRGAN(nn.Module):
     def __init__(self):
         super().__init__()
-        self.generator = MSRResNet()
-        self.discriminator = ModifiedVGG()
+        # PyTorch's default init: the C test loads init.* by name anyway.
+        self.generator = MSRResNet(3, 3, mid_channels=16, num_blocks=2, upscale_factor=4,
+                                   mmedit_init=False)
+        self.discriminator = ModifiedVGG(3, 8, input_size=32)
         self.gan_loss = GANLoss(5e-3)
         self.pixel_loss = nn.L1Loss()
         self.pixel_weight = 1e-2
