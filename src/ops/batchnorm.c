@@ -54,20 +54,6 @@ static int do_reduce(const bn_ctx *c, float *buf, int64_t count, const char *wha
     return DUET_OK;
 }
 
-/* Sums over n floats in eight independent double lanes: the loops then
- * vectorise (a single accumulator is one long dependency chain that the
- * compiler may not reorder), and double keeps the result close to exact. */
-static double sum_lanes(const float *x, int64_t n) {
-    double acc[8] = {0};
-    int64_t q = 0;
-    for (; q + 8 <= n; q += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[q + l];
-    double s = 0.0;
-    for (; q < n; q++) s += x[q];
-    for (int l = 0; l < 8; l++) s += acc[l];
-    return s;
-}
-
 /* sum (x - m)^2 */
 static double sqdev_lanes(const float *x, int64_t n, double m) {
     double acc[8] = {0};
@@ -118,7 +104,7 @@ static int batch_stats(bn_ctx *c, const duet_tensor *x, int64_t n, int64_t s, fl
     /* Pass 1: [sum (C), count (C)]. */
     for (int64_t k = 0; k < ch; k++) {
         double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) sum += sum_lanes(x->data + (i * ch + k) * s, s);
+        for (int64_t i = 0; i < n; i++) sum += duet__sum_f32(x->data + (i * ch + k) * s, s);
         buf[k] = (float)sum;
         buf[ch + k] = (float)(n * s);
     }

@@ -210,19 +210,6 @@ static const float *chunk_columns(float *col, const float *x0, int64_t cnt, cons
     return col;
 }
 
-/* Sum of n floats, in eight independent double lanes so that the loop
- * vectorises without reassociating one long dependency chain. */
-static double sum_lanes(const float *x, int64_t n) {
-    double acc[8] = {0};
-    int64_t q = 0;
-    for (; q + 8 <= n; q += 8)
-        for (int l = 0; l < 8; l++) acc[l] += x[q + l];
-    double s = 0.0;
-    for (; q < n; q++) s += x[q];
-    for (int l = 0; l < 8; l++) s += acc[l];
-    return s;
-}
-
 static int conv2d_backward(duet_node *node) {
     const conv_ctx *cc = node->ctx;
     duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
@@ -238,7 +225,8 @@ static int conv2d_backward(duet_node *node) {
     if (db != NULL) {
         for (int64_t o = 0; o < g.o; o++) {
             double s = 0.0;
-            for (int64_t n = 0; n < g.n; n++) s += sum_lanes(dy + (n * g.o + o) * g.p, g.p);
+            for (int64_t n = 0; n < g.n; n++)
+                s += duet__sum_f32(dy + (n * g.o + o) * g.p, g.p);
             db[o] += (float)s;
         }
     }

@@ -37,19 +37,6 @@ int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_
                        duet_shape_str(b, sb, sizeof sb));
 }
 
-double duet__opb_sum(const float *x, int64_t n) {
-    /* Blocks of float partial sums keep the inner loop simple; the double
-     * total keeps the error small for activations of millions of values. */
-    double total = 0.0;
-    for (int64_t i = 0; i < n; i += 1024) {
-        int64_t end = i + 1024 < n ? i + 1024 : n;
-        double part = 0.0;
-        for (int64_t j = i; j < end; j++) part += x[j];
-        total += part;
-    }
-    return total;
-}
-
 /* ---- kernels ---------------------------------------------------------------- */
 
 static void add_forward(float *out, const float *a, const float *b, int64_t n) {

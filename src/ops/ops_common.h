@@ -36,7 +36,4 @@ int duet__opb_finish(duet_tensor *y, const char *op, duet_backward_fn backward, 
  * shape; DUET_OK otherwise. */
 int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);
 
-/* Sum of n floats with a double accumulator (reductions and losses). */
-double duet__opb_sum(const float *x, int64_t n);
-
 #endif

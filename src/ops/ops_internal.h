@@ -34,4 +34,19 @@ int duet__relu_inplace(duet_tensor *x, duet_tensor **out);
 int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out);
 int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 
+/* Sum of n floats in eight independent double lanes: the loop vectorises
+ * (one accumulator is a long dependency chain the compiler may not
+ * reorder), and double keeps the total close to exact for activations of
+ * millions of values. The one summation the ops use. */
+static inline double duet__sum_f32(const float *x, int64_t n) {
+    double acc[8] = {0};
+    int64_t q = 0;
+    for (; q + 8 <= n; q += 8)
+        for (int l = 0; l < 8; l++) acc[l] += x[q + l];
+    double s = 0.0;
+    for (; q < n; q++) s += x[q];
+    for (int l = 0; l < 8; l++) s += acc[l];
+    return s;
+}
+
 #endif

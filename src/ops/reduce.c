@@ -1,5 +1,6 @@
 /* Reductions to a scalar of shape [1]: sum and mean over every element. */
 #include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 /* gx += g (the output's gradient times 1 or 1/numel) */
 static void fill_add_backward(float *gx, float g, int64_t n) {
@@ -25,7 +26,7 @@ static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_
     *out = NULL;
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
-    double s = duet__opb_sum(x->data, x->numel);
+    double s = duet__sum_f32(x->data, x->numel);
     y->data[0] = (float)(mean ? s / (double)x->numel : s);
     return duet__opb_finish(y, op, backward, NULL, NULL, 1, &x, out);
 }
