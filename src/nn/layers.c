@@ -29,6 +29,33 @@ static void torch_default_init(duet_tensor *w, duet_tensor *b, int64_t fan_in, d
     if (b != NULL) fill_uniform(b, bound, rng);
 }
 
+/* Gives m its "weight" of the given shape and, when bias, a "bias" of
+ * shape[0] elements, both with PyTorch's default init. On failure m is
+ * destroyed (it owns its impl already) and *out stays NULL. */
+static int add_weight_and_bias(duet_module **out, duet_module *m, int ndim, const int64_t *shape,
+                               bool bias, int64_t fan_in, duet_rng *rng) {
+    duet_tensor *w = NULL, *b = NULL;
+    int rc = duet_tensor_create(&w, ndim, shape);
+    if (rc == DUET_OK && bias) rc = duet_tensor_create(&b, 1, shape);
+    if (rc == DUET_OK) {
+        torch_default_init(w, b, fan_in, rng);
+        rc = duet_module_add_param(m, "weight", w);
+        w = NULL;
+        if (rc == DUET_OK && bias) {
+            rc = duet_module_add_param(m, "bias", b);
+            b = NULL;
+        }
+    }
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return DUET_OK;
+}
+
 /* ---- Conv2d ------------------------------------------------------------------ */
 
 typedef struct conv_impl {
@@ -58,26 +85,9 @@ int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channe
     *c = (conv_impl){stride, padding, bias};
     duet_module *m = NULL;
     DUET_TRY(duet_module_create(&m, &conv_type, c));
-    duet_tensor *w = NULL, *b = NULL;
-    int rc = duet_tensor_create4(&w, out_channels, in_channels, kernel, kernel);
-    if (rc == DUET_OK && bias) rc = duet_tensor_create(&b, 1, (int64_t[]){out_channels});
-    if (rc == DUET_OK) {
-        torch_default_init(w, b, (int64_t)in_channels * kernel * kernel, rng);
-        rc = duet_module_add_param(m, "weight", w);
-        w = NULL;
-        if (rc == DUET_OK && bias) {
-            rc = duet_module_add_param(m, "bias", b);
-            b = NULL;
-        }
-    }
-    duet_tensor_release(w);
-    duet_tensor_release(b);
-    if (rc != DUET_OK) {
-        duet_module_destroy(m);
-        return rc;
-    }
-    *out = m;
-    return DUET_OK;
+    int64_t shape[4] = {out_channels, in_channels, kernel, kernel};
+    return add_weight_and_bias(out, m, 4, shape, bias, (int64_t)in_channels * kernel * kernel,
+                               rng);
 }
 
 /* ---- Linear ------------------------------------------------------------------ */
@@ -107,26 +117,8 @@ int duet_linear_module_create(duet_module **out, int in_features, int out_featur
     l->bias = bias;
     duet_module *m = NULL;
     DUET_TRY(duet_module_create(&m, &linear_type, l));
-    duet_tensor *w = NULL, *b = NULL;
-    int rc = duet_tensor_create(&w, 2, (int64_t[]){out_features, in_features});
-    if (rc == DUET_OK && bias) rc = duet_tensor_create(&b, 1, (int64_t[]){out_features});
-    if (rc == DUET_OK) {
-        torch_default_init(w, b, in_features, rng);
-        rc = duet_module_add_param(m, "weight", w);
-        w = NULL;
-        if (rc == DUET_OK && bias) {
-            rc = duet_module_add_param(m, "bias", b);
-            b = NULL;
-        }
-    }
-    duet_tensor_release(w);
-    duet_tensor_release(b);
-    if (rc != DUET_OK) {
-        duet_module_destroy(m);
-        return rc;
-    }
-    *out = m;
-    return DUET_OK;
+    int64_t shape[2] = {out_features, in_features};
+    return add_weight_and_bias(out, m, 2, shape, bias, in_features, rng);
 }
 
 /* ---- BatchNorm2d ---------------------------------------------------------------- */
