@@ -204,48 +204,54 @@ int duet_detach(duet_tensor *t, duet_tensor **out) {
     return DUET_OK;
 }
 
+/* The leaves visit_leaves has reported so far (a short list: one per
+ * parameter of a module). */
+typedef struct leaf_set {
+    duet_tensor **items;
+    size_t count, cap;
+} leaf_set;
+
+/* Reports leaf once; DUET_ENOMEM when the set cannot grow. */
+static int visit_once(leaf_set *seen, duet_tensor *leaf,
+                      void (*fn)(void *ctx, duet_tensor *leaf), void *ctx) {
+    for (size_t s = 0; s < seen->count; s++)
+        if (seen->items[s] == leaf) return DUET_OK;
+    if (seen->count == seen->cap) {
+        size_t cap = seen->cap ? seen->cap * 2 : 64;
+        duet_tensor **grown = realloc(seen->items, cap * sizeof *grown);
+        if (grown == NULL)
+            return duet__error(DUET_ENOMEM, "autograd: out of memory visiting leaves");
+        seen->items = grown;
+        seen->cap = cap;
+    }
+    seen->items[seen->count++] = leaf;
+    fn(ctx, leaf);
+    return DUET_OK;
+}
+
 int duet_autograd_visit_leaves(duet_tensor *const *roots, int nroots,
                                void (*fn)(void *ctx, duet_tensor *leaf), void *ctx) {
     tape *tp = &the_tape;
     uint64_t epoch = ++tp->epoch;
-    size_t nseen = 0, capseen = 0;
-    duet_tensor **seen = NULL;
+    leaf_set seen = {0};
     int rc = DUET_OK;
-    for (int r = 0; r < nroots; r++) {
+    for (int r = 0; r < nroots && rc == DUET_OK; r++) {
         duet_tensor *t = roots[r];
         if (t == NULL) continue;
         if (t->grad_fn != NULL) t->grad_fn->mark = epoch;
-        else if (t->requires_grad) fn(ctx, t);
+        else if (t->requires_grad) rc = visit_once(&seen, t, fn, ctx);
     }
     for (size_t i = tp->count; i-- > 0 && rc == DUET_OK;) {
         duet_node *n = tp->nodes[i];
         if (n->mark != epoch) continue;
-        for (int k = 0; k < n->ninputs; k++) {
+        for (int k = 0; k < n->ninputs && rc == DUET_OK; k++) {
             duet_tensor *in = n->inputs[k];
             if (in == NULL) continue;
-            if (in->grad_fn != NULL) {
-                in->grad_fn->mark = epoch;
-                continue;
-            }
-            if (!in->requires_grad) continue;
-            bool dup = false;
-            for (size_t s = 0; s < nseen && !dup; s++) dup = seen[s] == in;
-            if (dup) continue;
-            if (nseen == capseen) {
-                size_t cap = capseen ? capseen * 2 : 64;
-                duet_tensor **grown = realloc(seen, cap * sizeof *grown);
-                if (grown == NULL) {
-                    rc = duet__error(DUET_ENOMEM, "autograd: out of memory visiting leaves");
-                    break;
-                }
-                seen = grown;
-                capseen = cap;
-            }
-            seen[nseen++] = in;
-            fn(ctx, in);
+            if (in->grad_fn != NULL) in->grad_fn->mark = epoch;
+            else if (in->requires_grad) rc = visit_once(&seen, in, fn, ctx);
         }
     }
-    free(seen);
+    free(seen.items);
     return rc;
 }
 

@@ -281,6 +281,12 @@ static void test_visit_leaves(void **state) {
     int count = 0;
     TU_OK(duet_autograd_visit_leaves(&b, 1, count_leaf, &count));
     assert_int_equal(count, 2);
+    /* A root that is itself a leaf, and also reachable from another root,
+     * is reported once. */
+    count = 0;
+    duet_tensor *roots[] = {w1, b};
+    TU_OK(duet_autograd_visit_leaves(roots, 2, count_leaf, &count));
+    assert_int_equal(count, 2);
     duet_tape_clear();
     assert_int_equal(duet_tape_size(), 0);
     duet_tensor *all[] = {w1, w2, w3, a, b, c};
