@@ -94,11 +94,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_ops: --batch and --reps must be >= 1\n");
         return 2;
     }
-    int threads = duet__blas_init();
-    const char *core = getenv("OPENBLAS_CORETYPE");
-    printf("bench_ops: batch %lld, median of %d reps, %s time, BLAS threads %d, "
-           "OPENBLAS_CORETYPE=%s\n", (long long)batch, reps, use_wall ? "wall" : "thread CPU",
-           threads, core ? core : "(unset)");
+    duet_kernels_info ki;
+    check(duet_kernels_info_get(&ki), "kernels");
+    printf("bench_ops: batch %lld, median of %d reps, %s time, %s\n", (long long)batch, reps,
+           use_wall ? "wall" : "thread CPU", ki.summary);
     printf("(fwd includes creating the output tensor)\n");
     printf("%-24s %8s %7s %7s %6s | %8s %7s %7s %6s\n", "conv", "fwd ms", "GF/s", "sgemm",
            "ratio", "bwd ms", "GF/s", "sgemm", "ratio");

@@ -4,7 +4,7 @@
 # Debian 12.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
-      libopenmpi-dev openmpi-bin libopenblas-dev
+      libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
       libcmocka-dev libconfig-dev libjansson-dev libpng-dev libjpeg62-turbo-dev
       python3 python3-torch python3-numpy)
 missing=()

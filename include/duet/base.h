@@ -145,6 +145,28 @@ void duet_rng_permutation(duet_rng *rng, int64_t *perm, int64_t n);
 /* Monotonic wall clock in seconds. */
 double duet_time_now(void);
 
+/* ---- the CPU ----------------------------------------------------------------- */
+
+/* What this CPU offers, from cpuid and what the OS saves (xgetbv): a vector
+ * unit counts only when the OS enables its registers. A plain value. Zero
+ * (no features) on a non-x86 CPU. */
+typedef struct duet_cpu_info {
+    char vendor[13]; /* "GenuineIntel", "AuthenticAMD" */
+    char brand[49];  /* "AMD EPYC 9R45 ..." */
+    int family, model, stepping;
+    bool avx, fma, avx2, avx512f, avx512dq, avx512bw, avx512vl, avx512_vnni, avx512_bf16;
+    bool amx_tile, amx_bf16;
+} duet_cpu_info;
+
+duet_cpu_info duet_cpu_info_get(void);
+/* The features as "avx fma avx2 avx512f ..." into buf (truncated to size);
+ * returns the length it needed, as snprintf. */
+int duet_cpu_features_string(const duet_cpu_info *ci, char *buf, size_t size);
+/* Cores this process may run on (its affinity mask; a launcher that binds
+ * ranks to cores narrows it), and cores online in the machine. */
+int duet_cpu_available_cores(void);
+int duet_cpu_online_cores(void);
+
 #ifdef __cplusplus
 }
 #endif

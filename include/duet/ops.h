@@ -101,10 +101,61 @@ int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,
 int duet_bce_with_logits_const(duet_tensor *logits, float target, float weight,
                                duet_tensor **out);
 
-/* ---- BLAS ---------------------------------------------------------------- */
+/* ---- kernels: the GEMM library and its threads ------------------------------ */
+
+/* Which library runs duet_sgemm (and so every convolution and linear layer):
+ * - ONEDNN: oneDNN's sgemm, JIT-compiled for the ISA cpuid reports, so a
+ *   CPU newer than the library still gets AVX2 / AVX-512 kernels.
+ * - OPENBLAS: OpenBLAS, whose kernels follow its table of CPU models (on a
+ *   model newer than it knows, SSE3 unless OPENBLAS_CORETYPE names one).
+ * - AUTO: DUET_GEMM from the environment when set ("onednn", "openblas"),
+ *   else ONEDNN where it has a JIT for this CPU (AVX2 and up), else
+ *   OPENBLAS.
+ * Neither library's own variable is overridden: OPENBLAS_CORETYPE still
+ * picks OpenBLAS's kernels and ONEDNN_MAX_CPU_ISA caps oneDNN's. */
+typedef enum duet_gemm_backend {
+    DUET_GEMM_AUTO = 0,
+    DUET_GEMM_ONEDNN = 1,
+    DUET_GEMM_OPENBLAS = 2,
+} duet_gemm_backend;
+
+typedef struct duet_kernel_opts {
+    duet_gemm_backend gemm;
+    /* Threads inside this process for GEMMs. 0: DUET_NUM_THREADS when set,
+     * else duet_default_num_threads(local_ranks). */
+    int num_threads;
+    /* Ranks of this job on this node (duet_comm_local_size), for the
+     * default thread count. */
+    int local_ranks;
+} duet_kernel_opts;
+duet_kernel_opts duet_kernel_opts_default(void); /* AUTO, 0, 1 */
+
+/* Sets the path for every later op in this process (call it from one thread
+ * before training; the runner does, from the config's `num_threads` and
+ * `gemm` keys). Without a call, the first GEMM configures the defaults.
+ * DUET_EINVAL for a bad value or a malformed DUET_GEMM / DUET_NUM_THREADS. */
+int duet_kernels_configure(const duet_kernel_opts *opts);
+/* The cores this process may use (its affinity mask) divided among the
+ * local_ranks ranks on the node; when a launcher bound the rank to fewer
+ * cores than the machine has, those cores are its own. At least 1. */
+int duet_default_num_threads(int local_ranks);
+/* "auto" / "onednn" / "openblas" (static string), and back; parse fails with
+ * DUET_EINVAL naming the value. */
+const char *duet_gemm_backend_name(duet_gemm_backend b);
+int duet_gemm_backend_parse(const char *s, duet_gemm_backend *out);
+
+/* What runs, for the startup log line and `duet info`. */
+typedef struct duet_kernels_info {
+    duet_gemm_backend gemm; /* resolved: ONEDNN or OPENBLAS */
+    int num_threads;
+    char onednn[64];   /* "oneDNN 2.6.3 avx512_core_bf16" (the ISA its JIT uses) */
+    char openblas[96]; /* "OpenBLAS 0.3.21 Cooperlake" (+ OPENBLAS_CORETYPE when set) */
+    char summary[160]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" */
+} duet_kernels_info;
+int duet_kernels_info_get(duet_kernels_info *out);
 
 /* Row-major C (M, N) = alpha * op(A) op(B) + beta * C, with op = transpose
- * when trans_* is true. The one place duet calls BLAS GEMM. */
+ * when trans_* is true. The one place duet calls a GEMM library. */
 void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                 float *c, int64_t ldc);

@@ -1,38 +1,193 @@
-/* GEMM through OpenBLAS (the one place duet calls it), the BLAS thread count,
- * and the per-thread scratch memory the GEMM-based ops reuse. */
+/* GEMM, the kernel path and its threads (the one place duet calls a GEMM
+ * library), and the per-thread scratch memory the GEMM-based ops reuse.
+ *
+ * Two GEMM libraries sit behind duet_sgemm:
+ * - oneDNN's sgemm JIT-compiles its kernels for the ISA that cpuid reports
+ *   (avx2, avx512_core, ...), so a CPU newer than the library still gets
+ *   its vector units. The default.
+ * - OpenBLAS picks its kernels from a table of CPU models: on a model newer
+ *   than 0.3.21 it can fall back to SSE3 ("Prescott") kernels at a sixth of
+ *   the speed, unless OPENBLAS_CORETYPE says otherwise. Used when asked for
+ *   (DUET_GEMM=openblas or duet_kernels_configure), or when oneDNN has no
+ *   JIT for this CPU (below AVX2).
+ * Neither library's own setting is touched: OPENBLAS_CORETYPE still decides
+ * OpenBLAS's kernels and ONEDNN_MAX_CPU_ISA still caps oneDNN's. */
 #include "ops/ops_internal.h"
 
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
-/* ---- BLAS threads -------------------------------------------------------- */
+char *openblas_get_corename(void);
+char *openblas_get_config(void);
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static int blas_threads = 1;
+/* ---- the kernel path ------------------------------------------------------ */
 
-static void blas_setup(void) {
-    int n = 1;
-    const char *env = getenv("DUET_BLAS_THREADS");
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        errno = 0;
-        long v = strtol(env, &end, 10);
-        if (errno == 0 && end != env && *end == '\0' && v >= 1 && v <= 1024)
-            n = (int)v;
-        else
-            duet_log(DUET_LOG_WARN,
-                     "DUET_BLAS_THREADS=%s is not a thread count in 1..1024; using 1", env);
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int kernels_ready;                 /* configured at least once */
+static _Atomic int gemm_backend = DUET_GEMM_ONEDNN; /* resolved: never AUTO */
+static _Atomic int kernel_threads = 1;
+
+duet_kernel_opts duet_kernel_opts_default(void) {
+    duet_kernel_opts o;
+    memset(&o, 0, sizeof o);
+    o.gemm = DUET_GEMM_AUTO;
+    o.num_threads = 0;
+    o.local_ranks = 1;
+    return o;
+}
+
+const char *duet_gemm_backend_name(duet_gemm_backend b) {
+    switch (b) {
+    case DUET_GEMM_AUTO: return "auto";
+    case DUET_GEMM_ONEDNN: return "onednn";
+    case DUET_GEMM_OPENBLAS: return "openblas";
     }
+    return "?";
+}
+
+int duet_gemm_backend_parse(const char *s, duet_gemm_backend *out) {
+    static const duet_gemm_backend all[] = {DUET_GEMM_AUTO, DUET_GEMM_ONEDNN,
+                                            DUET_GEMM_OPENBLAS};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (s != NULL && strcmp(s, duet_gemm_backend_name(all[i])) == 0) {
+            *out = all[i];
+            return DUET_OK;
+        }
+    return duet__error(DUET_EINVAL, "unknown GEMM backend '%s': use auto, onednn or openblas",
+                       s ? s : "(null)");
+}
+
+/* A positive integer from the environment; 0 when unset; -1 when malformed. */
+static long env_count(const char *name, long max) {
+    const char *env = getenv(name);
+    if (env == NULL || env[0] == '\0') return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 1 || v > max) return -1;
+    return v;
+}
+
+int duet_default_num_threads(int local_ranks) {
+    int avail = duet_cpu_available_cores();
+    if (local_ranks < 1) local_ranks = 1;
+    /* A launcher that binds each rank (Open MPI's default for 2 ranks)
+     * already gave this rank its own cores; an unbound rank shares the
+     * whole machine with the other ranks on the node. */
+    if (avail < duet_cpu_online_cores()) return avail;
+    int n = avail / local_ranks;
+    return n >= 1 ? n : 1;
+}
+
+static bool onednn_has_jit(void) {
+    /* Below AVX2 oneDNN's sgemm runs reference loops: OpenBLAS is better. */
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2;
+}
+
+/* Resolves AUTO and 0 threads (from the environment when use_env) and
+ * applies the result. */
+static int configure(const duet_kernel_opts *o, bool use_env) {
+    duet_gemm_backend b = o->gemm;
+    if (b != DUET_GEMM_AUTO && b != DUET_GEMM_ONEDNN && b != DUET_GEMM_OPENBLAS)
+        return duet__error(DUET_EINVAL, "kernels: unknown GEMM backend %d", (int)b);
+    if (o->num_threads < 0 || o->num_threads > 1024)
+        return duet__error(DUET_EINVAL, "kernels: num_threads %d is not in 0..1024 (0: auto)",
+                           o->num_threads);
+    const char *env = use_env ? getenv("DUET_GEMM") : NULL;
+    if (b == DUET_GEMM_AUTO && env != NULL && env[0] != '\0') {
+        int rc = duet_gemm_backend_parse(env, &b);
+        if (rc != DUET_OK) return duet__error_context(rc, "DUET_GEMM");
+    }
+    if (b == DUET_GEMM_AUTO) b = onednn_has_jit() ? DUET_GEMM_ONEDNN : DUET_GEMM_OPENBLAS;
+    int n = o->num_threads;
+    if (n == 0) {
+        long v = use_env ? env_count("DUET_NUM_THREADS", 1024) : 0;
+        if (v < 0)
+            return duet__error(DUET_EINVAL, "DUET_NUM_THREADS=%s is not a thread count in 1..1024",
+                               getenv("DUET_NUM_THREADS"));
+        n = v > 0 ? (int)v : duet_default_num_threads(o->local_ranks);
+    }
+    pthread_mutex_lock(&kernels_lock);
+    /* Both libraries get the count: oneDNN runs on OpenMP, and OpenBLAS
+     * would otherwise start a thread per core of its own. */
+    omp_set_num_threads(n);
     openblas_set_num_threads(n);
-    blas_threads = n;
+    atomic_store(&gemm_backend, (int)b);
+    atomic_store(&kernel_threads, n);
+    atomic_store_explicit(&kernels_ready, 1, memory_order_release);
+    pthread_mutex_unlock(&kernels_lock);
+    return DUET_OK;
+}
+
+int duet_kernels_configure(const duet_kernel_opts *opts) {
+    duet_kernel_opts o = opts != NULL ? *opts : duet_kernel_opts_default();
+    return configure(&o, true);
+}
+
+/* The first GEMM of a process that never configured: the defaults, with
+ * the launcher's count of ranks on this node when it exports one. */
+static void kernels_ensure(void) {
+    if (atomic_load_explicit(&kernels_ready, memory_order_acquire)) return;
+    duet_kernel_opts o = duet_kernel_opts_default();
+    long local = env_count("OMPI_COMM_WORLD_LOCAL_SIZE", 1 << 20);
+    if (local <= 0) local = env_count("MPI_LOCALNRANKS", 1 << 20);
+    if (local > 0) o.local_ranks = (int)local;
+    if (configure(&o, true) != DUET_OK) {
+        /* A malformed DUET_GEMM / DUET_NUM_THREADS: say so once, then run
+         * the built-in defaults. duet_kernels_configure reports it as an
+         * error to the runner and the CLI. */
+        duet_log(DUET_LOG_WARN, "%s; using the defaults", duet_last_error());
+        DUET_ASSERT(configure(&o, false) == DUET_OK);
+    }
 }
 
 int duet__blas_init(void) {
-    pthread_once(&blas_once, blas_setup);
-    return blas_threads;
+    kernels_ensure();
+    return atomic_load(&kernel_threads);
+}
+
+int duet_kernels_info_get(duet_kernels_info *out) {
+    kernels_ensure();
+    memset(out, 0, sizeof *out);
+    out->gemm = (duet_gemm_backend)atomic_load(&gemm_backend);
+    out->num_threads = atomic_load(&kernel_threads);
+    const dnnl_version_t *v = dnnl_version();
+    const char *isa = "?";
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: isa = "sse41"; break;
+    case dnnl_cpu_isa_avx: isa = "avx"; break;
+    case dnnl_cpu_isa_avx2: isa = "avx2"; break;
+    case dnnl_cpu_isa_avx2_vnni: isa = "avx2_vnni"; break;
+    case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; break;
+    case dnnl_cpu_isa_avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl_cpu_isa_avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; break;
+    default: break;
+    }
+    snprintf(out->onednn, sizeof out->onednn, "oneDNN %d.%d.%d %s", v->major, v->minor, v->patch,
+             isa);
+    const char *core = openblas_get_corename();
+    const char *cfg = openblas_get_config();
+    /* The config string starts "OpenBLAS 0.3.21 ..."; keep name + version. */
+    int vlen = 0;
+    if (cfg != NULL && strncmp(cfg, "OpenBLAS ", 9) == 0) vlen = 9 + (int)strcspn(cfg + 9, " ");
+    snprintf(out->openblas, sizeof out->openblas, "%.*s %s", vlen > 0 ? vlen : 8,
+             vlen > 0 ? cfg : "OpenBLAS", core != NULL ? core : "?");
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    if (ct != NULL && ct[0] != '\0')
+        snprintf(out->openblas + strlen(out->openblas),
+                 sizeof out->openblas - strlen(out->openblas), " (OPENBLAS_CORETYPE=%s)", ct);
+    snprintf(out->summary, sizeof out->summary, "GEMM: %s, %d thread%s",
+             out->gemm == DUET_GEMM_ONEDNN ? out->onednn : out->openblas, out->num_threads,
+             out->num_threads == 1 ? "" : "s");
+    return DUET_OK;
 }
 
 void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -43,7 +198,21 @@ void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
     DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
     DUET_ASSERT(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
     if (m == 0 || n == 0) return;
-    duet__blas_init();
+    kernels_ensure();
+    if (k == 0) {
+        /* op(A) op(B) is empty: C = beta C (beta 0 clears, as BLAS does). */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    if (atomic_load_explicit(&gemm_backend, memory_order_relaxed) == DUET_GEMM_ONEDNN) {
+        /* oneDNN's sgemm is row-major, like ours. It fails only on bad
+         * arguments, which the asserts above and the ops' checks exclude. */
+        dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                                      a, lda, b, ldb, beta, c, ldc);
+        DUET_ASSERT(st == dnnl_success);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                 (int)lda, b, (int)ldb, beta, c, (int)ldc);

@@ -6,11 +6,10 @@
 #include "duet/ops.h"
 #include "tensor/tensor_internal.h"
 
-/* Sets OpenBLAS's thread count once per process: 1 by default (duet runs one
- * or two MPI ranks on a few cores, and BLAS threads would fight the ranks),
- * or the value of the environment variable DUET_BLAS_THREADS. duet_sgemm
- * calls it; code that calls cblas directly (the benchmark) calls it first.
- * Returns the thread count in effect. */
+/* Configures the kernel path with its defaults unless the process already
+ * did (duet_kernels_configure) and returns the GEMM thread count in effect.
+ * duet_sgemm calls it; code that calls a GEMM library directly (the
+ * benchmark) calls it first. */
 int duet__blas_init(void);
 
 /* Per-thread scratch buffers, reused across calls so that an op does not

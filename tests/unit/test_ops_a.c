@@ -1,69 +1,13 @@
-/* ops part A besides conv: duet_sgemm (every transpose, leading dimensions,
- * alpha/beta, single-threaded BLAS by default), linear, batch_norm2d
+/* ops part A besides conv: linear, batch_norm2d
  * (training and eval statistics, running updates, gradients, and the
  * SyncBatchNorm reduce path checked by splitting a batch in two), and
  * max_pool2d (values, argmax routing, ties, NaN, overlap). */
 #include "testutil.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "ops/ops_internal.h"
-
-/* ---- sgemm ----------------------------------------------------------------- */
-
-static void test_sgemm_transposes(void **state) {
-    (void)state;
-    duet_rng rng = duet_rng_make(5, 0);
-    const int64_t m = 7, n = 5, k = 9, pad = 3;
-    for (int ta = 0; ta < 2; ta++) {
-        for (int tb = 0; tb < 2; tb++) {
-            /* Row-major storage of op(A) (m, k) is A (m, k) or A^T stored (k, m),
-             * with leading dimensions wider than the rows. */
-            int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-            int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
-            float *a = malloc((size_t)(ar * lda) * sizeof(float));
-            float *b = malloc((size_t)(br * ldb) * sizeof(float));
-            float *c = malloc((size_t)(m * ldc) * sizeof(float));
-            float *want = malloc((size_t)(m * ldc) * sizeof(float));
-            for (int64_t i = 0; i < ar * lda; i++) a[i] = duet_rng_normal(&rng);
-            for (int64_t i = 0; i < br * ldb; i++) b[i] = duet_rng_normal(&rng);
-            for (int64_t i = 0; i < m * ldc; i++) c[i] = want[i] = duet_rng_normal(&rng);
-            for (int64_t i = 0; i < m; i++)
-                for (int64_t j = 0; j < n; j++) {
-                    double s = 0;
-                    for (int64_t p = 0; p < k; p++) {
-                        double av = ta ? a[p * lda + i] : a[i * lda + p];
-                        double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
-                        s += av * bv;
-                    }
-                    want[i * ldc + j] = (float)(0.5 * s + 2.0 * want[i * ldc + j]);
-                }
-            duet_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 2.0f, c, ldc);
-            char what[32];
-            snprintf(what, sizeof what, "sgemm ta=%d tb=%d", ta, tb);
-            /* The padding columns of C must be left alone too. */
-            tu_assert_close(c, want, m * ldc, 1e-5, 1e-5, what);
-            free(a);
-            free(b);
-            free(c);
-            free(want);
-        }
-    }
-}
-
-static void test_blas_single_thread_by_default(void **state) {
-    (void)state;
-    const char *env = getenv("DUET_BLAS_THREADS");
-    int n = duet__blas_init();
-    if (env == NULL || env[0] == '\0') {
-        assert_int_equal(n, 1);
-        assert_int_equal(openblas_get_num_threads(), 1);
-    } else {
-        assert_int_equal(n, openblas_get_num_threads());
-    }
-}
 
 /* ---- linear ---------------------------------------------------------------- */
 
@@ -460,8 +404,6 @@ static void test_max_pool_ties_nan_errors(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sgemm_transposes),
-        cmocka_unit_test(test_blas_single_thread_by_default),
         cmocka_unit_test(test_linear_forward),
         cmocka_unit_test(test_linear_gradcheck),
         cmocka_unit_test(test_linear_shape_errors),

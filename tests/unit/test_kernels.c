@@ -1,0 +1,254 @@
+/* The kernel path: CPU feature detection against what the kernel reports in
+ * /proc/cpuinfo, duet_sgemm on both GEMM libraries (every transpose, leading
+ * dimensions, alpha/beta, k = 0), the backend choice (auto, DUET_GEMM,
+ * explicit) and the thread count (explicit, DUET_NUM_THREADS, the default
+ * rule). */
+#include "testutil.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "ops/ops_internal.h"
+
+int openblas_get_num_threads(void);
+
+static void configure(duet_gemm_backend b, int threads) {
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.gemm = b;
+    o.num_threads = threads;
+    assert_int_equal(duet_kernels_configure(&o), DUET_OK);
+}
+
+/* ---- CPU features ---------------------------------------------------------- */
+
+/* The flags line of /proc/cpuinfo's first processor, padded with spaces so
+ * that " avx2 " matches a whole word. */
+static bool cpuinfo_flags(char *buf, size_t size) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL) return false;
+    char line[8192];
+    bool found = false;
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        const char *colon = strchr(line, ':');
+        if (colon == NULL) break;
+        line[strcspn(line, "\n")] = '\0';
+        snprintf(buf, size, "%s ", colon + 1);
+        found = true;
+        break;
+    }
+    fclose(f);
+    return found;
+}
+
+static void test_cpu_features_match_the_kernel(void **state) {
+    (void)state;
+    duet_cpu_info ci = duet_cpu_info_get();
+    char flags[8192];
+    if (!cpuinfo_flags(flags, sizeof flags)) skip();
+    /* The kernel lists a feature only when it is usable (it knows XSAVE
+     * state), which is what duet_cpu_info promises. */
+    struct { const char *name; bool have; } f[] = {
+        {" avx ", ci.avx},           {" fma ", ci.fma},
+        {" avx2 ", ci.avx2},         {" avx512f ", ci.avx512f},
+        {" avx512dq ", ci.avx512dq}, {" avx512bw ", ci.avx512bw},
+        {" avx512vl ", ci.avx512vl}, {" avx512_vnni ", ci.avx512_vnni},
+        {" avx512_bf16 ", ci.avx512_bf16}, {" amx_tile ", ci.amx_tile},
+        {" amx_bf16 ", ci.amx_bf16},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        bool listed = strstr(flags, f[i].name) != NULL;
+        if (listed != f[i].have)
+            fail_msg("cpu feature%s: /proc/cpuinfo %s it, duet_cpu_info says %d", f[i].name,
+                     listed ? "lists" : "does not list", f[i].have);
+    }
+    assert_true(ci.vendor[0] != '\0');
+    assert_true(ci.family > 0);
+    char s[256];
+    int n = duet_cpu_features_string(&ci, s, sizeof s);
+    assert_int_equal(n, (int)strlen(s));
+    if (ci.avx2) assert_non_null(strstr(s, "avx2"));
+    /* Truncation reports the length it needed, as snprintf. */
+    char tiny[4];
+    assert_int_equal(duet_cpu_features_string(&ci, tiny, sizeof tiny), n);
+}
+
+/* ---- sgemm on each library --------------------------------------------------- */
+
+static void check_sgemm_transposes(duet_gemm_backend backend) {
+    configure(backend, 1);
+    duet_rng rng = duet_rng_make(5, 0);
+    const int64_t m = 7, n = 5, k = 9, pad = 3;
+    for (int ta = 0; ta < 2; ta++) {
+        for (int tb = 0; tb < 2; tb++) {
+            /* Row-major storage of op(A) (m, k) is A (m, k) or A^T stored
+             * (k, m), with leading dimensions wider than the rows. */
+            int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+            int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
+            float *a = malloc((size_t)(ar * lda) * sizeof(float));
+            float *b = malloc((size_t)(br * ldb) * sizeof(float));
+            float *c = malloc((size_t)(m * ldc) * sizeof(float));
+            float *want = malloc((size_t)(m * ldc) * sizeof(float));
+            for (int64_t i = 0; i < ar * lda; i++) a[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < br * ldb; i++) b[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < m * ldc; i++) c[i] = want[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0;
+                    for (int64_t p = 0; p < k; p++) {
+                        double av = ta ? a[p * lda + i] : a[i * lda + p];
+                        double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                        s += av * bv;
+                    }
+                    want[i * ldc + j] = (float)(0.5 * s + 2.0 * want[i * ldc + j]);
+                }
+            duet_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 2.0f, c, ldc);
+            char what[64];
+            snprintf(what, sizeof what, "%s sgemm ta=%d tb=%d",
+                     duet_gemm_backend_name(backend), ta, tb);
+            /* The padding columns of C must be left alone too. */
+            tu_assert_close(c, want, m * ldc, 1e-5, 1e-5, what);
+            free(a);
+            free(b);
+            free(c);
+            free(want);
+        }
+    }
+    /* k = 0: C = beta C, and beta 0 clears even NaN (BLAS semantics). */
+    float c[6] = {1, 2, 3, 4, 5, NAN};
+    duet_sgemm(false, false, 2, 3, 0, 1.0f, c, 1, c, 3, 3.0f, c, 3);
+    tu_assert_close(c, (float[]){3, 6, 9, 12, 15, NAN}, 5, 0, 0, "k=0, beta 3");
+    duet_sgemm(false, false, 2, 3, 0, 1.0f, c, 1, c, 3, 0.0f, c, 3);
+    tu_assert_close(c, (float[]){0, 0, 0, 0, 0, 0}, 6, 0, 0, "k=0, beta 0");
+}
+
+static void test_sgemm_onednn(void **state) {
+    (void)state;
+    check_sgemm_transposes(DUET_GEMM_ONEDNN);
+    duet_kernels_info ki;
+    assert_int_equal(duet_kernels_info_get(&ki), DUET_OK);
+    assert_int_equal(ki.gemm, DUET_GEMM_ONEDNN);
+    assert_non_null(strstr(ki.summary, "oneDNN"));
+}
+
+static void test_sgemm_openblas(void **state) {
+    (void)state;
+    check_sgemm_transposes(DUET_GEMM_OPENBLAS);
+    duet_kernels_info ki;
+    assert_int_equal(duet_kernels_info_get(&ki), DUET_OK);
+    assert_int_equal(ki.gemm, DUET_GEMM_OPENBLAS);
+    assert_non_null(strstr(ki.summary, "OpenBLAS"));
+}
+
+/* A multi-threaded GEMM gives the single-threaded result up to summation
+ * order. */
+static void test_sgemm_threads_agree(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(9, 0);
+    const int64_t m = 96, n = 200, k = 300;
+    float *a = malloc(sizeof(float) * (size_t)(m * k));
+    float *b = malloc(sizeof(float) * (size_t)(k * n));
+    float *c1 = calloc((size_t)(m * n), sizeof(float));
+    float *c2 = calloc((size_t)(m * n), sizeof(float));
+    for (int64_t i = 0; i < m * k; i++) a[i] = duet_rng_normal(&rng);
+    for (int64_t i = 0; i < k * n; i++) b[i] = duet_rng_normal(&rng);
+    duet_gemm_backend all[] = {DUET_GEMM_ONEDNN, DUET_GEMM_OPENBLAS};
+    for (int i = 0; i < 2; i++) {
+        configure(all[i], 1);
+        duet_sgemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c1, n);
+        configure(all[i], 2);
+        duet_sgemm(false, false, m, n, k, 1.0f, a, k, b, n, 0.0f, c2, n);
+        tu_assert_close(c2, c1, m * n, 1e-5, 1e-4, duet_gemm_backend_name(all[i]));
+    }
+    free(a);
+    free(b);
+    free(c1);
+    free(c2);
+}
+
+/* ---- the choice and the threads ------------------------------------------------ */
+
+static void test_backend_choice(void **state) {
+    (void)state;
+    duet_gemm_backend b = DUET_GEMM_AUTO;
+    assert_int_equal(duet_gemm_backend_parse("openblas", &b), DUET_OK);
+    assert_int_equal(b, DUET_GEMM_OPENBLAS);
+    assert_int_equal(duet_gemm_backend_parse("mkl", &b), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "'mkl'"));
+
+    duet_kernels_info ki;
+    setenv("DUET_GEMM", "openblas", 1);
+    configure(DUET_GEMM_AUTO, 1);
+    assert_int_equal(duet_kernels_info_get(&ki), DUET_OK);
+    assert_int_equal(ki.gemm, DUET_GEMM_OPENBLAS);
+    /* An explicit choice beats the environment. */
+    configure(DUET_GEMM_ONEDNN, 1);
+    assert_int_equal(duet_kernels_info_get(&ki), DUET_OK);
+    assert_int_equal(ki.gemm, DUET_GEMM_ONEDNN);
+    setenv("DUET_GEMM", "cublas", 1);
+    duet_kernel_opts o = duet_kernel_opts_default();
+    assert_int_equal(duet_kernels_configure(&o), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "DUET_GEMM"));
+    unsetenv("DUET_GEMM");
+    /* Auto: oneDNN wherever its JIT covers the CPU (AVX2 and up). */
+    configure(DUET_GEMM_AUTO, 1);
+    assert_int_equal(duet_kernels_info_get(&ki), DUET_OK);
+    duet_cpu_info ci = duet_cpu_info_get();
+    if (ci.avx2 && getenv("ONEDNN_MAX_CPU_ISA") == NULL && getenv("DNNL_MAX_CPU_ISA") == NULL)
+        assert_int_equal(ki.gemm, DUET_GEMM_ONEDNN);
+    /* OPENBLAS_CORETYPE is OpenBLAS's own: the info names it, duet leaves
+     * it as the user set it. */
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    if (ct != NULL && ct[0] != '\0') assert_non_null(strstr(ki.openblas, ct));
+}
+
+static void test_thread_count(void **state) {
+    (void)state;
+    duet_kernels_info ki;
+    configure(DUET_GEMM_AUTO, 3);
+    assert_int_equal(duet_kernels_info_get(&ki), DUET_OK);
+    assert_int_equal(ki.num_threads, 3);
+    assert_int_equal(omp_get_max_threads(), 3);
+    assert_int_equal(openblas_get_num_threads(), 3);
+    assert_non_null(strstr(ki.summary, "3 threads"));
+
+    setenv("DUET_NUM_THREADS", "2", 1);
+    configure(DUET_GEMM_AUTO, 0);
+    assert_int_equal(duet__blas_init(), 2);
+    setenv("DUET_NUM_THREADS", "two", 1);
+    duet_kernel_opts o = duet_kernel_opts_default();
+    assert_int_equal(duet_kernels_configure(&o), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "DUET_NUM_THREADS=two"));
+    unsetenv("DUET_NUM_THREADS");
+    o.num_threads = -1;
+    assert_int_equal(duet_kernels_configure(&o), DUET_EINVAL);
+
+    /* The default: this process's cores shared among the node's ranks. */
+    int avail = duet_cpu_available_cores(), online = duet_cpu_online_cores();
+    assert_true(avail >= 1 && avail <= online);
+    if (avail == online) {
+        assert_int_equal(duet_default_num_threads(1), avail);
+        assert_int_equal(duet_default_num_threads(avail), 1);
+        assert_int_equal(duet_default_num_threads(avail * 4), 1);
+        if (avail >= 2) assert_int_equal(duet_default_num_threads(2), avail / 2);
+    } else {
+        assert_int_equal(duet_default_num_threads(2), avail); /* bound by a launcher */
+    }
+    configure(DUET_GEMM_AUTO, 0);
+    assert_int_equal(duet__blas_init(), duet_default_num_threads(1));
+}
+
+int main(void) {
+    unsetenv("DUET_GEMM");
+    unsetenv("DUET_NUM_THREADS");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cpu_features_match_the_kernel),
+        cmocka_unit_test(test_sgemm_onednn),
+        cmocka_unit_test(test_sgemm_openblas),
+        cmocka_unit_test(test_sgemm_threads_agree),
+        cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_thread_count),
+    };
+    return cmocka_run_group_tests_name("kernels", tests, NULL, NULL);
+}
