@@ -21,6 +21,7 @@ static const char main_usage[] =
     "  train   train a model from a config file\n"
     "  test    PSNR/SSIM of a checkpoint on the validation set, next to bicubic\n"
     "  infer   upscale images with a checkpoint\n"
+    "  info    version, CPU features, kernel path, library versions, threads\n"
     "\n"
     "`duet <command> --help` describes each one; `duet --version` prints the version.\n";
 
@@ -237,6 +238,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "--version") == 0) {
         printf("duet %s\n", DUET_VERSION_STRING);
         return EXIT_SUCCESS;
+    }
+    if (strcmp(argv[1], "info") == 0) {
+        if (argc > 2) return usage_error(main_usage, "info takes no arguments", "");
+        return duet_info_print(stdout) == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
     }
     return run(argv[1], argc - 2, argv + 2);
 }

@@ -135,6 +135,15 @@ int duet_comm_wait(duet_comm_request **req);
 void duet_comm_abort(duet_comm *c, int errorcode, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));
 
+/* ---- where the group runs ------------------------------------------------------ */
+
+/* Ranks of c on this process's node (those that can share memory; one
+ * MPI_Comm_split_type, so every rank of c must call it). 1 for NULL. */
+int duet_comm_local_size(duet_comm *c, int *out);
+/* The MPI library's name and version ("Open MPI v4.1.4"), truncated to size.
+ * Works before MPI_Init. */
+void duet_comm_library_version(char *buf, size_t size);
+
 /* ---- half-precision conversion ------------------------------------------- */
 
 /* Round to nearest even; NaN stays NaN, overflow becomes infinity. */

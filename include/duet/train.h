@@ -257,6 +257,12 @@ typedef struct duet_test_result {
     double psnr_bicubic, ssim_bicubic; /* MATLAB bicubic upscaling of the inputs */
 } duet_test_result;
 
+/* `duet info`: version, CPU and its features, cores, the kernel path
+ * (GEMM library and ISA), oneDNN / OpenBLAS / MPI library versions, threads
+ * and the environment variables that change them, like
+ * torch.__config__.show(). DUET_EIO when f cannot be written. */
+int duet_info_print(FILE *f);
+
 /* Trains the config's model for total_iters iterations with its hooks (LR
  * schedule, logging, evaluation, checkpoints); see docs/pipeline.md. */
 int duet_runner_train(const duet_runner_opts *opts);

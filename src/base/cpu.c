@@ -68,9 +68,11 @@ static void detect(duet_cpu_info *ci) {
             __get_cpuid(0x80000002 + leaf, &brand[4 * leaf], &brand[4 * leaf + 1],
                         &brand[4 * leaf + 2], &brand[4 * leaf + 3]);
         ci->brand[48] = '\0';
-        /* Some CPUs pad the brand string with leading spaces. */
+        /* Some CPUs pad the brand string with spaces. */
         size_t lead = strspn(ci->brand, " ");
         memmove(ci->brand, ci->brand + lead, strlen(ci->brand + lead) + 1);
+        for (size_t n = strlen(ci->brand); n > 0 && ci->brand[n - 1] == ' '; n--)
+            ci->brand[n - 1] = '\0';
     }
 }
 #else

@@ -107,7 +107,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
         if (rc != DUET_OK) return duet__error_context(rc, "--set %s", o->sets[i]);
     }
-    return DUET_OK;
+    return duet__run_setup_kernels(r);
 }
 
 static void close_run(duet__run *r) {

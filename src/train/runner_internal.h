@@ -49,6 +49,11 @@ char *duet__path_join(const char *dir, const char *name);
 /* mkdir -p; DUET_EIO naming the folder. */
 int duet__mkdirs(const char *path);
 
+/* ---- system.c ---- */
+/* The config's num_threads and gemm keys into duet_kernels_configure (with
+ * the ranks on this node), and the startup line naming what runs. */
+int duet__run_setup_kernels(duet__run *r);
+
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
 int duet__run_read_settings(duet__run *r);

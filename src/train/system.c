@@ -1,0 +1,69 @@
+/* The compute path of a run (the config's `num_threads` and `gemm` keys,
+ * the startup line that says what runs) and `duet info`: what a bug report
+ * or a benchmark needs to know about this machine and build. */
+#include "train/runner_internal.h"
+
+#include <string.h>
+
+int duet__run_setup_kernels(duet__run *r) {
+    duet_kernel_opts ko = duet_kernel_opts_default();
+    int64_t threads = 0;
+    DUET_TRY(duet_config_get_int_or(r->cfg, "num_threads", 0, &threads));
+    if (threads < 0 || threads > 1024) {
+        char where[256];
+        duet_config_where(r->cfg, "num_threads", where, sizeof where);
+        return duet__error(DUET_ECONFIG,
+                           "%s: num_threads = %lld is not in 0..1024 (0: the cores this process "
+                           "may use, shared among the ranks on its node)",
+                           where, (long long)threads);
+    }
+    const char *gemm = NULL;
+    DUET_TRY(duet_config_get_string_or(r->cfg, "gemm", "auto", &gemm));
+    int rc = duet_gemm_backend_parse(gemm, &ko.gemm);
+    if (rc != DUET_OK) {
+        char where[256];
+        duet_config_where(r->cfg, "gemm", where, sizeof where);
+        return duet__error_context(DUET_ECONFIG, "%s", where);
+    }
+    ko.num_threads = (int)threads;
+    DUET_TRY(duet_comm_local_size(r->comm, &ko.local_ranks));
+    DUET_TRY(duet_kernels_configure(&ko));
+    duet_kernels_info ki;
+    DUET_TRY(duet_kernels_info_get(&ki));
+    duet_log(DUET_LOG_INFO, "kernels: %s per process, %d process%s (%d on this node)",
+             ki.summary, r->world, r->world == 1 ? "" : "es", ko.local_ranks);
+    return DUET_OK;
+}
+
+int duet_info_print(FILE *f) {
+    duet_cpu_info ci = duet_cpu_info_get();
+    char features[256];
+    duet_cpu_features_string(&ci, features, sizeof features);
+    duet_kernels_info ki;
+    DUET_TRY(duet_kernels_info_get(&ki));
+    char mpi[256];
+    duet_comm_library_version(mpi, sizeof mpi);
+    fprintf(f, "duet %s\n", DUET_VERSION_STRING);
+    fprintf(f, "  CPU:        %s (%s family %d model %d stepping %d)\n",
+            ci.brand[0] ? ci.brand : "unknown", ci.vendor[0] ? ci.vendor : "?", ci.family,
+            ci.model, ci.stepping);
+    fprintf(f, "  features:   %s\n", features[0] ? features : "(none of avx..amx)");
+    fprintf(f, "  cores:      %d online, %d available to this process\n",
+            duet_cpu_online_cores(), duet_cpu_available_cores());
+    fprintf(f, "  kernels:    %s\n", ki.summary);
+    fprintf(f, "  oneDNN:     %s%s\n", ki.onednn,
+            ki.gemm == DUET_GEMM_ONEDNN ? " (in use)" : "");
+    fprintf(f, "  OpenBLAS:   %s%s\n", ki.openblas,
+            ki.gemm == DUET_GEMM_OPENBLAS ? " (in use)" : "");
+    fprintf(f, "  MPI:        %s\n", mpi);
+    fprintf(f, "  threads:    %d (DUET_NUM_THREADS or the config's num_threads; default: the "
+               "cores available / ranks on the node)\n",
+            ki.num_threads);
+    const char *vars[] = {"DUET_GEMM", "DUET_NUM_THREADS", "OPENBLAS_CORETYPE",
+                          "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL) fprintf(f, "  env:        %s=%s\n", vars[i], v);
+    }
+    return ferror(f) ? duet__error(DUET_EIO, "info: cannot write the report") : DUET_OK;
+}

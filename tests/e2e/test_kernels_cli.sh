@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `duet info` and the kernel settings of a run: the features it reports are
+# the kernel's (/proc/cpuinfo), DUET_GEMM picks the GEMM library, the
+# training log names the kernel path, and bad values of num_threads / gemm /
+# DUET_GEMM are errors that name the key. Needs DUET_EXE (set by CTest).
+set -euo pipefail
+DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
+SRC=${DUET_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+T=$(mktemp -d /tmp/duet_kernels_XXXXXX)
+[ -d "$T" ] || exit 1
+trap 'rm -rf "$T"' EXIT
+fail() { echo "test_kernels_cli: FAIL: $*" >&2; exit 1; }
+
+"$DUET" info > "$T/info" || fail "duet info exited $?"
+grep -q '^  kernels:    GEMM: ' "$T/info" || fail "no kernels line: $(cat "$T/info")"
+grep -q '^  MPI:        ' "$T/info" || fail "no MPI line"
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+for f in avx2 avx512f avx512_bf16; do
+    want=no; [[ "$flags" == *" $f "* ]] && want=yes
+    got=no; grep '^  features:' "$T/info" | grep -qw "$f" && got=yes
+    [ "$want" = "$got" ] || fail "feature $f: /proc/cpuinfo $want, duet info $got"
+done
+if [[ "$flags" == *" avx2 "* ]]; then
+    env -u DUET_GEMM "$DUET" info | grep -q 'kernels:    GEMM: oneDNN' \
+        || fail "an AVX2 CPU must default to oneDNN"
+fi
+DUET_GEMM=openblas "$DUET" info | grep -q 'kernels:    GEMM: OpenBLAS' || fail "DUET_GEMM=openblas ignored"
+DUET_NUM_THREADS=3 "$DUET" info | grep -q ', 3 threads' || fail "DUET_NUM_THREADS=3 ignored"
+"$DUET" info extra > /dev/null 2>&1 && fail "duet info extra must be a usage error"
+
+# Bad settings: the message names the key (and the file and line).
+cfg="$SRC/configs/msrresnet_x4_tiny.cfg"
+if "$DUET" train "$cfg" --work-dir "$T/w" --set num_threads=-2 > "$T/out" 2>&1; then
+    fail "num_threads=-2 accepted"
+fi
+grep -q 'num_threads = -2' "$T/out" || fail "num_threads error does not name it: $(cat "$T/out")"
+if "$DUET" train "$cfg" --work-dir "$T/w" --set 'gemm="mkl"' > "$T/out" 2>&1; then
+    fail "gemm=mkl accepted"
+fi
+grep -q "unknown GEMM backend 'mkl'" "$T/out" || fail "gemm error: $(cat "$T/out")"
+grep -q 'gemm' "$T/out" || fail "gemm error does not name the key"
+if DUET_GEMM=cublas "$DUET" train "$cfg" --work-dir "$T/w" > "$T/out" 2>&1; then
+    fail "DUET_GEMM=cublas accepted"
+fi
+grep -q 'DUET_GEMM' "$T/out" || fail "DUET_GEMM error: $(cat "$T/out")"
+
+# The startup line of a run names the path. It is the first thing a run
+# does, so it is printed even though this run then stops at its data.
+DUET_LOG=info "$DUET" train "$cfg" --work-dir "$T/w" --set total_iters=1 \
+    --set 'data.train.gt_folder="/nonexistent"' --set num_threads=1 --set 'gemm="openblas"' \
+    > "$T/out" 2>&1 && fail "train without data succeeded"
+grep -q 'kernels: GEMM: OpenBLAS .*, 1 thread per process' "$T/out" \
+    || fail "no startup kernels line: $(head -20 "$T/out")"
+echo "test_kernels_cli: ok"
