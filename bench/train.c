@@ -1,13 +1,21 @@
 /* bench_train: MMEditing's SRGAN training step (generator step with pixel,
  * perceptual and GAN losses, then the discriminator step on real and fake)
  * in duet, next to the same model in PyTorch (bench/train_torch.py: one DDP
- * per network over gloo, broadcast_buffers false, 1 torch thread per
- * process), on 1 and 2 processes, for the tiny config and MMEditing's
- * full-size one. Prints images/s, the ratio duet / PyTorch and the peak
- * resident memory per process.
+ * per network over gloo, broadcast_buffers false), on 1 and 2 processes, for
+ * the tiny config and MMEditing's full-size one, in one run. Prints images/s,
+ * the ratio duet / PyTorch, the peak resident memory per process, the GEMM
+ * GF/s duet reached per core as a share of this machine's single-core sgemm
+ * peak (measured here first), and which kernels ran on each side.
  *
- *   bench_train [--models tiny,full] [--nproc 1,2] [--steps N] [--warmup N]
- *               [--torch-script bench/train_torch.py] [--no-torch]
+ *   bench_train [--models tiny,full] [--nproc 1,2] [--threads T] [--steps N]
+ *               [--warmup N] [--timeout S] [--torch-script bench/train_torch.py]
+ *               [--no-torch]
+ *
+ * --threads: threads per process for both duet and PyTorch (default: the
+ * cores this process may use divided by the process count). The environment
+ * is left as found (OPENBLAS_CORETYPE and all). Every child runs under
+ * `timeout` (default 1200 s), so the bench never hangs: a child that times
+ * out shows as "timeout".
  *
  * It launches itself under `mpirun -n P` (as `bench_train --worker ...`)
  * and PyTorch through /usr/bin/python3 (DUET_PYTHON overrides), so run it
@@ -112,15 +120,21 @@ static int worker(const bench_model *bm, int steps, int warmup) {
     duet_log_vars lv;
     for (int i = 0; i < warmup; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
     CHECK(duet_comm_barrier(comm));
+    uint64_t f0 = duet_kernels_gemm_flops();
     double t0 = duet_time_now();
     for (int i = 0; i < steps; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
     CHECK(duet_comm_barrier(comm));
-    double res[2] = {(duet_time_now() - t0) / steps, peak_rss_mb()};
-    CHECK(duet_comm_allreduce(comm, res, 2, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    double dt = (duet_time_now() - t0) / steps;
+    double res[3] = {dt, peak_rss_mb(), (double)(duet_kernels_gemm_flops() - f0) / steps};
+    CHECK(duet_comm_allreduce(comm, res, 3, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    duet_kernels_info ki;
+    CHECK(duet_kernels_info_get(&ki));
     if (rank == 0) {
         printf("{\"framework\": \"duet\", \"model\": \"%s\", \"nproc\": %d, \"batch\": %" PRId64
-               ", \"step_s\": %.6f, \"images_per_s\": %.4f, \"peak_rss_mb\": %.1f}\n",
-               bm->name, world, b * world, res[0], (double)(b * world) / res[0], res[1]);
+               ", \"step_s\": %.6f, \"images_per_s\": %.4f, \"peak_rss_mb\": %.1f, "
+               "\"gemm_gflop_per_step\": %.3f, \"threads\": %d, \"kernels\": \"%s\"}\n",
+               bm->name, world, b * world, res[0], (double)(b * world) / res[0], res[1],
+               res[2] / 1e9, ki.num_threads, ki.summary);
         fflush(stdout);
     }
     duet_batch_clear(&batch);
@@ -156,14 +170,41 @@ static double json_num(const char *line, const char *key) {
     return s != NULL ? strtod(s + strlen(pat), NULL) : 0.0 / 0.0;
 }
 
+/* Single-core sgemm peak of this machine through duet's GEMM: the best of
+ * a few n = 1024 and 2048 products, in GF/s. */
+static double measure_peak(void) {
+    duet_kernel_opts ko = duet_kernel_opts_default();
+    ko.num_threads = 1;
+    if (duet_kernels_configure(&ko) != DUET_OK) return 0.0 / 0.0;
+    double best = 0;
+    for (int64_t n = 1024; n <= 2048; n *= 2) {
+        float *a = duet_aligned_alloc(sizeof(float) * (size_t)(n * n));
+        float *b = duet_aligned_alloc(sizeof(float) * (size_t)(n * n));
+        float *c = duet_aligned_alloc(sizeof(float) * (size_t)(n * n));
+        if (a == NULL || b == NULL || c == NULL) return 0.0 / 0.0;
+        for (int64_t i = 0; i < n * n; i++) a[i] = b[i] = c[i] = (float)(i % 7) * 0.125f;
+        for (int r = 0; r < 4; r++) {
+            double t0 = duet_time_now();
+            duet_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            double gf = 2.0 * (double)n * (double)n * (double)n / (duet_time_now() - t0) / 1e9;
+            if (gf > best) best = gf;
+        }
+        duet_aligned_free(a);
+        duet_aligned_free(b);
+        duet_aligned_free(c);
+    }
+    return best;
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: bench_train [--models tiny,full] [--nproc 1,2] [--steps N] "
-                    "[--warmup N] [--torch-script PATH] [--no-torch]\n");
+    fprintf(stderr, "usage: bench_train [--models tiny,full] [--nproc 1,2] [--threads T] "
+                    "[--steps N] [--warmup N] [--timeout S] [--torch-script PATH] "
+                    "[--no-torch]\n");
 }
 
 int main(int argc, char **argv) {
     const char *model_list = "tiny,full", *nproc_list = "1,2", *script = NULL;
-    int steps = 0, warmup = 1;
+    int steps = 0, warmup = 1, threads = 0, timeout_s = 1200;
     bool is_worker = false, torch = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -174,6 +215,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--nproc") == 0 && v) nproc_list = argv[++i];
         else if (strcmp(a, "--steps") == 0 && v) steps = atoi(argv[++i]);
         else if (strcmp(a, "--warmup") == 0 && v) warmup = atoi(argv[++i]);
+        else if (strcmp(a, "--threads") == 0 && v) threads = atoi(argv[++i]);
+        else if (strcmp(a, "--timeout") == 0 && v) timeout_s = atoi(argv[++i]);
         else if (strcmp(a, "--torch-script") == 0 && v) script = argv[++i];
         else {
             usage();
@@ -202,11 +245,27 @@ int main(int argc, char **argv) {
     self[n] = '\0';
     const char *root = getuid() == 0 ? " --allow-run-as-root" : "";
 
-    printf("SRGAN training step, synthetic data, 1 BLAS/torch thread per process "
-           "(%d warm-up steps, then the mean of the timed ones)\n\n", warmup);
-    printf("%-5s %5s %6s | %10s %10s %7s | %10s %10s\n", "model", "procs", "batch",
-           "duet img/s", "torch img/s", "ratio", "duet MB", "torch MB");
-    printf("-------------------+--------------------------------+----------------------\n");
+    double peak = measure_peak();
+    duet_kernels_info ki;
+    if (duet_kernels_info_get(&ki) != DUET_OK) return 1;
+    char torch_info[1024] = "?";
+    if (torch) {
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "timeout -k 5 120 '%s' '%s' --info", python, script);
+        if (!run_json(cmd, torch_info, sizeof torch_info)) snprintf(torch_info, sizeof torch_info, "?");
+        torch_info[strcspn(torch_info, "\n")] = '\0';
+    }
+    printf("SRGAN training step, synthetic data, %d warm-up step(s), then the mean of the timed "
+           "ones\n", warmup);
+    printf("duet:    %s (as found: OPENBLAS_CORETYPE=%s)\n", ki.summary,
+           getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+    if (torch) printf("PyTorch: %s\n", torch_info);
+    printf("single-core sgemm peak (duet's GEMM, n = 1024..2048): %.1f GF/s\n\n", peak);
+    printf("%-5s %5s %4s %6s | %10s %10s %7s | %8s %8s | %10s %6s\n", "model", "procs",
+           "thr", "batch", "duet img/s", "torch img/s", "ratio", "duet MB", "torch MB",
+           "GF/s/core", "peak");
+    printf("------------------------+--------------------------------+-------------------+"
+           "------------------\n");
     fflush(stdout);
     char mlist[256];
     snprintf(mlist, sizeof mlist, "%s", model_list);
@@ -221,34 +280,45 @@ int main(int argc, char **argv) {
         snprintf(plist, sizeof plist, "%s", nproc_list);
         for (char *s2 = NULL, *p = strtok_r(plist, ",", &s2); p; p = strtok_r(NULL, ",", &s2)) {
             int np = atoi(p);
+            int thr = threads > 0 ? threads : duet_default_num_threads(np);
             char cmd[8192], dline[1024] = "", tline[1024] = "";
             snprintf(cmd, sizeof cmd,
-                     "OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpirun -n %d --oversubscribe%s "
-                     "'%s' --worker --models %s --steps %d --warmup %d",
-                     np, root, self, m, nsteps, warmup);
+                     "DUET_NUM_THREADS=%d timeout -k 10 %d mpirun -n %d --oversubscribe "
+                     "--bind-to none%s '%s' --worker --models %s --steps %d --warmup %d",
+                     thr, timeout_s, np, root, self, m, nsteps, warmup);
             bool dok = run_json(cmd, dline, sizeof dline);
             bool tok = false;
             if (torch) {
                 snprintf(cmd, sizeof cmd,
-                         "OMP_NUM_THREADS=1 '%s' '%s' --model %s --nproc %d --steps %d "
-                         "--warmup %d",
-                         python, script, m, np, nsteps, warmup);
+                         "OMP_NUM_THREADS=%d timeout -k 10 %d '%s' '%s' --model %s --nproc %d "
+                         "--threads %d --steps %d --warmup %d",
+                         thr, timeout_s, python, script, m, np, thr, nsteps, warmup);
                 tok = run_json(cmd, tline, sizeof tline);
             }
             double di = dok ? json_num(dline, "images_per_s") : 0.0 / 0.0;
             double ti = tok ? json_num(tline, "images_per_s") : 0.0 / 0.0;
             char ts[32] = "-", rs[32] = "-", tm[32] = "-", ds[32] = "failed", dm[32] = "-";
-            if (dok) snprintf(ds, sizeof ds, "%.2f", di);
-            if (dok) snprintf(dm, sizeof dm, "%.0f", json_num(dline, "peak_rss_mb"));
+            char gs[32] = "-", ps[32] = "-";
+            if (torch && !tok) snprintf(ts, sizeof ts, "failed");
+            if (dok) {
+                snprintf(ds, sizeof ds, "%.2f", di);
+                snprintf(dm, sizeof dm, "%.0f", json_num(dline, "peak_rss_mb"));
+                /* GEMM work of one process per second, per core it ran on. */
+                double gf = json_num(dline, "gemm_gflop_per_step") / json_num(dline, "step_s") /
+                            json_num(dline, "threads");
+                snprintf(gs, sizeof gs, "%.1f", gf);
+                snprintf(ps, sizeof ps, "%.0f%%", 100.0 * gf / peak);
+            }
             if (tok) snprintf(ts, sizeof ts, "%.2f", ti);
             if (tok) snprintf(tm, sizeof tm, "%.0f", json_num(tline, "peak_rss_mb"));
             if (dok && tok) snprintf(rs, sizeof rs, "%.2fx", di / ti);
-            printf("%-5s %5d %6d | %10s %10s %7s | %10s %10s\n", m, np, bm->batch * np, ds, ts,
-                   rs, dm, tm);
+            printf("%-5s %5d %4d %6d | %10s %10s %7s | %8s %8s | %10s %6s\n", m, np, thr,
+                   bm->batch * np, ds, ts, rs, dm, tm, gs, ps);
             fflush(stdout);
         }
     }
     printf("\nratio = duet images/s / PyTorch images/s (> 1: duet is faster); MB = peak "
-           "resident memory of the largest process.\n");
+           "resident memory of the largest process; GF/s/core = duet's GEMM work per second "
+           "per core, and its share of the single-core peak.\n");
     return 0;
 }

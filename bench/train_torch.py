@@ -40,8 +40,8 @@ MODELS = {
 }
 
 
-def worker(rank, world, model_name, steps, warmup, initfile, queue):
-    torch.set_num_threads(1)
+def worker(rank, world, model_name, steps, warmup, initfile, queue, threads):
+    torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"file://{initfile}", rank=rank, world_size=world)
     m = MODELS[model_name]
     torch.manual_seed(0)
@@ -105,14 +105,27 @@ def main():
     ap.add_argument("--nproc", type=int, default=1)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--info", action="store_true",
+                    help="print torch's version and CPU kernel path as JSON and exit")
     a = ap.parse_args()
+    if a.info:
+        cfg = torch.__config__.show()
+        isa = [l.strip() for l in cfg.splitlines() if "CPU capability" in l]
+        dnn = [l.strip(" -*") for l in cfg.splitlines() if "oneDNN" in l or "MKL-DNN" in l]
+        print(json.dumps({"torch": torch.__version__,
+                          "mkldnn": torch.backends.mkldnn.is_available(),
+                          "onednn": dnn[0] if dnn else None,
+                          "cpu_capability": isa[0] if isa else None,
+                          "threads": torch.get_num_threads()}))
+        return
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     fd, initfile = tempfile.mkstemp(prefix="duet_bench_gloo_")
     os.close(fd)
     os.unlink(initfile)
     try:
-        mp.start_processes(worker, args=(a.nproc, a.model, a.steps, a.warmup, initfile, queue),
+        mp.start_processes(worker, args=(a.nproc, a.model, a.steps, a.warmup, initfile, queue, a.threads),
                            nprocs=a.nproc, join=True, start_method="spawn")
     finally:
         if os.path.exists(initfile):

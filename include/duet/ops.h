@@ -153,6 +153,9 @@ typedef struct duet_kernels_info {
     char summary[160]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" */
 } duet_kernels_info;
 int duet_kernels_info_get(duet_kernels_info *out);
+/* Floating-point operations (2 m n k per call) this process has sent
+ * through duet_sgemm so far: what a benchmark divides by time. */
+uint64_t duet_kernels_gemm_flops(void);
 
 /* Row-major C (M, N) = alpha * op(A) op(B) + beta * C, with op = transpose
  * when trans_* is true. The one place duet calls a GEMM library. */

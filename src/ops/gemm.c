@@ -32,6 +32,7 @@ static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int kernels_ready;                 /* configured at least once */
 static _Atomic int gemm_backend = DUET_GEMM_ONEDNN; /* resolved: never AUTO */
 static _Atomic int kernel_threads = 1;
+static _Atomic uint64_t gemm_flops; /* 2 m n k summed over duet_sgemm calls */
 
 duet_kernel_opts duet_kernel_opts_default(void) {
     duet_kernel_opts o;
@@ -153,6 +154,10 @@ int duet__blas_init(void) {
     return atomic_load(&kernel_threads);
 }
 
+uint64_t duet_kernels_gemm_flops(void) {
+    return atomic_load_explicit(&gemm_flops, memory_order_relaxed);
+}
+
 int duet_kernels_info_get(duet_kernels_info *out) {
     kernels_ensure();
     memset(out, 0, sizeof *out);
@@ -199,6 +204,8 @@ void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
     DUET_ASSERT(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
     if (m == 0 || n == 0) return;
     kernels_ensure();
+    atomic_fetch_add_explicit(&gemm_flops, 2u * (uint64_t)m * (uint64_t)n * (uint64_t)k,
+                              memory_order_relaxed);
     if (k == 0) {
         /* op(A) op(B) is empty: C = beta C (beta 0 clears, as BLAS does). */
         for (int64_t i = 0; i < m; i++)
