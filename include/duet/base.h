@@ -145,6 +145,15 @@ void duet_rng_permutation(duet_rng *rng, int64_t *perm, int64_t n);
 /* Monotonic wall clock in seconds. */
 double duet_time_now(void);
 
+/* ---- half-precision conversion ------------------------------------------- */
+
+/* float32 <-> IEEE half and bfloat16 (gradient compression, bf16 GEMMs).
+ * Round to nearest even; NaN stays NaN, overflow becomes infinity. */
+void duet_f32_to_f16(uint16_t *out, const float *in, size_t n);
+void duet_f16_to_f32(float *out, const uint16_t *in, size_t n);
+void duet_f32_to_bf16(uint16_t *out, const float *in, size_t n);
+void duet_bf16_to_f32(float *out, const uint16_t *in, size_t n);
+
 /* ---- the CPU ----------------------------------------------------------------- */
 
 /* What this CPU offers, from cpuid and what the OS saves (xgetbv): a vector

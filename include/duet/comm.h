@@ -144,13 +144,7 @@ int duet_comm_local_size(duet_comm *c, int *out);
  * Works before MPI_Init. */
 void duet_comm_library_version(char *buf, size_t size);
 
-/* ---- half-precision conversion ------------------------------------------- */
-
-/* Round to nearest even; NaN stays NaN, overflow becomes infinity. */
-void duet_f32_to_f16(uint16_t *out, const float *in, size_t n);
-void duet_f16_to_f32(float *out, const uint16_t *in, size_t n);
-void duet_f32_to_bf16(uint16_t *out, const float *in, size_t n);
-void duet_bf16_to_f32(float *out, const uint16_t *in, size_t n);
+/* Half-precision conversion (duet_f32_to_f16, ...) is in duet/base.h. */
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* float32 <-> IEEE half and bfloat16, round to nearest even, for compressed
- * gradient reduction. Bit manipulation after F. Giesen's "float_to_half_fast3"
+ * gradient reduction (comm, ddp) and bf16 GEMMs (ops). Bit manipulation after F. Giesen's "float_to_half_fast3"
  * (public domain): exact for every input, including subnormals. */
-#include "duet/comm.h"
+#include "duet/base.h"
 
 #include <string.h>
 
