@@ -127,8 +127,14 @@ typedef struct duet_kernel_opts {
     /* Ranks of this job on this node (duet_comm_local_size), for the
      * default thread count. */
     int local_ranks;
+    /* Mixed precision (MMEditing's `fp16` configs): true runs every GEMM on
+     * bfloat16 inputs with float32 sums and outputs (oneDNN's bf16 matmul);
+     * weights, gradients, optimizer state and all other arithmetic stay
+     * float32. Needs a CPU with AVX512_BF16 or AMX-BF16 (else
+     * DUET_EUNSUPPORTED naming the CPU). */
+    bool bf16;
 } duet_kernel_opts;
-duet_kernel_opts duet_kernel_opts_default(void); /* AUTO, 0, 1 */
+duet_kernel_opts duet_kernel_opts_default(void); /* AUTO, 0, 1, false */
 
 /* Sets the path for every later op in this process (call it from one thread
  * before training; the runner does, from the config's `num_threads` and
@@ -150,7 +156,9 @@ typedef struct duet_kernels_info {
     int num_threads;
     char onednn[64];   /* "oneDNN 2.6.3 avx512_core_bf16" (the ISA its JIT uses) */
     char openblas[96]; /* "OpenBLAS 0.3.21 Cooperlake" (+ OPENBLAS_CORETYPE when set) */
-    char summary[160]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" */
+    bool bf16;         /* mixed precision on */
+    char bf16_impl[96]; /* oneDNN's matmul implementation for it ("brg:avx512_core_bf16") */
+    char summary[256]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" (+ ", bf16 ...") */
 } duet_kernels_info;
 int duet_kernels_info_get(duet_kernels_info *out);
 /* Floating-point operations (2 m n k per call) this process has sent

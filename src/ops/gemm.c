@@ -32,6 +32,8 @@ static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int kernels_ready;                 /* configured at least once */
 static _Atomic int gemm_backend = DUET_GEMM_ONEDNN; /* resolved: never AUTO */
 static _Atomic int kernel_threads = 1;
+static _Atomic bool use_bf16;
+static char bf16_impl[96]; /* under kernels_lock */
 static _Atomic uint64_t gemm_flops; /* 2 m n k summed over duet_sgemm calls */
 
 duet_kernel_opts duet_kernel_opts_default(void) {
@@ -40,6 +42,7 @@ duet_kernel_opts duet_kernel_opts_default(void) {
     o.gemm = DUET_GEMM_AUTO;
     o.num_threads = 0;
     o.local_ranks = 1;
+    o.bf16 = false;
     return o;
 }
 
@@ -115,7 +118,22 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                                getenv("DUET_NUM_THREADS"));
         n = v > 0 ? (int)v : duet_default_num_threads(o->local_ranks);
     }
+    char impl[96] = "";
+    if (o->bf16) {
+        duet_cpu_info ci = duet_cpu_info_get();
+        if (!ci.avx512_bf16 && !ci.amx_bf16) {
+            char f[256];
+            duet_cpu_features_string(&ci, f, sizeof f);
+            return duet__error(DUET_EUNSUPPORTED,
+                               "mixed precision bf16 needs a CPU with AVX512_BF16 or AMX-BF16; "
+                               "this one (%s) has: %s. Use float32 (mixed_precision = \"none\")",
+                               ci.brand[0] ? ci.brand : ci.vendor, f[0] ? f : "no AVX");
+        }
+        DUET_TRY(duet__bf16_check(impl, sizeof impl));
+    }
     pthread_mutex_lock(&kernels_lock);
+    snprintf(bf16_impl, sizeof bf16_impl, "%s", impl);
+    atomic_store(&use_bf16, o->bf16);
     /* Both libraries get the count: oneDNN runs on OpenMP, and OpenBLAS
      * would otherwise start a thread per core of its own. */
     omp_set_num_threads(n);
@@ -189,8 +207,14 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     if (ct != NULL && ct[0] != '\0')
         snprintf(out->openblas + strlen(out->openblas),
                  sizeof out->openblas - strlen(out->openblas), " (OPENBLAS_CORETYPE=%s)", ct);
-    snprintf(out->summary, sizeof out->summary, "GEMM: %s, %d thread%s",
-             out->gemm == DUET_GEMM_ONEDNN ? out->onednn : out->openblas, out->num_threads,
+    pthread_mutex_lock(&kernels_lock);
+    out->bf16 = atomic_load(&use_bf16);
+    snprintf(out->bf16_impl, sizeof out->bf16_impl, "%s", bf16_impl);
+    pthread_mutex_unlock(&kernels_lock);
+    char mp[128] = "";
+    if (out->bf16) snprintf(mp, sizeof mp, ", bf16 inputs on oneDNN matmul %s", out->bf16_impl);
+    snprintf(out->summary, sizeof out->summary, "GEMM: %s%s, %d thread%s",
+             out->gemm == DUET_GEMM_ONEDNN ? out->onednn : out->openblas, mp, out->num_threads,
              out->num_threads == 1 ? "" : "s");
     return DUET_OK;
 }
@@ -211,6 +235,14 @@ void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return;
+    }
+    if (atomic_load_explicit(&use_bf16, memory_order_relaxed) && alpha == 1.0f &&
+        (beta == 0.0f || beta == 1.0f)) {
+        if (duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc) == DUET_OK)
+            return;
+        /* Out of memory for the rounded copies (the primitive itself was
+         * checked when bf16 was switched on): this product runs in float32. */
+        duet_log(DUET_LOG_WARN, "bf16 GEMM: %s; running it in float32", duet_last_error());
     }
     if (atomic_load_explicit(&gemm_backend, memory_order_relaxed) == DUET_GEMM_ONEDNN) {
         /* oneDNN's sgemm is row-major, like ours. It fails only on bad

@@ -1,0 +1,199 @@
+/* The bf16 GEMM of mixed precision: C (f32) = op(A) op(B) + beta C with A
+ * and B rounded to bfloat16 and products summed in float32, on oneDNN's
+ * matmul primitive (its brgemm kernels use AVX512_BF16's dot products or
+ * AMX tiles). Master weights, optimizer state, gradients' storage and every
+ * reduction outside the GEMM stay float32: only the GEMM inputs are
+ * rounded.
+ *
+ * A matmul primitive is made for one shape, so made ones are kept in a small
+ * table keyed by (m, n, k, transposes, ldc, beta): a training step repeats
+ * the same few dozen GEMM shapes every iteration. */
+#include "ops/ops_internal.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <string.h>
+
+#define BF16_CACHE_SLOTS 128
+
+typedef struct bf16_key {
+    int64_t m, n, k, ldc;
+    bool ta, tb, accumulate;
+} bf16_key;
+
+typedef struct bf16_entry {
+    bf16_key key;
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c; /* descriptors bound to the primitive; handles set per call */
+    uint64_t last_use;
+} bf16_entry;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_once_t once;
+    int init_rc;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    bf16_entry slots[BF16_CACHE_SLOTS];
+    uint64_t clock;
+    char impl[96]; /* the implementation oneDNN chose, for the log and `duet info` */
+} bf = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+
+static void bf16_init(void) {
+    if (dnnl_engine_create(&bf.engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&bf.stream, bf.engine, dnnl_stream_default_flags) != dnnl_success)
+        bf.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16: cannot create a oneDNN CPU engine");
+}
+
+static int dnnl_fail(dnnl_status_t st, const char *what) {
+    return duet__error(DUET_EUNSUPPORTED, "bf16 GEMM: oneDNN %s failed (status %d)", what,
+                       (int)st);
+}
+
+#define DNNL_TRY(call, what)                              \
+    do {                                                  \
+        dnnl_status_t st_ = (call);                       \
+        if (st_ != dnnl_success) return dnnl_fail(st_, what); \
+    } while (0)
+
+static void entry_free(bf16_entry *e) {
+    if (e->prim != NULL) dnnl_primitive_destroy(e->prim);
+    if (e->a != NULL) dnnl_memory_destroy(e->a);
+    if (e->b != NULL) dnnl_memory_destroy(e->b);
+    if (e->c != NULL) dnnl_memory_destroy(e->c);
+    memset(e, 0, sizeof *e);
+}
+
+/* op(X) (rows, cols) of a compact bf16 copy of X as stored (row-major,
+ * transposed when trans). */
+static void md_of(dnnl_memory_desc_t *md, int64_t rows, int64_t cols, bool trans) {
+    dnnl_dims_t dims = {rows, cols};
+    dnnl_dims_t strides = {trans ? 1 : cols, trans ? rows : 1};
+    dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_bf16, strides);
+}
+
+static int entry_make(bf16_entry *e, const bf16_key *key) {
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    md_of(&a_md, key->m, key->k, key->ta);
+    md_of(&b_md, key->k, key->n, key->tb);
+    dnnl_dims_t cdims = {key->m, key->n}, cstrides = {key->ldc, 1};
+    DNNL_TRY(dnnl_memory_desc_init_by_strides(&c_md, 2, cdims, dnnl_f32, cstrides), "dst desc");
+    dnnl_matmul_desc_t desc;
+    DNNL_TRY(dnnl_matmul_desc_init(&desc, &a_md, &b_md, NULL, &c_md), "matmul desc");
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    DNNL_TRY(dnnl_primitive_attr_create(&attr), "attr");
+    if (key->accumulate) {
+        /* beta = 1: C += A B as the post-op "sum". */
+        if (dnnl_post_ops_create(&po) != dnnl_success ||
+            dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
+            dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success) {
+            dnnl_post_ops_destroy(po);
+            dnnl_primitive_attr_destroy(attr);
+            return dnnl_fail(dnnl_runtime_error, "sum post-op");
+        }
+    }
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &desc, attr, bf.engine, NULL);
+    dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) return dnnl_fail(st, "matmul primitive descriptor");
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+        impl != NULL)
+        snprintf(bf.impl, sizeof bf.impl, "%s", impl);
+    e->key = *key;
+    st = dnnl_primitive_create(&e->prim, pd);
+    if (st == dnnl_success) st = dnnl_memory_create(&e->a, &a_md, bf.engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success) st = dnnl_memory_create(&e->b, &b_md, bf.engine, DNNL_MEMORY_NONE);
+    if (st == dnnl_success) st = dnnl_memory_create(&e->c, &c_md, bf.engine, DNNL_MEMORY_NONE);
+    dnnl_primitive_desc_destroy(pd);
+    if (st != dnnl_success) {
+        entry_free(e);
+        return dnnl_fail(st, "matmul primitive");
+    }
+    return DUET_OK;
+}
+
+/* The entry for key, made (evicting the least recently used) when missing.
+ * Called with the lock held. */
+static int entry_get(const bf16_key *key, bf16_entry **out) {
+    bf16_entry *lru = &bf.slots[0];
+    for (int i = 0; i < BF16_CACHE_SLOTS; i++) {
+        bf16_entry *e = &bf.slots[i];
+        if (e->prim != NULL && memcmp(&e->key, key, sizeof *key) == 0) {
+            e->last_use = ++bf.clock;
+            *out = e;
+            return DUET_OK;
+        }
+        if (e->prim == NULL || e->last_use < lru->last_use) lru = e;
+    }
+    entry_free(lru);
+    DUET_TRY(entry_make(lru, key));
+    lru->last_use = ++bf.clock;
+    *out = lru;
+    return DUET_OK;
+}
+
+/* rows x cols of src (leading dimension ld) into a compact bf16 copy. */
+static void to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+    for (int64_t r = 0; r < rows; r++) duet_f32_to_bf16(dst + r * cols, src + r * ld, (size_t)cols);
+}
+
+int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc) {
+    DUET_ASSERT(beta == 0.0f || beta == 1.0f);
+    pthread_once(&bf.once, bf16_init);
+    if (bf.init_rc != DUET_OK) return bf.init_rc;
+    /* Compact bf16 copies of A and B as stored: A is (m, k), or (k, m) when
+     * transposed; likewise B. The scratch slots 3 is the GEMM's own (the
+     * conv code uses 0..2 for its columns). */
+    const int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
+    const int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
+    const size_t halves = (size_t)(ar * ac + br * bc);
+    uint16_t *buf = (uint16_t *)duet__scratch(3, (halves + 1) / 2 + 32);
+    if (buf == NULL) return DUET_ENOMEM;
+    uint16_t *ah = buf;
+    /* B starts 64-byte aligned. */
+    uint16_t *bh = buf + (((size_t)(ar * ac) + 31) & ~(size_t)31);
+    to_bf16(ah, a, ar, ac, lda);
+    to_bf16(bh, b, br, bc, ldb);
+
+    bf16_key key;
+    memset(&key, 0, sizeof key); /* padding too: the key is compared by memcmp */
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.ldc = ldc;
+    key.ta = trans_a;
+    key.tb = trans_b;
+    key.accumulate = beta != 0.0f;
+    pthread_mutex_lock(&bf.lock);
+    bf16_entry *e = NULL;
+    int rc = entry_get(&key, &e);
+    if (rc == DUET_OK) {
+        dnnl_memory_set_data_handle(e->a, ah);
+        dnnl_memory_set_data_handle(e->b, bh);
+        dnnl_memory_set_data_handle(e->c, c);
+        dnnl_exec_arg_t args[3] = {
+            {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
+        dnnl_status_t st = dnnl_primitive_execute(e->prim, bf.stream, 3, args);
+        if (st == dnnl_success) st = dnnl_stream_wait(bf.stream);
+        if (st != dnnl_success) rc = dnnl_fail(st, "matmul execution");
+    }
+    pthread_mutex_unlock(&bf.lock);
+    return rc;
+}
+
+int duet__bf16_check(char *impl, size_t size) {
+    /* A small product through the real path: it makes the engine and a
+     * primitive, and tells which implementation oneDNN picked. */
+    float a[4 * 8], b[8 * 4], c[4 * 4];
+    for (int i = 0; i < 32; i++) a[i] = b[i] = (float)(i % 5) - 2.0f;
+    DUET_TRY(duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, 4, 0.0f, c, 4));
+    pthread_mutex_lock(&bf.lock);
+    snprintf(impl, size, "%s", bf.impl[0] ? bf.impl : "?");
+    pthread_mutex_unlock(&bf.lock);
+    return DUET_OK;
+}
