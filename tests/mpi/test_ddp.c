@@ -356,45 +356,6 @@ static void test_sync_batchnorm(void **state) {
     duet_module_destroy(ref);
 }
 
-/* The usage example at the top of duet/ddp.h, line for line but for the
- * setup around it, so that it cannot go stale. */
-static int header_example(duet_module *net, duet_tensor *x, duet_tensor *target) {
-    duet_optimizer *opt = NULL;
-    duet_comm *comm = NULL;
-    DUET_TRY(duet_comm_world(&comm));
-    duet_ddp_opts o = duet_ddp_opts_default();
-    o.broadcast_buffers = false;                  // as MMEditing
-    duet_module *ddp = NULL;
-    DUET_TRY(duet_ddp_create(&ddp, net, comm, &o)); // ddp owns net now
-    opt = adam_for(ddp, 1e-3f);
-    duet_tensor *y = NULL, *loss = NULL;
-    DUET_TRY(duet_module_forward(ddp, x, &y));     // arms the DDP
-    DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
-    DUET_TRY(duet_backward(loss));                 // gradients averaged
-    DUET_TRY(duet_optimizer_step(opt));
-
-    bool prev = duet_ddp_set_no_sync(ddp, true);   // accumulate locally
-    fwd_bwd(ddp, x, target, 1.0f);
-    duet_ddp_set_no_sync(ddp, prev);               // next backward reduces the sum
-    if (duet_ddp_get_stats(ddp).syncs != 1) return DUET_ESTATE;
-
-    duet_optimizer_destroy(opt);
-    duet_tensor_release(y);
-    duet_tensor_release(loss);
-    duet_module_destroy(ddp);                      // destroys net too
-    duet_comm_destroy(comm);
-    return DUET_OK;
-}
-
-static void test_header_example(void **state) {
-    (void)state;
-    duet_tensor *x = NULL, *t = NULL;
-    make_batch(700, 2, &x, &t);
-    TU_OK(header_example(tiny_create(7, TINY_PLAIN), x, t));
-    duet_tensor_release(x);
-    duet_tensor_release(t);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_full_batch),
@@ -406,7 +367,6 @@ int main(void) {
         cmocka_unit_test(test_find_unused_parameters),
         cmocka_unit_test(test_frozen_and_unarmed_backwards),
         cmocka_unit_test(test_sync_batchnorm),
-        cmocka_unit_test(test_header_example),
     };
     int failed = cmocka_run_group_tests(tests, ddp_setup, ddp_teardown);
     duet_comm_finalize();

@@ -736,43 +736,6 @@ static void test_registry_errors(void **state) {
     assert_null(t[2]);
 }
 
-/* The usage example of the model contract in duet/models.h, kept compiling
- * and working (with a shrunken SRGAN). */
-static int models_h_usage(duet_rng rng, duet_tensor *lq, duet_tensor *gt, double *out) {
-    duet_adam_opts adam_g = duet_adam_opts_default(), adam_d = duet_adam_opts_default();
-    duet_srgan_opts so = duet_srgan_opts_default();      // then shrink it
-    so = tiny_srgan();
-    duet_model *model = NULL;
-    DUET_TRY(duet_srgan_create(&model, &so, &rng));
-    duet_optimizer_set *opts = NULL;
-    DUET_TRY(duet_optimizer_set_create(&opts));
-    DUET_TRY(duet_optimizer_set_add_adam(opts, model, "generator", adam_g));
-    DUET_TRY(duet_optimizer_set_add_adam(opts, model, "discriminator", adam_d));
-    duet_batch batch = {0};
-    DUET_TRY(duet_batch_add_tensor(&batch, "lq", lq));   // (N,3,h,w) in [0,1]
-    DUET_TRY(duet_batch_add_tensor(&batch, "gt", gt));   // (N,3,4h,4w)
-    duet_log_vars log;
-    DUET_TRY(duet_model_train_step(model, &batch, opts, &log));
-    double l;
-    duet_log_vars_get(&log, "loss_pix", &l);
-    duet_batch_clear(&batch);
-    duet_optimizer_set_destroy(opts);
-    duet_model_destroy(model);
-    *out = l;
-    return DUET_OK;
-}
-
-static void test_header_usage(void **state) {
-    (void)state;
-    duet_batch b;
-    tu_sr_batch(&b, 19, 2);
-    double l = -1;
-    TU_OK(models_h_usage(duet_rng_make(20, 0), duet_batch_tensor_get(&b, "lq"),
-                         duet_batch_tensor_get(&b, "gt"), &l));
-    assert_true(l > 0 && isfinite(l));
-    duet_batch_clear(&b);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch),
@@ -789,7 +752,6 @@ int main(void) {
         cmocka_unit_test(test_basic_restorer),
         cmocka_unit_test(test_registry_srgan),
         cmocka_unit_test(test_registry_errors),
-        cmocka_unit_test(test_header_usage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

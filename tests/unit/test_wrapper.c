@@ -273,54 +273,6 @@ static void test_build_wrapper(void **state) {
     duet_config_destroy(cfg);
 }
 
-/* The usage example at the top of duet/wrapper.h, kept compiling and
- * working (the comm is the test's world instead of a second one). */
-static int wrapper_h_usage(duet_model *model, duet_batch batch, duet_optimizer_set *optimizers,
-                           duet_config *cfg, duet_rng rng, double *loss_pix) {
-    duet_comm *comm = world;
-    duet_wrapper_opts wo = duet_wrapper_opts_default();  // MMEditing's
-    wo.sync_bn = true;
-    duet_wrapper *w = NULL;
-    const char *devices[] = {"cpu"};
-    DUET_TRY(duet_wrapper_create(&w, model, comm, devices, 1, &wo)); // owns model
-    duet_log_vars log;
-    DUET_TRY(duet_wrapper_train_step(w, &batch, optimizers, &log));
-    duet_wrapper_destroy(w);                              // and the model
-    duet_log_vars_get(&log, "loss_pix", loss_pix);
-
-    duet_optimizer_set *opts = NULL;
-    DUET_TRY(duet_build_model(cfg, "model", &rng, &model));
-    DUET_TRY(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
-    DUET_TRY(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
-    DUET_TRY(duet_wrapper_train_step(w, &batch, opts, &log));
-    duet_optimizer_set_destroy(opts);
-    duet_wrapper_destroy(w);
-    return DUET_OK;
-}
-
-static void test_header_usage(void **state) {
-    (void)state;
-    duet_model *model = tiny_srgan(7);
-    duet_optimizer_set *s = tu_adam_pair(model, 1e-3f);
-    duet_batch b;
-    tu_sr_batch(&b, 8, 2);
-    duet_config *cfg = NULL;
-    TU_OK(duet_config_load_string(
-        "model = { type = \"BasicRestorer\";\n"
-        "  generator = { type = \"MSRResNet\"; mid_channels = 4; num_blocks = 1; };\n"
-        "  pixel_loss = { type = \"L1Loss\"; }; };\n"
-        "wrapper = { type = \"DistributedDataParallelWrapper\"; };\n"
-        "optimizers = { generator = { type = \"Adam\"; lr = 1e-4; }; };\n",
-        "<usage>", &cfg));
-    double l = -1;
-    TU_OK(wrapper_h_usage(model, b, s, cfg, duet_rng_make(9, 0), &l));
-    assert_true(l > 0);
-    TU_OK(duet_config_check_unused(cfg));
-    duet_config_destroy(cfg);
-    duet_optimizer_set_destroy(s);
-    duet_batch_clear(&b);
-}
-
 static int setup(void **state) {
     (void)state;
     return duet_comm_world(&world) == DUET_OK ? 0 : -1;
@@ -340,7 +292,6 @@ int main(void) {
         cmocka_unit_test(test_srgan_wrapped_matches_plain),
         cmocka_unit_test(test_whole_model_ddp_fails),
         cmocka_unit_test(test_build_wrapper),
-        cmocka_unit_test(test_header_usage),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
