@@ -39,25 +39,13 @@ static int checkpoint_example(duet_module *model, duet_optimizer *g_opt, duet_op
     return DUET_OK;
 }
 
-static duet_optimizer *adam_for(duet_module *part) {
-    duet_named_tensors ps;
-    TU_OK(duet_module_named_parameters(part, true, &ps));
-    duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &ps, duet_adam_opts_default()));
-    duet_named_tensors_free(&ps);
-    return opt;
-}
-
 static void test_checkpoint(void **state) {
     (void)state;
     assert_int_equal(mkdir("work", 0755), 0);
-    duet_srgan_opts so = tu_tiny_srgan_opts();
-    duet_rng rng = duet_rng_make(4, 0);
-    duet_model *m = NULL;
-    TU_OK(duet_srgan_create(&m, &so, &rng));
+    duet_model *m = tu_tiny_srgan(4);
     duet_module *model = duet_model_module(m);
-    duet_optimizer *g = adam_for(duet_model_part(m, "generator"));
-    duet_optimizer *d = adam_for(duet_model_part(m, "discriminator"));
+    duet_optimizer *g = tu_adam_for(duet_model_part(m, "generator"), 1e-3f);
+    duet_optimizer *d = tu_adam_for(duet_model_part(m, "discriminator"), 1e-3f);
     int64_t iter = 0;
     TU_OK(checkpoint_example(model, g, d, "total_iters = 1000;", &iter));
     assert_int_equal(iter, 1000);

@@ -22,10 +22,7 @@ static int example(duet_model *model, duet_batch batch, duet_optimizer_set *opti
 
 static void test_example(void **state) {
     (void)state;
-    duet_srgan_opts so = tu_tiny_srgan_opts();
-    duet_rng rng = duet_rng_make(7, 0);
-    duet_model *model = NULL;
-    TU_OK(duet_srgan_create(&model, &so, &rng));
+    duet_model *model = tu_tiny_srgan(7);
     duet_optimizer_set *s = tu_adam_pair(model, 1e-3f);
     duet_batch b;
     tu_sr_batch(&b, 8, 2);

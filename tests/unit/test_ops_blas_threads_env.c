@@ -23,5 +23,5 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env_sets_blas_threads),
     };
-    return cmocka_run_group_tests_name("ops_a_blas_env", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("ops_blas_threads_env", tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* ops part A besides conv: duet_sgemm (every transpose, leading dimensions,
+/* The layer ops besides conv (tests/unit/test_ops_conv.c): duet_sgemm (every transpose, leading dimensions,
  * alpha/beta, single-threaded BLAS by default), linear, batch_norm2d
  * (training and eval statistics, running updates, gradients, and the
  * SyncBatchNorm reduce path checked by splitting a batch in two), and
@@ -472,5 +472,5 @@ int main(void) {
         cmocka_unit_test(test_max_pool_forward_and_grad),
         cmocka_unit_test(test_max_pool_ties_nan_errors),
     };
-    return cmocka_run_group_tests_name("ops_a", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("ops_layers", tests, NULL, NULL);
 }
