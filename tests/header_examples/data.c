@@ -35,8 +35,9 @@ static void test_example(void **state) {
     assert_non_null(getcwd(old, sizeof old));
     assert_non_null(tu_mkdtemp(root, sizeof root, "duet_example_data"));
     assert_int_equal(chdir(root), 0);
-    assert_int_equal(mkdir("data", 0755) | mkdir("data/sample", 0755) |
-                     mkdir("data/sample/train", 0755), 0);
+    assert_int_equal(mkdir("data", 0755), 0);
+    assert_int_equal(mkdir("data/sample", 0755), 0);
+    assert_int_equal(mkdir("data/sample/train", 0755), 0);
     duet_rng rng = duet_rng_make(3, 0);
     for (int i = 0; i < 3; i++) {
         char p[64];

@@ -8,7 +8,6 @@ _Static_assert(DUET_HEADER_EXAMPLES == 1, "wrapper.h's usage examples: run each 
 
 static int example(duet_model *model, duet_batch batch, duet_optimizer_set *optimizers,
                    duet_config *cfg, duet_rng rng, double *loss_pix) {
-    duet_optimizer_set *opts = NULL; /* built by the config part */
 #define DUET_EXAMPLE 1
 #include "wrapper_h_examples.inc"
 #undef DUET_EXAMPLE
