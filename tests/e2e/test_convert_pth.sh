@@ -20,7 +20,7 @@ CONVERT="$SRC/scripts/convert-pth.py"
 T=$(mktemp -d /tmp/duet_convert_XXXXXX)
 [ -d "$T" ] || exit 1
 trap 'rm -rf "$T"' EXIT
-export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DUET_LOG=warn
 fail() { echo "test_convert_pth: FAIL: $*" >&2; exit 1; }
 "$PY" -c "import torch" 2>/dev/null || fail "$PY has no torch (apt-get install python3-torch)"
 
