@@ -1,6 +1,8 @@
-# A thin front over CMake. `make test` installs the dependencies, configures,
-# builds and runs every test; `make demo` trains the tiny SRGAN on 2
-# processes (see README.md).
+# A thin front over CMake. The two quick-start targets install what is
+# missing first (scripts/install-deps.sh says which packages before it
+# installs them): `make demo` trains the tiny SRGAN on 2 processes, `make test`
+# runs every test (see README.md). Every other target only builds: a plain
+# `make` never installs system packages (`make deps` does, alone).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
@@ -11,17 +13,18 @@ all: build
 deps:
 	bash scripts/install-deps.sh
 
-configure: deps
+configure:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+test: deps
+	$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
 # Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
-asan: deps
+asan:
 	cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUET_SANITIZE=ON
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
@@ -29,7 +32,8 @@ asan: deps
 
 # The quick start: train the tiny MSRResNet/SRGAN pair on 2 processes on the
 # sample photos, then test them next to bicubic (scripts/demo.sh).
-demo: build
+demo: deps
+	$(MAKE) --no-print-directory build
 	bash scripts/demo.sh $(BUILD)
 
 bench: build

@@ -3,6 +3,7 @@
 #   tests/unit/test_ref_*.c   also need the PyTorch reference files
 #   tests/mpi/test_*.c        run under mpiexec -n 1, 2 and 3
 #   examples/*.c              built and run as tests
+#   tests/header_examples/*.c run the usage examples of include/duet/*.h
 # Reference files are written by tests/ref/gen_refs.py (Debian's
 # python3-torch) into ${CMAKE_BINARY_DIR}/ref as safetensors files; the C
 # tests read DUET_REF_DIR.
@@ -30,6 +31,58 @@ foreach(src ${DUET_UNIT_TESTS})
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 600 LABELS unit)
   if(name MATCHES "^test_ref_")
     set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED refs LABELS "unit;ref")
+  endif()
+endforeach()
+
+# Header usage examples: the build extracts the examples from each public
+# header's comments (a line " * Usage...:" and the indented code after it,
+# cmake/header-examples.awk) into header_examples/<name>_h_examples.inc, and
+# tests/header_examples/<name>.c compiles and runs each one with the
+# variables it needs, so that an example cannot go stale. A header whose
+# examples no harness runs gets a test that fails and says so.
+find_program(DUET_AWK NAMES awk gawk mawk REQUIRED)
+set(DUET_EXAMPLES_DIR ${CMAKE_BINARY_DIR}/header_examples)
+file(MAKE_DIRECTORY ${DUET_EXAMPLES_DIR})
+set(DUET_HEADER_EXAMPLES_MPI comm ddp wrapper) # also run under mpiexec -n 2
+file(GLOB DUET_PUBLIC_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/duet/*.h)
+foreach(header ${DUET_PUBLIC_HEADERS})
+  get_filename_component(name ${header} NAME_WE)
+  # The number of examples decides the harness's checks: re-configure when a
+  # header changes.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${header})
+  file(READ ${header} text)
+  string(REPLACE ";" "," text "${text}")
+  string(REGEX MATCHALL "\n \\* Usage[^\n]*:\n" usages "${text}")
+  list(LENGTH usages nexamples)
+  if(nexamples EQUAL 0)
+    continue()
+  endif()
+  set(harness ${PROJECT_SOURCE_DIR}/tests/header_examples/${name}.c)
+  if(NOT EXISTS ${harness})
+    add_test(NAME header_example_${name} COMMAND ${CMAKE_COMMAND} -E echo
+      "include/duet/${name}.h has ${nexamples} usage example(s) but no tests/header_examples/${name}.c runs them")
+    set_tests_properties(header_example_${name} PROPERTIES FAIL_REGULAR_EXPRESSION "usage example" LABELS "unit;header_example")
+    continue()
+  endif()
+  set(inc ${DUET_EXAMPLES_DIR}/${name}_h_examples.inc)
+  add_custom_command(OUTPUT ${inc}
+    COMMAND ${DUET_AWK} -v header=${header} -v out=${inc}
+            -f ${PROJECT_SOURCE_DIR}/cmake/header-examples.awk ${header}
+    DEPENDS ${header} ${PROJECT_SOURCE_DIR}/cmake/header-examples.awk
+    COMMENT "Extracting the usage examples of include/duet/${name}.h" VERBATIM)
+  add_executable(header_example_${name} ${harness} ${inc})
+  target_include_directories(header_example_${name} PRIVATE ${DUET_EXAMPLES_DIR})
+  target_compile_definitions(header_example_${name} PRIVATE DUET_HEADER_EXAMPLES=${nexamples})
+  target_link_libraries(header_example_${name} PRIVATE duet_testutil)
+  add_test(NAME header_example_${name} COMMAND header_example_${name})
+  set_tests_properties(header_example_${name} PROPERTIES ENVIRONMENT "${DUET_MPI_ENV}"
+    TIMEOUT 300 LABELS "unit;header_example")
+  if(name IN_LIST DUET_HEADER_EXAMPLES_MPI)
+    add_test(NAME header_example_${name}_np2
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:header_example_${name}> ${MPIEXEC_POSTFLAGS})
+    set_tests_properties(header_example_${name}_np2 PROPERTIES ENVIRONMENT "${DUET_MPI_ENV}"
+      TIMEOUT 300 LABELS "mpi;header_example")
   endif()
 endforeach()
 

@@ -15,9 +15,11 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   exit 0
 fi
-echo "install-deps: installing ${missing[*]}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
+# Say what is about to be installed, and how, before doing it.
+echo "install-deps: these Debian packages are missing and will be installed: ${missing[*]}"
+echo "install-deps: running: ${SUDO:+$SUDO }apt-get update && ${SUDO:+$SUDO }apt-get install -y --no-install-recommends ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

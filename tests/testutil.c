@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -345,4 +346,199 @@ duet_optimizer_set *tu_adam_pair(duet_model *m, float lr) {
     TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
     TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
     return s;
+}
+
+duet_model *tu_tiny_srgan(uint64_t seed) {
+    duet_srgan_opts o = tu_tiny_srgan_opts();
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_srgan_create(&m, &o, &rng));
+    return m;
+}
+
+duet_optimizer *tu_adam_for(duet_module *m, float lr) {
+    duet_named_tensors p = {0, NULL};
+    TU_OK(duet_module_named_parameters(m, true, &p));
+    duet_adam_opts o = duet_adam_opts_default();
+    o.lr = lr;
+    duet_optimizer *opt = NULL;
+    TU_OK(duet_adam_create(&opt, &p, o));
+    duet_named_tensors_free(&p);
+    return opt;
+}
+
+/* ---- parameters ------------------------------------------------------------- */
+
+duet_tensor *tu_flat_params(duet_module *m) {
+    duet_named_tensors l = {0, NULL};
+    TU_OK(duet_module_named_parameters(m, false, &l));
+    int64_t n = 0;
+    for (size_t i = 0; i < l.count; i++) n += l.items[i].tensor->numel;
+    duet_tensor *t = tu_zeros(1, (int64_t[]){n});
+    int64_t at = 0;
+    for (size_t i = 0; i < l.count; i++) {
+        memcpy(t->data + at, l.items[i].tensor->data,
+               (size_t)l.items[i].tensor->numel * sizeof(float));
+        at += l.items[i].tensor->numel;
+    }
+    duet_named_tensors_free(&l);
+    return t;
+}
+
+bool tu_same_data(const duet_tensor *a, const duet_tensor *b) {
+    return a->numel == b->numel &&
+           memcmp(a->data, b->data, (size_t)a->numel * sizeof(float)) == 0;
+}
+
+/* ---- the process group of multi-process tests -------------------------------- */
+
+duet_comm *tu_comm;
+int tu_rank, tu_size = 1;
+
+int tu_world_setup(void **state) {
+    (void)state;
+    if (duet_comm_world(&tu_comm) != DUET_OK) return -1;
+    tu_rank = duet_comm_rank(tu_comm);
+    tu_size = duet_comm_size(tu_comm);
+    return 0;
+}
+
+int tu_world_teardown(void **state) {
+    (void)state;
+    duet_comm_destroy(tu_comm);
+    tu_comm = NULL;
+    return 0;
+}
+
+/* ---- the small network of the DDP tests ----------------------------------------- */
+
+static int tiny_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    (void)nin;
+    duet_tensor *h = NULL, *a = NULL, *h2 = NULL, *a2 = NULL, *f = NULL, *b = NULL;
+    duet_module *bn = duet_module_child(self, "bn");
+    int rc = duet_module_forward(duet_module_child(self, "conv1"), in[0], &h);
+    if (rc == DUET_OK && bn != NULL) {
+        rc = duet_module_forward(bn, h, &b);
+        duet_tensor_release(h);
+        h = b;
+    }
+    if (rc == DUET_OK) rc = duet_leaky_relu(h, 0.2f, &a);
+    if (rc == DUET_OK) rc = duet_module_forward(duet_module_child(self, "conv2"), a, &h2);
+    if (rc == DUET_OK) rc = duet_leaky_relu(h2, 0.2f, &a2);
+    if (rc == DUET_OK) rc = duet_flatten(a2, &f);
+    if (rc == DUET_OK) rc = duet_module_forward(duet_module_child(self, "fc"), f, out);
+    duet_tensor_release(h);
+    duet_tensor_release(a);
+    duet_tensor_release(h2);
+    duet_tensor_release(a2);
+    duet_tensor_release(f);
+    return rc;
+}
+
+static const duet_module_type tiny_type = {"TinyNet", tiny_forward, NULL};
+
+duet_module *tu_tiny_create(uint64_t seed, tu_tiny_cfg cfg) {
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_module *m = NULL, *c = NULL;
+    TU_OK(duet_module_create(&m, &tiny_type, NULL));
+    /* Before a BatchNorm a bias gets only rounding noise as gradient, which
+     * Adam would amplify: no bias there, as in practice. */
+    TU_OK(duet_conv2d_module_create(&c, 3, 4, 3, 1, 1, !cfg.bn, &rng));
+    TU_OK(duet_module_add_child(m, "conv1", c));
+    if (cfg.bn) {
+        TU_OK(duet_batchnorm2d_module_create(&c, 4, 1e-5f, 0.1f));
+        TU_OK(duet_module_add_child(m, "bn", c));
+    }
+    TU_OK(duet_conv2d_module_create(&c, 4, cfg.c2, 3, 2, 1, true, &rng));
+    TU_OK(duet_module_add_child(m, "conv2", c));
+    TU_OK(duet_linear_module_create(&c, cfg.c2 * 16, 3, true, &rng));
+    TU_OK(duet_module_add_child(m, "fc", c));
+    if (cfg.aux) {
+        TU_OK(duet_linear_module_create(&c, cfg.c2 * 16, 3, true, &rng));
+        TU_OK(duet_module_add_child(m, "aux", c));
+    }
+    return m;
+}
+
+void tu_tiny_batch(uint64_t seed, int64_t B, duet_tensor **x, duet_tensor **t) {
+    duet_rng rng = duet_rng_make(seed, 7);
+    *x = tu_randn(&rng, 4, (int64_t[]){B, 3, 8, 8}, 1.0f);
+    *t = tu_randn(&rng, 2, (int64_t[]){B, 3}, 1.0f);
+}
+
+duet_tensor *tu_slice0(duet_tensor *t, int64_t start, int64_t count) {
+    duet_tensor *s = NULL;
+    TU_OK(duet_tensor_slice0(&s, t, start, count));
+    return s;
+}
+
+void tu_fwd_bwd(duet_module *m, duet_tensor *x, duet_tensor *t, float weight) {
+    duet_tensor *y = NULL, *loss = NULL;
+    TU_OK(duet_module_forward(m, x, &y));
+    TU_OK(duet_mse_loss(y, t, weight, &loss));
+    TU_OK(duet_backward(loss));
+    duet_tensor_release(y);
+    duet_tensor_release(loss);
+}
+
+duet_module *tu_ddp_of(duet_module *net, const duet_ddp_opts *o) {
+    duet_module *ddp = NULL;
+    TU_OK(duet_ddp_create(&ddp, net, tu_comm, o));
+    return ddp;
+}
+
+void tu_assert_state_close(duet_module *got, duet_module *want, double rtol, double atol) {
+    duet_named_tensors a = {0, NULL}, b = {0, NULL};
+    TU_OK(duet_module_state(got, &a));
+    TU_OK(duet_module_state(want, &b));
+    assert_int_equal(a.count, b.count);
+    for (size_t i = 0; i < a.count; i++) {
+        assert_string_equal(a.items[i].name, b.items[i].name);
+        assert_int_equal(a.items[i].tensor->numel, b.items[i].tensor->numel);
+        char what[256];
+        snprintf(what, sizeof what, "rank %d: %s", tu_rank, a.items[i].name);
+        tu_assert_close(a.items[i].tensor->data, b.items[i].tensor->data, a.items[i].tensor->numel,
+                        rtol, atol, what);
+    }
+    duet_named_tensors_free(&a);
+    duet_named_tensors_free(&b);
+}
+
+void tu_assert_grads_close(duet_module *got, duet_module *want, double rtol, double atol) {
+    duet_named_tensors a = {0, NULL}, b = {0, NULL};
+    TU_OK(duet_module_named_parameters(got, true, &a));
+    TU_OK(duet_module_named_parameters(want, true, &b));
+    assert_int_equal(a.count, b.count);
+    for (size_t i = 0; i < a.count; i++) {
+        assert_string_equal(a.items[i].name, b.items[i].name);
+        assert_non_null(a.items[i].tensor->grad);
+        assert_non_null(b.items[i].tensor->grad);
+        char what[256];
+        snprintf(what, sizeof what, "rank %d: grad of %s", tu_rank, a.items[i].name);
+        tu_assert_close(a.items[i].tensor->grad, b.items[i].tensor->grad,
+                        a.items[i].tensor->numel, rtol, atol, what);
+    }
+    duet_named_tensors_free(&a);
+    duet_named_tensors_free(&b);
+}
+
+void tu_assert_bit_identical(duet_module *m, bool with_grads) {
+    duet_named_tensors s = {0, NULL};
+    TU_OK(duet_module_state(m, &s));
+    for (size_t i = 0; i < s.count; i++) {
+        duet_tensor *t = s.items[i].tensor;
+        for (int g = 0; g < (with_grads ? 2 : 1); g++) {
+            const float *mine = g == 0 ? t->data : t->grad;
+            if (mine == NULL) continue;
+            float *root = malloc((size_t)t->numel * sizeof *root);
+            assert_non_null(root);
+            memcpy(root, mine, (size_t)t->numel * sizeof *root);
+            MPI_Bcast(root, (int)t->numel, MPI_FLOAT, 0, MPI_COMM_WORLD);
+            if (memcmp(root, mine, (size_t)t->numel * sizeof *root) != 0)
+                fail_msg("rank %d: %s of %s differs from rank 0's", tu_rank,
+                         g == 0 ? "data" : "grad", s.items[i].name);
+            free(root);
+        }
+    }
+    duet_named_tensors_free(&s);
 }

@@ -114,8 +114,63 @@ duet_srgan_opts tu_tiny_srgan_opts(void);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);
+/* The small SRGAN of tu_tiny_srgan_opts, initialised from the seed (the
+ * same seed on every rank gives the same model). */
+duet_model *tu_tiny_srgan(uint64_t seed);
 /* An optimizer set with one Adam (default betas, learning rate lr) each for
  * "generator" and "discriminator". */
 duet_optimizer_set *tu_adam_pair(duet_model *m, float lr);
+/* One Adam (default betas, learning rate lr) over m's trainable parameters. */
+duet_optimizer *tu_adam_for(duet_module *m, float lr);
+
+/* ---- parameters --------------------------------------------------------- */
+
+/* Every parameter of m (trainable or not, state-dict order) copied into one
+ * new 1-d tensor: a snapshot to compare before and after a step. */
+duet_tensor *tu_flat_params(duet_module *m);
+/* Same numel and bitwise equal data. */
+bool tu_same_data(const duet_tensor *a, const duet_tensor *b);
+
+/* ---- the process group of multi-process tests ---------------------------- */
+
+/* tu_world_setup (a cmocka group setup) makes tu_comm = duet_comm_world and
+ * sets tu_rank and tu_size; tu_world_teardown destroys it. The program calls
+ * duet_comm_finalize after the group. Outside a group tu_rank is 0. */
+extern duet_comm *tu_comm;
+extern int tu_rank, tu_size;
+int tu_world_setup(void **state);
+int tu_world_teardown(void **state);
+
+/* ---- the small network of the DDP tests ---------------------------------- */
+
+/* TinyNet: conv1 (3->4, 3x3, pad 1) [-> bn] -> leaky 0.2 -> conv2 (4->c2,
+ * 3x3, stride 2, pad 1) -> leaky 0.2 -> flatten -> fc (c2*16 -> 3); an
+ * optional `aux` Linear (c2*16 -> 3) that forward never uses (an unused
+ * branch). Input (B, 3, 8, 8), output (B, 3). Every rank builds the same
+ * replica from the same seed. */
+typedef struct tu_tiny_cfg {
+    bool bn;
+    bool aux;
+    int c2; /* 4 unless a test wants a different replica */
+} tu_tiny_cfg;
+#define TU_TINY_PLAIN ((tu_tiny_cfg){false, false, 4})
+duet_module *tu_tiny_create(uint64_t seed, tu_tiny_cfg cfg);
+/* The full batch, identical on every rank: x (B, 3, 8, 8), target (B, 3). */
+void tu_tiny_batch(uint64_t seed, int64_t B, duet_tensor **x, duet_tensor **t);
+/* Samples start .. start+count-1 of t (a view); never NULL. */
+duet_tensor *tu_slice0(duet_tensor *t, int64_t start, int64_t count);
+/* forward + weight * mse + backward. */
+void tu_fwd_bwd(duet_module *m, duet_tensor *x, duet_tensor *t, float weight);
+/* A DDP of net over tu_comm with options o (NULL: defaults). */
+duet_module *tu_ddp_of(duet_module *net, const duet_ddp_opts *o);
+/* Every parameter and buffer of `got` close to the same-named one of `want`
+ * (both lists in the same order, names checked); the message names tu_rank. */
+void tu_assert_state_close(duet_module *got, duet_module *want, double rtol, double atol);
+/* Same for the gradients of the trainable parameters. */
+void tu_assert_grads_close(duet_module *got, duet_module *want, double rtol, double atol);
+/* Rank 0's copy of every parameter and buffer (and gradient, when
+ * with_grads) is broadcast with plain MPI (independently of the DDP's own
+ * replica check) and compared bit for bit. */
+void tu_assert_bit_identical(duet_module *m, bool with_grads);
 
 #endif

@@ -16,7 +16,8 @@
  *   duet_tensor_release(y); duet_tensor_release(loss);
  *
  *   bool prev = duet_set_grad_enabled(false);  // a no-grad scope
- *   ...
+ *   DUET_TRY(duet_linear(x, w, b, &y));        // records nothing
+ *   duet_tensor_release(y);
  *   duet_set_grad_enabled(prev);
  */
 #ifndef DUET_AUTOGRAD_H

@@ -17,6 +17,7 @@
  *   duet_comm *comm = NULL;
  *   DUET_TRY(duet_comm_world(&comm));                 // MPI_Init if needed
  *   float g[1000];
+ *   for (int i = 0; i < 1000; i++) g[i] = (float)i;   // this rank's values
  *   DUET_TRY(duet_comm_allreduce(comm, g, 1000, DUET_DTYPE_F32, DUET_REDUCE_SUM));
  *
  *   duet_comm_request *req = NULL;                     // overlap with work
@@ -26,8 +27,6 @@
  *
  *   duet_comm_destroy(comm);
  *   duet_comm_finalize();                              // only if duet initialised MPI
- *
- * (tests/unit/test_comm_single.c runs this example.)
  */
 #ifndef DUET_COMM_H
 #define DUET_COMM_H

@@ -2,25 +2,25 @@
  * resizing, super-resolution datasets, MMEditing's distributed sampler and a
  * prefetching batch loader.
  *
- * Usage (one rank of a data-parallel run; errors checked as everywhere):
+ * Usage (one rank of a data-parallel run):
  *
  *   duet_sr_dataset_options o = duet_sr_dataset_options_default();
  *   o.gt_dir = "data/sample/train";     // ground truth; lq made by bicubic x1/4
  *   o.scale = 4;
  *   o.gt_size = 128;                    // random 128x128 GT crop, 32x32 LQ
  *   duet_dataset *train = NULL, *rep = NULL;
- *   duet_sr_train_dataset_create(&train, &o);
- *   duet_repeat_dataset_create(&rep, train, 1000);   // takes `train`
+ *   DUET_TRY(duet_sr_train_dataset_create(&train, &o));
+ *   DUET_TRY(duet_repeat_dataset_create(&rep, train, 1000));  // takes `train`
  *
  *   duet_loader_options lo = duet_loader_options_default();
  *   lo.samples_per_gpu = 16; lo.world_size = world; lo.rank = rank;
  *   lo.seed = 42;                       // the same on every rank
  *   duet_loader *loader = NULL;
- *   duet_loader_create(&loader, rep, &lo);           // rep is borrowed
+ *   DUET_TRY(duet_loader_create(&loader, rep, &lo));  // rep is borrowed
  *   for (int it = 0; it < iters; it++) {
  *       duet_data_batch *b = NULL;
- *       duet_loader_next(loader, &b);   // b->lq (16,3,32,32), b->gt (16,3,128,128)
- *       ... train on b; b->data_time is the wait for it ...
+ *       DUET_TRY(duet_loader_next(loader, &b));  // b->lq (16,3,32,32), b->gt (16,3,128,128)
+ *       // train on b; b->data_time is the wait for it
  *       duet_data_batch_destroy(b);
  *   }
  *   duet_sampler_state resume = duet_loader_get_state(loader);  // checkpoint

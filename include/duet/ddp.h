@@ -48,14 +48,17 @@
  *   DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
  *   DUET_TRY(duet_backward(loss));                 // gradients averaged
  *   DUET_TRY(duet_optimizer_step(opt));
+ *   duet_tensor_release(y); duet_tensor_release(loss);
  *
  *   bool prev = duet_ddp_set_no_sync(ddp, true);   // accumulate locally
- *   ... forward + backward ...
+ *   DUET_TRY(duet_module_forward(ddp, x, &y));     // no communication
+ *   DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
+ *   DUET_TRY(duet_backward(loss));
+ *   duet_tensor_release(y); duet_tensor_release(loss);
  *   duet_ddp_set_no_sync(ddp, prev);               // next backward reduces the sum
  *
  *   duet_module_destroy(ddp);                      // destroys net too
- *
- * (tests/mpi/test_ddp.c runs this example.)
+ *   duet_comm_destroy(comm);
  */
 #ifndef DUET_DDP_H
 #define DUET_DDP_H

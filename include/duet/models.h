@@ -60,7 +60,7 @@ int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *op
  *
  * Usage:
  *
- *   duet_srgan_opts so = duet_srgan_opts_default();      // then shrink it
+ *   duet_srgan_opts so = duet_srgan_opts_default();      // MMEditing's x4 SRGAN
  *   duet_model *model = NULL;
  *   DUET_TRY(duet_srgan_create(&model, &so, &rng));
  *   duet_optimizer_set *opts = NULL;

@@ -9,9 +9,7 @@
  *   DUET_TRY(duet_sequential_create(&net));
  *   DUET_TRY(duet_conv2d_module_create(&conv, 3, 64, 3, 1, 1, true, &rng));
  *   DUET_TRY(duet_module_add_child(net, "0", conv));   // net owns conv now
- *   duet_tensor *y = NULL;
- *   DUET_TRY(duet_module_forward(net, x, &y));         // names: 0.weight, 0.bias
- *
+ *                                                      // names: 0.weight, 0.bias
  *   duet_named_tensors ps;                             // optimise what trains
  *   DUET_TRY(duet_module_named_parameters(net, true, &ps));
  *   duet_optimizer *opt = NULL;
@@ -20,7 +18,11 @@
  *   for (int64_t iter = 0; iter < iters; iter++) {
  *       duet_optimizer_set_lr(opt, duet_lr_at(&sched, duet_optimizer_base_lr(opt), iter));
  *       duet_optimizer_zero_grad(opt);
- *       ... forward, loss, duet_backward(loss) ...
+ *       duet_tensor *y = NULL, *loss = NULL;
+ *       DUET_TRY(duet_module_forward(net, x, &y));
+ *       DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
+ *       DUET_TRY(duet_backward(loss));
+ *       duet_tensor_release(y); duet_tensor_release(loss);
  *       DUET_TRY(duet_optimizer_step(opt));
  *   }
  *   duet_optimizer_destroy(opt);

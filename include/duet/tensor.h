@@ -4,7 +4,7 @@
  * Usage:
  *
  *   duet_tensor *x = NULL;
- *   if (duet_tensor_create(&x, 4, (int64_t[]){2, 3, 8, 8}) != DUET_OK) ...
+ *   DUET_TRY(duet_tensor_create(&x, 4, (int64_t[]){2, 3, 8, 8}));  // or see base.h
  *   x->data[0] = 1.0f;               // contiguous row-major floats
  *   duet_tensor_release(x);          // frees when the last reference goes
  *

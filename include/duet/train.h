@@ -151,6 +151,8 @@ void duet_config_where(const duet_config *cfg, const char *path, char *buf, size
  * caller chooses the keys, "duet_version" is added). A safetensors file
  * written by PyTorch with the same names loads as weights.
  *
+ * Usage:
+ *
  *   duet_named_optimizer opts[] = {{"generator", g_opt}, {"discriminator", d_opt}};
  *   duet_meta_item meta[] = {{"iter", "1000"}, {"config", text}};
  *   DUET_TRY(duet_checkpoint_save("work/iter_1000.safetensors", model, opts, 2, meta, 2));

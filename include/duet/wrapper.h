@@ -29,6 +29,7 @@
  *   // or from a config file (duet/train.h):
  *   DUET_TRY(duet_build_model(cfg, "model", &rng, &model));
  *   DUET_TRY(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
+ *   duet_optimizer_set *opts = NULL;
  *   DUET_TRY(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
  */
 #ifndef DUET_WRAPPER_H

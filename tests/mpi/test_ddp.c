@@ -6,7 +6,11 @@
  * unused branch; a frozen module's backward and a backward no armed forward
  * asked for; SyncBatchNorm. Each rank computes the full-batch reference
  * itself from the same seeds. */
-#include "test_ddp_net.h"
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Under AddressSanitizer: unwind allocation stacks fully, so that Open MPI's
  * own long-lived allocations are traced into libmpi and matched by
@@ -21,19 +25,19 @@ static const float LR = 1e-2f;
 /* Runs STEPS Adam steps of the reference (full batch) and of a DDP (its
  * rank's share), returns the DDP for further checks. Replicas start from
  * different seeds on each rank: the DDP's broadcast makes them rank 0's. */
-static duet_module *train_pair(const duet_ddp_opts *o, tiny_cfg cfg, duet_module **ref_out) {
-    duet_module *ref = tiny_create(1, cfg);
-    duet_module *ddp = ddp_of(tiny_create(1 + 1000 * (uint64_t)g_rank, cfg), o);
-    duet_optimizer *oref = adam_for(ref, LR), *oddp = adam_for(ddp, LR);
-    int64_t n = B / g_size;
+static duet_module *train_pair(const duet_ddp_opts *o, tu_tiny_cfg cfg, duet_module **ref_out) {
+    duet_module *ref = tu_tiny_create(1, cfg);
+    duet_module *ddp = tu_ddp_of(tu_tiny_create(1 + 1000 * (uint64_t)tu_rank, cfg), o);
+    duet_optimizer *oref = tu_adam_for(ref, LR), *oddp = tu_adam_for(ddp, LR);
+    int64_t n = B / tu_size;
     for (int s = 0; s < STEPS; s++) {
         duet_tensor *x = NULL, *t = NULL;
-        make_batch(100 + (uint64_t)s, B, &x, &t);
-        duet_tensor *xs = slice(x, g_rank * n, n), *ts = slice(t, g_rank * n, n);
+        tu_tiny_batch(100 + (uint64_t)s, B, &x, &t);
+        duet_tensor *xs = tu_slice0(x, tu_rank * n, n), *ts = tu_slice0(t, tu_rank * n, n);
         duet_optimizer_zero_grad(oref);
         duet_optimizer_zero_grad(oddp);
-        fwd_bwd(ref, x, t, 1.0f);
-        fwd_bwd(ddp, xs, ts, 1.0f);
+        tu_fwd_bwd(ref, x, t, 1.0f);
+        tu_fwd_bwd(ddp, xs, ts, 1.0f);
         TU_OK(duet_optimizer_step(oref));
         TU_OK(duet_optimizer_step(oddp));
         duet_tensor_release(x);
@@ -50,10 +54,10 @@ static duet_module *train_pair(const duet_ddp_opts *o, tiny_cfg cfg, duet_module
 static void test_matches_full_batch(void **state) {
     (void)state;
     duet_ddp_opts o = duet_ddp_opts_default();
-    duet_module *ref = NULL, *ddp = train_pair(&o, TINY_PLAIN, &ref);
+    duet_module *ref = NULL, *ddp = train_pair(&o, TU_TINY_PLAIN, &ref);
     assert_int_equal(duet_ddp_num_buckets(ddp), 1); /* the whole net fits the first bucket */
-    assert_state_close(ddp, ref, 1e-5, 1e-7);
-    assert_bit_identical(ddp, true);
+    tu_assert_state_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
     TU_OK(duet_ddp_check_replicas(ddp));
     duet_ddp_stats st = duet_ddp_get_stats(ddp);
     assert_int_equal(st.syncs, STEPS);
@@ -68,7 +72,7 @@ static void test_many_buckets(void **state) {
     duet_ddp_opts o = duet_ddp_opts_default();
     o.bucket_cap_mb = 1e-4; /* ~105 bytes: below every parameter but conv1.bias/fc.bias */
     o.first_bucket_cap_mb = 1e-5;
-    duet_module *ref = NULL, *ddp = train_pair(&o, TINY_PLAIN, &ref);
+    duet_module *ref = NULL, *ddp = train_pair(&o, TU_TINY_PLAIN, &ref);
     size_t nt = duet_ddp_num_tracked(ddp), count = 0;
     assert_int_equal(nt, 6);
     float *buf = duet_ddp_grad_buffer(ddp, &count);
@@ -96,8 +100,8 @@ static void test_many_buckets(void **state) {
     }
     assert_int_equal(off_next, count);
     assert_int_equal(first_next, nt);
-    assert_state_close(ddp, ref, 1e-5, 1e-7);
-    assert_bit_identical(ddp, true);
+    tu_assert_state_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
     duet_module_destroy(ddp);
     duet_module_destroy(ref);
 }
@@ -109,19 +113,19 @@ static void test_two_backwards_per_step(void **state) {
     duet_ddp_opts o = duet_ddp_opts_default();
     o.bucket_cap_mb = 1e-3;
     o.first_bucket_cap_mb = 1e-3;
-    duet_module *ref = tiny_create(3, TINY_PLAIN);
-    duet_module *ddp = ddp_of(tiny_create(3, TINY_PLAIN), &o);
-    duet_optimizer *oref = adam_for(ref, LR), *oddp = adam_for(ddp, LR);
-    int64_t n = B / g_size;
+    duet_module *ref = tu_tiny_create(3, TU_TINY_PLAIN);
+    duet_module *ddp = tu_ddp_of(tu_tiny_create(3, TU_TINY_PLAIN), &o);
+    duet_optimizer *oref = tu_adam_for(ref, LR), *oddp = tu_adam_for(ddp, LR);
+    int64_t n = B / tu_size;
     for (int s = 0; s < STEPS; s++) {
         duet_optimizer_zero_grad(oref);
         duet_optimizer_zero_grad(oddp);
         for (int half = 0; half < 2; half++) {
             duet_tensor *x = NULL, *t = NULL;
-            make_batch(200 + (uint64_t)(2 * s + half), B, &x, &t);
-            duet_tensor *xs = slice(x, g_rank * n, n), *ts = slice(t, g_rank * n, n);
-            fwd_bwd(ref, x, t, 0.5f);
-            fwd_bwd(ddp, xs, ts, 0.5f);
+            tu_tiny_batch(200 + (uint64_t)(2 * s + half), B, &x, &t);
+            duet_tensor *xs = tu_slice0(x, tu_rank * n, n), *ts = tu_slice0(t, tu_rank * n, n);
+            tu_fwd_bwd(ref, x, t, 0.5f);
+            tu_fwd_bwd(ddp, xs, ts, 0.5f);
             duet_tensor_release(x);
             duet_tensor_release(t);
             duet_tensor_release(xs);
@@ -130,8 +134,8 @@ static void test_two_backwards_per_step(void **state) {
         TU_OK(duet_optimizer_step(oref));
         TU_OK(duet_optimizer_step(oddp));
     }
-    assert_state_close(ddp, ref, 1e-5, 1e-7);
-    assert_bit_identical(ddp, true);
+    tu_assert_state_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
     assert_int_equal(duet_ddp_get_stats(ddp).syncs, 2 * STEPS);
     duet_optimizer_destroy(oref);
     duet_optimizer_destroy(oddp);
@@ -145,24 +149,24 @@ static void test_no_sync_accumulation(void **state) {
     (void)state;
     duet_ddp_opts o = duet_ddp_opts_default();
     o.bucket_cap_mb = 2e-3;
-    duet_module *ref = tiny_create(4, TINY_PLAIN);
-    duet_module *ddp = ddp_of(tiny_create(4, TINY_PLAIN), &o);
-    duet_optimizer *oref = adam_for(ref, LR), *oddp = adam_for(ddp, LR);
-    int64_t n = B / g_size, h = n / 2;
+    duet_module *ref = tu_tiny_create(4, TU_TINY_PLAIN);
+    duet_module *ddp = tu_ddp_of(tu_tiny_create(4, TU_TINY_PLAIN), &o);
+    duet_optimizer *oref = tu_adam_for(ref, LR), *oddp = tu_adam_for(ddp, LR);
+    int64_t n = B / tu_size, h = n / 2;
     for (int s = 0; s < STEPS; s++) {
         duet_tensor *x = NULL, *t = NULL;
-        make_batch(300 + (uint64_t)s, B, &x, &t);
+        tu_tiny_batch(300 + (uint64_t)s, B, &x, &t);
         duet_optimizer_zero_grad(oref);
         duet_optimizer_zero_grad(oddp);
-        fwd_bwd(ref, x, t, 1.0f);
+        tu_fwd_bwd(ref, x, t, 1.0f);
         for (int micro = 0; micro < 2; micro++) {
-            duet_tensor *xs = slice(x, g_rank * n + micro * h, h);
-            duet_tensor *ts = slice(t, g_rank * n + micro * h, h);
+            duet_tensor *xs = tu_slice0(x, tu_rank * n + micro * h, h);
+            duet_tensor *ts = tu_slice0(t, tu_rank * n + micro * h, h);
             bool prev = duet_ddp_set_no_sync(ddp, micro == 0);
             assert_false(prev && micro == 0);
-            fwd_bwd(ddp, xs, ts, 0.5f);
+            tu_fwd_bwd(ddp, xs, ts, 0.5f);
             duet_ddp_set_no_sync(ddp, false);
-            if (micro == 0 && g_size > 1 && s == 0) {
+            if (micro == 0 && tu_size > 1 && s == 0) {
                 /* Not synchronised yet: ranks hold different local sums. */
                 size_t cnt = 0;
                 float *g = duet_ddp_grad_buffer(ddp, &cnt);
@@ -171,7 +175,7 @@ static void test_no_sync_accumulation(void **state) {
                 MPI_Bcast(root, (int)cnt, MPI_FLOAT, 0, MPI_COMM_WORLD);
                 int same = memcmp(root, g, cnt * sizeof *root) == 0;
                 free(root);
-                if (g_rank > 0) assert_false(same);
+                if (tu_rank > 0) assert_false(same);
             }
             duet_tensor_release(xs);
             duet_tensor_release(ts);
@@ -181,8 +185,8 @@ static void test_no_sync_accumulation(void **state) {
         duet_tensor_release(x);
         duet_tensor_release(t);
     }
-    assert_state_close(ddp, ref, 1e-5, 1e-7);
-    assert_bit_identical(ddp, true);
+    tu_assert_state_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
     assert_int_equal(duet_ddp_get_stats(ddp).syncs, STEPS);
     duet_optimizer_destroy(oref);
     duet_optimizer_destroy(oddp);
@@ -198,14 +202,14 @@ static void check_hook(duet_ddp_hook hook, double tol) {
     o.comm_hook = hook;
     o.bucket_cap_mb = 1e-3; /* several buckets */
     o.first_bucket_cap_mb = 1e-3;
-    duet_module *ref = tiny_create(5, TINY_PLAIN);
-    duet_module *ddp = ddp_of(tiny_create(5, TINY_PLAIN), &o);
-    int64_t n = B / g_size;
+    duet_module *ref = tu_tiny_create(5, TU_TINY_PLAIN);
+    duet_module *ddp = tu_ddp_of(tu_tiny_create(5, TU_TINY_PLAIN), &o);
+    int64_t n = B / tu_size;
     duet_tensor *x = NULL, *t = NULL;
-    make_batch(400, B, &x, &t);
-    duet_tensor *xs = slice(x, g_rank * n, n), *ts = slice(t, g_rank * n, n);
-    fwd_bwd(ref, x, t, 1.0f);
-    fwd_bwd(ddp, xs, ts, 1.0f);
+    tu_tiny_batch(400, B, &x, &t);
+    duet_tensor *xs = tu_slice0(x, tu_rank * n, n), *ts = tu_slice0(t, tu_rank * n, n);
+    tu_fwd_bwd(ref, x, t, 1.0f);
+    tu_fwd_bwd(ddp, xs, ts, 1.0f);
     duet_named_tensors a = {0, NULL}, b = {0, NULL};
     TU_OK(duet_module_named_parameters(ddp, true, &a));
     TU_OK(duet_module_named_parameters(ref, true, &b));
@@ -214,7 +218,7 @@ static void check_hook(duet_ddp_hook hook, double tol) {
         float gmax = 0;
         for (int64_t k = 0; k < q->numel; k++) gmax = fmaxf(gmax, fabsf(q->grad[k]));
         char what[128];
-        snprintf(what, sizeof what, "rank %d: %s grad with hook %d", g_rank, a.items[i].name, hook);
+        snprintf(what, sizeof what, "rank %d: %s grad with hook %d", tu_rank, a.items[i].name, hook);
         tu_assert_close(p->grad, q->grad, p->numel, tol, tol * gmax, what);
         for (int64_t k = 0; k < p->numel; k++) {
             uint16_t h;
@@ -230,7 +234,7 @@ static void check_hook(duet_ddp_hook hook, double tol) {
                                              (double)p->grad[k]);
         }
     }
-    assert_bit_identical(ddp, true);
+    tu_assert_bit_identical(ddp, true);
     duet_named_tensors_free(&a);
     duet_named_tensors_free(&b);
     duet_tensor_release(x);
@@ -244,30 +248,30 @@ static void check_hook(duet_ddp_hook hook, double tol) {
 static void test_fp16_hook(void **state) {
     (void)state;
     /* 2^-11 per rounding: cast, divide, and up to size-1 additions. */
-    check_hook(DUET_DDP_HOOK_FP16, 4.0 * 4.9e-4 * (g_size + 2));
+    check_hook(DUET_DDP_HOOK_FP16, 4.0 * 4.9e-4 * (tu_size + 2));
 }
 
 static void test_bf16_hook(void **state) {
     (void)state;
-    check_hook(DUET_DDP_HOOK_BF16, 4.0 * 3.9e-3 * (g_size + 2));
+    check_hook(DUET_DDP_HOOK_BF16, 4.0 * 3.9e-3 * (tu_size + 2));
 }
 
 /* An unused branch (aux) trains with find_unused_parameters, matching the
  * reference, and aux stays as initialised. */
 static void test_find_unused_parameters(void **state) {
     (void)state;
-    tiny_cfg cfg = {false, true, 4};
+    tu_tiny_cfg cfg = {false, true, 4};
     duet_ddp_opts o = duet_ddp_opts_default();
     o.find_unused_parameters = true;
     o.bucket_cap_mb = 1e-3;
     o.first_bucket_cap_mb = 1e-4; /* aux.bias alone in bucket 0: unused, must be marked */
-    duet_module *init = tiny_create(1, cfg);
+    duet_module *init = tu_tiny_create(1, cfg);
     duet_module *ref = NULL, *ddp = train_pair(&o, cfg, &ref);
-    assert_state_close(ddp, ref, 1e-5, 1e-7);
-    assert_bit_identical(ddp, true);
+    tu_assert_state_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
     duet_module *aux_now = duet_module_child(duet_ddp_inner(ddp), "aux");
     duet_module *aux_init = duet_module_child(init, "aux");
-    assert_state_close(aux_now, aux_init, 0, 0);
+    tu_assert_state_close(aux_now, aux_init, 0, 0);
     assert_int_equal(duet_ddp_get_stats(ddp).syncs, STEPS);
     duet_module_destroy(init);
     duet_module_destroy(ddp);
@@ -281,20 +285,20 @@ static void test_find_unused_parameters(void **state) {
 static void test_frozen_and_unarmed_backwards(void **state) {
     (void)state;
     duet_ddp_opts o = duet_ddp_opts_default();
-    duet_module *ref = tiny_create(6, TINY_PLAIN);
-    duet_module *ddp = ddp_of(tiny_create(6, TINY_PLAIN), &o);
-    int64_t n = B / g_size;
+    duet_module *ref = tu_tiny_create(6, TU_TINY_PLAIN);
+    duet_module *ddp = tu_ddp_of(tu_tiny_create(6, TU_TINY_PLAIN), &o);
+    int64_t n = B / tu_size;
     duet_tensor *x = NULL, *t = NULL, *x2 = NULL, *t2 = NULL;
-    make_batch(500, B, &x, &t);
-    make_batch(501, B, &x2, &t2);
-    duet_tensor *xs = slice(x, g_rank * n, n), *ts = slice(t, g_rank * n, n);
-    duet_tensor *xs2 = slice(x2, g_rank * n, n), *ts2 = slice(t2, g_rank * n, n);
+    tu_tiny_batch(500, B, &x, &t);
+    tu_tiny_batch(501, B, &x2, &t2);
+    duet_tensor *xs = tu_slice0(x, tu_rank * n, n), *ts = tu_slice0(t, tu_rank * n, n);
+    duet_tensor *xs2 = tu_slice0(x2, tu_rank * n, n), *ts2 = tu_slice0(t2, tu_rank * n, n);
 
     /* Frozen: the input (the generator's output) gets a gradient, the DDP's
      * parameters none. */
     duet_module_set_requires_grad(ddp, false);
     xs->requires_grad = true;
-    fwd_bwd(ddp, xs, ts, 1.0f);
+    tu_fwd_bwd(ddp, xs, ts, 1.0f);
     assert_non_null(xs->grad);
     size_t cnt = 0;
     float *g = duet_ddp_grad_buffer(ddp, &cnt);
@@ -303,13 +307,13 @@ static void test_frozen_and_unarmed_backwards(void **state) {
     duet_module_set_requires_grad(ddp, true);
 
     /* Unarmed: straight through the wrapped module. */
-    fwd_bwd(duet_ddp_inner(ddp), xs, ts, 1.0f);
+    tu_fwd_bwd(duet_ddp_inner(ddp), xs, ts, 1.0f);
     /* Armed: reduces what the unarmed pass left plus its own. */
-    fwd_bwd(ddp, xs2, ts2, 1.0f);
-    fwd_bwd(ref, x, t, 1.0f);
-    fwd_bwd(ref, x2, t2, 1.0f);
-    assert_grads_close(ddp, ref, 1e-5, 1e-7);
-    assert_bit_identical(ddp, true);
+    tu_fwd_bwd(ddp, xs2, ts2, 1.0f);
+    tu_fwd_bwd(ref, x, t, 1.0f);
+    tu_fwd_bwd(ref, x2, t2, 1.0f);
+    tu_assert_grads_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
     assert_int_equal(duet_ddp_get_stats(ddp).syncs, 1);
     duet_tensor *xs3[4] = {xs, ts, xs2, ts2};
     for (int i = 0; i < 4; i++) duet_tensor_release(xs3[i]);
@@ -325,22 +329,22 @@ static void test_frozen_and_unarmed_backwards(void **state) {
  * match one process with B, running statistics included. */
 static void test_sync_batchnorm(void **state) {
     (void)state;
-    tiny_cfg cfg = {true, false, 4};
+    tu_tiny_cfg cfg = {true, false, 4};
     duet_ddp_opts o = duet_ddp_opts_default();
-    duet_module *net = tiny_create(1, cfg);
-    TU_OK(duet_convert_sync_batchnorm(net, g_comm));
-    duet_module *ddp = ddp_of(net, &o);
-    duet_module *ref = tiny_create(1, cfg);
-    duet_optimizer *oref = adam_for(ref, LR), *oddp = adam_for(ddp, LR);
-    int64_t n = B / g_size;
+    duet_module *net = tu_tiny_create(1, cfg);
+    TU_OK(duet_convert_sync_batchnorm(net, tu_comm));
+    duet_module *ddp = tu_ddp_of(net, &o);
+    duet_module *ref = tu_tiny_create(1, cfg);
+    duet_optimizer *oref = tu_adam_for(ref, LR), *oddp = tu_adam_for(ddp, LR);
+    int64_t n = B / tu_size;
     for (int s = 0; s < 3; s++) {
         duet_tensor *x = NULL, *t = NULL;
-        make_batch(600 + (uint64_t)s, B, &x, &t);
-        duet_tensor *xs = slice(x, g_rank * n, n), *ts = slice(t, g_rank * n, n);
+        tu_tiny_batch(600 + (uint64_t)s, B, &x, &t);
+        duet_tensor *xs = tu_slice0(x, tu_rank * n, n), *ts = tu_slice0(t, tu_rank * n, n);
         duet_optimizer_zero_grad(oref);
         duet_optimizer_zero_grad(oddp);
-        fwd_bwd(ref, x, t, 1.0f);
-        fwd_bwd(ddp, xs, ts, 1.0f);
+        tu_fwd_bwd(ref, x, t, 1.0f);
+        tu_fwd_bwd(ddp, xs, ts, 1.0f);
         TU_OK(duet_optimizer_step(oref));
         TU_OK(duet_optimizer_step(oddp));
         duet_tensor_release(x);
@@ -348,51 +352,12 @@ static void test_sync_batchnorm(void **state) {
         duet_tensor_release(xs);
         duet_tensor_release(ts);
     }
-    assert_state_close(ddp, ref, 1e-4, 1e-6);
-    assert_bit_identical(ddp, false);
+    tu_assert_state_close(ddp, ref, 1e-4, 1e-6);
+    tu_assert_bit_identical(ddp, false);
     duet_optimizer_destroy(oref);
     duet_optimizer_destroy(oddp);
     duet_module_destroy(ddp);
     duet_module_destroy(ref);
-}
-
-/* The usage example at the top of duet/ddp.h, line for line but for the
- * setup around it, so that it cannot go stale. */
-static int header_example(duet_module *net, duet_tensor *x, duet_tensor *target) {
-    duet_optimizer *opt = NULL;
-    duet_comm *comm = NULL;
-    DUET_TRY(duet_comm_world(&comm));
-    duet_ddp_opts o = duet_ddp_opts_default();
-    o.broadcast_buffers = false;                  // as MMEditing
-    duet_module *ddp = NULL;
-    DUET_TRY(duet_ddp_create(&ddp, net, comm, &o)); // ddp owns net now
-    opt = adam_for(ddp, 1e-3f);
-    duet_tensor *y = NULL, *loss = NULL;
-    DUET_TRY(duet_module_forward(ddp, x, &y));     // arms the DDP
-    DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
-    DUET_TRY(duet_backward(loss));                 // gradients averaged
-    DUET_TRY(duet_optimizer_step(opt));
-
-    bool prev = duet_ddp_set_no_sync(ddp, true);   // accumulate locally
-    fwd_bwd(ddp, x, target, 1.0f);
-    duet_ddp_set_no_sync(ddp, prev);               // next backward reduces the sum
-    if (duet_ddp_get_stats(ddp).syncs != 1) return DUET_ESTATE;
-
-    duet_optimizer_destroy(opt);
-    duet_tensor_release(y);
-    duet_tensor_release(loss);
-    duet_module_destroy(ddp);                      // destroys net too
-    duet_comm_destroy(comm);
-    return DUET_OK;
-}
-
-static void test_header_example(void **state) {
-    (void)state;
-    duet_tensor *x = NULL, *t = NULL;
-    make_batch(700, 2, &x, &t);
-    TU_OK(header_example(tiny_create(7, TINY_PLAIN), x, t));
-    duet_tensor_release(x);
-    duet_tensor_release(t);
 }
 
 int main(void) {
@@ -406,9 +371,8 @@ int main(void) {
         cmocka_unit_test(test_find_unused_parameters),
         cmocka_unit_test(test_frozen_and_unarmed_backwards),
         cmocka_unit_test(test_sync_batchnorm),
-        cmocka_unit_test(test_header_example),
     };
-    int failed = cmocka_run_group_tests(tests, ddp_setup, ddp_teardown);
+    int failed = cmocka_run_group_tests(tests, tu_world_setup, tu_world_teardown);
     duet_comm_finalize();
     return failed;
 }

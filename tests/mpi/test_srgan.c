@@ -14,21 +14,11 @@
 
 enum { B = 6, ITERS = 3 };
 static const float LR = 1e-4f;
-static duet_comm *world;
-static int g_rank, g_size;
 static const char *cpu[] = {"cpu"};
 
 static duet_model *tiny_srgan_init(int disc_init_steps) {
-    duet_srgan_opts o = duet_srgan_opts_default();
+    duet_srgan_opts o = tu_tiny_srgan_opts();
     o.disc_init_steps = disc_init_steps;
-    o.generator.mid_channels = 8;
-    o.generator.num_blocks = 1;
-    o.discriminator.mid_channels = 4;
-    o.discriminator.input_size = 32;
-    int cfg[4] = {4, 4, 0, 8};
-    o.perceptual_loss.ncfg = 4;
-    memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
-    o.perceptual_loss.layer_ids[0] = 5;
     /* The same seed on every rank: the frozen perceptual network is not
      * wrapped, so nothing would make it identical otherwise. */
     duet_rng rng = duet_rng_make(2026, 0);
@@ -38,28 +28,6 @@ static duet_model *tiny_srgan_init(int disc_init_steps) {
 }
 
 static duet_model *tiny_srgan(void) { return tiny_srgan_init(0); }
-
-static duet_optimizer_set *adam_pair(duet_model *m) {
-    duet_optimizer_set *s = NULL;
-    TU_OK(duet_optimizer_set_create(&s));
-    duet_adam_opts a = duet_adam_opts_default();
-    a.lr = LR;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
-    return s;
-}
-
-/* The global batch of iteration `it`, the same on every rank. */
-static void global_batch(duet_batch *b, int it) {
-    duet_rng rng = duet_rng_make(500 + (uint64_t)it, 0);
-    duet_tensor *lq = tu_rand(&rng, 4, (int64_t[]){B, 3, 8, 8}, 0, 1);
-    duet_tensor *gt = tu_rand(&rng, 4, (int64_t[]){B, 3, 32, 32}, 0, 1);
-    memset(b, 0, sizeof *b);
-    TU_OK(duet_batch_add_tensor(b, "lq", lq));
-    TU_OK(duet_batch_add_tensor(b, "gt", gt));
-    duet_tensor_release(lq);
-    duet_tensor_release(gt);
-}
 
 /* Per parameter element: set when its reference gradient was ever at
  * float32 noise level (nonzero, below 3e-4 of the tensor's largest), where
@@ -111,11 +79,11 @@ static void assert_model_close(duet_model *got, duet_model *want, const noise_ma
             if (nm->mask[i][k]) {
                 noisy++;
                 if (d > 2.1 * LR * ITERS)
-                    fail_msg("rank %d: %s[%lld]: %.8g vs %.8g", g_rank, pg.items[i].name,
+                    fail_msg("rank %d: %s[%lld]: %.8g vs %.8g", tu_rank, pg.items[i].name,
                              (long long)k, a->data[k], b->data[k]);
             } else if (d > 1e-6 + 1e-4 * fabs((double)b->data[k])) {
                 fail_msg("rank %d of %d: %s[%lld]: got %.8g, one process %.8g (rtol 1e-4)",
-                         g_rank, g_size, pg.items[i].name, (long long)k, a->data[k], b->data[k]);
+                         tu_rank, tu_size, pg.items[i].name, (long long)k, a->data[k], b->data[k]);
             }
         }
     }
@@ -143,11 +111,11 @@ static void assert_params_identical(duet_model *m) {
         const duet_tensor *t = l.items[i].tensor;
         float *r0 = malloc((size_t)t->numel * sizeof *r0);
         memcpy(r0, t->data, (size_t)t->numel * sizeof *r0);
-        TU_OK(duet_comm_bcast(world, r0, (size_t)t->numel, DUET_DTYPE_F32, 0));
+        TU_OK(duet_comm_bcast(tu_comm, r0, (size_t)t->numel, DUET_DTYPE_F32, 0));
         if (memcmp(r0, t->data, (size_t)t->numel * sizeof *r0) != 0) bad++;
         free(r0);
     }
-    TU_OK(duet_comm_allreduce(world, &bad, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    TU_OK(duet_comm_allreduce(tu_comm, &bad, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
     assert_int_equal(bad, 0);
     duet_named_tensors_free(&l);
 }
@@ -155,12 +123,13 @@ static void assert_params_identical(duet_model *m) {
 /* ITERS iterations of the reference (one process, whole batch) and of the
  * wrapped model (this rank's share). */
 static void train_pair(duet_model *ref, duet_wrapper *w, noise_masks *nm, bool compare_logs) {
-    duet_optimizer_set *oref = adam_pair(ref), *ow = adam_pair(duet_wrapper_model(w));
-    int64_t n = B / g_size;
+    duet_optimizer_set *oref = tu_adam_pair(ref, LR);
+    duet_optimizer_set *ow = tu_adam_pair(duet_wrapper_model(w), LR);
+    int64_t n = B / tu_size;
     for (int it = 0; it < ITERS; it++) {
         duet_batch b, local = {0};
-        global_batch(&b, it);
-        TU_OK(duet_batch_slice(&local, &b, g_rank * n, n));
+        tu_sr_batch(&b, 500 + (uint64_t)it, B); /* the global batch, the same on every rank */
+        TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
         duet_log_vars lr, lw;
         TU_OK(duet_model_train_step(ref, &b, oref, &lr));
         masks_update(nm, duet_model_module(ref));
@@ -171,7 +140,7 @@ static void train_pair(duet_model *ref, duet_wrapper *w, noise_masks *nm, bool c
             /* Averaged over ranks, mean losses are the whole batch's. */
             double tol = 1e-4 * fabs(lr.values[i]) + 1e-7;
             if (compare_logs && fabs(lw.values[i] - lr.values[i]) > tol)
-                fail_msg("rank %d: %s: %.8g, one process %.8g", g_rank, lw.names[i], lw.values[i],
+                fail_msg("rank %d: %s: %.8g, one process %.8g", tu_rank, lw.names[i], lw.values[i],
                          lr.values[i]);
         }
         duet_batch_clear(&local);
@@ -187,7 +156,7 @@ static void test_syncbn_matches_one_process(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan(), world, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, &o));
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     noise_masks nm = {0};
     train_pair(ref, w, &nm, true);
@@ -205,13 +174,13 @@ static void test_without_syncbn(void **state) {
     (void)state;
     duet_model *ref = tiny_srgan();
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan(), world, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, NULL));
     noise_masks nm = {0};
     /* Local batch statistics: the losses are not the whole batch's (except
      * on one process), but every rank applies the same averaged update. */
-    train_pair(ref, w, &nm, g_size == 1);
+    train_pair(ref, w, &nm, tu_size == 1);
     assert_params_identical(duet_wrapper_model(w));
-    if (g_size == 1) assert_model_close(duet_wrapper_model(w), ref, &nm);
+    if (tu_size == 1) assert_model_close(duet_wrapper_model(w), ref, &nm);
     masks_free(&nm);
     duet_wrapper_destroy(w);
     duet_model_destroy(ref);
@@ -226,7 +195,7 @@ static void test_disc_init_steps(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan_init(1), world, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(&w, tiny_srgan_init(1), tu_comm, cpu, 1, &o));
     noise_masks nm = {0};
     train_pair(ref, w, &nm, true);
     assert_model_close(duet_wrapper_model(w), ref, &nm);
@@ -241,15 +210,15 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.kind = DUET_WRAPPER_WHOLE_MODEL;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan(), world, cpu, 1, &o));
-    duet_optimizer_set *opts = adam_pair(duet_wrapper_model(w));
-    int64_t n = B / g_size;
+    TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, &o));
+    duet_optimizer_set *opts = tu_adam_pair(duet_wrapper_model(w), LR);
+    int64_t n = B / tu_size;
     double t0 = duet_time_now();
     int rc = DUET_OK, it = 0;
     for (; it < ITERS && rc == DUET_OK; it++) {
         duet_batch b, local = {0};
-        global_batch(&b, it);
-        TU_OK(duet_batch_slice(&local, &b, g_rank * n, n));
+        tu_sr_batch(&b, 500 + (uint64_t)it, B); /* the global batch, the same on every rank */
+        TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
         duet_log_vars log;
         rc = duet_wrapper_train_step(w, &local, opts, &log);
         duet_batch_clear(&local);
@@ -259,30 +228,21 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
     assert_int_equal(rc, DUET_EUNUSED);
     assert_int_equal(it, 2); /* the generator step of iteration 1 left it unfinished */
     const char *msg = duet_last_error();
-    if (g_rank == 0) printf("    rank 0, after %.2f s: %s\n", elapsed, msg);
+    if (tu_rank == 0) printf("    rank 0, after %.2f s: %s\n", elapsed, msg);
     assert_non_null(strstr(msg, "discriminator.conv0_0.weight"));
     assert_true(elapsed < 60.0);
     /* Every rank saw the same failure. */
     int failed = rc == DUET_EUNUSED, all = 0;
     all = failed;
-    TU_OK(duet_comm_allreduce(world, &all, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
-    assert_int_equal(all, g_size);
+    TU_OK(duet_comm_allreduce(tu_comm, &all, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    assert_int_equal(all, tu_size);
     duet_optimizer_set_destroy(opts);
     duet_wrapper_destroy(w);
 }
 
 static int setup(void **state) {
-    (void)state;
-    if (duet_comm_world(&world) != DUET_OK) return -1;
-    g_rank = duet_comm_rank(world);
-    g_size = duet_comm_size(world);
-    duet_log_set_rank(g_rank, false);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    duet_comm_destroy(world);
+    if (tu_world_setup(state) != 0) return -1;
+    duet_log_set_rank(tu_rank, false);
     return 0;
 }
 
@@ -293,7 +253,7 @@ int main(void) {
         cmocka_unit_test(test_disc_init_steps),
         cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
     };
-    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests(tests, setup, tu_world_teardown);
     duet_comm_finalize();
     return failed;
 }

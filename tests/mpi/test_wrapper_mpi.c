@@ -8,28 +8,26 @@
 #include <math.h>
 #include <string.h>
 
-static duet_comm *world;
-static int g_rank, g_size;
 static const char *cpu[] = {"cpu"};
 
 static void test_log_average(void **state) {
     (void)state;
     duet_log_vars lv;
     duet_log_vars_clear(&lv);
-    TU_OK(duet_log_vars_set(&lv, "loss_a", (double)g_rank));
-    TU_OK(duet_log_vars_set(&lv, "loss_b", 1.0 + g_rank * g_rank));
-    TU_OK(duet_log_vars_average(&lv, world));
+    TU_OK(duet_log_vars_set(&lv, "loss_a", (double)tu_rank));
+    TU_OK(duet_log_vars_set(&lv, "loss_b", 1.0 + tu_rank * tu_rank));
+    TU_OK(duet_log_vars_average(&lv, tu_comm));
     double a, b, want_b = 0;
-    for (int r = 0; r < g_size; r++) want_b += (1.0 + r * r) / g_size;
+    for (int r = 0; r < tu_size; r++) want_b += (1.0 + r * r) / tu_size;
     assert_true(duet_log_vars_get(&lv, "loss_a", &a));
     assert_true(duet_log_vars_get(&lv, "loss_b", &b));
-    assert_true(fabs(a - (g_size - 1) / 2.0) < 1e-12);
+    assert_true(fabs(a - (tu_size - 1) / 2.0) < 1e-12);
     assert_true(fabs(b - want_b) < 1e-12);
     /* The last rank logs another name: every rank fails, none hangs. */
     duet_log_vars_clear(&lv);
-    TU_OK(duet_log_vars_set(&lv, g_rank == g_size - 1 && g_size > 1 ? "loss_x" : "loss_a", 1));
-    int rc = duet_log_vars_average(&lv, world);
-    assert_int_equal(rc, g_size > 1 ? DUET_EMISMATCH : DUET_OK);
+    TU_OK(duet_log_vars_set(&lv, tu_rank == tu_size - 1 && tu_size > 1 ? "loss_x" : "loss_a", 1));
+    int rc = duet_log_vars_average(&lv, tu_comm);
+    assert_int_equal(rc, tu_size > 1 ? DUET_EMISMATCH : DUET_OK);
 }
 
 /* A two-part model: "g" and "d" linear layers; train_step updates only the
@@ -72,23 +70,11 @@ static duet_model *two_parts(uint64_t seed) {
     return m;
 }
 
-static duet_tensor *params_of(duet_module *m) {
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_named_parameters(m, false, &l));
-    int64_t n = 0;
-    for (size_t i = 0; i < l.count; i++) n += l.items[i].tensor->numel;
-    duet_tensor *t = tu_zeros(1, (int64_t[]){n});
-    for (size_t i = 0, at = 0; i < l.count; at += (size_t)l.items[i].tensor->numel, i++)
-        memcpy(t->data + at, l.items[i].tensor->data, (size_t)l.items[i].tensor->numel * 4);
-    duet_named_tensors_free(&l);
-    return t;
-}
-
 static void test_parts_sync_separately(void **state) {
     (void)state;
     /* Rank-dependent init: the DDPs broadcast rank 0's parameters. */
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, two_parts(10 + (uint64_t)g_rank), world, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(&w, two_parts(10 + (uint64_t)tu_rank), tu_comm, cpu, 1, NULL));
     duet_model *ref = two_parts(10); /* rank 0's, trained on the global batch */
     duet_model *m = duet_wrapper_model(w);
     duet_optimizer_set *ow = NULL, *oref = NULL;
@@ -102,7 +88,7 @@ static void test_parts_sync_separately(void **state) {
     TU_OK(duet_optimizer_set_add_sgd(oref, ref, "d", so));
     const char *parts[3] = {"g", "g", "d"}; /* two generator steps, then one for d */
     for (int s = 0; s < 3; s++) {
-        int64_t n = 2 * g_size; /* global batch: 2 samples per rank */
+        int64_t n = 2 * tu_size; /* global batch: 2 samples per rank */
         duet_rng rng = duet_rng_make(77 + (uint64_t)s, 0);
         duet_tensor *x = tu_randn(&rng, 2, (int64_t[]){n, 3}, 1);
         const char *col[12];
@@ -110,14 +96,14 @@ static void test_parts_sync_separately(void **state) {
         duet_batch b = {0}, local = {0};
         TU_OK(duet_batch_add_tensor(&b, "x", x));
         TU_OK(duet_batch_add_meta(&b, "part", n, col));
-        TU_OK(duet_batch_slice(&local, &b, 2 * g_rank, 2));
-        duet_tensor *d0 = params_of(duet_model_part(m, "d"));
+        TU_OK(duet_batch_slice(&local, &b, 2 * tu_rank, 2));
+        duet_tensor *d0 = tu_flat_params(duet_model_part(m, "d"));
         duet_log_vars lw, lr;
         TU_OK(duet_wrapper_train_step(w, &local, ow, &lw));
         TU_OK(duet_model_train_step(ref, &b, oref, &lr));
         /* The averaged log is the global batch's mean loss. */
         assert_true(fabs(lw.values[0] - lr.values[0]) < 1e-5);
-        duet_tensor *d1 = params_of(duet_model_part(m, "d"));
+        duet_tensor *d1 = tu_flat_params(duet_model_part(m, "d"));
         if (s < 2) tu_assert_close(d1->data, d0->data, d0->numel, 0, 0, "d untouched in a g step");
         duet_tensor_release(d0);
         duet_tensor_release(d1);
@@ -127,8 +113,8 @@ static void test_parts_sync_separately(void **state) {
     }
     const char *names[2] = {"g", "d"};
     for (int p = 0; p < 2; p++) {
-        duet_tensor *got = params_of(duet_model_part(m, names[p]));
-        duet_tensor *want = params_of(duet_model_part(ref, names[p]));
+        duet_tensor *got = tu_flat_params(duet_model_part(m, names[p]));
+        duet_tensor *want = tu_flat_params(duet_model_part(ref, names[p]));
         tu_assert_close(got->data, want->data, want->numel, 1e-5, 1e-6, names[p]);
         duet_tensor_release(got);
         duet_tensor_release(want);
@@ -144,22 +130,8 @@ static void test_one_device_per_process(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
     const char *two[] = {"0", "1"};
-    assert_int_equal(duet_wrapper_create(&w, two_parts(1), world, two, 2, NULL), DUET_EINVAL);
+    assert_int_equal(duet_wrapper_create(&w, two_parts(1), tu_comm, two, 2, NULL), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "exactly one device per process"));
-}
-
-static int setup(void **state) {
-    (void)state;
-    if (duet_comm_world(&world) != DUET_OK) return -1;
-    g_rank = duet_comm_rank(world);
-    g_size = duet_comm_size(world);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    duet_comm_destroy(world);
-    return 0;
 }
 
 int main(void) {
@@ -168,7 +140,7 @@ int main(void) {
         cmocka_unit_test(test_parts_sync_separately),
         cmocka_unit_test(test_one_device_per_process),
     };
-    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests(tests, tu_world_setup, tu_world_teardown);
     duet_comm_finalize();
     return failed;
 }

@@ -290,44 +290,12 @@ static void test_corrupt_checkpoint(void **state) {
     duet_module_destroy(b0);
 }
 
-/* The checkpoint example in duet/train.h, verbatim but for the path. */
-static int header_example(const char *dir, duet_module *model, duet_optimizer *g_opt,
-                          duet_optimizer *d_opt, const char *text, int64_t *iter_out) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/iter_1000.safetensors", dir);
-    duet_named_optimizer opts[] = {{"generator", g_opt}, {"discriminator", d_opt}};
-    duet_meta_item meta[] = {{"iter", "1000"}, {"config", text}};
-    DUET_TRY(duet_checkpoint_save(path, model, opts, 2, meta, 2));
-
-    duet_st *ck = NULL;                                 // --resume
-    DUET_TRY(duet_checkpoint_resume(path, model, opts, 2, &ck));
-    int64_t iter;
-    DUET_TRY(duet_checkpoint_meta_int(ck, "iter", &iter));
-    duet_st_destroy(ck);
-    *iter_out = iter;
-    return DUET_OK;
-}
-
-static void test_header_example(void **state) {
-    tu_tmpdir *fx = *state;
-    duet_module *model = build_model(1, k_same);
-    duet_optimizer *g = make_adam(duet_module_child(model, "generator"));
-    duet_optimizer *d = make_sgd(duet_module_child(model, "discriminator"));
-    int64_t iter = 0;
-    TU_OK(header_example(fx->dir, model, g, d, "total_iters = 1000;", &iter));
-    assert_int_equal(iter, 1000);
-    duet_optimizer_destroy(g);
-    duet_optimizer_destroy(d);
-    duet_module_destroy(model);
-}
-
 int main(void) {
     duet_log_set_level(DUET_LOG_ERROR); /* the non-strict loads warn by design */
     const struct CMUnitTest tests[] = {
         TU_TMPDIR_TEST(test_save_resume_continue),
         TU_TMPDIR_TEST(test_strict_and_non_strict),
         TU_TMPDIR_TEST(test_corrupt_checkpoint),
-        TU_TMPDIR_TEST(test_header_example),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -239,31 +239,6 @@ static void test_abort_ends_the_job(void **state) {
         fail_msg("abort message missing from the job's output: %s", text);
 }
 
-/* The usage example at the top of duet/comm.h, line for line (without the
- * finalize, which teardown does). */
-static int header_example(int *work_done) {
-    duet_comm *comm = NULL;
-    DUET_TRY(duet_comm_world(&comm));                 // MPI_Init if needed
-    float g[1000];
-    for (int i = 0; i < 1000; i++) g[i] = (float)i;
-    DUET_TRY(duet_comm_allreduce(comm, g, 1000, DUET_DTYPE_F32, DUET_REDUCE_SUM));
-
-    duet_comm_request *req = NULL;                     // overlap with work
-    DUET_TRY(duet_comm_iallreduce(comm, g, 1000, DUET_DTYPE_F32, DUET_REDUCE_SUM, &req));
-    bool done = false;
-    while (!done) { (*work_done)++; DUET_TRY(duet_comm_test(&req, &done)); }
-
-    duet_comm_destroy(comm);
-    return g[999] == 999.0f ? DUET_OK : DUET_ESTATE;
-}
-
-static void test_header_example(void **state) {
-    (void)state;
-    int work = 0;
-    TU_OK(header_example(&work));
-    assert_true(work >= 1);
-}
-
 static int setup(void **state) {
     (void)state;
     return duet_comm_world(&world) == DUET_OK ? 0 : -1;
@@ -286,7 +261,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_world_of_one),
         cmocka_unit_test(test_chunked_paths_of_one),
         cmocka_unit_test(test_mpi_errors_are_statuses),
-        cmocka_unit_test(test_header_example),
     };
     /* The abort test starts its own job, so it runs before this process
      * becomes an MPI singleton. */

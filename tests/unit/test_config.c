@@ -412,35 +412,6 @@ static void test_text_round_trip(void **state) {
     duet_config_destroy(cfg);
 }
 
-/* The usage example at the top of duet/train.h, verbatim but for the path. */
-static int header_example(const char *path, int64_t *iters_out, int64_t *mid_out) {
-    duet_config *cfg = NULL;
-    DUET_TRY(duet_config_load(path, &cfg));
-    DUET_TRY(duet_config_set(cfg, "total_iters=2000"));      // --set
-    int64_t iters, mid;
-    DUET_TRY(duet_config_get_int(cfg, "total_iters", &iters));
-    duet_config *gen = NULL;                                   // a view
-    DUET_TRY(duet_config_sub(cfg, "model.generator", &gen));
-    DUET_TRY(duet_config_get_int_or(gen, "mid_channels", 64, &mid));
-    duet_config_destroy(gen);
-    DUET_TRY(duet_config_check_unused(cfg));  // typos: "unknown key ..."
-    duet_config_destroy(cfg);
-    *iters_out = iters;
-    *mid_out = mid;
-    return DUET_OK;
-}
-
-static void test_header_example(void **state) {
-    tu_tmpdir *fx = *state;
-    char path[512];
-    write_cfg(fx, "ex.cfg", "total_iters = 10;\nmodel = { generator = { mid_channels = 8; }; };\n",
-              path, sizeof path);
-    int64_t iters = 0, mid = 0;
-    TU_OK(header_example(path, &iters, &mid));
-    assert_int_equal(iters, 2000);
-    assert_int_equal(mid, 8);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         TU_TMPDIR_TEST(test_getters),
@@ -449,7 +420,6 @@ int main(void) {
         TU_TMPDIR_TEST(test_overrides),
         TU_TMPDIR_TEST(test_unknown_keys),
         TU_TMPDIR_TEST(test_text_round_trip),
-        TU_TMPDIR_TEST(test_header_example),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -610,38 +610,6 @@ static void test_loader_thread_error(void **state) {
     duet_dataset_destroy(ds);
 }
 
-/* The usage example at the top of duet/data.h, on the test folder. */
-static void test_header_example(void **state) {
-    (void)state;
-    int world = 1, rank = 0, iters = 3;
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
-    o.gt_dir = gt_dir;
-    o.scale = 4;
-    o.gt_size = 32;
-    duet_dataset *train = NULL, *rep = NULL;
-    TU_OK(duet_sr_train_dataset_create(&train, &o));
-    TU_OK(duet_repeat_dataset_create(&rep, train, 1000));
-    duet_loader_options lo = duet_loader_options_default();
-    lo.samples_per_gpu = 4;
-    lo.world_size = world;
-    lo.rank = rank;
-    lo.seed = 42;
-    duet_loader *loader = NULL;
-    TU_OK(duet_loader_create(&loader, rep, &lo));
-    for (int it = 0; it < iters; it++) {
-        duet_data_batch *b = NULL;
-        TU_OK(duet_loader_next(loader, &b));
-        assert_int_equal(b->lq->shape[0], 4);
-        assert_int_equal(b->lq->shape[2], 8);
-        assert_int_equal(b->gt->shape[2], 32);
-        duet_data_batch_destroy(b);
-    }
-    duet_sampler_state resume = duet_loader_get_state(loader);
-    assert_int_equal(resume.position, 12);
-    duet_loader_destroy(loader);
-    duet_dataset_destroy(rep);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_crops_and_bicubic_lq),
@@ -655,7 +623,6 @@ int main(void) {
         cmocka_unit_test(test_loader_resume),
         cmocka_unit_test(test_loader_one_epoch_validation),
         cmocka_unit_test(test_loader_thread_error),
-        cmocka_unit_test(test_header_example),
     };
     return cmocka_run_group_tests(tests, setup_folders, teardown_folders);
 }

@@ -18,26 +18,6 @@ static duet_srgan_opts tiny_srgan(void) {
     return o;
 }
 
-static duet_tensor *copy_params(duet_module *m) {
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_named_parameters(m, false, &l));
-    int64_t n = 0;
-    for (size_t i = 0; i < l.count; i++) n += l.items[i].tensor->numel;
-    duet_tensor *t = tu_zeros(1, (int64_t[]){n});
-    int64_t at = 0;
-    for (size_t i = 0; i < l.count; i++) {
-        memcpy(t->data + at, l.items[i].tensor->data,
-               (size_t)l.items[i].tensor->numel * sizeof(float));
-        at += l.items[i].tensor->numel;
-    }
-    duet_named_tensors_free(&l);
-    return t;
-}
-
-static bool same_data(const duet_tensor *a, const duet_tensor *b) {
-    return a->numel == b->numel && memcmp(a->data, b->data, (size_t)a->numel * 4) == 0;
-}
-
 /* ---- batches and log values ---------------------------------------------------- */
 
 static void test_batch(void **state) {
@@ -216,17 +196,17 @@ static void test_optimizer_set(void **state) {
     assert_non_null(strstr(duet_last_error(), "generator, discriminator"));
 
     /* The discriminator's optimizer moves only the discriminator. */
-    duet_tensor *g0 = copy_params(duet_model_part(m, "generator"));
-    duet_tensor *d0 = copy_params(duet_model_part(m, "discriminator"));
+    duet_tensor *g0 = tu_flat_params(duet_model_part(m, "generator"));
+    duet_tensor *d0 = tu_flat_params(duet_model_part(m, "discriminator"));
     duet_module *d = duet_model_part(m, "discriminator");
     for (size_t i = 0; i < d->nparams; i++) {
         TU_OK(duet_tensor_ensure_grad(d->params[i].tensor));
         for (int64_t k = 0; k < d->params[i].tensor->numel; k++) d->params[i].tensor->grad[k] = 1;
     }
     TU_OK(duet_optimizer_step(duet_optimizer_set_get(s, "discriminator")));
-    duet_tensor *g1 = copy_params(duet_model_part(m, "generator"));
-    duet_tensor *d1 = copy_params(d);
-    assert_true(same_data(g0, g1));
+    duet_tensor *g1 = tu_flat_params(duet_model_part(m, "generator"));
+    duet_tensor *d1 = tu_flat_params(d);
+    assert_true(tu_same_data(g0, g1));
     for (int64_t k = 0; k < d0->numel; k++)
         assert_float_equal(d1->data[k], d0->data[k] - 0.25f, 1e-6);
     duet_tensor_release(g0);
@@ -447,8 +427,8 @@ static void test_perceptual_weights_file(void **state) {
     o.weights_path = path;
     TU_OK(duet_perceptual_loss_create(&b, &o, &rng)); /* rng moved on: other init */
     duet_module *lb = duet_module_child(duet_module_child(b, "vgg"), "vgg_layers");
-    duet_tensor *pa = copy_params(la), *pb = copy_params(lb);
-    assert_true(same_data(pa, pb));
+    duet_tensor *pa = tu_flat_params(la), *pb = tu_flat_params(lb);
+    assert_true(tu_same_data(pa, pb));
     assert_int_equal(duet_module_num_parameters(b, true), 0);
     duet_tensor_release(pa);
     duet_tensor_release(pb);
@@ -495,7 +475,7 @@ static void test_srgan_structure(void **state) {
     TU_OK(duet_model_forward(m, x, &y));
     TU_OK(duet_module_forward(duet_model_part(m, "generator"), x, &z));
     assert_int_equal(y->shape[2], 32);
-    assert_true(same_data(y, z));
+    assert_true(tu_same_data(y, z));
     duet_tensor_release(y);
     duet_tensor_release(z);
     TU_OK(duet_module_forward(root, x, &y)); /* the model as a module, too */
@@ -525,7 +505,7 @@ static void test_srgan_train_step(void **state) {
     tu_sr_batch(&b, 13, 2);
     duet_module *g = duet_model_part(m, "generator"), *d = duet_model_part(m, "discriminator"),
                 *p = duet_model_part(m, "perceptual_loss");
-    duet_tensor *g0 = copy_params(g), *d0 = copy_params(d), *p0 = copy_params(p);
+    duet_tensor *g0 = tu_flat_params(g), *d0 = tu_flat_params(d), *p0 = tu_flat_params(p);
     duet_log_vars log;
     TU_OK(duet_model_train_step(m, &b, opts, &log));
     assert_int_equal(duet_srgan_step_counter(m), 1);
@@ -534,9 +514,9 @@ static void test_srgan_train_step(void **state) {
     assert_false(duet_log_vars_get(&log, "loss_gan", &v));
     assert_true(duet_log_vars_get(&log, "loss_d_real", &v) && v > 0);
     assert_true(duet_log_vars_get(&log, "loss_d_fake", &v) && v > 0);
-    duet_tensor *g1 = copy_params(g), *d1 = copy_params(d);
-    assert_true(same_data(g0, g1));  /* no generator step before disc_init_steps */
-    assert_false(same_data(d0, d1)); /* the discriminator stepped */
+    duet_tensor *g1 = tu_flat_params(g), *d1 = tu_flat_params(d);
+    assert_true(tu_same_data(g0, g1));  /* no generator step before disc_init_steps */
+    assert_false(tu_same_data(d0, d1)); /* the discriminator stepped */
     assert_int_equal(duet_tape_size(), 0);
 
     TU_OK(duet_model_train_step(m, &b, opts, &log));
@@ -547,9 +527,9 @@ static void test_srgan_train_step(void **state) {
         assert_true(isfinite(v));
     }
     assert_int_equal(log.count, 7);
-    duet_tensor *g2 = copy_params(g), *p2 = copy_params(p);
-    assert_false(same_data(g1, g2)); /* now the generator stepped */
-    assert_true(same_data(p0, p2));  /* the perceptual network never moves */
+    duet_tensor *g2 = tu_flat_params(g), *p2 = tu_flat_params(p);
+    assert_false(tu_same_data(g1, g2)); /* now the generator stepped */
+    assert_true(tu_same_data(p0, p2));  /* the perceptual network never moves */
     /* unfrozen after the step */
     assert_true(duet_module_param(duet_module_child(d, "conv0_0"), "weight")->requires_grad);
     assert_int_equal(duet_tape_size(), 0);
@@ -736,43 +716,6 @@ static void test_registry_errors(void **state) {
     assert_null(t[2]);
 }
 
-/* The usage example of the model contract in duet/models.h, kept compiling
- * and working (with a shrunken SRGAN). */
-static int models_h_usage(duet_rng rng, duet_tensor *lq, duet_tensor *gt, double *out) {
-    duet_adam_opts adam_g = duet_adam_opts_default(), adam_d = duet_adam_opts_default();
-    duet_srgan_opts so = duet_srgan_opts_default();      // then shrink it
-    so = tiny_srgan();
-    duet_model *model = NULL;
-    DUET_TRY(duet_srgan_create(&model, &so, &rng));
-    duet_optimizer_set *opts = NULL;
-    DUET_TRY(duet_optimizer_set_create(&opts));
-    DUET_TRY(duet_optimizer_set_add_adam(opts, model, "generator", adam_g));
-    DUET_TRY(duet_optimizer_set_add_adam(opts, model, "discriminator", adam_d));
-    duet_batch batch = {0};
-    DUET_TRY(duet_batch_add_tensor(&batch, "lq", lq));   // (N,3,h,w) in [0,1]
-    DUET_TRY(duet_batch_add_tensor(&batch, "gt", gt));   // (N,3,4h,4w)
-    duet_log_vars log;
-    DUET_TRY(duet_model_train_step(model, &batch, opts, &log));
-    double l;
-    duet_log_vars_get(&log, "loss_pix", &l);
-    duet_batch_clear(&batch);
-    duet_optimizer_set_destroy(opts);
-    duet_model_destroy(model);
-    *out = l;
-    return DUET_OK;
-}
-
-static void test_header_usage(void **state) {
-    (void)state;
-    duet_batch b;
-    tu_sr_batch(&b, 19, 2);
-    double l = -1;
-    TU_OK(models_h_usage(duet_rng_make(20, 0), duet_batch_tensor_get(&b, "lq"),
-                         duet_batch_tensor_get(&b, "gt"), &l));
-    assert_true(l > 0 && isfinite(l));
-    duet_batch_clear(&b);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch),
@@ -789,7 +732,6 @@ int main(void) {
         cmocka_unit_test(test_basic_restorer),
         cmocka_unit_test(test_registry_srgan),
         cmocka_unit_test(test_registry_errors),
-        cmocka_unit_test(test_header_usage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

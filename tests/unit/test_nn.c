@@ -601,69 +601,8 @@ static void test_linear_backward(void **state) {
     duet_module_destroy(lin);
 }
 
-/* The usage example at the top of duet/nn.h, kept compiling and working:
- * a small regression fitted with Adam under a Step schedule. */
-static int header_example(duet_tensor *x, duet_tensor *target, int64_t iters, float *first,
-                          float *last, duet_named_tensors *names) {
-    duet_rng rng = duet_rng_make(0, 0);
-    duet_module *net = NULL, *conv = NULL;
-    DUET_TRY(duet_sequential_create(&net));
-    DUET_TRY(duet_conv2d_module_create(&conv, 3, 64, 3, 1, 1, true, &rng));
-    DUET_TRY(duet_module_add_child(net, "0", conv));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_module_forward(net, x, &y));
-    duet_tensor_release(y);
-    duet_tape_clear();
-
-    duet_named_tensors ps;
-    DUET_TRY(duet_module_named_parameters(net, true, &ps));
-    duet_optimizer *opt = NULL;
-    DUET_TRY(duet_adam_create(&opt, &ps, duet_adam_opts_default()));
-    duet_lr_schedule sched = duet_lr_schedule_default();
-    sched.policy = DUET_LR_STEP;
-    sched.nsteps = 1;
-    sched.steps[0] = iters / 2;
-    sched.gamma = 0.5f;
-    for (int64_t iter = 0; iter < iters; iter++) {
-        duet_optimizer_set_lr(opt, duet_lr_at(&sched, duet_optimizer_base_lr(opt), iter));
-        duet_optimizer_zero_grad(opt);
-        duet_tensor *loss = NULL;
-        DUET_TRY(duet_module_forward(net, x, &y));
-        DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
-        if (iter == 0) *first = loss->data[0];
-        *last = loss->data[0];
-        DUET_TRY(duet_backward(loss));
-        duet_tensor_release(loss);
-        duet_tensor_release(y);
-        DUET_TRY(duet_optimizer_step(opt));
-    }
-    assert_true(duet_optimizer_lr(opt) == 0.5f * duet_optimizer_base_lr(opt));
-    duet_optimizer_destroy(opt);
-    *names = ps;
-    duet_module_destroy(net);
-    return DUET_OK;
-}
-
-static void test_header_example(void **state) {
-    (void)state;
-    duet_rng rng = duet_rng_make(90, 0);
-    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){2, 3, 5, 5}, 1.0f);
-    duet_tensor *target = tu_randn(&rng, 4, (int64_t[]){2, 64, 5, 5}, 0.1f);
-    float first = 0, last = 0;
-    duet_named_tensors names;
-    TU_OK(header_example(x, target, 20, &first, &last, &names));
-    assert_int_equal(names.count, 2);
-    assert_string_equal(names.items[0].name, "0.weight");
-    assert_string_equal(names.items[1].name, "0.bias");
-    duet_named_tensors_free(&names);
-    assert_true(last < 0.9f * first);
-    duet_tensor_release(x);
-    duet_tensor_release(target);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_header_example),
         cmocka_unit_test(test_tree_names_order_counts),
         cmocka_unit_test(test_requires_grad),
         cmocka_unit_test(test_train_eval_and_zero_grad),

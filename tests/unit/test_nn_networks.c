@@ -246,36 +246,8 @@ static void test_errors(void **state) {
     duet_module_destroy(net);
 }
 
-/* The network part of the usage example at the top of duet/models.h. */
-static int models_header_example(duet_tensor *lq, duet_tensor **out) {
-    duet_rng rng = duet_rng_make(0, 0);
-    duet_msrresnet_opts o = duet_msrresnet_opts_default();
-    o.mid_channels = 8; /* shrunk to keep the test quick */
-    o.num_blocks = 2;
-    duet_module *g = NULL;
-    DUET_TRY(duet_msrresnet_create(&g, &o, &rng));
-    duet_tensor *sr = NULL;
-    int rc = duet_module_forward(g, lq, &sr);
-    duet_module_destroy(g);
-    *out = sr;
-    return rc;
-}
-
-static void test_models_header_example(void **state) {
-    (void)state;
-    duet_rng rng = duet_rng_make(91, 0);
-    duet_tensor *lq = tu_rand(&rng, 4, (int64_t[]){1, 3, 4, 6}, 0.0f, 1.0f), *sr = NULL;
-    TU_OK(models_header_example(lq, &sr));
-    assert_int_equal(sr->shape[2], 16);
-    assert_int_equal(sr->shape[3], 24);
-    duet_tensor_release(sr);
-    duet_tensor_release(lq);
-    duet_tape_clear();
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_models_header_example),
         cmocka_unit_test(test_msrresnet_names),
         cmocka_unit_test(test_full_size_counts),
         cmocka_unit_test(test_msrresnet_init),

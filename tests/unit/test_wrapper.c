@@ -8,7 +8,6 @@
 
 #include "duet/train.h"
 
-static duet_comm *world;
 
 static const char *cpu[] = {"cpu"};
 
@@ -76,7 +75,7 @@ static void test_wrapping_rule(void **state) {
     duet_named_tensors before = {0}, after = {0};
     TU_OK(duet_module_state(duet_model_module(model), &before));
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, model, world, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(&w, model, tu_comm, cpu, 1, NULL));
     assert_ptr_equal(duet_wrapper_model(w), model);
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     assert_string_equal(duet_wrapper_ddp_name(w, 0), "mixed");
@@ -98,7 +97,7 @@ static void test_wrapping_rule(void **state) {
     }
     duet_named_tensors_free(&before);
     duet_named_tensors_free(&after);
-    assert_ptr_equal(duet_model_comm(model), world);
+    assert_ptr_equal(duet_model_comm(model), tu_comm);
     TU_OK(duet_wrapper_check_replicas(w));
     duet_wrapper_destroy(w);
 }
@@ -106,28 +105,28 @@ static void test_wrapping_rule(void **state) {
 static void test_devices(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, cpu, 0, NULL), DUET_EINVAL);
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, cpu, 0, NULL), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "exactly one device"));
     const char *two[] = {"0", "1"};
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, two, 2, NULL), DUET_EINVAL);
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, two, 2, NULL), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "got 2 ['0', '1']"));
     const char *cuda[] = {"cuda:0"};
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, cuda, 1, NULL),
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, cuda, 1, NULL),
                      DUET_EUNSUPPORTED);
     assert_non_null(strstr(duet_last_error(), "cuda:0"));
     assert_null(w);
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.dim = 1;
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), world, cpu, 1, &o), DUET_EUNSUPPORTED);
+    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, cpu, 1, &o), DUET_EUNSUPPORTED);
     const char *zero[] = {"0"};
-    TU_OK(duet_wrapper_create(&w, toy_model(), world, zero, 1, NULL));
+    TU_OK(duet_wrapper_create(&w, toy_model(), tu_comm, zero, 1, NULL));
     duet_wrapper_destroy(w);
 }
 
 static void test_scatter_and_delegation(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, toy_model(), world, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(&w, toy_model(), tu_comm, cpu, 1, NULL));
     toy *t = duet_model_impl(duet_wrapper_model(w));
     duet_rng rng = duet_rng_make(2, 0);
     duet_tensor *lq = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1);
@@ -166,21 +165,13 @@ static void test_scatter_and_delegation(void **state) {
 
 /* ---- SRGAN through the wrapper --------------------------------------------------- */
 
-static duet_model *tiny_srgan(uint64_t seed) {
-    duet_srgan_opts o = tu_tiny_srgan_opts();
-    duet_rng rng = duet_rng_make(seed, 0);
-    duet_model *m = NULL;
-    TU_OK(duet_srgan_create(&m, &o, &rng));
-    return m;
-}
-
 static void test_srgan_wrapped_matches_plain(void **state) {
     (void)state;
-    duet_model *plain = tiny_srgan(3), *model = tiny_srgan(3);
+    duet_model *plain = tu_tiny_srgan(3), *model = tu_tiny_srgan(3);
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, model, world, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(&w, model, tu_comm, cpu, 1, &o));
     /* generator and discriminator wrapped; the losses and the frozen VGG not. */
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     assert_string_equal(duet_wrapper_ddp_name(w, 0), "generator");
@@ -224,11 +215,11 @@ static void test_srgan_wrapped_matches_plain(void **state) {
 
 static void test_whole_model_ddp_fails(void **state) {
     (void)state;
-    duet_model *model = tiny_srgan(5);
+    duet_model *model = tu_tiny_srgan(5);
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.kind = DUET_WRAPPER_WHOLE_MODEL;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, model, world, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(&w, model, tu_comm, cpu, 1, &o));
     assert_int_equal(duet_wrapper_num_ddps(w), 1);
     /* The parts are still found, and the names do not change. */
     assert_non_null(duet_model_part(model, "generator"));
@@ -259,77 +250,18 @@ static void test_build_wrapper(void **state) {
         "bad = { type = \"DataParallel\"; };\n",
         "<test>", &cfg));
     duet_wrapper *w = NULL;
-    TU_OK(duet_build_wrapper(cfg, "wrapper", toy_model(), world, &w));
+    TU_OK(duet_build_wrapper(cfg, "wrapper", toy_model(), tu_comm, &w));
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     duet_wrapper_destroy(w);
-    TU_OK(duet_build_wrapper(cfg, "whole", toy_model(), world, &w));
+    TU_OK(duet_build_wrapper(cfg, "whole", toy_model(), tu_comm, &w));
     assert_int_equal(duet_wrapper_num_ddps(w), 1);
     assert_string_equal(duet_wrapper_ddp_name(w, 0), "");
     duet_wrapper_destroy(w);
-    assert_int_equal(duet_build_wrapper(cfg, "two", toy_model(), world, &w), DUET_EINVAL);
-    assert_int_equal(duet_build_wrapper(cfg, "bad", toy_model(), world, &w), DUET_ECONFIG);
+    assert_int_equal(duet_build_wrapper(cfg, "two", toy_model(), tu_comm, &w), DUET_EINVAL);
+    assert_int_equal(duet_build_wrapper(cfg, "bad", toy_model(), tu_comm, &w), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "DistributedDataParallelWrapper"));
     TU_OK(duet_config_check_unused(cfg));
     duet_config_destroy(cfg);
-}
-
-/* The usage example at the top of duet/wrapper.h, kept compiling and
- * working (the comm is the test's world instead of a second one). */
-static int wrapper_h_usage(duet_model *model, duet_batch batch, duet_optimizer_set *optimizers,
-                           duet_config *cfg, duet_rng rng, double *loss_pix) {
-    duet_comm *comm = world;
-    duet_wrapper_opts wo = duet_wrapper_opts_default();  // MMEditing's
-    wo.sync_bn = true;
-    duet_wrapper *w = NULL;
-    const char *devices[] = {"cpu"};
-    DUET_TRY(duet_wrapper_create(&w, model, comm, devices, 1, &wo)); // owns model
-    duet_log_vars log;
-    DUET_TRY(duet_wrapper_train_step(w, &batch, optimizers, &log));
-    duet_wrapper_destroy(w);                              // and the model
-    duet_log_vars_get(&log, "loss_pix", loss_pix);
-
-    duet_optimizer_set *opts = NULL;
-    DUET_TRY(duet_build_model(cfg, "model", &rng, &model));
-    DUET_TRY(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
-    DUET_TRY(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
-    DUET_TRY(duet_wrapper_train_step(w, &batch, opts, &log));
-    duet_optimizer_set_destroy(opts);
-    duet_wrapper_destroy(w);
-    return DUET_OK;
-}
-
-static void test_header_usage(void **state) {
-    (void)state;
-    duet_model *model = tiny_srgan(7);
-    duet_optimizer_set *s = tu_adam_pair(model, 1e-3f);
-    duet_batch b;
-    tu_sr_batch(&b, 8, 2);
-    duet_config *cfg = NULL;
-    TU_OK(duet_config_load_string(
-        "model = { type = \"BasicRestorer\";\n"
-        "  generator = { type = \"MSRResNet\"; mid_channels = 4; num_blocks = 1; };\n"
-        "  pixel_loss = { type = \"L1Loss\"; }; };\n"
-        "wrapper = { type = \"DistributedDataParallelWrapper\"; };\n"
-        "optimizers = { generator = { type = \"Adam\"; lr = 1e-4; }; };\n",
-        "<usage>", &cfg));
-    double l = -1;
-    TU_OK(wrapper_h_usage(model, b, s, cfg, duet_rng_make(9, 0), &l));
-    assert_true(l > 0);
-    TU_OK(duet_config_check_unused(cfg));
-    duet_config_destroy(cfg);
-    duet_optimizer_set_destroy(s);
-    duet_batch_clear(&b);
-}
-
-static int setup(void **state) {
-    (void)state;
-    return duet_comm_world(&world) == DUET_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    duet_comm_destroy(world);
-    return duet_comm_finalize() == DUET_OK ? 0 : -1;
 }
 
 int main(void) {
@@ -340,7 +272,7 @@ int main(void) {
         cmocka_unit_test(test_srgan_wrapped_matches_plain),
         cmocka_unit_test(test_whole_model_ddp_fails),
         cmocka_unit_test(test_build_wrapper),
-        cmocka_unit_test(test_header_usage),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests(tests, tu_world_setup, tu_world_teardown);
+    return duet_comm_finalize() == DUET_OK ? failed : 1;
 }

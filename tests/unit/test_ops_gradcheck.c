@@ -1,8 +1,8 @@
-/* ops part B: finite-difference gradient checks for every op and every
+/* Finite-difference gradient checks for every op and every
  * differentiable input, plus the semantics that a gradient check cannot see
  * (aliasing inputs, numerics at large |x|, edge clamping, exact index
  * formulas, recording rules, shape errors). PyTorch comparisons are in
- * test_ref_ops_b.c. */
+ * test_ref_ops_functional.c and test_ref_ops_layers.c. */
 #include "testutil.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
-"""PyTorch references for ops part A, read by tests/unit/test_ref_ops_a.c.
+"""PyTorch references for the layer ops, read by tests/unit/test_ref_ops_layers.c.
 
-ops_a.safetensors holds, per case, the inputs (float32), the upstream
+ops_layers.safetensors holds, per case, the inputs (float32), the upstream
 gradient r of the output (the C test backpropagates L = sum(out * r)), and
 PyTorch's output and gradients, computed in float64 from the float32 inputs:
 
@@ -94,4 +94,4 @@ def main(outdir):
     (dx,) = _grads(y, r, xl)
     d.update({"pool.x": x, "pool.r": r, "pool.y": y, "pool.dx": dx})
 
-    st.save(d, os.path.join(outdir, "ops_a.safetensors"))
+    st.save(d, os.path.join(outdir, "ops_layers.safetensors"))

@@ -1,4 +1,5 @@
-/* ops part A besides conv: linear, batch_norm2d
+/* The layer ops besides conv (tests/unit/test_ops_conv.c; duet_sgemm is in
+ * test_kernels.c): linear, batch_norm2d
  * (training and eval statistics, running updates, gradients, and the
  * SyncBatchNorm reduce path checked by splitting a batch in two), and
  * max_pool2d (values, argmax routing, ties, NaN, overlap). */
@@ -414,5 +415,5 @@ int main(void) {
         cmocka_unit_test(test_max_pool_forward_and_grad),
         cmocka_unit_test(test_max_pool_ties_nan_errors),
     };
-    return cmocka_run_group_tests_name("ops_a", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("ops_layers", tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* ops part A against PyTorch (tests/ref/ref_ops_a.py): conv2d 3x3 s1 p1 and
+/* The layer ops against PyTorch (tests/ref/ref_ops_layers.py): conv2d 3x3 s1 p1 and
  * 4x4 s2 p1 (with and without bias), linear, batch_norm2d in training mode
  * (output, gradients, running statistics and num_batches after the update)
  * and eval mode, max_pool2d 2x2. Outputs and all gradients to 1e-4 relative
@@ -58,7 +58,7 @@ static void conv_case(const duet_st *st, const char *p, int stride, int pad, boo
 
 static void test_conv(void **state) {
     (void)state;
-    duet_st *st = tu_ref_load("ops_a.safetensors");
+    duet_st *st = tu_ref_load("ops_layers.safetensors");
     conv_case(st, "conv3", 1, 1, true);
     conv_case(st, "conv4", 2, 1, true);
     conv_case(st, "conv4nb", 2, 1, false);
@@ -67,7 +67,7 @@ static void test_conv(void **state) {
 
 static void test_linear(void **state) {
     (void)state;
-    duet_st *st = tu_ref_load("ops_a.safetensors");
+    duet_st *st = tu_ref_load("ops_layers.safetensors");
     duet_tensor *x = leaf(st, "lin.x"), *w = leaf(st, "lin.w"), *b = leaf(st, "lin.b");
     duet_tensor *r = tu_ref_tensor(st, "lin.r");
     duet_tensor *y = NULL;
@@ -109,7 +109,7 @@ static void bn_case(const duet_st *st, const char *p, bool training) {
 
 static void test_batch_norm(void **state) {
     (void)state;
-    duet_st *st = tu_ref_load("ops_a.safetensors");
+    duet_st *st = tu_ref_load("ops_layers.safetensors");
     bn_case(st, "bntrain", true);
     bn_case(st, "bneval", false);
     duet_st_destroy(st);
@@ -117,7 +117,7 @@ static void test_batch_norm(void **state) {
 
 static void test_max_pool(void **state) {
     (void)state;
-    duet_st *st = tu_ref_load("ops_a.safetensors");
+    duet_st *st = tu_ref_load("ops_layers.safetensors");
     duet_tensor *x = leaf(st, "pool.x"), *r = tu_ref_tensor(st, "pool.r");
     duet_tensor *y = NULL;
     TU_OK(duet_max_pool2d(x, 2, 2, &y));
@@ -137,5 +137,5 @@ int main(void) {
         cmocka_unit_test(test_batch_norm),
         cmocka_unit_test(test_max_pool),
     };
-    return cmocka_run_group_tests_name("ref_ops_a", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("ref_ops_layers", tests, NULL, NULL);
 }

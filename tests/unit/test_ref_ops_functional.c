@@ -1,4 +1,6 @@
-/* ops part B against PyTorch (tests/ref/ref_ops_b.py -> ops_b.safetensors):
+/* The functional ops (element-wise, activations, resampling, shape,
+ * reductions, losses) against PyTorch (tests/ref/ref_ops_functional.py ->
+ * ops_functional.safetensors):
  * for every case, the output and the gradient of sum(out * r) with respect
  * to each differentiable input, to 1e-4 relative (1e-5 relative for the
  * exact rearrangements). */
@@ -13,7 +15,7 @@ static duet_st *ref;
 
 static int setup(void **state) {
     (void)state;
-    ref = tu_ref_load("ops_b.safetensors");
+    ref = tu_ref_load("ops_functional.safetensors");
     return 0;
 }
 

@@ -1,5 +1,6 @@
-"""PyTorch references for ops part B (element-wise, activations, resampling,
-shape, reductions, losses): ops_b.safetensors.
+"""PyTorch references for the functional ops (element-wise, activations,
+resampling, shape, reductions, losses): ops_functional.safetensors, read by
+tests/unit/test_ref_ops_functional.c.
 
 For every case NAME: NAME.in0, NAME.in1, ... the inputs; NAME.out the output;
 NAME.r a fixed random upstream gradient of the output's shape; NAME.grad<i>
@@ -110,7 +111,7 @@ def main(outdir):
              lambda a, tv=tv: F.binary_cross_entropy_with_logits(a, torch.full_like(a, tv)) * 1.3,
              [logits], [True], gen)
 
-    st.save(out, os.path.join(outdir, "ops_b.safetensors"))
+    st.save(out, os.path.join(outdir, "ops_functional.safetensors"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Converts PyTorch weights into a safetensors file that duet loads by name.
+
+Two layouts are understood:
+
+  mmedit       an MMEditing checkpoint: a dict with "state_dict" (model
+               weights under the model's part names, "generator.conv_first.
+               weight", "discriminator.bn0_1.running_mean", "perceptual_loss.
+               vgg.vgg_layers.0.weight", ...), "meta" and usually "optimizer";
+               or such a state dict saved on its own. "module." components
+               left by DistributedDataParallel or MMEditing's
+               DistributedDataParallelWrapper ("module.generator.x",
+               "generator.module.x") are removed. The result is what
+               `duet train` writes (src/train/checkpoint.c) without the
+               optimizer state: give it to `duet test` / `duet infer`, or as
+               `load_from` to start training from it.
+  torchvision  a torchvision VGG state dict (vgg19-dcbb9e9d.pth: features.<i>.
+               weight/bias, classifier.<j>.*): the features are kept under
+               their names, which is what the perceptual loss reads
+               (model.perceptual_loss.pretrained = "file.safetensors").
+
+Anything else is refused, naming the key and the reason: entries that are
+not tensors, names outside the layout, integer or complex tensors (duet's
+weights are float32; only BatchNorm's num_batches_tracked may be int64),
+batch-norm VGGs (duet's VGG has none). Float tensors of any precision are
+written as float32. The optimizer state is not converted (say so, do not
+resume from the result); MMEditing's meta values that are strings or
+numbers are kept as metadata "mmedit.<key>".
+
+  /usr/bin/python3 scripts/convert-pth.py srgan_iter_1000000.pth -o srgan.safetensors
+  /usr/bin/python3 scripts/convert-pth.py vgg19-dcbb9e9d.pth -o data/vgg19_features.safetensors
+
+Needs torch (any version that reads the file); nothing else.
+"""
+import argparse
+import collections
+import json
+import os
+import pickle
+import re
+import struct
+import sys
+
+import torch
+
+MMEDIT_PARTS = ("generator", "discriminator", "perceptual_loss", "gan_loss", "pixel_loss")
+MMEDIT_TOP = ("state_dict", "meta", "optimizer")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class Refused(Exception):
+    pass
+
+
+# What a checkpoint of tensors, dicts, lists, numbers and strings needs from
+# pickle: torch's tensor rebuilders and storages, OrderedDict, and numpy's
+# scalars (MMEditing's meta may hold some). Any other global would run code
+# from the file, so it is refused unless --trusted. (torch's own
+# weights_only=True cannot be used: torch 1.13's rejects floats.)
+SAFE_GLOBALS = {
+    ("collections", "OrderedDict"),
+    ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_tensor_v2"),
+    ("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_parameter_with_state"),
+    ("torch._tensor", "_rebuild_from_type_v2"), ("torch", "Tensor"), ("torch", "Size"),
+    ("torch.nn.parameter", "Parameter"), ("torch", "device"),
+    ("numpy.core.multiarray", "scalar"), ("numpy", "dtype"),
+}
+
+
+class SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) in SAFE_GLOBALS or (module == "torch" and name.endswith("Storage")):
+            return super().find_class(module, name)
+        raise Refused("the file's pickle asks for %s.%s, which is not a tensor, dict, list, "
+                      "number or string: loading it would run code from the file; pass "
+                      "--trusted if you trust the file" % (module, name))
+
+
+class SafePickle:
+    """A pickle module for torch.load that only rebuilds data."""
+    __name__ = "convert_pth_safe_pickle"
+    Unpickler = SafeUnpickler
+    UnpicklingError = pickle.UnpicklingError
+
+    @staticmethod
+    def load(f, **kw):
+        return SafeUnpickler(f, **kw).load()
+
+
+def load(path, trusted):
+    try:
+        if trusted:
+            return torch.load(path, map_location="cpu")
+        return torch.load(path, map_location="cpu", pickle_module=SafePickle)
+    except Refused:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch raises many kinds
+        raise Refused("torch.load failed: %s" % str(e).splitlines()[0])
+
+
+def strip_module(name):
+    """Drops the "module" components DistributedDataParallel wrappers add."""
+    parts = [p for p in name.split(".") if p != "module"]
+    return ".".join(parts)
+
+
+def split_checkpoint(obj, notes):
+    """(state dict, meta) of a checkpoint dict or a bare state dict."""
+    if not isinstance(obj, dict):
+        raise Refused("the file holds a %s, not a dict (a state dict, or MMEditing's checkpoint "
+                      "with state_dict and meta); save model.state_dict() instead"
+                      % type(obj).__name__)
+    if "state_dict" not in obj:
+        return obj, {}
+    for k in obj:
+        if k not in MMEDIT_TOP:
+            raise Refused("top-level key '%s': not part of an MMEditing checkpoint (expected %s)"
+                          % (k, ", ".join(MMEDIT_TOP)))
+    if "optimizer" in obj:
+        notes.append("optimizer state not converted: weights only (use the result with "
+                     "duet test/infer or load_from, not --resume)")
+    meta = obj.get("meta") or {}
+    if not isinstance(meta, dict):
+        raise Refused("key 'meta': a %s, not a dict" % type(meta).__name__)
+    if not isinstance(obj["state_dict"], dict):
+        raise Refused("key 'state_dict': a %s, not a dict of tensors"
+                      % type(obj["state_dict"]).__name__)
+    return obj["state_dict"], meta
+
+
+def detect_layout(names):
+    heads = {n.split(".")[0] for n in names}
+    if heads <= {"features", "classifier"} and "features" in heads:
+        return "torchvision"
+    return "mmedit"
+
+
+def check_tensor(key, t):
+    if not isinstance(t, torch.Tensor):
+        raise Refused("key '%s': a %s, not a tensor" % (key, type(t).__name__))
+    if t.is_sparse or t.is_quantized:
+        raise Refused("key '%s': a sparse or quantized tensor; duet reads dense float32"
+                      % key)
+    if t.dtype in FLOAT_DTYPES:
+        return "F32"
+    if t.dtype == torch.int64 and key.endswith(".num_batches_tracked"):
+        return "I64"
+    raise Refused("key '%s': dtype %s is not a floating-point type (duet's weights are "
+                  "float32; only BatchNorm's num_batches_tracked may be int64)"
+                  % (key, str(t.dtype).replace("torch.", "")))
+
+
+def convert(sd, layout, notes):
+    """An ordered {name: (dtype, tensor)} in duet's names."""
+    out = collections.OrderedDict()
+    stripped = 0
+    dropped = []
+    converted = 0
+    for key, t in sd.items():
+        if not isinstance(key, str):
+            raise Refused("key %r: not a string" % (key,))
+        name = strip_module(key)
+        stripped += name != key
+        if name == "":
+            raise Refused("key '%s': nothing left after removing 'module.'" % key)
+        head = name.split(".")[0]
+        if layout == "torchvision":
+            if head == "classifier":
+                dropped.append(key)
+                continue
+            m = re.fullmatch(r"features\.(\d+)\.(weight|bias|running_mean|running_var|"
+                             r"num_batches_tracked)", name)
+            if m is None:
+                raise Refused("key '%s': not a torchvision VGG name (features.<i>.weight or "
+                              ".bias)" % key)
+            if m.group(2) not in ("weight", "bias"):
+                raise Refused("key '%s': a batch-norm VGG (vgg*_bn); duet's perceptual VGG "
+                              "has no batch norm: convert vgg19 (vgg19-dcbb9e9d.pth)" % key)
+            dims = 4 if m.group(2) == "weight" else 1
+            if isinstance(t, torch.Tensor) and t.dim() != dims:
+                raise Refused("key '%s': %d-d; a VGG conv %s is %d-d"
+                              % (key, t.dim(), m.group(2), dims))
+        elif head not in MMEDIT_PARTS:
+            raise Refused("key '%s': unknown prefix '%s' (an MMEditing SRGAN / BasicRestorer "
+                          "checkpoint has %s)" % (key, head, ", ".join(MMEDIT_PARTS)))
+        dtype = check_tensor(key, t)
+        if dtype == "F32" and t.dtype != torch.float32:
+            converted += 1
+        if name in out:
+            raise Refused("key '%s': '%s' twice once 'module.' is removed" % (key, name))
+        out[name] = (dtype, t)
+    if not out:
+        raise Refused("no weights to convert")
+    if stripped:
+        notes.append("removed 'module.' from %d names" % stripped)
+    if dropped:
+        notes.append("dropped %d classifier entries (the perceptual loss uses the features "
+                     "only)" % len(dropped))
+    if converted:
+        notes.append("wrote %d half/double tensors as float32" % converted)
+    return out
+
+
+def write_safetensors(path, tensors, metadata):
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, t) in tensors.items():
+        t = t.detach().contiguous().cpu()
+        t = t.to(torch.float32) if dtype == "F32" else t.to(torch.int64)
+        data = t.numpy().tobytes() if t.numel() else b""
+        header[name] = {"dtype": dtype, "shape": list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = metadata
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("input", help="a .pth file (MMEditing checkpoint or torchvision VGG)")
+    ap.add_argument("-o", "--output", help="the .safetensors to write (default: the input's "
+                    "name with .safetensors)")
+    ap.add_argument("--trusted", action="store_true", help="let torch.load run the file's "
+                    "pickled code (only for files you trust)")
+    args = ap.parse_args()
+    out = args.output or os.path.splitext(args.input)[0] + ".safetensors"
+    notes = []
+    try:
+        sd, meta = split_checkpoint(load(args.input, args.trusted), notes)
+        layout = detect_layout([strip_module(k) for k in sd if isinstance(k, str)])
+        tensors = convert(sd, layout, notes)
+    except Refused as e:
+        print("convert-pth: %s: %s" % (args.input, e), file=sys.stderr)
+        return 2
+    metadata = {"format": "pt", "converted_by": "scripts/convert-pth.py",
+                "source": os.path.basename(args.input), "layout": layout}
+    for k, v in meta.items():
+        if isinstance(v, (str, int, float, bool)):
+            metadata["mmedit." + str(k)] = str(v)
+    write_safetensors(out, tensors, metadata)
+    print("convert-pth: %s -> %s: %d tensors (%s layout)" % (args.input, out, len(tensors),
+                                                             layout))
+    for n in notes:
+        print("convert-pth:   " + n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# scripts/convert-pth.py on files torch itself writes:
+#  - an MMEditing checkpoint (state_dict under "module."-prefixed part names,
+#    meta, optimizer) of an MSRResNet from tests/ref/mmedit_torch.py:
+#    `duet test` on the converted file must give PyTorch's output on the same
+#    weights (the SR images pixel for pixel, up to rounding, and the PSNR);
+#  - a torchvision-layout VGG state dict (features.<i>.*, classifier.<j>.*):
+#    the converted features keep their names and values, and duet's
+#    perceptual loss loads them (`duet test` of an SRGAN whose
+#    perceptual_loss.pretrained is the converted file);
+#  - files it must refuse, each naming the key and the reason, writing
+#    nothing.
+# Needs DUET_EXE (set by CTest) and Python with torch (DUET_TORCH_PYTHON,
+# default /usr/bin/python3: Debian's python3-torch).
+set -euo pipefail
+DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
+PY=${DUET_TORCH_PYTHON:-/usr/bin/python3}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+CONVERT="$SRC/scripts/convert-pth.py"
+T=$(mktemp -d /tmp/duet_convert_XXXXXX)
+[ -d "$T" ] || exit 1
+trap 'rm -rf "$T"' EXIT
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DUET_LOG=warn
+fail() { echo "test_convert_pth: FAIL: $*" >&2; exit 1; }
+"$PY" -c "import torch" 2>/dev/null || fail "$PY has no torch (apt-get install python3-torch)"
+
+# ---- torch writes the inputs and its own answers ----
+"$PY" - "$T" "$SRC/tests/ref" <<'PY_MAKE'
+import collections, json, math, os, struct, sys, zlib
+T, REF = sys.argv[1], sys.argv[2]
+sys.path.insert(0, REF)
+import torch
+import torch.nn as nn
+from mmedit_torch import MSRResNet
+torch.manual_seed(0)
+
+def png(path, w, h, px):
+    raw = b"".join(b"\x00" + bytes(px[y * w * 3:(y + 1) * w * 3]) for y in range(h))
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+# Paired validation images: 12x12 LQ, 48x48 GT, smooth with some detail.
+os.makedirs(T + "/val/lq"); os.makedirs(T + "/val/gt")
+lqs = {}
+for i in range(2):
+    name = "%02d.png" % i
+    f = lambda x, y, c: 128 + 90 * math.sin(0.21 * (i + 1) * x + 0.13 * y + c) * math.cos(0.05 * x * y / (i + 1))
+    gt = [max(0, min(255, int(f(x / 4, y / 4, c)))) for y in range(48) for x in range(48) for c in range(3)]
+    lq = [max(0, min(255, int(f(x, y, c)))) for y in range(12) for x in range(12) for c in range(3)]
+    png(T + "/val/gt/" + name, 48, 48, gt)
+    png(T + "/val/lq/" + name, 12, 12, lq)
+    lqs[name] = (torch.tensor(lq, dtype=torch.float32).view(12, 12, 3).permute(2, 0, 1) / 255.0,
+                 torch.tensor(gt, dtype=torch.uint8).view(48, 48, 3))
+
+# An MMEditing BasicRestorer checkpoint as saved from a DDP-wrapped model,
+# with PyTorch's default init (large enough that wrong weights show).
+g = MSRResNet(3, 3, mid_channels=8, num_blocks=2, upscale_factor=4, mmedit_init=False,
+              inplace=False).eval()
+sd = collections.OrderedDict(("module.generator." + k, v) for k, v in g.state_dict().items())
+torch.save({"meta": {"mmedit_version": "0.16.0", "iter": 1000, "config": "model = dict(...)",
+                     "hook_msgs": {"last_ckpt": "iter_1000.pth"}},
+            "state_dict": sd,
+            "optimizer": {"generator": {"state": {}, "param_groups": [{"lr": 1e-4, "params": [0]}]}}},
+           T + "/mmedit.pth")
+
+# PyTorch's answer: the SR images (RGB uint8, as duet saves them) and the
+# mean PSNR over the images with crop_border 4 (MMEditing's formula).
+want, psnrs = {}, []
+with torch.no_grad():
+    for name, (lq, gt) in sorted(lqs.items()):
+        sr = g(lq[None])[0].clamp(0, 1)
+        img = (sr * 255.0).round().to(torch.uint8).permute(1, 2, 0)
+        want[name] = img.flatten().tolist()
+        a = img[4:-4, 4:-4].double(); b = gt[4:-4, 4:-4].double()
+        psnrs.append(20 * math.log10(255.0 / math.sqrt(((a - b) ** 2).mean().item())))
+json.dump({"images": want, "psnr": sum(psnrs) / len(psnrs)}, open(T + "/torch_sr.json", "w"))
+
+# A torchvision-style VGG (vgg19's layout, smaller): features + classifier.
+class VGG(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        layers, c = [], 3
+        for v in cfg:
+            if v == 0:
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(c, v, 3, padding=1), nn.ReLU(inplace=True)]
+                c = v
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d((2, 2))
+        self.classifier = nn.Sequential(nn.Linear(c * 4, 16), nn.ReLU(True), nn.Dropout(),
+                                        nn.Linear(16, 10))
+vgg = VGG([4, 4, 0, 8, 8])
+torch.save(vgg.state_dict(), T + "/vgg.pth")
+torch.save({k: v for k, v in vgg.state_dict().items() if k.startswith("features.")},
+           T + "/vgg_features.pt")
+
+# Files to refuse.
+torch.save({"generator.conv_first.weight": torch.zeros(2, 3, 3, 3, dtype=torch.int32)},
+           T + "/bad_dtype.pth")
+torch.save({"state_dict": {"generator.conv_first.weight": torch.zeros(2, 3, 3, 3),
+                           "generator.scale": 3}}, T + "/bad_entry.pth")
+torch.save({"state_dict": {"generator.conv_first.weight": torch.zeros(2, 3, 3, 3),
+                           "ema.conv_first.weight": torch.zeros(2, 3, 3, 3)}}, T + "/bad_prefix.pth")
+torch.save({"features.0.weight": torch.zeros(4, 3, 3, 3), "features.1.running_mean": torch.zeros(4)},
+           T + "/bad_vgg_bn.pth")
+torch.save({"state_dict": {"generator.conv_first.weight": torch.zeros(1)}, "epoch": 3},
+           T + "/bad_top.pth")
+PY_MAKE
+
+# ---- MMEditing layout: convert, then duet test must give PyTorch's output ----
+"$PY" "$CONVERT" "$T/mmedit.pth" -o "$T/mmedit.safetensors" > "$T/convert.out" \
+  || { cat "$T/convert.out"; fail "converting the MMEditing checkpoint"; }
+grep -q "removed 'module.' from" "$T/convert.out" || fail "no note about 'module.': $(cat "$T/convert.out")"
+grep -q "optimizer state not converted" "$T/convert.out" || fail "no note about the optimizer"
+
+cat > "$T/msrresnet.cfg" <<CFG_END
+model = {
+  type = "BasicRestorer";
+  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
+                mid_channels = 8; num_blocks = 2; upscale_factor = 4; };
+  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
+  test_cfg = { metrics = ["PSNR"]; crop_border = 4; };
+};
+data = {
+  samples_per_gpu = 1;
+  train = { type = "SRFolderDataset"; lq_folder = "$T/val/lq"; gt_folder = "$T/val/gt"; scale = 4; };
+  val = { type = "SRFolderDataset"; lq_folder = "$T/val/lq"; gt_folder = "$T/val/gt"; scale = 4; };
+};
+optimizers = { generator = { type = "Adam"; lr = 1e-4; }; };
+total_iters = 1;
+work_dir = "$T/unused";
+CFG_END
+"$DUET" test "$T/msrresnet.cfg" "$T/mmedit.safetensors" --json --out "$T/sr" \
+  > "$T/test.json" 2> "$T/test.err" || { cat "$T/test.err"; fail "duet test on the converted checkpoint"; }
+
+"$PY" - "$T" <<'PY_COMPARE'
+import json, struct, sys, zlib
+T = sys.argv[1]
+
+def read_png(path):
+    """8-bit RGB PNG -> (w, h, bytes), any filter (duet writes with libpng)."""
+    b = open(path, "rb").read()
+    pos, idat, w, h = 8, b"", None, None
+    while pos < len(b):
+        n, t = struct.unpack(">I4s", b[pos:pos + 8])
+        d = b[pos + 8:pos + 8 + n]
+        if t == b"IHDR":
+            w, h, depth, ctype = struct.unpack(">IIBB", d[:10])
+            assert depth == 8 and ctype == 2, (path, depth, ctype)
+        elif t == b"IDAT":
+            idat += d
+        pos += 12 + n
+    raw, stride, out, prev = zlib.decompress(idat), w * 3, bytearray(), bytearray(w * 3)
+    for y in range(h):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = line[x - 3] if x >= 3 else 0
+            c = prev[x - 3] if x >= 3 else 0
+            if f == 1: line[x] = (line[x] + a) & 255
+            elif f == 2: line[x] = (line[x] + prev[x]) & 255
+            elif f == 3: line[x] = (line[x] + (a + prev[x]) // 2) & 255
+            elif f == 4:
+                p = a + prev[x] - c
+                pa, pb, pc = abs(p - a), abs(p - prev[x]), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else prev[x] if pb <= pc else c)) & 255
+        out += line
+        prev = line
+    return w, h, bytes(out)
+
+torch_sr = json.load(open(T + "/torch_sr.json"))
+duet = json.loads(open(T + "/test.json").read())
+for name, want in sorted(torch_sr["images"].items()):
+    w, h, got = read_png(T + "/sr/" + name)
+    assert (w, h) == (48, 48), (name, w, h)
+    diff = [abs(a - b) for a, b in zip(got, want)]
+    # Float32 sums in another order may round a pixel the other way.
+    assert max(diff) <= 1, "%s: duet's SR differs from PyTorch's by up to %d levels" % (name, max(diff))
+    same = sum(d == 0 for d in diff) / len(diff)
+    assert same >= 0.99, "%s: only %.1f%% of the pixels equal PyTorch's" % (name, 100 * same)
+assert abs(duet["PSNR"] - torch_sr["psnr"]) < 0.01, (duet["PSNR"], torch_sr["psnr"])
+print("test_convert_pth: duet test on the converted MMEditing checkpoint = PyTorch "
+      "(PSNR %.4f vs %.4f dB)" % (duet["PSNR"], torch_sr["psnr"]))
+PY_COMPARE
+
+# ---- torchvision VGG layout: features kept by name and value, loaded by duet ----
+"$PY" "$CONVERT" "$T/vgg.pth" -o "$T/vgg.safetensors" > "$T/convert_vgg.out" \
+  || { cat "$T/convert_vgg.out"; fail "converting the VGG"; }
+grep -q "dropped 4 classifier entries" "$T/convert_vgg.out" || fail "classifier note: $(cat "$T/convert_vgg.out")"
+"$PY" - "$T" <<'PY_VGG'
+import json, struct, sys
+import torch
+T = sys.argv[1]
+b = open(T + "/vgg.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+meta = h.pop("__metadata__")
+assert meta["layout"] == "torchvision", meta
+want = torch.load(T + "/vgg_features.pt")
+assert sorted(h) == sorted(want), (sorted(h), sorted(want))
+for k, v in want.items():
+    e = h[k]
+    assert e["dtype"] == "F32" and e["shape"] == list(v.shape), (k, e)
+    got = torch.frombuffer(bytearray(b[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]),
+                           dtype=torch.float32).view(v.shape)
+    assert torch.equal(got, v), k
+print("test_convert_pth: VGG features converted by name and value (%d tensors)" % len(h))
+PY_VGG
+# An SRGAN whose perceptual loss reads the converted VGG: building it loads
+# every features.<i> weight, and fails on a missing or misshapen one.
+sed -e 's/type = "BasicRestorer";/type = "SRGAN";\
+  discriminator = { type = "ModifiedVGG"; in_channels = 3; mid_channels = 4; input_size = 32; };\
+  gan_loss = { type = "GANLoss"; gan_type = "vanilla"; loss_weight = 5e-3; };\
+  perceptual_loss = { type = "PerceptualLoss"; cfg = [4, 4, 0, 8, 8]; layer_ids = [7];\
+                      layer_weights = [1.0]; pretrained = "VGG"; };/' \
+    -e "s|pretrained = \"VGG\"|pretrained = \"$T/vgg.safetensors\"|" \
+    -e 's/optimizers = {/optimizers = { discriminator = { type = "Adam"; lr = 1e-4; };/' \
+    "$T/msrresnet.cfg" > "$T/srgan.cfg"
+"$DUET" test "$T/srgan.cfg" "$T/mmedit.safetensors" --json > "$T/test_srgan.json" 2> "$T/test_srgan.err" \
+  || { cat "$T/test_srgan.err"; fail "duet test of an SRGAN with the converted VGG"; }
+! grep -q "no VGG weights file" "$T/test_srgan.err" || fail "the perceptual loss did not read the VGG"
+"$PY" -c "import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); assert a['PSNR']==b['PSNR'], (a, b)" \
+  "$T/test.json" "$T/test_srgan.json" || fail "the SRGAN's generator gives another PSNR"
+# The same SRGAN with the unconverted names must fail: the check above means something.
+"$PY" - "$T" <<'PY_RAW'
+import sys
+T = sys.argv[1]
+import torch, json, struct
+sd = torch.load(T + "/vgg.pth")
+tensors = {"vgg." + k: v for k, v in sd.items()}   # not duet's names
+header, blobs, off = {}, b"", 0
+for k, v in tensors.items():
+    d = v.contiguous().numpy().tobytes()
+    header[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [off, off + len(d)]}
+    blobs += d; off += len(d)
+raw = json.dumps(header).encode(); raw += b" " * ((8 - len(raw) % 8) % 8)
+open(T + "/vgg_wrong_names.safetensors", "wb").write(struct.pack("<Q", len(raw)) + raw + blobs)
+PY_RAW
+sed "s|$T/vgg.safetensors|$T/vgg_wrong_names.safetensors|" "$T/srgan.cfg" > "$T/srgan_wrong.cfg"
+if "$DUET" test "$T/srgan_wrong.cfg" "$T/mmedit.safetensors" > /dev/null 2> "$T/wrong.err"; then
+  fail "duet accepted VGG weights under names it does not read"
+fi
+grep -q "features.0.weight" "$T/wrong.err" || fail "the VGG error does not name the key: $(cat "$T/wrong.err")"
+echo "test_convert_pth: duet's perceptual loss loads the converted VGG (and refuses other names)"
+
+# ---- refusals: the key and the reason, exit status 2, no file ----
+refuse() {  # file, then strings the message must hold
+  local f=$1; shift
+  set +e
+  "$PY" "$CONVERT" "$T/$f.pth" -o "$T/$f.safetensors" > /dev/null 2> "$T/$f.err"
+  local rc=$?
+  set -e
+  [ $rc -eq 2 ] || fail "$f: exit status $rc, want 2 ($(cat "$T/$f.err"))"
+  [ ! -e "$T/$f.safetensors" ] || fail "$f: wrote a file although it refused"
+  for s in "$@"; do
+    grep -qF -- "$s" "$T/$f.err" || fail "$f: message lacks '$s': $(cat "$T/$f.err")"
+  done
+}
+refuse bad_dtype "key 'generator.conv_first.weight'" "int32" "not a floating-point type"
+refuse bad_entry "key 'generator.scale'" "not a tensor"
+refuse bad_prefix "key 'ema.conv_first.weight'" "unknown prefix 'ema'"
+refuse bad_vgg_bn "key 'features.1.running_mean'" "batch-norm VGG"
+refuse bad_top "top-level key 'epoch'"
+echo "test_convert_pth: refusals name the key and the reason"
+echo "test_convert_pth: ok"

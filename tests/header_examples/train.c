@@ -1,0 +1,77 @@
+/* Runs the usage examples of duet/train.h (extracted by the build, see
+ * cmake/header-examples.awk) in a temporary folder: reading a config, and
+ * saving then resuming a checkpoint. */
+#include "testutil.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(DUET_HEADER_EXAMPLES == 2, "train.h's usage examples: run each one here");
+
+static int config_example(int64_t *iters_out, int64_t *mid_out) {
+#define DUET_EXAMPLE 1
+#include "train_h_examples.inc"
+#undef DUET_EXAMPLE
+    *iters_out = iters;
+    *mid_out = mid;
+    return DUET_OK;
+}
+
+static void test_config(void **state) {
+    (void)state;
+    /* The config the example reads holds exactly the keys it reads, so that
+     * its check for unused keys passes. */
+    assert_int_equal(mkdir("configs", 0755), 0);
+    tu_write_text("configs/srgan_x4_tiny.cfg",
+                  "total_iters = 10;\nmodel = { generator = { mid_channels = 8; }; };\n");
+    int64_t iters = 0, mid = 0;
+    TU_OK(config_example(&iters, &mid));
+    assert_int_equal(iters, 2000); /* the --set override won */
+    assert_int_equal(mid, 8);
+}
+
+static int checkpoint_example(duet_module *model, duet_optimizer *g_opt, duet_optimizer *d_opt,
+                              const char *text, int64_t *iter_out) {
+#define DUET_EXAMPLE 2
+#include "train_h_examples.inc"
+#undef DUET_EXAMPLE
+    *iter_out = iter;
+    return DUET_OK;
+}
+
+static void test_checkpoint(void **state) {
+    (void)state;
+    assert_int_equal(mkdir("work", 0755), 0);
+    duet_model *m = tu_tiny_srgan(4);
+    duet_module *model = duet_model_module(m);
+    duet_optimizer *g = tu_adam_for(duet_model_part(m, "generator"), 1e-3f);
+    duet_optimizer *d = tu_adam_for(duet_model_part(m, "discriminator"), 1e-3f);
+    int64_t iter = 0;
+    TU_OK(checkpoint_example(model, g, d, "total_iters = 1000;", &iter));
+    assert_int_equal(iter, 1000);
+    assert_int_equal(tu_count_entries("work"), 1); /* iter_1000.safetensors, atomically */
+    duet_optimizer_destroy(g);
+    duet_optimizer_destroy(d);
+    duet_model_destroy(m);
+}
+
+static char root[256], old[1024];
+static int enter_tmpdir(void **state) {
+    (void)state;
+    if (getcwd(old, sizeof old) == NULL || tu_mkdtemp(root, sizeof root, "duet_example_train") == NULL)
+        return -1;
+    return chdir(root);
+}
+static int leave_tmpdir(void **state) {
+    (void)state;
+    return chdir(old) != 0 || tu_rm_tree(root) != 0 ? -1 : 0;
+}
+
+int main(void) {
+    duet_log_set_level(DUET_LOG_ERROR); /* the tiny SRGAN's random VGG warns */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_config),
+        cmocka_unit_test(test_checkpoint),
+    };
+    return cmocka_run_group_tests(tests, enter_tmpdir, leave_tmpdir);
+}
