@@ -4,6 +4,8 @@
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
 
+#include <float.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,19 +30,20 @@ static int unknown_type(const char *what, const char *path, const char *type,
 }
 
 /* Typed getters with defaults, narrowing to the types of the option structs. */
-static int get_int(duet_config *c, const char *key, int def, int *out) {
+static int get_int_in(duet_config *c, const char *key, int def, int min, int *out) {
     int64_t v;
-    DUET_TRY(duet_config_get_int_or(c, key, def, &v));
-    if (v < -2147483647 || v > 2147483647)
-        return duet__error(DUET_ECONFIG, "%s: %s = %lld is out of range", duet_config_name(c), key,
-                           (long long)v);
+    DUET_TRY(duet_config_get_int_in_or(c, key, def, min, INT_MAX, &v));
     *out = (int)v;
     return DUET_OK;
 }
 
+static int get_int(duet_config *c, const char *key, int def, int *out) {
+    return get_int_in(c, key, def, INT_MIN, out);
+}
+
 static int get_float(duet_config *c, const char *key, float def, float *out) {
     double v;
-    DUET_TRY(duet_config_get_double_or(c, key, def, &v));
+    DUET_TRY(duet_config_get_double_in_or(c, key, def, -FLT_MAX, FLT_MAX, &v));
     *out = (float)v;
     return DUET_OK;
 }
@@ -216,7 +219,7 @@ static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int
         }
         o->nmetrics = (int)n;
     }
-    if (rc == DUET_OK) rc = get_int(t, "crop_border", o->crop_border, &o->crop_border);
+    if (rc == DUET_OK) rc = get_int_in(t, "crop_border", o->crop_border, 0, &o->crop_border);
     const char *conv = "";
     if (rc == DUET_OK) rc = duet_config_get_string_or(t, "convert_to", "", &conv);
     if (rc == DUET_OK && conv[0] != '\0') {
@@ -384,7 +387,10 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
                                                     &o.broadcast_buffers);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "find_unused_parameters", false,
                                                     &o.find_unused_parameters);
-    if (rc == DUET_OK) rc = duet_config_get_double_or(c, "bucket_cap_mb", 0.0, &o.bucket_cap_mb);
+    /* Absent: 0.0, the wrapper's default (25 MB); given: must be > 0. */
+    if (rc == DUET_OK)
+        rc = duet_config_get_double_in_or(c, "bucket_cap_mb", 0.0, DBL_TRUE_MIN, 1e6,
+                                          &o.bucket_cap_mb);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "sync_bn", false, &o.sync_bn);
     if (rc == DUET_OK) rc = get_int(c, "dim", 0, &o.dim);
     if (rc == DUET_OK) rc = duet_config_get_string_or(c, "comm_hook", "allreduce", &hook);
@@ -424,7 +430,7 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
                            path, part, duet_model_type_name(model), part, list);
     }
     double lr;
-    DUET_TRY(duet_config_get_double(c, "lr", &lr));
+    DUET_TRY(duet_config_get_double_in(c, "lr", 0.0, FLT_MAX, &lr));
     if (strcmp(type, "Adam") == 0) {
         duet_adam_opts o = duet_adam_opts_default();
         o.lr = (float)lr;

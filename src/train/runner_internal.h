@@ -34,6 +34,8 @@ typedef struct duet__run {
     duet_loader *loader;               /* training */
     int64_t samples_per_gpu;
     int prefetch;
+    int64_t max_pixels; /* decoded images: data.max_image_pixels / DUET_MAX_IMAGE_PIXELS */
+    int lock_fd;        /* rank 0 while training: flock on WORK_DIR/duet.lock; else -1 */
 
     /* Hooks: every N iterations (0 = never). */
     int64_t total_iters, log_interval, ckpt_interval, eval_interval;
@@ -57,6 +59,8 @@ int duet__run_read_settings(duet__run *r);
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val);
 /* The training loader, starting at `start` (a resumed sampler state). */
 int duet__run_build_loader(duet__run *r, duet_sampler_state start);
+/* data.max_image_pixels, overridden by DUET_MAX_IMAGE_PIXELS, into r->max_pixels. */
+int duet__run_read_pixel_limit(duet__run *r);
 /* model.test_cfg's crop_border and convert_to (for the bicubic numbers). */
 int duet__run_read_test_cfg(duet__run *r);
 /* Sets every optimizer's lr for iteration `iter` (0-based). */
