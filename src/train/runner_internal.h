@@ -51,6 +51,32 @@ char *duet__path_join(const char *dir, const char *name);
 /* mkdir -p; DUET_EIO naming the folder. */
 int duet__mkdirs(const char *path);
 
+/* ---- outputs.c: infer and test --out ---- */
+/* "<dir>/<stem>.png" for input file `name` (any folder and extension
+ * dropped). New string; NULL when out of memory. */
+char *duet__output_path(const char *dir, const char *name);
+/* Before anything is written: DUET_EINVAL naming the paths when out_dir is
+ * one of input_dirs (ndirs folders whose images a run reads), when two of
+ * the n inputs map to one output, or when an output path is a symlink, not
+ * a regular file, or one of the inputs. */
+int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n,
+                        const char *const *input_dirs, size_t ndirs);
+/* Sample `t` (n = 0) saved as duet__output_path(dir, name) (evaluate.c). */
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
+
+/* ---- workdir.c: one run per work dir ---- */
+/* Rank 0 before it writes anything there: takes an exclusive flock on
+ * WORK_DIR/duet.lock for the run's lifetime (r->lock_fd) and writes its pid
+ * and host into it. DUET_ESTATE naming the other run's pid and host when the
+ * lock is held. */
+int duet__workdir_lock(duet__run *r);
+/* Releases the lock (the file stays: removing it would race a new run). */
+void duet__workdir_unlock(duet__run *r);
+/* With the lock held: removes the temporary checkpoint files
+ * ("<name>.safetensors.tmp.<pid>.<n>") a killed write left in the work dir.
+ * Only regular files of that pattern, only in the work dir itself. */
+int duet__workdir_clean_temps(duet__run *r);
+
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
 int duet__run_read_settings(duet__run *r);
