@@ -6,6 +6,7 @@
 
 #include <float.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,10 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
                                nids, nw);
         o->nlayer_weights = (int)nw;
         for (size_t i = 0; i < nw; i++) {
+            if (ids[i] < 0 || ids[i] > INT_MAX || !(fabs(w[i]) <= FLT_MAX))
+                return duet__error(DUET_ECONFIG, "%s: layer_ids[%zu] = %lld / layer_weights[%zu] "
+                                   "= %g is out of range", duet_config_name(c), i,
+                                   (long long)ids[i], i, w[i]);
             o->layer_ids[i] = (int)ids[i];
             o->layer_weights[i] = (float)w[i];
         }
@@ -167,7 +172,7 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
             char key[96];
             snprintf(key, sizeof key, "layer_weights.%s", name);
             double w;
-            DUET_TRY(duet_config_get_double(c, key, &w));
+            DUET_TRY(duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w));
             o->layer_ids[i] = atoi(digits);
             o->layer_weights[i] = (float)w;
         }
@@ -178,7 +183,13 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
         int64_t v[DUET_VGG_MAX_CFG];
         size_t n = 0;
         DUET_TRY(duet_config_get_int_array(c, "cfg", v, DUET_VGG_MAX_CFG, &n));
-        for (size_t i = 0; i < n; i++) o->cfg[i] = (int)v[i];
+        for (size_t i = 0; i < n; i++) {
+            if (v[i] < 0 || v[i] > INT_MAX)
+                return duet__error(DUET_ECONFIG, "%s: cfg[%zu] = %lld is out of range (channels, "
+                                   "or 0 for a max pool)", duet_config_name(c), i,
+                                   (long long)v[i]);
+            o->cfg[i] = (int)v[i];
+        }
         o->ncfg = (int)n;
     } else {
         DUET_TRY(vgg_cfg(vgg_type, o->cfg, &o->ncfg));
