@@ -343,6 +343,33 @@ static void test_config_wrapping_literals(void **state) {
                     "<meta>:1", NULL);
 }
 
+/* The registry narrows config numbers to int and float: out of range is an
+ * error, not a wrapped value (layer 4294967300 is not layer 4). */
+static void test_registry_narrowing(void **state) {
+    (void)state;
+    static const char *const bad[] = {
+        "p = { type = \"PerceptualLoss\"; layer_ids = [4294967300L]; layer_weights = [1.0];"
+        " cfg = [4, 4, 0, 8]; };",
+        "p = { type = \"PerceptualLoss\"; layer_ids = [4]; layer_weights = [1e39];"
+        " cfg = [4, 4, 0, 8]; };",
+        "p = { type = \"PerceptualLoss\"; layer_ids = [4]; layer_weights = [1.0];"
+        " cfg = (4, 4294967300L, 0, 8); };",
+        "p = { type = \"MSRResNet\"; mid_channels = 4294967304L; };",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        duet_config *cfg = NULL;
+        TU_OK(duet_config_load_string(bad[i], "<reg>", &cfg));
+        duet_rng rng = duet_rng_make(1, 0);
+        duet_module *m = NULL;
+        int rc = duet_build_module(cfg, "p", &rng, &m);
+        if (rc != DUET_ECONFIG)
+            fail_msg("case %zu: want DUET_ECONFIG, got %s (%s)", i, duet_err_name(rc),
+                     duet_last_error());
+        assert_null(m);
+        duet_config_destroy(cfg);
+    }
+}
+
 /* ---- the work dir ------------------------------------------------------------------ */
 
 static void test_workdir_lock(void **state) {
@@ -412,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_sampler_huge_batch),
         TU_TMPDIR_TEST(test_config_ranges),
         TU_TMPDIR_TEST(test_config_wrapping_literals),
+        cmocka_unit_test(test_registry_narrowing),
         TU_TMPDIR_TEST(test_workdir_lock),
         TU_TMPDIR_TEST(test_stale_temps_removed),
     };
