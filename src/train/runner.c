@@ -210,7 +210,6 @@ static void setup_progress_bar(duet__run *r) {
 static int setup_train(duet__run *r, const duet_runner_opts *o) {
     DUET_TRY(duet__run_read_settings(r));
     DUET_TRY(duet__run_read_test_cfg(r));
-    DUET_TRY(resolve_work_dir(r, o));
     r->rng = duet_rng_make(r->seed, 0);
     const char *load_from = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "load_from", "", &load_from));
@@ -395,16 +394,29 @@ static void describe(duet__run *r, int64_t start_iter) {
     }
 }
 
+/* A busy work dir is refused before the (possibly long) setup: the lock is
+ * taken now when the folder exists. A new folder cannot be held by anyone
+ * yet; it is made and locked after setup, so that a config error leaves no
+ * empty work dir behind. */
+static int claim_work_dir(duet__run *r, const duet_runner_opts *o) {
+    DUET_TRY(resolve_work_dir(r, o));
+    struct stat st;
+    if (r->rank == 0 && stat(r->work_dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return duet__workdir_lock(r);
+    return DUET_OK;
+}
+
 int duet_runner_train(const duet_runner_opts *o) {
     duet__run r;
     int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK) rc = agree(&r, claim_work_dir(&r, o));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
     if (rc == DUET_OK) {
         int mrc = DUET_OK;
         if (r.rank == 0) {
             mrc = duet__mkdirs(r.work_dir);
             /* Before anything in the work dir is written. */
-            if (mrc == DUET_OK) mrc = duet__workdir_lock(&r);
+            if (mrc == DUET_OK && r.lock_fd < 0) mrc = duet__workdir_lock(&r);
             if (mrc == DUET_OK) mrc = duet__workdir_clean_temps(&r);
             if (mrc == DUET_OK) mrc = dump_config(&r);
             if (mrc == DUET_OK)
