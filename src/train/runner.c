@@ -416,7 +416,7 @@ int duet_runner_train(const duet_runner_opts *o) {
         if (r.rank == 0) {
             mrc = duet__mkdirs(r.work_dir);
             /* Before anything in the work dir is written. */
-            if (mrc == DUET_OK && r.lock_fd < 0) mrc = duet__workdir_lock(&r);
+            if (mrc == DUET_OK && r.lock_fd == -1) mrc = duet__workdir_lock(&r);
             if (mrc == DUET_OK) mrc = duet__workdir_clean_temps(&r);
             if (mrc == DUET_OK) mrc = dump_config(&r);
             if (mrc == DUET_OK)

@@ -35,7 +35,8 @@ typedef struct duet__run {
     int64_t samples_per_gpu;
     int prefetch;
     int64_t max_pixels; /* decoded images: data.max_image_pixels / DUET_MAX_IMAGE_PIXELS */
-    int lock_fd;        /* rank 0 while training: flock on WORK_DIR/duet.lock; else -1 */
+    int lock_fd;        /* rank 0 while training: flock on WORK_DIR/duet.lock; else -1,
+                           or DUET__LOCK_UNSUPPORTED (the file system has no locks) */
 
     /* Hooks: every N iterations (0 = never). */
     int64_t total_iters, log_interval, ckpt_interval, eval_interval;
@@ -70,6 +71,7 @@ int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *nam
  * and host into it. DUET_ESTATE naming the other run's pid and host when the
  * lock is held. */
 int duet__workdir_lock(duet__run *r);
+#define DUET__LOCK_UNSUPPORTED (-2)
 /* Releases the lock (the file stays: removing it would race a new run). */
 void duet__workdir_unlock(duet__run *r);
 /* With the lock held: removes the temporary checkpoint files

@@ -46,6 +46,7 @@ int duet__workdir_lock(duet__run *r) {
             /* A file system without locks (some network mounts): run, but say so. */
             duet_log(DUET_LOG_WARN, "cannot lock %s (%s): nothing stops a second run from "
                      "using this work dir at the same time", path, strerror(e));
+            r->lock_fd = DUET__LOCK_UNSUPPORTED; /* tried: do not warn again */
             rc = DUET_OK;
         }
         close(fd);
