@@ -67,8 +67,31 @@ void duet_image_destroy(duet_image *img);
 int duet_image_load(const char *path, duet_image **out);
 /* The same from bytes in memory; `name` is only used in messages. */
 int duet_image_decode(const void *bytes, size_t nbytes, const char *name, duet_image **out);
-/* Writes an 8-bit PNG (gray for 1 channel, RGB for 3). */
+/* Writes an 8-bit PNG (gray for 1 channel, RGB for 3) to a new temporary
+ * file in path's folder (".<name>.duet-tmp.XXXXXX", created exclusively,
+ * so never through a symlink), then renames it over `path`. A failed write
+ * removes only that temporary file: whatever was at `path` stays as it was.
+ * A symlink at `path` is replaced by the file, its target is never written. */
 int duet_image_save_png(const duet_image *img, const char *path);
+
+/* ---- decompression bombs ------------------------------------------------------
+ * A small file can declare a huge image (a 1 MB PNG of 20000x20000 decodes to
+ * 1.2 GB of bytes and 4.8 GB of floats). The width and height are checked
+ * against a pixel limit right after the header is read, before anything is
+ * allocated or decoded (PIL's Image.MAX_IMAGE_PIXELS), for PNG and JPEG.
+ * The limit: the environment variable DUET_MAX_IMAGE_PIXELS when set, else
+ * the config key data.max_image_pixels, else this default (PIL's value);
+ * 0 turns the check off. An image over the limit is DUET_EUNSUPPORTED, with
+ * its size, the limit and how to raise it. */
+#define DUET_IMAGE_MAX_PIXELS_DEFAULT INT64_C(89478485)
+/* The limit in force: DUET_MAX_IMAGE_PIXELS when set (a decimal >= 0, else
+ * DUET_EINVAL naming it), else `configured` (>= 0). */
+int duet_image_pixel_limit(int64_t configured, int64_t *out);
+/* duet_image_load / duet_image_decode with the limit max_pixels (0: none).
+ * The plain forms use duet_image_pixel_limit(DUET_IMAGE_MAX_PIXELS_DEFAULT). */
+int duet_image_load_limited(const char *path, int64_t max_pixels, duet_image **out);
+int duet_image_decode_limited(const void *bytes, size_t nbytes, const char *name,
+                              int64_t max_pixels, duet_image **out);
 
 /* New (C, H, W) float tensor with values byte / 255, in [0, 1]. */
 int duet_image_to_tensor(const duet_image *img, duet_tensor **out);
@@ -144,7 +167,13 @@ typedef struct duet_sr_dataset_options {
      * pixels in memory (errors surface at creation). true: decode on every
      * access and keep nothing (for sets larger than memory). */
     bool lazy;
+    /* Images larger than this many pixels are refused before decoding (see
+     * "decompression bombs"); 0: no limit. Default DUET_IMAGE_MAX_PIXELS_DEFAULT. */
+    int64_t max_pixels;
 } duet_sr_dataset_options;
+
+/* The largest SR factor datasets and configs accept. */
+#define DUET_MAX_SCALE 64
 
 duet_sr_dataset_options duet_sr_dataset_options_default(void);
 
@@ -167,7 +196,8 @@ int duet_sr_train_dataset_create(duet_dataset **out, const duet_sr_dataset_optio
 int duet_sr_val_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
 /* MMEditing's RepeatDataset: size times * inner size; index i is inner
  * sample i % inner size but with i's own randomness. Takes ownership of
- * `inner` (also on failure). */
+ * `inner` (also on failure). DUET_EINVAL when times < 1 or times * inner
+ * size does not fit in int64_t. */
 int duet_repeat_dataset_create(duet_dataset **out, duet_dataset *inner, int64_t times);
 /* NULL ok. */
 void duet_dataset_destroy(duet_dataset *ds);

@@ -100,6 +100,23 @@ int duet_config_get_int(duet_config *cfg, const char *path, int64_t *out);
 int duet_config_get_int_or(duet_config *cfg, const char *path, int64_t def, int64_t *out);
 int duet_config_get_double(duet_config *cfg, const char *path, double *out);
 int duet_config_get_double_or(duet_config *cfg, const char *path, double def, double *out);
+/* Range-checked forms: as above, and DUET_ECONFIG with file, line and key
+ * when the value is outside [min, max] ("configs/x.cfg:7: 'data.prefetch'
+ * must be an integer in [0, 64], got -1"). The _or forms check only a value
+ * that is present (`def` comes back as is). Use them for every number that
+ * is narrowed (to int, float) or that must be positive: a value that does
+ * not fit is refused, never truncated. min = DBL_TRUE_MIN means "> 0".
+ * Every double getter refuses inf and nan (`lr = 1e999`), and an integer
+ * literal in a file that libconfig 1.5 would wrap to 32 bits (`scale =
+ * 4294967300;`, no L suffix) fails when the file is loaded. */
+int duet_config_get_int_in(duet_config *cfg, const char *path, int64_t min, int64_t max,
+                           int64_t *out);
+int duet_config_get_int_in_or(duet_config *cfg, const char *path, int64_t def, int64_t min,
+                              int64_t max, int64_t *out);
+int duet_config_get_double_in(duet_config *cfg, const char *path, double min, double max,
+                              double *out);
+int duet_config_get_double_in_or(duet_config *cfg, const char *path, double def, double min,
+                                 double max, double *out);
 int duet_config_get_bool(duet_config *cfg, const char *path, bool *out);
 int duet_config_get_bool_or(duet_config *cfg, const char *path, bool def, bool *out);
 /* Borrowed string (see above); the _or form returns `def` itself. */

@@ -44,6 +44,7 @@ duet_sr_dataset_options duet_sr_dataset_options_default(void) {
     o.use_vflip = true;
     o.use_transpose = true;
     o.lazy = false;
+    o.max_pixels = DUET_IMAGE_MAX_PIXELS_DEFAULT;
     return o;
 }
 
@@ -163,9 +164,9 @@ static int load_item(const duet_dataset *ds, const sr_item *it, duet_image **gt,
                      duet_image **lq) {
     *gt = NULL;
     *lq = NULL;
-    DUET_TRY(duet_image_load(it->gt_path, gt));
+    DUET_TRY(duet_image_load_limited(it->gt_path, ds->opts.max_pixels, gt));
     int rc = DUET_OK;
-    if (it->lq_path != NULL) rc = duet_image_load(it->lq_path, lq);
+    if (it->lq_path != NULL) rc = duet_image_load_limited(it->lq_path, ds->opts.max_pixels, lq);
     if (rc == DUET_OK) rc = check_pair(ds, it, *gt, *lq);
     if (rc != DUET_OK) {
         duet_image_destroy(*gt);
@@ -180,8 +181,9 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_options *opts, en
     const char *what = kind == DS_SR_TRAIN ? "SR training set" : "SR validation set";
     if (opts == NULL || opts->gt_dir == NULL)
         return duet__error(DUET_EINVAL, "%s: gt_dir is required", what);
-    if (opts->scale < 1)
-        return duet__error(DUET_EINVAL, "%s: scale %d must be >= 1", what, opts->scale);
+    if (opts->scale < 1 || opts->scale > DUET_MAX_SCALE)
+        return duet__error(DUET_EINVAL, "%s: scale %d must be in [1, %d]", what, opts->scale,
+                           DUET_MAX_SCALE);
     if (kind == DS_SR_TRAIN && (opts->gt_size < opts->scale || opts->gt_size % opts->scale != 0))
         return duet__error(DUET_EINVAL, "%s: gt_size %lld must be a positive multiple of the "
                            "scale %d", what, (long long)opts->gt_size, opts->scale);
@@ -253,9 +255,13 @@ int duet_repeat_dataset_create(duet_dataset **out, duet_dataset *inner, int64_t 
                            "%lld)", (long long)times);
     }
     if (inner->size > INT64_MAX / times) {
+        /* The message reads the size: before inner is freed. */
+        int rc = duet__error(DUET_EINVAL, "repeat dataset: %lld samples x times = %lld is more "
+                             "than 2^63 samples; use a smaller times (at most %lld here)",
+                             (long long)inner->size, (long long)times,
+                             (long long)(INT64_MAX / inner->size));
         duet_dataset_destroy(inner);
-        return duet__error(DUET_EINVAL, "repeat dataset: %lld x %lld samples overflow",
-                           (long long)inner->size, (long long)times);
+        return rc;
     }
     duet_dataset *ds = calloc(1, sizeof(*ds));
     if (ds == NULL) {

@@ -9,9 +9,14 @@
 #include "duet/data.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <jpeglib.h>
 #include <png.h>
@@ -48,6 +53,32 @@ void duet_image_destroy(duet_image *img) {
     free(img);
 }
 
+/* ---- pixel limit ------------------------------------------------------------ */
+
+int duet_image_pixel_limit(int64_t configured, int64_t *out) {
+    *out = configured;
+    const char *env = getenv("DUET_MAX_IMAGE_PIXELS");
+    if (env == NULL || env[0] == '\0') return DUET_OK;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(env, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 0)
+        return duet__error(DUET_EINVAL, "DUET_MAX_IMAGE_PIXELS='%s': want a whole number of "
+                           "pixels >= 0 (0: no limit)", env);
+    *out = (int64_t)v;
+    return DUET_OK;
+}
+
+/* Called with the size from the header, before anything is allocated. */
+static int check_pixels(const char *name, uint64_t w, uint64_t h, int64_t max_pixels) {
+    if (max_pixels <= 0 || w * h <= (uint64_t)max_pixels) return DUET_OK;
+    return duet__error(DUET_EUNSUPPORTED, "%s: the image declares %" PRIu64 "x%" PRIu64 " = %"
+                       PRIu64 " pixels, more than the limit of %" PRId64 " (a decompression "
+                       "bomb?); if it is genuine, raise data.max_image_pixels or the "
+                       "environment variable DUET_MAX_IMAGE_PIXELS (0: no limit)", name, w, h,
+                       w * h, max_pixels);
+}
+
 /* ---- PNG ------------------------------------------------------------------ */
 
 typedef struct png_source {
@@ -80,7 +111,8 @@ static void png_on_warning(png_structp png, png_const_charp msg) {
     duet_log(DUET_LOG_DEBUG, "%s: libpng warning: %s", e->name, msg);
 }
 
-static int decode_png(const uint8_t *bytes, size_t nbytes, const char *name, duet_image **out) {
+static int decode_png(const uint8_t *bytes, size_t nbytes, const char *name, int64_t max_pixels,
+                      duet_image **out) {
     png_errinfo err = {name, ""};
     png_source src = {bytes, nbytes, 0};
     png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error,
@@ -106,6 +138,8 @@ static int decode_png(const uint8_t *bytes, size_t nbytes, const char *name, due
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     int color = png_get_color_type(png, info);
     int depth = png_get_bit_depth(png, info);
+    rc = check_pixels(name, w, h, max_pixels);
+    if (rc != DUET_OK) png_longjmp(png, 1);
     /* To 8-bit RGB: expand palettes and low-depth gray, keep the high byte
      * of 16-bit samples (OpenCV's IMREAD_COLOR does the same), drop alpha,
      * replicate gray. */
@@ -221,7 +255,8 @@ static int apply_orientation(duet_image **img, int o) {
     return DUET_OK;
 }
 
-static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, duet_image **out) {
+static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, int64_t max_pixels,
+                       duet_image **out) {
     struct jpeg_decompress_struct cinfo;
     jpeg_errinfo err;
     memset(&cinfo, 0, sizeof(cinfo));
@@ -241,6 +276,8 @@ static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, du
     jpeg_mem_src(&cinfo, (const unsigned char *)bytes, (unsigned long)nbytes);
     jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xffff);
     jpeg_read_header(&cinfo, TRUE);
+    rc = check_pixels(name, cinfo.image_width, cinfo.image_height, max_pixels);
+    if (rc != DUET_OK) longjmp(err.jump, 1);
     int orientation = 1;
     for (jpeg_saved_marker_ptr m = cinfo.marker_list; m != NULL; m = m->next)
         if (m->marker == JPEG_APP0 + 1 && orientation == 1)
@@ -285,14 +322,22 @@ static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, du
 /* ---- files ------------------------------------------------------------------ */
 
 int duet_image_decode(const void *bytes, size_t nbytes, const char *name, duet_image **out) {
+    int64_t limit = 0;
+    *out = NULL;
+    DUET_TRY(duet_image_pixel_limit(DUET_IMAGE_MAX_PIXELS_DEFAULT, &limit));
+    return duet_image_decode_limited(bytes, nbytes, name, limit, out);
+}
+
+int duet_image_decode_limited(const void *bytes, size_t nbytes, const char *name,
+                              int64_t max_pixels, duet_image **out) {
     *out = NULL;
     if (name == NULL) name = "<memory>";
     const uint8_t *b = bytes;
     if (nbytes == 0) return duet__error(DUET_EFORMAT, "%s: empty file, not an image", name);
     static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-    if (nbytes >= 8 && memcmp(b, png_sig, 8) == 0) return decode_png(b, nbytes, name, out);
+    if (nbytes >= 8 && memcmp(b, png_sig, 8) == 0) return decode_png(b, nbytes, name, max_pixels, out);
     if (nbytes >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff)
-        return decode_jpeg(b, nbytes, name, out);
+        return decode_jpeg(b, nbytes, name, max_pixels, out);
     char first[3 * 8 + 1] = "";
     for (size_t i = 0; i < nbytes && i < 8; i++)
         snprintf(first + 3 * i, sizeof(first) - 3 * i, "%02x ", b[i]);
@@ -331,20 +376,53 @@ static int read_file(const char *path, uint8_t **bytes, size_t *nbytes) {
 }
 
 int duet_image_load(const char *path, duet_image **out) {
+    int64_t limit = 0;
+    *out = NULL;
+    DUET_TRY(duet_image_pixel_limit(DUET_IMAGE_MAX_PIXELS_DEFAULT, &limit));
+    return duet_image_load_limited(path, limit, out);
+}
+
+int duet_image_load_limited(const char *path, int64_t max_pixels, duet_image **out) {
     *out = NULL;
     uint8_t *bytes = NULL;
     size_t n = 0;
     DUET_TRY(read_file(path, &bytes, &n));
-    int rc = duet_image_decode(bytes, n, path, out);
+    int rc = duet_image_decode_limited(bytes, n, path, max_pixels, out);
     free(bytes);
     return rc;
+}
+
+/* A new file next to `path` (".<name>.duet-tmp.XXXXXX"), created with
+ * O_EXCL by mkstemp, so it is ours and no symlink is followed. */
+static int open_temp_beside(const char *path, char *tmp, size_t size, FILE **out) {
+    *out = NULL;
+    const char *slash = strrchr(path, '/');
+    int dirlen = slash != NULL ? (int)(slash - path) + 1 : 0;
+    const char *base = slash != NULL ? slash + 1 : path;
+    if (snprintf(tmp, size, "%.*s.%s.duet-tmp.XXXXXX", dirlen, path, base) >= (int)size)
+        return duet__error(DUET_EINVAL, "%s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return duet__error(DUET_EIO, "cannot create %s (a temporary file for %s): %s", tmp,
+                           path, strerror(errno));
+    (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
+    *out = fdopen(fd, "wb");
+    if (*out == NULL) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return duet__error(DUET_EIO, "cannot write %s: %s", tmp, strerror(e));
+    }
+    return DUET_OK;
 }
 
 int duet_image_save_png(const duet_image *img, const char *path) {
     if (img == NULL || img->data == NULL || (img->channels != 1 && img->channels != 3))
         return duet__error(DUET_EINVAL, "%s: can only save 1- or 3-channel images", path);
-    FILE *volatile f = fopen(path, "wb");
-    if (f == NULL) return duet__error(DUET_EIO, "cannot create %s: %s", path, strerror(errno));
+    char tmp[4096];
+    FILE *opened = NULL;
+    DUET_TRY(open_temp_beside(path, tmp, sizeof tmp, &opened));
+    FILE *volatile f = opened;
     png_errinfo err = {path, ""};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error,
                                               png_on_warning);
@@ -352,13 +430,13 @@ int duet_image_save_png(const duet_image *img, const char *path) {
     if (info == NULL) {
         png_destroy_write_struct(&png, NULL);
         fclose(f);
-        remove(path);
+        unlink(tmp);
         return duet__error(DUET_ENOMEM, "%s: cannot create a PNG writer", path);
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
         fclose(f);
-        remove(path);
+        unlink(tmp); /* ours; the file at path (if any) is untouched */
         return duet__error(DUET_EIO, "cannot write %s: %s", path, err.msg);
     }
     png_init_io(png, f);
@@ -371,15 +449,13 @@ int duet_image_save_png(const duet_image *img, const char *path) {
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
     FILE *fc = f;
-    if (fflush(fc) != 0 || ferror(fc)) {
-        int e = errno;
-        fclose(fc);
-        remove(path);
+    int e = 0;
+    if (fflush(fc) != 0 || ferror(fc)) e = errno ? errno : EIO;
+    if (fclose(fc) != 0 && e == 0) e = errno;
+    if (e == 0 && rename(tmp, path) != 0) e = errno;
+    if (e != 0) {
+        unlink(tmp);
         return duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(e));
-    }
-    if (fclose(fc) != 0) {
-        remove(path);
-        return duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(errno));
     }
     return DUET_OK;
 }

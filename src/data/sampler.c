@@ -30,12 +30,13 @@ int duet_sampler_create(duet_sampler **out, int64_t dataset_size, int world_size
         return duet__error(DUET_EINVAL, "sampler: bad arguments (dataset size %lld, world size "
                            "%d, rank %d, samples per GPU %lld)", (long long)dataset_size,
                            world_size, rank, (long long)samples_per_gpu);
-    if (dataset_size < (int64_t)world_size * samples_per_gpu)
+    /* Compared by division: world * samples_per_gpu may not fit in int64_t
+     * (samples_per_gpu = 2^62). After this check it is <= dataset_size. */
+    if (samples_per_gpu > dataset_size / world_size)
         return duet__error(DUET_ESHAPE, "sampler: the dataset has %lld samples, fewer than "
-                           "world size %d x samples per GPU %lld = %lld; padding cannot give "
-                           "every process a full batch: use fewer processes or a smaller batch",
-                           (long long)dataset_size, world_size, (long long)samples_per_gpu,
-                           (long long)world_size * samples_per_gpu);
+                           "world size %d x samples per GPU %lld; padding cannot give every "
+                           "process a full batch: use fewer processes or a smaller batch",
+                           (long long)dataset_size, world_size, (long long)samples_per_gpu);
     duet_sampler *s = calloc(1, sizeof(*s));
     if (s == NULL) return duet__error(DUET_ENOMEM, "sampler: out of memory");
     s->size = dataset_size;
@@ -44,8 +45,16 @@ int duet_sampler_create(duet_sampler **out, int64_t dataset_size, int world_size
     s->per_gpu = samples_per_gpu;
     s->seed = seed;
     s->shuffle = shuffle;
-    int64_t group = (int64_t)world_size * samples_per_gpu;
-    s->num_samples = (dataset_size + group - 1) / group * samples_per_gpu;
+    int64_t group = (int64_t)world_size * samples_per_gpu; /* <= dataset_size */
+    /* ceil(size / group) without size + group - 1, which may overflow. */
+    int64_t groups = dataset_size / group + (dataset_size % group != 0);
+    if (groups > INT64_MAX / world_size / samples_per_gpu) {
+        free(s);
+        return duet__error(DUET_EINVAL, "sampler: %lld samples padded for %d processes x %lld "
+                           "overflow", (long long)dataset_size, world_size,
+                           (long long)samples_per_gpu);
+    }
+    s->num_samples = groups * samples_per_gpu;
     s->total = s->num_samples * world_size;
     /* total < size + group <= 2 size, so the padding repeats each index at
      * most once. */

@@ -1,6 +1,8 @@
 /* The runner's settings from the config: hooks, LR schedule, datasets and
  * the loader. (Models, wrappers and optimizers come from the registry in
  * duet/wrapper.h.) */
+#include <float.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -27,10 +29,7 @@ static int bad_value_in(duet_config *cfg, const char *group, const char *path,
 
 /* A positive or zero interval; 0 turns the hook off. */
 static int get_interval(duet_config *cfg, const char *path, int64_t def, int64_t *out) {
-    DUET_TRY(duet_config_get_int_or(cfg, path, def, out));
-    if (*out < 0)
-        return bad_value(cfg, path, "must be >= 0 (0 turns it off), got %lld", (long long)*out);
-    return DUET_OK;
+    return duet_config_get_int_in_or(cfg, path, def, 0, INT64_MAX, out);
 }
 
 /* MMEditing's by_epoch flag: duet's runner counts iterations only. */
@@ -67,8 +66,12 @@ static int read_lr_config(duet__run *r) {
                                                DUET_LR_MAX_STEPS, &n));
         }
         double gamma = 0.1;
-        DUET_TRY(duet_config_get_double_or(cfg, "lr_config.gamma", 0.1, &gamma));
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.gamma", 0.1, 0.0, FLT_MAX, &gamma));
         s->gamma = (float)gamma;
+        for (size_t i = 0; i < n; i++)
+            if (s->steps[i] < 0)
+                return bad_value(cfg, "lr_config.step", "must be >= 0, got %lld",
+                                 (long long)s->steps[i]);
         for (size_t i = 1; i < n; i++)
             if (s->steps[i] <= s->steps[i - 1])
                 return bad_value(cfg, "lr_config.step", "must increase, got %lld after %lld",
@@ -77,6 +80,10 @@ static int read_lr_config(duet__run *r) {
         s->policy = DUET_LR_COSINE_RESTART;
         DUET_TRY(duet_config_get_int_array(cfg, "lr_config.periods", s->steps,
                                            DUET_LR_MAX_STEPS, &n));
+        for (size_t i = 0; i < n; i++)
+            if (s->steps[i] < 1)
+                return bad_value(cfg, "lr_config.periods", "must be >= 1, got %lld",
+                                 (long long)s->steps[i]);
         double w[DUET_LR_MAX_STEPS];
         size_t nw = 0;
         if (duet_config_has(cfg, "lr_config.restart_weights")) {
@@ -86,9 +93,12 @@ static int read_lr_config(duet__run *r) {
                 return bad_value(cfg, "lr_config.restart_weights",
                                  "has %zu values for %zu periods", nw, n);
         }
+        for (size_t i = 0; i < nw; i++)
+            if (!(w[i] >= 0 && w[i] <= FLT_MAX))
+                return bad_value(cfg, "lr_config.restart_weights", "must be >= 0, got %g", w[i]);
         for (size_t i = 0; i < n; i++) s->restart_weights[i] = nw ? (float)w[i] : 1.0f;
         double min_lr = 0;
-        DUET_TRY(duet_config_get_double_or(cfg, "lr_config.min_lr", 0.0, &min_lr));
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.min_lr", 0.0, 0.0, FLT_MAX, &min_lr));
         s->min_lr = (float)min_lr;
     } else {
         return bad_value(cfg, "lr_config.policy",
@@ -103,10 +113,7 @@ int duet__run_read_settings(duet__run *r) {
     int64_t seed = 0;
     DUET_TRY(duet_config_get_int_or(cfg, "seed", 0, &seed));
     r->seed = (uint64_t)seed;
-    DUET_TRY(duet_config_get_int(cfg, "total_iters", &r->total_iters));
-    if (r->total_iters < 1)
-        return bad_value(cfg, "total_iters", "must be >= 1, got %lld",
-                         (long long)r->total_iters);
+    DUET_TRY(duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters));
     DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
     DUET_TRY(check_by_epoch(cfg, "checkpoint_config"));
     DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
@@ -114,7 +121,8 @@ int duet__run_read_settings(duet__run *r) {
                                      &r->save_optimizer));
     DUET_TRY(get_interval(cfg, "evaluation.interval", 0, &r->eval_interval));
     DUET_TRY(duet_config_get_bool_or(cfg, "evaluation.save_image", true, &r->save_image));
-    DUET_TRY(get_interval(cfg, "evaluation.num_images", 4, &r->eval_num_images));
+    DUET_TRY(duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0, 4096,
+                                       &r->eval_num_images));
     return read_lr_config(r);
 }
 
@@ -123,7 +131,7 @@ int duet__run_read_test_cfg(duet__run *r) {
     duet_config *cfg = r->cfg;
     r->test_cfg = duet_test_cfg_default();
     int64_t crop = 0;
-    DUET_TRY(duet_config_get_int_or(cfg, "model.test_cfg.crop_border", 0, &crop));
+    DUET_TRY(duet_config_get_int_in_or(cfg, "model.test_cfg.crop_border", 0, 0, INT_MAX, &crop));
     r->test_cfg.crop_border = (int)crop;
     const char *conv = NULL;
     DUET_TRY(duet_config_get_string_or(cfg, "model.test_cfg.convert_to", NULL, &conv));
@@ -147,39 +155,48 @@ static int build_dataset(duet__run *r, const char *path, bool train, duet_datase
     if (rc == DUET_OK) rc = duet_config_get_string(d, "gt_folder", &o.gt_dir);
     bool paired = rc == DUET_OK && strcmp(type, "SRFolderDataset") == 0;
     if (rc == DUET_OK && paired) rc = duet_config_get_string(d, "lq_folder", &o.lq_dir);
-    if (rc == DUET_OK) rc = duet_config_get_int_or(d, "scale", 4, &scale);
+    if (rc == DUET_OK) rc = duet_config_get_int_in_or(d, "scale", 4, 1, DUET_MAX_SCALE, &scale);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "lazy", false, &o.lazy);
     if (rc == DUET_OK && train) {
-        rc = duet_config_get_int_or(d, "gt_patch_size", o.gt_size, &gt_size);
+        rc = duet_config_get_int_in_or(d, "gt_patch_size", o.gt_size, 1, (int64_t)1 << 24,
+                                       &gt_size);
         if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_hflip", true, &o.use_hflip);
         if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_vflip", true, &o.use_vflip);
         if (rc == DUET_OK)
             rc = duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose);
-        if (rc == DUET_OK) rc = duet_config_get_int_or(d, "times", 1, &times);
-        if (rc == DUET_OK && times < 1)
-            rc = bad_value_in(d, path, "times", "must be >= 1, got %lld", (long long)times);
+        if (rc == DUET_OK) rc = duet_config_get_int_in_or(d, "times", 1, 1, INT64_MAX, &times);
     }
     duet_config_destroy(d);
     DUET_TRY(rc);
     o.scale = (int)scale;
     o.gt_size = gt_size;
+    o.max_pixels = r->max_pixels;
     duet_dataset *ds = NULL;
     rc = train ? duet_sr_train_dataset_create(&ds, &o) : duet_sr_val_dataset_create(&ds, &o);
     if (rc != DUET_OK) return duet__error_context(rc, "%s (%s)", path, duet_config_name(r->cfg));
-    if (train && times > 1) DUET_TRY(duet_repeat_dataset_create(&ds, ds, times));
+    if (train && times > 1) {
+        rc = duet_repeat_dataset_create(&ds, ds, times);
+        if (rc != DUET_OK) return duet__error_context(rc, "%s.times", path);
+    }
     *out = ds;
     return DUET_OK;
 }
 
+int duet__run_read_pixel_limit(duet__run *r) {
+    int64_t v = DUET_IMAGE_MAX_PIXELS_DEFAULT;
+    DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.max_image_pixels",
+                                       DUET_IMAGE_MAX_PIXELS_DEFAULT, 0, INT64_MAX, &v));
+    return duet_image_pixel_limit(v, &r->max_pixels);
+}
+
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
+    DUET_TRY(duet__run_read_pixel_limit(r));
     if (with_train) {
-        DUET_TRY(duet_config_get_int(r->cfg, "data.samples_per_gpu", &r->samples_per_gpu));
-        if (r->samples_per_gpu < 1)
-            return bad_value(r->cfg, "data.samples_per_gpu", "must be >= 1, got %lld",
-                             (long long)r->samples_per_gpu);
+        DUET_TRY(duet_config_get_int_in(r->cfg, "data.samples_per_gpu", 1, INT32_MAX,
+                                        &r->samples_per_gpu));
         int64_t prefetch = 2;
-        DUET_TRY(duet_config_get_int_or(r->cfg, "data.prefetch", 2, &prefetch));
-        r->prefetch = prefetch < 0 ? 0 : (int)prefetch;
+        DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.prefetch", 2, 0, 64, &prefetch));
+        r->prefetch = (int)prefetch;
         DUET_TRY(build_dataset(r, "data.train", true, &r->train_set));
     } else {
         /* test / infer read no training data: those keys are not typos. */

@@ -8,6 +8,7 @@
 #include "duet/train.h"
 
 #include <ctype.h>
+#include <float.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <libconfig.h>
@@ -16,6 +17,8 @@
 #include <math.h>
 #include <string.h>
 #include <strings.h>
+
+#include "train/config_internal.h"
 
 #define CFG_PATH_MAX 1024
 
@@ -286,6 +289,15 @@ static int wrong_type(const duet_config *cfg, const config_setting_t *s, const c
                        kind_phrase(s->type));
 }
 
+/* libconfig reads 1e999 as inf; no duet setting means inf or nan. */
+static int not_finite(const duet_config *cfg, const config_setting_t *s, double v) {
+    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
+    setting_path(s, where, sizeof where);
+    setting_loc(cfg, s, loc, sizeof loc);
+    return duet__error(DUET_ECONFIG, "%s: '%s' must be a finite number, got %g (too large for "
+                       "a double?)", loc, where, v);
+}
+
 /* ---- create / destroy ------------------------------------------------------ */
 
 static int core_create(const char *name, duet_config **out) {
@@ -352,6 +364,11 @@ int duet_config_load(const char *path, duet_config **out) {
     core->include_dir = dup_str(dirname(copy));
     free(copy);
     if (core->include_dir != NULL) config_set_include_dir(&core->lc, core->include_dir);
+    int wrc = duet__config_check_int_literals_file(path, core->include_dir);
+    if (wrc != DUET_OK) {
+        duet_config_destroy(cfg);
+        return wrc;
+    }
     if (config_read_file(&core->lc, path) != CONFIG_TRUE) {
         const char *file = config_error_file(&core->lc);
         int rc;
@@ -375,6 +392,11 @@ int duet_config_load_string(const char *text, const char *name, duet_config **ou
     if (name == NULL) name = "<string>";
     duet_config *cfg;
     DUET_TRY(core_create(name, &cfg));
+    int wrc = duet__config_check_int_literals(text, name, NULL);
+    if (wrc != DUET_OK) {
+        duet_config_destroy(cfg);
+        return wrc;
+    }
     if (config_read_string(&cfg->core->lc, text) != CONFIG_TRUE) {
         int rc = duet__error(DUET_ECONFIG, "%s:%d: %s", name, config_error_line(&cfg->core->lc),
                              config_error_text(&cfg->core->lc));
@@ -480,6 +502,7 @@ static int get_double_impl(duet_config *cfg, const char *path, const double *def
     if (is_int_type(s->type)) *out = (double)int_value(s);
     else if (s->type == CONFIG_TYPE_FLOAT) *out = config_setting_get_float(s);
     else return wrong_type(cfg, s, "a number");
+    if (!isfinite(*out)) return not_finite(cfg, s, *out);
     return DUET_OK;
 }
 
@@ -489,6 +512,80 @@ int duet_config_get_double(duet_config *cfg, const char *path, double *out) {
 
 int duet_config_get_double_or(duet_config *cfg, const char *path, double def, double *out) {
     return get_double_impl(cfg, path, &def, out);
+}
+
+/* ---- range-checked getters --------------------------------------------------
+ * Every number a consumer narrows or relies on goes through these, so that a
+ * bad value is refused where it was read, with its file, line and key. */
+
+static int out_of_range(duet_config *cfg, const char *path, const char *range, const char *got) {
+    config_setting_t *s = NULL;
+    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
+    full_path(cfg, path, where, sizeof where);
+    if (walk(cfg, path, &s) == DUET_OK && s != NULL) setting_loc(cfg, s, loc, sizeof loc);
+    else snprintf(loc, sizeof loc, "%s", cfg->core->name);
+    return duet__error(DUET_ECONFIG, "%s: '%s' must be %s, got %s", loc, where, range, got);
+}
+
+static int check_int_range(duet_config *cfg, const char *path, int64_t min, int64_t max,
+                           int64_t v) {
+    if (v >= min && v <= max) return DUET_OK;
+    char range[96], got[32];
+    if (max == INT64_MAX) snprintf(range, sizeof range, ">= %" PRId64, min);
+    else if (min == INT64_MIN) snprintf(range, sizeof range, "<= %" PRId64, max);
+    else snprintf(range, sizeof range, "an integer in [%" PRId64 ", %" PRId64 "]", min, max);
+    snprintf(got, sizeof got, "%" PRId64, v);
+    return out_of_range(cfg, path, range, got);
+}
+
+static int check_double_range(duet_config *cfg, const char *path, double min, double max,
+                              double v) {
+    if (v >= min && v <= max) return DUET_OK;
+    char range[96], got[32];
+    /* DBL_TRUE_MIN as the lower bound reads "> 0". */
+    char lo[40];
+    if (min == DBL_TRUE_MIN) snprintf(lo, sizeof lo, "> 0");
+    else snprintf(lo, sizeof lo, ">= %g", min);
+    if (max == DBL_MAX) snprintf(range, sizeof range, "%s", lo);
+    else snprintf(range, sizeof range, "%s and <= %g", lo, max);
+    snprintf(got, sizeof got, "%g", v);
+    return out_of_range(cfg, path, range, got);
+}
+
+int duet_config_get_int_in(duet_config *cfg, const char *path, int64_t min, int64_t max,
+                           int64_t *out) {
+    int64_t v = 0;
+    DUET_TRY(get_int_impl(cfg, path, NULL, &v));
+    DUET_TRY(check_int_range(cfg, path, min, max, v));
+    *out = v;
+    return DUET_OK;
+}
+
+int duet_config_get_int_in_or(duet_config *cfg, const char *path, int64_t def, int64_t min,
+                              int64_t max, int64_t *out) {
+    int64_t v = 0;
+    DUET_TRY(get_int_impl(cfg, path, &def, &v));
+    if (duet_config_has(cfg, path)) DUET_TRY(check_int_range(cfg, path, min, max, v));
+    *out = v;
+    return DUET_OK;
+}
+
+int duet_config_get_double_in(duet_config *cfg, const char *path, double min, double max,
+                              double *out) {
+    double v = 0;
+    DUET_TRY(get_double_impl(cfg, path, NULL, &v));
+    DUET_TRY(check_double_range(cfg, path, min, max, v));
+    *out = v;
+    return DUET_OK;
+}
+
+int duet_config_get_double_in_or(duet_config *cfg, const char *path, double def, double min,
+                                 double max, double *out) {
+    double v = 0;
+    DUET_TRY(get_double_impl(cfg, path, &def, &v));
+    if (duet_config_has(cfg, path)) DUET_TRY(check_double_range(cfg, path, min, max, v));
+    *out = v;
+    return DUET_OK;
 }
 
 static int get_bool_impl(duet_config *cfg, const char *path, const bool *def, bool *out) {
@@ -590,6 +687,7 @@ int duet_config_get_double_array(duet_config *cfg, const char *path, double *out
     for (size_t i = 0; i < *n; i++) {
         const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
         out[i] = is_int_type(e->type) ? (double)int_value(e) : config_setting_get_float(e);
+        if (!isfinite(out[i])) return not_finite(cfg, e, out[i]);
     }
     return DUET_OK;
 }

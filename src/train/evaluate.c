@@ -7,21 +7,8 @@
 #include "train/grid.h"
 #include "train/runner_internal.h"
 
-/* "0801.png" -> "<dir>/0801.png" (any extension becomes .png). */
-static char *output_path(const char *dir, const char *name) {
-    const char *base = strrchr(name, '/');
-    base = base != NULL ? base + 1 : name;
-    size_t n = strlen(base);
-    const char *dot = strrchr(base, '.');
-    if (dot != NULL && dot != base) n = (size_t)(dot - base);
-    char stem[512];
-    snprintf(stem, sizeof stem, "%.*s.png", (int)(n < 500 ? n : 500), base);
-    return duet__path_join(dir, stem);
-}
-
-int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
 int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name) {
-    char *path = output_path(dir, name);
+    char *path = duet__output_path(dir, name);
     if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
     duet_image *img = NULL;
     int rc = duet_image_from_tensor(t, 0, &img);

@@ -4,6 +4,9 @@
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
 
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,19 +31,20 @@ static int unknown_type(const char *what, const char *path, const char *type,
 }
 
 /* Typed getters with defaults, narrowing to the types of the option structs. */
-static int get_int(duet_config *c, const char *key, int def, int *out) {
+static int get_int_in(duet_config *c, const char *key, int def, int min, int *out) {
     int64_t v;
-    DUET_TRY(duet_config_get_int_or(c, key, def, &v));
-    if (v < -2147483647 || v > 2147483647)
-        return duet__error(DUET_ECONFIG, "%s: %s = %lld is out of range", duet_config_name(c), key,
-                           (long long)v);
+    DUET_TRY(duet_config_get_int_in_or(c, key, def, min, INT_MAX, &v));
     *out = (int)v;
     return DUET_OK;
 }
 
+static int get_int(duet_config *c, const char *key, int def, int *out) {
+    return get_int_in(c, key, def, INT_MIN, out);
+}
+
 static int get_float(duet_config *c, const char *key, float def, float *out) {
     double v;
-    DUET_TRY(duet_config_get_double_or(c, key, def, &v));
+    DUET_TRY(duet_config_get_double_in_or(c, key, def, -FLT_MAX, FLT_MAX, &v));
     *out = (float)v;
     return DUET_OK;
 }
@@ -141,6 +145,10 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
                                nids, nw);
         o->nlayer_weights = (int)nw;
         for (size_t i = 0; i < nw; i++) {
+            if (ids[i] < 0 || ids[i] > INT_MAX || !(fabs(w[i]) <= FLT_MAX))
+                return duet__error(DUET_ECONFIG, "%s: layer_ids[%zu] = %lld / layer_weights[%zu] "
+                                   "= %g is out of range", duet_config_name(c), i,
+                                   (long long)ids[i], i, w[i]);
             o->layer_ids[i] = (int)ids[i];
             o->layer_weights[i] = (float)w[i];
         }
@@ -164,7 +172,7 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
             char key[96];
             snprintf(key, sizeof key, "layer_weights.%s", name);
             double w;
-            DUET_TRY(duet_config_get_double(c, key, &w));
+            DUET_TRY(duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w));
             o->layer_ids[i] = atoi(digits);
             o->layer_weights[i] = (float)w;
         }
@@ -175,7 +183,13 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
         int64_t v[DUET_VGG_MAX_CFG];
         size_t n = 0;
         DUET_TRY(duet_config_get_int_array(c, "cfg", v, DUET_VGG_MAX_CFG, &n));
-        for (size_t i = 0; i < n; i++) o->cfg[i] = (int)v[i];
+        for (size_t i = 0; i < n; i++) {
+            if (v[i] < 0 || v[i] > INT_MAX)
+                return duet__error(DUET_ECONFIG, "%s: cfg[%zu] = %lld is out of range (channels, "
+                                   "or 0 for a max pool)", duet_config_name(c), i,
+                                   (long long)v[i]);
+            o->cfg[i] = (int)v[i];
+        }
         o->ncfg = (int)n;
     } else {
         DUET_TRY(vgg_cfg(vgg_type, o->cfg, &o->ncfg));
@@ -216,7 +230,7 @@ static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int
         }
         o->nmetrics = (int)n;
     }
-    if (rc == DUET_OK) rc = get_int(t, "crop_border", o->crop_border, &o->crop_border);
+    if (rc == DUET_OK) rc = get_int_in(t, "crop_border", o->crop_border, 0, &o->crop_border);
     const char *conv = "";
     if (rc == DUET_OK) rc = duet_config_get_string_or(t, "convert_to", "", &conv);
     if (rc == DUET_OK && conv[0] != '\0') {
@@ -384,7 +398,10 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
                                                     &o.broadcast_buffers);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "find_unused_parameters", false,
                                                     &o.find_unused_parameters);
-    if (rc == DUET_OK) rc = duet_config_get_double_or(c, "bucket_cap_mb", 0.0, &o.bucket_cap_mb);
+    /* Absent: 0.0, the wrapper's default (25 MB); given: must be > 0. */
+    if (rc == DUET_OK)
+        rc = duet_config_get_double_in_or(c, "bucket_cap_mb", 0.0, DBL_TRUE_MIN, 1e6,
+                                          &o.bucket_cap_mb);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "sync_bn", false, &o.sync_bn);
     if (rc == DUET_OK) rc = get_int(c, "dim", 0, &o.dim);
     if (rc == DUET_OK) rc = duet_config_get_string_or(c, "comm_hook", "allreduce", &hook);
@@ -424,7 +441,7 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
                            path, part, duet_model_type_name(model), part, list);
     }
     double lr;
-    DUET_TRY(duet_config_get_double(c, "lr", &lr));
+    DUET_TRY(duet_config_get_double_in(c, "lr", 0.0, FLT_MAX, &lr));
     if (strcmp(type, "Adam") == 0) {
         duet_adam_opts o = duet_adam_opts_default();
         o.lr = (float)lr;

@@ -95,6 +95,7 @@ static int fail_loop(duet__run *r, int rc) {
 
 static int open_run(duet__run *r, const duet_runner_opts *o) {
     memset(r, 0, sizeof *r);
+    r->lock_fd = -1;
     r->quiet = o->quiet;
     r->world = 1;
     if (o->config == NULL) return duet__error(DUET_EINVAL, "no config file given");
@@ -112,6 +113,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
 
 static void close_run(duet__run *r) {
     duet__logger_close(r->log);
+    duet__workdir_unlock(r);
     duet_loader_destroy(r->loader);
     duet_optimizer_set_destroy(r->opts);
     if (r->wrapper != NULL)
@@ -208,7 +210,6 @@ static void setup_progress_bar(duet__run *r) {
 static int setup_train(duet__run *r, const duet_runner_opts *o) {
     DUET_TRY(duet__run_read_settings(r));
     DUET_TRY(duet__run_read_test_cfg(r));
-    DUET_TRY(resolve_work_dir(r, o));
     r->rng = duet_rng_make(r->seed, 0);
     const char *load_from = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "load_from", "", &load_from));
@@ -393,14 +394,30 @@ static void describe(duet__run *r, int64_t start_iter) {
     }
 }
 
+/* A busy work dir is refused before the (possibly long) setup: the lock is
+ * taken now when the folder exists. A new folder cannot be held by anyone
+ * yet; it is made and locked after setup, so that a config error leaves no
+ * empty work dir behind. */
+static int claim_work_dir(duet__run *r, const duet_runner_opts *o) {
+    DUET_TRY(resolve_work_dir(r, o));
+    struct stat st;
+    if (r->rank == 0 && stat(r->work_dir, &st) == 0 && S_ISDIR(st.st_mode))
+        return duet__workdir_lock(r);
+    return DUET_OK;
+}
+
 int duet_runner_train(const duet_runner_opts *o) {
     duet__run r;
     int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK) rc = agree(&r, claim_work_dir(&r, o));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
     if (rc == DUET_OK) {
         int mrc = DUET_OK;
         if (r.rank == 0) {
             mrc = duet__mkdirs(r.work_dir);
+            /* Before anything in the work dir is written. */
+            if (mrc == DUET_OK && r.lock_fd == -1) mrc = duet__workdir_lock(&r);
+            if (mrc == DUET_OK) mrc = duet__workdir_clean_temps(&r);
             if (mrc == DUET_OK) mrc = dump_config(&r);
             if (mrc == DUET_OK)
                 mrc = duet__logger_open(&r.log, r.work_dir, r.quiet ? NULL : stdout);
@@ -453,6 +470,22 @@ int duet_runner_train(const duet_runner_opts *o) {
 
 /* ---- test and infer ------------------------------------------------------------ */
 
+/* test --out: outputs are named after the validation images, so they must
+ * not land in the validation folders or collide with each other. */
+static int check_test_outputs(duet__run *r, const char *out_dir) {
+    int64_t n = duet_dataset_size(r->val_set);
+    const char **names = calloc((size_t)n, sizeof *names);
+    if (names == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < n; i++) names[i] = duet_dataset_name(r->val_set, i);
+    const char *dirs[2] = {NULL, NULL};
+    int rc = duet_config_get_string_or(r->cfg, "data.val.gt_folder", NULL, &dirs[0]);
+    if (rc == DUET_OK) rc = duet_config_get_string_or(r->cfg, "data.val.lq_folder", NULL, &dirs[1]);
+    if (rc == DUET_OK) rc = duet__check_outputs(out_dir, names, (size_t)n, dirs, 2);
+    free(names);
+    if (rc != DUET_OK) return duet__error_context(rc, "--out");
+    return DUET_OK;
+}
+
 int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
     duet__run r;
     int rc = agree(&r, open_run(&r, o));
@@ -464,6 +497,7 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
         if (src == DUET_OK) src = duet__run_build_data(&r, false, true);
         mark_training_keys(r.cfg);
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
+        if (src == DUET_OK && o->out_dir != NULL) src = check_test_outputs(&r, o->out_dir);
         rc = agree(&r, src);
     }
     duet__eval_result res;
@@ -489,12 +523,10 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
     return rc;
 }
 
-int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
-
 static int infer_one(duet__run *r, const char *path, const char *out_dir) {
     duet_image *img = NULL;
     duet_tensor *chw = NULL, *x = NULL, *y = NULL;
-    DUET_TRY(duet_image_load(path, &img));
+    DUET_TRY(duet_image_load_limited(path, r->max_pixels, &img));
     int rc = duet_image_to_tensor(img, &chw);
     if (rc == DUET_OK) {
         int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
@@ -520,20 +552,29 @@ int duet_runner_infer(const duet_runner_opts *o) {
                                                 "output folder"));
     if (rc == DUET_OK) {
         int src = build_eval_model(&r, o->checkpoint);
+        if (src == DUET_OK) src = duet__run_read_pixel_limit(&r);
         if (src == DUET_OK) src = duet__mkdirs(o->out_dir);
+        /* Every rank checks all outputs (the same answer everywhere). */
+        if (src == DUET_OK)
+            src = duet__check_outputs(o->out_dir, o->images, o->nimages, NULL, 0);
         mark_training_keys(r.cfg);
         if (duet_config_has(r.cfg, "data")) duet_config_mark_used(r.cfg, "data");
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
         rc = agree(&r, src);
     }
     int irc = DUET_OK;
+    int64_t written = 0; /* counted, not assumed: the log line must be true */
     for (size_t i = (size_t)r.rank; rc == DUET_OK && irc == DUET_OK && i < o->nimages;
-         i += (size_t)r.world)
+         i += (size_t)r.world) {
         irc = infer_one(&r, o->images[i], o->out_dir);
+        if (irc == DUET_OK) written++;
+    }
     if (rc == DUET_OK) rc = agree(&r, irc);
+    if (rc == DUET_OK && r.world > 1)
+        rc = agree(&r, duet_comm_allreduce(r.comm, &written, 1, DUET_DTYPE_I64, DUET_REDUCE_SUM));
     if (rc == DUET_OK && !o->quiet)
-        duet_log(DUET_LOG_INFO, "infer: %zu image%s upscaled into %s/", o->nimages,
-                 o->nimages == 1 ? "" : "s", o->out_dir);
+        duet_log(DUET_LOG_INFO, "infer: %" PRId64 " image%s upscaled into %s/", written,
+                 written == 1 ? "" : "s", o->out_dir);
     close_run(&r);
     return rc;
 }

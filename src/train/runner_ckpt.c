@@ -67,33 +67,79 @@ int duet__ckpt_load_weights(duet__run *r, const char *path, bool strict,
                                         NULL, NULL);
 }
 
+/* Integer metadata checked when it is read: a corrupt or hand-edited
+ * checkpoint fails here, naming the file, key, value and what is allowed. */
+static int meta_int_in(const duet_st *st, const char *path, const char *key, int64_t min,
+                       int64_t max, int64_t *out) {
+    DUET_TRY(duet_checkpoint_meta_int(st, key, out));
+    if (*out < min || *out > max)
+        return duet__error(DUET_EFORMAT, "%s: metadata '%s' = %" PRId64 " is out of range (want "
+                           "%" PRId64 "..%" PRId64 "): a corrupt or edited checkpoint", path,
+                           key, *out, min, max);
+    return DUET_OK;
+}
+
+/* An absent key (checkpoints written before it existed) leaves *out. */
+static int meta_int_in_opt(const duet_st *st, const char *path, const char *key, int64_t min,
+                           int64_t max, int64_t *out) {
+    int64_t v = 0;
+    int rc = duet_checkpoint_meta_int(st, key, &v);
+    if (rc == DUET_ENOTFOUND) return DUET_OK;
+    DUET_TRY(rc);
+    return meta_int_in(st, path, key, min, max, out);
+}
+
+/* A checkpoint of a run with another world size or batch per process
+ * resumes, as MMEditing's (and PyTorch's) do: a job re-queued on another
+ * allocation often must change one of them, and keeping the total batch
+ * means changing both. But the sampler position means nothing under the
+ * new sharding, so the data order restarts at the next epoch, and we say
+ * so: the run is no longer bitwise the uninterrupted one, and the total
+ * batch (hence the effective learning rate) may have changed. */
+static void adapt_sharding(duet__run *r, const char *path, int64_t world, int64_t per_gpu,
+                           duet__ckpt_state *s) {
+    if (world == r->world && per_gpu == r->samples_per_gpu) return;
+    duet_log(DUET_LOG_WARN,
+             "%s was written by %" PRId64 " process%s x %" PRId64 " samples per GPU, this run "
+             "has %d x %" PRId64 " (total batch %" PRId64 " -> %" PRId64 ", learning rates not "
+             "rescaled): the data order restarts at epoch %" PRId64 " and the result will not "
+             "match an uninterrupted run", path, world, world == 1 ? "" : "es", per_gpu,
+             r->world, r->samples_per_gpu, world * per_gpu, r->world * r->samples_per_gpu,
+             s->sampler.epoch + 1);
+    s->sampler.epoch += 1;
+    s->sampler.position = 0;
+}
+
 int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s) {
     duet_named_optimizer opts[DUET__MAX_OPTIMIZERS];
     size_t nopts = named_optimizers(r, opts, DUET__MAX_OPTIMIZERS);
     duet_st *st = NULL;
     DUET_TRY(duet_checkpoint_resume(path, duet_model_module(r->model), opts, nopts, &st));
-    int64_t world = 0;
+    int64_t world = 0, per_gpu = r->samples_per_gpu;
     uint64_t seed = 0, rs = 0, rstream = 0, rcounter = 0;
-    int rc = duet_checkpoint_meta_int(st, "iter", &s->iter);
-    if (rc == DUET_OK) rc = duet_checkpoint_meta_int(st, "epoch", &s->sampler.epoch);
-    if (rc == DUET_OK) rc = duet_checkpoint_meta_int(st, "sampler_position", &s->sampler.position);
-    if (rc == DUET_OK) rc = duet_checkpoint_meta_int(st, "world_size", &world);
+    /* iter is checked against 0 here and against total_iters below, with a
+     * message that says what to do. */
+    int rc = meta_int_in(st, path, "iter", 0, INT64_MAX, &s->iter);
+    if (rc == DUET_OK) rc = meta_int_in(st, path, "epoch", 0, INT64_MAX / 2, &s->sampler.epoch);
+    if (rc == DUET_OK)
+        rc = meta_int_in(st, path, "sampler_position", 0, INT64_MAX, &s->sampler.position);
+    if (rc == DUET_OK) rc = meta_int_in(st, path, "world_size", 1, INT32_MAX, &world);
+    if (rc == DUET_OK)
+        rc = meta_int_in_opt(st, path, "samples_per_gpu", 1, INT32_MAX, &per_gpu);
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "seed", &seed);
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "rng_seed", &rs);
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "rng_stream", &rstream);
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "rng_counter", &rcounter);
-    if (rc == DUET_OK) rc = duet_checkpoint_meta_int(st, "step_counter", &s->step_counter);
+    if (rc == DUET_OK) rc = meta_int_in(st, path, "step_counter", -1, INT64_MAX, &s->step_counter);
+    if (rc == DUET_OK && s->iter > r->total_iters)
+        rc = duet__error(DUET_ECONFIG, "%s was saved at iteration %" PRId64 ", beyond "
+                         "total_iters = %" PRId64 " of this run: nothing is left to train; to "
+                         "train further raise total_iters (--set total_iters=N with N > %"
+                         PRId64 ")", path, s->iter, r->total_iters, s->iter);
     if (rc == DUET_OK && seed != r->seed)
         duet_log(DUET_LOG_WARN, "%s was trained with seed %" PRIu64 ", the config says %" PRIu64
                  ": continuing with the checkpoint's seed", path, seed, r->seed);
-    if (rc == DUET_OK && world != r->world) {
-        duet_log(DUET_LOG_WARN,
-                 "%s was written by %" PRId64 " processes, this run has %d: the data order "
-                 "restarts at epoch %" PRId64 " and the result will not match an uninterrupted "
-                 "run", path, world, r->world, s->sampler.epoch + 1);
-        s->sampler.epoch += 1;
-        s->sampler.position = 0;
-    }
+    if (rc == DUET_OK) adapt_sharding(r, path, world, per_gpu, s);
     if (rc == DUET_OK) {
         r->seed = seed;
         r->rng.seed = rs;

@@ -34,6 +34,9 @@ typedef struct duet__run {
     duet_loader *loader;               /* training */
     int64_t samples_per_gpu;
     int prefetch;
+    int64_t max_pixels; /* decoded images: data.max_image_pixels / DUET_MAX_IMAGE_PIXELS */
+    int lock_fd;        /* rank 0 while training: flock on WORK_DIR/duet.lock; else -1,
+                           or DUET__LOCK_UNSUPPORTED (the file system has no locks) */
 
     /* Hooks: every N iterations (0 = never). */
     int64_t total_iters, log_interval, ckpt_interval, eval_interval;
@@ -54,6 +57,33 @@ int duet__mkdirs(const char *path);
  * the ranks on this node), and the startup line naming what runs. */
 int duet__run_setup_kernels(duet__run *r);
 
+/* ---- outputs.c: infer and test --out ---- */
+/* "<dir>/<stem>.png" for input file `name` (any folder and extension
+ * dropped). New string; NULL when out of memory. */
+char *duet__output_path(const char *dir, const char *name);
+/* Before anything is written: DUET_EINVAL naming the paths when out_dir is
+ * one of input_dirs (ndirs folders whose images a run reads), when two of
+ * the n inputs map to one output, or when an output path is a symlink, not
+ * a regular file, or one of the inputs. */
+int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n,
+                        const char *const *input_dirs, size_t ndirs);
+/* Sample `t` (n = 0) saved as duet__output_path(dir, name) (evaluate.c). */
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
+
+/* ---- workdir.c: one run per work dir ---- */
+/* Rank 0 before it writes anything there: takes an exclusive flock on
+ * WORK_DIR/duet.lock for the run's lifetime (r->lock_fd) and writes its pid
+ * and host into it. DUET_ESTATE naming the other run's pid and host when the
+ * lock is held. */
+int duet__workdir_lock(duet__run *r);
+#define DUET__LOCK_UNSUPPORTED (-2)
+/* Releases the lock (the file stays: removing it would race a new run). */
+void duet__workdir_unlock(duet__run *r);
+/* With the lock held: removes the temporary checkpoint files
+ * ("<name>.safetensors.tmp.<pid>.<n>") a killed write left in the work dir.
+ * Only regular files of that pattern, only in the work dir itself. */
+int duet__workdir_clean_temps(duet__run *r);
+
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
 int duet__run_read_settings(duet__run *r);
@@ -62,6 +92,8 @@ int duet__run_read_settings(duet__run *r);
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val);
 /* The training loader, starting at `start` (a resumed sampler state). */
 int duet__run_build_loader(duet__run *r, duet_sampler_state start);
+/* data.max_image_pixels, overridden by DUET_MAX_IMAGE_PIXELS, into r->max_pixels. */
+int duet__run_read_pixel_limit(duet__run *r);
 /* model.test_cfg's crop_border and convert_to (for the bicubic numbers). */
 int duet__run_read_test_cfg(duet__run *r);
 /* Sets every optimizer's lr for iteration `iter` (0-based). */

@@ -291,13 +291,18 @@ static void test_other_errors(void **state) {
     int rc = train(cfg, NULL, false, "load_from=\"/nonexistent/w.safetensors\"", NULL);
     assert_int_not_equal(rc, DUET_OK);
     assert_non_null(strstr(duet_last_error(), "/nonexistent/w.safetensors"));
-    /* A non-finite loss stops the run with the iteration and the value's
-     * name (the weight overflows float to inf, so the loss is inf). */
+    /* A weight that overflows float is refused where it is read. */
     char nan_wd[256];
     snprintf(nan_wd, sizeof nan_wd, "%s/nan", f->dir);
     rc = train(cfg, nan_wd, false, "model.pixel_loss.loss_weight=1e39", NULL);
+    assert_int_equal(rc, DUET_ECONFIG);
+    assert_non_null(strstr(duet_last_error(), "model.pixel_loss.loss_weight"));
+    /* A non-finite loss stops the run with the iteration and the value's
+     * name (a huge but finite learning rate blows the weights up after the
+     * first step). */
+    rc = train(cfg, nan_wd, false, "optimizers.generator.lr=3e38", NULL);
     assert_int_equal(rc, DUET_ENUMERIC);
-    assert_non_null(strstr(duet_last_error(), "iteration 1: loss_pix is inf"));
+    assert_non_null(strstr(duet_last_error(), "iteration 2: loss_pix is"));
     rm_rf(nan_wd);
     /* --resume without a checkpoint in the work dir. */
     char wd[256];
