@@ -198,7 +198,11 @@ static void roll_call(duet__wait *w, char *msg, size_t size, size_t at) {
         free(sends);
         return;
     }
-    int64_t q[2] = {c->id, (int64_t)w->seq};
+    /* Static: a query still in flight when the roll call ends is freed
+     * unfinished, and MPI may read its buffer later. */
+    static int64_t q[2];
+    q[0] = c->id;
+    q[1] = (int64_t)w->seq;
     for (int p = 0; p < n; p++) {
         sends[p] = MPI_REQUEST_NULL;
         if (p != c->rank) MPI_Isend(q, 2, MPI_INT64_T, p, TAG_QUERY, f->watch, &sends[p]);
@@ -235,7 +239,7 @@ static void roll_call(duet__wait *w, char *msg, size_t size, size_t at) {
         if (sends[p] == MPI_REQUEST_NULL) continue;
         int flag = 0;
         MPI_Test(&sends[p], &flag, MPI_STATUS_IGNORE);
-        if (!flag) MPI_Request_free(&sends[p]); /* the job ends; q outlives nothing that reads it */
+        if (!flag) MPI_Request_free(&sends[p]); /* the job ends */
     }
     /* Ranks that did not take part: no answer, or waiting elsewhere. */
     at = append(msg, size, at, ". Ranks that did not take part:");
