@@ -8,7 +8,9 @@
 #     0's checkpoint short: latest.safetensors is that iteration's, no .tmp;
 #  3. SIGTERM to one rank stops every rank at the next iteration boundary
 #     with a checkpoint and exit status 75, and --resume then ends bitwise
-#     equal to an uninterrupted run; SIGTERM then SIGINT stops at once.
+#     equal to an uninterrupted run; SIGTERM then SIGINT stops at once;
+#  4. a checkpoint rank 0 cannot write stops every rank together (exit 1,
+#     no abort), keeping the previous checkpoint.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only);
 # RELIABILITY_PARTS=13 runs parts 1 and 3 only.
 set -euo pipefail
@@ -30,7 +32,7 @@ MPIX=(mpiexec --oversubscribe)
 [ "$(id -u)" -eq 0 ] && MPIX+=(--allow-run-as-root)
 export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn
 fail() { echo "test_reliability: FAIL: $*" >&2; exit 1; }
-PARTS=${RELIABILITY_PARTS:-123}
+PARTS=${RELIABILITY_PARTS:-1234}
 part() { [[ $PARTS == *$1* ]]; }
 
 "$PY" - "$T/data" <<'PY_IMAGES'
@@ -161,6 +163,27 @@ PY
 done
 cp "$T/data/train/00.png" "$T/data/val/01.png"
 part 2 && echo "test_reliability: an evaluation error on rank 1 left iteration 4's checkpoint whole (2 of 2 runs)"
+
+# ---- 4. a failed checkpoint write: every rank stops together ----
+if part 4; then
+  W="$T/wfail"
+  mkdir -p "$W/iter_4.safetensors" # a folder where the file goes: the rename fails
+  set +e
+  timeout 300 "${MPIX[@]}" -n 2 "$DUET" train "$T/tiny.cfg" --work-dir "$W" --set total_iters=8 \
+    --set checkpoint_config.interval=2 > "$W.out" 2>&1
+  rc=$?
+  set -e
+  [ $rc -eq 1 ] || { cat "$W.out"; fail "failed checkpoint: want exit 1, got $rc"; }
+  grep -q "iter_4.safetensors" "$W.out" || { cat "$W.out"; fail "failed checkpoint: no message naming the file"; }
+  ! grep -q "MPI_ABORT" "$W.out" || { cat "$W.out"; fail "failed checkpoint: the job was aborted, not stopped together"; }
+  "$PY" - "$W/latest.safetensors" <<'PY' || fail "failed checkpoint: latest is not iteration 2"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+assert json.loads(b[8:8 + n])["__metadata__"]["iter"] == "2"
+PY
+  echo "test_reliability: a checkpoint rank 0 could not write stopped both ranks together (exit 1), iteration 2's kept"
+fi
 part 3 || { echo "test_reliability: PASS (parts $PARTS)"; exit 0; }
 
 # ---- 3. graceful preemption and bitwise resume ----
