@@ -6,7 +6,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test asan bench demo clean
+.PHONY: all deps configure build test asan fuzz bench demo clean
 
 all: build
 
@@ -30,6 +30,11 @@ asan:
 	cd $(BUILD)-asan && ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	  ctest --output-on-failure -L unit -j 2
 
+# libFuzzer on the safetensors, config and image readers, FUZZ_SECONDS
+# (default 60) each, from the seeds in fuzz/corpus/ (scripts/fuzz.sh).
+fuzz: deps
+	bash scripts/fuzz.sh
+
 # The quick start: train the tiny MSRResNet/SRGAN pair on 2 processes on the
 # sample photos, then test them next to bicubic (scripts/demo.sh).
 demo: deps
@@ -40,4 +45,4 @@ bench: build
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b; done
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan build-fuzz

@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
       libcmocka-dev libconfig-dev libjansson-dev libpng-dev libjpeg62-turbo-dev
-      python3 python3-torch python3-numpy)
+      python3 python3-torch python3-numpy
+      clang libclang-rt-dev)  # clang + libFuzzer: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

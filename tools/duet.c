@@ -46,6 +46,14 @@ static const char train_usage[] =
     "                     libconfig syntax: 1e-4, true, \"text\", [1, 2])\n"
     "  -h, --help         this text\n"
     "\n"
+    "\n"
+    "Stopping and hangs (docs/reliability.md): on SIGTERM or SIGINT every process\n"
+    "stops at the next iteration boundary, a checkpoint is written and duet exits\n"
+    "with status 75 (continue with --resume); a second signal stops at once. A\n"
+    "collective that makes no progress for dist.timeout seconds (default 600;\n"
+    "DUET_TIMEOUT in the environment overrides it) aborts the job with status 76,\n"
+    "naming the operation and the processes that did not take part.\n"
+    "\n"
     "example:\n"
     "  mpirun -n 2 --oversubscribe duet train configs/msrresnet_x4_tiny.cfg\n";
 
@@ -167,6 +175,8 @@ static void print_test_result(const duet_runner_opts *o, const duet_test_result 
 /* The runner has printed its error already (once per job). */
 static int finish(int rc) {
     duet_comm_finalize();
+    if (rc == DUET_ESTOPPED) return DUET_EXIT_STOPPED;
+    if (rc == DUET_ETIMEOUT) return DUET_EXIT_TIMEOUT;
     return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

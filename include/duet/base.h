@@ -45,7 +45,9 @@ extern "C" {
     X(EUNSUPPORTED, -10, "not supported")                                      \
     X(ENUMERIC, -11, "non-finite value")                                       \
     X(EMISMATCH, -12, "processes disagree")                                    \
-    X(EUNUSED, -13, "parameters got no gradient")
+    X(EUNUSED, -13, "parameters got no gradient")                             \
+    X(ETIMEOUT, -14, "a collective made no progress within the timeout")     \
+    X(ESTOPPED, -15, "stopped by a signal")
 
 enum duet_status {
 #define DUET__STATUS_ENUM(name, value, desc) DUET_##name = value,

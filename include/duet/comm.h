@@ -99,6 +99,25 @@ int duet_comm_size(const duet_comm *c);
 /* The duplicated communicator (borrowed; freed by duet_comm_destroy). */
 MPI_Comm duet_comm_mpi(const duet_comm *c);
 
+/* ---- watchdog ------------------------------------------------------------
+ * Every wait (blocking collectives, duet_comm_wait, a DDP's bucket
+ * reductions) polls with a backoff (it does not hold a core) and gives up
+ * when the operation has made no progress for timeout_s seconds (PyTorch's
+ * process-group timeout): it asks every rank what it is doing, then returns
+ * DUET_ETIMEOUT with a message naming the operation, its bucket or module,
+ * and the ranks that did not take part. Every later wait on the comm, and on
+ * its duplicates, fails at once with the same message, so that a runner
+ * reaches duet_comm_abort quickly; the job cannot go on after a timeout. */
+#define DUET_COMM_DEFAULT_TIMEOUT_S 600.0
+typedef struct duet_comm_opts {
+    double timeout_s; /* > 0; default DUET_TIMEOUT from the environment, else 600 */
+} duet_comm_opts;
+duet_comm_opts duet_comm_opts_default(void);
+/* Applies to c and to comms duplicated from it afterwards (a DDP dups its
+ * comm when created: set the timeout first). DUET_EINVAL outside (0, 1e9]. */
+int duet_comm_set_opts(duet_comm *c, const duet_comm_opts *opts);
+duet_comm_opts duet_comm_get_opts(const duet_comm *c);
+
 /* ---- blocking collectives ------------------------------------------------ */
 
 /* In place: buf (count elements) becomes the reduction over all ranks. */

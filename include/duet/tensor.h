@@ -116,6 +116,20 @@ int duet_st_raw(const duet_st *st, const char *name, const char **dtype,
                 const void **bytes, size_t *nbytes, int *ndim, int64_t *shape);
 /* Metadata value, or NULL when absent. Borrowed. */
 const char *duet_st_meta(const duet_st *st, const char *key);
+/* Checksums: duet_st_writer_save records a 64-bit checksum of every
+ * tensor's bytes in the metadata ("checksum/<name>", and
+ * "checksum_algorithm" = "duet-h64"); duet_st_load verifies them and fails
+ * with DUET_EFORMAT naming the file and the first tensor (in file order)
+ * whose bytes changed. Files without them (PyTorch's) load unchecked: this
+ * says whether the file had them. */
+bool duet_st_has_checksums(const duet_st *st);
+/* The path the file was loaded from (borrowed), for messages. */
+const char *duet_st_path(const duet_st *st);
+/* A view of `st` without the entries whose names start with `prefix` (the
+ * metadata is kept), sharing st's data: st must outlive the view. Lets a
+ * strict state-dict load ignore a checkpoint's "optimizer." entries. Free
+ * with duet_st_destroy. */
+int duet_st_view_without(const duet_st *st, const char *prefix, duet_st **out);
 
 typedef struct duet_st_writer duet_st_writer;
 int duet_st_writer_create(duet_st_writer **out);
@@ -127,7 +141,8 @@ int duet_st_writer_add(duet_st_writer *w, const char *name, const duet_tensor *t
 int duet_st_writer_add_raw(duet_st_writer *w, const char *name, const char *dtype,
                            int ndim, const int64_t *shape, const void *bytes, size_t nbytes);
 int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *value);
-/* Writes atomically: temporary file in the same folder, fsync, rename. */
+/* Writes atomically: temporary file in the same folder, fsync, rename; with
+ * every tensor's checksum in the metadata (see duet_st_has_checksums). */
 int duet_st_writer_save(duet_st_writer *w, const char *path);
 
 #ifdef __cplusplus

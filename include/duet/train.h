@@ -251,6 +251,15 @@ int duet_checkpoint_meta_uint(const duet_st *ckpt, const char *key, uint64_t *ou
  *   if (duet_runner_train(&o) != DUET_OK) ...   // message already printed
  *   duet_comm_finalize();
  */
+/* Exit statuses of `duet` (and of the whole job under mpirun / srun):
+ * 0 done, 1 error, 2 usage; DUET_EXIT_STOPPED: stopped by SIGTERM or SIGINT
+ * at an iteration boundary with a checkpoint written (continue with
+ * --resume; duet_runner_train returned DUET_ESTOPPED); DUET_EXIT_TIMEOUT: a
+ * collective made no progress for dist.timeout seconds (a stalled or dead
+ * rank) and the job was aborted. */
+#define DUET_EXIT_STOPPED 75 /* sysexits' EX_TEMPFAIL: try again */
+#define DUET_EXIT_TIMEOUT 76 /* sysexits' EX_PROTOCOL: a peer failed us */
+
 typedef struct duet_runner_opts {
     const char *config;             /* libconfig file (required) */
     const char *const *sets;        /* nsets "a.b=value" overrides, in order */

@@ -115,14 +115,17 @@ static void free_handles(duet_comm *c) {
     if (c->comm != MPI_COMM_NULL) MPI_Comm_free(&c->comm);
 }
 
+
 void duet_comm_destroy(duet_comm *c) {
     if (c == NULL) return;
     free_handles(c);
+    duet__family_leave(c);
     free(c);
 }
 
-/* Builds our comm over a duplicate of `parent`. */
-static int comm_build(duet_comm **out, MPI_Comm parent) {
+/* Builds our comm over a duplicate of `parent`; `family` is the duet comm
+ * it is duplicated from (sharing its watchdog channel), or NULL. */
+static int comm_build(duet_comm **out, MPI_Comm parent, const duet_comm *family) {
     *out = NULL;
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
@@ -138,10 +141,13 @@ static int comm_build(duet_comm **out, MPI_Comm parent) {
     for (int i = 0; i < 3; i++) c->f16_ops[i] = c->bf16_ops[i] = MPI_OP_NULL;
     c->max_chunk = (size_t)INT_MAX;
     c->use_ring = true;
+    c->timeout_s = family != NULL ? family->timeout_s : duet_comm_opts_default().timeout_s;
+    snprintf(c->name, sizeof c->name, "%s", family != NULL ? family->name : "comm");
     int rc = DUET__MPI_CHECK(MPI_Comm_dup(parent, &c->comm));
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN));
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_rank(c->comm, &c->rank));
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Comm_size(c->comm, &c->size));
+    if (rc == DUET_OK) rc = duet__family_join(c, family);
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &c->half_type));
     if (rc == DUET_OK) rc = DUET__MPI_CHECK(MPI_Type_commit(&c->half_type));
     MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min}, {bf16_sum, bf16_max, bf16_min}};
@@ -161,19 +167,19 @@ static int comm_build(duet_comm **out, MPI_Comm parent) {
 int duet_comm_world(duet_comm **out) {
     *out = NULL;
     DUET_TRY(duet_comm_init(NULL, NULL));
-    return comm_build(out, MPI_COMM_WORLD);
+    return comm_build(out, MPI_COMM_WORLD, NULL);
 }
 
 int duet_comm_create(duet_comm **out, MPI_Comm comm) {
     *out = NULL;
     if (comm == MPI_COMM_NULL)
         return duet__error(DUET_EINVAL, "comm: duet_comm_create got MPI_COMM_NULL");
-    return comm_build(out, comm);
+    return comm_build(out, comm, NULL);
 }
 
 int duet_comm_dup(const duet_comm *c, duet_comm **out) {
     *out = NULL;
-    int rc = comm_build(out, c->comm);
+    int rc = comm_build(out, c->comm, c);
     if (rc == DUET_OK) {
         (*out)->max_chunk = c->max_chunk;
         (*out)->use_ring = c->use_ring;
@@ -264,15 +270,37 @@ static int chunk_count(const duet_comm *c, size_t left) {
 
 /* ---- blocking collectives ------------------------------------------------ */
 
+/* Completes a nonblocking MPI collective under the watchdog. On a timeout
+ * the request is abandoned: MPI forbids freeing or cancelling a collective's
+ * request, and the job is ending. */
+static int wait_mpi(duet_comm *c, const char *op, MPI_Request *req, bool no_timeout) {
+    duet__wait w;
+    duet__wait_begin(&w, c, op, c->op_seq++, NULL);
+    w.no_timeout = no_timeout;
+    int rc = DUET_OK;
+    for (;;) {
+        int flag = 0;
+        rc = DUET__MPI_CHECK(MPI_Test(req, &flag, MPI_STATUS_IGNORE));
+        if (rc != DUET_OK || flag) break;
+        rc = duet__wait_idle(&w, false);
+        if (rc != DUET_OK) break;
+    }
+    duet__wait_end(&w);
+    return rc;
+}
+
 int duet_comm_allreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt, duet_reduce_op op) {
     DUET_TRY(check_dtype(dt, "allreduce"));
     MPI_Op mop = MPI_OP_NULL;
     DUET_TRY(mpi_op(c, dt, op, &mop));
+    DUET_TRY(duet__comm_check_broken(c));
     size_t es = duet_dtype_size(dt);
     for (size_t off = 0; off < count;) {
         int n = chunk_count(c, count - off);
-        DUET__MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, n, mpi_type(c, dt), mop,
-                                    c->comm));
+        MPI_Request req;
+        DUET__MPI_TRY(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * es, n, mpi_type(c, dt), mop,
+                                     c->comm, &req));
+        DUET_TRY(wait_mpi(c, "allreduce", &req, false));
         if (op == DUET_REDUCE_AVG && c->size > 1)
             duet__scale((char *)buf + off * es, (size_t)n, dt, 1.0 / c->size);
         off += (size_t)n;
@@ -281,14 +309,22 @@ int duet_comm_allreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt, du
 }
 
 int duet_comm_bcast(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root) {
+    return duet__comm_bcast_ex(c, buf, count, dt, root, false);
+}
+
+int duet__comm_bcast_ex(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root,
+                        bool no_timeout) {
     DUET_TRY(check_dtype(dt, "bcast"));
+    DUET_TRY(duet__comm_check_broken(c));
     if (root < 0 || root >= c->size)
         return duet__error(DUET_EINVAL, "comm: bcast root %d outside the group of %d", root,
                            c->size);
     size_t es = duet_dtype_size(dt);
     for (size_t off = 0; off < count;) {
         int n = chunk_count(c, count - off);
-        DUET__MPI_TRY(MPI_Bcast((char *)buf + off * es, n, mpi_type(c, dt), root, c->comm));
+        MPI_Request req;
+        DUET__MPI_TRY(MPI_Ibcast((char *)buf + off * es, n, mpi_type(c, dt), root, c->comm, &req));
+        DUET_TRY(wait_mpi(c, "bcast", &req, no_timeout));
         off += (size_t)n;
     }
     return DUET_OK;
@@ -297,11 +333,14 @@ int duet_comm_bcast(duet_comm *c, void *buf, size_t count, duet_dtype dt, int ro
 int duet_comm_allgather(duet_comm *c, const void *send, void *recv, size_t count,
                         duet_dtype dt) {
     DUET_TRY(check_dtype(dt, "allgather"));
+    DUET_TRY(duet__comm_check_broken(c));
     size_t es = duet_dtype_size(dt);
     if (count <= c->max_chunk) {
         int n = chunk_count(c, count);
-        DUET__MPI_TRY(MPI_Allgather(send, n, mpi_type(c, dt), recv, n, mpi_type(c, dt), c->comm));
-        return DUET_OK;
+        MPI_Request req;
+        DUET__MPI_TRY(MPI_Iallgather(send, n, mpi_type(c, dt), recv, n, mpi_type(c, dt), c->comm,
+                                     &req));
+        return wait_mpi(c, "allgather", &req, false);
     }
     /* Chunk j of every rank's block: rank r's elements [off, off+n) land at
      * recv + (r*count + off) elements, i.e. a block of n elements whose
@@ -315,9 +354,12 @@ int duet_comm_allgather(duet_comm *c, const void *send, void *recv, size_t count
         MPI_Type_free(&block);
         if (rc != DUET_OK) return rc;
         rc = DUET__MPI_CHECK(MPI_Type_commit(&strided));
+        MPI_Request req;
         if (rc == DUET_OK)
-            rc = DUET__MPI_CHECK(MPI_Allgather((const char *)send + off * es, n, mpi_type(c, dt),
-                                               (char *)recv + off * es, 1, strided, c->comm));
+            rc = DUET__MPI_CHECK(MPI_Iallgather((const char *)send + off * es, n, mpi_type(c, dt),
+                                                (char *)recv + off * es, 1, strided, c->comm,
+                                                &req));
+        if (rc == DUET_OK) rc = wait_mpi(c, "allgather", &req, false);
         MPI_Type_free(&strided);
         if (rc != DUET_OK) return rc;
         off += (size_t)n;
@@ -326,8 +368,10 @@ int duet_comm_allgather(duet_comm *c, const void *send, void *recv, size_t count
 }
 
 int duet_comm_barrier(duet_comm *c) {
-    DUET__MPI_TRY(MPI_Barrier(c->comm));
-    return DUET_OK;
+    DUET_TRY(duet__comm_check_broken(c));
+    MPI_Request req;
+    DUET__MPI_TRY(MPI_Ibarrier(c->comm, &req));
+    return wait_mpi(c, "barrier", &req, false);
 }
 
 /* ---- nonblocking allreduce -------------------------------------------------- */
@@ -346,42 +390,110 @@ typedef struct request_part {
 } request_part;
 
 struct duet_comm_request {
+    duet_comm *c;
+    uint64_t seq;     /* the operation's number on c */
+    char label[128];  /* for watchdog messages; the comm's name by default */
     int n;
     request_part parts[];
 };
 
+/* Parts still in flight (after a timeout) are left to MPI: the ring's
+ * point-to-point requests are freed (legal while active), and the request
+ * and the ring's buffers are kept, since MPI may still write into them
+ * while the job ends. */
 static void request_free(duet_comm_request *r) {
-    for (int i = 0; i < r->n; i++)
-        if (r->parts[i].ring_op) duet__ring_free(&r->parts[i].ring);
-    free(r);
+    bool abandoned = false;
+    for (int i = 0; i < r->n; i++) {
+        request_part *p = &r->parts[i];
+        if (p->done) {
+            if (p->ring_op) duet__ring_free(&p->ring);
+            continue;
+        }
+        abandoned = true;
+        if (p->ring_op) {
+            for (int k = 0; k < 2; k++)
+                if (p->ring.reqs[k] != MPI_REQUEST_NULL) MPI_Request_free(&p->ring.reqs[k]);
+        } /* an MPI collective's request cannot be freed: left to the job's end */
+    }
+    if (!abandoned) free(r);
 }
 
-/* Advances every part; *done when all are complete. */
-static int request_progress(duet_comm_request *r, bool blocking, bool *done) {
+void duet__request_set_label(duet_comm_request *r, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->label, sizeof r->label, fmt, ap);
+    va_end(ap);
+}
+
+void duet__request_peers(const duet_comm_request *r, char *buf, size_t size) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < r->n && at + 1 < size; i++) {
+        const request_part *p = &r->parts[i];
+        if (p->done || !p->ring_op) continue;
+        char one[128];
+        duet__ring_peers(&p->ring, one, sizeof one);
+        if (one[0] == '\0' || strstr(buf, one) != NULL) continue;
+        int k = snprintf(buf + at, size - at, "%s%s", at ? ", " : "", one);
+        at += k > 0 ? (size_t)k : 0;
+    }
+}
+
+/* Advances every part; *done when all are complete, *progressed when a
+ * ring moved a step or a part completed. */
+static int request_progress(duet_comm_request *r, bool *done, bool *progressed) {
     *done = true;
+    *progressed = false;
     for (int i = 0; i < r->n; i++) {
         request_part *p = &r->parts[i];
         if (p->done) continue;
         if (p->ring_op) {
-            DUET_TRY(duet__ring_progress(&p->ring, blocking, &p->done));
-        } else if (blocking) {
-            DUET__MPI_TRY(MPI_Wait(&p->req, MPI_STATUS_IGNORE));
-            p->done = true;
+            int step = p->ring.step;
+            int rc = duet__ring_progress(&p->ring, &p->done);
+            if (rc != DUET_OK) {
+                p->done = true; /* its messages are cancelled or complete */
+                return rc;
+            }
+            if (p->ring.step != step) *progressed = true;
         } else {
             int flag = 0;
             DUET__MPI_TRY(MPI_Test(&p->req, &flag, MPI_STATUS_IGNORE));
             p->done = flag != 0;
         }
+        if (p->done) *progressed = true;
         if (p->done && !p->ring_op && p->scale != 1.0) duet__scale(p->buf, p->count, p->dt, p->scale);
         if (!p->done) *done = false;
     }
     return DUET_OK;
 }
 
+static void request_peers_cb(void *ctx, char *buf, size_t size) {
+    duet__request_peers(ctx, buf, size);
+}
+
+/* Polls r to completion under the watchdog. */
+static int request_wait(duet_comm_request *r) {
+    duet__wait w;
+    duet__wait_begin(&w, r->c, "allreduce", r->seq, r->label);
+    w.peers = request_peers_cb;
+    w.peers_ctx = r;
+    int rc = DUET_OK;
+    for (;;) {
+        bool done = false, progressed = false;
+        rc = request_progress(r, &done, &progressed);
+        if (rc != DUET_OK || done) break;
+        rc = duet__wait_idle(&w, progressed);
+        if (rc != DUET_OK) break;
+    }
+    duet__wait_end(&w);
+    return rc;
+}
+
 int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
                          duet_reduce_op op, duet_comm_request **req) {
     *req = NULL;
     DUET_TRY(check_dtype(dt, "iallreduce"));
+    DUET_TRY(duet__comm_check_broken(c));
     MPI_Op mop = MPI_OP_NULL;
     DUET_TRY(mpi_op(c, dt, op, &mop));
     size_t nchunks = count == 0 ? 0 : (count - 1) / c->max_chunk + 1;
@@ -390,6 +502,9 @@ int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
                            count);
     duet_comm_request *r = calloc(1, sizeof *r + nchunks * sizeof(request_part));
     if (r == NULL) return duet__error(DUET_ENOMEM, "comm: out of memory for a request");
+    r->c = c;
+    r->seq = c->op_seq++;
+    snprintf(r->label, sizeof r->label, "%s", c->name);
     bool ring = duet__ring_supports(c, dt);
     size_t es = duet_dtype_size(dt);
     for (size_t off = 0; off < count;) {
@@ -411,8 +526,7 @@ int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
         if (rc != DUET_OK) {
             /* Parts already started must still finish, or the peers would
              * wait on them forever. */
-            bool done;
-            request_progress(r, true, &done);
+            request_wait(r);
             request_free(r);
             return rc;
         }
@@ -423,11 +537,13 @@ int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
     return DUET_OK;
 }
 
-int duet_comm_test(duet_comm_request **req, bool *done) {
+int duet__comm_test_progress(duet_comm_request **req, bool *done, bool *progressed) {
     *done = true;
+    *progressed = false;
     duet_comm_request *r = *req;
     if (r == NULL) return DUET_OK;
-    int rc = request_progress(r, false, done);
+    int rc = duet__comm_check_broken(r->c);
+    if (rc == DUET_OK) rc = request_progress(r, done, progressed);
     if (rc != DUET_OK || *done) {
         request_free(r);
         *req = NULL;
@@ -436,11 +552,15 @@ int duet_comm_test(duet_comm_request **req, bool *done) {
     return rc;
 }
 
+int duet_comm_test(duet_comm_request **req, bool *done) {
+    bool progressed;
+    return duet__comm_test_progress(req, done, &progressed);
+}
+
 int duet_comm_wait(duet_comm_request **req) {
     duet_comm_request *r = *req;
     if (r == NULL) return DUET_OK;
-    bool done = false;
-    int rc = request_progress(r, true, &done);
+    int rc = request_wait(r);
     request_free(r);
     *req = NULL;
     return rc;

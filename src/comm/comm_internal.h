@@ -6,9 +6,25 @@
 
 #include "duet/comm.h"
 
+/* What a comm and every duet_comm_dup of it share (watchdog.c): the
+ * roll-call channel the watchdog uses to find the ranks that did not take
+ * part in a stalled operation, and the verdict once one timed out. */
+typedef struct duet__family {
+    int refs;
+    int ncomms;      /* comms built in this family: each one's id */
+    MPI_Comm watch;  /* duplicate of the first comm: roll-call messages */
+    int broken;      /* a timeout happened: every later wait fails at once */
+    char *broken_msg;
+} duet__family;
+
 struct duet_comm {
     MPI_Comm comm; /* our duplicate, MPI_ERRORS_RETURN */
     int rank, size;
+    duet__family *family;
+    int id;           /* index in the family (the same on every rank) */
+    uint64_t op_seq;  /* collectives started on this comm (the same on every rank) */
+    double timeout_s; /* watchdog: longest wait without progress */
+    char name[96];    /* for watchdog messages ("runner", "DDP 'generator'") */
     /* Two-byte element type for F16/BF16, and the user ops over it. */
     MPI_Datatype half_type;
     MPI_Op f16_ops[3];  /* indexed by duet_reduce_op */
@@ -38,17 +54,78 @@ typedef struct duet__ring {
     bool done;
 } duet__ring;
 
+/* Describes the peers whose messages this step still waits for
+ * ("rank 1 (ring step 2 of 4)"); empty when none. */
+void duet__ring_peers(const duet__ring *g, char *buf, size_t size);
+
 bool duet__ring_supports(const duet_comm *c, duet_dtype dt);
 /* count must be <= c->max_chunk * c->size... any count whose chunks
  * (count / size + 1 elements) fit an int. */
 int duet__ring_start(duet__ring *g, duet_comm *c, void *buf, size_t count, duet_dtype dt,
                      duet_reduce_op op, MPI_Datatype type);
-int duet__ring_progress(duet__ring *g, bool blocking, bool *done);
+int duet__ring_progress(duet__ring *g, bool *done);
 void duet__ring_free(duet__ring *g);
 
 /* Chooses the nonblocking allreduce: our ring (true) or MPI_Iallreduce. For
  * tests and the benchmark. */
 void duet__comm_set_ring(duet_comm *c, bool use_ring);
+
+/* ---- watchdog (watchdog.c) ----------------------------------------------
+ * Every wait in duet goes through one poll loop: test, and when nothing
+ * moved, back off (a short spin, then sleeps doubling up to 2 ms, so that a
+ * waiting rank does not hold a core) and check the deadline. A wait that
+ * sees no progress for the comm's timeout asks every rank over the family's
+ * roll-call channel what it is doing (ranks waiting anywhere in duet answer;
+ * a stopped, hung or busy rank does not), then fails with DUET_ETIMEOUT and
+ * a message naming the operation, its label and the ranks that did not take
+ * part. The family is then broken: later waits fail at once, so a runner's
+ * error path reaches its abort without waiting again. */
+typedef struct duet__wait {
+    duet_comm *c;
+    const char *op;   /* "allreduce", "bcast", ... */
+    char label[160];  /* "DDP 'generator' bucket 2 of 5" */
+    uint64_t seq;     /* the operation's number on c */
+    double t_start, t_progress, sleep_s;
+    bool no_timeout;  /* waits for rank 0's checkpoint: never time out */
+    double t_warned;
+    /* Fills buf with the peers this rank is still waiting for (may be NULL). */
+    void (*peers)(void *ctx, char *buf, size_t size);
+    void *peers_ctx;
+    struct duet__wait *prev;
+} duet__wait;
+
+/* Starts a wait on c for operation `op` number `seq`; label may be NULL
+ * (the comm's name is used). Pair with duet__wait_end. */
+void duet__wait_begin(duet__wait *w, duet_comm *c, const char *op, uint64_t seq,
+                      const char *label);
+/* After a poll: progressed resets the backoff; otherwise it backs off
+ * (maybe sleeping) and returns DUET_ETIMEOUT once the wait has seen no
+ * progress for the timeout. Also fails at once when the family is broken. */
+int duet__wait_idle(duet__wait *w, bool progressed);
+void duet__wait_end(duet__wait *w);
+/* DUET_ETIMEOUT with the family's verdict when a timeout happened. */
+int duet__comm_check_broken(const duet_comm *c);
+
+int duet__family_join(duet_comm *c, const duet_comm *parent);
+void duet__family_leave(duet_comm *c);
+
+/* Describes an in-flight request's pending peers (see duet__ring_peers). */
+void duet__request_peers(const duet_comm_request *r, char *buf, size_t size);
+/* Labels a request for watchdog messages ("DDP 'g' bucket 2 of 5"). */
+void duet__request_set_label(duet_comm_request *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Like duet_comm_test, also saying whether anything moved (a ring step, a
+ * part completed), for callers that run their own wait loop. */
+int duet__comm_test_progress(duet_comm_request **req, bool *done, bool *progressed);
+
+/* duet_comm_bcast; no_timeout: the wait never times out (it warns every
+ * timeout instead), for ranks that wait while rank 0 writes a checkpoint,
+ * which no watchdog may cut short. */
+int duet__comm_bcast_ex(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root,
+                        bool no_timeout);
+
+/* The comm's name in watchdog messages (copied, truncated to 95 bytes). */
+void duet__comm_set_name(duet_comm *c, const char *name);
 
 /* Turns a failed MPI return code into DUET_EMPI with MPI's message and the
  * call site; returns DUET_EMPI. */

@@ -160,16 +160,12 @@ int duet__ring_start(duet__ring *g, duet_comm *c, void *buf, size_t count, duet_
     return rc;
 }
 
-/* Advances as far as the messages allow (blocking: waits for each step). */
-int duet__ring_progress(duet__ring *g, bool blocking, bool *done) {
+/* Advances as far as the messages allow (the caller's wait loop polls). */
+int duet__ring_progress(duet__ring *g, bool *done) {
     while (!g->done) {
-        if (blocking) {
-            DUET__MPI_TRY(MPI_Waitall(2, g->reqs, MPI_STATUSES_IGNORE));
-        } else {
-            int flag = 0;
-            DUET__MPI_TRY(MPI_Testall(2, g->reqs, &flag, MPI_STATUSES_IGNORE));
-            if (!flag) break;
-        }
+        int flag = 0;
+        DUET__MPI_TRY(MPI_Testall(2, g->reqs, &flag, MPI_STATUSES_IGNORE));
+        if (!flag) break;
         if (g->rd) {
             reduce_into(g->buf, g->tmp, g->count, g->dt, g->op);
             if (g->step == g->nsteps - 1 && g->op == DUET_REDUCE_AVG)
@@ -203,6 +199,18 @@ int duet__ring_progress(duet__ring *g, bool blocking, bool *done) {
     }
     *done = g->done;
     return DUET_OK;
+}
+
+void duet__ring_peers(const duet__ring *g, char *buf, size_t size) {
+    buf[0] = '\0';
+    if (g->done || g->reqs[0] == MPI_REQUEST_NULL) return;
+    /* The receive of the current step is what a stalled peer holds up. */
+    int flag = 0;
+    MPI_Request probe = g->reqs[0];
+    if (MPI_Request_get_status(probe, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) return;
+    int from = g->rd ? g->rank ^ (1 << g->step) : mod(g->rank - 1, g->size);
+    snprintf(buf, size, "rank %d's message (%s step %d of %d)", from,
+             g->rd ? "recursive-doubling" : "ring", g->step + 1, g->nsteps);
 }
 
 void duet__ring_free(duet__ring *g) {

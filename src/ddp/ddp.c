@@ -139,6 +139,9 @@ static int launch(ddp_state *d, size_t k) {
                                   DUET_REDUCE_SUM, &b->req);
         d->stats.bytes += (int64_t)(b->count * sizeof(uint16_t));
     }
+    if (rc == DUET_OK)
+        duet__request_set_label(b->req, "DDP '%s' gradient bucket %zu of %zu (%zu parameters, "
+                                "%zu floats)", d->name, k, d->nbuckets, b->nparams, b->count);
     return rc;
 }
 
@@ -291,6 +294,12 @@ static char *unused_message(ddp_state *d) {
     return m;
 }
 
+static void agree_peers(void *ctx, char *buf, size_t size) {
+    duet_comm_request *const *agree = ctx;
+    buf[0] = '\0';
+    if (*agree != NULL) duet__request_peers(*agree, buf, size);
+}
+
 static int finalize(ddp_state *d) {
     if (!d->armed) return DUET_OK;
     double t0 = duet_time_now();
@@ -303,15 +312,31 @@ static int finalize(ddp_state *d) {
                   -(float)d->nready, d->pass_error != 0 ? 1.0f : 0.0f};
     duet_comm_request *agree = NULL;
     int rc = duet_comm_iallreduce(d->ctl, v, 5, DUET_DTYPE_F32, DUET_REDUCE_MAX, &agree);
-    /* While the slowest rank gets here, keep the buckets' rings moving. */
-    for (bool done = false; rc == DUET_OK && !done;) {
-        rc = duet_comm_test(&agree, &done);
-        if (rc == DUET_OK && !done) progress(d);
+    /* While the slowest rank gets here, keep the buckets' rings moving,
+     * under the watchdog (backing off while nothing moves). */
+    if (rc == DUET_OK) {
+        duet__wait w;
+        duet__wait_begin(&w, d->ctl, "allreduce", d->ctl->op_seq - 1, NULL);
+        snprintf(w.label, sizeof w.label, "DDP '%s' end-of-backward agreement (%zu of %zu "
+                 "buckets started here)", d->name, d->next_launch, d->nbuckets);
+        w.peers = agree_peers;
+        w.peers_ctx = &agree;
+        for (bool done = false; rc == DUET_OK && !done;) {
+            bool moved = false;
+            rc = duet__comm_test_progress(&agree, &done, &moved);
+            if (rc != DUET_OK || done) break;
+            size_t before = d->next_complete;
+            progress(d);
+            rc = duet__wait_idle(&w, moved || d->next_complete != before);
+        }
+        duet__wait_end(&w);
+        if (agree != NULL) duet_comm_wait(&agree); /* broken family: returns at once */
     }
     if (rc != DUET_OK) {
         duet__error_context(rc, "DDP '%s': end-of-backward agreement", d->name);
         set_sticky(d, rc, duet_last_error());
-        /* Without agreement the safest is to finish what this rank started. */
+        /* Without agreement the safest is to finish what this rank started
+         * (after a timeout these waits fail at once). */
         for (size_t k = d->next_complete; k < d->next_launch; k++) duet_comm_wait(&d->buckets[k].req);
         reset_pass(d);
         return rc;
@@ -613,6 +638,11 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     if (rc == DUET_OK) rc = duet_comm_dup(comm, &d->comm);
     if (rc == DUET_OK) rc = duet_comm_dup(comm, &d->ctl);
     if (rc == DUET_OK) {
+        char label[96];
+        snprintf(label, sizeof label, "DDP '%.40s' buffers and buckets", d->name);
+        duet__comm_set_name(d->comm, label);
+        snprintf(label, sizeof label, "DDP '%.40s' end-of-backward agreement", d->name);
+        duet__comm_set_name(d->ctl, label);
         d->rank = duet_comm_rank(comm);
         d->size = duet_comm_size(comm);
         rc = duet_module_named_parameters(inner, false, &params);

@@ -4,9 +4,17 @@
  * Layout: u64 little-endian header length N, N bytes of JSON, then the body.
  * Every entry's data_offsets [begin, end) are relative to the body; the
  * entries, sorted by offset, must tile the body exactly (no holes, no
- * overlap), as the reference implementation requires. */
+ * overlap), as the reference implementation requires.
+ *
+ * Checksums. The writer stores, for every tensor, a 64-bit checksum of its
+ * bytes in the metadata ("checksum/<name>": 16 hex digits, and
+ * "checksum_algorithm": "duet-h64"); the reader verifies them in file order
+ * and names the first tensor that fails. duet-h64: h = FNV-1a's offset
+ * basis; for each little-endian 8-byte word w, h = (h ^ w) * FNV prime; then
+ * each tail byte the same way; then h = (h ^ nbytes) * prime and h ^= h >>
+ * 32. Each step is a bijection of h, so any change within one word is
+ * always caught. */
 #include "duet/tensor.h"
-#include "tensor/safetensors_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +124,26 @@ static bool convert_to_f32(float *dst, const unsigned char *src, const char *dty
     if (strcmp(dtype, "U64") == 0) { ST_CONVERT(uint64_t); }
 #undef ST_CONVERT
     return false;
+}
+
+/* ---- checksums ------------------------------------------------------------ */
+
+#define ST_CK_PREFIX "checksum/"
+#define ST_CK_ALGO_KEY "checksum_algorithm"
+#define ST_CK_ALGO "duet-h64"
+
+static uint64_t checksum(const unsigned char *p, size_t n) {
+    const uint64_t prime = 0x100000001b3ull;
+    uint64_t h = 0xcbf29ce484222325ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * prime;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * prime;
+    h = (h ^ (uint64_t)n) * prime;
+    return h ^ (h >> 32);
 }
 
 /* ---- reader ------------------------------------------------------------- */
@@ -396,6 +424,49 @@ done:
     return rc;
 }
 
+bool duet_st_has_checksums(const duet_st *st) { return duet_st_meta(st, ST_CK_ALGO_KEY) != NULL; }
+
+static const st_entry *find(const duet_st *st, const char *name);
+
+/* Every tensor against its recorded checksum, in file order; a file
+ * without "checksum_algorithm" passes (PyTorch's, older duet's). */
+static int verify_checksums(const duet_st *st) {
+    const char *algo = duet_st_meta(st, ST_CK_ALGO_KEY);
+    if (algo == NULL) return DUET_OK;
+    if (strcmp(algo, ST_CK_ALGO) != 0)
+        return duet__error(DUET_EUNSUPPORTED, "%s: unknown checksum_algorithm '%s' (duet knows "
+                           "'%s')", st->path, algo, ST_CK_ALGO);
+    char key[512];
+    for (size_t i = 0; i < st->count; i++) {
+        const st_entry *e = &st->entries[i];
+        snprintf(key, sizeof key, ST_CK_PREFIX "%s", e->name);
+        const char *want = duet_st_meta(st, key);
+        char *end = NULL;
+        uint64_t w = want != NULL ? strtoull(want, &end, 16) : 0;
+        if (want == NULL || strlen(want) != 16 || *end != '\0')
+            return duet__error(DUET_EFORMAT, "%s: corrupt checkpoint: tensor '%s' has %s "
+                               "checksum in the metadata (want 16 hex digits under '%s')",
+                               st->path, e->name, want == NULL ? "no" : "a malformed", key);
+        uint64_t got = checksum(st->body + e->begin, (size_t)(e->end - e->begin));
+        if (got != w)
+            return duet__error(DUET_EFORMAT, "%s: corrupt file: tensor '%s' (bytes [%" PRIu64
+                               ", %" PRIu64 ") of the data) fails its checksum (recorded %016"
+                               PRIx64 ", computed %016" PRIx64 "); the data was changed after "
+                               "duet wrote it: use another checkpoint (e.g. an earlier "
+                               "iter_N.safetensors)", st->path, e->name, e->begin, e->end, w, got);
+    }
+    /* A checksum for a tensor the file lacks: entries were removed. */
+    for (size_t i = 0; i < st->meta_count; i++) {
+        const char *k = st->meta[i].key;
+        if (strncmp(k, ST_CK_PREFIX, strlen(ST_CK_PREFIX)) == 0 &&
+            find(st, k + strlen(ST_CK_PREFIX)) == NULL)
+            return duet__error(DUET_EFORMAT, "%s: corrupt file: the metadata has a checksum for "
+                               "tensor '%s', which the file lacks", st->path,
+                               k + strlen(ST_CK_PREFIX));
+    }
+    return DUET_OK;
+}
+
 int duet_st_load(const char *path, duet_st **out) {
     DUET_ASSERT(path != NULL && out != NULL);
     *out = NULL;
@@ -430,6 +501,7 @@ int duet_st_load(const char *path, duet_st **out) {
     st->body = st->file + 8 + hlen;
     st->body_len = len - 8 - hlen;
     rc = parse_header(st, (const char *)st->file + 8, (size_t)hlen);
+    if (rc == DUET_OK) rc = verify_checksums(st);
     if (rc != DUET_OK) goto fail;
     *out = st;
     return DUET_OK;
@@ -438,7 +510,7 @@ fail:
     return rc;
 }
 
-int duet__st_view_without(const duet_st *st, const char *prefix, duet_st **out) {
+int duet_st_view_without(const duet_st *st, const char *prefix, duet_st **out) {
     *out = NULL;
     size_t np = strlen(prefix);
     duet_st *v = calloc(1, sizeof *v);
@@ -482,7 +554,7 @@ fail:
     return rc;
 }
 
-const char *duet__st_path(const duet_st *st) { return st->path; }
+const char *duet_st_path(const duet_st *st) { return st->path; }
 
 size_t duet_st_count(const duet_st *st) { return st->count; }
 
@@ -734,11 +806,23 @@ static int build_header(const duet_st_writer *w, char **out, size_t *len) {
     json_t *root = json_object();
     if (root == NULL) return duet__error(DUET_ENOMEM, "safetensors writer: out of memory");
     int bad = 0;
-    if (w->meta_count > 0) {
-        json_t *m = json_object();
-        bad |= m == NULL || json_object_set_new(root, "__metadata__", m) != 0;
-        for (size_t i = 0; !bad && i < w->meta_count; i++)
-            bad |= json_object_set_new(m, w->meta[i].key, json_string(w->meta[i].value)) != 0;
+    json_t *m = json_object();
+    bad |= m == NULL || json_object_set_new(root, "__metadata__", m) != 0;
+    for (size_t i = 0; !bad && i < w->meta_count; i++)
+        bad |= json_object_set_new(m, w->meta[i].key, json_string(w->meta[i].value)) != 0;
+    /* Every tensor's checksum (the reader verifies them). */
+    if (!bad) bad |= json_object_set_new(m, ST_CK_ALGO_KEY, json_string(ST_CK_ALGO)) != 0;
+    for (size_t i = 0; !bad && i < w->count; i++) {
+        const st_wentry *e = &w->entries[i];
+        size_t klen = strlen(ST_CK_PREFIX) + strlen(e->name) + 1;
+        char *key = malloc(klen), hex[17];
+        bad |= key == NULL;
+        if (!bad) {
+            snprintf(key, klen, ST_CK_PREFIX "%s", e->name);
+            snprintf(hex, sizeof hex, "%016" PRIx64, checksum(e->bytes, e->nbytes));
+            bad |= json_object_set_new(m, key, json_string(hex)) != 0;
+        }
+        free(key);
     }
     uint64_t at = 0;
     for (size_t i = 0; !bad && i < w->count; i++) {

@@ -7,7 +7,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "tensor/safetensors_internal.h"
 
 #define CKPT_OPT_PREFIX "optimizer."
 #define CKPT_NAME_MAX 256
@@ -33,6 +32,14 @@ static int check_opts(const char *what, const duet_named_optimizer *opts, size_t
 
 static void opt_prefix(char *buf, size_t size, const char *name) {
     snprintf(buf, size, CKPT_OPT_PREFIX "%s.", name);
+}
+
+/* duet_st_load verified the checksums of a file that has them; say so when
+ * it has none (PyTorch's files, or duet's before checksums). */
+static void note_unchecked(const duet_st *ck) {
+    if (!duet_st_has_checksums(ck))
+        duet_log(DUET_LOG_INFO, "note: %s has no checksums (not written by duet, or by an older "
+                 "duet): its data could not be verified", duet_st_path(ck));
 }
 
 int duet_checkpoint_save(const char *path, duet_module *model, const duet_named_optimizer *opts,
@@ -80,9 +87,9 @@ static int missing_required(const duet_st *weights, duet_module *model, const ch
 int duet_checkpoint_load_model(const duet_st *ckpt, duet_module *model, bool strict,
                                const char *require_prefix, size_t *nmissing,
                                size_t *nunexpected) {
-    const char *path = duet__st_path(ckpt);
+    const char *path = duet_st_path(ckpt);
     duet_st *weights = NULL;
-    DUET_TRY(duet__st_view_without(ckpt, CKPT_OPT_PREFIX, &weights));
+    DUET_TRY(duet_st_view_without(ckpt, CKPT_OPT_PREFIX, &weights));
     int rc = DUET_OK;
     if (!strict && require_prefix != NULL && require_prefix[0] != '\0') {
         char list[1024];
@@ -115,7 +122,7 @@ static bool entry_in_opts(const char *entry, const duet_named_optimizer *opts, s
 
 int duet_checkpoint_load_optimizers(const duet_st *ckpt, const duet_named_optimizer *opts,
                                     size_t nopts, bool strict) {
-    const char *path = duet__st_path(ckpt);
+    const char *path = duet_st_path(ckpt);
     DUET_TRY(check_opts(path, opts, nopts));
     /* Check presence of every state before loading any. */
     for (size_t i = 0; i < nopts; i++) {
@@ -152,6 +159,7 @@ int duet_checkpoint_resume(const char *path, duet_module *model,
     if (ckpt_out != NULL) *ckpt_out = NULL;
     duet_st *ck = NULL;
     DUET_TRY(duet_st_load(path, &ck));
+    note_unchecked(ck);
     int rc = DUET_OK;
     /* Optimizer presence first: a checkpoint without them changes nothing. */
     for (size_t i = 0; i < nopts && rc == DUET_OK; i++) {
@@ -175,6 +183,7 @@ int duet_checkpoint_load_weights(const char *path, duet_module *model, bool stri
                                  size_t *nunexpected) {
     duet_st *ck = NULL;
     DUET_TRY(duet_st_load(path, &ck));
+    note_unchecked(ck);
     int rc = duet_checkpoint_load_model(ck, model, strict, require_prefix, nmissing, nunexpected);
     duet_st_destroy(ck);
     return rc;
@@ -184,7 +193,7 @@ static int meta_text(const duet_st *ckpt, const char *key, const char **v) {
     *v = duet_st_meta(ckpt, key);
     if (*v == NULL)
         return duet__error(DUET_ENOTFOUND, "%s has no metadata '%s': not a duet training "
-                           "checkpoint (use it as load_from)", duet__st_path(ckpt), key);
+                           "checkpoint (use it as load_from)", duet_st_path(ckpt), key);
     return DUET_OK;
 }
 
@@ -196,7 +205,7 @@ int duet_checkpoint_meta_int(const duet_st *ckpt, const char *key, int64_t *out)
     long long x = strtoll(v, &end, 10);
     if (end == v || *end != '\0' || errno != 0)
         return duet__error(DUET_EFORMAT, "%s: metadata '%s' is '%s', not a 64-bit integer",
-                           duet__st_path(ckpt), key, v);
+                           duet_st_path(ckpt), key, v);
     *out = (int64_t)x;
     return DUET_OK;
 }
@@ -209,7 +218,7 @@ int duet_checkpoint_meta_uint(const duet_st *ckpt, const char *key, uint64_t *ou
     unsigned long long x = strtoull(v, &end, 10);
     if (end == v || *end != '\0' || errno != 0 || v[0] == '-')
         return duet__error(DUET_EFORMAT, "%s: metadata '%s' is '%s', not an unsigned 64-bit "
-                           "integer", duet__st_path(ckpt), key, v);
+                           "integer", duet_st_path(ckpt), key, v);
     *out = (uint64_t)x;
     return DUET_OK;
 }

@@ -5,12 +5,20 @@
  *
  * Errors. Setup failures are agreed on (one allreduce per phase): the lowest
  * failing rank prints its message, every rank returns a status, and nobody
- * waits in a collective. Once the loop runs, ranks cannot agree without a
- * collective per iteration, so an error on any rank prints its message with
- * the rank and aborts the job (duet_comm_abort); checkpoints are written
- * atomically, so the last good one survives. A non-finite loss is seen by
- * every rank at once (log values are averaged over ranks) and ends the run
- * cleanly. */
+ * waits in a collective. In the loop, an error inside an iteration (a bad
+ * image, a failed step) leaves the other ranks in a collective, so it prints
+ * its message with the rank and aborts the job (duet_comm_abort); a stalled
+ * rank ends the job the same way through the comm's watchdog (dist.timeout).
+ * A non-finite loss is seen by every rank at once and ends the run cleanly.
+ *
+ * Iteration boundary (runner_stop.c). After every iteration the ranks agree,
+ * in one small allreduce, on whether a rank failed outside a collective
+ * (logging) and whether a rank got SIGTERM/SIGINT. A checkpoint is
+ * collective: rank 0 writes it while every other rank waits for its status
+ * (a wait the watchdog never cuts short), so no rank's error or abort path
+ * can run while a checkpoint is being written: it finishes, or fails and
+ * the previous one stays. On a stop signal, rank 0 writes a checkpoint and
+ * every rank returns DUET_ESTOPPED (`duet` exits with DUET_EXIT_STOPPED). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -18,6 +26,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include "comm/comm_internal.h"
 #include "train/runner_ckpt.h"
 #include "train/runner_internal.h"
 
@@ -61,6 +70,12 @@ static void print_error(int rc) {
     fflush(stderr);
 }
 
+/* The job's exit status when aborting: a watchdog timeout says so. */
+static int abort_code(const duet__run *r, int rc) {
+    bool timed_out = rc == DUET_ETIMEOUT || (r->comm->family && r->comm->family->broken);
+    return timed_out ? DUET_EXIT_TIMEOUT : 1;
+}
+
 /* Setup phases: every rank calls this with its own status. Returns DUET_OK
  * when every rank succeeded; otherwise the lowest failing rank prints its
  * message and every rank returns that rank's status. */
@@ -71,12 +86,13 @@ static int agree(duet__run *r, int rc) {
     }
     /* The lowest failing rank (INT32_MAX: none), then its status. */
     int32_t first = rc != DUET_OK ? r->rank : INT32_MAX;
-    if (duet_comm_allreduce(r->comm, &first, 1, DUET_DTYPE_I32, DUET_REDUCE_MIN) != DUET_OK)
-        duet_comm_abort(r->comm, 1, "%s", duet_last_error()); /* MPI itself failed */
+    int crc = duet_comm_allreduce(r->comm, &first, 1, DUET_DTYPE_I32, DUET_REDUCE_MIN);
+    if (crc != DUET_OK) /* MPI itself failed, or a rank stalled */
+        duet_comm_abort(r->comm, abort_code(r, crc), "%s", duet_last_error());
     if (first == INT32_MAX) return DUET_OK;
     int32_t status = rc;
-    if (duet_comm_bcast(r->comm, &status, 1, DUET_DTYPE_I32, first) != DUET_OK)
-        duet_comm_abort(r->comm, 1, "%s", duet_last_error());
+    crc = duet_comm_bcast(r->comm, &status, 1, DUET_DTYPE_I32, first);
+    if (crc != DUET_OK) duet_comm_abort(r->comm, abort_code(r, crc), "%s", duet_last_error());
     if (first == r->rank) {
         print_error(rc);
         return rc;
@@ -84,9 +100,10 @@ static int agree(duet__run *r, int rc) {
     return duet__error(status, "process %d failed (its message is above)", first);
 }
 
-/* In the training loop: an error ends the job. */
+/* In the training loop: an error ends the job (after a watchdog timeout
+ * with DUET_EXIT_TIMEOUT, so that a scheduler can tell a hang). */
 static int fail_loop(duet__run *r, int rc) {
-    if (r->world > 1) duet_comm_abort(r->comm, 1, "%s", duet_last_error());
+    if (r->world > 1) duet_comm_abort(r->comm, abort_code(r, rc), "%s", duet_last_error());
     print_error(rc);
     return rc;
 }
@@ -103,11 +120,13 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->rank = duet_comm_rank(r->comm);
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
+    duet__comm_set_name(r->comm, "runner");
     DUET_TRY(duet_config_load(o->config, &r->cfg));
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
         if (rc != DUET_OK) return duet__error_context(rc, "--set %s", o->sets[i]);
     }
+    DUET_TRY(duet__run_set_timeout(r));
     return duet__run_setup_kernels(r);
 }
 
@@ -320,7 +339,10 @@ static bool every(int64_t iter, int64_t interval, int64_t total) {
     return interval > 0 && (iter % interval == 0 || iter == total);
 }
 
-static int train_loop(duet__run *r, int64_t start_iter) {
+/* *agreed: every rank returns the same failure together (no abort needed;
+ * the failing rank has printed its message). */
+static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
+    *agreed = false;
     interval_acc acc;
     memset(&acc, 0, sizeof acc);
     double t_start = duet_time_now();
@@ -348,17 +370,33 @@ static int train_loop(duet__run *r, int64_t start_iter) {
         acc_add(&acc, &lv, duet_time_now() - t0, data_time);
         double eta = duet__eta(duet_time_now() - t_start, iter - start_iter, iter, r->total_iters);
         duet__logger_progress(r->log, iter, r->total_iters, eta);
+        int lrc = DUET_OK;
         if (every(iter, r->log_interval, r->total_iters)) {
-            DUET_TRY(log_interval(r, &acc, iter, eta));
+            lrc = log_interval(r, &acc, iter, eta);
             memset(&acc, 0, sizeof acc);
         }
-        if (every(iter, r->ckpt_interval, r->total_iters) && r->rank == 0) {
-            duet__ckpt_state s = {.iter = iter, .sampler = duet_loader_get_state(r->loader),
-                                  .step_counter = -1};
-            DUET_TRY(duet__ckpt_save(r, &s));
-            if (r->log != NULL)
-                duet__logger_text(r->log, "saved checkpoint %s/iter_%" PRId64 ".safetensors",
-                                  r->work_dir, iter);
+        /* The boundary: agree on errors outside collectives and on stop
+         * signals before anything that needs every rank. */
+        bool stop = false;
+        rc = duet__run_boundary(r, iter, lrc, &stop);
+        if (rc != DUET_OK) {
+            *agreed = rc != DUET_EMPI && rc != DUET_ETIMEOUT;
+            if (*agreed && lrc != DUET_OK) print_error(rc);
+            return rc;
+        }
+        bool ckpt = every(iter, r->ckpt_interval, r->total_iters);
+        if (ckpt || stop) {
+            rc = duet__run_checkpoint(r, iter);
+            if (rc != DUET_OK) {
+                /* Every rank has rank 0's status: all stop together. */
+                *agreed = rc != DUET_EMPI && rc != DUET_ETIMEOUT;
+                if (*agreed && r->rank == 0) print_error(rc);
+                return rc;
+            }
+        }
+        if (stop) {
+            *agreed = true;
+            return duet__run_stopped(r, iter, true);
         }
         if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
             DUET_TRY(evaluate_hook(r, iter));
@@ -453,9 +491,14 @@ int duet_runner_train(const duet_runner_opts *o) {
     if (rc == DUET_OK) rc = agree(&r, duet__run_build_loader(&r, start));
     if (rc == DUET_OK) {
         describe(&r, start_iter);
-        int lrc = train_loop(&r, start_iter);
+        bool agreed = false;
+        duet__stop_install();
+        int lrc = train_loop(&r, start_iter, &agreed);
+        duet__stop_restore();
         if (lrc == DUET_ENUMERIC) {
             if (r.rank == 0) print_error(lrc);
+            rc = lrc;
+        } else if (lrc != DUET_OK && agreed) {
             rc = lrc;
         } else if (lrc != DUET_OK) {
             rc = fail_loop(&r, lrc);

@@ -113,4 +113,22 @@ typedef struct duet__eval_result {
 int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
                        duet__eval_result *res);
 
+/* ---- runner_stop.c ---- */
+/* dist.timeout (seconds, default 600; DUET_TIMEOUT in the environment
+ * overrides it) onto r->comm, before any DDP dups it. */
+int duet__run_set_timeout(duet__run *r);
+/* SIGTERM / SIGINT handlers for the training loop: the first signal asks
+ * for a stop at the next iteration boundary, a second one stops at once. */
+void duet__stop_install(void);
+void duet__stop_restore(void);
+/* After iteration `iter`: every rank agrees on whether one failed
+ * (local_rc; returns the lowest failing rank's status, on every rank) and
+ * on whether one got a stop signal (*stop; never on the last iteration). */
+int duet__run_boundary(duet__run *r, int64_t iter, int local_rc, bool *stop);
+/* Collective: rank 0 writes the checkpoint of `iter`, every rank gets its
+ * status (a failure is returned on every rank). */
+int duet__run_checkpoint(duet__run *r, int64_t iter);
+/* Prints the stop message on this rank; returns DUET_ESTOPPED. */
+int duet__run_stopped(duet__run *r, int64_t iter, bool saved);
+
 #endif
