@@ -131,41 +131,20 @@ int duet__run_read_test_cfg(duet__run *r) {
     return DUET_OK;
 }
 
-/* One dataset group: data.train or data.val. */
+/* One dataset group, data.train or data.val, through the registry; `times`
+ * (MMEditing's RepeatDataset around the training set) is read here, so that
+ * any registered dataset can be repeated. */
 static int build_dataset(duet__run *r, const char *path, bool train, duet_dataset **out) {
-    duet_config *d = NULL;
-    DUET_TRY(duet_config_sub(r->cfg, path, &d));
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
-    const char *type = NULL;
-    int64_t scale = 4, gt_size = o.gt_size, times = 1;
-    int rc = duet_config_get_string(d, "type", &type);
-    if (rc == DUET_OK && strcmp(type, "SRFolderGTDataset") != 0 &&
-        strcmp(type, "SRFolderDataset") != 0)
-        rc = bad_value_in(d, path, "type",
-                       "= \"%s\" is not known (use SRFolderGTDataset: ground truth only, LQ "
-                       "by bicubic; or SRFolderDataset: with lq_folder)", type);
-    if (rc == DUET_OK) rc = duet_config_get_string(d, "gt_folder", &o.gt_dir);
-    bool paired = rc == DUET_OK && strcmp(type, "SRFolderDataset") == 0;
-    if (rc == DUET_OK && paired) rc = duet_config_get_string(d, "lq_folder", &o.lq_dir);
-    if (rc == DUET_OK) rc = duet_config_get_int_or(d, "scale", 4, &scale);
-    if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "lazy", false, &o.lazy);
-    if (rc == DUET_OK && train) {
-        rc = duet_config_get_int_or(d, "gt_patch_size", o.gt_size, &gt_size);
-        if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_hflip", true, &o.use_hflip);
-        if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_vflip", true, &o.use_vflip);
-        if (rc == DUET_OK)
-            rc = duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose);
-        if (rc == DUET_OK) rc = duet_config_get_int_or(d, "times", 1, &times);
-        if (rc == DUET_OK && times < 1)
-            rc = bad_value_in(d, path, "times", "must be >= 1, got %lld", (long long)times);
+    int64_t times = 1;
+    char key[64];
+    snprintf(key, sizeof key, "%s.times", path);
+    if (train) {
+        DUET_TRY(duet_config_get_int_or(r->cfg, key, 1, &times));
+        if (times < 1) return bad_value(r->cfg, key, "must be >= 1, got %lld", (long long)times);
     }
-    duet_config_destroy(d);
-    DUET_TRY(rc);
-    o.scale = (int)scale;
-    o.gt_size = gt_size;
     duet_dataset *ds = NULL;
-    rc = train ? duet_sr_train_dataset_create(&ds, &o) : duet_sr_val_dataset_create(&ds, &o);
-    if (rc != DUET_OK) return duet__error_context(rc, "%s (%s)", path, duet_config_name(r->cfg));
+    int rc = duet_build_dataset(r->cfg, path, train, &ds);
+    if (rc != DUET_OK) return duet__error_context(rc, "%s", duet_config_name(r->cfg));
     if (train && times > 1) DUET_TRY(duet_repeat_dataset_create(&ds, ds, times));
     *out = ds;
     return DUET_OK;
