@@ -219,7 +219,7 @@ static int toy_train_step(duet_model *m, const duet_batch *batch, duet_optimizer
     }
     steps_done++;
     params_hash = hash_params(m);
-    return duet_log_vars_average(log, duet_model_comm(m));
+    return DUET_OK; /* duet_model_train_step averages the log values over the ranks */
 }
 
 static int toy_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {

@@ -192,6 +192,8 @@ void duet_val_output_clear(duet_val_output *v);
 typedef struct duet_model_ops {
     const char *name; /* "SRGAN" */
     int (*forward)(duet_model *m, duet_tensor *lq, duet_tensor **out);
+    /* Fills *log (cleared) with this rank's values; the dispatcher averages
+     * them over the ranks afterwards. */
     int (*train_step)(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
                       duet_log_vars *log);
     int (*val_step)(duet_model *m, const duet_batch *batch, duet_val_output *out);
@@ -213,15 +215,21 @@ const char *duet_model_type_name(const duet_model *m);
 /* Borrowed part, or NULL. */
 duet_module *duet_model_part(duet_model *m, const char *name);
 /* The process group to average log values over (borrowed; NULL: this
- * process only, the default). The wrapper sets it. */
+ * process only, the default). The wrapper sets it. duet_model_train_step
+ * averages the log values over it after the model's train_step; while that
+ * runs, duet_model_comm returns NULL, so a model that still calls
+ * duet_log_vars_average(log, duet_model_comm(m)) averages nothing and the
+ * values cross the network once. */
 void duet_model_set_comm(duet_model *m, duet_comm *comm);
 duet_comm *duet_model_comm(const duet_model *m);
 
 /* forward: the test-mode output for `lq` (generator output), recorded on the
  * tape when grad mode is on. */
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out);
-/* One optimisation step. *log is cleared and filled with the named values,
- * averaged over the model's comm. */
+/* One optimisation step. *log is cleared and filled with the named values
+ * by the model's train_step, then averaged over the model's comm here (the
+ * model need not, and every rank must log the same names in the same order:
+ * else DUET_EMISMATCH on every rank). */
 int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
                           duet_log_vars *log);
 /* Output and metrics, without gradients; the model is put in eval mode for

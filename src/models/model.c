@@ -339,6 +339,7 @@ struct duet_model {
     duet_module *root;
     duet_module *outer; /* owns root when set (a DDP around the model) */
     duet_comm *comm;
+    bool in_train_step; /* ops->train_step is running: duet_model_comm is NULL */
 };
 
 void duet_val_output_clear(duet_val_output *v) {
@@ -387,7 +388,10 @@ duet_module *duet_model_part(duet_model *m, const char *name) {
 }
 
 void duet_model_set_comm(duet_model *m, duet_comm *comm) { m->comm = comm; }
-duet_comm *duet_model_comm(const duet_model *m) { return m->comm; }
+/* Inside train_step the dispatcher owns the averaging: a model that still
+ * averages its log values itself gets NULL, so its call does nothing and
+ * the values go over the network once. */
+duet_comm *duet_model_comm(const duet_model *m) { return m->in_train_step ? NULL : m->comm; }
 
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
@@ -401,8 +405,16 @@ int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer
     duet_log_vars_clear(log);
     if (m->ops->train_step == NULL)
         return duet__error(DUET_EUNSUPPORTED, "model %s has no train_step", m->ops->name);
+    m->in_train_step = true;
     int rc = m->ops->train_step(m, batch, opts, log);
-    if (rc != DUET_OK) duet__error_context(rc, "%s.train_step", m->ops->name);
+    m->in_train_step = false;
+    if (rc != DUET_OK) return duet__error_context(rc, "%s.train_step", m->ops->name);
+    /* MMEditing's parse_losses: every rank reports the means over the job.
+     * Done here, not by each model, so that no model can leave the other
+     * ranks waiting in an allreduce it forgot (or make them disagree on
+     * when to stop: a NaN on one rank is a NaN on all). */
+    rc = duet_log_vars_average(log, m->comm);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.train_step: log values", m->ops->name);
     return rc;
 }
 

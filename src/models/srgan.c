@@ -177,7 +177,7 @@ static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimiz
     if (rc != DUET_OK) duet_tape_clear();
     DUET_TRY(rc);
     s->step_counter++;
-    return duet_log_vars_average(log, duet_model_comm(m));
+    return DUET_OK; /* duet_model_train_step averages the log values over the ranks */
 }
 
 static int srgan_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
