@@ -198,7 +198,23 @@ typedef struct duet_model_ops {
                       duet_log_vars *log);
     int (*val_step)(duet_model *m, const duet_batch *batch, duet_val_output *out);
     void (*destroy)(void *impl); /* may be NULL */
+    /* The model's own state beyond its modules' state dict (SRGAN's step
+     * counter, CycleGAN's image pools), for checkpoints; both may be NULL
+     * (nothing to keep). save_state writes into the checkpoint being made:
+     * metadata with duet_st_writer_set_meta (string values; keys other than
+     * the runner's: iter, epoch, seed, rng_*, world_size, config, ...) and
+     * tensors with duet_st_writer_add, named DUET_MODEL_STATE_PREFIX
+     * "<what>" so that weight loading skips them. load_state reads them back
+     * on --resume (duet_st_meta, duet_st_get), after the weights and the
+     * optimizers; a missing entry is DUET_ENOTFOUND naming it. Tensors
+     * that are part of a network (an EMA copy, BN statistics) belong in
+     * the modules instead: they are checkpointed and resumed with them. */
+    int (*save_state)(duet_model *m, duet_st_writer *w);
+    int (*load_state)(duet_model *m, const duet_st *ckpt);
 } duet_model_ops;
+
+/* Names of the tensors a save_state hook writes start with this. */
+#define DUET_MODEL_STATE_PREFIX "state."
 
 /* Takes ownership of impl (freed by ops->destroy, also on failure) and of
  * root, the module whose children are the parts (destroyed on failure).
@@ -222,6 +238,11 @@ duet_module *duet_model_part(duet_model *m, const char *name);
  * values cross the network once. */
 void duet_model_set_comm(duet_model *m, duet_comm *comm);
 duet_comm *duet_model_comm(const duet_model *m);
+
+/* The model's save_state / load_state hooks (DUET_OK when it has none);
+ * errors get the model type as context. */
+int duet_model_save_state(duet_model *m, duet_st_writer *w);
+int duet_model_load_state(duet_model *m, const duet_st *ckpt);
 
 /* forward: the test-mode output for `lq` (generator output), recorded on the
  * tape when grad mode is on. */

@@ -181,7 +181,8 @@ int duet_checkpoint_save(const char *path, duet_module *model, const duet_named_
 
 /* Loads the model's weights from an open checkpoint (duet_st_load), ignoring
  * its "optimizer." entries. strict (--resume): every state-dict key present,
- * no unexpected key, else DUET_ENOTFOUND listing both. Non-strict
+ * no unexpected key, else DUET_ENOTFOUND listing both ("optimizer." and
+ * DUET_MODEL_STATE_PREFIX entries are never weights). Non-strict
  * (load_from): missing and unexpected keys are logged at WARN level with
  * their names and counted in *nmissing and *nunexpected (either may be
  * NULL), except that state-dict keys starting with `require_prefix` (NULL:
@@ -202,6 +203,17 @@ int duet_checkpoint_load_optimizers(const duet_st *ckpt, const duet_named_optimi
  * free with duet_st_destroy. */
 int duet_checkpoint_resume(const char *path, duet_module *model,
                            const duet_named_optimizer *opts, size_t nopts, duet_st **ckpt_out);
+/* A model's checkpoint: duet_checkpoint_save of its module, plus what the
+ * save_state hook of its ops writes (metadata; tensors named
+ * DUET_MODEL_STATE_PREFIX..., which no weight loading reads). */
+int duet_checkpoint_save_model(const char *path, duet_model *model,
+                               const duet_named_optimizer *opts, size_t nopts,
+                               const duet_meta_item *meta, size_t nmeta);
+/* --resume of a model: duet_checkpoint_resume, then the load_state hook of
+ * its ops (duet_model_load_state). *ckpt_out as duet_checkpoint_resume. */
+int duet_checkpoint_resume_model(const char *path, duet_model *model,
+                                 const duet_named_optimizer *opts, size_t nopts,
+                                 duet_st **ckpt_out);
 /* load_from / test: opens path and loads the weights (see load_model). */
 int duet_checkpoint_load_weights(const char *path, duet_module *model, bool strict,
                                  const char *require_prefix, size_t *nmissing,

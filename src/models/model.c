@@ -393,6 +393,20 @@ void duet_model_set_comm(duet_model *m, duet_comm *comm) { m->comm = comm; }
  * the values go over the network once. */
 duet_comm *duet_model_comm(const duet_model *m) { return m->in_train_step ? NULL : m->comm; }
 
+int duet_model_save_state(duet_model *m, duet_st_writer *w) {
+    if (m->ops->save_state == NULL) return DUET_OK;
+    int rc = m->ops->save_state(m, w);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.save_state", m->ops->name);
+    return rc;
+}
+
+int duet_model_load_state(duet_model *m, const duet_st *ckpt) {
+    if (m->ops->load_state == NULL) return DUET_OK;
+    int rc = m->ops->load_state(m, ckpt);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.load_state", m->ops->name);
+    return rc;
+}
+
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
     if (m->ops->forward == NULL)

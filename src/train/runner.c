@@ -352,8 +352,7 @@ static int train_loop(duet__run *r, int64_t start_iter) {
             memset(&acc, 0, sizeof acc);
         }
         if (every(iter, r->ckpt_interval, r->total_iters) && r->rank == 0) {
-            duet__ckpt_state s = {.iter = iter, .sampler = duet_loader_get_state(r->loader),
-                                  .step_counter = -1};
+            duet__ckpt_state s = {.iter = iter, .sampler = duet_loader_get_state(r->loader)};
             DUET_TRY(duet__ckpt_save(r, &s));
             if (r->log != NULL)
                 duet__logger_text(r->log, "saved checkpoint %s/iter_%" PRId64 ".safetensors",
@@ -421,9 +420,6 @@ int duet_runner_train(const duet_runner_opts *o) {
         int lrc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory")
                                : duet__ckpt_resume(&r, path, &s);
         if (lrc != DUET_OK) duet__error_context(lrc, "--resume");
-        if (lrc == DUET_OK && s.step_counter >= 0 &&
-            strcmp(duet_model_type_name(r.model), "SRGAN") == 0)
-            duet_srgan_set_step_counter(r.model, s.step_counter);
         if (lrc == DUET_OK) {
             start_iter = s.iter;
             start = s.sampler;
