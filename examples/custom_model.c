@@ -2,9 +2,10 @@
  *
  * The program registers, by name, its own networks (ToyGenerator: x2
  * super-resolution by a residual pixel-shuffle net; ToyDiscriminator: a
- * patch discriminator), its own loss (ToyL1Loss) and its own two-network
- * model (ToyGAN: generator step with the discriminator frozen, then the
- * discriminator step). The config below names those types; duet_runner_train
+ * patch discriminator), its own loss (ToyL1Loss), its own dataset
+ * (ToyImages: named tensors "lq" and "gt" made on the fly) and its own
+ * two-network model (ToyGAN: generator step with the discriminator frozen,
+ * then the discriminator step). The config below names those types; duet_runner_train
  * builds them through the registry, wraps each network in its own DDP
  * (DistributedDataParallelWrapper), builds the optimizers from the config
  * and trains.
@@ -18,8 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <math.h>
-#include <sys/stat.h>
 
 #include "duet/duet.h"
 
@@ -263,29 +264,49 @@ static int build_toy_gan(duet_config *cfg, const char *path, duet_rng *rng, duet
     return duet_model_create(out, &toy_ops, t, root);
 }
 
-/* ---- data and config --------------------------------------------------------------- */
+/* ---- a dataset: smooth pictures made on the fly ----------------------------------- */
 
-/* Eight smooth 32x32 RGB pictures (sums of sines) as PNG files in dir. */
-static int write_images(const char *dir) {
-    duet_rng rng = duet_rng_make(7, 0);
-    for (int k = 0; k < 8; k++) {
-        duet_image *img = NULL;
-        DUET_TRY(duet_image_create(&img, 32, 32, 3));
-        float fx = 0.1f + 0.3f * duet_rng_uniform(&rng), fy = 0.1f + 0.3f * duet_rng_uniform(&rng);
-        for (int y = 0; y < 32; y++)
-            for (int x = 0; x < 32; x++)
-                for (int c = 0; c < 3; c++) {
-                    float v = 0.5f + 0.4f * sinf(fx * (float)x * (1 + c) + fy * (float)y + (float)k);
-                    img->data[(y * 32 + x) * 3 + c] = (uint8_t)(v * 255.0f);
-                }
-        char path[600];
-        snprintf(path, sizeof path, "%s/img%d.png", dir, k);
-        int rc = duet_image_save_png(img, path);
-        duet_image_destroy(img);
-        DUET_TRY(rc);
-    }
-    return DUET_OK;
+/* Sample i: "gt" (1, 3, 16, 16), sums of sines whose frequencies come from
+ * i and whose phase the sample's generator draws (a new one each epoch);
+ * "lq" (1, 3, 8, 8), its 2x2 means. Named as the SR datasets name theirs,
+ * so the model reads "lq" and "gt" whichever dataset feeds it. */
+static int toy_images_get(const void *impl, int64_t index, duet_rng *rng, duet_batch *out) {
+    (void)impl;
+    duet_tensor *gt = NULL, *lq = NULL;
+    DUET_TRY(duet_tensor_create4(&gt, 1, 3, 16, 16));
+    int rc = duet_tensor_create4(&lq, 1, 3, 8, 8);
+    float fx = 0.2f + 0.05f * (float)(index % 7), fy = 0.15f + 0.04f * (float)(index % 5);
+    float phase = 6.2832f * duet_rng_uniform(rng);
+    for (int c = 0; rc == DUET_OK && c < 3; c++)
+        for (int y = 0; y < 16; y++)
+            for (int x = 0; x < 16; x++)
+                gt->data[(c * 16 + y) * 16 + x] =
+                    0.5f + 0.4f * sinf(fx * (float)x * (float)(1 + c) + fy * (float)y + phase);
+    for (int c = 0; rc == DUET_OK && c < 3; c++)
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 8; x++) {
+                const float *g = gt->data + (c * 16 + 2 * y) * 16 + 2 * x;
+                lq->data[(c * 8 + y) * 8 + x] = 0.25f * (g[0] + g[1] + g[16] + g[17]);
+            }
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(out, "lq", lq);
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(out, "gt", gt);
+    duet_tensor_release(gt);
+    duet_tensor_release(lq);
+    return rc;
 }
+
+static const duet_dataset_ops toy_images_ops = {.name = "ToyImages", .get = toy_images_get};
+
+/* data.train = { type = "ToyImages"; size = 64; }; */
+static int build_toy_images(duet_config *cfg, const char *path, bool train, duet_dataset **out) {
+    (void)train;
+    int64_t size = 0;
+    DUET_TRY(duet_config_get_int_or(cfg, "size", 64, &size));
+    if (size < 1) return duet__error(DUET_ECONFIG, "%s.size: %lld (use >= 1)", path, (long long)size);
+    return duet_dataset_create(out, &toy_images_ops, NULL, size);
+}
+
+/* ---- config ---------------------------------------------------------------------- */
 
 static const char *config_text =
     "model = {\n"
@@ -298,8 +319,7 @@ static const char *config_text =
     "data = {\n"
     "  samples_per_gpu = 4;\n"
     "  prefetch = 0;\n"
-    "  train = { type = \"SRFolderGTDataset\"; gt_folder = \"%s/images\"; scale = 2;\n"
-    "            gt_patch_size = 16; times = 100; };\n"
+    "  train = { type = \"ToyImages\"; size = 64; times = 10; };\n"
     "};\n"
     "optimizers = {\n"
     "  generator = { type = \"Adam\"; lr = 2e-3; betas = [0.9, 0.999]; };\n"
@@ -310,6 +330,11 @@ static const char *config_text =
     "checkpoint_config = { interval = 0; };\n"
     "seed = 3;\n"
     "work_dir = \"%s/work\";\n";
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
 
 /* A fresh folder for the run, made by rank 0 and named to every rank. */
 static int make_dir(duet_comm *comm, char *dir, size_t size) {
@@ -332,18 +357,15 @@ int main(void) {
     CHECK(duet_registry_register_module("ToyDiscriminator", build_toy_discriminator));
     CHECK(duet_registry_register_loss("ToyL1Loss", build_toy_l1));
     CHECK(duet_registry_register_model("ToyGAN", build_toy_gan));
+    CHECK(duet_registry_register_dataset("ToyImages", build_toy_images));
 
     char dir[256], path[512];
     CHECK(make_dir(comm, dir, sizeof dir));
     if (rank == 0) {
-        char images[300];
-        snprintf(images, sizeof images, "%s/images", dir);
-        if (mkdir(images, 0777) != 0) return fprintf(stderr, "cannot create %s\n", images), 1;
-        CHECK(write_images(images));
         snprintf(path, sizeof path, "%s/toy.cfg", dir);
         FILE *f = fopen(path, "w");
         if (f == NULL) return fprintf(stderr, "cannot write %s\n", path), 1;
-        fprintf(f, config_text, dir, dir);
+        fprintf(f, config_text, dir);
         fclose(f);
     }
     CHECK(duet_comm_barrier(comm));
@@ -382,6 +404,7 @@ int main(void) {
                world == 1 ? "" : "es", bad ? "no" : "yes");
     int any_bad = bad;
     CHECK(duet_comm_allreduce(comm, &any_bad, 1, DUET_DTYPE_I32, DUET_REDUCE_MAX));
+    if (rank == 0) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the run's files */
     duet_comm_destroy(comm);
     duet_comm_finalize();
     return any_bad ? 1 : 0;

@@ -31,31 +31,28 @@ int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *nam
     return rc;
 }
 
-/* A (3, H, W) sample tensor as a batch of one (1, 3, H, W), sharing data. */
-static int as_batch_of_one(duet_tensor *t, duet_tensor **out) {
-    int64_t shape[4] = {1, t->shape[0], t->shape[1], t->shape[2]};
-    return duet_tensor_view(out, t, 4, shape);
-}
-
 static double metric(const duet_log_vars *lv, const char *name) {
     double v = 0;
     return duet_log_vars_get(lv, name, &v) ? v : 0.0;
 }
 
-/* One image: model output (and its metrics), bicubic metrics, grid row. */
+/* One image: model output (and its metrics), bicubic metrics, grid row. The
+ * dataset's sample goes to val_step as it is (a batch of one, named
+ * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
 static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
                     duet_image **row, double sums[5]) {
-    duet_sample s = {0};
-    DUET_TRY(duet_dataset_get(r->val_set, index, r->seed, 0, &s));
-    duet_tensor *lq = NULL, *gt = NULL, *bic = NULL;
     duet_batch batch = {0};
+    DUET_TRY(duet_dataset_get_item(r->val_set, index, r->seed, 0, &batch));
+    duet_tensor *lq = duet_batch_tensor_get(&batch, "lq"), *gt = duet_batch_tensor_get(&batch, "gt");
+    duet_tensor *bic = NULL;
     duet_val_output vo = {0};
-    const char *name = s.name != NULL ? s.name : "image";
-    int rc = as_batch_of_one(s.lq, &lq);
-    if (rc == DUET_OK) rc = as_batch_of_one(s.gt, &gt);
-    if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "lq", lq);
-    if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "gt", gt);
-    if (rc == DUET_OK) rc = duet_batch_add_meta(&batch, "gt_path", 1, &name);
+    const char *name = duet_batch_meta_get(&batch, "gt_path", 0);
+    if (name == NULL) name = duet_dataset_name(r->val_set, index);
+    if (name == NULL) name = "image";
+    int rc = DUET_OK;
+    if ((bicubic || row != NULL) && (lq == NULL || gt == NULL))
+        rc = duet__error(DUET_ENOTFOUND, "the validation sample has no 'lq' and 'gt' tensors, "
+                         "which the bicubic numbers and the evaluation picture compare");
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
     if (rc == DUET_OK) {
         sums[0] += 1;
@@ -74,11 +71,8 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     if (rc == DUET_OK && row != NULL) rc = duet__grid_row(row, lq, vo.output, gt, 0, 4);
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);
-    duet_batch_clear(&batch);
-    duet_tensor_release(lq);
-    duet_tensor_release(gt);
     duet_tensor_release(bic);
-    duet_sample_clear(&s);
+    duet_batch_clear(&batch);
     return rc;
 }
 

@@ -328,16 +328,11 @@ static int train_loop(duet__run *r, int64_t start_iter) {
         duet__run_apply_lr(r, iter);
         duet_data_batch *db = NULL;
         DUET_TRY(duet_loader_next(r->loader, &db));
-        duet_batch batch = {0};
-        int rc = duet_batch_add_tensor(&batch, "lq", db->lq);
-        if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "gt", db->gt);
-        if (rc == DUET_OK)
-            rc = duet_batch_add_meta(&batch, "gt_path", db->n, (const char *const *)db->names);
+        /* The dataset's named tensors go to the model as they are. */
         duet_log_vars lv;
         duet_log_vars_clear(&lv);
-        if (rc == DUET_OK) rc = duet_wrapper_train_step(r->wrapper, &batch, r->opts, &lv);
+        int rc = duet_wrapper_train_step(r->wrapper, &db->batch, r->opts, &lv);
         double data_time = db->data_time;
-        duet_batch_clear(&batch);
         duet_data_batch_destroy(db);
         DUET_TRY(rc);
         iter++;
