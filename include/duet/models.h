@@ -201,13 +201,25 @@ duet_module *duet_model_part(duet_model *m, const char *name);
 void duet_model_set_comm(duet_model *m, duet_comm *comm);
 duet_comm *duet_model_comm(const duet_model *m);
 
+/* MMEditing's ExponentialMovingAverageHook.lerp over a network's state
+ * dict: each entry of `ema` becomes net + (ema - net) * m, computed in
+ * float32 as PyTorch does, with m = momentum (0.999) for a parameter of
+ * `net` that requires grad and momentum_nontrainable (0: a copy) for frozen
+ * parameters and buffers. ema and net have the same state-dict names and
+ * sizes, else DUET_ESHAPE naming the entry. No communication: net is the
+ * same bits on every rank (DDP), so ema is too. */
+int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
+                    float momentum_nontrainable);
+
 /* The model's save_state / load_state hooks (DUET_OK when it has none);
  * errors get the model type as context. */
 int duet_model_save_state(duet_model *m, duet_st_writer *w);
 int duet_model_load_state(duet_model *m, const duet_st *ckpt);
 
 /* forward: the test-mode output for `lq` (generator output), recorded on the
- * tape when grad mode is on. */
+ * tape when grad mode is on. A part named P_ema (generator_ema: the moving
+ * average of the generator, see duet_ema_update) stands in for P in forward
+ * and val_step, as MMEditing's forward_test uses generator_ema. */
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out);
 /* One optimisation step. *log is cleared and filled with the named values
  * by the model's train_step, then averaged over the model's comm here (the

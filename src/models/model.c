@@ -210,6 +210,7 @@ struct duet_model {
     duet_module *outer; /* owns root when set (a DDP around the model) */
     duet_comm *comm;
     bool in_train_step; /* ops->train_step is running: duet_model_comm is NULL */
+    int ema_depth;      /* nested forward / val_step calls with the EMA parts swapped in */
 };
 
 void duet_val_output_clear(duet_val_output *v) {
@@ -277,11 +278,73 @@ int duet_model_load_state(duet_model *m, const duet_st *ckpt) {
     return rc;
 }
 
+/* ---- exponential moving averages --------------------------------------------------- */
+
+int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
+                    float momentum_nontrainable) {
+    duet_named_tensors e = {0}, n = {0};
+    int rc = duet_module_state(ema, &e);
+    if (rc == DUET_OK) rc = duet_module_state(net, &n);
+    if (rc == DUET_OK && e.count != n.count)
+        rc = duet__error(DUET_ESHAPE, "EMA: the copy has %zu state entries, the network %zu",
+                         e.count, n.count);
+    for (size_t i = 0; i < n.count && rc == DUET_OK; i++) {
+        duet_tensor *a = n.items[i].tensor, *b = e.items[i].tensor;
+        if (strcmp(n.items[i].name, e.items[i].name) != 0 || a->numel != b->numel)
+            rc = duet__error(DUET_ESHAPE, "EMA: entry %zu is '%s' (%" PRId64 " values) in the "
+                             "network but '%s' (%" PRId64 ") in the copy", i, n.items[i].name,
+                             a->numel, e.items[i].name, b->numel);
+        /* MMEditing's lerp(a=net, b=ema): a + (b - a) * m, in float32 as
+         * torch computes it; buffers and frozen parameters use the
+         * non-trainable momentum (0: copied). */
+        float mom = a->requires_grad ? momentum : momentum_nontrainable;
+        if (rc == DUET_OK && mom == 0.0f) /* a + (b - a) * 0 is a, NaN aside */
+            memcpy(b->data, a->data, sizeof(float) * (size_t)a->numel);
+        else
+            for (int64_t k = 0; rc == DUET_OK && k < a->numel; k++)
+                b->data[k] = a->data[k] + (b->data[k] - a->data[k]) * mom;
+    }
+    duet_named_tensors_free(&e);
+    duet_named_tensors_free(&n);
+    return rc;
+}
+
+/* Swaps every part P with its moving average P_ema when the model has
+ * both (MMEditing's forward_test with generator_ema); a second call swaps
+ * back. */
+static void swap_ema_parts(duet_model *m) {
+    duet_module *root = m->root;
+    if (root == NULL) return;
+    for (size_t i = 0; i < root->nchildren; i++) {
+        const char *name = root->children[i].name;
+        size_t len = strlen(name);
+        if (len <= 4 || strcmp(name + len - 4, "_ema") != 0) continue;
+        for (size_t j = 0; j < root->nchildren; j++) {
+            const char *base = root->children[j].name;
+            if (strlen(base) != len - 4 || strncmp(base, name, len - 4) != 0) continue;
+            duet_module *t = root->children[i].module;
+            root->children[i].module = root->children[j].module;
+            root->children[j].module = t;
+        }
+    }
+}
+
+static void ema_enter(duet_model *m) {
+    if (m->ema_depth++ == 0) swap_ema_parts(m);
+}
+
+static void ema_leave(duet_model *m) {
+    if (--m->ema_depth == 0) swap_ema_parts(m);
+}
+
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
     if (m->ops->forward == NULL)
         return duet__error(DUET_EUNSUPPORTED, "model %s has no forward", m->ops->name);
-    return m->ops->forward(m, lq, out);
+    ema_enter(m);
+    int rc = m->ops->forward(m, lq, out);
+    ema_leave(m);
+    return rc;
 }
 
 int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
@@ -309,7 +372,9 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
     bool was_training = m->root->training;
     bool prev = duet_set_grad_enabled(false);
     duet_module_train(m->root, false);
+    ema_enter(m);
     int rc = m->ops->val_step(m, batch, out);
+    ema_leave(m);
     duet_module_train(m->root, was_training);
     duet_set_grad_enabled(prev);
     if (rc != DUET_OK) {

@@ -143,7 +143,11 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
     r->seed = (uint64_t)seed;
     r->rng = duet_rng_make(r->seed, 0);
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &r->model));
-    DUET_TRY(duet__ckpt_load_weights(r, ckpt, false, "generator."));
+    /* With an EMA hook the checkpoint's generator_ema.* are used (and must
+     * be there, as the generator's: the prefix "generator" covers both). */
+    DUET_TRY(duet__run_read_ema(r));
+    DUET_TRY(duet__run_add_ema(r, r->model));
+    DUET_TRY(duet__ckpt_load_weights(r, ckpt, false, r->nema > 0 ? "generator" : "generator."));
     duet_module_train(duet_model_module(r->model), false);
     return DUET_OK;
 }
@@ -222,6 +226,10 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         if (r->rank == 0 && !r->quiet)
             duet_log(DUET_LOG_INFO, "load_from %s: weights loaded", load_from);
     }
+    /* MMEditing's EMA hook before_run: a copy of the generator, part of the
+     * model from now on (after load_from, before the wrapper). */
+    DUET_TRY(duet__run_read_ema(r));
+    DUET_TRY(duet__run_add_ema(r, model));
     if (duet_config_has(r->cfg, "wrapper")) {
         r->model = NULL;
         DUET_TRY(duet_build_wrapper(r->cfg, "wrapper", model, r->comm, &r->wrapper));
@@ -232,6 +240,8 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         DUET_TRY(duet_wrapper_create(&r->wrapper, model, r->comm, devices, 1, &wo));
     }
     r->model = duet_wrapper_model(r->wrapper);
+    /* The DDP took rank 0's generator: so does its copy (a resume loads it). */
+    if (!o->resume) DUET_TRY(duet__run_ema_sync(r));
     DUET_TRY(duet_build_optimizers(r->cfg, "optimizers", r->model, &r->opts));
     /* Evaluating needs data.val: its absence is an error then. */
     DUET_TRY(duet__run_build_data(r, true, r->eval_interval > 0));
@@ -334,6 +344,7 @@ static int train_loop(duet__run *r, int64_t start_iter) {
         int rc = duet_wrapper_train_step(r->wrapper, &db->batch, r->opts, &lv);
         double data_time = db->data_time;
         duet_data_batch_destroy(db);
+        if (rc == DUET_OK) rc = duet__run_ema_after_iter(r, iter);
         DUET_TRY(rc);
         iter++;
         /* Every rank holds the same averaged values: all stop together. */

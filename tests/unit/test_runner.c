@@ -194,9 +194,10 @@ static void assert_same_checkpoint(const char *a, const char *b) {
     duet_st_destroy(sb);
 }
 
-static void resume_equals_uninterrupted(fixture *f, const char *model, int patch) {
+static void resume_equals_uninterrupted_with(fixture *f, const char *model, int patch,
+                                             const char *extra) {
     char cfg[256], a[256], b[256], la[300], lb[300];
-    write_config(f, "resume.cfg", model, patch, NULL, cfg, sizeof cfg);
+    write_config(f, "resume.cfg", model, patch, extra, cfg, sizeof cfg);
     snprintf(a, sizeof a, "%s/a", f->dir);
     snprintf(b, sizeof b, "%s/b", f->dir);
     /* 7 iterations of 2 images over 4 images: 2 batches per epoch, so the
@@ -227,6 +228,10 @@ static void resume_equals_uninterrupted(fixture *f, const char *model, int patch
     rm_rf(b);
 }
 
+static void resume_equals_uninterrupted(fixture *f, const char *model, int patch) {
+    resume_equals_uninterrupted_with(f, model, patch, NULL);
+}
+
 static void test_resume_basic_restorer(void **state) {
     resume_equals_uninterrupted(*state, restorer_cfg, 16);
 }
@@ -235,6 +240,50 @@ static void test_resume_basic_restorer(void **state) {
  * stop at 3, so the resumed run must restore SRGAN's step counter. */
 static void test_resume_srgan(void **state) {
     resume_equals_uninterrupted(*state, srgan_cfg, 32);
+}
+
+/* MMEditing's EMA hook: generator_ema is checkpointed, resumed bitwise (the
+ * stop at 3 is after start_iter 2, so the resumed run continues an average
+ * already under way), and used by `duet test`, which needs it in the
+ * checkpoint when the config has the hook. */
+static const char ema_hook[] =
+    "custom_hooks = ( { type = \"ExponentialMovingAverageHook\";\n"
+    "  module_keys = [\"generator_ema\"]; interval = 1; start_iter = 2;\n"
+    "  interp_cfg = { momentum = 0.5; }; } );\n";
+
+static void test_resume_srgan_ema(void **state) {
+    fixture *f = *state;
+    resume_equals_uninterrupted_with(f, srgan_cfg, 32, ema_hook);
+    char cfg[256], a[256], ck[300];
+    write_config(f, "ema.cfg", srgan_cfg, 32, ema_hook, cfg, sizeof cfg);
+    snprintf(a, sizeof a, "%s/ema", f->dir);
+    TU_OK(train(cfg, a, false, NULL, NULL));
+    snprintf(ck, sizeof ck, "%s/latest.safetensors", a);
+    duet_st *st = NULL;
+    TU_OK(duet_st_load(ck, &st));
+    duet_tensor *g = NULL, *e = NULL;
+    TU_OK(duet_st_get(st, "generator.conv_first.weight", &g));
+    TU_OK(duet_st_get(st, "generator_ema.conv_first.weight", &e));
+    assert_int_equal(g->numel, e->numel);
+    assert_true(memcmp(g->data, e->data, sizeof(float) * (size_t)g->numel) != 0);
+    duet_tensor_release(g), duet_tensor_release(e);
+    duet_st_destroy(st);
+    duet_runner_opts o = duet_runner_opts_default();
+    o.config = cfg;
+    o.checkpoint = ck;
+    o.quiet = true;
+    duet_test_result res;
+    TU_OK(duet_runner_test(&o, &res));
+    assert_int_equal(res.images, 3);
+    /* A checkpoint without generator_ema cannot be tested with the hook. */
+    char plain[256], pck[300];
+    snprintf(plain, sizeof plain, "%s/plain", f->dir);
+    TU_OK(train(cfg, plain, false, "total_iters=1", "custom_hooks=()"));
+    snprintf(pck, sizeof pck, "%s/latest.safetensors", plain);
+    o.checkpoint = pck;
+    tu_expect_error(duet_runner_test(&o, &res), DUET_ENOTFOUND, "generator_ema.", NULL);
+    rm_rf(a);
+    rm_rf(plain);
 }
 
 /* A config error: status, and a message naming the key, the other strings
@@ -365,6 +414,7 @@ int main(void) {
         cmocka_unit_test(test_test_and_infer),
         cmocka_unit_test(test_resume_basic_restorer),
         cmocka_unit_test(test_resume_srgan),
+        cmocka_unit_test(test_resume_srgan_ema),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     duet_comm_finalize();
