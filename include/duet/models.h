@@ -26,9 +26,10 @@ extern "C" {
  * (ResidualBlockNoBN, res_scale 1), upsample1.upsample_conv (and upsample2
  * for x4; x2 and x3 use one PixelShufflePack of 2 or 3), conv_hr,
  * conv_last; LeakyReLU 0.1; the bilinear upsampled input is added to the
- * output. Init as MMEditing 0.x after init_weights(): every convolution
- * (conv_first, each block's conv1/conv2, the upsample convs, conv_hr,
- * conv_last) is kaiming_normal (fan_in, gain sqrt 2) times 0.1 with bias 0.
+ * output. Init as MMEditing 0.x after init_weights(): conv_first, conv_hr,
+ * conv_last and each block's conv1/conv2 are kaiming_normal (fan_in, gain
+ * sqrt 2) times 0.1 with bias 0; the upsample convs are kaiming_normal
+ * times 1, bias 0 (PixelShufflePack.init_weights).
  * DUET_EINVAL for another scale factor. */
 typedef struct duet_msrresnet_opts {
     int in_channels, out_channels, mid_channels, num_blocks, upscale_factor;

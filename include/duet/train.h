@@ -266,8 +266,11 @@ typedef struct duet_test_result {
     int64_t images;
     int crop_border;                   /* pixels ignored at each edge */
     int rank;                          /* this process's rank (print on 0) */
-    double psnr, ssim;                 /* the model */
+    double psnr, ssim;                 /* the model (0 when test_cfg does not name it) */
     double psnr_bicubic, ssim_bicubic; /* MATLAB bicubic upscaling of the inputs */
+    /* The metrics model.test_cfg.metrics names (default PSNR, SSIM), no
+     * others, in its order: the model, and bicubic upscaling. */
+    duet_log_vars metrics, metrics_bicubic;
 } duet_test_result;
 
 /* Trains the config's model for total_iters iterations with its hooks (LR

@@ -122,6 +122,21 @@ int duet__run_read_settings(duet__run *r) {
 int duet__run_read_test_cfg(duet__run *r) {
     duet_config *cfg = r->cfg;
     r->test_cfg = duet_test_cfg_default();
+    /* The metrics evaluation logs: test_cfg's (the model checks the names). */
+    if (duet_config_has(cfg, "model.test_cfg.metrics")) {
+        const char *names[DUET_MAX_METRICS];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_string_array(cfg, "model.test_cfg.metrics", names,
+                                              DUET_MAX_METRICS, &n));
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(names[i], "PSNR") == 0) r->test_cfg.metrics[i] = "PSNR";
+            else if (strcmp(names[i], "SSIM") == 0) r->test_cfg.metrics[i] = "SSIM";
+            else
+                return bad_value(cfg, "model.test_cfg.metrics", "names '%s' (use PSNR, SSIM)",
+                                 names[i]);
+        }
+        r->test_cfg.nmetrics = (int)n;
+    }
     int64_t crop = 0;
     DUET_TRY(duet_config_get_int_or(cfg, "model.test_cfg.crop_border", 0, &crop));
     r->test_cfg.crop_border = (int)crop;

@@ -248,18 +248,23 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
     return duet_config_check_unused(r->cfg);
 }
 
-/* Losses summed over a logging interval (MMEditing's log buffer average). */
+/* Losses summed over a logging interval (MMEditing's log buffer average):
+ * each value with the number of iterations that logged it, since a model
+ * may log a value only in some iterations (SRGAN's loss_gan waits for
+ * disc_init_steps; with disc_steps > 1 it comes every few steps). */
 typedef struct interval_acc {
-    duet_log_vars sum;
+    duet_log_vars sum, count;
     int n;
     double time, data_time;
 } interval_acc;
 
 static void acc_add(interval_acc *a, const duet_log_vars *lv, double t, double dt) {
     for (int i = 0; i < lv->count; i++) {
-        double prev = 0;
+        double prev = 0, seen = 0;
         duet_log_vars_get(&a->sum, lv->names[i], &prev);
+        duet_log_vars_get(&a->count, lv->names[i], &seen);
         duet_log_vars_set(&a->sum, lv->names[i], prev + lv->values[i]);
+        duet_log_vars_set(&a->count, lv->names[i], seen + 1);
     }
     a->n++;
     a->time += t;
@@ -277,7 +282,7 @@ static int log_interval(duet__run *r, interval_acc *a, int64_t iter, double eta)
     }
     for (int i = 0; i < a->sum.count; i++) {
         losses[i].name = a->sum.names[i];
-        losses[i].value = a->sum.values[i] / a->n;
+        losses[i].value = a->sum.values[i] / a->count.values[i]; /* same order as sum */
     }
     duet__train_record rec = {.iter = iter, .max_iters = r->total_iters, .lr = lr, .nlr = nlr,
                               .losses = losses, .nlosses = a->sum.count,
@@ -315,8 +320,11 @@ static int evaluate_hook(duet__run *r, int64_t iter) {
     duet__eval_result res;
     int rc = duet__run_evaluate(r, grid, NULL, false, &res);
     if (rc == DUET_OK && r->log != NULL) {
-        duet__kv m[2] = {{"PSNR", res.psnr}, {"SSIM", res.ssim}};
-        rc = duet__logger_val(r->log, iter, m, 2);
+        /* The metrics test_cfg names, no others. */
+        duet__kv m[DUET_MAX_METRICS];
+        for (int i = 0; i < res.metrics.count; i++)
+            m[i] = (duet__kv){res.metrics.names[i], res.metrics.values[i]};
+        rc = duet__logger_val(r->log, iter, m, res.metrics.count);
         if (rc == DUET_OK && grid != NULL)
             duet__logger_text(r->log, "evaluation images (input | output | ground truth): %s",
                               grid);
@@ -485,6 +493,8 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
             result->ssim = res.ssim;
             result->psnr_bicubic = res.psnr_bicubic;
             result->ssim_bicubic = res.ssim_bicubic;
+            result->metrics = res.metrics;
+            result->metrics_bicubic = res.metrics_bicubic;
         }
     }
     close_run(&r);

@@ -86,7 +86,8 @@ int duet__run_ema_after_iter(duet__run *r, int64_t iter);
 /* ---- evaluate.c ---- */
 typedef struct duet__eval_result {
     int64_t images;
-    double psnr, ssim, psnr_bicubic, ssim_bicubic;
+    double psnr, ssim, psnr_bicubic, ssim_bicubic; /* 0 when not in test_cfg */
+    duet_log_vars metrics, metrics_bicubic;         /* test_cfg's metrics only */
 } duet__eval_result;
 /* Each rank evaluates images rank, rank + world, ...; sums are reduced so
  * that every rank gets the means over all images. grid_path (the same on

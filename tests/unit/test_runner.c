@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -286,6 +287,49 @@ static void test_resume_srgan_ema(void **state) {
     rm_rf(plain);
 }
 
+/* loss_gan of every "train" record of a log.jsonl, in order; the "val"
+ * record's line into val (empty when none). */
+static int read_log(const char *work_dir, double *gan, int cap, char *val, size_t vsize) {
+    char path[300], line[4096];
+    snprintf(path, sizeof path, "%s/log.jsonl", work_dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int n = 0;
+    val[0] = '\0';
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strstr(line, "\"mode\":\"val\"") != NULL) snprintf(val, vsize, "%s", line);
+        const char *g = strstr(line, "\"loss_gan\":");
+        if (g != NULL && n < cap) gan[n++] = strtod(g + strlen("\"loss_gan\":"), NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Evaluation logs the metrics test_cfg names and no others; an interval
+ * average divides each value by the iterations that logged it (SRGAN logs
+ * loss_gan from iteration 5 on: disc_init_steps = 4). */
+static void test_logs_follow_test_cfg_and_counts(void **state) {
+    fixture *f = *state;
+    char cfg[256], a[256], b[256], val[4096];
+    write_config(f, "logs.cfg", srgan_cfg, 32, NULL, cfg, sizeof cfg);
+    snprintf(a, sizeof a, "%s/log_a", f->dir);
+    snprintf(b, sizeof b, "%s/log_b", f->dir);
+    TU_OK(train(cfg, a, false, "model.test_cfg.metrics=[\"PSNR\"]", NULL));
+    double per_iter[16], whole[4];
+    int n = read_log(a, per_iter, 16, val, sizeof val);
+    assert_int_equal(n, 3); /* iterations 5, 6, 7 */
+    assert_non_null(strstr(val, "\"PSNR\""));
+    assert_null(strstr(val, "SSIM"));
+    TU_OK(train(cfg, b, false, "model.test_cfg.metrics=[\"PSNR\"]", "log_config.interval=7"));
+    assert_int_equal(read_log(b, whole, 4, val, sizeof val), 1);
+    double mean = (per_iter[0] + per_iter[1] + per_iter[2]) / 3;
+    if (fabs(whole[0] - mean) > 1e-6 * fabs(mean))
+        fail_msg("loss_gan over iterations 1-7: %.9g, want the mean of its 3 values %.9g",
+                 whole[0], mean);
+    rm_rf(a);
+    rm_rf(b);
+}
+
 /* A config error: status, and a message naming the key, the other strings
  * in want, and file:line (line_of_extra: the line `extra` starts on). */
 static void expect_config_error(fixture *f, const char *extra, const char *set,
@@ -415,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_resume_basic_restorer),
         cmocka_unit_test(test_resume_srgan),
         cmocka_unit_test(test_resume_srgan_ema),
+        cmocka_unit_test(test_logs_follow_test_cfg_and_counts),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     duet_comm_finalize();
