@@ -71,7 +71,11 @@ static int gan_forward(duet_model *m, duet_tensor *z, duet_tensor **out) {
     return duet_module_forward(duet_model_part(m, "generator"), z, out);
 }
 
-static const duet_model_ops gan_ops = {"TinyGAN", gan_forward, gan_train_step, NULL, NULL};
+static const duet_model_ops gan_ops = {
+    .name = "TinyGAN",
+    .forward = gan_forward,
+    .train_step = gan_train_step,
+};
 static const duet_module_type gan_root = {"TinyGAN", NULL, NULL};
 
 int main(void) {

@@ -19,7 +19,7 @@
  *   DUET_TRY(duet_loader_create(&loader, rep, &lo));  // rep is borrowed
  *   for (int it = 0; it < iters; it++) {
  *       duet_data_batch *b = NULL;
- *       DUET_TRY(duet_loader_next(loader, &b));  // b->lq (16,3,32,32), b->gt (16,3,128,128)
+ *       DUET_TRY(duet_loader_next(loader, &b));  // b->batch: "lq" (16,3,32,32), "gt" (16,3,128,128)
  *       // train on b; b->data_time is the wait for it
  *       duet_data_batch_destroy(b);
  *   }
@@ -34,6 +34,7 @@
 #define DUET_DATA_H
 
 #include "duet/base.h"
+#include "duet/batch.h"
 #include "duet/tensor.h"
 
 #ifdef __cplusplus
@@ -215,6 +216,38 @@ int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64
  * stream) with the stream a hash of (epoch, index). Exposed for tests. */
 duet_rng duet_dataset_sample_rng(uint64_t seed, int64_t epoch, int64_t index);
 
+/* ---- samples as named tensors -------------------------------------------------
+ * What the loader reads: sample `index` as a batch of one, named tensors
+ * (1, ...) and metadata columns of one string. The SR datasets give "lq"
+ * (1, 3, h, w), "gt" (1, 3, h * scale, w * scale) and metadata "gt_path"
+ * (the file name), MMEditing's keys; a dataset of one's own gives its own
+ * names (paired translation: "img_a", "img_b"; unpaired: one per domain),
+ * and the loader and sampler carry them unchanged. */
+int duet_dataset_get_item(const duet_dataset *ds, int64_t index, uint64_t seed, int64_t epoch,
+                          duet_batch *out);
+
+/* A dataset of one's own (register its builder with
+ * duet_registry_register_dataset to name it in configs). */
+typedef struct duet_dataset_ops {
+    const char *name; /* for messages: "PairedImageDataset" */
+    /* Sample `index` (in [0, size)) into the empty *out as a batch of one.
+     * rng is the sample's own generator (duet_dataset_sample_rng of the
+     * loader's seed, the epoch and the outer index): draw every random
+     * choice from it, so that every rank and thread builds the same sample.
+     * Called from several threads at once: impl is read-only here. Errors
+     * name the file. */
+    int (*get)(const void *impl, int64_t index, duet_rng *rng, duet_batch *out);
+    /* A name for sample `index` (a file name), borrowed; may be NULL. */
+    const char *(*sample_name)(const void *impl, int64_t index);
+    void (*destroy)(void *impl); /* may be NULL */
+} duet_dataset_ops;
+
+/* size >= 1 samples. Takes ownership of impl (ops->destroy, also on
+ * failure). duet_dataset_get gives such a dataset's "lq" and "gt" when it
+ * has them; duet_dataset_scale is 1. Free with duet_dataset_destroy. */
+int duet_dataset_create(duet_dataset **out, const duet_dataset_ops *ops, void *impl,
+                        int64_t size);
+
 /* ---- distributed sampler -----------------------------------------------------
  * MMEditing's DistributedSampler: per epoch one permutation of [0, size) from
  * the shared seed and the epoch (the identity when shuffle is false), padded
@@ -254,18 +287,16 @@ duet_sampler_state duet_sampler_get_state(const duet_sampler *s);
 int duet_sampler_set_state(duet_sampler *s, duet_sampler_state state);
 
 /* ---- loader -----------------------------------------------------------------
- * Batches of a dataset for one rank, from a duet_sampler. The batch type is
- * the data layer's own; a training step wants models.h's duet_batch, made by
- * adding lq and gt as tensors "lq" and "gt" and the names as meta "gt_path"
- * (MMEditing's keys). */
+ * Batches of a dataset for one rank, from a duet_sampler: the samples'
+ * named tensors stacked along dim 0 (duet_dataset_get_item, then
+ * duet_batch_concat), whatever the names; the batch goes to the model's
+ * train_step as it is. */
 
 typedef struct duet_loader duet_loader;
 
 typedef struct duet_data_batch {
     int64_t n;         /* samples in the batch */
-    duet_tensor *lq;   /* (n, 3, h, w); owned */
-    duet_tensor *gt;   /* (n, 3, h * scale, w * scale); owned */
-    char **names;      /* n file names; owned */
+    duet_batch batch;  /* the samples' tensors (n, ...) and metadata columns; owned */
     int64_t *indices;  /* n dataset indices (padding repeats some); owned */
     int64_t epoch;     /* the sampler epoch the batch belongs to */
     double data_time;  /* seconds duet_loader_next spent waiting for (or, without

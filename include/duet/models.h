@@ -13,6 +13,7 @@
 #ifndef DUET_MODELS_H
 #define DUET_MODELS_H
 
+#include "duet/batch.h"
 #include "duet/nn.h"
 
 #ifdef __cplusplus
@@ -25,9 +26,10 @@ extern "C" {
  * (ResidualBlockNoBN, res_scale 1), upsample1.upsample_conv (and upsample2
  * for x4; x2 and x3 use one PixelShufflePack of 2 or 3), conv_hr,
  * conv_last; LeakyReLU 0.1; the bilinear upsampled input is added to the
- * output. Init as MMEditing 0.x after init_weights(): every convolution
- * (conv_first, each block's conv1/conv2, the upsample convs, conv_hr,
- * conv_last) is kaiming_normal (fan_in, gain sqrt 2) times 0.1 with bias 0.
+ * output. Init as MMEditing 0.x after init_weights(): conv_first, conv_hr,
+ * conv_last and each block's conv1/conv2 are kaiming_normal (fan_in, gain
+ * sqrt 2) times 0.1 with bias 0; the upsample convs are kaiming_normal
+ * times 1, bias 0 (PixelShufflePack.init_weights).
  * DUET_EINVAL for another scale factor. */
 typedef struct duet_msrresnet_opts {
     int in_channels, out_channels, mid_channels, num_blocks, upscale_factor;
@@ -84,46 +86,7 @@ int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *op
 typedef struct duet_comm duet_comm;
 typedef struct duet_model duet_model;
 
-/* ---- batches ---------------------------------------------------------- */
-
-/* Named tensors (each with the samples along dim 0) and per-sample metadata
- * as named string columns ("gt_path": one file name per sample). A zeroed
- * struct is an empty batch. The batch holds one reference on each tensor and
- * owns its strings: free with duet_batch_clear. */
-typedef struct duet_batch_tensor {
-    char *name;
-    duet_tensor *tensor;
-} duet_batch_tensor;
-
-typedef struct duet_batch_meta {
-    char *key;
-    char **values; /* nsamples strings */
-} duet_batch_meta;
-
-typedef struct duet_batch {
-    int64_t nsamples; /* 0 until the first tensor or metadata column */
-    size_t ntensors;
-    duet_batch_tensor *tensors;
-    size_t nmeta;
-    duet_batch_meta *meta;
-} duet_batch;
-
-/* Adds (retains) t under `name`; its dim 0 must equal the batch's sample
- * count (set by the first entry). Duplicate names are DUET_EINVAL. */
-int duet_batch_add_tensor(duet_batch *b, const char *name, duet_tensor *t);
-/* Copies n strings as the column `key`; n must equal the sample count. */
-int duet_batch_add_meta(duet_batch *b, const char *key, int64_t n, const char *const *values);
-/* Borrowed, or NULL when absent. */
-duet_tensor *duet_batch_tensor_get(const duet_batch *b, const char *name);
-/* DUET_ENOTFOUND with a message naming the key and the keys there are. */
-int duet_batch_require(const duet_batch *b, const char *name, duet_tensor **out);
-/* Sample i's value of column `key`; borrowed, or NULL. */
-const char *duet_batch_meta_get(const duet_batch *b, const char *key, int64_t i);
-/* Samples [start, start+count) of every tensor (views) and column (copies)
- * into an empty `out`: a rank's share of a global batch. */
-int duet_batch_slice(duet_batch *out, const duet_batch *b, int64_t start, int64_t count);
-/* Releases everything; leaves an empty batch. */
-void duet_batch_clear(duet_batch *b);
+/* ---- batches: duet/batch.h (named tensors, from the dataset to the model) */
 
 /* ---- named log values ------------------------------------------------- */
 
@@ -192,11 +155,29 @@ void duet_val_output_clear(duet_val_output *v);
 typedef struct duet_model_ops {
     const char *name; /* "SRGAN" */
     int (*forward)(duet_model *m, duet_tensor *lq, duet_tensor **out);
+    /* Fills *log (cleared) with this rank's values; the dispatcher averages
+     * them over the ranks afterwards. */
     int (*train_step)(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
                       duet_log_vars *log);
     int (*val_step)(duet_model *m, const duet_batch *batch, duet_val_output *out);
     void (*destroy)(void *impl); /* may be NULL */
+    /* The model's own state beyond its modules' state dict (SRGAN's step
+     * counter, CycleGAN's image pools), for checkpoints; both may be NULL
+     * (nothing to keep). save_state writes into the checkpoint being made:
+     * metadata with duet_st_writer_set_meta (string values; keys other than
+     * the runner's: iter, epoch, seed, rng_*, world_size, config, ...) and
+     * tensors with duet_st_writer_add, named DUET_MODEL_STATE_PREFIX
+     * "<what>" so that weight loading skips them. load_state reads them back
+     * on --resume (duet_st_meta, duet_st_get), after the weights and the
+     * optimizers; a missing entry is DUET_ENOTFOUND naming it. Tensors
+     * that are part of a network (an EMA copy, BN statistics) belong in
+     * the modules instead: they are checkpointed and resumed with them. */
+    int (*save_state)(duet_model *m, duet_st_writer *w);
+    int (*load_state)(duet_model *m, const duet_st *ckpt);
 } duet_model_ops;
+
+/* Names of the tensors a save_state hook writes start with this. */
+#define DUET_MODEL_STATE_PREFIX "state."
 
 /* Takes ownership of impl (freed by ops->destroy, also on failure) and of
  * root, the module whose children are the parts (destroyed on failure).
@@ -213,15 +194,38 @@ const char *duet_model_type_name(const duet_model *m);
 /* Borrowed part, or NULL. */
 duet_module *duet_model_part(duet_model *m, const char *name);
 /* The process group to average log values over (borrowed; NULL: this
- * process only, the default). The wrapper sets it. */
+ * process only, the default). The wrapper sets it. duet_model_train_step
+ * averages the log values over it after the model's train_step; while that
+ * runs, duet_model_comm returns NULL, so a model that still calls
+ * duet_log_vars_average(log, duet_model_comm(m)) averages nothing and the
+ * values cross the network once. */
 void duet_model_set_comm(duet_model *m, duet_comm *comm);
 duet_comm *duet_model_comm(const duet_model *m);
 
+/* MMEditing's ExponentialMovingAverageHook.lerp over a network's state
+ * dict: each entry of `ema` becomes net + (ema - net) * m, computed in
+ * float32 as PyTorch does, with m = momentum (0.999) for a parameter of
+ * `net` that requires grad and momentum_nontrainable (0: a copy) for frozen
+ * parameters and buffers. ema and net have the same state-dict names and
+ * sizes, else DUET_ESHAPE naming the entry. No communication: net is the
+ * same bits on every rank (DDP), so ema is too. */
+int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
+                    float momentum_nontrainable);
+
+/* The model's save_state / load_state hooks (DUET_OK when it has none);
+ * errors get the model type as context. */
+int duet_model_save_state(duet_model *m, duet_st_writer *w);
+int duet_model_load_state(duet_model *m, const duet_st *ckpt);
+
 /* forward: the test-mode output for `lq` (generator output), recorded on the
- * tape when grad mode is on. */
+ * tape when grad mode is on. A part named P_ema (generator_ema: the moving
+ * average of the generator, see duet_ema_update) stands in for P in forward
+ * and val_step, as MMEditing's forward_test uses generator_ema. */
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out);
-/* One optimisation step. *log is cleared and filled with the named values,
- * averaged over the model's comm. */
+/* One optimisation step. *log is cleared and filled with the named values
+ * by the model's train_step, then averaged over the model's comm here (the
+ * model need not, and every rank must log the same names in the same order:
+ * else DUET_EMISMATCH on every rank). */
 int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
                           duet_log_vars *log);
 /* Output and metrics, without gradients; the model is put in eval mode for

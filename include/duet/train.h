@@ -18,6 +18,7 @@
 #ifndef DUET_TRAIN_H
 #define DUET_TRAIN_H
 
+#include "duet/data.h"
 #include "duet/nn.h"
 #include "duet/wrapper.h"
 
@@ -199,7 +200,8 @@ int duet_checkpoint_save(const char *path, duet_module *model, const duet_named_
 
 /* Loads the model's weights from an open checkpoint (duet_st_load), ignoring
  * its "optimizer." entries. strict (--resume): every state-dict key present,
- * no unexpected key, else DUET_ENOTFOUND listing both. Non-strict
+ * no unexpected key, else DUET_ENOTFOUND listing both ("optimizer." and
+ * DUET_MODEL_STATE_PREFIX entries are never weights). Non-strict
  * (load_from): missing and unexpected keys are logged at WARN level with
  * their names and counted in *nmissing and *nunexpected (either may be
  * NULL), except that state-dict keys starting with `require_prefix` (NULL:
@@ -220,6 +222,17 @@ int duet_checkpoint_load_optimizers(const duet_st *ckpt, const duet_named_optimi
  * free with duet_st_destroy. */
 int duet_checkpoint_resume(const char *path, duet_module *model,
                            const duet_named_optimizer *opts, size_t nopts, duet_st **ckpt_out);
+/* A model's checkpoint: duet_checkpoint_save of its module, plus what the
+ * save_state hook of its ops writes (metadata; tensors named
+ * DUET_MODEL_STATE_PREFIX..., which no weight loading reads). */
+int duet_checkpoint_save_model(const char *path, duet_model *model,
+                               const duet_named_optimizer *opts, size_t nopts,
+                               const duet_meta_item *meta, size_t nmeta);
+/* --resume of a model: duet_checkpoint_resume, then the load_state hook of
+ * its ops (duet_model_load_state). *ckpt_out as duet_checkpoint_resume. */
+int duet_checkpoint_resume_model(const char *path, duet_model *model,
+                                 const duet_named_optimizer *opts, size_t nopts,
+                                 duet_st **ckpt_out);
 /* load_from / test: opens path and loads the weights (see load_model). */
 int duet_checkpoint_load_weights(const char *path, duet_module *model, bool strict,
                                  const char *require_prefix, size_t *nmissing,
@@ -281,8 +294,11 @@ typedef struct duet_test_result {
     int64_t images;
     int crop_border;                   /* pixels ignored at each edge */
     int rank;                          /* this process's rank (print on 0) */
-    double psnr, ssim;                 /* the model */
+    double psnr, ssim;                 /* the model (0 when test_cfg does not name it) */
     double psnr_bicubic, ssim_bicubic; /* MATLAB bicubic upscaling of the inputs */
+    /* The metrics model.test_cfg.metrics names (default PSNR, SSIM), no
+     * others, in its order: the model, and bicubic upscaling. */
+    duet_log_vars metrics, metrics_bicubic;
 } duet_test_result;
 
 /* `duet info`: version, CPU and its features, cores, the kernel path
@@ -309,14 +325,14 @@ int duet_runner_infer(const duet_runner_opts *opts);
  * type is unknown. Option names and defaults are MMEditing's. */
 
 /* Networks and losses: MSRResNet, ModifiedVGG, L1Loss, MSELoss, GANLoss,
- * PerceptualLoss. MMEditing's layer_weights = {'34': 1.0} is written
+ * PerceptualLoss, and any registered type. MMEditing's layer_weights = {'34': 1.0} is written
  * `layer_ids = [34]; layer_weights = [1.0];` or `layer_weights = { conv34 =
  * 1.0; };` (libconfig names cannot be numbers: the index is the trailing
  * digits); vgg_type vgg11, vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128]
  * for a custom stack with 0 for a max pool; pretrained = a safetensors path
  * (torchvision's VGG state dict, keys features.<i>.weight) or "". */
 int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out);
-/* Models: SRGAN, BasicRestorer (parts as groups, train_cfg {disc_steps,
+/* Models: SRGAN, BasicRestorer, or a registered type (parts as groups, train_cfg {disc_steps,
  * disc_init_steps}, test_cfg {metrics, crop_border, convert_to}). */
 int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out);
 /* Wrappers: DistributedDataParallelWrapper, DistributedDataParallel (keys
@@ -332,10 +348,62 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
 int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
                           duet_optimizer_set **out);
 
-/* The type names each builder knows, NULL-terminated (static). */
+/* The type names each builder knows, NULL-terminated, in registration
+ * order (built-ins first). Borrowed; valid for the life of the process
+ * (a later registration extends the same list). */
 const char *const *duet_registry_module_types(void);
 const char *const *duet_registry_model_types(void);
 const char *const *duet_registry_wrapper_types(void);
+const char *const *duet_registry_dataset_types(void);
+
+/* ---- registering a type: the open model contract -------------------------
+ * A model, network, loss or dataset written in C outside duet is registered
+ * under a type name; a config group with that `type` is then built by the
+ * builders above, so duet_runner_train trains it exactly like a built-in
+ * (which registers through these same calls). Register from the main
+ * thread before building anything (e.g. at the start of main, before
+ * duet_runner_train); examples/custom_model.c shows a whole model.
+ *
+ *   static int build_toy(duet_config *cfg, const char *path, duet_rng *rng,
+ *                        duet_model **out) {
+ *       int64_t mid;
+ *       DUET_TRY(duet_config_get_int_or(cfg, "mid_channels", 8, &mid)); // model.mid_channels
+ *       ...                                          // parts, then duet_model_create
+ *   }
+ *   DUET_TRY(duet_registry_register_model("ToyGAN", build_toy));
+ *   // config: model = { type = "ToyGAN"; mid_channels = 16; };
+ *
+ * A builder gets `cfg`, a view of the group (keys relative to it: read
+ * "mid_channels", not "model.mid_channels"; `type` is already read) and
+ * `path`, the group's full path for messages ("model"). It reads every key
+ * it knows with the duet_config getters (a key nobody reads is reported as
+ * unknown by duet_config_check_unused), builds sub-groups with
+ * duet_build_module(cfg, "generator", ...), and returns a status with a
+ * message (DUET_ECONFIG for a bad value, naming `path` and the key). On
+ * failure it leaves *out NULL or a complete object (the registry destroys
+ * it). */
+typedef int (*duet_module_builder)(duet_config *cfg, const char *path, duet_rng *rng,
+                                   duet_module **out);
+typedef int (*duet_model_builder)(duet_config *cfg, const char *path, duet_rng *rng,
+                                  duet_model **out);
+/* train: data.train (random crops, augmentation) or data.val / test. */
+typedef int (*duet_dataset_builder)(duet_config *cfg, const char *path, bool train,
+                                    duet_dataset **out);
+
+/* DUET_EINVAL when the name is empty, longer than 63 characters or already
+ * registered (built-ins included), or build is NULL. */
+int duet_registry_register_model(const char *type, duet_model_builder build);
+int duet_registry_register_module(const char *type, duet_module_builder build);
+/* Losses are modules (forward / forward2 give the loss): the same table as
+ * duet_registry_register_module, named for what it registers. */
+int duet_registry_register_loss(const char *type, duet_module_builder build);
+int duet_registry_register_dataset(const char *type, duet_dataset_builder build);
+
+/* Datasets: SRFolderGTDataset (gt_folder; LQ by MATLAB bicubic) and
+ * SRFolderDataset (gt_folder + lq_folder), keys scale, lazy, and for
+ * training gt_patch_size, use_hflip, use_vflip, use_transpose; or a
+ * registered type. (`times`, MMEditing's RepeatDataset, is the runner's.) */
+int duet_build_dataset(duet_config *cfg, const char *path, bool train, duet_dataset **out);
 
 #ifdef __cplusplus
 }

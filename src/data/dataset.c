@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-enum ds_kind { DS_SR_TRAIN, DS_SR_VAL, DS_REPEAT };
+enum ds_kind { DS_SR_TRAIN, DS_SR_VAL, DS_REPEAT, DS_CUSTOM };
 
 typedef struct sr_item {
     char *name;    /* file name in gt_dir (and lq_dir) */
@@ -33,7 +33,13 @@ struct duet_dataset {
     /* repeat */
     duet_dataset *inner;
     int64_t times;
+    /* a dataset of one's own (duet_dataset_create) */
+    const duet_dataset_ops *ops;
+    void *impl;
 };
+
+static int custom_get_sr(const duet_dataset *ds, const duet_dataset *d, int64_t index,
+                         uint64_t seed, int64_t epoch, duet_sample *out);
 
 duet_sr_dataset_options duet_sr_dataset_options_default(void) {
     duet_sr_dataset_options o;
@@ -291,6 +297,7 @@ void duet_dataset_destroy(duet_dataset *ds) {
     free(ds->gt_dir);
     free(ds->lq_dir);
     duet_dataset_destroy(ds->inner);
+    if (ds->kind == DS_CUSTOM && ds->ops->destroy != NULL) ds->ops->destroy(ds->impl);
     free(ds);
 }
 
@@ -304,6 +311,8 @@ const char *duet_dataset_name(const duet_dataset *ds, int64_t index) {
         index %= ds->inner->size;
         ds = ds->inner;
     }
+    if (ds->kind == DS_CUSTOM)
+        return ds->ops->sample_name != NULL ? ds->ops->sample_name(ds->impl, index) : NULL;
     return ds->items[index].name;
 }
 
@@ -445,6 +454,7 @@ int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64
         i %= d->inner->size;
         d = d->inner;
     }
+    if (d->kind == DS_CUSTOM) return custom_get_sr(ds, d, index, seed, epoch, out);
     const sr_item *it = &d->items[i];
     duet_image *gt = it->gt, *lq = it->lq, *own_gt = NULL, *own_lq = NULL;
     if (d->opts.lazy) {
@@ -461,6 +471,98 @@ int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64
         return rc;
     }
     out->name = it->name;
+    out->index = index;
+    return DUET_OK;
+}
+
+/* ---- samples as named tensors ------------------------------------------------- */
+
+int duet_dataset_create(duet_dataset **out, const duet_dataset_ops *ops, void *impl,
+                        int64_t size) {
+    *out = NULL;
+    DUET_ASSERT(ops != NULL);
+    if (ops->get == NULL || size < 1) {
+        if (ops->destroy != NULL) ops->destroy(impl);
+        return duet__error(DUET_EINVAL, "dataset %s: needs a get function and at least one "
+                           "sample (size %lld)", ops->name ? ops->name : "?", (long long)size);
+    }
+    duet_dataset *ds = calloc(1, sizeof(*ds));
+    if (ds == NULL) {
+        if (ops->destroy != NULL) ops->destroy(impl);
+        return duet__error(DUET_ENOMEM, "dataset: out of memory");
+    }
+    ds->kind = DS_CUSTOM;
+    ds->size = size;
+    ds->scale = 1;
+    ds->ops = ops;
+    ds->impl = impl;
+    *out = ds;
+    return DUET_OK;
+}
+
+/* (C, H, W) sample tensor -> (1, C, H, W) view sharing its data. */
+static int add_as_one(duet_batch *b, const char *name, duet_tensor *t) {
+    int64_t shape[4] = {1, t->shape[0], t->shape[1], t->shape[2]};
+    duet_tensor *v = NULL;
+    DUET_TRY(duet_tensor_view(&v, t, 4, shape));
+    int rc = duet_batch_add_tensor(b, name, v);
+    duet_tensor_release(v);
+    return rc;
+}
+
+int duet_dataset_get_item(const duet_dataset *ds, int64_t index, uint64_t seed, int64_t epoch,
+                          duet_batch *out) {
+    DUET_ASSERT(out->ntensors == 0 && out->nmeta == 0);
+    if (index < 0 || index >= ds->size)
+        return duet__error(DUET_EINVAL, "dataset: index %lld out of range [0, %lld)",
+                           (long long)index, (long long)ds->size);
+    const duet_dataset *d = ds;
+    int64_t i = index;
+    while (d->kind == DS_REPEAT) {
+        i %= d->inner->size;
+        d = d->inner;
+    }
+    if (d->kind == DS_CUSTOM) {
+        /* The randomness belongs to the outer index, as for the SR sets. */
+        duet_rng rng = duet_dataset_sample_rng(seed, epoch, index);
+        int rc = d->ops->get(d->impl, i, &rng, out);
+        if (rc == DUET_OK && out->nsamples != 1)
+            rc = duet__error(DUET_ESHAPE, "dataset %s: sample %lld has %lld samples in dim 0 "
+                             "(a sample is a batch of one)", d->ops->name, (long long)i,
+                             (long long)out->nsamples);
+        if (rc != DUET_OK) duet_batch_clear(out);
+        return rc;
+    }
+    duet_sample s;
+    DUET_TRY(duet_dataset_get(ds, index, seed, epoch, &s));
+    int rc = add_as_one(out, "lq", s.lq);
+    if (rc == DUET_OK) rc = add_as_one(out, "gt", s.gt);
+    if (rc == DUET_OK) rc = duet_batch_add_meta(out, "gt_path", 1, &s.name);
+    duet_sample_clear(&s);
+    if (rc != DUET_OK) duet_batch_clear(out);
+    return rc;
+}
+
+/* duet_dataset_get on a dataset of one's own: its "lq" and "gt" (either may
+ * be absent: NULL), as (C, H, W) views. */
+static int custom_get_sr(const duet_dataset *ds, const duet_dataset *d, int64_t index,
+                         uint64_t seed, int64_t epoch, duet_sample *out) {
+    duet_batch b = {0};
+    DUET_TRY(duet_dataset_get_item(ds, index, seed, epoch, &b));
+    int rc = DUET_OK;
+    const char *names[2] = {"lq", "gt"};
+    duet_tensor **dst[2] = {&out->lq, &out->gt};
+    for (int k = 0; k < 2 && rc == DUET_OK; k++) {
+        duet_tensor *t = duet_batch_tensor_get(&b, names[k]);
+        if (t != NULL && t->ndim == 4)
+            rc = duet_tensor_view(dst[k], t, 3, t->shape + 1);
+    }
+    duet_batch_clear(&b);
+    if (rc != DUET_OK) {
+        duet_sample_clear(out);
+        return rc;
+    }
+    out->name = duet_dataset_name(d, index % d->size);
     out->index = index;
     return DUET_OK;
 }

@@ -1,5 +1,6 @@
 /* Batches for one rank: the sampler picks indices, the dataset builds the
- * samples, they are stacked into (N, 3, H, W) tensors. With prefetch > 0 a
+ * samples (named tensors, each a batch of one), they are stacked by name
+ * into (N, ...) tensors, whatever the names. With prefetch > 0 a
  * producer thread runs ahead by up to `prefetch` batches through a bounded
  * queue. The producer owns the sampler while it runs; batch contents depend
  * only on the sampler state and the dataset, so prefetching changes timing,
@@ -50,60 +51,44 @@ duet_loader_options duet_loader_options_default(void) {
 
 void duet_data_batch_destroy(duet_data_batch *b) {
     if (b == NULL) return;
-    duet_tensor_release(b->lq);
-    duet_tensor_release(b->gt);
-    if (b->names != NULL)
-        for (int64_t i = 0; i < b->n; i++) free(b->names[i]);
-    free(b->names);
+    duet_batch_clear(&b->batch);
     free(b->indices);
     free(b);
 }
 
 /* ---- building a batch --------------------------------------------------------- */
 
-static int stack_into(duet_tensor **dst, const duet_tensor *t, int64_t n, int64_t i) {
-    if (*dst == NULL)
-        DUET_TRY(duet_tensor_create4(dst, n, t->shape[0], t->shape[1], t->shape[2]));
-    memcpy((*dst)->data + i * t->numel, t->data, sizeof(float) * (size_t)t->numel);
-    return DUET_OK;
-}
-
-static bool same_chw(const duet_tensor *batch, const duet_tensor *t) {
-    return batch->shape[1] == t->shape[0] && batch->shape[2] == t->shape[1] &&
-           batch->shape[3] == t->shape[2];
-}
-
 static int build_batch(const duet_loader *l, const int64_t *indices, int64_t epoch,
                        duet_data_batch **out) {
     *out = NULL;
     int64_t n = l->opts.samples_per_gpu;
     duet_data_batch *b = calloc(1, sizeof(*b));
-    if (b == NULL) return duet__error(DUET_ENOMEM, "loader: out of memory");
-    b->n = n;
-    b->epoch = epoch;
-    b->names = calloc((size_t)n, sizeof(char *));
-    b->indices = malloc(sizeof(int64_t) * (size_t)n);
-    int rc = b->names && b->indices ? DUET_OK : duet__error(DUET_ENOMEM, "loader: out of memory");
-    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
-        duet_sample s;
-        rc = duet_dataset_get(l->ds, indices[i], l->opts.seed, epoch, &s);
-        if (rc != DUET_OK) break;
-        if (b->lq != NULL && (!same_chw(b->lq, s.lq) || !same_chw(b->gt, s.gt))) {
-            char a[DUET_SHAPE_STR_MAX], c[DUET_SHAPE_STR_MAX];
-            rc = duet__error(DUET_ESHAPE, "loader: cannot batch %s (GT %s) with %s (GT %s): "
-                             "samples differ in size; whole-image sets need samples_per_gpu 1",
-                             s.name, duet_shape_str(s.gt, a, sizeof(a)), b->names[0],
-                             duet_shape_str(b->gt, c, sizeof(c)));
-        }
-        if (rc == DUET_OK) rc = stack_into(&b->lq, s.lq, n, i);
-        if (rc == DUET_OK) rc = stack_into(&b->gt, s.gt, n, i);
-        if (rc == DUET_OK) {
-            b->names[i] = strdup(s.name);
-            b->indices[i] = indices[i];
-            if (b->names[i] == NULL) rc = duet__error(DUET_ENOMEM, "loader: out of memory");
-        }
-        duet_sample_clear(&s);
+    duet_batch *items = calloc((size_t)n, sizeof(*items));
+    const duet_batch **parts = calloc((size_t)n, sizeof(*parts));
+    int rc = b && items && parts ? DUET_OK : duet__error(DUET_ENOMEM, "loader: out of memory");
+    if (rc == DUET_OK) {
+        b->n = n;
+        b->epoch = epoch;
+        b->indices = malloc(sizeof(int64_t) * (size_t)n);
+        if (b->indices == NULL) rc = duet__error(DUET_ENOMEM, "loader: out of memory");
     }
+    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
+        rc = duet_dataset_get_item(l->ds, indices[i], l->opts.seed, epoch, &items[i]);
+        parts[i] = &items[i];
+        b->indices[i] = indices[i];
+    }
+    if (rc == DUET_OK) {
+        rc = duet_batch_concat(&b->batch, parts, (size_t)n);
+        if (rc == DUET_ESHAPE) {
+            const char *first = duet_dataset_name(l->ds, indices[0]);
+            duet__error_context(rc, "loader: samples of one batch differ in size (the first is "
+                                "%s); whole-image sets need samples_per_gpu 1",
+                                first != NULL ? first : "?");
+        }
+    }
+    for (int64_t i = 0; items != NULL && i < n; i++) duet_batch_clear(&items[i]);
+    free(items);
+    free(parts);
     if (rc != DUET_OK) {
         duet_data_batch_destroy(b);
         return rc;

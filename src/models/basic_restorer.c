@@ -56,7 +56,7 @@ static int restorer_train_step(duet_model *m, const duet_batch *batch, duet_opti
     duet_tensor_release(loss);
     if (rc != DUET_OK) duet_tape_clear();
     DUET_TRY(rc);
-    return duet_log_vars_average(log, duet_model_comm(m));
+    return DUET_OK; /* duet_model_train_step averages the log values over the ranks */
 }
 
 static int restorer_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
@@ -64,8 +64,13 @@ static int restorer_val_step(duet_model *m, const duet_batch *batch, duet_val_ou
     return duet__restorer_val_step(m, &r->test_cfg, batch, out);
 }
 
-static const duet_model_ops restorer_ops = {"BasicRestorer", restorer_forward,
-                                            restorer_train_step, restorer_val_step, free};
+static const duet_model_ops restorer_ops = {
+    .name = "BasicRestorer",
+    .forward = restorer_forward,
+    .train_step = restorer_train_step,
+    .val_step = restorer_val_step,
+    .destroy = free,
+};
 
 int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
                                duet_rng *rng) {

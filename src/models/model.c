@@ -14,136 +14,6 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* ---- batches --------------------------------------------------------------- */
-
-static int batch_check_count(duet_batch *b, int64_t n, const char *what, const char *name) {
-    if (n < 1)
-        return duet__error(DUET_EINVAL, "batch: %s '%s' has no samples", what, name);
-    bool empty = b->ntensors == 0 && b->nmeta == 0;
-    if (!empty && b->nsamples != n)
-        return duet__error(DUET_ESHAPE,
-                           "batch: %s '%s' has %" PRId64 " samples but the batch has %" PRId64,
-                           what, name, n, b->nsamples);
-    return DUET_OK;
-}
-
-static bool batch_has_name(const duet_batch *b, const char *name) {
-    for (size_t i = 0; i < b->ntensors; i++)
-        if (strcmp(b->tensors[i].name, name) == 0) return true;
-    for (size_t i = 0; i < b->nmeta; i++)
-        if (strcmp(b->meta[i].key, name) == 0) return true;
-    return false;
-}
-
-int duet_batch_add_tensor(duet_batch *b, const char *name, duet_tensor *t) {
-    DUET_ASSERT(b != NULL && name != NULL && t != NULL);
-    if (batch_has_name(b, name))
-        return duet__error(DUET_EINVAL, "batch: '%s' is already in the batch", name);
-    DUET_TRY(batch_check_count(b, t->shape[0], "tensor", name));
-    duet_batch_tensor *grown = realloc(b->tensors, (b->ntensors + 1) * sizeof *grown);
-    if (grown == NULL) return duet__error(DUET_ENOMEM, "batch: out of memory adding '%s'", name);
-    b->tensors = grown;
-    char *n = dup_str(name);
-    if (n == NULL) return duet__error(DUET_ENOMEM, "batch: out of memory adding '%s'", name);
-    b->tensors[b->ntensors].name = n;
-    b->tensors[b->ntensors].tensor = duet_tensor_retain(t);
-    b->ntensors++;
-    b->nsamples = t->shape[0];
-    return DUET_OK;
-}
-
-static void free_strings(char **v, int64_t n) {
-    if (v == NULL) return;
-    for (int64_t i = 0; i < n; i++) free(v[i]);
-    free(v);
-}
-
-int duet_batch_add_meta(duet_batch *b, const char *key, int64_t n, const char *const *values) {
-    DUET_ASSERT(b != NULL && key != NULL && (values != NULL || n == 0));
-    if (batch_has_name(b, key))
-        return duet__error(DUET_EINVAL, "batch: '%s' is already in the batch", key);
-    DUET_TRY(batch_check_count(b, n, "metadata column", key));
-    char **v = calloc((size_t)n, sizeof *v);
-    char *k = dup_str(key);
-    duet_batch_meta *grown = realloc(b->meta, (b->nmeta + 1) * sizeof *grown);
-    if (grown != NULL) b->meta = grown;
-    bool ok = v != NULL && k != NULL && grown != NULL;
-    for (int64_t i = 0; ok && i < n; i++) {
-        v[i] = dup_str(values[i] != NULL ? values[i] : "");
-        ok = v[i] != NULL;
-    }
-    if (!ok) {
-        free_strings(v, n);
-        free(k);
-        return duet__error(DUET_ENOMEM, "batch: out of memory adding metadata '%s'", key);
-    }
-    b->meta[b->nmeta].key = k;
-    b->meta[b->nmeta].values = v;
-    b->nmeta++;
-    b->nsamples = n;
-    return DUET_OK;
-}
-
-duet_tensor *duet_batch_tensor_get(const duet_batch *b, const char *name) {
-    for (size_t i = 0; i < b->ntensors; i++)
-        if (strcmp(b->tensors[i].name, name) == 0) return b->tensors[i].tensor;
-    return NULL;
-}
-
-int duet_batch_require(const duet_batch *b, const char *name, duet_tensor **out) {
-    *out = duet_batch_tensor_get(b, name);
-    if (*out != NULL) return DUET_OK;
-    char have[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < b->ntensors && used < sizeof have; i++)
-        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "",
-                                 b->tensors[i].name);
-    return duet__error(DUET_ENOTFOUND, "batch: no tensor '%s' (the batch has: %s)", name,
-                       b->ntensors ? have : "nothing");
-}
-
-const char *duet_batch_meta_get(const duet_batch *b, const char *key, int64_t i) {
-    if (i < 0 || i >= b->nsamples) return NULL;
-    for (size_t k = 0; k < b->nmeta; k++)
-        if (strcmp(b->meta[k].key, key) == 0) return b->meta[k].values[i];
-    return NULL;
-}
-
-int duet_batch_slice(duet_batch *out, const duet_batch *b, int64_t start, int64_t count) {
-    DUET_ASSERT(out->ntensors == 0 && out->nmeta == 0);
-    if (start < 0 || count < 1 || start + count > b->nsamples)
-        return duet__error(DUET_EINVAL,
-                           "batch: samples [%" PRId64 ", %" PRId64 ") are outside a batch of %"
-                           PRId64, start, start + count, b->nsamples);
-    int rc = DUET_OK;
-    for (size_t i = 0; i < b->ntensors && rc == DUET_OK; i++) {
-        duet_tensor *v = NULL;
-        rc = duet_tensor_slice0(&v, b->tensors[i].tensor, start, count);
-        if (rc == DUET_OK) rc = duet_batch_add_tensor(out, b->tensors[i].name, v);
-        duet_tensor_release(v);
-    }
-    for (size_t i = 0; i < b->nmeta && rc == DUET_OK; i++)
-        rc = duet_batch_add_meta(out, b->meta[i].key, count,
-                                 (const char *const *)b->meta[i].values + start);
-    if (rc != DUET_OK) duet_batch_clear(out);
-    return rc;
-}
-
-void duet_batch_clear(duet_batch *b) {
-    if (b == NULL) return;
-    for (size_t i = 0; i < b->ntensors; i++) {
-        free(b->tensors[i].name);
-        duet_tensor_release(b->tensors[i].tensor);
-    }
-    for (size_t i = 0; i < b->nmeta; i++) {
-        free(b->meta[i].key);
-        free_strings(b->meta[i].values, b->nsamples);
-    }
-    free(b->tensors);
-    free(b->meta);
-    memset(b, 0, sizeof *b);
-}
-
 /* ---- log values ------------------------------------------------------------ */
 
 void duet_log_vars_clear(duet_log_vars *lv) {
@@ -339,6 +209,8 @@ struct duet_model {
     duet_module *root;
     duet_module *outer; /* owns root when set (a DDP around the model) */
     duet_comm *comm;
+    bool in_train_step; /* ops->train_step is running: duet_model_comm is NULL */
+    int ema_depth;      /* nested forward / val_step calls with the EMA parts swapped in */
 };
 
 void duet_val_output_clear(duet_val_output *v) {
@@ -387,13 +259,92 @@ duet_module *duet_model_part(duet_model *m, const char *name) {
 }
 
 void duet_model_set_comm(duet_model *m, duet_comm *comm) { m->comm = comm; }
-duet_comm *duet_model_comm(const duet_model *m) { return m->comm; }
+/* Inside train_step the dispatcher owns the averaging: a model that still
+ * averages its log values itself gets NULL, so its call does nothing and
+ * the values go over the network once. */
+duet_comm *duet_model_comm(const duet_model *m) { return m->in_train_step ? NULL : m->comm; }
+
+int duet_model_save_state(duet_model *m, duet_st_writer *w) {
+    if (m->ops->save_state == NULL) return DUET_OK;
+    int rc = m->ops->save_state(m, w);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.save_state", m->ops->name);
+    return rc;
+}
+
+int duet_model_load_state(duet_model *m, const duet_st *ckpt) {
+    if (m->ops->load_state == NULL) return DUET_OK;
+    int rc = m->ops->load_state(m, ckpt);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.load_state", m->ops->name);
+    return rc;
+}
+
+/* ---- exponential moving averages --------------------------------------------------- */
+
+int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
+                    float momentum_nontrainable) {
+    duet_named_tensors e = {0}, n = {0};
+    int rc = duet_module_state(ema, &e);
+    if (rc == DUET_OK) rc = duet_module_state(net, &n);
+    if (rc == DUET_OK && e.count != n.count)
+        rc = duet__error(DUET_ESHAPE, "EMA: the copy has %zu state entries, the network %zu",
+                         e.count, n.count);
+    for (size_t i = 0; i < n.count && rc == DUET_OK; i++) {
+        duet_tensor *a = n.items[i].tensor, *b = e.items[i].tensor;
+        if (strcmp(n.items[i].name, e.items[i].name) != 0 || a->numel != b->numel)
+            rc = duet__error(DUET_ESHAPE, "EMA: entry %zu is '%s' (%" PRId64 " values) in the "
+                             "network but '%s' (%" PRId64 ") in the copy", i, n.items[i].name,
+                             a->numel, e.items[i].name, b->numel);
+        /* MMEditing's lerp(a=net, b=ema): a + (b - a) * m, in float32 as
+         * torch computes it; buffers and frozen parameters use the
+         * non-trainable momentum (0: copied). */
+        float mom = a->requires_grad ? momentum : momentum_nontrainable;
+        if (rc == DUET_OK && mom == 0.0f) /* a + (b - a) * 0 is a, NaN aside */
+            memcpy(b->data, a->data, sizeof(float) * (size_t)a->numel);
+        else
+            for (int64_t k = 0; rc == DUET_OK && k < a->numel; k++)
+                b->data[k] = a->data[k] + (b->data[k] - a->data[k]) * mom;
+    }
+    duet_named_tensors_free(&e);
+    duet_named_tensors_free(&n);
+    return rc;
+}
+
+/* Swaps every part P with its moving average P_ema when the model has
+ * both (MMEditing's forward_test with generator_ema); a second call swaps
+ * back. */
+static void swap_ema_parts(duet_model *m) {
+    duet_module *root = m->root;
+    if (root == NULL) return;
+    for (size_t i = 0; i < root->nchildren; i++) {
+        const char *name = root->children[i].name;
+        size_t len = strlen(name);
+        if (len <= 4 || strcmp(name + len - 4, "_ema") != 0) continue;
+        for (size_t j = 0; j < root->nchildren; j++) {
+            const char *base = root->children[j].name;
+            if (strlen(base) != len - 4 || strncmp(base, name, len - 4) != 0) continue;
+            duet_module *t = root->children[i].module;
+            root->children[i].module = root->children[j].module;
+            root->children[j].module = t;
+        }
+    }
+}
+
+static void ema_enter(duet_model *m) {
+    if (m->ema_depth++ == 0) swap_ema_parts(m);
+}
+
+static void ema_leave(duet_model *m) {
+    if (--m->ema_depth == 0) swap_ema_parts(m);
+}
 
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
     if (m->ops->forward == NULL)
         return duet__error(DUET_EUNSUPPORTED, "model %s has no forward", m->ops->name);
-    return m->ops->forward(m, lq, out);
+    ema_enter(m);
+    int rc = m->ops->forward(m, lq, out);
+    ema_leave(m);
+    return rc;
 }
 
 int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
@@ -401,8 +352,16 @@ int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer
     duet_log_vars_clear(log);
     if (m->ops->train_step == NULL)
         return duet__error(DUET_EUNSUPPORTED, "model %s has no train_step", m->ops->name);
+    m->in_train_step = true;
     int rc = m->ops->train_step(m, batch, opts, log);
-    if (rc != DUET_OK) duet__error_context(rc, "%s.train_step", m->ops->name);
+    m->in_train_step = false;
+    if (rc != DUET_OK) return duet__error_context(rc, "%s.train_step", m->ops->name);
+    /* MMEditing's parse_losses: every rank reports the means over the job.
+     * Done here, not by each model, so that no model can leave the other
+     * ranks waiting in an allreduce it forgot (or make them disagree on
+     * when to stop: a NaN on one rank is a NaN on all). */
+    rc = duet_log_vars_average(log, m->comm);
+    if (rc != DUET_OK) duet__error_context(rc, "%s.train_step: log values", m->ops->name);
     return rc;
 }
 
@@ -413,7 +372,9 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
     bool was_training = m->root->training;
     bool prev = duet_set_grad_enabled(false);
     duet_module_train(m->root, false);
+    ema_enter(m);
     int rc = m->ops->val_step(m, batch, out);
+    ema_leave(m);
     duet_module_train(m->root, was_training);
     duet_set_grad_enabled(prev);
     if (rc != DUET_OK) {

@@ -199,11 +199,12 @@ int duet_msrresnet_create(duet_module **out, const duet_msrresnet_opts *opts, du
         return rc;
     }
     /* MSRResNet.init_weights (MMEditing 0.x, run by the restorer after
-     * construction): default_init_weights(m, 0.1) for conv_first,
-     * upsample1, upsample2, conv_hr and conv_last. The trunk's blocks were
-     * initialised with 0.1 by their own constructor. */
-    const char *scaled[5] = {"conv_first", "upsample1", "upsample2", "conv_hr", "conv_last"};
-    for (int i = 0; i < 5; i++) {
+     * construction): default_init_weights(m, 0.1) for conv_first, conv_hr
+     * and conv_last only. The trunk's blocks were initialised with 0.1 by
+     * their own constructor (ResidualBlockNoBN, res_scale 1) and the
+     * upsamplers keep PixelShufflePack's own init_weights, scale 1. */
+    const char *scaled[3] = {"conv_first", "conv_hr", "conv_last"};
+    for (int i = 0; i < 3; i++) {
         duet_module *c = duet_module_child(m, scaled[i]);
         if (c != NULL) duet_default_init_weights(c, 0.1f, rng);
     }

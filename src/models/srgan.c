@@ -4,6 +4,10 @@
  * discriminator step on real and detached fake images. */
 #include "models_internal.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct srgan {
@@ -177,7 +181,7 @@ static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimiz
     if (rc != DUET_OK) duet_tape_clear();
     DUET_TRY(rc);
     s->step_counter++;
-    return duet_log_vars_average(log, duet_model_comm(m));
+    return DUET_OK; /* duet_model_train_step averages the log values over the ranks */
 }
 
 static int srgan_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
@@ -202,8 +206,39 @@ static int srgan_val_step(duet_model *m, const duet_batch *batch, duet_val_outpu
     return duet__restorer_val_step(m, &s->test_cfg, batch, out);
 }
 
-static const duet_model_ops srgan_ops = {"SRGAN", srgan_forward, srgan_train_step,
-                                         srgan_val_step, free};
+/* MMEditing keeps step_counter in the model and loses it on resume; duet
+ * keeps it in the checkpoint, so that disc_steps / disc_init_steps continue
+ * where they were (a resumed run equals an uninterrupted one). */
+static int srgan_save_state(duet_model *m, duet_st_writer *w) {
+    char v[32];
+    snprintf(v, sizeof v, "%" PRId64, ((srgan *)duet_model_impl(m))->step_counter);
+    return duet_st_writer_set_meta(w, "step_counter", v);
+}
+
+static int srgan_load_state(duet_model *m, const duet_st *ckpt) {
+    const char *v = duet_st_meta(ckpt, "step_counter");
+    if (v == NULL)
+        return duet__error(DUET_ENOTFOUND, "the checkpoint has no metadata 'step_counter' (an "
+                           "SRGAN checkpoint has): resume an SRGAN run, or start from it with "
+                           "load_from");
+    char *end = NULL;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (end == v || *end != '\0' || errno != 0 || n < 0)
+        return duet__error(DUET_EFORMAT, "metadata 'step_counter' is '%s', not a count", v);
+    ((srgan *)duet_model_impl(m))->step_counter = n;
+    return DUET_OK;
+}
+
+static const duet_model_ops srgan_ops = {
+    .name = "SRGAN",
+    .forward = srgan_forward,
+    .train_step = srgan_train_step,
+    .val_step = srgan_val_step,
+    .destroy = free,
+    .save_state = srgan_save_state,
+    .load_state = srgan_load_state,
+};
 
 int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng) {
     *out = NULL;
@@ -250,7 +285,8 @@ int64_t duet_srgan_step_counter(duet_model *m) {
     return ((srgan *)duet_model_impl(m))->step_counter;
 }
 
-/* Added by the runner: --resume restores the counter from the checkpoint. */
+/* For tests and tools; --resume restores the counter through the model's
+ * load_state hook. */
 void duet_srgan_set_step_counter(duet_model *m, int64_t step_counter) {
     DUET_ASSERT(strcmp(duet_model_type_name(m), "SRGAN") == 0);
     ((srgan *)duet_model_impl(m))->step_counter = step_counter;

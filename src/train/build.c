@@ -130,6 +130,21 @@ int duet__run_read_settings(duet__run *r) {
 int duet__run_read_test_cfg(duet__run *r) {
     duet_config *cfg = r->cfg;
     r->test_cfg = duet_test_cfg_default();
+    /* The metrics evaluation logs: test_cfg's (the model checks the names). */
+    if (duet_config_has(cfg, "model.test_cfg.metrics")) {
+        const char *names[DUET_MAX_METRICS];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_string_array(cfg, "model.test_cfg.metrics", names,
+                                              DUET_MAX_METRICS, &n));
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(names[i], "PSNR") == 0) r->test_cfg.metrics[i] = "PSNR";
+            else if (strcmp(names[i], "SSIM") == 0) r->test_cfg.metrics[i] = "SSIM";
+            else
+                return bad_value(cfg, "model.test_cfg.metrics", "names '%s' (use PSNR, SSIM)",
+                                 names[i]);
+        }
+        r->test_cfg.nmetrics = (int)n;
+    }
     int64_t crop = 0;
     DUET_TRY(duet_config_get_int_in_or(cfg, "model.test_cfg.crop_border", 0, 0, INT_MAX, &crop));
     r->test_cfg.crop_border = (int)crop;
@@ -139,44 +154,29 @@ int duet__run_read_test_cfg(duet__run *r) {
     return DUET_OK;
 }
 
-/* One dataset group: data.train or data.val. */
+/* One dataset group, data.train or data.val, through the registry; `times`
+ * (MMEditing's RepeatDataset around the training set) is read here, so that
+ * any registered dataset can be repeated. */
 static int build_dataset(duet__run *r, const char *path, bool train, duet_dataset **out) {
-    duet_config *d = NULL;
-    DUET_TRY(duet_config_sub(r->cfg, path, &d));
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
-    const char *type = NULL;
-    int64_t scale = 4, gt_size = o.gt_size, times = 1;
-    int rc = duet_config_get_string(d, "type", &type);
-    if (rc == DUET_OK && strcmp(type, "SRFolderGTDataset") != 0 &&
-        strcmp(type, "SRFolderDataset") != 0)
-        rc = bad_value_in(d, path, "type",
-                       "= \"%s\" is not known (use SRFolderGTDataset: ground truth only, LQ "
-                       "by bicubic; or SRFolderDataset: with lq_folder)", type);
-    if (rc == DUET_OK) rc = duet_config_get_string(d, "gt_folder", &o.gt_dir);
-    bool paired = rc == DUET_OK && strcmp(type, "SRFolderDataset") == 0;
-    if (rc == DUET_OK && paired) rc = duet_config_get_string(d, "lq_folder", &o.lq_dir);
-    if (rc == DUET_OK) rc = duet_config_get_int_in_or(d, "scale", 4, 1, DUET_MAX_SCALE, &scale);
-    if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "lazy", false, &o.lazy);
-    if (rc == DUET_OK && train) {
-        rc = duet_config_get_int_in_or(d, "gt_patch_size", o.gt_size, 1, (int64_t)1 << 24,
-                                       &gt_size);
-        if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_hflip", true, &o.use_hflip);
-        if (rc == DUET_OK) rc = duet_config_get_bool_or(d, "use_vflip", true, &o.use_vflip);
-        if (rc == DUET_OK)
-            rc = duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose);
-        if (rc == DUET_OK) rc = duet_config_get_int_in_or(d, "times", 1, 1, INT64_MAX, &times);
+    int64_t times = 1;
+    char key[64];
+    snprintf(key, sizeof key, "%s.times", path);
+    if (train) DUET_TRY(duet_config_get_int_in_or(r->cfg, key, 1, 1, INT64_MAX, &times));
+    /* The run's pixel limit (data.max_image_pixels) reaches the dataset as
+     * its own key unless the dataset sets one. */
+    snprintf(key, sizeof key, "%s.max_image_pixels", path);
+    if (!duet_config_has(r->cfg, key)) {
+        char set[128];
+        snprintf(set, sizeof set, "%s=%lldL", key, (long long)r->max_pixels);
+        DUET_TRY(duet_config_set(r->cfg, set));
     }
-    duet_config_destroy(d);
-    DUET_TRY(rc);
-    o.scale = (int)scale;
-    o.gt_size = gt_size;
-    o.max_pixels = r->max_pixels;
+    snprintf(key, sizeof key, "%s.times", path);
     duet_dataset *ds = NULL;
-    rc = train ? duet_sr_train_dataset_create(&ds, &o) : duet_sr_val_dataset_create(&ds, &o);
-    if (rc != DUET_OK) return duet__error_context(rc, "%s (%s)", path, duet_config_name(r->cfg));
+    int rc = duet_build_dataset(r->cfg, path, train, &ds);
+    if (rc != DUET_OK) return duet__error_context(rc, "%s", duet_config_name(r->cfg));
     if (train && times > 1) {
         rc = duet_repeat_dataset_create(&ds, ds, times);
-        if (rc != DUET_OK) return duet__error_context(rc, "%s.times", path);
+        if (rc != DUET_OK) return duet__error_context(rc, "%s", key);
     }
     *out = ds;
     return DUET_OK;

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "train/checkpoint_internal.h"
 
 #define CKPT_OPT_PREFIX "optimizer."
 #define CKPT_NAME_MAX 256
@@ -44,6 +45,13 @@ static void note_unchecked(const duet_st *ck) {
 
 int duet_checkpoint_save(const char *path, duet_module *model, const duet_named_optimizer *opts,
                          size_t nopts, const duet_meta_item *meta, size_t nmeta) {
+    return duet__checkpoint_save_ex(path, model, opts, nopts, meta, nmeta, NULL, NULL);
+}
+
+int duet__checkpoint_save_ex(const char *path, duet_module *model,
+                             const duet_named_optimizer *opts, size_t nopts,
+                             const duet_meta_item *meta, size_t nmeta,
+                             int (*extra)(void *ctx, duet_st_writer *w), void *ctx) {
     DUET_TRY(check_opts(path, opts, nopts));
     duet_st_writer *w = NULL;
     DUET_TRY(duet_st_writer_create(&w));
@@ -53,6 +61,7 @@ int duet_checkpoint_save(const char *path, duet_module *model, const duet_named_
         opt_prefix(prefix, sizeof prefix, opts[i].name);
         rc = duet_optimizer_save_state(opts[i].opt, w, prefix);
     }
+    if (rc == DUET_OK && extra != NULL) rc = extra(ctx, w);
     for (size_t i = 0; i < nmeta && rc == DUET_OK; i++)
         rc = duet_st_writer_set_meta(w, meta[i].key, meta[i].value);
     if (rc == DUET_OK) rc = duet_st_writer_set_meta(w, "duet_version", DUET_VERSION_STRING);
@@ -88,8 +97,13 @@ int duet_checkpoint_load_model(const duet_st *ckpt, duet_module *model, bool str
                                const char *require_prefix, size_t *nmissing,
                                size_t *nunexpected) {
     const char *path = duet_st_path(ckpt);
-    duet_st *weights = NULL;
-    DUET_TRY(duet_st_view_without(ckpt, CKPT_OPT_PREFIX, &weights));
+    /* Neither optimizer states nor a model's own state ("state.", written
+     * by its save_state hook) are weights. */
+    duet_st *no_opt = NULL, *weights = NULL;
+    DUET_TRY(duet_st_view_without(ckpt, CKPT_OPT_PREFIX, &no_opt));
+    int vrc = duet_st_view_without(no_opt, DUET_MODEL_STATE_PREFIX, &weights);
+    duet_st_destroy(no_opt); /* the view shares the file, not the entries */
+    DUET_TRY(vrc);
     int rc = DUET_OK;
     if (!strict && require_prefix != NULL && require_prefix[0] != '\0') {
         char list[1024];

@@ -18,54 +18,52 @@ int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *nam
     return rc;
 }
 
-/* A (3, H, W) sample tensor as a batch of one (1, 3, H, W), sharing data. */
-static int as_batch_of_one(duet_tensor *t, duet_tensor **out) {
-    int64_t shape[4] = {1, t->shape[0], t->shape[1], t->shape[2]};
-    return duet_tensor_view(out, t, 4, shape);
-}
-
 static double metric(const duet_log_vars *lv, const char *name) {
     double v = 0;
     return duet_log_vars_get(lv, name, &v) ? v : 0.0;
 }
 
-/* One image: model output (and its metrics), bicubic metrics, grid row. */
+/* One image: model output (and its metrics), bicubic metrics, grid row. The
+ * dataset's sample goes to val_step as it is (a batch of one, named
+ * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
+/* sums: [0] images, [1 + k] the model's metric k of test_cfg, [1 + NM + k]
+ * bicubic's. */
+#define NM DUET_MAX_METRICS
+#define NSUMS (1 + 2 * NM)
+
 static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
-                    duet_image **row, double sums[5]) {
-    duet_sample s = {0};
-    DUET_TRY(duet_dataset_get(r->val_set, index, r->seed, 0, &s));
-    duet_tensor *lq = NULL, *gt = NULL, *bic = NULL;
+                    duet_image **row, double sums[NSUMS]) {
+    const duet_test_cfg *tc = &r->test_cfg;
     duet_batch batch = {0};
+    DUET_TRY(duet_dataset_get_item(r->val_set, index, r->seed, 0, &batch));
+    duet_tensor *lq = duet_batch_tensor_get(&batch, "lq"), *gt = duet_batch_tensor_get(&batch, "gt");
+    duet_tensor *bic = NULL;
     duet_val_output vo = {0};
-    const char *name = s.name != NULL ? s.name : "image";
-    int rc = as_batch_of_one(s.lq, &lq);
-    if (rc == DUET_OK) rc = as_batch_of_one(s.gt, &gt);
-    if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "lq", lq);
-    if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "gt", gt);
-    if (rc == DUET_OK) rc = duet_batch_add_meta(&batch, "gt_path", 1, &name);
+    const char *name = duet_batch_meta_get(&batch, "gt_path", 0);
+    if (name == NULL) name = duet_dataset_name(r->val_set, index);
+    if (name == NULL) name = "image";
+    int rc = DUET_OK;
+    if ((bicubic || row != NULL) && (lq == NULL || gt == NULL))
+        rc = duet__error(DUET_ENOTFOUND, "the validation sample has no 'lq' and 'gt' tensors, "
+                         "which the bicubic numbers and the evaluation picture compare");
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
     if (rc == DUET_OK) {
         sums[0] += 1;
-        sums[1] += metric(&vo.metrics, "PSNR");
-        sums[2] += metric(&vo.metrics, "SSIM");
+        for (int k = 0; k < tc->nmetrics; k++) sums[1 + k] += metric(&vo.metrics, tc->metrics[k]);
     }
     if (rc == DUET_OK && bicubic) {
         duet_log_vars bl;
         duet_log_vars_clear(&bl);
         rc = duet_imresize_tensor(lq, (double)duet_dataset_scale(r->val_set), &bic);
-        if (rc == DUET_OK) rc = duet_evaluate(&r->test_cfg, bic, gt, &bl);
-        sums[3] += metric(&bl, "PSNR");
-        sums[4] += metric(&bl, "SSIM");
+        if (rc == DUET_OK) rc = duet_evaluate(tc, bic, gt, &bl);
+        for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&bl, tc->metrics[k]);
     }
     if (rc == DUET_OK && out_dir != NULL) rc = duet__save_tensor_png(vo.output, out_dir, name);
     if (rc == DUET_OK && row != NULL) rc = duet__grid_row(row, lq, vo.output, gt, 0, 4);
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);
-    duet_batch_clear(&batch);
-    duet_tensor_release(lq);
-    duet_tensor_release(gt);
     duet_tensor_release(bic);
-    duet_sample_clear(&s);
+    duet_batch_clear(&batch);
     return rc;
 }
 
@@ -111,8 +109,7 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     int64_t nrows = grid_path != NULL ? (r->eval_num_images < n ? r->eval_num_images : n) : 0;
     duet_image **rows = nrows > 0 ? calloc((size_t)nrows, sizeof *rows) : NULL;
     if (nrows > 0 && rows == NULL) return duet__error(DUET_ENOMEM, "evaluation: out of memory");
-    /* count, PSNR, SSIM, bicubic PSNR, bicubic SSIM: summed over images. */
-    double sums[5] = {0, 0, 0, 0, 0};
+    double sums[NSUMS] = {0}; /* over images */
     int rc = DUET_OK;
     if (out_dir != NULL) rc = duet__mkdirs(out_dir);
     for (int64_t i = r->rank; i < n && rc == DUET_OK; i += r->world)
@@ -127,13 +124,18 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     for (int64_t i = 0; i < nrows; i++) duet_image_destroy(rows[i]);
     free(rows);
     DUET_TRY(rc);
-    if (r->world > 1) DUET_TRY(duet_comm_allreduce(r->comm, sums, 5, DUET_DTYPE_F64, DUET_REDUCE_SUM));
+    if (r->world > 1)
+        DUET_TRY(duet_comm_allreduce(r->comm, sums, NSUMS, DUET_DTYPE_F64, DUET_REDUCE_SUM));
     res->images = (int64_t)sums[0];
-    if (res->images > 0) {
-        res->psnr = sums[1] / sums[0];
-        res->ssim = sums[2] / sums[0];
-        res->psnr_bicubic = sums[3] / sums[0];
-        res->ssim_bicubic = sums[4] / sums[0];
+    if (res->images == 0) return DUET_OK;
+    /* The metrics test_cfg names, in its order, and no others. */
+    const duet_test_cfg *tc = &r->test_cfg;
+    for (int k = 0; k < tc->nmetrics; k++) {
+        double m = sums[1 + k] / sums[0], b = sums[1 + NM + k] / sums[0];
+        DUET_TRY(duet_log_vars_set(&res->metrics, tc->metrics[k], m));
+        if (bicubic) DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
+        if (strcmp(tc->metrics[k], "PSNR") == 0) res->psnr = m, res->psnr_bicubic = b;
+        if (strcmp(tc->metrics[k], "SSIM") == 0) res->ssim = m, res->ssim_bicubic = b;
     }
     return DUET_OK;
 }

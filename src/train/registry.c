@@ -1,5 +1,8 @@
-/* The registry: builds networks, losses, models, wrappers and optimizers
- * from config groups by their `type`, reading MMEditing's option names.
+/* The registry: builds networks, losses, models, datasets, wrappers and
+ * optimizers from config groups by their `type`, reading MMEditing's option
+ * names. Types are looked up in tables filled by duet_registry_register_*:
+ * the built-in types register through the same calls (once, on first use)
+ * as a user's own, so a model written in C outside duet trains like SRGAN.
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
@@ -7,17 +10,140 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const module_types[] = {"MSRResNet", "ModifiedVGG", "L1Loss", "MSELoss",
-                                           "GANLoss", "PerceptualLoss", NULL};
-static const char *const model_types[] = {"SRGAN", "BasicRestorer", NULL};
 static const char *const wrapper_types[] = {"DistributedDataParallelWrapper",
                                             "DistributedDataParallel", NULL};
 
-const char *const *duet_registry_module_types(void) { return module_types; }
-const char *const *duet_registry_model_types(void) { return model_types; }
+/* ---- the tables -------------------------------------------------------------- */
+
+#define REG_MAX 64
+#define REG_NAME_MAX 64
+
+/* One kind of type (modules, models, datasets): names and builders in
+ * registration order. `names` stays NULL-terminated for the _types()
+ * getters; the arrays never move, so a returned list stays valid. */
+typedef struct reg_table {
+    const char *what; /* "module", "model", "dataset" */
+    size_t n;
+    char name[REG_MAX][REG_NAME_MAX];
+    const char *names[REG_MAX + 1];
+    union {
+        duet_module_builder module;
+        duet_model_builder model;
+        duet_dataset_builder dataset;
+    } fn[REG_MAX];
+} reg_table;
+
+static reg_table modules = {.what = "module"};
+static reg_table models = {.what = "model"};
+static reg_table datasets = {.what = "dataset"};
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+static int builtins_rc = DUET_OK;
+static void register_builtins(void);
+
+/* register_builtins calls the public registration functions, which call
+ * ensure_builtins: inside it, on its thread, they must not wait for the
+ * once routine they are part of. */
+static _Thread_local bool in_builtins = false;
+
+static void ensure_builtins(void) {
+    if (!in_builtins) pthread_once(&builtins_once, register_builtins);
+}
+
+static int reg_find(const reg_table *t, const char *type) {
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->name[i], type) == 0) return (int)i;
+    return -1;
+}
+
+/* Adds `type` to t; *slot is where its builder goes. */
+static int reg_add(reg_table *t, const char *type, bool have_fn, size_t *slot) {
+    if (type == NULL || type[0] == '\0' || strlen(type) >= REG_NAME_MAX || !have_fn)
+        return duet__error(DUET_EINVAL, "registry: a %s type needs a name of 1 to %d "
+                           "characters and a builder (got '%s')", t->what, REG_NAME_MAX - 1,
+                           type != NULL ? type : "(null)");
+    if (reg_find(t, type) >= 0)
+        return duet__error(DUET_EINVAL, "registry: %s type '%s' is already registered; pick "
+                           "another name", t->what, type);
+    if (t->n == REG_MAX)
+        return duet__error(DUET_ENOMEM, "registry: more than %d %s types (adding '%s')", REG_MAX,
+                           t->what, type);
+    *slot = t->n;
+    strcpy(t->name[t->n], type);
+    t->names[t->n] = t->name[t->n];
+    t->names[t->n + 1] = NULL;
+    return DUET_OK;
+}
+
+int duet_registry_register_module(const char *type, duet_module_builder build) {
+    ensure_builtins();
+    pthread_mutex_lock(&reg_mu);
+    size_t i = 0;
+    int rc = reg_add(&modules, type, build != NULL, &i);
+    if (rc == DUET_OK) {
+        modules.fn[i].module = build;
+        modules.n++;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return rc;
+}
+
+int duet_registry_register_loss(const char *type, duet_module_builder build) {
+    return duet_registry_register_module(type, build);
+}
+
+int duet_registry_register_model(const char *type, duet_model_builder build) {
+    ensure_builtins();
+    pthread_mutex_lock(&reg_mu);
+    size_t i = 0;
+    int rc = reg_add(&models, type, build != NULL, &i);
+    if (rc == DUET_OK) {
+        models.fn[i].model = build;
+        models.n++;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return rc;
+}
+
+int duet_registry_register_dataset(const char *type, duet_dataset_builder build) {
+    ensure_builtins();
+    pthread_mutex_lock(&reg_mu);
+    size_t i = 0;
+    int rc = reg_add(&datasets, type, build != NULL, &i);
+    if (rc == DUET_OK) {
+        datasets.fn[i].dataset = build;
+        datasets.n++;
+    }
+    pthread_mutex_unlock(&reg_mu);
+    return rc;
+}
+
+/* The builder registered for `type` in t (copied under the lock), or -1. */
+static int reg_lookup(reg_table *t, const char *type, size_t *slot) {
+    ensure_builtins();
+    pthread_mutex_lock(&reg_mu);
+    int i = reg_find(t, type);
+    pthread_mutex_unlock(&reg_mu);
+    if (i >= 0) *slot = (size_t)i;
+    return i;
+}
+
+const char *const *duet_registry_module_types(void) {
+    ensure_builtins();
+    return modules.names;
+}
+const char *const *duet_registry_model_types(void) {
+    ensure_builtins();
+    return models.names;
+}
+const char *const *duet_registry_dataset_types(void) {
+    ensure_builtins();
+    return datasets.names;
+}
 const char *const *duet_registry_wrapper_types(void) { return wrapper_types; }
 
 static int unknown_type(const char *what, const char *path, const char *type,
@@ -244,39 +370,67 @@ static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int
 
 /* ---- networks and losses -------------------------------------------------------- */
 
+static int build_msrresnet(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
+    (void)path;
+    duet_msrresnet_opts o;
+    DUET_TRY(read_msrresnet(c, &o));
+    return duet_msrresnet_create(out, &o, rng);
+}
+
+static int build_modified_vgg(duet_config *c, const char *path, duet_rng *rng,
+                              duet_module **out) {
+    (void)path;
+    duet_modified_vgg_opts o;
+    DUET_TRY(read_modified_vgg(c, &o));
+    return duet_modified_vgg_create(out, &o, rng);
+}
+
+static int build_l1_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
+    (void)path, (void)rng;
+    float w;
+    DUET_TRY(read_pixel_loss(c, &w));
+    return duet_l1_loss_module_create(out, w);
+}
+
+static int build_mse_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
+    (void)path, (void)rng;
+    float w;
+    DUET_TRY(read_pixel_loss(c, &w));
+    return duet_mse_loss_module_create(out, w);
+}
+
+static int build_gan_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
+    (void)path, (void)rng;
+    duet_gan_loss_opts o;
+    DUET_TRY(read_gan_loss(c, &o));
+    return duet_gan_loss_create(out, &o);
+}
+
+static int build_perceptual(duet_config *c, const char *path, duet_rng *rng,
+                            duet_module **out) {
+    (void)path;
+    duet_perceptual_loss_opts o;
+    DUET_TRY(read_perceptual(c, &o));
+    return duet_perceptual_loss_create(out, &o, rng);
+}
+
 int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out) {
     *out = NULL;
     duet_config *c = NULL;
     const char *type = NULL;
     DUET_TRY(open_group(cfg, path, &c, &type));
+    size_t i = 0;
     int rc;
-    if (strcmp(type, "MSRResNet") == 0) {
-        duet_msrresnet_opts o;
-        rc = read_msrresnet(c, &o);
-        if (rc == DUET_OK) rc = duet_msrresnet_create(out, &o, rng);
-    } else if (strcmp(type, "ModifiedVGG") == 0) {
-        duet_modified_vgg_opts o;
-        rc = read_modified_vgg(c, &o);
-        if (rc == DUET_OK) rc = duet_modified_vgg_create(out, &o, rng);
-    } else if (strcmp(type, "L1Loss") == 0 || strcmp(type, "MSELoss") == 0) {
-        float w;
-        rc = read_pixel_loss(c, &w);
-        if (rc == DUET_OK)
-            rc = type[0] == 'L' ? duet_l1_loss_module_create(out, w)
-                                : duet_mse_loss_module_create(out, w);
-    } else if (strcmp(type, "GANLoss") == 0) {
-        duet_gan_loss_opts o;
-        rc = read_gan_loss(c, &o);
-        if (rc == DUET_OK) rc = duet_gan_loss_create(out, &o);
-    } else if (strcmp(type, "PerceptualLoss") == 0) {
-        duet_perceptual_loss_opts o;
-        rc = read_perceptual(c, &o);
-        if (rc == DUET_OK) rc = duet_perceptual_loss_create(out, &o, rng);
-    } else {
-        rc = unknown_type("module", path, type, module_types);
-    }
+    if (reg_lookup(&modules, type, &i) < 0)
+        rc = unknown_type("module", path, type, duet_registry_module_types());
+    else
+        rc = modules.fn[i].module(c, path, rng, out);
     duet_config_destroy(c);
-    if (rc != DUET_OK && rc != DUET_ECONFIG) duet__error_context(rc, "%s", path);
+    if (rc != DUET_OK) {
+        duet_module_destroy(*out);
+        *out = NULL;
+        if (rc != DUET_ECONFIG) duet__error_context(rc, "%s", path);
+    }
     return rc;
 }
 
@@ -367,12 +521,100 @@ int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_mod
     duet_config *m = NULL;
     const char *type = NULL;
     DUET_TRY(open_group(cfg, path, &m, &type));
+    size_t i = 0;
     int rc;
-    if (strcmp(type, "SRGAN") == 0) rc = build_srgan(m, path, rng, out);
-    else if (strcmp(type, "BasicRestorer") == 0) rc = build_basic_restorer(m, path, rng, out);
-    else rc = unknown_type("model", path, type, model_types);
+    if (reg_lookup(&models, type, &i) < 0)
+        rc = unknown_type("model", path, type, duet_registry_model_types());
+    else
+        rc = models.fn[i].model(m, path, rng, out);
     duet_config_destroy(m);
+    if (rc != DUET_OK) {
+        duet_model_destroy(*out);
+        *out = NULL;
+    }
     return rc;
+}
+
+/* ---- datasets --------------------------------------------------------------------- */
+
+/* MMEditing's SRFolderGTDataset (GT folder, LQ by bicubic) and SRFolderDataset
+ * (paired folders). Training sets read the crop and flip settings of the
+ * pipeline as flat keys. */
+static int build_sr_dataset(duet_config *d, const char *path, bool train, bool paired,
+                            duet_dataset **out) {
+    (void)path; /* the config view's keys carry it in their messages */
+    duet_sr_dataset_options o = duet_sr_dataset_options_default();
+    int64_t scale = 4, gt_size = o.gt_size;
+    DUET_TRY(duet_config_get_string(d, "gt_folder", &o.gt_dir));
+    if (paired) DUET_TRY(duet_config_get_string(d, "lq_folder", &o.lq_dir));
+    DUET_TRY(duet_config_get_int_in_or(d, "scale", 4, 1, DUET_MAX_SCALE, &scale));
+    DUET_TRY(duet_config_get_bool_or(d, "lazy", false, &o.lazy));
+    int64_t max_pixels = DUET_IMAGE_MAX_PIXELS_DEFAULT;
+    DUET_TRY(duet_config_get_int_in_or(d, "max_image_pixels", DUET_IMAGE_MAX_PIXELS_DEFAULT, 0,
+                                       INT64_MAX, &max_pixels));
+    DUET_TRY(duet_image_pixel_limit(max_pixels, &o.max_pixels));
+    if (train) {
+        DUET_TRY(duet_config_get_int_in_or(d, "gt_patch_size", o.gt_size, 1, (int64_t)1 << 24,
+                                           &gt_size));
+        DUET_TRY(duet_config_get_bool_or(d, "use_hflip", true, &o.use_hflip));
+        DUET_TRY(duet_config_get_bool_or(d, "use_vflip", true, &o.use_vflip));
+        DUET_TRY(duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose));
+    }
+    o.scale = (int)scale;
+    o.gt_size = gt_size;
+    return train ? duet_sr_train_dataset_create(out, &o) : duet_sr_val_dataset_create(out, &o);
+}
+
+static int build_sr_folder_gt(duet_config *d, const char *path, bool train,
+                              duet_dataset **out) {
+    return build_sr_dataset(d, path, train, false, out);
+}
+
+static int build_sr_folder(duet_config *d, const char *path, bool train, duet_dataset **out) {
+    return build_sr_dataset(d, path, train, true, out);
+}
+
+int duet_build_dataset(duet_config *cfg, const char *path, bool train, duet_dataset **out) {
+    *out = NULL;
+    duet_config *d = NULL;
+    const char *type = NULL;
+    DUET_TRY(open_group(cfg, path, &d, &type));
+    size_t i = 0;
+    int rc;
+    if (reg_lookup(&datasets, type, &i) < 0)
+        rc = unknown_type("dataset", path, type, duet_registry_dataset_types());
+    else
+        rc = datasets.fn[i].dataset(d, path, train, out);
+    duet_config_destroy(d);
+    if (rc != DUET_OK) {
+        duet_dataset_destroy(*out);
+        *out = NULL;
+        if (rc != DUET_ECONFIG) duet__error_context(rc, "%s", path);
+    }
+    return rc;
+}
+
+/* ---- built-in types ------------------------------------------------------------------ */
+
+static void register_one(int rc) {
+    if (rc != DUET_OK && builtins_rc == DUET_OK) builtins_rc = rc;
+}
+
+static void register_builtins(void) {
+    in_builtins = true;
+    register_one(duet_registry_register_module("MSRResNet", build_msrresnet));
+    register_one(duet_registry_register_module("ModifiedVGG", build_modified_vgg));
+    register_one(duet_registry_register_loss("L1Loss", build_l1_loss));
+    register_one(duet_registry_register_loss("MSELoss", build_mse_loss));
+    register_one(duet_registry_register_loss("GANLoss", build_gan_loss));
+    register_one(duet_registry_register_loss("PerceptualLoss", build_perceptual));
+    register_one(duet_registry_register_model("SRGAN", build_srgan));
+    register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
+    register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
+    register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
+    /* A table overflow here is a bug (REG_MAX is far above the built-ins). */
+    DUET_ASSERT(builtins_rc == DUET_OK);
+    in_builtins = false;
 }
 
 /* ---- wrappers --------------------------------------------------------------------- */

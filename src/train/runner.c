@@ -164,7 +164,11 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
     r->seed = (uint64_t)seed;
     r->rng = duet_rng_make(r->seed, 0);
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &r->model));
-    DUET_TRY(duet__ckpt_load_weights(r, ckpt, false, "generator."));
+    /* With an EMA hook the checkpoint's generator_ema.* are used (and must
+     * be there, as the generator's: the prefix "generator" covers both). */
+    DUET_TRY(duet__run_read_ema(r));
+    DUET_TRY(duet__run_add_ema(r, r->model));
+    DUET_TRY(duet__ckpt_load_weights(r, ckpt, false, r->nema > 0 ? "generator" : "generator."));
     duet_module_train(duet_model_module(r->model), false);
     return DUET_OK;
 }
@@ -242,6 +246,10 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         if (r->rank == 0 && !r->quiet)
             duet_log(DUET_LOG_INFO, "load_from %s: weights loaded", load_from);
     }
+    /* MMEditing's EMA hook before_run: a copy of the generator, part of the
+     * model from now on (after load_from, before the wrapper). */
+    DUET_TRY(duet__run_read_ema(r));
+    DUET_TRY(duet__run_add_ema(r, model));
     if (duet_config_has(r->cfg, "wrapper")) {
         r->model = NULL;
         DUET_TRY(duet_build_wrapper(r->cfg, "wrapper", model, r->comm, &r->wrapper));
@@ -252,24 +260,31 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         DUET_TRY(duet_wrapper_create(&r->wrapper, model, r->comm, devices, 1, &wo));
     }
     r->model = duet_wrapper_model(r->wrapper);
+    /* The DDP took rank 0's generator: so does its copy (a resume loads it). */
+    if (!o->resume) DUET_TRY(duet__run_ema_sync(r));
     DUET_TRY(duet_build_optimizers(r->cfg, "optimizers", r->model, &r->opts));
     /* Evaluating needs data.val: its absence is an error then. */
     DUET_TRY(duet__run_build_data(r, true, r->eval_interval > 0));
     return duet_config_check_unused(r->cfg);
 }
 
-/* Losses summed over a logging interval (MMEditing's log buffer average). */
+/* Losses summed over a logging interval (MMEditing's log buffer average):
+ * each value with the number of iterations that logged it, since a model
+ * may log a value only in some iterations (SRGAN's loss_gan waits for
+ * disc_init_steps; with disc_steps > 1 it comes every few steps). */
 typedef struct interval_acc {
-    duet_log_vars sum;
+    duet_log_vars sum, count;
     int n;
     double time, data_time;
 } interval_acc;
 
 static void acc_add(interval_acc *a, const duet_log_vars *lv, double t, double dt) {
     for (int i = 0; i < lv->count; i++) {
-        double prev = 0;
+        double prev = 0, seen = 0;
         duet_log_vars_get(&a->sum, lv->names[i], &prev);
+        duet_log_vars_get(&a->count, lv->names[i], &seen);
         duet_log_vars_set(&a->sum, lv->names[i], prev + lv->values[i]);
+        duet_log_vars_set(&a->count, lv->names[i], seen + 1);
     }
     a->n++;
     a->time += t;
@@ -287,7 +302,7 @@ static int log_interval(duet__run *r, interval_acc *a, int64_t iter, double eta)
     }
     for (int i = 0; i < a->sum.count; i++) {
         losses[i].name = a->sum.names[i];
-        losses[i].value = a->sum.values[i] / a->n;
+        losses[i].value = a->sum.values[i] / a->count.values[i]; /* same order as sum */
     }
     duet__train_record rec = {.iter = iter, .max_iters = r->total_iters, .lr = lr, .nlr = nlr,
                               .losses = losses, .nlosses = a->sum.count,
@@ -325,8 +340,11 @@ static int evaluate_hook(duet__run *r, int64_t iter) {
     duet__eval_result res;
     int rc = duet__run_evaluate(r, grid, NULL, false, &res);
     if (rc == DUET_OK && r->log != NULL) {
-        duet__kv m[2] = {{"PSNR", res.psnr}, {"SSIM", res.ssim}};
-        rc = duet__logger_val(r->log, iter, m, 2);
+        /* The metrics test_cfg names, no others. */
+        duet__kv m[DUET_MAX_METRICS];
+        for (int i = 0; i < res.metrics.count; i++)
+            m[i] = (duet__kv){res.metrics.names[i], res.metrics.values[i]};
+        rc = duet__logger_val(r->log, iter, m, res.metrics.count);
         if (rc == DUET_OK && grid != NULL)
             duet__logger_text(r->log, "evaluation images (input | output | ground truth): %s",
                               grid);
@@ -351,17 +369,13 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
         duet__run_apply_lr(r, iter);
         duet_data_batch *db = NULL;
         DUET_TRY(duet_loader_next(r->loader, &db));
-        duet_batch batch = {0};
-        int rc = duet_batch_add_tensor(&batch, "lq", db->lq);
-        if (rc == DUET_OK) rc = duet_batch_add_tensor(&batch, "gt", db->gt);
-        if (rc == DUET_OK)
-            rc = duet_batch_add_meta(&batch, "gt_path", db->n, (const char *const *)db->names);
+        /* The dataset's named tensors go to the model as they are. */
         duet_log_vars lv;
         duet_log_vars_clear(&lv);
-        if (rc == DUET_OK) rc = duet_wrapper_train_step(r->wrapper, &batch, r->opts, &lv);
+        int rc = duet_wrapper_train_step(r->wrapper, &db->batch, r->opts, &lv);
         double data_time = db->data_time;
-        duet_batch_clear(&batch);
         duet_data_batch_destroy(db);
+        if (rc == DUET_OK) rc = duet__run_ema_after_iter(r, iter);
         DUET_TRY(rc);
         iter++;
         /* Every rank holds the same averaged values: all stop together. */
@@ -476,9 +490,6 @@ int duet_runner_train(const duet_runner_opts *o) {
         int lrc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory")
                                : duet__ckpt_resume(&r, path, &s);
         if (lrc != DUET_OK) duet__error_context(lrc, "--resume");
-        if (lrc == DUET_OK && s.step_counter >= 0 &&
-            strcmp(duet_model_type_name(r.model), "SRGAN") == 0)
-            duet_srgan_set_step_counter(r.model, s.step_counter);
         if (lrc == DUET_OK) {
             start_iter = s.iter;
             start = s.sampler;
@@ -560,6 +571,8 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
             result->ssim = res.ssim;
             result->psnr_bicubic = res.psnr_bicubic;
             result->ssim_bicubic = res.ssim_bicubic;
+            result->metrics = res.metrics;
+            result->metrics_bicubic = res.metrics_bicubic;
         }
     }
     close_run(&r);

@@ -2,7 +2,7 @@
  * unwrapped state dict (generator.conv_first.weight, ...), each optimizer's
  * state under optimizer.<part>., and the metadata a resume needs
  * (iteration, epoch and sampler position, seed, RNG, world size, batch,
- * config text, model type). Written by rank 0, atomically. */
+ * config text, model type), and the model's own state through its hooks. Written by rank 0, atomically. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -20,7 +20,7 @@ static size_t named_optimizers(duet__run *r, duet_named_optimizer *out, size_t c
     return n;
 }
 
-enum { NMETA = 13 };
+enum { NMETA = 12 };
 
 int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     char v[NMETA][32];
@@ -33,15 +33,13 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     snprintf(v[6], 32, "%" PRIu64, r->rng.counter);
     snprintf(v[7], 32, "%d", r->world);
     snprintf(v[8], 32, "%" PRId64, r->samples_per_gpu);
-    bool srgan = strcmp(duet_model_type_name(r->model), "SRGAN") == 0;
-    snprintf(v[9], 32, "%" PRId64, srgan ? duet_srgan_step_counter(r->model) : (int64_t)-1);
     char *text = NULL;
     DUET_TRY(duet_config_text(r->cfg, &text));
     duet_meta_item meta[NMETA] = {
         {"iter", v[0]},          {"epoch", v[1]},        {"sampler_position", v[2]},
         {"seed", v[3]},          {"rng_seed", v[4]},     {"rng_stream", v[5]},
         {"rng_counter", v[6]},   {"world_size", v[7]},   {"samples_per_gpu", v[8]},
-        {"step_counter", v[9]},  {"model_type", duet_model_type_name(r->model)},
+        {"model_type", duet_model_type_name(r->model)},
         {"config", text},        {"format", "duet-checkpoint-1"},
     };
     duet_named_optimizer opts[DUET__MAX_OPTIMIZERS];
@@ -52,9 +50,11 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     char *latest = duet__path_join(r->work_dir, "latest.safetensors");
     int rc = path == NULL || latest == NULL ? duet__error(DUET_ENOMEM, "checkpoint: out of memory")
                                             : DUET_OK;
-    duet_module *m = duet_model_module(r->model);
-    if (rc == DUET_OK) rc = duet_checkpoint_save(path, m, opts, nopts, meta, NMETA);
-    if (rc == DUET_OK) rc = duet_checkpoint_save(latest, m, opts, nopts, meta, NMETA);
+    /* The model's own state (step counters, pools) goes in through its
+     * save_state hook. */
+    if (rc == DUET_OK) rc = duet_checkpoint_save_model(path, r->model, opts, nopts, meta, NMETA);
+    if (rc == DUET_OK)
+        rc = duet_checkpoint_save_model(latest, r->model, opts, nopts, meta, NMETA);
     free(path);
     free(latest);
     free(text);
@@ -114,7 +114,7 @@ int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s) {
     duet_named_optimizer opts[DUET__MAX_OPTIMIZERS];
     size_t nopts = named_optimizers(r, opts, DUET__MAX_OPTIMIZERS);
     duet_st *st = NULL;
-    DUET_TRY(duet_checkpoint_resume(path, duet_model_module(r->model), opts, nopts, &st));
+    DUET_TRY(duet_checkpoint_resume_model(path, r->model, opts, nopts, &st));
     int64_t world = 0, per_gpu = r->samples_per_gpu;
     uint64_t seed = 0, rs = 0, rstream = 0, rcounter = 0;
     /* iter is checked against 0 here and against total_iters below, with a
@@ -130,7 +130,6 @@ int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s) {
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "rng_seed", &rs);
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "rng_stream", &rstream);
     if (rc == DUET_OK) rc = duet_checkpoint_meta_uint(st, "rng_counter", &rcounter);
-    if (rc == DUET_OK) rc = meta_int_in(st, path, "step_counter", -1, INT64_MAX, &s->step_counter);
     if (rc == DUET_OK && s->iter > r->total_iters)
         rc = duet__error(DUET_ECONFIG, "%s was saved at iteration %" PRId64 ", beyond "
                          "total_iters = %" PRId64 " of this run: nothing is left to train; to "

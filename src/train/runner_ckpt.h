@@ -7,7 +7,6 @@
 typedef struct duet__ckpt_state {
     int64_t iter;                 /* iterations done */
     duet_sampler_state sampler;   /* where the data continues */
-    int64_t step_counter;         /* SRGAN's; -1 when absent */
 } duet__ckpt_state;
 
 /* Rank 0: WORK_DIR/iter_<iter>.safetensors and latest.safetensors. */
@@ -19,8 +18,8 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s);
  * be NULL) must be there. */
 int duet__ckpt_load_weights(duet__run *r, const char *path, bool strict,
                             const char *require_prefix);
-/* --resume: weights (strict), optimizer states, iteration, sampler state,
- * seed and RNG. */
+/* --resume: weights (strict), optimizer states, the model's own state
+ * (its load_state hook), iteration, sampler state, seed and RNG. */
 int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s);
 
 #endif

@@ -14,6 +14,7 @@
 
 /* One optimizer's settings as the config gives them (built after the model). */
 #define DUET__MAX_OPTIMIZERS 8
+#define DUET__MAX_EMA 4
 
 typedef struct duet__run {
     duet_comm *comm; /* the job */
@@ -45,6 +46,13 @@ typedef struct duet__run {
     duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
 
     duet__logger *log; /* rank 0 while training; NULL elsewhere */
+
+    /* custom_hooks: MMEditing's ExponentialMovingAverageHook (nema 0: none). */
+    int nema;
+    char ema_keys[DUET__MAX_EMA][64];  /* "generator_ema" */
+    bool ema_created[DUET__MAX_EMA];   /* the runner made the copy (not the model) */
+    float ema_momentum, ema_momentum_nontrainable;
+    int64_t ema_interval, ema_start_iter;
 } duet__run;
 
 /* "a/b" joined into a new string; NULL when out of memory. */
@@ -99,10 +107,24 @@ int duet__run_read_test_cfg(duet__run *r);
 /* Sets every optimizer's lr for iteration `iter` (0-based). */
 void duet__run_apply_lr(duet__run *r, int64_t iter);
 
+/* ---- ema.c: MMEditing's ExponentialMovingAverageHook ---- */
+/* custom_hooks from the config (marking them read). */
+int duet__run_read_ema(duet__run *r);
+/* Gives the model each configured P_ema it lacks: a frozen copy of part P,
+ * built from the config group model.P and loaded with P's state. Before
+ * the wrapper, so that it is checkpointed with the model. */
+int duet__run_add_ema(duet__run *r, duet_model *model);
+/* The copies made by add_ema take P's state again (after the wrapper
+ * broadcast P from rank 0; not on resume). */
+int duet__run_ema_sync(duet__run *r);
+/* after_train_iter at 0-based iteration `iter`. */
+int duet__run_ema_after_iter(duet__run *r, int64_t iter);
+
 /* ---- evaluate.c ---- */
 typedef struct duet__eval_result {
     int64_t images;
-    double psnr, ssim, psnr_bicubic, ssim_bicubic;
+    double psnr, ssim, psnr_bicubic, ssim_bicubic; /* 0 when not in test_cfg */
+    duet_log_vars metrics, metrics_bicubic;         /* test_cfg's metrics only */
 } duet__eval_result;
 /* Each rank evaluates images rank, rank + world, ...; sums are reduced so
  * that every rank gets the means over all images. grid_path (the same on

@@ -98,8 +98,7 @@ int duet__run_checkpoint(duet__run *r, int64_t iter) {
     int32_t status = DUET_OK;
     char failure[1024] = "";
     if (r->rank == 0) {
-        duet__ckpt_state s = {.iter = iter, .sampler = duet_loader_get_state(r->loader),
-                              .step_counter = -1};
+        duet__ckpt_state s = {.iter = iter, .sampler = duet_loader_get_state(r->loader)};
         status = duet__ckpt_save(r, &s);
         if (status != DUET_OK) snprintf(failure, sizeof failure, "%s", duet_last_error());
         else if (r->log != NULL)

@@ -11,10 +11,14 @@ _Static_assert(DUET_HEADER_EXAMPLES == 1, "data.h's usage examples: run each one
 /* The batches the example trained on. */
 static int nbatches;
 static void spy_batch_destroy(duet_data_batch *b) {
-    assert_int_equal(b->lq->shape[0], 16);
-    assert_int_equal(b->lq->shape[2], 32);
-    assert_int_equal(b->gt->shape[2], 128);
-    assert_int_equal(b->gt->shape[3], 128);
+    duet_tensor *lq = duet_batch_tensor_get(&b->batch, "lq");
+    duet_tensor *gt = duet_batch_tensor_get(&b->batch, "gt");
+    assert_non_null(lq);
+    assert_non_null(gt);
+    assert_int_equal(lq->shape[0], 16);
+    assert_int_equal(lq->shape[2], 32);
+    assert_int_equal(gt->shape[2], 128);
+    assert_int_equal(gt->shape[3], 128);
     nbatches++;
     duet_data_batch_destroy(b);
 }

@@ -54,7 +54,10 @@ static int two_train_step(duet_model *m, const duet_batch *b, duet_optimizer_set
     return duet_log_vars_average(log, duet_model_comm(m));
 }
 
-static const duet_model_ops two_ops = {"TwoParts", NULL, two_train_step, NULL, NULL};
+static const duet_model_ops two_ops = {
+    .name = "TwoParts",
+    .train_step = two_train_step,
+};
 static const duet_module_type two_root = {"TwoParts", NULL, NULL};
 
 static duet_model *two_parts(uint64_t seed) {

@@ -103,10 +103,10 @@ class MSRResNet(nn.Module):
         return out + self.img_upsampler(x)
 
     def init_weights(self):
-        for m in [self.conv_first, self.upsample1, self.upsample2, self.conv_hr,
-                  self.conv_last]:
-            if m is not None:
-                default_init_weights(m, 0.1)
+        # MMEditing 0.x's MSRResNet.init_weights: the upsamplers keep their
+        # own PixelShufflePack init (scale 1).
+        for m in [self.conv_first, self.conv_hr, self.conv_last]:
+            default_init_weights(m, 0.1)
 
 
 class ModifiedVGG(nn.Module):

@@ -425,9 +425,9 @@ static void assert_batch_equal(const duet_data_batch *a, const duet_data_batch *
     assert_int_equal(a->n, b->n);
     assert_int_equal(a->epoch, b->epoch);
     assert_memory_equal(a->indices, b->indices, sizeof(int64_t) * (size_t)a->n);
-    for (int64_t i = 0; i < a->n; i++) assert_string_equal(a->names[i], b->names[i]);
-    assert_tensor_equal(a->lq, b->lq, "batch lq");
-    assert_tensor_equal(a->gt, b->gt, "batch gt");
+    for (int64_t i = 0; i < a->n; i++) assert_string_equal(duet_batch_meta_get(&a->batch, "gt_path", i), duet_batch_meta_get(&b->batch, "gt_path", i));
+    assert_tensor_equal(duet_batch_tensor_get(&a->batch, "lq"), duet_batch_tensor_get(&b->batch, "lq"), "batch lq");
+    assert_tensor_equal(duet_batch_tensor_get(&a->batch, "gt"), duet_batch_tensor_get(&b->batch, "gt"), "batch gt");
 }
 
 static void test_loader_prefetch_matches_sync(void **state) {
@@ -454,11 +454,11 @@ static void test_loader_prefetch_matches_sync(void **state) {
         assert_non_null(a);
         assert_non_null(b);
         assert_batch_equal(a, b);
-        assert_int_equal(a->lq->ndim, 4);
-        assert_int_equal(a->lq->shape[0], 3);
-        assert_int_equal(a->lq->shape[1], 3);
-        assert_int_equal(a->lq->shape[2], 4);
-        assert_int_equal(a->gt->shape[3], 16);
+        assert_int_equal(duet_batch_tensor_get(&a->batch, "lq")->ndim, 4);
+        assert_int_equal(duet_batch_tensor_get(&a->batch, "lq")->shape[0], 3);
+        assert_int_equal(duet_batch_tensor_get(&a->batch, "lq")->shape[1], 3);
+        assert_int_equal(duet_batch_tensor_get(&a->batch, "lq")->shape[2], 4);
+        assert_int_equal(duet_batch_tensor_get(&a->batch, "gt")->shape[3], 16);
         assert_true(b->data_time >= 0.0);
         /* The batch is the sampler's indices, each sample as the dataset
          * gives it for that epoch. */
@@ -470,9 +470,9 @@ static void test_loader_prefetch_matches_sync(void **state) {
         for (int64_t i = 0; i < 3; i++) {
             duet_sample s;
             TU_OK(duet_dataset_get(ds, idx[i], 21, epoch, &s));
-            tu_assert_close(a->gt->data + i * s.gt->numel, s.gt->data, s.gt->numel, 0, 0, "gt");
-            tu_assert_close(a->lq->data + i * s.lq->numel, s.lq->data, s.lq->numel, 0, 0, "lq");
-            assert_string_equal(a->names[i], s.name);
+            tu_assert_close(duet_batch_tensor_get(&a->batch, "gt")->data + i * s.gt->numel, s.gt->data, s.gt->numel, 0, 0, "gt");
+            tu_assert_close(duet_batch_tensor_get(&a->batch, "lq")->data + i * s.lq->numel, s.lq->data, s.lq->numel, 0, 0, "lq");
+            assert_string_equal(duet_batch_meta_get(&a->batch, "gt_path", i), s.name);
             duet_sample_clear(&s);
         }
         duet_data_batch_destroy(a);
@@ -545,7 +545,7 @@ static void test_loader_one_epoch_validation(void **state) {
             TU_OK(duet_loader_next(l, &b));
             assert_non_null(b);
             assert_int_equal(b->n, 1);
-            assert_string_equal(b->names[0], sorted[k]);
+            assert_string_equal(duet_batch_meta_get(&b->batch, "gt_path", 0), sorted[k]);
             assert_int_equal(b->indices[0], k);
             duet_data_batch_destroy(b);
         }
@@ -603,7 +603,7 @@ static void test_loader_thread_error(void **state) {
         /* Skipping past the broken file recovers. */
         TU_OK(duet_loader_set_state(l, (duet_sampler_state){0, 3}));
         TU_OK(duet_loader_next(l, &b));
-        assert_string_equal(b->names[0], "3.png");
+        assert_string_equal(duet_batch_meta_get(&b->batch, "gt_path", 0), "3.png");
         duet_data_batch_destroy(b);
         duet_loader_destroy(l);
     }

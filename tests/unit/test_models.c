@@ -119,7 +119,13 @@ static int toy_val_step(duet_model *m, const duet_batch *b, duet_val_output *out
     return toy_forward(m, lq, &out->output);
 }
 
-static const duet_model_ops toy_ops = {"Toy", toy_forward, toy_train_step, toy_val_step, free};
+static const duet_model_ops toy_ops = {
+    .name = "Toy",
+    .forward = toy_forward,
+    .train_step = toy_train_step,
+    .val_step = toy_val_step,
+    .destroy = free,
+};
 
 static const duet_module_type toy_root_type = {"Toy", NULL, NULL};
 

@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -194,9 +195,10 @@ static void assert_same_checkpoint(const char *a, const char *b) {
     duet_st_destroy(sb);
 }
 
-static void resume_equals_uninterrupted(fixture *f, const char *model, int patch) {
+static void resume_equals_uninterrupted_with(fixture *f, const char *model, int patch,
+                                             const char *extra) {
     char cfg[256], a[256], b[256], la[300], lb[300];
-    write_config(f, "resume.cfg", model, patch, NULL, cfg, sizeof cfg);
+    write_config(f, "resume.cfg", model, patch, extra, cfg, sizeof cfg);
     snprintf(a, sizeof a, "%s/a", f->dir);
     snprintf(b, sizeof b, "%s/b", f->dir);
     /* 7 iterations of 2 images over 4 images: 2 batches per epoch, so the
@@ -227,6 +229,10 @@ static void resume_equals_uninterrupted(fixture *f, const char *model, int patch
     rm_rf(b);
 }
 
+static void resume_equals_uninterrupted(fixture *f, const char *model, int patch) {
+    resume_equals_uninterrupted_with(f, model, patch, NULL);
+}
+
 static void test_resume_basic_restorer(void **state) {
     resume_equals_uninterrupted(*state, restorer_cfg, 16);
 }
@@ -235,6 +241,93 @@ static void test_resume_basic_restorer(void **state) {
  * stop at 3, so the resumed run must restore SRGAN's step counter. */
 static void test_resume_srgan(void **state) {
     resume_equals_uninterrupted(*state, srgan_cfg, 32);
+}
+
+/* MMEditing's EMA hook: generator_ema is checkpointed, resumed bitwise (the
+ * stop at 3 is after start_iter 2, so the resumed run continues an average
+ * already under way), and used by `duet test`, which needs it in the
+ * checkpoint when the config has the hook. */
+static const char ema_hook[] =
+    "custom_hooks = ( { type = \"ExponentialMovingAverageHook\";\n"
+    "  module_keys = [\"generator_ema\"]; interval = 1; start_iter = 2;\n"
+    "  interp_cfg = { momentum = 0.5; }; } );\n";
+
+static void test_resume_srgan_ema(void **state) {
+    fixture *f = *state;
+    resume_equals_uninterrupted_with(f, srgan_cfg, 32, ema_hook);
+    char cfg[256], a[256], ck[300];
+    write_config(f, "ema.cfg", srgan_cfg, 32, ema_hook, cfg, sizeof cfg);
+    snprintf(a, sizeof a, "%s/ema", f->dir);
+    TU_OK(train(cfg, a, false, NULL, NULL));
+    snprintf(ck, sizeof ck, "%s/latest.safetensors", a);
+    duet_st *st = NULL;
+    TU_OK(duet_st_load(ck, &st));
+    duet_tensor *g = NULL, *e = NULL;
+    TU_OK(duet_st_get(st, "generator.conv_first.weight", &g));
+    TU_OK(duet_st_get(st, "generator_ema.conv_first.weight", &e));
+    assert_int_equal(g->numel, e->numel);
+    assert_true(memcmp(g->data, e->data, sizeof(float) * (size_t)g->numel) != 0);
+    duet_tensor_release(g), duet_tensor_release(e);
+    duet_st_destroy(st);
+    duet_runner_opts o = duet_runner_opts_default();
+    o.config = cfg;
+    o.checkpoint = ck;
+    o.quiet = true;
+    duet_test_result res;
+    TU_OK(duet_runner_test(&o, &res));
+    assert_int_equal(res.images, 3);
+    /* A checkpoint without generator_ema cannot be tested with the hook. */
+    char plain[256], pck[300];
+    snprintf(plain, sizeof plain, "%s/plain", f->dir);
+    TU_OK(train(cfg, plain, false, "total_iters=1", "custom_hooks=()"));
+    snprintf(pck, sizeof pck, "%s/latest.safetensors", plain);
+    o.checkpoint = pck;
+    tu_expect_error(duet_runner_test(&o, &res), DUET_ENOTFOUND, "generator_ema.", NULL);
+    rm_rf(a);
+    rm_rf(plain);
+}
+
+/* loss_gan of every "train" record of a log.jsonl, in order; the "val"
+ * record's line into val (empty when none). */
+static int read_log(const char *work_dir, double *gan, int cap, char *val, size_t vsize) {
+    char path[300], line[4096];
+    snprintf(path, sizeof path, "%s/log.jsonl", work_dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int n = 0;
+    val[0] = '\0';
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strstr(line, "\"mode\":\"val\"") != NULL) snprintf(val, vsize, "%s", line);
+        const char *g = strstr(line, "\"loss_gan\":");
+        if (g != NULL && n < cap) gan[n++] = strtod(g + strlen("\"loss_gan\":"), NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* Evaluation logs the metrics test_cfg names and no others; an interval
+ * average divides each value by the iterations that logged it (SRGAN logs
+ * loss_gan from iteration 5 on: disc_init_steps = 4). */
+static void test_logs_follow_test_cfg_and_counts(void **state) {
+    fixture *f = *state;
+    char cfg[256], a[256], b[256], val[4096];
+    write_config(f, "logs.cfg", srgan_cfg, 32, NULL, cfg, sizeof cfg);
+    snprintf(a, sizeof a, "%s/log_a", f->dir);
+    snprintf(b, sizeof b, "%s/log_b", f->dir);
+    TU_OK(train(cfg, a, false, "model.test_cfg.metrics=[\"PSNR\"]", NULL));
+    double per_iter[16], whole[4];
+    int n = read_log(a, per_iter, 16, val, sizeof val);
+    assert_int_equal(n, 3); /* iterations 5, 6, 7 */
+    assert_non_null(strstr(val, "\"PSNR\""));
+    assert_null(strstr(val, "SSIM"));
+    TU_OK(train(cfg, b, false, "model.test_cfg.metrics=[\"PSNR\"]", "log_config.interval=7"));
+    assert_int_equal(read_log(b, whole, 4, val, sizeof val), 1);
+    double mean = (per_iter[0] + per_iter[1] + per_iter[2]) / 3;
+    if (fabs(whole[0] - mean) > 1e-6 * fabs(mean))
+        fail_msg("loss_gan over iterations 1-7: %.9g, want the mean of its 3 values %.9g",
+                 whole[0], mean);
+    rm_rf(a);
+    rm_rf(b);
 }
 
 /* A config error: status, and a message naming the key, the other strings
@@ -370,6 +463,8 @@ int main(void) {
         cmocka_unit_test(test_test_and_infer),
         cmocka_unit_test(test_resume_basic_restorer),
         cmocka_unit_test(test_resume_srgan),
+        cmocka_unit_test(test_resume_srgan_ema),
+        cmocka_unit_test(test_logs_follow_test_cfg_and_counts),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     duet_comm_finalize();

@@ -43,7 +43,13 @@ static int toy_val_step(duet_model *m, const duet_batch *b, duet_val_output *out
     return toy_forward(m, duet_batch_tensor_get(b, "lq"), &out->output);
 }
 
-static const duet_model_ops toy_ops = {"Toy", toy_forward, toy_train_step, toy_val_step, free};
+static const duet_model_ops toy_ops = {
+    .name = "Toy",
+    .forward = toy_forward,
+    .train_step = toy_train_step,
+    .val_step = toy_val_step,
+    .destroy = free,
+};
 static const duet_module_type toy_root = {"Toy", NULL, NULL};
 
 static duet_model *toy_model(void) {

@@ -1,0 +1,157 @@
+/* MMEditing's ExponentialMovingAverageHook (mmedit/core/hooks/ema.py) for
+ * the runner:
+ *
+ *   custom_hooks = ( { type = "ExponentialMovingAverageHook";
+ *                      module_keys = ["generator_ema"]; interval = 1;
+ *                      interp_cfg = { momentum = 0.999; }; } );
+ *
+ * before_run: a model without generator_ema gets a copy of its generator.
+ * after_train_iter (runner.iter = the 0-based iteration just done): before
+ * start_iter the copy takes the generator's state; from then on, every
+ * `interval` iterations (never when interval <= 0, MMEditing's default -1),
+ * ema = generator + (ema - generator) * momentum (duet_ema_update).
+ *
+ * The copy is a frozen part of the model, so it has no DDP and no
+ * optimizer, is checkpointed as generator_ema.* and resumed with the model,
+ * and forward / val_step use it (duet_model_forward). Every rank updates its
+ * own copy from its own generator: DDP keeps the generators bit-identical,
+ * so the copies are too, without communication. */
+#include <string.h>
+
+#include "train/runner_internal.h"
+
+static int bad_hook(duet__run *r, const char *path, const char *what) {
+    char where[512];
+    duet_config_where(r->cfg, path, where, sizeof where);
+    return duet__error(DUET_ECONFIG, "%s: '%s' %s", where, path, what);
+}
+
+static int read_one(duet__run *r, duet_config *h, const char *path) {
+    const char *type = NULL;
+    DUET_TRY(duet_config_get_string(h, "type", &type));
+    if (strcmp(type, "ExponentialMovingAverageHook") != 0) {
+        char p[128];
+        snprintf(p, sizeof p, "%s.type", path);
+        return bad_hook(r, p, "is not a hook duet knows (ExponentialMovingAverageHook)");
+    }
+    if (r->nema > 0)
+        return bad_hook(r, path, "is a second ExponentialMovingAverageHook: give all "
+                        "module_keys to one");
+    const char *keys[DUET__MAX_EMA];
+    size_t n = 0;
+    if (duet_config_kind(h, "module_keys") == DUET_CONFIG_STRING) {
+        DUET_TRY(duet_config_get_string(h, "module_keys", &keys[0]));
+        n = 1;
+    } else {
+        DUET_TRY(duet_config_get_string_array(h, "module_keys", keys, DUET__MAX_EMA, &n));
+    }
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(keys[i]);
+        if (len <= 4 || len >= sizeof r->ema_keys[0] || strcmp(keys[i] + len - 4, "_ema") != 0)
+            return bad_hook(r, path, "module_keys: give names that end with \"_ema\" "
+                            "(generator_ema: the average of generator)");
+        strcpy(r->ema_keys[i], keys[i]);
+    }
+    const char *mode = "lerp";
+    DUET_TRY(duet_config_get_string_or(h, "interp_mode", "lerp", &mode));
+    if (strcmp(mode, "lerp") != 0)
+        return bad_hook(r, path, "interp_mode: duet has \"lerp\" only");
+    double mom = 0.999, mom_nt = 0.0;
+    DUET_TRY(duet_config_get_double_or(h, "interp_cfg.momentum", 0.999, &mom));
+    DUET_TRY(duet_config_get_double_or(h, "interp_cfg.momentum_nontrainable", 0.0, &mom_nt));
+    DUET_TRY(duet_config_get_int_or(h, "interval", -1, &r->ema_interval));
+    DUET_TRY(duet_config_get_int_or(h, "start_iter", 0, &r->ema_start_iter));
+    r->ema_momentum = (float)mom;
+    r->ema_momentum_nontrainable = (float)mom_nt;
+    r->nema = (int)n;
+    return DUET_OK;
+}
+
+int duet__run_read_ema(duet__run *r) {
+    r->nema = 0;
+    if (!duet_config_has(r->cfg, "custom_hooks")) return DUET_OK;
+    size_t n = 0;
+    DUET_TRY(duet_config_length(r->cfg, "custom_hooks", &n));
+    for (size_t i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "custom_hooks.[%zu]", i);
+        duet_config *h = NULL;
+        DUET_TRY(duet_config_sub(r->cfg, path, &h));
+        int rc = read_one(r, h, path);
+        duet_config_destroy(h);
+        DUET_TRY(rc);
+    }
+    return DUET_OK;
+}
+
+/* base = key without "_ema". */
+static void base_name(const char *key, char *base, size_t size) {
+    snprintf(base, size, "%.*s", (int)(strlen(key) - 4), key);
+}
+
+static int copy_state(duet_module *dst, duet_module *src) {
+    return duet_ema_update(dst, src, 0.0f, 0.0f); /* m = 0: an exact copy */
+}
+
+int duet__run_add_ema(duet__run *r, duet_model *model) {
+    for (int i = 0; i < r->nema; i++) {
+        r->ema_created[i] = false;
+        if (duet_model_part(model, r->ema_keys[i]) != NULL) continue; /* the model's own */
+        char base[64], path[96];
+        base_name(r->ema_keys[i], base, sizeof base);
+        duet_module *net = duet_model_part(model, base);
+        if (net == NULL)
+            return duet__error(DUET_ECONFIG, "custom_hooks: ExponentialMovingAverageHook "
+                               "averages '%s', but the model (%s) has neither it nor '%s'",
+                               r->ema_keys[i], duet_model_type_name(model), base);
+        /* MMEditing deep-copies the network; duet builds it again from its
+         * config group (own generator, so the model's init draws are
+         * untouched) and copies the state in. */
+        snprintf(path, sizeof path, "model.%s", base);
+        duet_rng rng = duet_rng_make(r->seed, 0xe3a);
+        duet_module *copy = NULL;
+        int rc = duet_build_module(r->cfg, path, &rng, &copy);
+        if (rc != DUET_OK)
+            return duet__error_context(rc, "custom_hooks: making %s as a copy of %s",
+                                       r->ema_keys[i], path);
+        rc = copy_state(copy, net);
+        if (rc == DUET_OK) {
+            duet_module_set_requires_grad(copy, false);
+            rc = duet_module_add_child(duet_model_module(model), r->ema_keys[i], copy);
+        } else {
+            duet_module_destroy(copy);
+        }
+        DUET_TRY(rc);
+        r->ema_created[i] = true;
+    }
+    return DUET_OK;
+}
+
+int duet__run_ema_sync(duet__run *r) {
+    for (int i = 0; i < r->nema; i++) {
+        if (!r->ema_created[i]) continue;
+        char base[64];
+        base_name(r->ema_keys[i], base, sizeof base);
+        DUET_TRY(copy_state(duet_model_part(r->model, r->ema_keys[i]),
+                            duet_model_part(r->model, base)));
+    }
+    return DUET_OK;
+}
+
+int duet__run_ema_after_iter(duet__run *r, int64_t iter) {
+    if (r->nema == 0) return DUET_OK;
+    bool before = iter < r->ema_start_iter;
+    if (!before && (r->ema_interval <= 0 || (iter + 1 - r->ema_start_iter) % r->ema_interval != 0))
+        return DUET_OK;
+    for (int i = 0; i < r->nema; i++) {
+        char base[64];
+        base_name(r->ema_keys[i], base, sizeof base);
+        duet_module *ema = duet_model_part(r->model, r->ema_keys[i]);
+        duet_module *net = duet_model_part(r->model, base);
+        int rc = before ? copy_state(ema, net)
+                        : duet_ema_update(ema, net, r->ema_momentum,
+                                          r->ema_momentum_nontrainable);
+        if (rc != DUET_OK) return duet__error_context(rc, "%s", r->ema_keys[i]);
+    }
+    return DUET_OK;
+}
