@@ -164,15 +164,19 @@ static int build_dataset(duet__run *r, const char *path, bool train, duet_datase
     if (train) DUET_TRY(duet_config_get_int_in_or(r->cfg, key, 1, 1, INT64_MAX, &times));
     /* The run's pixel limit (data.max_image_pixels) reaches the dataset as
      * its own key unless the dataset sets one. */
-    snprintf(key, sizeof key, "%s.max_image_pixels", path);
-    if (!duet_config_has(r->cfg, key)) {
+    char pix[80];
+    snprintf(pix, sizeof pix, "%s.max_image_pixels", path);
+    bool injected = !duet_config_has(r->cfg, pix);
+    if (injected) {
         char set[128];
-        snprintf(set, sizeof set, "%s=%lldL", key, (long long)r->max_pixels);
+        snprintf(set, sizeof set, "%s=%lldL", pix, (long long)r->max_pixels);
         DUET_TRY(duet_config_set(r->cfg, set));
     }
-    snprintf(key, sizeof key, "%s.times", path);
     duet_dataset *ds = NULL;
     int rc = duet_build_dataset(r->cfg, path, train, &ds);
+    /* A dataset of the user's that reads no images leaves it unread: it is
+     * ours, not a typo of theirs. */
+    if (injected) duet_config_mark_used(r->cfg, pix);
     if (rc != DUET_OK) return duet__error_context(rc, "%s", duet_config_name(r->cfg));
     if (train && times > 1) {
         rc = duet_repeat_dataset_create(&ds, ds, times);

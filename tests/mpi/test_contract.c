@@ -4,8 +4,9 @@
  * names fail together.
  *
  * MPI's profiling interface counts the collectives: this program's
- * MPI_Allreduce / MPI_Allgather are found before the library's, and pass on
- * to PMPI_*. */
+ * MPI_Allreduce / MPI_Allgather (and their nonblocking forms, which the
+ * watchdog's waits use) are found before the library's, and pass on to
+ * PMPI_*. */
 #include "testutil.h"
 
 #include <math.h>
@@ -26,6 +27,18 @@ int MPI_Allgather(const void *send, int scount, MPI_Datatype stype, void *recv, 
                   MPI_Datatype rtype, MPI_Comm comm) {
     n_allgather++;
     return PMPI_Allgather(send, scount, stype, recv, rcount, rtype, comm);
+}
+
+int MPI_Iallreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op,
+                   MPI_Comm comm, MPI_Request *req) {
+    n_allreduce++;
+    return PMPI_Iallreduce(send, recv, count, type, op, comm, req);
+}
+
+int MPI_Iallgather(const void *send, int scount, MPI_Datatype stype, void *recv, int rcount,
+                   MPI_Datatype rtype, MPI_Comm comm, MPI_Request *req) {
+    n_allgather++;
+    return PMPI_Iallgather(send, scount, stype, recv, rcount, rtype, comm, req);
 }
 
 /* What the test model does in its train_step. */
