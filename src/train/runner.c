@@ -422,7 +422,8 @@ int duet_runner_train(const duet_runner_opts *o) {
                                : duet__ckpt_resume(&r, path, &s);
         if (lrc != DUET_OK) duet__error_context(lrc, "--resume");
         if (lrc == DUET_OK && s.step_counter >= 0 &&
-            strcmp(duet_model_type_name(r.model), "SRGAN") == 0)
+            (strcmp(duet_model_type_name(r.model), "SRGAN") == 0 ||
+             strcmp(duet_model_type_name(r.model), "ESRGAN") == 0))
             duet_srgan_set_step_counter(r.model, s.step_counter);
         if (lrc == DUET_OK) {
             start_iter = s.iter;

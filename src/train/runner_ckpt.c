@@ -33,7 +33,8 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     snprintf(v[6], 32, "%" PRIu64, r->rng.counter);
     snprintf(v[7], 32, "%d", r->world);
     snprintf(v[8], 32, "%" PRId64, r->samples_per_gpu);
-    bool srgan = strcmp(duet_model_type_name(r->model), "SRGAN") == 0;
+    bool srgan = strcmp(duet_model_type_name(r->model), "SRGAN") == 0 ||
+                 strcmp(duet_model_type_name(r->model), "ESRGAN") == 0;
     snprintf(v[9], 32, "%" PRId64, srgan ? duet_srgan_step_counter(r->model) : (int64_t)-1);
     char *text = NULL;
     DUET_TRY(duet_config_text(r->cfg, &text));
