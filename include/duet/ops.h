@@ -96,9 +96,11 @@ int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_t
 /* Gram matrix: x (N, C, H, W) -> (N, C, C) = F F^T / (C*H*W) with F = x
  * viewed as (N, C, H*W) (MMEditing's PerceptualLoss._gram_mat). */
 int duet_gram_matrix(duet_tensor *x, duet_tensor **out);
-/* a - s with s a one-element tensor broadcast over a (both get gradients:
- * ESRGAN's pred - mean(other_pred)). */
-int duet_sub_scalar(duet_tensor *a, duet_tensor *s, duet_tensor **out);
+/* a - mean(b), a and b of one shape (N, ...), the mean taken over each of
+ * `groups` equal contiguous groups of samples (every element of the
+ * group's samples); both get gradients. groups 1: ESRGAN's
+ * pred - torch.mean(other_pred). */
+int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out);
 
 /* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
 

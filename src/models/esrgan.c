@@ -25,18 +25,18 @@ duet_esrgan_opts duet_esrgan_opts_default(void) {
     return o;
 }
 
-/* out = gan_loss(a - mean(b), target_is_real, is_disc) * scale. */
-static int relativistic(duet_module *gan, duet_tensor *a, duet_tensor *b, bool target_is_real,
-                        bool is_disc, float scale, duet_tensor **out) {
-    duet_tensor *mb = NULL, *d = NULL, *l = NULL;
-    int rc = duet_mean(b, &mb);
-    if (rc == DUET_OK) rc = duet_sub_scalar(a, mb, &d);
+/* out = gan_loss(a - mean(b), target_is_real, is_disc) * scale; the mean
+ * over the local batch (under DDP: this rank's share, as MMEditing's), or
+ * per group of it (duet__esrgan_set_mean_groups). */
+static int relativistic(duet_model *m, duet_module *gan, duet_tensor *a, duet_tensor *b,
+                        bool target_is_real, bool is_disc, float scale, duet_tensor **out) {
+    duet_tensor *d = NULL, *l = NULL;
+    int rc = duet_sub_group_mean(a, b, duet__srgan_mean_groups(m), &d);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, d, target_is_real, is_disc, &l);
     if (rc == DUET_OK) {
         if (scale == 1.0f) *out = duet_tensor_retain(l);
         else rc = duet_scale(l, scale, out);
     }
-    duet_tensor_release(mb);
     duet_tensor_release(d);
     duet_tensor_release(l);
     return rc;
@@ -56,8 +56,8 @@ static int esrgan_gan_term(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     int rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = duet_detach(real_pred, &real_d);
     if (rc == DUET_OK) rc = duet_module_forward(disc, fake, &fake_pred);
-    if (rc == DUET_OK) rc = relativistic(gan, fake_pred, real_d, true, false, 1.0f, &l_fake);
-    if (rc == DUET_OK) rc = relativistic(gan, real_d, fake_pred, false, false, 1.0f, &l_real);
+    if (rc == DUET_OK) rc = relativistic(m, gan, fake_pred, real_d, true, false, 1.0f, &l_fake);
+    if (rc == DUET_OK) rc = relativistic(m, gan, real_d, fake_pred, false, false, 1.0f, &l_real);
     if (rc == DUET_OK) rc = duet_add(l_fake, l_real, &sum);
     if (rc == DUET_OK) rc = duet_scale(sum, 0.5f, out);
     duet_tensor_release(real_pred);
@@ -90,7 +90,7 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     if (rc == DUET_OK) rc = duet_detach(p, &fake_d_pred);
     duet_tensor_release(p);
     if (rc == DUET_OK) rc = duet_module_forward(disc, gt, &real_pred);
-    if (rc == DUET_OK) rc = relativistic(gan, real_pred, fake_d_pred, true, true, 0.5f, &loss);
+    if (rc == DUET_OK) rc = relativistic(m, gan, real_pred, fake_d_pred, true, true, 0.5f, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_d);
@@ -101,7 +101,7 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     if (rc == DUET_OK) rc = duet_detach(fake, &fake_det);
     if (rc == DUET_OK) rc = duet_module_forward(disc, fake_det, &fake_pred);
     if (rc == DUET_OK) rc = duet_detach(real_pred, &real_d);
-    if (rc == DUET_OK) rc = relativistic(gan, fake_pred, real_d, false, true, 0.5f, &loss);
+    if (rc == DUET_OK) rc = relativistic(m, gan, fake_pred, real_d, false, true, 0.5f, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);

@@ -52,6 +52,13 @@ int duet__srgan_val_step(duet_model *m, const duet_batch *batch, duet_val_output
 int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
                        const duet_module_type *root_type, duet_module *generator,
                        const duet_srgan_opts *opts, duet_rng *rng);
+/* ESRGAN's relativistic means: over `groups` equal contiguous groups of
+ * the batch's samples instead of the whole batch (default 1, MMEditing's
+ * torch.mean). MMEditing under DDP takes each mean over one rank's share,
+ * so one process with N groups computes what N ranks compute: the
+ * world-size test's reference (tests/mpi/test_esrgan_mpi.c). */
+void duet__esrgan_set_mean_groups(duet_model *m, int groups);
+int duet__srgan_mean_groups(duet_model *m);
 /* The root module type of ESRGAN ("ESRGAN"; forward = the generator's). */
 extern const duet_module_type duet__esrgan_module_type;
 

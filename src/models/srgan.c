@@ -8,6 +8,9 @@
 
 typedef struct srgan {
     int disc_steps, disc_init_steps;
+    /* ESRGAN only: the relativistic means are taken over this many equal
+     * groups of the local batch (1: MMEditing's torch.mean over it). */
+    int mean_groups;
     int64_t step_counter;
     duet_test_cfg test_cfg;
 } srgan;
@@ -242,6 +245,7 @@ int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
     }
     s->disc_steps = opts->disc_steps;
     s->disc_init_steps = opts->disc_init_steps;
+    s->mean_groups = 1;
     s->test_cfg = opts->test_cfg;
 
     duet_module *root = NULL, *part = NULL;
@@ -290,6 +294,16 @@ static bool has_step_counter(const duet_model *m) {
 int64_t duet_srgan_step_counter(duet_model *m) {
     DUET_ASSERT(has_step_counter(m));
     return ((srgan *)duet_model_impl(m))->step_counter;
+}
+
+int duet__srgan_mean_groups(duet_model *m) {
+    DUET_ASSERT(has_step_counter(m));
+    return ((srgan *)duet_model_impl(m))->mean_groups;
+}
+
+void duet__esrgan_set_mean_groups(duet_model *m, int groups) {
+    DUET_ASSERT(strcmp(duet_model_type_name(m), "ESRGAN") == 0 && groups >= 1);
+    ((srgan *)duet_model_impl(m))->mean_groups = groups;
 }
 
 /* Added by the runner: --resume restores the counter from the checkpoint. */

@@ -3,7 +3,8 @@
  * factor (RRDBNet's F.interpolate(scale_factor=2, mode='nearest')),
  * bilinear resizing to a given size with align_corners=True (GANLoss
  * 'smgan' when the discriminator's map and the mask differ in size), and
- * the Gram matrix of PerceptualLoss's style term. All as PyTorch. */
+ * the Gram matrix of PerceptualLoss's style term, and ESRGAN's
+ * pred - mean(other pred). All as PyTorch. */
 #include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
@@ -218,29 +219,59 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
     return duet__opb_finish(y, "gram_matrix", gram_backward_node, NULL, NULL, 1, &x, out);
 }
 
-/* ---- a - s, s one element ------------------------------------------------------------ */
+/* ---- a - mean(b) per group of samples ---------------------------------------------------
+ * a, b (N, ...) of the same shape; the N samples form `groups` equal
+ * contiguous groups; out[n] = a[n] - mean(b[group(n)]) (the mean over every
+ * element of the group's samples). groups 1: a - mean(b). */
 
-static int sub_scalar_backward_node(duet_node *node) {
+typedef struct group_ctx {
+    int groups;
+} group_ctx;
+
+static int sub_group_mean_backward_node(duet_node *node) {
+    const group_ctx *c = node->ctx;
     const duet_tensor *y = node->output;
-    float *ga = duet_node_input_grad(node, 0), *gs = duet_node_input_grad(node, 1);
+    float *ga = duet_node_input_grad(node, 0), *gb = duet_node_input_grad(node, 1);
+    const int64_t per = y->numel / c->groups; /* elements per group */
     if (ga != NULL)
         for (int64_t i = 0; i < y->numel; i++) ga[i] += y->grad[i];
-    if (gs != NULL) gs[0] -= (float)duet__sum_f32(y->grad, y->numel);
+    if (gb != NULL)
+        for (int g = 0; g < c->groups; g++) {
+            /* d out[i] / d b[j] = -1 / per for i, j in the same group */
+            const float s = (float)(duet__sum_f32(y->grad + g * per, per) / (double)per);
+            for (int64_t j = 0; j < per; j++) gb[g * per + j] -= s;
+        }
     return DUET_OK;
 }
 
-int duet_sub_scalar(duet_tensor *a, duet_tensor *s, duet_tensor **out) {
-    DUET_ASSERT(a != NULL && s != NULL && out != NULL);
+int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out) {
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
     *out = NULL;
-    char ss[DUET_SHAPE_STR_MAX];
-    if (s->numel != 1)
-        return duet__error(DUET_ESHAPE, "sub_scalar: the subtrahend %s must have one element",
-                           duet_shape_str(s, ss, sizeof ss));
+    char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
+    DUET_TRY(duet__opb_check_same_shape("sub_group_mean", a, b));
+    if (groups < 1 || a->ndim < 1 || a->shape[0] % groups != 0)
+        return duet__error(DUET_EINVAL, "sub_group_mean: %d groups for inputs %s and %s; the "
+                           "samples (dim 0) must split into equal groups",
+                           groups, duet_shape_str(a, sa, sizeof sa),
+                           duet_shape_str(b, sb, sizeof sb));
     duet_tensor *y = NULL;
     DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, a->shape));
-    const float v = s->data[0];
-    for (int64_t i = 0; i < a->numel; i++) y->data[i] = a->data[i] - v;
-    duet_tensor *inputs[2] = {a, s};
-    return duet__opb_finish(y, "sub_scalar", sub_scalar_backward_node, NULL, NULL, 2, inputs,
-                            out);
+    const int64_t per = a->numel / groups;
+    for (int g = 0; g < groups; g++) {
+        /* As duet_mean: the sum in double, the mean rounded to float. */
+        const float m = (float)(duet__sum_f32(b->data + g * per, per) / (double)per);
+        for (int64_t i = g * per; i < (g + 1) * per; i++) y->data[i] = a->data[i] - m;
+    }
+    group_ctx *gc = NULL;
+    duet_tensor *inputs[2] = {a, b};
+    if (duet_autograd_needs_record(2, inputs)) {
+        gc = malloc(sizeof *gc);
+        if (gc == NULL) {
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "sub_group_mean: out of memory");
+        }
+        gc->groups = groups;
+    }
+    return duet__opb_finish(y, "sub_group_mean", sub_group_mean_backward_node, gc, free, 2,
+                            inputs, out);
 }

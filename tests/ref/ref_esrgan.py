@@ -13,7 +13,7 @@ esrgan_ops.safetensors, one case NAME per op or loss (as ref_ops_b.py):
   nearest2, nearest3             F.interpolate(mode='nearest')
   resize_up, resize_down, resize_one   bilinear, align_corners=True, to a size
   gram                           PerceptualLoss._gram_mat
-  sub_scalar                     a - s (s one element)
+  sub_group_mean1, sub_group_mean3   a - mean(b), per 1 or 3 groups of samples
   gan.<type>.<real|fake>.<g|d>   GANLoss(type, loss_weight=0.5)(pred, ...)
                                  (smgan: in1 is the mask; gan.smgan_resize.*
                                  a mask of another size)
@@ -289,7 +289,14 @@ def ops_and_losses(outdir):
              [randn(*shape)], [True], gen)
     pl = PerceptualLoss([8], {'0': 1.0})
     case(out, "gram", pl._gram_mat, [randn(2, 4, 3, 5)], [True], gen)
-    case(out, "sub_scalar", lambda a, s: a - s, [randn(2, 3), randn(1)], [True, True], gen)
+    # ESRGAN's pred - torch.mean(other): over the batch (1 group), and per
+    # rank's share as MMEditing under DDP computes it (3 groups of 2).
+    case(out, "sub_group_mean1", lambda a, b: a - torch.mean(b), [randn(6, 1), randn(6, 1)],
+         [True, True], gen)
+    case(out, "sub_group_mean3",
+         lambda a, b: torch.cat([a[2 * i:2 * i + 2] - torch.mean(b[2 * i:2 * i + 2])
+                                 for i in range(3)]),
+         [randn(6, 2), randn(6, 2)], [True, True], gen)
 
     pred = randn(2, 1, 4, 4, scale=2.0)
     mask = (torch.rand((2, 1, 4, 4), generator=gen) > 0.4).float()

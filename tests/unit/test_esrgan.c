@@ -33,9 +33,8 @@ static int g_gram(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_gram_matrix(in[0], out);
 }
-static int g_sub_scalar(void *c, duet_tensor *const *in, duet_tensor **out) {
-    (void)c;
-    return duet_sub_scalar(in[0], in[1], out);
+static int g_sub_group_mean(void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_sub_group_mean(in[0], in[1], *(int *)c, out);
 }
 
 static void test_gradcheck_ops(void **state) {
@@ -58,11 +57,16 @@ static void test_gradcheck_ops(void **state) {
     x = randn_grad(&rng, 4, (int64_t[]){2, 3, 4, 5}, 1.0f);
     tu_gradcheck(g_gram, NULL, 1, &x, EPS, RTOL, ATOL, 120);
     duet_tensor_release(x);
-    duet_tensor *in[2] = {randn_grad(&rng, 2, (int64_t[]){3, 4}, 1.0f),
-                          randn_grad(&rng, 1, (int64_t[]){1}, 1.0f)};
-    tu_gradcheck(g_sub_scalar, NULL, 2, in, EPS, RTOL, ATOL, 12);
-    duet_tensor_release(in[0]);
-    duet_tensor_release(in[1]);
+    for (int groups = 1; groups <= 3; groups += 2) {
+        duet_tensor *in[2] = {randn_grad(&rng, 2, (int64_t[]){6, 2}, 1.0f),
+                              randn_grad(&rng, 2, (int64_t[]){6, 2}, 1.0f)};
+        tu_gradcheck(g_sub_group_mean, &groups, 2, in, EPS, RTOL, ATOL, 12);
+        duet_tensor_release(in[0]);
+        duet_tensor_release(in[1]);
+    }
+    duet_tensor *a = tu_randn(&rng, 2, (int64_t[]){5, 2}, 1.0f), *y = NULL;
+    tu_expect_error(duet_sub_group_mean(a, a, 2, &y), DUET_EINVAL, "equal groups", NULL);
+    duet_tensor_release(a);
 }
 
 /* Nearest upsampling copies each value into its f x f block exactly. */

@@ -1,6 +1,6 @@
 /* ESRGAN's pieces against PyTorch (tests/ref/ref_esrgan.py, written from
  * MMEditing 0.x's code): the new ops (nearest upsampling, align_corners
- * resize, Gram matrix, a - scalar), GANLoss of every type in every
+ * resize, Gram matrix, a - mean(b) per group of samples), GANLoss of every type in every
  * (target, is_disc) combination with its gradient, PerceptualLoss with the
  * style term for both criteria, and two full ESRGAN train_steps from the
  * same weights: log values, every gradient and every state entry, at the
@@ -65,9 +65,8 @@ static int op_gram(const void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_gram_matrix(in[0], out);
 }
-static int op_sub_scalar(const void *c, duet_tensor *const *in, duet_tensor **out) {
-    (void)c;
-    return duet_sub_scalar(in[0], in[1], out);
+static int op_sub_group_mean(const void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_sub_group_mean(in[0], in[1], *(const int *)c, out);
 }
 
 static void test_ops(void **state) {
@@ -80,7 +79,9 @@ static void test_ops(void **state) {
     run_case("resize_down", 1, op_resize, down, 1e-5);
     run_case("resize_one", 1, op_resize, one, 1e-5);
     run_case("gram", 1, op_gram, NULL, 1e-5);
-    run_case("sub_scalar", 2, op_sub_scalar, NULL, 1e-6);
+    int g1 = 1, g3 = 3;
+    run_case("sub_group_mean1", 2, op_sub_group_mean, &g1, 1e-5);
+    run_case("sub_group_mean3", 2, op_sub_group_mean, &g3, 1e-5);
 }
 
 /* ---- GANLoss ------------------------------------------------------------------ */
