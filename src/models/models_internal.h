@@ -21,10 +21,6 @@ duet_module *duet__model_outer(duet_model *m);
 
 /* The part `name` of m, or DUET_ESTATE naming it. */
 int duet__need_part(duet_model *m, const char *name, duet_module **out);
-/* *total = *total + l (total NULL: l), consuming l: parse_losses' sum. */
-int duet__add_loss(duet_tensor **total, duet_tensor *l);
-/* The mean of t's values, in double. */
-double duet__mean_of(const duet_tensor *t);
 
 /* The generator's adversarial term on the generator's output fake (the
  * discriminator frozen): one new reference in *out, logged as loss_gan. */

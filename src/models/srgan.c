@@ -55,7 +55,7 @@ int duet__need_part(duet_model *m, const char *name, duet_module **out) {
 }
 
 /* total = total + l (total NULL: l), consuming l: parse_losses' sum. */
-int duet__add_loss(duet_tensor **total, duet_tensor *l) {
+static int add_loss(duet_tensor **total, duet_tensor *l) {
     if (*total == NULL) {
         *total = l;
         return DUET_OK;
@@ -68,7 +68,7 @@ int duet__add_loss(duet_tensor **total, duet_tensor *l) {
     return rc;
 }
 
-double duet__mean_of(const duet_tensor *t) {
+static double mean_of(const duet_tensor *t) {
     double s = 0.0;
     for (int64_t i = 0; i < t->numel; i++) s += t->data[i];
     return s / (double)t->numel;
@@ -100,7 +100,7 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     if (pix != NULL) {
         rc = duet_module_forward2(pix, fake, gt, &l);
         if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_pix", l->data[0]);
-        if (rc == DUET_OK) rc = duet__add_loss(&loss_g, l);
+        if (rc == DUET_OK) rc = add_loss(&loss_g, l);
         else duet_tensor_release(l);
         l = NULL;
     }
@@ -108,13 +108,13 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
         rc = duet_perceptual_loss(percep, fake, gt, &l, &style);
         if (rc == DUET_OK && l != NULL) {
             rc = duet_log_vars_set(log, "loss_perceptual", l->data[0]);
-            if (rc == DUET_OK) rc = duet__add_loss(&loss_g, l);
+            if (rc == DUET_OK) rc = add_loss(&loss_g, l);
             else duet_tensor_release(l);
             l = NULL;
         }
         if (rc == DUET_OK && style != NULL) {
             rc = duet_log_vars_set(log, "loss_style", style->data[0]);
-            if (rc == DUET_OK) rc = duet__add_loss(&loss_g, style);
+            if (rc == DUET_OK) rc = add_loss(&loss_g, style);
             else duet_tensor_release(style);
             style = NULL;
         }
@@ -125,7 +125,7 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     if (rc == DUET_OK) rc = gan_term(m, fake, gt, &l);
     if (rc == DUET_OK) {
         rc = duet_log_vars_set(log, "loss_gan", l->data[0]);
-        if (rc == DUET_OK) rc = duet__add_loss(&loss_g, l);
+        if (rc == DUET_OK) rc = add_loss(&loss_g, l);
         else duet_tensor_release(l);
     }
     if (rc == DUET_OK) {
@@ -139,7 +139,7 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
 
 /* One discriminator update: real then detached fake, gradients summed. */
 static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
-                              duet_optimizer *opt_d, duet_log_vars *log) {
+                                    duet_optimizer *opt_d, duet_log_vars *log) {
     duet_module *disc = NULL, *gan = NULL;
     DUET_TRY(duet__need_part(m, "discriminator", &disc));
     DUET_TRY(duet__need_part(m, "gan_loss", &gan));
@@ -159,8 +159,8 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "real_logit_mean", duet__mean_of(real_pred));
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "fake_logit_mean", duet__mean_of(fake_pred));
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, "real_logit_mean", mean_of(real_pred));
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, "fake_logit_mean", mean_of(fake_pred));
     duet_tensor_release(loss);
     duet_tensor_release(fake_d);
     duet_tensor_release(real_pred);
