@@ -167,7 +167,8 @@ static int smgan_loss(const gan_loss *g, duet_tensor *pred, bool target_is_real,
         mask->shape[1] != pred->shape[1])
         return duet__error(DUET_ESHAPE, "GANLoss 'smgan': prediction %s and mask %s must both "
                            "be (N, C, H, W) with the same N and C",
-                           duet_shape_str(pred, sp, sizeof sp), duet_shape_str(mask, sm, sizeof sm));
+                           duet_shape_str(pred, sp, sizeof sp),
+                           duet_shape_str(mask, sm, sizeof sm));
     duet_tensor *in = NULL, *mse = NULL, *t = NULL;
     int rc = DUET_OK;
     if (pred->shape[2] != mask->shape[2] || pred->shape[3] != mask->shape[3])

@@ -243,7 +243,8 @@ int duet_rrdbnet_create(duet_module **out, const duet_rrdbnet_opts *opts, duet_r
      * by 0.1 in their constructor. */
     const char *scaled[6] = {"conv_first", "conv_body", "conv_up1", "conv_up2", "conv_hr",
                              "conv_last"};
-    for (int i = 0; i < 6; i++) duet_default_init_weights(duet_module_child(m, scaled[i]), 0.1f, rng);
+    for (int i = 0; i < 6; i++)
+        duet_default_init_weights(duet_module_child(m, scaled[i]), 0.1f, rng);
     *out = m;
     return DUET_OK;
 }

@@ -150,8 +150,8 @@ static void assert_model_close(duet_model *got, duet_model *want, const noise_ma
                              (long long)k, a->data[k], b->data[k]);
             } else if (d > PARAM_ATOL + 1e-4 * fabs((double)b->data[k])) {
                 fail_msg("rank %d of %d: %s[%lld]: got %.8g, one process %.8g "
-                         "(rtol 1e-4, atol %.2g)", g_rank, g_size, pg.items[i].name, (long long)k, a->data[k], b->data[k],
-                         PARAM_ATOL);
+                         "(rtol 1e-4, atol %.2g)", g_rank, g_size, pg.items[i].name,
+                         (long long)k, a->data[k], b->data[k], PARAM_ATOL);
             }
         }
     }
