@@ -307,7 +307,9 @@ typedef struct duet_perceptual_loss_opts {
     const char *criterion;                           /* "l1" or "mse" */
     const char *weights_path;                        /* NULL: random init + warning */
 } duet_perceptual_loss_opts;
-duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void); /* SRGAN's, norm_img true */
+/* MMEditing's PerceptualLoss defaults: vgg19 {34: 1.0}, norm_img true,
+ * perceptual 1.0, style 1.0, l1. */
+duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void);
 int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_opts *opts,
                                 duet_rng *rng);
 /* *percep (or NULL when perceptual_weight is 0) and *style (NULL when
