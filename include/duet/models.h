@@ -50,6 +50,21 @@ duet_modified_vgg_opts duet_modified_vgg_opts_default(void); /* 3, 64, 128 */
 int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *opts,
                              duet_rng *rng);
 
+/* MMEditing's RRDBNet, ESRGAN's generator: conv_first, body.<i> (RRDB:
+ * rdb1..rdb3, each a ResidualDenseBlock conv1..conv5 with growth_channels,
+ * LeakyReLU 0.2, x5 * 0.2 + x), RRDB's out * 0.2 + x, conv_body (added to
+ * conv_first's output), nearest x2 + conv_up1, nearest x2 + conv_up2 (each
+ * followed by LeakyReLU 0.2), conv_hr, LeakyReLU, conv_last. Init as
+ * MMEditing 0.x: every conv kaiming_normal (fan_in, gain sqrt 2) times 0.1,
+ * bias 0 (the dense blocks' in their constructor, the rest in
+ * init_weights). x4 only (upscale_factor = MMEditing's `scale`): another
+ * factor is DUET_EUNSUPPORTED. */
+typedef struct duet_rrdbnet_opts {
+    int in_channels, out_channels, mid_channels, num_blocks, growth_channels, upscale_factor;
+} duet_rrdbnet_opts;
+duet_rrdbnet_opts duet_rrdbnet_opts_default(void); /* 3, 3, 64, 23, 32, 4 */
+int duet_rrdbnet_create(duet_module **out, const duet_rrdbnet_opts *opts, duet_rng *rng);
+
 /* ---- model contract, losses, SRGAN, registry: below ------------------- */
 
 /* A model is a module whose top-level children are its parts (SRGAN:
@@ -239,17 +254,35 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
 int duet_l1_loss_module_create(duet_module **out, float loss_weight);
 int duet_mse_loss_module_create(duet_module **out, float loss_weight);
 
-/* GANLoss, gan_type "vanilla" (BCE with logits) or "lsgan" (MSE): target
- * real_label_val / fake_label_val; loss_weight multiplies the generator's
- * loss only (is_disc false). forward(pred) is the generator's loss. */
+/* GANLoss (mmedit/models/losses/gan_loss.py), gan_type:
+ *   "vanilla"  BCE with logits against real_label_val / fake_label_val
+ *   "lsgan"    MSE against the label
+ *   "wgan"     -mean(pred) for a real target, mean(pred) for a fake one
+ *   "hinge"    discriminator: mean(relu(1 - pred)) real, mean(relu(1 + pred))
+ *              fake; generator: -mean(pred) whatever the target
+ *   "smgan"    needs a mask (N, C, H, W): pred is first resized to the
+ *              mask's size (bilinear, align_corners) when they differ;
+ *              discriminator: MSE against the label (real) or against the
+ *              mask blurred by a 71x71 Gaussian of sigma 10 (fake, no
+ *              gradient); generator: mean(MSE * mask / mean(mask)) with the
+ *              MSE a scalar, as MMEditing writes it (so the mask's weighting
+ *              cancels out and this is the lsgan loss up to rounding).
+ * loss_weight multiplies the generator's loss only (is_disc false).
+ * forward(pred) is the generator's loss. */
 typedef struct duet_gan_loss_opts {
     const char *gan_type; /* "vanilla" */
     float real_label_val, fake_label_val, loss_weight;
 } duet_gan_loss_opts;
 duet_gan_loss_opts duet_gan_loss_opts_default(void); /* vanilla, 1, 0, 1 */
+/* An unknown gan_type is DUET_EUNSUPPORTED naming the known ones. */
 int duet_gan_loss_create(duet_module **out, const duet_gan_loss_opts *opts);
+/* smgan without a mask is DUET_EINVAL. */
 int duet_gan_loss(duet_module *gan_loss, duet_tensor *pred, bool target_is_real, bool is_disc,
                   duet_tensor **out);
+/* MMEditing's forward(input, target_is_real, is_disc, mask): mask is read by
+ * smgan only (NULL for the others). */
+int duet_gan_loss_masked(duet_module *gan_loss, duet_tensor *pred, bool target_is_real,
+                         bool is_disc, duet_tensor *mask, duet_tensor **out);
 
 /* PerceptualLoss over a frozen VGG-style feature network. Names as
  * MMEditing: child "vgg" (PerceptualVGG) with buffers mean, std (1,3,1,1)
@@ -274,15 +307,20 @@ typedef struct duet_perceptual_loss_opts {
     bool use_input_norm;                             /* true: ImageNet mean/std */
     bool norm_img;                                   /* true: x = (x+1)/2 first */
     float perceptual_weight;                         /* 1.0 */
-    float style_weight;                              /* 0: off (style not supported yet) */
+    float style_weight;                              /* 1.0 as MMEditing; 0: off */
     const char *criterion;                           /* "l1" or "mse" */
     const char *weights_path;                        /* NULL: random init + warning */
 } duet_perceptual_loss_opts;
-duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void); /* SRGAN's, norm_img true */
+/* MMEditing's PerceptualLoss defaults: vgg19 {34: 1.0}, norm_img true,
+ * perceptual 1.0, style 1.0, l1. */
+duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void);
 int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_opts *opts,
                                 duet_rng *rng);
-/* *percep (or NULL when perceptual_weight is 0) and *style (NULL: style off).
- * gt is treated as a constant (gt.detach()). */
+/* *percep (or NULL when perceptual_weight is 0) and *style (NULL when
+ * style_weight is 0): style = style_weight * sum_k w_k *
+ * criterion(gram(x_k), gram(gt_k)), gram(f) = F F^T / (C H W) per sample
+ * (MMEditing's _gram_mat), over the same layers and weights as the
+ * perceptual term. gt is treated as a constant (gt.detach()). */
 int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_tensor **percep,
                          duet_tensor **style);
 
@@ -339,6 +377,35 @@ int64_t duet_srgan_step_counter(duet_model *m);
  * disc_init_steps depend on it). */
 void duet_srgan_set_step_counter(duet_model *m, int64_t step_counter);
 
+/* ESRGAN (mmedit/models/restorers/esrgan.py, a subclass of SRGAN): SRGAN's
+ * parts and step frame (disc_steps, disc_init_steps, step counter: the
+ * duet_srgan_step_counter calls work on it) with an RRDBNet generator and
+ * the relativistic average GAN:
+ *   generator step (discriminator frozen): real = D(gt) (detached),
+ *     fake = D(G(lq)); loss_gan = (gan(fake - mean(real), real) +
+ *     gan(real - mean(fake), fake)) / 2, one backward with the pixel and
+ *     perceptual (and style) losses;
+ *   discriminator step: fake_d = D(G(lq)).detach(), real = D(gt),
+ *     loss_d_real = gan(real - mean(fake_d), real, disc) * 0.5, backward;
+ *     fake = D(G(lq).detach()), loss_d_fake = gan(fake - mean(real.detach()),
+ *     fake, disc) * 0.5, backward; one optimizer step.
+ * Log values (MMEditing's keys): loss_pix, loss_perceptual, loss_style
+ * (when on), loss_gan (when the generator stepped), loss_d_real,
+ * loss_d_fake. Optimizers "generator" and "discriminator". */
+typedef struct duet_esrgan_opts {
+    duet_rrdbnet_opts generator;
+    duet_modified_vgg_opts discriminator;
+    duet_gan_loss_opts gan_loss;       /* vanilla, weight 5e-3 */
+    float pixel_loss_weight;           /* L1, 1e-2; <= 0: no pixel loss */
+    bool perceptual;                   /* true: a perceptual_loss part */
+    duet_perceptual_loss_opts perceptual_loss; /* {34: 1.0}, vgg19, style 0, norm_img false */
+    int disc_steps;                    /* 1 */
+    int disc_init_steps;               /* 0 */
+    duet_test_cfg test_cfg;            /* PSNR, SSIM, crop_border 4 */
+} duet_esrgan_opts;
+duet_esrgan_opts duet_esrgan_opts_default(void); /* MMEditing's esrgan_x4c64b23g32 config */
+int duet_esrgan_create(duet_model **out, const duet_esrgan_opts *opts, duet_rng *rng);
+
 /* BasicRestorer: generator + pixel loss, PSNR-oriented pretraining. Log
  * values loss_pix, loss. Optimizer "generator". */
 typedef struct duet_basic_restorer_opts {
@@ -350,6 +417,11 @@ typedef struct duet_basic_restorer_opts {
 duet_basic_restorer_opts duet_basic_restorer_opts_default(void);
 int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
                                duet_rng *rng);
+/* BasicRestorer with an RRDBNet generator (MMEditing's ESRGAN PSNR
+ * pretraining, esrgan_psnr_x4c64b23g32): as duet_basic_restorer_create,
+ * opts->generator unused. */
+int duet_basic_restorer_rrdbnet_create(duet_model **out, const duet_rrdbnet_opts *generator,
+                                       const duet_basic_restorer_opts *opts, duet_rng *rng);
 
 #ifdef __cplusplus
 }

@@ -85,6 +85,23 @@ int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **o
 /* Concatenation along dim 1 of n tensors (N, Ci, H, W) -> (N, sum Ci, H, W). */
 int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out);
 
+/* ---- ESRGAN and MMEditing's losses (src/ops/upsample.c) ------------------- */
+
+/* Nearest neighbour, integer factor: x (N, C, H, W) -> (N, C, H*f, W*f), as
+ * F.interpolate(scale_factor=f, mode='nearest'). */
+int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out);
+/* Bilinear resize to (out_h, out_w) with align_corners=True, as
+ * F.interpolate(size=(out_h, out_w), mode='bilinear', align_corners=True). */
+int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_tensor **out);
+/* Gram matrix: x (N, C, H, W) -> (N, C, C) = F F^T / (C*H*W) with F = x
+ * viewed as (N, C, H*W) (MMEditing's PerceptualLoss._gram_mat). */
+int duet_gram_matrix(duet_tensor *x, duet_tensor **out);
+/* a - mean(b), a and b of one shape (N, ...), the mean taken over each of
+ * `groups` equal contiguous groups of samples (every element of the
+ * group's samples); both get gradients. groups 1: ESRGAN's
+ * pred - torch.mean(other_pred). */
+int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out);
+
 /* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
 
 int duet_sum(duet_tensor *x, duet_tensor **out);

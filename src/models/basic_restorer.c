@@ -72,25 +72,28 @@ static const duet_model_ops restorer_ops = {
     .destroy = free,
 };
 
-int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
-                               duet_rng *rng) {
+/* Takes over `generator` (destroyed on failure). */
+static int restorer_create(duet_model **out, duet_module *generator,
+                           const duet_basic_restorer_opts *opts) {
     *out = NULL;
     const char *pl = opts->pixel_loss != NULL ? opts->pixel_loss : "L1Loss";
     bool mse = strcmp(pl, "MSELoss") == 0;
-    if (!mse && strcmp(pl, "L1Loss") != 0)
+    if (!mse && strcmp(pl, "L1Loss") != 0) {
+        duet_module_destroy(generator);
         return duet__error(DUET_EINVAL, "BasicRestorer: pixel_loss '%s' (use L1Loss or MSELoss)",
                            pl);
+    }
     basic_restorer *r = calloc(1, sizeof *r);
-    if (r == NULL) return duet__error(DUET_ENOMEM, "BasicRestorer: out of memory");
-    r->test_cfg = opts->test_cfg;
     duet_module *root = NULL, *part = NULL;
-    int rc = duet_module_create(&root, &restorer_module_type, NULL);
+    int rc = r == NULL ? duet__error(DUET_ENOMEM, "BasicRestorer: out of memory")
+                       : duet_module_create(&root, &restorer_module_type, NULL);
     if (rc != DUET_OK) {
+        duet_module_destroy(generator);
         free(r);
         return rc;
     }
-    rc = duet_msrresnet_create(&part, &opts->generator, rng);
-    if (rc == DUET_OK) rc = duet_module_add_child(root, "generator", part);
+    r->test_cfg = opts->test_cfg;
+    rc = duet_module_add_child(root, "generator", generator);
     if (rc == DUET_OK)
         rc = mse ? duet_mse_loss_module_create(&part, opts->pixel_loss_weight)
                  : duet_l1_loss_module_create(&part, opts->pixel_loss_weight);
@@ -102,4 +105,22 @@ int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts 
         return rc;
     }
     return duet_model_create(out, &restorer_ops, r, root);
+}
+
+int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
+                               duet_rng *rng) {
+    *out = NULL;
+    duet_module *gen = NULL;
+    int rc = duet_msrresnet_create(&gen, &opts->generator, rng);
+    if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
+    return restorer_create(out, gen, opts);
+}
+
+int duet_basic_restorer_rrdbnet_create(duet_model **out, const duet_rrdbnet_opts *generator,
+                                       const duet_basic_restorer_opts *opts, duet_rng *rng) {
+    *out = NULL;
+    duet_module *gen = NULL;
+    int rc = duet_rrdbnet_create(&gen, generator, rng);
+    if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
+    return restorer_create(out, gen, opts);
 }

@@ -2,6 +2,7 @@
  * are parts of a model (pixel_loss, gan_loss) as in MMEditing's state. */
 #include "duet/models.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ---- L1Loss / MSELoss ----------------------------------------------------- */
@@ -43,8 +44,12 @@ int duet_mse_loss_module_create(duet_module **out, float loss_weight) {
 
 /* ---- GANLoss -------------------------------------------------------------- */
 
+typedef enum gan_kind { GAN_VANILLA, GAN_LSGAN, GAN_WGAN, GAN_HINGE, GAN_SMGAN } gan_kind;
+
+static const char *const gan_names[] = {"vanilla", "lsgan", "wgan", "hinge", "smgan", NULL};
+
 typedef struct gan_loss {
-    bool lsgan; /* else vanilla */
+    gan_kind kind;
     float real_label_val, fake_label_val, loss_weight;
 } gan_loss;
 
@@ -57,9 +62,10 @@ duet_gan_loss_opts duet_gan_loss_opts_default(void) {
 
 static int gan_loss_forward(duet_module *self, int nin, duet_tensor *const *in,
                             duet_tensor **out) {
-    if (nin != 1)
-        return duet__error(DUET_EINVAL, "GANLoss forward takes (pred), got %d inputs", nin);
-    return duet_gan_loss(self, in[0], true, false, out);
+    if (nin != 1 && nin != 2)
+        return duet__error(DUET_EINVAL, "GANLoss forward takes (pred) or (pred, mask), got %d "
+                           "inputs", nin);
+    return duet_gan_loss_masked(self, in[0], true, false, nin == 2 ? in[1] : NULL, out);
 }
 
 static const duet_module_type gan_loss_type = {"GANLoss", gan_loss_forward, free};
@@ -67,35 +73,163 @@ static const duet_module_type gan_loss_type = {"GANLoss", gan_loss_forward, free
 int duet_gan_loss_create(duet_module **out, const duet_gan_loss_opts *opts) {
     *out = NULL;
     const char *type = opts->gan_type != NULL ? opts->gan_type : "vanilla";
-    bool lsgan = strcmp(type, "lsgan") == 0;
-    if (!lsgan && strcmp(type, "vanilla") != 0)
-        return duet__error(DUET_EUNSUPPORTED,
-                           "GANLoss: gan_type '%s' is not supported (use 'vanilla' or 'lsgan')",
-                           type);
+    int kind = 0;
+    while (gan_names[kind] != NULL && strcmp(gan_names[kind], type) != 0) kind++;
+    if (gan_names[kind] == NULL)
+        return duet__error(DUET_EUNSUPPORTED, "GANLoss: gan_type '%s' is not supported (use "
+                           "'vanilla', 'lsgan', 'wgan', 'hinge' or 'smgan')", type);
     gan_loss *g = malloc(sizeof *g);
     if (g == NULL) return duet__error(DUET_ENOMEM, "GANLoss: out of memory");
-    g->lsgan = lsgan;
+    g->kind = (gan_kind)kind;
     g->real_label_val = opts->real_label_val;
     g->fake_label_val = opts->fake_label_val;
     g->loss_weight = opts->loss_weight;
     return duet_module_create(out, &gan_loss_type, g);
 }
 
-int duet_gan_loss(duet_module *m, duet_tensor *pred, bool target_is_real, bool is_disc,
-                  duet_tensor **out) {
+/* weight * mean((pred - label)^2), the label a constant of pred's shape. */
+static int mse_to_const(duet_tensor *pred, float label, float weight, duet_tensor **out) {
+    duet_tensor *t = NULL;
+    DUET_TRY(duet_tensor_create_like(&t, pred));
+    duet_tensor_fill(t, label);
+    int rc = duet_mse_loss(pred, t, weight, out);
+    duet_tensor_release(t);
+    return rc;
+}
+
+/* weight * mean(relu(1 + sign * pred)): hinge's discriminator loss. */
+static int hinge_disc(duet_tensor *pred, float sign, duet_tensor **out) {
+    duet_tensor *s = NULL, *one = NULL, *sum = NULL, *r = NULL;
+    int rc = duet_scale(pred, sign, &s);
+    if (rc == DUET_OK) rc = duet_tensor_create_like(&one, pred);
+    if (rc == DUET_OK) {
+        duet_tensor_fill(one, 1.0f);
+        rc = duet_add(one, s, &sum);
+    }
+    if (rc == DUET_OK) rc = duet_relu(sum, &r);
+    if (rc == DUET_OK) rc = duet_mean(r, out);
+    duet_tensor_release(s);
+    duet_tensor_release(one);
+    duet_tensor_release(sum);
+    duet_tensor_release(r);
+    return rc;
+}
+
+/* weight * sign * mean(pred): wgan's losses and hinge's generator loss. */
+static int signed_mean(duet_tensor *pred, float sign_weight, duet_tensor **out) {
+    duet_tensor *m = NULL;
+    DUET_TRY(duet_mean(pred, &m));
+    int rc = duet_scale(m, sign_weight, out);
+    duet_tensor_release(m);
+    return rc;
+}
+
+/* MMEditing's GaussianBlur() of the smgan fake label: a 71x71 kernel of
+ * sigma 10 (the outer product of two normalised 1-D kernels, in float as
+ * torch computes them), zero padding 35, each channel on its own. */
+#define SMGAN_K 71
+static void gaussian_blur_71(float *out, const float *x, int64_t nc, int64_t h, int64_t w) {
+    float g[SMGAN_K], sum = 0.0f;
+    for (int i = 0; i < SMGAN_K; i++) {
+        const double d = i - SMGAN_K / 2;
+        g[i] = expf((float)(-(d * d) / (2.0 * 10.0 * 10.0)));
+        sum += g[i];
+    }
+    for (int i = 0; i < SMGAN_K; i++) g[i] /= sum;
+    const int r = SMGAN_K / 2;
+    for (int64_t p = 0; p < nc; p++) {
+        const float *xp = x + p * h * w;
+        for (int64_t y = 0; y < h; y++)
+            for (int64_t k = 0; k < w; k++) {
+                float acc = 0.0f;
+                for (int i = 0; i < SMGAN_K; i++) {
+                    const int64_t yy = y + i - r;
+                    if (yy < 0 || yy >= h) continue;
+                    for (int j = 0; j < SMGAN_K; j++) {
+                        const int64_t xx = k + j - r;
+                        if (xx < 0 || xx >= w) continue;
+                        acc += g[i] * g[j] * xp[yy * w + xx];
+                    }
+                }
+                out[(p * h + y) * w + k] = acc;
+            }
+    }
+}
+
+/* smgan (see duet/models.h): pred resized to the mask's size, then MSE
+ * against the label, the blurred mask, or masked as MMEditing writes it. */
+static int smgan_loss(const gan_loss *g, duet_tensor *pred, bool target_is_real, bool is_disc,
+                      duet_tensor *mask, float weight, duet_tensor **out) {
+    char sp[DUET_SHAPE_STR_MAX], sm[DUET_SHAPE_STR_MAX];
+    if (mask == NULL)
+        return duet__error(DUET_EINVAL, "GANLoss 'smgan' needs a mask (duet_gan_loss_masked)");
+    if (pred->ndim != 4 || mask->ndim != 4 || mask->shape[0] != pred->shape[0] ||
+        mask->shape[1] != pred->shape[1])
+        return duet__error(DUET_ESHAPE, "GANLoss 'smgan': prediction %s and mask %s must both "
+                           "be (N, C, H, W) with the same N and C",
+                           duet_shape_str(pred, sp, sizeof sp),
+                           duet_shape_str(mask, sm, sizeof sm));
+    duet_tensor *in = NULL, *mse = NULL, *t = NULL;
+    int rc = DUET_OK;
+    if (pred->shape[2] != mask->shape[2] || pred->shape[3] != mask->shape[3])
+        rc = duet_resize_bilinear_ac(pred, mask->shape[2], mask->shape[3], &in);
+    else
+        in = duet_tensor_retain(pred);
+    if (rc != DUET_OK) return rc;
+    const float label = target_is_real ? g->real_label_val : g->fake_label_val;
+    if (is_disc && !target_is_real) {
+        /* The blurred mask is a constant target (.detach()). */
+        rc = duet_tensor_create_like(&t, mask);
+        if (rc == DUET_OK) {
+            gaussian_blur_71(t->data, mask->data, mask->shape[0] * mask->shape[1],
+                             mask->shape[2], mask->shape[3]);
+            rc = duet_mse_loss(in, t, 1.0f, out);
+        }
+    } else if (is_disc) {
+        rc = mse_to_const(in, label, 1.0f, out);
+    } else {
+        /* loss = (mse * mask / mask.mean()).mean() with mse a scalar: the
+         * same as mse * mean(mask / mean(mask)), whose factor is a constant
+         * (the mask takes no gradient here, as MMEditing's masks). */
+        rc = mse_to_const(in, label, 1.0f, &mse);
+        if (rc == DUET_OK) {
+            double mm = 0.0;
+            for (int64_t i = 0; i < mask->numel; i++) mm += mask->data[i];
+            const float mean = (float)(mm / (double)mask->numel);
+            double f = 0.0;
+            for (int64_t i = 0; i < mask->numel; i++) f += mask->data[i] / mean;
+            rc = duet_scale(mse, (float)(f / (double)mask->numel) * weight, out);
+        }
+    }
+    duet_tensor_release(in);
+    duet_tensor_release(mse);
+    duet_tensor_release(t);
+    return rc;
+}
+
+int duet_gan_loss_masked(duet_module *m, duet_tensor *pred, bool target_is_real, bool is_disc,
+                         duet_tensor *mask, duet_tensor **out) {
     *out = NULL;
     if (!duet_module_is(m, "GANLoss"))
         return duet__error(DUET_EINVAL, "duet_gan_loss: the module is a %s, not a GANLoss",
                            m->type->name);
-    gan_loss *g = m->impl;
-    float target = target_is_real ? g->real_label_val : g->fake_label_val;
+    const gan_loss *g = m->impl;
+    const float target = target_is_real ? g->real_label_val : g->fake_label_val;
     /* MMEditing: the loss weight is for the generator only. */
-    float weight = is_disc ? 1.0f : g->loss_weight;
-    if (!g->lsgan) return duet_bce_with_logits_const(pred, target, weight, out);
-    duet_tensor *t = NULL;
-    DUET_TRY(duet_tensor_create_like(&t, pred));
-    duet_tensor_fill(t, target);
-    int rc = duet_mse_loss(pred, t, weight, out);
-    duet_tensor_release(t);
-    return rc;
+    const float weight = is_disc ? 1.0f : g->loss_weight;
+    switch (g->kind) {
+    case GAN_VANILLA: return duet_bce_with_logits_const(pred, target, weight, out);
+    case GAN_LSGAN: return mse_to_const(pred, target, weight, out);
+    case GAN_WGAN: return signed_mean(pred, target_is_real ? -weight : weight, out);
+    case GAN_HINGE:
+        if (!is_disc) return signed_mean(pred, -weight, out);
+        return hinge_disc(pred, target_is_real ? -1.0f : 1.0f, out);
+    case GAN_SMGAN: return smgan_loss(g, pred, target_is_real, is_disc, mask, weight, out);
+    }
+    return duet__error(DUET_ESTATE, "GANLoss: unknown kind %d", (int)g->kind);
+}
+
+int duet_gan_loss(duet_module *m, duet_tensor *pred, bool target_is_real, bool is_disc,
+                  duet_tensor **out) {
+    return duet_gan_loss_masked(m, pred, target_is_real, is_disc, NULL, out);
 }

@@ -3,6 +3,7 @@
  * truncated after the deepest layer used), features of the output and of
  * the (detached) ground truth compared layer by layer with L1 or MSE. */
 #include "duet/models.h"
+#include "duet/ops.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void) {
     o.use_input_norm = true;
     o.norm_img = true;
     o.perceptual_weight = 1.0f;
-    o.style_weight = 0.0f;
+    o.style_weight = 1.0f; /* MMEditing's default: configs that want none say 0 */
     o.criterion = "l1";
     o.weights_path = NULL;
     return o;
@@ -69,7 +70,7 @@ typedef struct perceptual_loss {
     float layer_weights[DUET_PERCEPTUAL_MAX_LAYERS];
     bool norm_img;
     bool mse;
-    float perceptual_weight;
+    float perceptual_weight, style_weight;
 } perceptual_loss;
 
 static int perceptual_forward(duet_module *self, int nin, duet_tensor *const *in,
@@ -78,9 +79,13 @@ static int perceptual_forward(duet_module *self, int nin, duet_tensor *const *in
         return duet__error(DUET_EINVAL, "PerceptualLoss takes (x, gt), got %d inputs", nin);
     duet_tensor *style = NULL;
     DUET_TRY(duet_perceptual_loss(self, in[0], in[1], out, &style));
-    if (*out == NULL)
-        return duet__error(DUET_EINVAL, "PerceptualLoss: perceptual_weight is 0, nothing to "
-                           "compute");
+    if (*out == NULL) {
+        duet_tensor_release(style);
+        return duet__error(DUET_EINVAL, "PerceptualLoss: perceptual_weight is 0; forward "
+                           "returns the perceptual term only (use duet_perceptual_loss for "
+                           "the style term)");
+    }
+    duet_tensor_release(style);
     return DUET_OK;
 }
 
@@ -149,10 +154,6 @@ static int check_opts(const duet_perceptual_loss_opts *o, const int *cfg, int nc
                                "features have layers 0..%d", o->layer_ids[i], total - 1);
         if (o->layer_ids[i] > deepest) deepest = o->layer_ids[i];
     }
-    if (o->style_weight > 0.0f)
-        return duet__error(DUET_EUNSUPPORTED, "PerceptualLoss: style_weight %g: the style (Gram) "
-                           "loss is not supported; set style_weight 0 (SRGAN uses 0)",
-                           (double)o->style_weight);
     const char *crit = o->criterion != NULL ? o->criterion : "l1";
     if (strcmp(crit, "l1") != 0 && strcmp(crit, "mse") != 0)
         return duet__error(DUET_EINVAL, "PerceptualLoss: criterion '%s' (use 'l1' or 'mse')",
@@ -188,6 +189,7 @@ int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_op
     pl->norm_img = opts->norm_img;
     pl->mse = opts->criterion != NULL && strcmp(opts->criterion, "mse") == 0;
     pl->perceptual_weight = opts->perceptual_weight;
+    pl->style_weight = opts->style_weight;
     static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
     pv->use_input_norm = opts->use_input_norm;
     for (int c = 0; c < 3; c++) {
@@ -262,34 +264,26 @@ static int norm_img(duet_tensor *x, duet_tensor **out) {
     return rc;
 }
 
-int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_tensor **percep,
-                         duet_tensor **style) {
-    *percep = NULL;
-    *style = NULL;
-    if (!duet_module_is(m, "PerceptualLoss"))
-        return duet__error(DUET_EINVAL, "duet_perceptual_loss: the module is a %s",
-                           m->type->name);
-    perceptual_loss *pl = m->impl;
-    if (pl->perceptual_weight <= 0.0f) return DUET_OK;
-    duet_module *vgg = duet_module_child(m, "vgg");
-    duet_tensor *gtd = NULL, *xn = NULL, *gtn = NULL;
-    duet_tensor *xf[DUET_PERCEPTUAL_MAX_LAYERS] = {0}, *gf[DUET_PERCEPTUAL_MAX_LAYERS] = {0};
+/* weight * sum_k w_k * criterion(a_k, b_k), a_k = f(x_k) and b_k = f(gt_k)
+ * with f the identity or the Gram matrix; one new reference in *out. */
+static int weighted_sum(const perceptual_loss *pl, duet_tensor **xf, duet_tensor **gf, bool gram,
+                        float weight, duet_tensor **out) {
     duet_tensor *total = NULL;
-    int rc = duet_detach(gt, &gtd);
-    if (rc == DUET_OK && pl->norm_img) {
-        rc = norm_img(x, &xn);
-        if (rc == DUET_OK) rc = norm_img(gtd, &gtn);
-    } else if (rc == DUET_OK) {
-        xn = duet_tensor_retain(x);
-        gtn = duet_tensor_retain(gtd);
-    }
-    if (rc == DUET_OK) rc = vgg_features(vgg, pl, xn, xf);
-    if (rc == DUET_OK) rc = vgg_features(vgg, pl, gtn, gf);
-    /* percep = sum_k criterion(x_k, gt_k) * w_k, then * perceptual_weight. */
+    int rc = DUET_OK;
     for (int k = 0; k < pl->nlayers && rc == DUET_OK; k++) {
-        duet_tensor *l = NULL;
-        rc = pl->mse ? duet_mse_loss(xf[k], gf[k], pl->layer_weights[k], &l)
-                     : duet_l1_loss(xf[k], gf[k], pl->layer_weights[k], &l);
+        duet_tensor *a = NULL, *b = NULL, *l = NULL;
+        if (gram) {
+            rc = duet_gram_matrix(xf[k], &a);
+            if (rc == DUET_OK) rc = duet_gram_matrix(gf[k], &b);
+        } else {
+            a = duet_tensor_retain(xf[k]);
+            b = duet_tensor_retain(gf[k]);
+        }
+        if (rc == DUET_OK)
+            rc = pl->mse ? duet_mse_loss(a, b, pl->layer_weights[k], &l)
+                         : duet_l1_loss(a, b, pl->layer_weights[k], &l);
+        duet_tensor_release(a);
+        duet_tensor_release(b);
         if (rc != DUET_OK) break;
         if (total == NULL) {
             total = l;
@@ -301,8 +295,43 @@ int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_t
             total = s;
         }
     }
-    if (rc == DUET_OK) rc = duet_scale(total, pl->perceptual_weight, percep);
+    if (rc == DUET_OK) rc = duet_scale(total, weight, out);
     duet_tensor_release(total);
+    return rc;
+}
+
+int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_tensor **percep,
+                         duet_tensor **style) {
+    *percep = NULL;
+    *style = NULL;
+    if (!duet_module_is(m, "PerceptualLoss"))
+        return duet__error(DUET_EINVAL, "duet_perceptual_loss: the module is a %s",
+                           m->type->name);
+    perceptual_loss *pl = m->impl;
+    if (pl->perceptual_weight <= 0.0f && pl->style_weight <= 0.0f) return DUET_OK;
+    duet_module *vgg = duet_module_child(m, "vgg");
+    duet_tensor *gtd = NULL, *xn = NULL, *gtn = NULL;
+    duet_tensor *xf[DUET_PERCEPTUAL_MAX_LAYERS] = {0}, *gf[DUET_PERCEPTUAL_MAX_LAYERS] = {0};
+    int rc = duet_detach(gt, &gtd);
+    if (rc == DUET_OK && pl->norm_img) {
+        rc = norm_img(x, &xn);
+        if (rc == DUET_OK) rc = norm_img(gtd, &gtn);
+    } else if (rc == DUET_OK) {
+        xn = duet_tensor_retain(x);
+        gtn = duet_tensor_retain(gtd);
+    }
+    if (rc == DUET_OK) rc = vgg_features(vgg, pl, xn, xf);
+    if (rc == DUET_OK) rc = vgg_features(vgg, pl, gtn, gf);
+    /* percep = sum_k criterion(x_k, gt_k) * w_k, then * perceptual_weight;
+     * style the same over Gram matrices, then * style_weight. */
+    if (rc == DUET_OK && pl->perceptual_weight > 0.0f)
+        rc = weighted_sum(pl, xf, gf, false, pl->perceptual_weight, percep);
+    if (rc == DUET_OK && pl->style_weight > 0.0f)
+        rc = weighted_sum(pl, xf, gf, true, pl->style_weight, style);
+    if (rc != DUET_OK) {
+        duet_tensor_release(*percep);
+        *percep = NULL;
+    }
     for (int k = 0; k < pl->nlayers; k++) {
         duet_tensor_release(xf[k]);
         duet_tensor_release(gf[k]);

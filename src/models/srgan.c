@@ -12,6 +12,9 @@
 
 typedef struct srgan {
     int disc_steps, disc_init_steps;
+    /* ESRGAN only: the relativistic means are taken over this many equal
+     * groups of the local batch (1: MMEditing's torch.mean over it). */
+    int mean_groups;
     int64_t step_counter;
     duet_test_cfg test_cfg;
 } srgan;
@@ -27,6 +30,9 @@ duet_srgan_opts duet_srgan_opts_default(void) {
     o.perceptual = true;
     o.perceptual_loss = duet_perceptual_loss_opts_default();
     o.perceptual_loss.norm_img = false;
+    /* MMEditing's srgan_x4c64b16 config: style_weight=0 (PerceptualLoss's
+     * own default is 1.0). */
+    o.perceptual_loss.style_weight = 0.0f;
     o.disc_steps = 1;
     o.disc_init_steps = 0;
     o.test_cfg = duet_test_cfg_default();
@@ -42,8 +48,9 @@ static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 }
 
 static const duet_module_type srgan_module_type = {"SRGAN", root_forward, NULL};
+const duet_module_type duet__esrgan_module_type = {"ESRGAN", root_forward, NULL};
 
-static int need_part(duet_model *m, const char *name, duet_module **out) {
+int duet__need_part(duet_model *m, const char *name, duet_module **out) {
     *out = duet_model_part(m, name);
     if (*out == NULL)
         return duet__error(DUET_ESTATE, "%s: the model has no part '%s'",
@@ -71,16 +78,28 @@ static double mean_of(const duet_tensor *t) {
     return s / (double)t->numel;
 }
 
-/* Pixel + perceptual + GAN loss on the generator's output, one generator
- * update. Log values go into *log. */
-static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
-                          duet_optimizer *opt_g, duet_log_vars *log) {
+/* SRGAN's adversarial term: gan_loss(D(fake), real, is_disc false). */
+static int srgan_gan_term(duet_model *m, duet_tensor *fake, duet_tensor *gt, duet_tensor **out) {
+    (void)gt;
     duet_module *disc = NULL, *gan = NULL;
-    DUET_TRY(need_part(m, "discriminator", &disc));
-    DUET_TRY(need_part(m, "gan_loss", &gan));
+    DUET_TRY(duet__need_part(m, "discriminator", &disc));
+    DUET_TRY(duet__need_part(m, "gan_loss", &gan));
+    duet_tensor *pred = NULL;
+    int rc = duet_module_forward(disc, fake, &pred);
+    if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, true, false, out);
+    duet_tensor_release(pred);
+    return rc;
+}
+
+/* Pixel + perceptual (+ style) + the adversarial term (gan_term) on the
+ * generator's output, one generator update. Log values go into *log in
+ * parse_losses' order: loss_pix, loss_perceptual, loss_style, loss_gan. */
+static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
+                          duet_optimizer *opt_g, duet_log_vars *log,
+                          duet__gan_term_fn gan_term) {
     duet_module *pix = duet_model_part(m, "pixel_loss");
     duet_module *percep = duet_model_part(m, "perceptual_loss");
-    duet_tensor *loss_g = NULL, *l = NULL, *style = NULL, *pred = NULL;
+    duet_tensor *loss_g = NULL, *l = NULL, *style = NULL;
     int rc = DUET_OK;
     if (pix != NULL) {
         rc = duet_module_forward2(pix, fake, gt, &l);
@@ -105,15 +124,14 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
         }
         duet_tensor_release(l);
         duet_tensor_release(style);
+        l = NULL;
     }
-    if (rc == DUET_OK) rc = duet_module_forward(disc, fake, &pred);
-    if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, true, false, &l);
+    if (rc == DUET_OK) rc = gan_term(m, fake, gt, &l);
     if (rc == DUET_OK) {
         rc = duet_log_vars_set(log, "loss_gan", l->data[0]);
         if (rc == DUET_OK) rc = add_loss(&loss_g, l);
         else duet_tensor_release(l);
     }
-    duet_tensor_release(pred);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_g);
         rc = duet_backward(loss_g);
@@ -124,11 +142,11 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
 }
 
 /* One discriminator update: real then detached fake, gradients summed. */
-static int discriminator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
-                              duet_optimizer *opt_d, duet_log_vars *log) {
+static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
+                                    duet_optimizer *opt_d, duet_log_vars *log) {
     duet_module *disc = NULL, *gan = NULL;
-    DUET_TRY(need_part(m, "discriminator", &disc));
-    DUET_TRY(need_part(m, "gan_loss", &gan));
+    DUET_TRY(duet__need_part(m, "discriminator", &disc));
+    DUET_TRY(duet__need_part(m, "gan_loss", &gan));
     duet_tensor *real_pred = NULL, *fake_pred = NULL, *loss = NULL, *fake_d = NULL;
     int rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &loss);
@@ -154,8 +172,9 @@ static int discriminator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     return rc;
 }
 
-static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
-                            duet_log_vars *log) {
+int duet__srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
+                           duet_log_vars *log, duet__gan_term_fn gan_term,
+                           duet__disc_step_fn disc_step) {
     srgan *s = duet_model_impl(m);
     duet_tensor *lq = NULL, *gt = NULL, *fake = NULL;
     duet_optimizer *opt_g = NULL, *opt_d = NULL;
@@ -164,17 +183,17 @@ static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimiz
     DUET_TRY(duet_batch_require(batch, "gt", &gt));
     DUET_TRY(duet_optimizer_set_require(opts, "generator", &opt_g));
     DUET_TRY(duet_optimizer_set_require(opts, "discriminator", &opt_d));
-    DUET_TRY(need_part(m, "generator", &gen));
-    DUET_TRY(need_part(m, "discriminator", &disc));
+    DUET_TRY(duet__need_part(m, "generator", &gen));
+    DUET_TRY(duet__need_part(m, "discriminator", &disc));
 
     int rc = duet_module_forward(gen, lq, &fake);
     /* No updates to the discriminator's parameters in the generator step. */
     duet_module_set_requires_grad(disc, false);
     if (rc == DUET_OK && s->step_counter % s->disc_steps == 0 &&
         s->step_counter >= s->disc_init_steps)
-        rc = generator_step(m, fake, gt, opt_g, log);
+        rc = generator_step(m, fake, gt, opt_g, log, gan_term);
     duet_module_set_requires_grad(disc, true);
-    if (rc == DUET_OK) rc = discriminator_step(m, fake, gt, opt_d, log);
+    if (rc == DUET_OK) rc = disc_step(m, fake, gt, opt_d, log);
     duet_tensor_release(fake);
     /* A failure may leave recorded nodes (a generator forward with no
      * backward); they belong to this step only. */
@@ -184,9 +203,14 @@ static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimiz
     return DUET_OK; /* duet_model_train_step averages the log values over the ranks */
 }
 
-static int srgan_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
+static int srgan_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_set *opts,
+                            duet_log_vars *log) {
+    return duet__srgan_train_step(m, batch, opts, log, srgan_gan_term, srgan_discriminator_step);
+}
+
+int duet__srgan_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     duet_module *gen = NULL;
-    DUET_TRY(need_part(m, "generator", &gen));
+    DUET_TRY(duet__need_part(m, "generator", &gen));
     return duet_module_forward(gen, lq, out);
 }
 
@@ -201,7 +225,7 @@ int duet__restorer_val_step(duet_model *m, const duet_test_cfg *cfg, const duet_
     return duet_evaluate(cfg, out->output, gt, &out->metrics);
 }
 
-static int srgan_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
+int duet__srgan_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
     srgan *s = duet_model_impl(m);
     return duet__restorer_val_step(m, &s->test_cfg, batch, out);
 }
@@ -209,13 +233,13 @@ static int srgan_val_step(duet_model *m, const duet_batch *batch, duet_val_outpu
 /* MMEditing keeps step_counter in the model and loses it on resume; duet
  * keeps it in the checkpoint, so that disc_steps / disc_init_steps continue
  * where they were (a resumed run equals an uninterrupted one). */
-static int srgan_save_state(duet_model *m, duet_st_writer *w) {
+int duet__srgan_save_state(duet_model *m, duet_st_writer *w) {
     char v[32];
     snprintf(v, sizeof v, "%" PRId64, ((srgan *)duet_model_impl(m))->step_counter);
     return duet_st_writer_set_meta(w, "step_counter", v);
 }
 
-static int srgan_load_state(duet_model *m, const duet_st *ckpt) {
+int duet__srgan_load_state(duet_model *m, const duet_st *ckpt) {
     const char *v = duet_st_meta(ckpt, "step_counter");
     if (v == NULL)
         return duet__error(DUET_ENOTFOUND, "the checkpoint has no metadata 'step_counter' (an "
@@ -232,33 +256,41 @@ static int srgan_load_state(duet_model *m, const duet_st *ckpt) {
 
 static const duet_model_ops srgan_ops = {
     .name = "SRGAN",
-    .forward = srgan_forward,
+    .forward = duet__srgan_forward,
     .train_step = srgan_train_step,
-    .val_step = srgan_val_step,
+    .val_step = duet__srgan_val_step,
     .destroy = free,
-    .save_state = srgan_save_state,
-    .load_state = srgan_load_state,
+    .save_state = duet__srgan_save_state,
+    .load_state = duet__srgan_load_state,
 };
 
-int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng) {
+int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
+                       const duet_module_type *root_type, duet_module *generator,
+                       const duet_srgan_opts *opts, duet_rng *rng) {
     *out = NULL;
-    if (opts->disc_steps < 1 || opts->disc_init_steps < 0)
-        return duet__error(DUET_EINVAL, "SRGAN: disc_steps %d must be >= 1 and disc_init_steps "
-                           "%d >= 0", opts->disc_steps, opts->disc_init_steps);
+    if (opts->disc_steps < 1 || opts->disc_init_steps < 0) {
+        duet_module_destroy(generator);
+        return duet__error(DUET_EINVAL, "%s: disc_steps %d must be >= 1 and disc_init_steps "
+                           "%d >= 0", ops->name, opts->disc_steps, opts->disc_init_steps);
+    }
     srgan *s = calloc(1, sizeof *s);
-    if (s == NULL) return duet__error(DUET_ENOMEM, "SRGAN: out of memory");
+    if (s == NULL) {
+        duet_module_destroy(generator);
+        return duet__error(DUET_ENOMEM, "%s: out of memory", ops->name);
+    }
     s->disc_steps = opts->disc_steps;
     s->disc_init_steps = opts->disc_init_steps;
+    s->mean_groups = 1;
     s->test_cfg = opts->test_cfg;
 
     duet_module *root = NULL, *part = NULL;
-    int rc = duet_module_create(&root, &srgan_module_type, NULL);
+    int rc = duet_module_create(&root, root_type, NULL);
     if (rc != DUET_OK) {
+        duet_module_destroy(generator);
         free(s);
         return rc;
     }
-    rc = duet_msrresnet_create(&part, &opts->generator, rng);
-    if (rc == DUET_OK) rc = duet_module_add_child(root, "generator", part);
+    rc = duet_module_add_child(root, "generator", generator);
     if (rc == DUET_OK) rc = duet_modified_vgg_create(&part, &opts->discriminator, rng);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "discriminator", part);
     if (rc == DUET_OK) rc = duet_gan_loss_create(&part, &opts->gan_loss);
@@ -272,22 +304,46 @@ int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *r
         if (rc == DUET_OK) rc = duet_module_add_child(root, "perceptual_loss", part);
     }
     if (rc != DUET_OK) {
-        duet__error_context(rc, "SRGAN");
+        duet__error_context(rc, "%s", ops->name);
         duet_module_destroy(root);
         free(s);
         return rc;
     }
-    return duet_model_create(out, &srgan_ops, s, root);
+    return duet_model_create(out, ops, s, root);
+}
+
+int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng) {
+    *out = NULL;
+    duet_module *gen = NULL;
+    int rc = duet_msrresnet_create(&gen, &opts->generator, rng);
+    if (rc != DUET_OK) return duet__error_context(rc, "SRGAN");
+    return duet__srgan_create(out, &srgan_ops, &srgan_module_type, gen, opts, rng);
+}
+
+/* ESRGAN (esrgan.c) shares SRGAN's state. */
+static bool has_step_counter(const duet_model *m) {
+    return strcmp(duet_model_type_name(m), "SRGAN") == 0 ||
+           strcmp(duet_model_type_name(m), "ESRGAN") == 0;
 }
 
 int64_t duet_srgan_step_counter(duet_model *m) {
-    DUET_ASSERT(strcmp(duet_model_type_name(m), "SRGAN") == 0);
+    DUET_ASSERT(has_step_counter(m));
     return ((srgan *)duet_model_impl(m))->step_counter;
+}
+
+int duet__srgan_mean_groups(duet_model *m) {
+    DUET_ASSERT(has_step_counter(m));
+    return ((srgan *)duet_model_impl(m))->mean_groups;
+}
+
+void duet__esrgan_set_mean_groups(duet_model *m, int groups) {
+    DUET_ASSERT(strcmp(duet_model_type_name(m), "ESRGAN") == 0 && groups >= 1);
+    ((srgan *)duet_model_impl(m))->mean_groups = groups;
 }
 
 /* For tests and tools; --resume restores the counter through the model's
  * load_state hook. */
 void duet_srgan_set_step_counter(duet_model *m, int64_t step_counter) {
-    DUET_ASSERT(strcmp(duet_model_type_name(m), "SRGAN") == 0);
+    DUET_ASSERT(has_step_counter(m));
     ((srgan *)duet_model_impl(m))->step_counter = step_counter;
 }

@@ -413,6 +413,16 @@ static int build_perceptual(duet_config *c, const char *path, duet_rng *rng,
     DUET_TRY(read_perceptual(c, &o));
     return duet_perceptual_loss_create(out, &o, rng);
 }
+/* ESRGAN's block, at the end of this file. */
+static int build_rrdbnet_module(duet_config *c, duet_rng *rng, duet_module **out);
+static int build_rrdbnet(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
+    (void)path;
+    return build_rrdbnet_module(c, rng, out);
+}
+static int build_esrgan(duet_config *m, const char *path, duet_rng *rng, duet_model **out);
+static bool generator_is_rrdbnet(duet_config *m);
+static int build_basic_restorer_rrdbnet(duet_config *m, const char *path, duet_rng *rng,
+                                        duet_model **out);
 
 int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out) {
     *out = NULL;
@@ -497,6 +507,8 @@ static int build_srgan(duet_config *m, const char *path, duet_rng *rng, duet_mod
 
 static int build_basic_restorer(duet_config *m, const char *path, duet_rng *rng,
                                 duet_model **out) {
+    /* MMEditing's PSNR stage of ESRGAN is a BasicRestorer around RRDBNet. */
+    if (generator_is_rrdbnet(m)) return build_basic_restorer_rrdbnet(m, path, rng, out);
     duet_basic_restorer_opts o = duet_basic_restorer_opts_default();
     DUET_TRY(read_part(m, path, "generator", "MSRResNet", rd_msrresnet, &o.generator));
     duet_config *c = NULL;
@@ -608,7 +620,9 @@ static void register_builtins(void) {
     register_one(duet_registry_register_loss("MSELoss", build_mse_loss));
     register_one(duet_registry_register_loss("GANLoss", build_gan_loss));
     register_one(duet_registry_register_loss("PerceptualLoss", build_perceptual));
+    register_one(duet_registry_register_module("RRDBNet", build_rrdbnet));
     register_one(duet_registry_register_model("SRGAN", build_srgan));
+    register_one(duet_registry_register_model("ESRGAN", build_esrgan));
     register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
@@ -739,4 +753,76 @@ int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
     }
     *out = set;
     return DUET_OK;
+}
+
+/* ---- ESRGAN (issue 9): RRDBNet, ESRGAN, BasicRestorer with RRDBNet ---------------- */
+
+/* MMEditing's RRDBNet arguments; `scale` is the later 0.x name of the
+ * factor (default 4, the only one duet builds). */
+static int read_rrdbnet(duet_config *c, duet_rrdbnet_opts *o) {
+    *o = duet_rrdbnet_opts_default();
+    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    DUET_TRY(get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
+    DUET_TRY(get_int(c, "growth_channels", o->growth_channels, &o->growth_channels));
+    return get_int(c, "scale", o->upscale_factor, &o->upscale_factor);
+}
+
+static int rd_rrdbnet(duet_config *c, void *o) { return read_rrdbnet(c, o); }
+
+static int build_rrdbnet_module(duet_config *c, duet_rng *rng, duet_module **out) {
+    duet_rrdbnet_opts o;
+    DUET_TRY(read_rrdbnet(c, &o));
+    return duet_rrdbnet_create(out, &o, rng);
+}
+
+static bool generator_is_rrdbnet(duet_config *m) {
+    const char *type = NULL;
+    return duet_config_get_string_or(m, "generator.type", "", &type) == DUET_OK &&
+           strcmp(type, "RRDBNet") == 0;
+}
+
+/* As build_srgan, with an RRDBNet generator. */
+static int build_esrgan(duet_config *m, const char *path, duet_rng *rng, duet_model **out) {
+    duet_esrgan_opts o = duet_esrgan_opts_default();
+    DUET_TRY(read_part(m, path, "generator", "RRDBNet", rd_rrdbnet, &o.generator));
+    DUET_TRY(read_part(m, path, "discriminator", "ModifiedVGG", rd_vgg, &o.discriminator));
+    DUET_TRY(read_part(m, path, "gan_loss", "GANLoss", rd_gan, &o.gan_loss));
+    o.pixel_loss_weight = 0.0f;
+    if (duet_config_has(m, "pixel_loss"))
+        DUET_TRY(read_part(m, path, "pixel_loss", "L1Loss", rd_l1, &o.pixel_loss_weight));
+    o.perceptual = duet_config_has(m, "perceptual_loss");
+    if (o.perceptual)
+        DUET_TRY(read_part(m, path, "perceptual_loss", "PerceptualLoss", rd_percep,
+                           &o.perceptual_loss));
+    DUET_TRY(get_int(m, "train_cfg.disc_steps", 1, &o.disc_steps));
+    DUET_TRY(get_int(m, "train_cfg.disc_init_steps", 0, &o.disc_init_steps));
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
+    DUET_TRY(check_pretrained(m, path));
+    return duet_esrgan_create(out, &o, rng);
+}
+
+/* MMEditing's esrgan_psnr config: a BasicRestorer around an RRDBNet. */
+static int build_basic_restorer_rrdbnet(duet_config *m, const char *path, duet_rng *rng,
+                                        duet_model **out) {
+    duet_basic_restorer_opts o = duet_basic_restorer_opts_default();
+    duet_rrdbnet_opts g;
+    DUET_TRY(read_part(m, path, "generator", "RRDBNet", rd_rrdbnet, &g));
+    duet_config *c = NULL;
+    const char *type = NULL;
+    DUET_TRY(open_group(m, "pixel_loss", &c, &type));
+    int rc = DUET_OK;
+    if (strcmp(type, "L1Loss") == 0) o.pixel_loss = "L1Loss";
+    else if (strcmp(type, "MSELoss") == 0) o.pixel_loss = "MSELoss";
+    else rc = duet__error(DUET_ECONFIG, "%s.pixel_loss.type: '%s' (use L1Loss or MSELoss)", path,
+                          type);
+    if (rc == DUET_OK) rc = read_pixel_loss(c, &o.pixel_loss_weight);
+    duet_config_destroy(c);
+    DUET_TRY(rc);
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, g.upscale_factor));
+    DUET_TRY(check_pretrained(m, path));
+    return duet_basic_restorer_rrdbnet_create(out, &g, &o, rng);
 }

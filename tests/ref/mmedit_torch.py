@@ -1,5 +1,5 @@
 """MMEditing's torch modules, restated once for the references
-(tests/ref/ref_networks.py, ref_srgan.py) and the PyTorch benchmarks
+(tests/ref/ref_networks.py, ref_srgan.py, ref_esrgan.py) and the PyTorch benchmarks
 (bench/networks_torch.py, train_torch.py); MMEditing itself is not installed
 here.
 
@@ -188,3 +188,74 @@ class PerceptualVGG(nn.Module):
             if name in self.layer_name_list:
                 output[name] = x.clone()
         return output
+
+
+class ResidualDenseBlock(nn.Module):
+    """mmedit rrdb_net.py's ResidualDenseBlock: conv1..conv5 over the growing
+    concatenation, LeakyReLU 0.2, x5 * 0.2 + x; its constructor runs
+    default_init_weights(conv_i, 0.1) (mmedit_init)."""
+
+    def __init__(self, mid_channels=64, growth_channels=32, mmedit_init=True, inplace=True):
+        super().__init__()
+        for i in range(5):
+            out_channels = mid_channels if i == 4 else growth_channels
+            self.add_module(f'conv{i+1}',
+                            nn.Conv2d(mid_channels + i * growth_channels, out_channels, 3, 1, 1))
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=inplace)
+        if mmedit_init:
+            for i in range(5):
+                default_init_weights(getattr(self, f'conv{i+1}'), 0.1)
+
+    def forward(self, x):
+        x1 = self.lrelu(self.conv1(x))
+        x2 = self.lrelu(self.conv2(torch.cat((x, x1), 1)))
+        x3 = self.lrelu(self.conv3(torch.cat((x, x1, x2), 1)))
+        x4 = self.lrelu(self.conv4(torch.cat((x, x1, x2, x3), 1)))
+        x5 = self.conv5(torch.cat((x, x1, x2, x3, x4), 1))
+        return x5 * 0.2 + x
+
+
+class RRDB(nn.Module):
+    def __init__(self, mid_channels, growth_channels=32, mmedit_init=True, inplace=True):
+        super().__init__()
+        self.rdb1 = ResidualDenseBlock(mid_channels, growth_channels, mmedit_init, inplace)
+        self.rdb2 = ResidualDenseBlock(mid_channels, growth_channels, mmedit_init, inplace)
+        self.rdb3 = ResidualDenseBlock(mid_channels, growth_channels, mmedit_init, inplace)
+
+    def forward(self, x):
+        out = self.rdb1(x)
+        out = self.rdb2(out)
+        out = self.rdb3(out)
+        return out * 0.2 + x
+
+
+class RRDBNet(nn.Module):
+    """mmedit rrdb_net.py's RRDBNet, x4 (the 0.x ESRGAN configs' scale)."""
+
+    def __init__(self, in_channels, out_channels, mid_channels=64, num_blocks=23,
+                 growth_channels=32, mmedit_init=True, inplace=True):
+        super().__init__()
+        self.conv_first = nn.Conv2d(in_channels, mid_channels, 3, 1, 1)
+        self.body = make_layer(RRDB, num_blocks, mid_channels=mid_channels,
+                               growth_channels=growth_channels, mmedit_init=mmedit_init,
+                               inplace=inplace)
+        self.conv_body = nn.Conv2d(mid_channels, mid_channels, 3, 1, 1)
+        self.conv_up1 = nn.Conv2d(mid_channels, mid_channels, 3, 1, 1)
+        self.conv_up2 = nn.Conv2d(mid_channels, mid_channels, 3, 1, 1)
+        self.conv_hr = nn.Conv2d(mid_channels, mid_channels, 3, 1, 1)
+        self.conv_last = nn.Conv2d(mid_channels, out_channels, 3, 1, 1)
+        self.lrelu = nn.LeakyReLU(negative_slope=0.2, inplace=inplace)
+
+    def forward(self, x):
+        feat = self.conv_first(x)
+        body_feat = self.conv_body(self.body(feat))
+        feat = feat + body_feat
+        feat = self.lrelu(self.conv_up1(F.interpolate(feat, scale_factor=2, mode='nearest')))
+        feat = self.lrelu(self.conv_up2(F.interpolate(feat, scale_factor=2, mode='nearest')))
+        out = self.conv_last(self.lrelu(self.conv_hr(feat)))
+        return out
+
+    def init_weights(self):
+        for m in [self.conv_first, self.conv_body, self.conv_up1, self.conv_up2, self.conv_hr,
+                  self.conv_last]:
+            default_init_weights(m, 0.1)

@@ -264,9 +264,10 @@ static void test_gan_loss(void **state) {
     assert_float_equal(l->data[0], ls, 1e-5);
     duet_tensor_release(l);
     duet_module_destroy(g);
-    o.gan_type = "wgan";
+    o.gan_type = "softplus";
     assert_int_equal(duet_gan_loss_create(&g, &o), DUET_EUNSUPPORTED);
-    assert_non_null(strstr(duet_last_error(), "wgan"));
+    assert_non_null(strstr(duet_last_error(), "softplus"));
+    assert_non_null(strstr(duet_last_error(), "hinge"));
     duet_tensor_release(x);
 }
 
@@ -308,6 +309,7 @@ static duet_perceptual_loss_opts tiny_perceptual(void) {
     memcpy(o.cfg, cfg, sizeof cfg);
     o.layer_ids[0] = 5;
     o.norm_img = false;
+    o.style_weight = 0.0f; /* the perceptual term alone (style: test_esrgan.c) */
     return o;
 }
 
@@ -341,8 +343,11 @@ static void test_perceptual_structure(void **state) {
     assert_int_equal(duet_perceptual_loss_create(&p, &o, &rng), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "37"));
     o.layer_ids[0] = 34;
-    o.style_weight = 1.0f;
-    assert_int_equal(duet_perceptual_loss_create(&p, &o, &rng), DUET_EUNSUPPORTED);
+    o.criterion = "l2";
+    assert_int_equal(duet_perceptual_loss_create(&p, &o, &rng), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "'l2'"));
+    /* MMEditing's default style_weight is 1.0. */
+    assert_true(duet_perceptual_loss_opts_default().style_weight == 1.0f);
 }
 
 static double perceptual_value(duet_perceptual_loss_opts o, duet_tensor *x, duet_tensor *gt) {
@@ -676,8 +681,8 @@ static void test_registry_errors(void **state) {
     duet_config *cfg = NULL;
     duet_model *m = NULL;
     duet_module *mod = NULL;
-    TU_OK(duet_config_load_string("model = { type = \"ESRGAN\"; };\n"
-                                  "net = { type = \"RRDBNet\"; };\n"
+    TU_OK(duet_config_load_string("model = { type = \"EDVR\"; };\n"
+                                  "net = { type = \"EDVRNet\"; };\n"
                                   "loss = { type = \"L1Loss\"; loss_wieght = 2.0; };\n"
                                   "br = { type = \"BasicRestorer\";\n"
                                   "       generator = { type = \"MSRResNet\"; mid_channels = 4;\n"
@@ -692,8 +697,8 @@ static void test_registry_errors(void **state) {
                                   "opt2 = { generator = { type = \"RMSprop\"; lr = 1e-3; }; };\n",
                                   "<test>", &cfg));
     assert_int_equal(duet_build_model(cfg, "model", &rng, &m), DUET_ECONFIG);
-    assert_non_null(strstr(duet_last_error(), "'ESRGAN'"));
-    assert_non_null(strstr(duet_last_error(), "SRGAN, BasicRestorer"));
+    assert_non_null(strstr(duet_last_error(), "'EDVR'"));
+    assert_non_null(strstr(duet_last_error(), "SRGAN, BasicRestorer, ESRGAN"));
     assert_int_equal(duet_build_module(cfg, "net", &rng, &mod), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "PerceptualLoss"));
     TU_OK(duet_build_module(cfg, "loss", &rng, &mod));
@@ -719,7 +724,8 @@ static void test_registry_errors(void **state) {
     duet_config_destroy(cfg);
     const char *const *t = duet_registry_model_types();
     assert_string_equal(t[0], "SRGAN");
-    assert_null(t[2]);
+    assert_string_equal(t[2], "ESRGAN");
+    assert_null(t[3]);
 }
 
 int main(void) {

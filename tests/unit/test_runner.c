@@ -106,6 +106,25 @@ static const char srgan_cfg[] =
     "  test_cfg = { metrics = [\"PSNR\", \"SSIM\"]; crop_border = 0; };\n"
     "};\n";
 
+/* ESRGAN (the relativistic GAN on SRGAN's frame, RRDBNet generator), with
+ * the same disc_init_steps trap: its step counter must be restored too. */
+static const char esrgan_cfg[] =
+    "model = {\n"
+    "  type = \"ESRGAN\";\n"
+    "  generator = { type = \"RRDBNet\"; in_channels = 3; out_channels = 3;\n"
+    "                mid_channels = 8; num_blocks = 1; growth_channels = 4; };\n"
+    "  discriminator = { type = \"ModifiedVGG\"; in_channels = 3; mid_channels = 4;\n"
+    "                    input_size = 32; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1e-2; reduction = \"mean\"; };\n"
+    "  perceptual_loss = { type = \"PerceptualLoss\"; cfg = [4, 0, 8]; layer_ids = [3];\n"
+    "                      layer_weights = [1.0]; perceptual_weight = 1.0; style_weight = 0.0;\n"
+    "                      norm_img = false; pretrained = \"\"; };\n"
+    "  gan_loss = { type = \"GANLoss\"; gan_type = \"vanilla\"; loss_weight = 5e-3;\n"
+    "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
+    "  train_cfg = { disc_steps = 1; disc_init_steps = 4; };\n"
+    "  test_cfg = { metrics = [\"PSNR\", \"SSIM\"]; crop_border = 0; };\n"
+    "};\n";
+
 /* Returns the line number `extra` starts on. */
 static int write_config(const fixture *f, const char *name, const char *model, int patch,
                         const char *extra, char *path, size_t size) {
@@ -330,6 +349,11 @@ static void test_logs_follow_test_cfg_and_counts(void **state) {
     rm_rf(b);
 }
 
+/* As test_resume_srgan, for ESRGAN. */
+static void test_resume_esrgan(void **state) {
+    resume_equals_uninterrupted(*state, esrgan_cfg, 32);
+}
+
 /* A config error: status, and a message naming the key, the other strings
  * in want, and file:line (line_of_extra: the line `extra` starts on). */
 static void expect_config_error(fixture *f, const char *extra, const char *set,
@@ -465,6 +489,7 @@ int main(void) {
         cmocka_unit_test(test_resume_srgan),
         cmocka_unit_test(test_resume_srgan_ema),
         cmocka_unit_test(test_logs_follow_test_cfg_and_counts),
+        cmocka_unit_test(test_resume_esrgan),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
     duet_comm_finalize();
