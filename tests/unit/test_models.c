@@ -698,7 +698,7 @@ static void test_registry_errors(void **state) {
                                   "<test>", &cfg));
     assert_int_equal(duet_build_model(cfg, "model", &rng, &m), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "'EDVR'"));
-    assert_non_null(strstr(duet_last_error(), "SRGAN, BasicRestorer, ESRGAN"));
+    assert_non_null(strstr(duet_last_error(), "SRGAN, ESRGAN, BasicRestorer"));
     assert_int_equal(duet_build_module(cfg, "net", &rng, &mod), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "PerceptualLoss"));
     TU_OK(duet_build_module(cfg, "loss", &rng, &mod));
