@@ -71,7 +71,8 @@ typedef enum duet_gen_norm {
  * blocks with use_dropout; the outermost has no down act or norm, an up
  * conv with bias and a Tanh; the innermost no down norm. Every block but
  * the outermost returns cat([act(x), model(x)]): mmcv's in-place
- * LeakyReLU rewrites x before the skip is taken, and duet does the same.
+ * LeakyReLU rewrites x before the skip is taken, and duet does the same
+ * (the parent's leading ReLU makes it equivalent to the plain x).
  * Input H and W must be multiples of 2^num_down (DUET_ESHAPE otherwise). */
 typedef struct duet_unet_generator_opts {
     int in_channels, out_channels, num_down, base_channels;

@@ -7,7 +7,10 @@
  * cat([x', model(x)], 1), where x' is LeakyReLU(x): in PyTorch the down
  * ConvModule's in-place LeakyReLU (order act-conv-norm) rewrites x before
  * torch.cat reads it, so the skip carries the activated input. duet
- * computes x' once and feeds it both to the skip and to the down conv. */
+ * computes x' once and feeds it both to the skip and to the down conv.
+ * (The parent's up ConvModule starts with a ReLU, and relu(lrelu(x)) ==
+ * relu(x) in value and gradient, so the quirk changes no result; it is
+ * kept so that the intermediate tensors are PyTorch's.) */
 #include "models/gan_internal.h"
 
 #include <stdio.h>

@@ -83,7 +83,8 @@ static double weight_grad_scale(const char *case_name, const char *name) {
 /* Number of file entries starting with prefix. */
 static size_t count_prefixed(const char *prefix) {
     size_t n = 0, plen = strlen(prefix);
-    for (size_t i = 0; i < duet_st_count(ref); i++) n += strncmp(duet_st_name(ref, i), prefix, plen) == 0;
+    for (size_t i = 0; i < duet_st_count(ref); i++)
+        n += strncmp(duet_st_name(ref, i), prefix, plen) == 0;
     return n;
 }
 
