@@ -412,6 +412,37 @@ duet_basic_restorer_opts duet_basic_restorer_opts_default(void);
 int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
                                duet_rng *rng);
 
+/* ---- Pix2Pix (mmedit/models/synthesizers/pix2pix.py) --------------------- */
+
+/* Parts generator (UnetGenerator), discriminator (PatchDiscriminator on
+ * cat(real_a, image) of in + out channels), gan_loss, pixel_loss (L1).
+ * Batches hold "img_a" and "img_b" (N, C, H, W) in [-1, 1]; direction a2b
+ * translates img_a into img_b (b2a the reverse). train_step runs the
+ * discriminator step first (fake and real forwards, one backward of half
+ * their sum), then the generator step through the output computed before
+ * the discriminator's update. Log values: loss_gan_d_fake, loss_gan_d_real,
+ * and, when the generator stepped, loss_gan_g, loss_pixel. Optimizers
+ * "generator" and "discriminator". val_step runs the generator in training
+ * mode (MMEditing's forward_test) and computes no metrics. */
+typedef struct duet_pix2pix_opts {
+    duet_unet_generator_opts generator;        /* 3, 3, 8, 64, BN, dropout */
+    duet_patch_discriminator_opts discriminator; /* 6, 64, 3, BN */
+    duet_gan_loss_opts gan_loss;               /* vanilla, 1, 0, 1 */
+    float pixel_loss_weight;                   /* 100; <= 0: no pixel loss */
+    int disc_steps, disc_init_steps;           /* 1, 0 */
+    bool b2a;                                  /* false: a2b */
+    uint64_t dropout_seed;                     /* the dropout rng (stream 0) */
+} duet_pix2pix_opts;
+duet_pix2pix_opts duet_pix2pix_opts_default(void); /* MMEditing's pix2pix configs */
+int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rng *rng);
+/* MMEditing's step_counter (disc_steps and disc_init_steps depend on it). */
+int64_t duet_pix2pix_step_counter(duet_model *m);
+void duet_pix2pix_set_step_counter(duet_model *m, int64_t step_counter);
+/* The generator's dropout rng (borrowed, lives with the model): a
+ * checkpoint saves *rng and a resume restores it, so resumed runs drop the
+ * same elements bitwise. */
+duet_rng *duet_pix2pix_dropout_rng(duet_model *m);
+
 #ifdef __cplusplus
 }
 #endif
