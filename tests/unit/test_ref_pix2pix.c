@@ -259,11 +259,42 @@ static void test_pix2pix_resume_bitwise(void **state) {
     duet_st_destroy(st);
 }
 
+/* val_step: the generator in training mode (dropout on, so the output
+ * differs from eval mode), the dropout rng left where training had it, so
+ * two evaluations agree bitwise and training masks do not depend on them. */
+static void test_pix2pix_val_step(void **state) {
+    (void)state;
+    duet_st *st = tu_ref_load("pix2pix.safetensors");
+    duet_model *m = tiny_model();
+    duet_batch b = {0};
+    pair_batch(&b, st);
+    const duet_rng before = *duet_pix2pix_dropout_rng(m);
+    duet_val_output v1 = {0}, v2 = {0};
+    TU_OK(duet_model_val_step(m, &b, &v1));
+    assert_true(duet_pix2pix_dropout_rng(m)->counter == before.counter);
+    TU_OK(duet_model_val_step(m, &b, &v2));
+    assert_int_equal(v1.nsamples, 2);
+    assert_int_equal(v1.metrics.count, 0);
+    assert_memory_equal(v1.output->data, v2.output->data,
+                        (size_t)v1.output->numel * sizeof(float));
+    duet_tensor *eval = NULL;
+    duet_module_train(duet_model_module(m), false);
+    TU_OK(duet_model_forward(m, duet_batch_tensor_get(&b, "img_a"), &eval));
+    assert_memory_not_equal(v1.output->data, eval->data, (size_t)eval->numel * sizeof(float));
+    duet_tensor_release(eval);
+    duet_val_output_clear(&v1);
+    duet_val_output_clear(&v2);
+    duet_batch_clear(&b);
+    duet_model_destroy(m);
+    duet_st_destroy(st);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pix2pix_train_step_vs_pytorch),
         cmocka_unit_test(test_pix2pix_disc_init_steps),
         cmocka_unit_test(test_pix2pix_resume_bitwise),
+        cmocka_unit_test(test_pix2pix_val_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
