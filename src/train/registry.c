@@ -3,13 +3,14 @@
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
+#include "train/registry_gan.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const module_types[] = {"MSRResNet", "ModifiedVGG", "L1Loss", "MSELoss",
                                            "GANLoss", "PerceptualLoss", NULL};
-static const char *const model_types[] = {"SRGAN", "BasicRestorer", NULL};
+static const char *const model_types[] = {"SRGAN", "BasicRestorer", "Pix2Pix", NULL};
 static const char *const wrapper_types[] = {"DistributedDataParallelWrapper",
                                             "DistributedDataParallel", NULL};
 
@@ -356,6 +357,7 @@ int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_mod
     int rc;
     if (strcmp(type, "SRGAN") == 0) rc = build_srgan(m, path, rng, out);
     else if (strcmp(type, "BasicRestorer") == 0) rc = build_basic_restorer(m, path, rng, out);
+    else if (strcmp(type, "Pix2Pix") == 0) rc = duet__build_pix2pix(m, path, rng, out);
     else rc = unknown_type("model", path, type, model_types);
     duet_config_destroy(m);
     return rc;
