@@ -733,7 +733,8 @@ static void test_registry_errors(void **state) {
     duet_config_destroy(cfg);
     const char *const *t = duet_registry_model_types();
     assert_string_equal(t[0], "SRGAN");
-    assert_null(t[2]);
+    assert_string_equal(t[2], "Pix2Pix");
+    assert_null(t[3]);
 }
 
 /* The usage example of the model contract in duet/models.h, kept compiling
