@@ -356,7 +356,13 @@ static int finalize(ddp_state *d) {
                          d->name, min_ready, max_ready, d->ntracked, d->nready, d->rank);
         set_sticky(d, rc, duet_last_error());
     } else if (max_ready == 0) {
-        /* No tracked parameter got a gradient anywhere: nothing to do. */
+        /* No tracked parameter got a gradient on any rank: this backward
+         * did not reach the module (Pix2Pix's discriminator backward on a
+         * detached fake, between the generator's forward and its
+         * backward). Stay armed for the backward that does: PyTorch's
+         * reducer, too, finalizes in the backward where its hooks fire. */
+        duet__ddp_trace_add(d, "finalize", -1, 1, t0, t1);
+        return DUET_OK;
     } else if (min_ready == d->ntracked) {
         d->stats.syncs++;
         d->stats.backward_s += t0 - d->t_backward0;
