@@ -72,6 +72,15 @@ bool duet_node_input_needs_grad(const duet_node *node, int i);
  * failure. */
 int duet_backward(duet_tensor *loss);
 
+/* As duet_backward, but afterwards frees only the nodes it ran (those loss
+ * depends on); the others stay recorded for a later duet_backward. This is
+ * PyTorch's behaviour that Pix2Pix needs: the discriminator's backward on a
+ * detached fake leaves the generator's graph, through which the generator
+ * step backpropagates next. A kept node whose input came from a node this
+ * pass freed sees that input as a constant from then on. On failure the
+ * whole tape is freed, as duet_backward does. */
+int duet_backward_keep_unreached(duet_tensor *loss);
+
 /* Drops every recorded node (e.g. after a forward whose result is not
  * backpropagated). Tensors held elsewhere survive without history. */
 void duet_tape_clear(void);

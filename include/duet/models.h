@@ -65,6 +65,71 @@ typedef struct duet_rrdbnet_opts {
 duet_rrdbnet_opts duet_rrdbnet_opts_default(void); /* 3, 3, 64, 23, 32, 4 */
 int duet_rrdbnet_create(duet_module **out, const duet_rrdbnet_opts *opts, duet_rng *rng);
 
+/* ---- image-to-image GAN networks (Pix2Pix, CycleGAN) -------------------
+ * MMEditing's generation backbones, built from mmcv ConvModules whose
+ * children are named as in PyTorch: "conv" (Conv2d or ConvTranspose2d),
+ * "bn" (BatchNorm2d) or "in" (InstanceNorm2d, no parameters), and the
+ * parameter-free "padding_layer" and "activate". After construction the
+ * weights are MMEditing's generation_init_weights (init_type 'normal'):
+ * convolutions N(0, init_gain) with bias 0, BatchNorm weight N(1,
+ * init_gain), bias 0 (duet_generation_init_weights). Dropout layers draw
+ * their masks from dropout_rng (borrowed; it must outlive the network; the
+ * model owning it saves it in checkpoints); it may be NULL without
+ * use_dropout. */
+typedef enum duet_gen_norm {
+    DUET_GEN_NORM_BN, /* norm_cfg=dict(type='BN'): BatchNorm2d, convs without bias */
+    DUET_GEN_NORM_IN  /* norm_cfg=dict(type='IN'): InstanceNorm2d, convs with bias */
+} duet_gen_norm;
+
+/* UnetGenerator: model = the outermost UnetSkipConnectionBlock, each block
+ * a Sequential "model" of down ConvModule (LeakyReLU 0.2, 4x4 s2 conv,
+ * norm; order act-conv-norm), the inner block, up ConvModule (ReLU, 4x4 s2
+ * ConvTranspose2d, norm), and Dropout(0.5) in the num_down - 5 middle
+ * blocks with use_dropout; the outermost has no down act or norm, an up
+ * conv with bias and a Tanh; the innermost no down norm. Every block but
+ * the outermost returns cat([act(x), model(x)]): mmcv's in-place
+ * LeakyReLU rewrites x before the skip is taken, and duet does the same
+ * (the parent's leading ReLU makes it equivalent to the plain x).
+ * Input H and W must be multiples of 2^num_down (DUET_ESHAPE otherwise). */
+typedef struct duet_unet_generator_opts {
+    int in_channels, out_channels, num_down, base_channels;
+    duet_gen_norm norm;
+    bool use_dropout;
+    float init_gain;
+} duet_unet_generator_opts;
+duet_unet_generator_opts duet_unet_generator_opts_default(void); /* 3, 3, 8, 64, BN, no, 0.02 */
+int duet_unet_generator_create(duet_module **out, const duet_unet_generator_opts *opts,
+                               duet_rng *init_rng, duet_rng *dropout_rng);
+
+/* PatchDiscriminator: model.0 (4x4 s2 conv with bias, LeakyReLU 0.2),
+ * model.1 .. model.<num_conv-1> (4x4 s2, channels doubling up to 8x,
+ * norm, LeakyReLU), model.<num_conv> (4x4 s1, norm, LeakyReLU), and
+ * model.<num_conv+1> a plain 4x4 s1 Conv2d to one channel (logit map). */
+typedef struct duet_patch_discriminator_opts {
+    int in_channels, base_channels, num_conv;
+    duet_gen_norm norm;
+    float init_gain;
+} duet_patch_discriminator_opts;
+duet_patch_discriminator_opts duet_patch_discriminator_opts_default(void); /* 6, 64, 3, BN */
+int duet_patch_discriminator_create(duet_module **out, const duet_patch_discriminator_opts *opts,
+                                    duet_rng *init_rng);
+
+/* ResnetGenerator (padding_mode 'reflect'): model.0 7x7 conv after
+ * ReflectionPad2d(3), norm, ReLU; two 3x3 s2 downsampling ConvModules;
+ * num_blocks ResidualBlockWithDropout (x + block(x), block = reflect-padded
+ * 3x3 ConvModule with ReLU, Dropout(0.5) with use_dropout, reflect-padded
+ * 3x3 ConvModule without act); two 3x3 s2 ConvTranspose2d (output_padding
+ * 1) ConvModules; a reflect-padded 7x7 conv with bias and Tanh. */
+typedef struct duet_resnet_generator_opts {
+    int in_channels, out_channels, base_channels, num_blocks;
+    duet_gen_norm norm;
+    bool use_dropout;
+    float init_gain;
+} duet_resnet_generator_opts;
+duet_resnet_generator_opts duet_resnet_generator_opts_default(void); /* 3, 3, 64, 9, IN, no */
+int duet_resnet_generator_create(duet_module **out, const duet_resnet_generator_opts *opts,
+                                 duet_rng *init_rng, duet_rng *dropout_rng);
+
 /* ---- model contract, losses, SRGAN, registry: below ------------------- */
 
 /* A model is a module whose top-level children are its parts (SRGAN:
@@ -422,6 +487,37 @@ int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts 
  * opts->generator unused. */
 int duet_basic_restorer_rrdbnet_create(duet_model **out, const duet_rrdbnet_opts *generator,
                                        const duet_basic_restorer_opts *opts, duet_rng *rng);
+
+/* ---- Pix2Pix (mmedit/models/synthesizers/pix2pix.py) --------------------- */
+
+/* Parts generator (UnetGenerator), discriminator (PatchDiscriminator on
+ * cat(real_a, image) of in + out channels), gan_loss, pixel_loss (L1).
+ * Batches hold "img_a" and "img_b" (N, C, H, W) in [-1, 1]; direction a2b
+ * translates img_a into img_b (b2a the reverse). train_step runs the
+ * discriminator step first (fake and real forwards, one backward of half
+ * their sum), then the generator step through the output computed before
+ * the discriminator's update. Log values: loss_gan_d_fake, loss_gan_d_real,
+ * and, when the generator stepped, loss_gan_g, loss_pixel. Optimizers
+ * "generator" and "discriminator". val_step runs the generator in training
+ * mode (MMEditing's forward_test) and computes no metrics. */
+typedef struct duet_pix2pix_opts {
+    duet_unet_generator_opts generator;        /* 3, 3, 8, 64, BN, dropout */
+    duet_patch_discriminator_opts discriminator; /* 6, 64, 3, BN */
+    duet_gan_loss_opts gan_loss;               /* vanilla, 1, 0, 1 */
+    float pixel_loss_weight;                   /* 100; <= 0: no pixel loss */
+    int disc_steps, disc_init_steps;           /* 1, 0 */
+    bool b2a;                                  /* false: a2b */
+    uint64_t dropout_seed;                     /* the dropout rng (stream 0) */
+} duet_pix2pix_opts;
+duet_pix2pix_opts duet_pix2pix_opts_default(void); /* MMEditing's pix2pix configs */
+int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rng *rng);
+/* MMEditing's step_counter (disc_steps and disc_init_steps depend on it). */
+int64_t duet_pix2pix_step_counter(duet_model *m);
+void duet_pix2pix_set_step_counter(duet_model *m, int64_t step_counter);
+/* The generator's dropout rng (borrowed, lives with the model): a
+ * checkpoint saves *rng and a resume restores it, so resumed runs drop the
+ * same elements bitwise. */
+duet_rng *duet_pix2pix_dropout_rng(duet_model *m);
 
 #ifdef __cplusplus
 }

@@ -187,6 +187,27 @@ bool duet_module_is(const duet_module *m, const char *type_name);
  * sqrt(2)) times scale, bias 0; BatchNorm weight 1, bias 0. */
 void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng);
 
+/* ---- image-to-image GAN layers (Pix2Pix, CycleGAN) ------------------------ */
+
+/* nn.ConvTranspose2d: params weight (IN, OUT, K, K), bias (OUT); PyTorch's
+ * default init (bound 1/sqrt(OUT*K*K) for both). output_padding < stride. */
+int duet_conv_transpose2d_module_create(duet_module **out, int in_channels, int out_channels,
+                                        int kernel, int stride, int padding, int output_padding,
+                                        bool bias, duet_rng *rng);
+/* nn.InstanceNorm2d(channels, eps, affine) with track_running_stats=False
+ * (MMEditing's 'IN'): no buffers; affine adds weight = 1, bias = 0 (C). */
+int duet_instancenorm2d_module_create(duet_module **out, int channels, float eps, bool affine);
+/* nn.ReflectionPad2d(padding) on all four sides; no parameters. */
+int duet_reflectionpad2d_module_create(duet_module **out, int padding);
+/* nn.Dropout(p): active in training mode. rng is borrowed (it must outlive
+ * the module) and advanced by each training forward; its owner saves and
+ * restores it to make resumed runs drop the same elements. */
+int duet_dropout_module_create(duet_module **out, float p, duet_rng *rng);
+/* MMEditing's generation_init_weights(init_type='normal', init_gain=gain):
+ * Conv2d, ConvTranspose2d and Linear weights N(0, gain), biases 0;
+ * BatchNorm2d weight N(1, gain), bias 0; others untouched. */
+void duet_generation_init_weights(duet_module *m, float gain, duet_rng *rng);
+
 /* ---- optimizers ---------------------------------------------------------- */
 
 typedef struct duet_optimizer duet_optimizer;

@@ -182,6 +182,35 @@ int duet_kernels_info_get(duet_kernels_info *out);
  * through duet_sgemm so far: what a benchmark divides by time. */
 uint64_t duet_kernels_gemm_flops(void);
 
+/* ---- image-to-image GAN ops (Pix2Pix, CycleGAN) -------------------------- */
+
+/* PyTorch's conv_transpose2d: x (N, C, H, W), w (C, O, KH, KW) (ConvTranspose2d's
+ * layout: input channels first), b (O) or NULL; symmetric stride, padding
+ * and output_padding (< stride). out (N, O, (H-1)*s - 2p + KH + op,
+ * (W-1)*s - 2p + KW + op). The adjoint of conv2d: GEMM + col2im. */
+int duet_conv_transpose2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride,
+                          int padding, int output_padding, duet_tensor **out);
+/* PyTorch's instance_norm without running statistics (nn.InstanceNorm2d's
+ * defaults, track_running_stats=False): each (sample, channel) plane of x
+ * (N, C, H, W), H*W > 1, normalised by its own mean and biased variance;
+ * weight, bias (C) or both NULL (affine=False). */
+int duet_instance_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias, float eps,
+                         duet_tensor **out);
+/* nn.ReflectionPad2d((left, right, top, bottom)): x (N, C, H, W) ->
+ * (N, C, H+top+bottom, W+left+right), mirrored without repeating the edge;
+ * each padding must be smaller than the dimension it pads. */
+int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bottom,
+                          duet_tensor **out);
+/* nn.Dropout(p): in training, each element is kept (and scaled by 1/(1-p))
+ * when a fresh duet_rng_uniform(rng) draw is < 1-p, zeroed otherwise; the
+ * draws go in element order and advance rng by numel, so saving *rng
+ * before a step and restoring it replays the same masks bitwise. Not
+ * training, or p == 0: *out is x itself (one more reference) and rng is
+ * untouched. p in [0, 1]. */
+int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_tensor **out);
+
+/* ---- BLAS ---------------------------------------------------------------- */
+
 /* Row-major C (M, N) = alpha * op(A) op(B) + beta * C, with op = transpose
  * when trans_* is true. The one place duet calls a GEMM library. */
 void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

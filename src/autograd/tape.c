@@ -120,7 +120,22 @@ static bool is_tracked_leaf(const duet_tensor *t) {
     return t != NULL && t->grad_fn == NULL && t->requires_grad;
 }
 
-int duet_backward(duet_tensor *loss) {
+/* Frees the nodes marked with epoch (those a backward ran), newest first as
+ * duet_tape_clear does, and keeps the others in recording order. */
+static void tape_drop_marked(uint64_t epoch) {
+    tape *tp = &the_tape;
+    for (size_t i = tp->count; i-- > 0;)
+        if (tp->nodes[i]->mark == epoch) {
+            free_node(tp->nodes[i]);
+            tp->nodes[i] = NULL;
+        }
+    size_t kept = 0;
+    for (size_t i = 0; i < tp->count; i++)
+        if (tp->nodes[i] != NULL) tp->nodes[kept++] = tp->nodes[i];
+    tp->count = kept;
+}
+
+static int backward_impl(duet_tensor *loss, bool keep_unreached) {
     tape *tp = &the_tape;
     if (loss->numel != 1) {
         char s[DUET_SHAPE_STR_MAX];
@@ -194,9 +209,16 @@ int duet_backward(duet_tensor *loss) {
         int orc = observers[o].on_end(observers[o].ctx);
         if (rc == DUET_OK) rc = orc;
     }
-    duet_tape_clear();
+    if (keep_unreached && rc == DUET_OK)
+        tape_drop_marked(epoch);
+    else
+        duet_tape_clear();
     return rc;
 }
+
+int duet_backward(duet_tensor *loss) { return backward_impl(loss, false); }
+
+int duet_backward_keep_unreached(duet_tensor *loss) { return backward_impl(loss, true); }
 
 int duet_detach(duet_tensor *t, duet_tensor **out) {
     DUET_TRY(duet_tensor_view(out, t, t->ndim, t->shape));

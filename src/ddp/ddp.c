@@ -300,6 +300,14 @@ static void agree_peers(void *ctx, char *buf, size_t size) {
     if (*agree != NULL) duet__request_peers(*agree, buf, size);
 }
 
+/* Whether some tracked parameter requires grad now (the same on every
+ * rank: freezing is program logic, not data). */
+static bool any_trainable(const ddp_state *d) {
+    for (size_t i = 0; i < d->ntracked; i++)
+        if (d->slots[i].param->requires_grad) return true;
+    return false;
+}
+
 static int finalize(ddp_state *d) {
     if (!d->armed) return DUET_OK;
     double t0 = duet_time_now();
@@ -380,8 +388,19 @@ static int finalize(ddp_state *d) {
                          "data-dependent branches use find_unused_parameters = true",
                          d->name, min_ready, max_ready, d->ntracked, d->nready, d->rank);
         set_sticky(d, rc, duet_last_error());
+    } else if (max_ready == 0 && any_trainable(d)) {
+        /* No tracked parameter got a gradient on any rank although some
+         * could: this backward did not reach the module (Pix2Pix's
+         * discriminator backward on a detached fake, between the
+         * generator's forward and its backward). Stay armed for the
+         * backward that does: PyTorch's reducer, too, finalizes in the
+         * backward where its hooks fire. A frozen module (every parameter
+         * requires_grad false, SRGAN's discriminator in the generator step)
+         * is done with this pass, as below. */
+        duet__ddp_trace_add(d, "finalize", -1, 1, t0, t1);
+        return DUET_OK;
     } else if (max_ready == 0) {
-        /* No tracked parameter got a gradient anywhere: nothing to do. */
+        /* A frozen module's pass: nothing to do. */
     } else if (min_ready == d->ntracked) {
         d->stats.syncs++;
         d->stats.backward_s += t0 - d->t_backward0;

@@ -6,6 +6,7 @@
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
+#include "train/registry_gan.h"
 
 #include <float.h>
 #include <limits.h>
@@ -624,6 +625,7 @@ static void register_builtins(void) {
     register_one(duet_registry_register_model("SRGAN", build_srgan));
     register_one(duet_registry_register_model("ESRGAN", build_esrgan));
     register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
+    register_one(duet_registry_register_model("Pix2Pix", duet__build_pix2pix));
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
     /* A table overflow here is a bug (REG_MAX is far above the built-ins). */

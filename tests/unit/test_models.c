@@ -724,8 +724,10 @@ static void test_registry_errors(void **state) {
     duet_config_destroy(cfg);
     const char *const *t = duet_registry_model_types();
     assert_string_equal(t[0], "SRGAN");
-    assert_string_equal(t[2], "ESRGAN");
-    assert_null(t[3]);
+    assert_string_equal(t[1], "ESRGAN");
+    assert_string_equal(t[2], "BasicRestorer");
+    assert_string_equal(t[3], "Pix2Pix");
+    assert_null(t[4]);
 }
 
 int main(void) {

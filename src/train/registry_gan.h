@@ -1,0 +1,15 @@
+/* The registry's builders for the image-to-image GAN models
+ * (registry_gan.c), called by duet_build_model. */
+#ifndef DUET_REGISTRY_GAN_H
+#define DUET_REGISTRY_GAN_H
+
+#include "duet/train.h"
+
+/* Pix2Pix from the model group m (at `path`), MMEditing's keys:
+ * generator (UnetGenerator), discriminator (PatchDiscriminator), gan_loss
+ * (GANLoss), pixel_loss (L1Loss, optional), train_cfg.{direction,
+ * disc_steps, disc_init_steps}, test_cfg.{direction, show_input}. The
+ * dropout rng's seed is drawn from rng. */
+int duet__build_pix2pix(duet_config *m, const char *path, duet_rng *rng, duet_model **out);
+
+#endif

@@ -1,0 +1,123 @@
+/* Pix2Pix under the DistributedDataParallelWrapper, run under mpiexec -n 1,
+ * 2 and 3 with a global batch of 6. With instance norm (no batch coupling)
+ * and no dropout, N ranks with 6/N samples each match one process with the
+ * whole batch after 3 iterations (every state entry to 1e-4, but the
+ * biases before an InstanceNorm, see is_bias_before_in) and hold
+ * bit-identical parameters. This is the pattern SRGAN never exercised: the
+ * generator's DDP is armed by the generator forward, then the
+ * discriminator's backward (which reaches none of the generator's
+ * parameters) runs before the generator's backward. A DDP that finalized in
+ * that first backward would leave the generator's gradients unreduced and
+ * the replicas apart. Each rank computes the single-process reference
+ * itself. */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { B = 6, ITERS = 3 };
+static duet_comm *world;
+static int g_rank, g_size;
+static const char *cpu[] = {"cpu"};
+
+static duet_model *tiny_pix2pix(void) {
+    duet_pix2pix_opts o = duet_pix2pix_opts_default();
+    o.generator.num_down = 5;
+    o.generator.base_channels = 4;
+    o.generator.norm = DUET_GEN_NORM_IN;
+    o.generator.use_dropout = false;
+    o.discriminator.base_channels = 4;
+    o.discriminator.num_conv = 2;
+    o.discriminator.norm = DUET_GEN_NORM_IN;
+    duet_rng rng = duet_rng_make(2026, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_pix2pix_create(&m, &o, &rng));
+    return m;
+}
+
+static void global_batch(duet_batch *b) {
+    duet_rng r = duet_rng_make(77, 0);
+    duet_tensor *a = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -1, 1);
+    duet_tensor *c = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -1, 1);
+    TU_OK(duet_batch_add_tensor(b, "img_a", a));
+    TU_OK(duet_batch_add_tensor(b, "img_b", c));
+    duet_tensor_release(a);
+    duet_tensor_release(c);
+}
+
+/* True when t is the bias of a conv that an InstanceNorm follows: its
+ * gradient is zero in exact arithmetic (the norm removes any per-channel
+ * constant), so Adam moves it by up to lr per step in a direction set by
+ * float32 noise, which differs between a split and a whole batch. */
+static bool is_bias_before_in(duet_module *m, const duet_tensor *t) {
+    duet_module *conv = duet_module_child(m, "conv");
+    if (conv != NULL && duet_module_child(m, "in") != NULL && duet_module_param(conv, "bias") == t)
+        return true;
+    for (size_t i = 0; i < m->nchildren; i++)
+        if (is_bias_before_in(m->children[i].module, t)) return true;
+    return false;
+}
+
+static void test_ranks_match_one_process(void **state) {
+    (void)state;
+    duet_batch b = {0}, local = {0};
+    global_batch(&b);
+    const int64_t n = B / g_size;
+    TU_OK(duet_batch_slice(&local, &b, g_rank * n, n));
+    duet_log_vars log;
+
+    duet_model *ref = tiny_pix2pix();
+    duet_optimizer_set *ro = tu_adam_pair(ref, 2e-4f);
+    for (int i = 0; i < ITERS; i++) TU_OK(duet_model_train_step(ref, &b, ro, &log));
+
+    duet_model *m = tiny_pix2pix();
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, m, world, cpu, 1, NULL));
+    duet_optimizer_set *o = tu_adam_pair(m, 2e-4f);
+    for (int i = 0; i < ITERS; i++) TU_OK(duet_wrapper_train_step(w, &local, o, &log));
+    TU_OK(duet_wrapper_check_replicas(w));
+
+    duet_named_tensors got = {0}, want = {0};
+    TU_OK(duet_module_state(duet_model_module(m), &got));
+    TU_OK(duet_module_state(duet_model_module(ref), &want));
+    assert_int_equal(got.count, want.count);
+    for (size_t i = 0; i < got.count; i++) {
+        assert_string_equal(got.items[i].name, want.items[i].name);
+        const bool noise = is_bias_before_in(duet_model_module(m), got.items[i].tensor);
+        tu_assert_close(got.items[i].tensor->data, want.items[i].tensor->data,
+                        got.items[i].tensor->numel, noise ? 0.0 : 1e-4,
+                        noise ? 2.1 * 2e-4 * ITERS : 1e-6, got.items[i].name);
+    }
+    duet_named_tensors_free(&got);
+    duet_named_tensors_free(&want);
+    duet_optimizer_set_destroy(o);
+    duet_optimizer_set_destroy(ro);
+    duet_wrapper_destroy(w);
+    duet_model_destroy(ref);
+    duet_batch_clear(&local);
+    duet_batch_clear(&b);
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (duet_comm_world(&world) != DUET_OK) return -1;
+    g_rank = duet_comm_rank(world);
+    g_size = duet_comm_size(world);
+    duet_log_set_rank(g_rank, false);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    duet_comm_destroy(world);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ranks_match_one_process),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    duet_comm_finalize();
+    return failed;
+}
