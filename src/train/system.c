@@ -1,4 +1,5 @@
-/* The compute path of a run (the config's `num_threads` and `gemm` keys,
+/* The compute path of a run (the config's `num_threads`, `gemm` and
+ * `mixed_precision` keys,
  * the startup line that says what runs) and `duet info`: what a bug report
  * or a benchmark needs to know about this machine and build. */
 #include "train/runner_internal.h"
@@ -25,6 +26,15 @@ int duet__run_setup_kernels(duet__run *r) {
         duet_config_where(r->cfg, "gemm", where, sizeof where);
         return duet__error_context(DUET_ECONFIG, "%s", where);
     }
+    const char *mp = NULL;
+    DUET_TRY(duet_config_get_string_or(r->cfg, "mixed_precision", "none", &mp));
+    if (strcmp(mp, "bf16") != 0 && strcmp(mp, "none") != 0) {
+        char where[256];
+        duet_config_where(r->cfg, "mixed_precision", where, sizeof where);
+        return duet__error(DUET_ECONFIG, "%s: mixed_precision = \"%s\" is not known (use "
+                           "\"none\" for float32 or \"bf16\")", where, mp);
+    }
+    ko.bf16 = strcmp(mp, "bf16") == 0;
     ko.num_threads = (int)threads;
     DUET_TRY(duet_comm_local_size(r->comm, &ko.local_ranks));
     DUET_TRY(duet_kernels_configure(&ko));

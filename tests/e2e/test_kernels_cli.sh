@@ -44,6 +44,21 @@ if DUET_GEMM=cublas "$DUET" train "$cfg" --work-dir "$T/w" > "$T/out" 2>&1; then
 fi
 grep -q 'DUET_GEMM' "$T/out" || fail "DUET_GEMM error: $(cat "$T/out")"
 
+if "$DUET" train "$cfg" --work-dir "$T/w" --set 'mixed_precision="fp8"' > "$T/out" 2>&1; then
+    fail "mixed_precision=fp8 accepted"
+fi
+grep -q 'mixed_precision = "fp8" is not known' "$T/out" || fail "mixed_precision error: $(cat "$T/out")"
+if [[ "$flags" == *" avx512_bf16 "* || "$flags" == *" amx_bf16 "* ]]; then
+    DUET_LOG=info "$DUET" train "$cfg" --work-dir "$T/w" --set 'mixed_precision="bf16"' \
+        --set 'data.train.gt_folder="/nonexistent"' > "$T/out" 2>&1 && fail "train without data succeeded"
+    grep -q 'kernels: GEMM: .*bf16 inputs on oneDNN matmul' "$T/out" \
+        || fail "bf16 not in the kernels line: $(head -5 "$T/out")"
+else
+    "$DUET" train "$cfg" --work-dir "$T/w" --set 'mixed_precision="bf16"' > "$T/out" 2>&1 \
+        && fail "bf16 accepted on a CPU without it"
+    grep -q 'AVX512_BF16' "$T/out" || fail "bf16 refusal: $(cat "$T/out")"
+fi
+
 # The startup line of a run names the path. It is the first thing a run
 # does, so it is printed even though this run then stops at its data.
 DUET_LOG=info "$DUET" train "$cfg" --work-dir "$T/w" --set total_iters=1 \

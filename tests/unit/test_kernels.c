@@ -167,6 +167,66 @@ static void test_sgemm_threads_agree(void **state) {
     free(c2);
 }
 
+/* ---- bf16 mixed precision ------------------------------------------------------ */
+
+/* With bf16 on, a GEMM equals the float64 product of the bf16-rounded inputs
+ * (float32 sums: to 1e-5), and so differs from the float32 GEMM; on a CPU
+ * without bf16 switching it on is refused. */
+static void test_bf16_gemm(void **state) {
+    (void)state;
+    duet_cpu_info ci = duet_cpu_info_get();
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.bf16 = true;
+    o.num_threads = 1;
+    if (!ci.avx512_bf16 && !ci.amx_bf16) {
+        assert_int_equal(duet_kernels_configure(&o), DUET_EUNSUPPORTED);
+        assert_non_null(strstr(duet_last_error(), "AVX512_BF16"));
+        return;
+    }
+    TU_OK(duet_kernels_configure(&o));
+    duet_kernels_info ki;
+    TU_OK(duet_kernels_info_get(&ki));
+    assert_true(ki.bf16);
+    assert_non_null(strstr(ki.summary, "bf16"));
+    duet_rng rng = duet_rng_make(11, 0);
+    const int64_t m = 37, n = 53, k = 300;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            float *a = malloc(sizeof(float) * (size_t)(m * k));
+            float *b = malloc(sizeof(float) * (size_t)(k * n));
+            float *c = malloc(sizeof(float) * (size_t)(m * n));
+            float *want = malloc(sizeof(float) * (size_t)(m * n));
+            uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(k * (m > n ? m : n)));
+            float *ar = malloc(sizeof(float) * (size_t)(m * k));
+            float *br = malloc(sizeof(float) * (size_t)(k * n));
+            for (int64_t i = 0; i < m * k; i++) a[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < k * n; i++) b[i] = duet_rng_normal(&rng);
+            for (int64_t i = 0; i < m * n; i++) c[i] = want[i] = duet_rng_normal(&rng);
+            duet_f32_to_bf16(h, a, (size_t)(m * k));
+            duet_bf16_to_f32(ar, h, (size_t)(m * k));
+            duet_f32_to_bf16(h, b, (size_t)(k * n));
+            duet_bf16_to_f32(br, h, (size_t)(k * n));
+            double worst_f32 = 0; /* how far the float32 product is: bf16 must show */
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double s = 0, s32 = 0;
+                    for (int64_t p = 0; p < k; p++) {
+                        int64_t ai = ta ? p * m + i : i * k + p, bi = tb ? j * k + p : p * n + j;
+                        s += (double)ar[ai] * br[bi];
+                        s32 += (double)a[ai] * b[bi];
+                    }
+                    worst_f32 = fmax(worst_f32, fabs(s - s32));
+                    want[i * n + j] += (float)s; /* beta 1 */
+                }
+            duet_sgemm(ta, tb, m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 1.0f, c, n);
+            tu_assert_close(c, want, m * n, 1e-5, 1e-4, "bf16 gemm");
+            assert_true(worst_f32 > 1e-2); /* the rounding is visible at this size */
+            free(a), free(b), free(c), free(want), free(h), free(ar), free(br);
+        }
+    o.bf16 = false;
+    TU_OK(duet_kernels_configure(&o));
+}
+
 /* ---- the choice and the threads ------------------------------------------------ */
 
 static void test_backend_choice(void **state) {
@@ -247,6 +307,7 @@ int main(void) {
         cmocka_unit_test(test_sgemm_onednn),
         cmocka_unit_test(test_sgemm_openblas),
         cmocka_unit_test(test_sgemm_threads_agree),
+        cmocka_unit_test(test_bf16_gemm),
         cmocka_unit_test(test_backend_choice),
         cmocka_unit_test(test_thread_count),
     };
