@@ -160,6 +160,49 @@ void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_
     duet_tensor_release(want);
 }
 
+void tu_ref_run_case(const duet_st *st, const char *name, int n, tu_ref_op op, void *ctx,
+                     double rtol, double atol) {
+    assert_true(n >= 0 && n <= TU_REF_MAX_IN);
+    char key[160];
+    duet_tensor *in[TU_REF_MAX_IN] = {0};
+    bool needs[TU_REF_MAX_IN] = {0};
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s.in%d", name, i);
+        in[i] = tu_ref_tensor(st, key);
+        snprintf(key, sizeof key, "%s.grad%d", name, i);
+        needs[i] = duet_st_has(st, key);
+        in[i]->requires_grad = needs[i];
+    }
+    duet_tensor *y = NULL;
+    TU_OK(op(ctx, in, &y));
+    snprintf(key, sizeof key, "%s.out", name);
+    duet_tensor *want = tu_ref_tensor(st, key);
+    if (!duet_tensor_same_shape(y, want)) {
+        char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
+        fail_msg("%s: output shape %s, PyTorch %s", name, duet_shape_str(y, a, sizeof a),
+                 duet_shape_str(want, b, sizeof b));
+    }
+    tu_assert_close(y->data, want->data, y->numel, rtol, atol, key);
+    duet_tensor_release(want);
+    snprintf(key, sizeof key, "%s.r", name);
+    duet_tensor *r = tu_ref_tensor(st, key);
+    assert_int_equal(r->numel, y->numel);
+    /* The gradients reaching the op under test are exactly r. */
+    tu_backprop_with(y, r->data);
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s.grad%d", name, i);
+        if (!needs[i]) {
+            assert_null(in[i]->grad);
+            continue;
+        }
+        if (in[i]->grad == NULL) fail_msg("%s: input %d got no gradient", name, i);
+        tu_assert_ref(st, key, in[i]->grad, in[i]->numel, rtol, atol);
+    }
+    duet_tensor_release(r);
+    duet_tensor_release(y);
+    for (int i = 0; i < n; i++) duet_tensor_release(in[i]);
+}
+
 /* ---- files and folders ---------------------------------------------------- */
 
 char *tu_mkdtemp(char *buf, size_t size, const char *prefix) {

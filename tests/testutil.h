@@ -54,6 +54,16 @@ duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);
 
+/* One op against a PyTorch reference case NAME in st: loads NAME.in0 ..
+ * in<n-1> (n <= TU_REF_MAX_IN; requires_grad where NAME.grad<i> exists),
+ * runs op(ctx, inputs), compares shape and values with NAME.out,
+ * backpropagates NAME.r and compares each NAME.grad<i> (inputs without one
+ * must get no gradient). */
+#define TU_REF_MAX_IN 4
+typedef int (*tu_ref_op)(void *ctx, duet_tensor *const *in, duet_tensor **out);
+void tu_ref_run_case(const duet_st *st, const char *name, int n, tu_ref_op op, void *ctx,
+                     double rtol, double atol);
+
 /* ---- files and folders (test fixtures) ---------------------------------- */
 
 /* Makes a new folder $TMPDIR/<prefix>_XXXXXX (/tmp when TMPDIR is unset or

@@ -11,61 +11,28 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_IN 2
 
 static duet_st *ops_ref;
 
 /* ---- one op or loss against NAME.* --------------------------------------------- */
 
-typedef int (*op_fn)(const void *ctx, duet_tensor *const *in, duet_tensor **out);
 
-static void run_case(const char *name, int n, op_fn op, const void *ctx, double rtol) {
-    char key[160];
-    duet_tensor *in[MAX_IN] = {0};
-    bool needs[MAX_IN] = {0};
-    for (int i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s.in%d", name, i);
-        in[i] = tu_ref_tensor(ops_ref, key);
-        snprintf(key, sizeof key, "%s.grad%d", name, i);
-        needs[i] = duet_st_has(ops_ref, key);
-        in[i]->requires_grad = needs[i];
-    }
-    duet_tensor *y = NULL;
-    TU_OK(op(ctx, in, &y));
-    snprintf(key, sizeof key, "%s.out", name);
-    duet_tensor *want = tu_ref_tensor(ops_ref, key);
-    assert_int_equal(y->numel, want->numel);
-    tu_assert_close(y->data, want->data, y->numel, rtol, 1e-6, key);
-    duet_tensor_release(want);
-    snprintf(key, sizeof key, "%s.r", name);
-    duet_tensor *r = tu_ref_tensor(ops_ref, key);
-    tu_backprop_with(y, r->data);
-    for (int i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s.grad%d", name, i);
-        if (!needs[i]) {
-            assert_null(in[i]->grad);
-            continue;
-        }
-        if (in[i]->grad == NULL) fail_msg("%s: input %d got no gradient", name, i);
-        tu_assert_ref(ops_ref, key, in[i]->grad, in[i]->numel, rtol, 1e-6);
-    }
-    duet_tensor_release(r);
-    duet_tensor_release(y);
-    for (int i = 0; i < n; i++) duet_tensor_release(in[i]);
+static void run_case(const char *name, int n, tu_ref_op op, void *ctx, double rtol) {
+    tu_ref_run_case(ops_ref, name, n, op, ctx, rtol, 1e-6);
 }
 
-static int op_nearest(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_nearest(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_upsample_nearest(in[0], *(const int *)c, out);
 }
-static int op_resize(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_resize(void *c, duet_tensor *const *in, duet_tensor **out) {
     const int64_t *hw = c;
     return duet_resize_bilinear_ac(in[0], hw[0], hw[1], out);
 }
-static int op_gram(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_gram(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_gram_matrix(in[0], out);
 }
-static int op_sub_group_mean(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_sub_group_mean(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_sub_group_mean(in[0], in[1], *(const int *)c, out);
 }
 
@@ -74,7 +41,7 @@ static void test_ops(void **state) {
     int two = 2, three = 3;
     run_case("nearest2", 1, op_nearest, &two, 1e-6);
     run_case("nearest3", 1, op_nearest, &three, 1e-6);
-    const int64_t up[2] = {7, 9}, down[2] = {3, 2}, one[2] = {1, 4};
+    int64_t up[2] = {7, 9}, down[2] = {3, 2}, one[2] = {1, 4};
     run_case("resize_up", 1, op_resize, up, 1e-5);
     run_case("resize_down", 1, op_resize, down, 1e-5);
     run_case("resize_one", 1, op_resize, one, 1e-5);
@@ -91,7 +58,7 @@ typedef struct gan_case {
     bool real, disc, masked;
 } gan_case;
 
-static int op_gan(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_gan(void *c, duet_tensor *const *in, duet_tensor **out) {
     const gan_case *g = c;
     return duet_gan_loss_masked(g->loss, in[0], g->real, g->disc, g->masked ? in[1] : NULL, out);
 }
@@ -134,7 +101,7 @@ typedef struct percep_case {
     bool style;
 } percep_case;
 
-static int op_percep(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_percep(void *c, duet_tensor *const *in, duet_tensor **out) {
     const percep_case *p = c;
     duet_tensor *a = NULL, *b = NULL;
     DUET_TRY(duet_perceptual_loss(p->loss, in[0], in[1], &a, &b));

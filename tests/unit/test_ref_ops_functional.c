@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_IN 4
 
 static duet_st *ref;
 
@@ -26,129 +25,88 @@ static int teardown(void **state) {
 }
 
 /* The op under test; ctx carries the case's constants. */
-typedef int (*op_fn)(const void *ctx, duet_tensor *const *in, duet_tensor **out);
 
-/* Loads NAME.in0..in<n-1> (requires_grad where NAME.grad<i> exists), runs
- * op, compares NAME.out, backpropagates NAME.r and compares NAME.grad<i>. */
-static void run_case(const char *name, int n, op_fn op, const void *ctx, double rtol) {
-    char key[128];
-    duet_tensor *in[MAX_IN] = {0};
-    bool needs[MAX_IN] = {0};
-    for (int i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s.in%d", name, i);
-        in[i] = tu_ref_tensor(ref, key);
-        snprintf(key, sizeof key, "%s.grad%d", name, i);
-        needs[i] = duet_st_has(ref, key);
-        in[i]->requires_grad = needs[i];
-    }
-    duet_tensor *y = NULL;
-    TU_OK(op(ctx, in, &y));
-    snprintf(key, sizeof key, "%s.out", name);
-    duet_tensor *want = tu_ref_tensor(ref, key);
-    if (!duet_tensor_same_shape(y, want)) {
-        char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
-        fail_msg("%s: output shape %s, PyTorch %s", name, duet_shape_str(y, a, sizeof a),
-                 duet_shape_str(want, b, sizeof b));
-    }
-    tu_assert_close(y->data, want->data, y->numel, rtol, 1e-6, key);
-    duet_tensor_release(want);
-
-    snprintf(key, sizeof key, "%s.r", name);
-    duet_tensor *r = tu_ref_tensor(ref, key);
-    assert_int_equal(r->numel, y->numel);
-    /* The gradients reaching the op under test are exactly r. */
-    tu_backprop_with(y, r->data);
-    for (int i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s.grad%d", name, i);
-        if (!needs[i]) {
-            assert_null(in[i]->grad);
-            continue;
-        }
-        if (in[i]->grad == NULL) fail_msg("%s: input %d got no gradient", name, i);
-        tu_assert_ref(ref, key, in[i]->grad, in[i]->numel, rtol, 1e-6);
-    }
-    duet_tensor_release(r);
-    duet_tensor_release(y);
-    for (int i = 0; i < n; i++) duet_tensor_release(in[i]);
+static void run_case(const char *name, int n, tu_ref_op op, void *ctx, double rtol) {
+    tu_ref_run_case(ref, name, n, op, ctx, rtol, 1e-6);
 }
 
 /* ---- op adapters ------------------------------------------------------------ */
 
-static int op_relu(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_relu(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_relu(in[0], out);
 }
-static int op_leaky_relu(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_leaky_relu(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_leaky_relu(in[0], 0.2f, out);
 }
-static int op_sigmoid(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_sigmoid(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_sigmoid(in[0], out);
 }
-static int op_tanh(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_tanh(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_tanh(in[0], out);
 }
-static int op_add(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_add(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_add(in[0], in[1], out);
 }
-static int op_sub(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_sub(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_sub(in[0], in[1], out);
 }
-static int op_mul(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_mul(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_mul(in[0], in[1], out);
 }
-static int op_scale(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_scale(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_scale(in[0], -1.7f, out);
 }
-static int op_channel_affine(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_channel_affine(void *c, duet_tensor *const *in, duet_tensor **out) {
     const duet_tensor *const *ss = c; /* scale, shift */
     return duet_channel_affine(in[0], ss[0]->data, ss[1]->data, out);
 }
-static int op_pixel_shuffle(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_pixel_shuffle(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_pixel_shuffle(in[0], *(const int *)c, out);
 }
-static int op_bilinear(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_bilinear(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_upsample_bilinear(in[0], *(const int *)c, out);
 }
-static int op_flatten(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_flatten(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_flatten(in[0], out);
 }
-static int op_reshape(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_reshape(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_reshape(in[0], 2, (int64_t[]){6, 20}, out);
 }
-static int op_concat(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_concat(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_concat_channels(3, in, out);
 }
-static int op_sum(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_sum(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_sum(in[0], out);
 }
-static int op_mean(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_mean(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_mean(in[0], out);
 }
-static int op_l1(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_l1(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_l1_loss(in[0], in[1], *(const float *)c, out);
 }
-static int op_mse(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_mse(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_mse_loss(in[0], in[1], *(const float *)c, out);
 }
-static int op_bce(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_bce(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_bce_with_logits(in[0], in[1], *(const float *)c, out);
 }
 typedef struct bce_const_args {
     float target, weight;
 } bce_const_args;
-static int op_bce_const(const void *c, duet_tensor *const *in, duet_tensor **out) {
+static int op_bce_const(void *c, duet_tensor *const *in, duet_tensor **out) {
     const bce_const_args *a = c;
     return duet_bce_with_logits_const(in[0], a->target, a->weight, out);
 }

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_IN 3
 
 static duet_st *ref;
 
@@ -26,44 +25,10 @@ static int teardown(void **state) {
     return 0;
 }
 
-typedef int (*op_fn)(void *ctx, duet_tensor *const *in, duet_tensor **out);
 
-/* Loads NAME.in0..in<n-1> (requires_grad where NAME.grad<i> exists), runs
- * op, compares NAME.out, backpropagates NAME.r and compares NAME.grad<i>. */
-static void run_case(const char *name, int n, op_fn op, void *ctx, double rtol, double atol) {
-    char key[128];
-    duet_tensor *in[MAX_IN] = {0};
-    bool needs[MAX_IN] = {0};
-    for (int i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s.in%d", name, i);
-        in[i] = tu_ref_tensor(ref, key);
-        snprintf(key, sizeof key, "%s.grad%d", name, i);
-        needs[i] = duet_st_has(ref, key);
-        in[i]->requires_grad = needs[i];
-    }
-    duet_tensor *y = NULL;
-    TU_OK(op(ctx, in, &y));
-    snprintf(key, sizeof key, "%s.out", name);
-    duet_tensor *want = tu_ref_tensor(ref, key);
-    if (!duet_tensor_same_shape(y, want)) {
-        char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
-        fail_msg("%s: output shape %s, PyTorch %s", name, duet_shape_str(y, a, sizeof a),
-                 duet_shape_str(want, b, sizeof b));
-    }
-    tu_assert_close(y->data, want->data, y->numel, rtol, atol, key);
-    duet_tensor_release(want);
-    snprintf(key, sizeof key, "%s.r", name);
-    duet_tensor *r = tu_ref_tensor(ref, key);
-    assert_int_equal(r->numel, y->numel);
-    tu_backprop_with(y, r->data);
-    for (int i = 0; i < n; i++) {
-        snprintf(key, sizeof key, "%s.grad%d", name, i);
-        if (in[i]->grad == NULL) fail_msg("%s: input %d got no gradient", name, i);
-        tu_assert_ref(ref, key, in[i]->grad, in[i]->numel, rtol, atol);
-    }
-    duet_tensor_release(r);
-    duet_tensor_release(y);
-    for (int i = 0; i < n; i++) duet_tensor_release(in[i]);
+static void run_case(const char *name, int n, tu_ref_op op, void *ctx, double rtol,
+                     double atol) {
+    tu_ref_run_case(ref, name, n, op, ctx, rtol, atol);
 }
 
 /* ---- conv_transpose2d --------------------------------------------------------- */
