@@ -99,6 +99,19 @@ duet_tensor *duet_module_buffer(const duet_module *m, const char *name);
 int duet_module_replace_child(duet_module *m, const char *name, duet_module *replacement,
                               duet_module **old);
 
+/* Accessors: code outside src/nn/module.c reads a module only through
+ * these (the struct's layout is not part of the API). */
+/* The state the module's type gave duet_module_create. */
+void *duet_module_impl(const duet_module *m);
+/* "Conv2d", "MSRResNet", ... */
+const char *duet_module_type_name(const duet_module *m);
+bool duet_module_is_training(const duet_module *m);
+/* Direct children, in registration order; i < duet_module_child_count(m).
+ * Borrowed. */
+size_t duet_module_child_count(const duet_module *m);
+duet_module *duet_module_child_at(const duet_module *m, size_t i);
+const char *duet_module_child_name_at(const duet_module *m, size_t i);
+
 int duet_module_forward(duet_module *m, duet_tensor *x, duet_tensor **out);
 int duet_module_forward2(duet_module *m, duet_tensor *a, duet_tensor *b, duet_tensor **out);
 int duet_module_forwardn(duet_module *m, int nin, duet_tensor *const *in, duet_tensor **out);

@@ -200,6 +200,22 @@ int duet_module_replace_child(duet_module *m, const char *name, duet_module *rep
                        m->type->name, name);
 }
 
+void *duet_module_impl(const duet_module *m) { return m->impl; }
+
+const char *duet_module_type_name(const duet_module *m) { return m->type->name; }
+
+bool duet_module_is_training(const duet_module *m) { return m->training; }
+
+size_t duet_module_child_count(const duet_module *m) { return m->nchildren; }
+
+duet_module *duet_module_child_at(const duet_module *m, size_t i) {
+    return i < m->nchildren ? m->children[i].module : NULL;
+}
+
+const char *duet_module_child_name_at(const duet_module *m, size_t i) {
+    return i < m->nchildren ? m->children[i].name : NULL;
+}
+
 bool duet_module_is(const duet_module *m, const char *type_name) {
     return m != NULL && strcmp(m->type->name, type_name) == 0;
 }

@@ -92,6 +92,19 @@ static void test_tree_names_order_counts(void **state) {
     assert_true(duet_module_is(duet_module_child(body, "1"), "BatchNorm2d"));
     assert_true(duet_module_is(duet_module_child(body, "2"), "ReLU"));
     assert_null(duet_module_child(root, "nope"));
+    /* The accessors see the same tree, in registration order. */
+    assert_int_equal(duet_module_child_count(root), 2);
+    assert_string_equal(duet_module_child_name_at(root, 0), "body");
+    assert_ptr_equal(duet_module_child_at(root, 0), body);
+    assert_string_equal(duet_module_child_name_at(root, 1), "head");
+    assert_null(duet_module_child_at(root, 2));
+    assert_null(duet_module_child_name_at(root, 2));
+    assert_string_equal(duet_module_type_name(duet_module_child(body, "0")), "Conv2d");
+    assert_int_equal(duet_module_child_count(duet_module_child(body, "0")), 0);
+    assert_true(duet_module_is_training(root));
+    duet_module_train(root, false);
+    assert_false(duet_module_is_training(duet_module_child(body, "1")));
+    duet_module_train(root, true);
     assert_non_null(duet_module_param(root, "alpha"));
     assert_null(duet_module_param(root, "count"));
     assert_non_null(duet_module_buffer(root, "count"));
