@@ -68,8 +68,14 @@ float *duet_node_input_grad(duet_node *node, int i);
 bool duet_node_input_needs_grad(const duet_node *node, int i);
 
 /* Runs backward from a scalar (numel 1) loss with d loss = 1. The loss must
- * have been produced by recorded ops. Frees the tape afterwards, also on
- * failure. */
+ * have been produced by recorded ops. Each node is freed (its context and
+ * its references to saved tensors) right after its backward has run, the
+ * rest of the tape afterwards, also on failure. A second backward from the
+ * same loss fails with DUET_ESTATE ("trying to backward through the graph a
+ * second time"), as PyTorch does without retain_graph. With the environment
+ * variable DUET_ALLOC_TRACE=1, every backward logs the live and peak bytes
+ * of duet's allocations (duet_alloc_stats) and the op outputs the tape keeps,
+ * by op: where a step's memory goes. */
 int duet_backward(duet_tensor *loss);
 
 /* As duet_backward, but afterwards frees only the nodes it ran (those loss
@@ -80,6 +86,16 @@ int duet_backward(duet_tensor *loss);
  * pass freed sees that input as a constant from then on. On failure the
  * whole tape is freed, as duet_backward does. */
 int duet_backward_keep_unreached(duet_tensor *loss);
+
+/* Drops the caller's reference to t, as duet_tensor_release, and when the
+ * tape's nodes then hold the only references to t and none of their
+ * backwards reads t's values (a convolution's input when its weight needs
+ * no gradient, a convolution's output, a relu's input: relu keeps a bit
+ * mask), frees t's data now rather than when backward ends. The tensor
+ * itself stays until backward (its gradient and history live there), with
+ * data NULL. For code that built a forward and drops an intermediate it
+ * will not read again. NULL is ok. */
+void duet_autograd_release(duet_tensor *t);
 
 /* Drops every recorded node (e.g. after a forward whose result is not
  * backpropagated). Tensors held elsewhere survive without history. */

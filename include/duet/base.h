@@ -119,6 +119,12 @@ void duet_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 void *duet_aligned_alloc(size_t bytes);
 void *duet_aligned_calloc(size_t bytes);
 void duet_aligned_free(void *p);
+/* Bytes handed out by duet_aligned_alloc and not yet freed (tensor data,
+ * gradients, op state; blocks kept in the allocator's cache for reuse do
+ * not count), and the most there were at once since the last
+ * duet_alloc_reset_peak (or the start). Process-wide. */
+void duet_alloc_stats(size_t *live_bytes, size_t *peak_bytes);
+void duet_alloc_reset_peak(void);
 
 /* ---- RNG ------------------------------------------------------------------ */
 

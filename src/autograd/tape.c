@@ -3,7 +3,14 @@
  * since an op's inputs exist before it runs. */
 #include "duet/autograd.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* tape_uses of a tensor whose history a backward freed (it was the output of
+ * a node that ran): lets a second backward from it say what happened. Leaves
+ * reset the field to 0 whenever a backward counts their uses. */
+#define HISTORY_FREED ((int64_t)-1)
 
 typedef struct tape {
     duet_node **nodes;
@@ -43,6 +50,7 @@ static void free_node(duet_node *n) {
         if (n->output->grad_fn == n) {
             n->output->grad_fn = NULL;
             n->output->requires_grad = false;
+            n->output->tape_uses = HISTORY_FREED;
             if (n->output->owns_grad) duet_aligned_free(n->output->grad);
             n->output->grad = NULL;
             n->output->owns_grad = false;
@@ -105,7 +113,8 @@ void duet_tape_clear(void) {
     tape *tp = &the_tape;
     /* Newest first, so that an output is let go before the nodes that made
      * its inputs. */
-    for (size_t i = tp->count; i-- > 0;) free_node(tp->nodes[i]);
+    for (size_t i = tp->count; i-- > 0;)
+        if (tp->nodes[i] != NULL) free_node(tp->nodes[i]);
     tp->count = 0;
     if (tp->cap > 4096) {
         free(tp->nodes);
@@ -125,10 +134,174 @@ static bool is_tracked_leaf(const duet_tensor *t) {
 static void tape_drop_marked(uint64_t epoch) {
     tape *tp = &the_tape;
     for (size_t i = tp->count; i-- > 0;)
-        if (tp->nodes[i]->mark == epoch) {
+        if (tp->nodes[i] != NULL && tp->nodes[i]->mark == epoch) {
             free_node(tp->nodes[i]);
             tp->nodes[i] = NULL;
         }
+    size_t kept = 0;
+    for (size_t i = 0; i < tp->count; i++)
+        if (tp->nodes[i] != NULL) tp->nodes[kept++] = tp->nodes[i];
+    tp->count = kept;
+}
+
+/* ---- saved values ------------------------------------------------------------
+ * A node retains its inputs and its output, which keeps the tensors (their
+ * gradients, their grad_fn links) alive; but many backwards never read some
+ * of those values: a convolution's dx needs the weight and not the input, a
+ * max pool keeps its argmax, relu a bit mask. node_reads says which values a
+ * node's backward reads, so that duet_autograd_release can free the others
+ * right after forward, as PyTorch saves only what each backward needs. */
+
+#define SLOT_OUTPUT (-1)
+
+static bool op_is(const duet_node *n, const char *name) { return strcmp(n->op, name) == 0; }
+
+static bool input_wants_grad(const duet_node *n, int i) {
+    return i < n->ninputs && duet_node_input_needs_grad(n, i);
+}
+
+/* Whether n's backward reads the values of input `slot` (SLOT_OUTPUT: of its
+ * output), given which inputs need a gradient now. This mirrors the
+ * backwards in src/ops/ and must change with them; an op not listed reads
+ * everything (never wrong, only less lean). */
+static bool node_reads(const duet_node *n, int slot) {
+    /* dX = W^T dY needs W; dW = dY X^T needs X; db needs neither. */
+    if (op_is(n, "conv2d") || op_is(n, "linear"))
+        return (slot == 0 && input_wants_grad(n, 1)) || (slot == 1 && input_wants_grad(n, 0));
+    /* Shapes, constants in the op's context, an argmax or a bit mask. */
+    static const char *const reads_nothing[] = {
+        "relu",  "leaky_relu", "max_pool2d", "pixel_shuffle", "add",
+        "sub",   "scale",      "reshape",    "flatten",       "upsample_bilinear",
+        "channel_affine"};
+    for (size_t i = 0; i < sizeof reads_nothing / sizeof reads_nothing[0]; i++)
+        if (op_is(n, reads_nothing[i])) return false;
+    if (op_is(n, "batch_norm2d")) return slot != SLOT_OUTPUT; /* x, weight, bias */
+    if (op_is(n, "sigmoid") || op_is(n, "tanh")) return slot == SLOT_OUTPUT;
+    return true;
+}
+
+/* Frees t's values when only the tape holds t and no recorded backward
+ * reads them. The struct stays (the tape links and gradients live there);
+ * its data pointer becomes NULL, so a mistake in node_reads faults at once
+ * instead of reading stale values. */
+static void release_unread(duet_tensor *t);
+
+static void drop_if_unread(duet_tensor *t) {
+    duet_node *p = t->grad_fn;
+    if (p == NULL || p->output != t || t->data == NULL) return;
+    if (node_reads(p, SLOT_OUTPUT)) return;
+    /* Consumers were recorded after the producer: scan back to it. */
+    tape *tp = &the_tape;
+    int tape_refs = 1;
+    size_t i = tp->count;
+    for (; i > 0 && tp->nodes[i - 1] != p; i--) {
+        const duet_node *n = tp->nodes[i - 1];
+        if (n == NULL) continue;
+        for (int k = 0; k < n->ninputs; k++) {
+            if (n->inputs[k] != t) continue;
+            if (node_reads(n, k)) return;
+            tape_refs++;
+        }
+    }
+    if (i == 0 || t->refcount != tape_refs) return; /* held elsewhere (a view, a caller) */
+    if (t->base != NULL) {
+        /* A view (an in-place op's result): let go of the base, whose own
+         * readers decide. */
+        duet_tensor *base = t->base;
+        t->base = NULL;
+        t->data = NULL;
+        release_unread(base);
+    } else if (t->owns_data) {
+        duet_aligned_free(t->data);
+        t->data = NULL;
+        t->owns_data = false;
+    }
+}
+
+static void release_unread(duet_tensor *t) {
+    if (t == NULL) return;
+    if (t->refcount == 1) {
+        duet_tensor_release(t);
+        return;
+    }
+    duet_tensor_release(t);
+    drop_if_unread(t);
+}
+
+void duet_autograd_release(duet_tensor *t) { release_unread(t); }
+
+/* A value that n's backward reads was freed after forward: a requires_grad
+ * changed between forward and backward, so a gradient that nobody needed
+ * then is wanted now. */
+static int check_saved_values(const duet_node *n) {
+    for (int k = SLOT_OUTPUT; k < n->ninputs; k++) {
+        const duet_tensor *t = k == SLOT_OUTPUT ? n->output : n->inputs[k];
+        if (t == NULL || t->data != NULL || !node_reads(n, k)) continue;
+        char which[32];
+        if (k == SLOT_OUTPUT) snprintf(which, sizeof which, "output");
+        else snprintf(which, sizeof which, "input %d", k);
+        return duet__error(DUET_ESTATE,
+                           "backward of %s: the values of its %s were freed after forward, "
+                           "when no gradient needed them; a requires_grad changed between "
+                           "forward and backward: set it before the forward", n->op, which);
+    }
+    return DUET_OK;
+}
+
+/* ---- DUET_ALLOC_TRACE ------------------------------------------------------- */
+
+static bool trace_on(void) {
+    static _Thread_local int on = -1;
+    if (on < 0) {
+        const char *s = getenv("DUET_ALLOC_TRACE");
+        on = s != NULL && s[0] != '\0' && strcmp(s, "0") != 0;
+    }
+    return on == 1;
+}
+
+/* Logs live and peak bytes, and the activations the tape keeps by the op
+ * that made them (each buffer once: views count at their base). */
+static void trace_tape(const char *when, const char *loss_op) {
+    enum { MAX_OPS = 32 };
+    const char *ops[MAX_OPS];
+    double mb[MAX_OPS];
+    int nops = 0;
+    double total = 0.0;
+    tape *tp = &the_tape;
+    for (size_t i = 0; i < tp->count; i++) {
+        const duet_node *n = tp->nodes[i];
+        if (n == NULL || n->output->data == NULL || !n->output->owns_data) continue;
+        double b = (double)n->output->numel * sizeof(float) / 1048576.0;
+        total += b;
+        int j = 0;
+        while (j < nops && strcmp(ops[j], n->op) != 0) j++;
+        if (j == nops && nops < MAX_OPS) {
+            ops[nops] = n->op;
+            mb[nops++] = 0.0;
+        }
+        if (j < nops) mb[j] += b;
+    }
+    char line[1024];
+    size_t used = 0;
+    for (int j = 0; j < nops && used < sizeof line; j++)
+        used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %.1f", j ? ", " : "",
+                                 ops[j], mb[j]);
+    line[used < sizeof line ? used : sizeof line - 1] = '\0';
+    size_t live = 0, peak = 0;
+    duet_alloc_stats(&live, &peak);
+    duet_log(DUET_LOG_INFO,
+             "alloc trace: %s backward from %s: live %.1f MB, peak %.1f MB since the last "
+             "report; %zu nodes keep %.1f MB of op outputs: %s",
+             when, loss_op, (double)live / 1048576.0,
+             (double)peak / 1048576.0, tp->count, total, nops ? line : "none");
+    duet_alloc_reset_peak();
+}
+
+/* ---- backward --------------------------------------------------------------- */
+
+/* Drops the NULL slots that freed nodes left, keeping recording order. */
+static void tape_compact(void) {
+    tape *tp = &the_tape;
     size_t kept = 0;
     for (size_t i = 0; i < tp->count; i++)
         if (tp->nodes[i] != NULL) tp->nodes[kept++] = tp->nodes[i];
@@ -143,12 +316,22 @@ static int backward_impl(duet_tensor *loss, bool keep_unreached) {
         return duet__error(DUET_EINVAL, "backward: the loss must have one element, got shape %s",
                            duet_shape_str(loss, s, sizeof s));
     }
+    if (loss->grad_fn == NULL && loss->tape_uses == HISTORY_FREED) {
+        duet_tape_clear();
+        return duet__error(DUET_ESTATE,
+                           "backward: trying to backward through the graph a second time: the "
+                           "previous backward through this loss freed its history and saved "
+                           "tensors as it used them; run the forward again for a new loss");
+    }
     if (loss->grad_fn == NULL) {
         duet_tape_clear();
         return duet__error(DUET_EINVAL,
                            "backward: the loss has no recorded history (no input required "
                            "grad, grad mode was off, or the tape was already freed)");
     }
+    const bool trace = trace_on();
+    const char *loss_op = loss->grad_fn->op;
+    if (trace) trace_tape("start of", loss_op);
     uint64_t epoch = ++tp->epoch;
     loss->grad_fn->mark = epoch;
     /* Pass 1: reachability from the loss; reset the leaves' counters. */
@@ -173,12 +356,16 @@ static int backward_impl(duet_tensor *loss, bool keep_unreached) {
     int rc = duet_tensor_ensure_grad(loss);
     if (rc == DUET_OK) loss->grad[0] += 1.0f;
     tp->alloc_failed = false;
-    /* Pass 3: run the nodes newest first. */
+    /* Pass 3: run the nodes newest first. Each node is freed as soon as it
+     * has run (with its context and its references to saved tensors): no
+     * later node reads it, since its consumers ran before it, and each
+     * node runs once per pass. What it alone kept goes now, not at the end. */
     for (size_t i = tp->count; i-- > 0 && rc == DUET_OK;) {
         duet_node *n = tp->nodes[i];
         if (n->mark != epoch) continue;
         if (n->output->grad != NULL) {
-            rc = n->backward(n);
+            rc = check_saved_values(n);
+            if (rc == DUET_OK) rc = n->backward(n);
             if (rc == DUET_OK && tp->alloc_failed)
                 rc = duet__error(DUET_ENOMEM, "backward: out of memory for gradients in %s",
                                  n->op);
@@ -187,21 +374,19 @@ static int backward_impl(duet_tensor *loss, bool keep_unreached) {
                 break;
             }
         }
-        if (n->output->owns_grad) {
-            duet_aligned_free(n->output->grad);
-            n->output->grad = NULL;
-            n->output->owns_grad = false;
-        }
         for (int k = 0; k < n->ninputs; k++) {
             duet_tensor *in = n->inputs[k];
             if (!is_tracked_leaf(in)) continue;
             if (--in->tape_uses == 0 && in->grad_hook != NULL && in->grad != NULL)
                 in->grad_hook(in->grad_hook_ctx, in);
         }
+        free_node(n);
+        tp->nodes[i] = NULL;
         for (int o = 0; o < MAX_OBSERVERS; o++)
             if (observer_used[o] && observers[o].on_progress != NULL)
                 observers[o].on_progress(observers[o].ctx);
     }
+    tape_compact();
     /* Observers finish (DDP waits for its reductions) even after a failure,
      * so that no peer is left waiting on a collective this rank skipped. */
     for (int o = 0; o < MAX_OBSERVERS; o++) {
@@ -213,6 +398,7 @@ static int backward_impl(duet_tensor *loss, bool keep_unreached) {
         tape_drop_marked(epoch);
     else
         duet_tape_clear();
+    if (trace) trace_tape("end of", loss_op);
     return rc;
 }
 

@@ -9,6 +9,7 @@
 #include "duet/base.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -62,6 +63,29 @@ static size_t cache_limit(void) {
 }
 
 static block_header *header_of(void *p) { return (block_header *)p - 1; }
+
+/* Live and peak bytes handed out (duet_alloc_stats): two atomics, cheap
+ * next to an allocation. */
+static _Atomic size_t live_bytes, peak_bytes;
+
+static void count_alloc(size_t bytes) {
+    size_t now = atomic_fetch_add_explicit(&live_bytes, bytes, memory_order_relaxed) + bytes;
+    size_t peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak_explicit(&peak_bytes, &peak, now,
+                                                                memory_order_relaxed,
+                                                                memory_order_relaxed)) {
+    }
+}
+
+void duet_alloc_stats(size_t *live, size_t *peak) {
+    *live = atomic_load_explicit(&live_bytes, memory_order_relaxed);
+    *peak = atomic_load_explicit(&peak_bytes, memory_order_relaxed);
+}
+
+void duet_alloc_reset_peak(void) {
+    atomic_store_explicit(&peak_bytes, atomic_load_explicit(&live_bytes, memory_order_relaxed),
+                          memory_order_relaxed);
+}
 
 static void release_block(void *p) { free(header_of(p)->raw); }
 
@@ -120,7 +144,10 @@ void *duet_aligned_alloc(size_t bytes) {
     if (bytes == 0) bytes = 1;
     if (CACHE_ENABLED && bytes >= CACHE_MIN_BYTES) {
         void *p = cache_take(bytes);
-        if (p != NULL) return p;
+        if (p != NULL) {
+            count_alloc(header_of(p)->size);
+            return p;
+        }
     }
     if (bytes > SIZE_MAX - DUET_ALIGNMENT - sizeof(block_header)) return NULL;
     char *raw = malloc(bytes + DUET_ALIGNMENT + sizeof(block_header));
@@ -129,6 +156,7 @@ void *duet_aligned_alloc(size_t bytes) {
     char *p = (char *)((start + DUET_ALIGNMENT - 1) & ~(uintptr_t)(DUET_ALIGNMENT - 1));
     header_of(p)->raw = raw;
     header_of(p)->size = bytes;
+    count_alloc(bytes);
     return p;
 }
 
@@ -141,6 +169,7 @@ void *duet_aligned_calloc(size_t bytes) {
 void duet_aligned_free(void *p) {
     if (p == NULL) return;
     size_t size = header_of(p)->size;
+    atomic_fetch_sub_explicit(&live_bytes, size, memory_order_relaxed);
     if (CACHE_ENABLED && size >= CACHE_MIN_BYTES && cache_put(p, size)) return;
     release_block(p);
 }

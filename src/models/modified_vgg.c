@@ -25,7 +25,7 @@ static const char *const bn_names[9] = {"bn0_1", "bn1_0", "bn1_1", "bn2_0", "bn2
 static int step(duet_module *m, duet_tensor **cur) {
     duet_tensor *next = NULL;
     int rc = duet_module_forward(m, *cur, &next);
-    duet_tensor_release(*cur);
+    duet_autograd_release(*cur);
     *cur = next;
     return rc;
 }
@@ -35,7 +35,7 @@ static int step(duet_module *m, duet_tensor **cur) {
 static int step_lrelu(duet_tensor **cur) {
     duet_tensor *next = NULL;
     int rc = duet__leaky_relu_inplace(*cur, 0.2f, &next);
-    duet_tensor_release(*cur);
+    duet_autograd_release(*cur);
     *cur = next;
     return rc;
 }
@@ -65,7 +65,7 @@ static int vgg_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
     if (rc == DUET_OK) {
         duet_tensor *f = NULL;
         rc = duet_flatten(h, &f);
-        duet_tensor_release(h);
+        duet_autograd_release(h);
         h = f;
     }
     if (rc == DUET_OK) rc = step(duet_module_child(self, "linear1"), &h);

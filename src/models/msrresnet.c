@@ -7,7 +7,7 @@
 static int step(duet_module *m, duet_tensor **cur) {
     duet_tensor *next = NULL;
     int rc = duet_module_forward(m, *cur, &next);
-    duet_tensor_release(*cur);
+    duet_autograd_release(*cur);
     *cur = next;
     return rc;
 }
@@ -19,7 +19,7 @@ static int step(duet_module *m, duet_tensor **cur) {
 static int step_lrelu(float slope, duet_tensor **cur) {
     duet_tensor *next = NULL;
     int rc = duet__leaky_relu_inplace(*cur, slope, &next);
-    duet_tensor_release(*cur);
+    duet_autograd_release(*cur);
     *cur = next;
     return rc;
 }
@@ -78,7 +78,7 @@ static int pack_forward(duet_module *self, int nin, duet_tensor *const *in, duet
     duet_tensor *h = NULL;
     DUET_TRY(duet_module_forward(self->children[0].module, in[0], &h));
     int rc = duet_pixel_shuffle(h, p->scale, out);
-    duet_tensor_release(h);
+    duet_autograd_release(h); /* the conv output: neither backward reads it */
     return rc;
 }
 

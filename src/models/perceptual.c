@@ -4,6 +4,7 @@
  * the (detached) ground truth compared layer by layer with L1 or MSE. */
 #include "duet/models.h"
 #include "duet/ops.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -233,22 +234,32 @@ int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_op
     return DUET_OK;
 }
 
-/* feats[k] = the output of layer layer_ids[k] for x; one reference each. */
+/* feats[k] = the output of layer layer_ids[k] for x; one reference each.
+ * The ReLUs run in place over the conv output before them (torchvision's
+ * VGG has inplace=True), and each intermediate goes through
+ * duet_autograd_release: with the VGG frozen, its convolutions' backward
+ * needs no input values and relu keeps a bit mask, so the features of the
+ * fake image cost a few masks and pool indices until backward, not every
+ * activation. */
 static int vgg_features(duet_module *vgg, const perceptual_loss *pl, duet_tensor *x,
                         duet_tensor **feats) {
     duet_module *layers = duet_module_child(vgg, "vgg_layers");
     duet_tensor *h = NULL;
     DUET_TRY(vgg_normalise(vgg, x, &h));
     int rc = DUET_OK;
-    for (size_t i = 0; i < layers->nchildren && rc == DUET_OK; i++) {
+    for (size_t i = 0; i < duet_module_child_count(layers) && rc == DUET_OK; i++) {
+        duet_module *layer = duet_module_child_at(layers, i);
         duet_tensor *next = NULL;
-        rc = duet_module_forward(layers->children[i].module, h, &next);
-        duet_tensor_release(h);
+        if (strcmp(duet_module_type_name(layer), "ReLU") == 0)
+            rc = duet__relu_inplace(h, &next);
+        else
+            rc = duet_module_forward(layer, h, &next);
+        duet_autograd_release(h);
         h = next;
         for (int k = 0; k < pl->nlayers && rc == DUET_OK; k++)
             if (pl->layer_ids[k] == (int)i) feats[k] = duet_tensor_retain(h);
     }
-    duet_tensor_release(h);
+    duet_autograd_release(h);
     return rc;
 }
 

@@ -1,12 +1,16 @@
 /* Activations: relu, leaky_relu, sigmoid, tanh (PyTorch semantics).
  *
- * relu and leaky_relu take their backward mask from the saved input
- * (x > 0, as PyTorch; the gradient at exactly 0 is the negative side's);
- * sigmoid and tanh from the saved output, as PyTorch does. */
+ * relu and leaky_relu keep for backward a bit mask of x > 0 (as PyTorch's
+ * mask; the gradient at exactly 0 is the negative side's), one bit per
+ * element instead of the input's 32: neither their input nor their output
+ * need stay alive for them (duet_autograd_release can free both when the
+ * next op does not read them, e.g. a frozen convolution). sigmoid and tanh
+ * use the saved output, as PyTorch does. */
 #include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <math.h>
+#include <stdint.h>
 
 /* ---- kernels ---------------------------------------------------------------- */
 
@@ -15,21 +19,39 @@ static void relu_forward(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] < 0.0f, 0.0f, x[i]);
 }
 
-/* gx += x > 0 ? gout : 0 */
-static void relu_backward(float *gx, const float *gout, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], 0.0f);
-}
-
 /* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] > 0.0f, x[i], slope * x[i]);
 }
 
-/* gx += x > 0 ? gout : slope * gout */
-static void leaky_relu_backward(float *gx, const float *gout, const float *x, float slope,
-                                int64_t n) {
-    for (int64_t i = 0; i < n; i++)
-        gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], slope * gout[i]);
+/* bits: bit j of word w is x[64w + j] > 0 (false for NaN). */
+static void positive_mask(uint64_t *bits, const float *x, int64_t n) {
+    int64_t w = 0;
+    for (; (w + 1) * 64 <= n; w++) {
+        const float *p = x + w * 64;
+        uint64_t m = 0;
+        for (int j = 0; j < 64; j++) m |= (uint64_t)(p[j] > 0.0f) << j;
+        bits[w] = m;
+    }
+    if (w * 64 < n) {
+        uint64_t m = 0;
+        for (int64_t j = 0; w * 64 + j < n; j++) m |= (uint64_t)(x[w * 64 + j] > 0.0f) << j;
+        bits[w] = m;
+    }
+}
+
+/* gx += mask ? gout : slope * gout (relu: slope 0, which adds +0 where
+ * masked off, as the float-mask version did) */
+static void masked_backward(float *gx, const float *gout, const uint64_t *bits, float slope,
+                            int64_t n) {
+    for (int64_t w = 0; w * 64 < n; w++) {
+        const uint64_t m = bits[w];
+        const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
+        for (int64_t j = 0; j < len; j++) {
+            const float g = gout[base + j];
+            gx[base + j] += duet__opb_pick((m >> j) & 1u, g, slope * g);
+        }
+    }
 }
 
 /* out = 1 / (1 + exp(-x)), without overflow for large |x|. */
@@ -57,74 +79,76 @@ static void tanh_backward(float *gx, const float *gout, const float *y, int64_t 
 
 /* ---- relu, leaky_relu -------------------------------------------------------------- */
 
-typedef struct slope_ctx {
+/* What relu (slope 0) and leaky_relu keep for backward. */
+typedef struct mask_ctx {
     float slope;
-} slope_ctx;
+    uint64_t *bits; /* positive_mask of the input */
+} mask_ctx;
 
-static int relu_backward_node(duet_node *node) {
+static void mask_ctx_free(void *p) {
+    mask_ctx *c = p;
+    if (c == NULL) return;
+    duet_aligned_free(c->bits);
+    free(c);
+}
+
+/* The mask of x for a node to be recorded, or NULL with *rc set when
+ * nothing is recorded (rc DUET_OK) or memory ran out. */
+static mask_ctx *mask_make(const duet_tensor *x, float slope, int *rc) {
+    *rc = DUET_OK;
+    mask_ctx *c = calloc(1, sizeof *c);
+    if (c != NULL)
+        c->bits = duet_aligned_alloc((size_t)((x->numel + 63) / 64) * sizeof(uint64_t));
+    if (c == NULL || c->bits == NULL) {
+        mask_ctx_free(c);
+        char sx[DUET_SHAPE_STR_MAX];
+        *rc = duet__error(DUET_ENOMEM, "relu: out of memory for the backward mask of %s",
+                          duet_shape_str(x, sx, sizeof sx));
+        return NULL;
+    }
+    c->slope = slope;
+    positive_mask(c->bits, x->data, x->numel);
+    return c;
+}
+
+static int masked_backward_node(duet_node *node) {
+    const mask_ctx *c = node->ctx;
     float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        relu_backward(gx, node->output->grad, node->inputs[0]->data, node->output->numel);
+    if (gx != NULL) masked_backward(gx, node->output->grad, c->bits, c->slope, node->output->numel);
     return DUET_OK;
 }
 
-static int leaky_relu_backward_node(duet_node *node) {
-    const slope_ctx *c = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        leaky_relu_backward(gx, node->output->grad, node->inputs[0]->data, c->slope,
-                            node->output->numel);
-    return DUET_OK;
-}
-
-int duet_relu(duet_tensor *x, duet_tensor **out) {
+/* out = relu(x) (is_relu; slope 0) or leaky_relu(x, slope), copying. */
+static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out) {
+    const char *op = is_relu ? "relu" : "leaky_relu";
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
     DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
-    relu_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
+    if (is_relu) relu_forward(y->data, x->data, y->numel);
+    else leaky_relu_forward(y->data, x->data, slope, y->numel);
+    mask_ctx *c = NULL;
+    if (duet_autograd_needs_record(1, &x)) {
+        int rc = DUET_OK;
+        if ((c = mask_make(x, slope, &rc)) == NULL) {
+            duet_tensor_release(y);
+            return rc;
+        }
+    }
+    return duet__opb_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out);
 }
+
+int duet_relu(duet_tensor *x, duet_tensor **out) { return rectify(x, 0.0f, true, out); }
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
-    duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
-    leaky_relu_forward(y->data, x->data, negative_slope, y->numel);
-    slope_ctx *c = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "leaky_relu: out of memory for the saved slope");
-        }
-        c->slope = negative_slope;
-    }
-    return duet__opb_finish(y, "leaky_relu", leaky_relu_backward_node, c, free, 1, &x, out);
+    return rectify(x, negative_slope, false, out);
 }
 
 /* ---- relu, leaky_relu in place ---------------------------------------------------
  * For an op's fresh output that nobody else reads (ops_internal.h): the
- * activation overwrites x and the result is a view of it. The backward takes
- * its mask from the output, which is exact: for slope >= 0, y > 0 exactly
- * when x > 0 (NaN fails both). */
-
-static int relu_inplace_backward_node(duet_node *node) {
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        relu_backward(gx, node->output->grad, node->output->data, node->output->numel);
-    return DUET_OK;
-}
-
-static int leaky_relu_inplace_backward_node(duet_node *node) {
-    const slope_ctx *c = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        leaky_relu_backward(gx, node->output->grad, node->output->data, c->slope,
-                            node->output->numel);
-    return DUET_OK;
-}
+ * activation overwrites x and the result is a view of it. The mask is taken
+ * from x before it is overwritten, so the gradients are the copying op's for
+ * any slope. */
 
 bool duet__overwritable(const duet_tensor *x) {
     /* The caller's reference, plus the producing node's when recorded. */
@@ -148,43 +172,37 @@ static int inplace_result(duet_tensor *x, duet_tensor **y) {
     return duet_tensor_view(y, x, x->ndim, x->shape);
 }
 
-int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
+/* x = relu(x) or leaky_relu(x, slope) in place when x is overwritable. */
+static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tensor **out) {
+    const char *op = is_relu ? "relu" : "leaky_relu";
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!duet__overwritable(x)) return duet_relu(x, out);
+    if (!(slope >= 0.0f) || !duet__overwritable(x)) return rectify(x, slope, is_relu, out);
     duet_tensor *y = NULL;
     DUET_TRY(inplace_result(x, &y));
-    relu_forward(x->data, x->data, x->numel);
+    mask_ctx *c = NULL;
+    if (y != x) {
+        int rc = DUET_OK;
+        if ((c = mask_make(x, slope, &rc)) == NULL) {
+            duet_tensor_release(y);
+            return rc;
+        }
+    }
+    if (is_relu) relu_forward(x->data, x->data, x->numel);
+    else leaky_relu_forward(x->data, x->data, slope, x->numel);
     if (y == x) {
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
+    return duet__opb_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out);
+}
+
+int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
+    return rectify_inplace(x, 0.0f, true, out);
 }
 
 int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
-    if (!(negative_slope >= 0.0f) || !duet__overwritable(x))
-        return duet_leaky_relu(x, negative_slope, out);
-    duet_tensor *y = NULL;
-    DUET_TRY(inplace_result(x, &y));
-    slope_ctx *c = NULL;
-    if (y != x) {
-        c = malloc(sizeof *c);
-        if (c == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "leaky_relu: out of memory for the saved slope");
-        }
-        c->slope = negative_slope;
-    }
-    leaky_relu_forward(x->data, x->data, negative_slope, x->numel);
-    if (y == x) {
-        *out = y;
-        return DUET_OK;
-    }
-    return duet__opb_finish(y, "leaky_relu", leaky_relu_inplace_backward_node, c, free, 1, &x,
-                            out);
+    return rectify_inplace(x, negative_slope, false, out);
 }
 
 /* ---- sigmoid, tanh ------------------------------------------------------------------ */
