@@ -289,11 +289,12 @@ static void trace_tape(const char *when, const char *loss_op) {
     line[used < sizeof line ? used : sizeof line - 1] = '\0';
     size_t live = 0, peak = 0;
     duet_alloc_stats(&live, &peak);
-    duet_log(DUET_LOG_INFO,
-             "alloc trace: %s backward from %s: live %.1f MB, peak %.1f MB since the last "
-             "report; %zu nodes keep %.1f MB of op outputs: %s",
-             when, loss_op, (double)live / 1048576.0,
-             (double)peak / 1048576.0, tp->count, total, nops ? line : "none");
+    /* stderr, not the log: an explicit request, whatever the log level. */
+    fprintf(stderr,
+            "duet alloc trace: %s backward from %s: live %.1f MB, peak %.1f MB since the last "
+            "report; %zu nodes keep %.1f MB of op outputs: %s\n",
+            when, loss_op, (double)live / 1048576.0, (double)peak / 1048576.0, tp->count, total,
+            nops ? line : "none");
     duet_alloc_reset_peak();
 }
 
