@@ -6,6 +6,7 @@
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
+#include "train/registry_data.h"
 #include "train/registry_gan.h"
 
 #include <float.h>
@@ -628,6 +629,10 @@ static void register_builtins(void) {
     register_one(duet_registry_register_model("Pix2Pix", duet__build_pix2pix));
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
+    register_one(duet_registry_register_dataset("GenerationPairedDataset",
+                                                duet__build_generation_paired));
+    register_one(duet_registry_register_dataset("GenerationUnpairedDataset",
+                                                duet__build_generation_unpaired));
     /* A table overflow here is a bug (REG_MAX is far above the built-ins). */
     DUET_ASSERT(builtins_rc == DUET_OK);
     in_builtins = false;
