@@ -398,6 +398,14 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             if (*agreed && lrc != DUET_OK) print_error(rc);
             return rc;
         }
+        /* Evaluation before the checkpoint of the same iteration: a model
+         * whose evaluation changes its state (Pix2Pix's val_step runs the
+         * generator in training mode, so BatchNorm's running statistics move,
+         * as in MMEditing's forward_test) checkpoints that state, and a run
+         * resumed there goes on exactly as the uninterrupted one did.
+         * (MMEditing saves first: its resumed Pix2Pix runs differ.) */
+        if (!stop && every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
+            DUET_TRY(evaluate_hook(r, iter));
         bool ckpt = every(iter, r->ckpt_interval, r->total_iters);
         if (ckpt || stop) {
             rc = duet__run_checkpoint(r, iter);
@@ -412,8 +420,6 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             *agreed = true;
             return duet__run_stopped(r, iter, true);
         }
-        if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
-            DUET_TRY(evaluate_hook(r, iter));
     }
     return DUET_OK;
 }
