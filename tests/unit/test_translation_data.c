@@ -425,6 +425,50 @@ static void test_errors(void **state) {
                        DUET_EUNSUPPORTED, "c.bmp", "PNG and JPEG");
 }
 
+/* configs/pix2pix_tiny.cfg: its data groups read every key they hold and
+ * give 64x64 img_a / img_b (train: 64 -> 72 -> crop 64; val: 64 kept), and
+ * its model builds. */
+static void test_pix2pix_tiny_config(void **state) {
+    tu_tmpdir *fx = *state;
+    const char *src = getenv("DUET_SOURCE_DIR");
+    if (src == NULL) fail_msg("DUET_SOURCE_DIR is not set");
+    duet_rng r = duet_rng_make(6, 0);
+    duet_image *p = pair_image(&r, 64, 64, false);
+    save(fx->dir, "train", "a.png", p);
+    save(fx->dir, "test", "b.png", p);
+    duet_image_destroy(p);
+    char path[512], set[600];
+    snprintf(path, sizeof path, "%s/configs/pix2pix_tiny.cfg", src);
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load(path, &cfg));
+    const char *groups[2] = {"data.train", "data.val"};
+    for (int g = 0; g < 2; g++) {
+        snprintf(set, sizeof set, "%s.dataroot=\"%s\"", groups[g], fx->dir);
+        TU_OK(duet_config_set(cfg, set));
+        duet_dataset *ds = NULL;
+        TU_OK(duet_build_dataset(cfg, groups[g], g == 0, &ds));
+        duet_batch b = {0};
+        TU_OK(duet_dataset_get_item(ds, 0, SEED, 0, &b));
+        for (int k = 0; k < 2; k++) {
+            const duet_tensor *t = duet_batch_tensor_get(&b, k ? "img_b" : "img_a");
+            assert_non_null(t);
+            assert_int_equal(t->shape[2], 64);
+            assert_int_equal(t->shape[3], 64);
+        }
+        duet_batch_clear(&b);
+        duet_dataset_destroy(ds);
+        duet_config *view = NULL;
+        TU_OK(duet_config_sub(cfg, groups[g], &view));
+        if (g == 0) TU_OK(duet_config_mark_used(view, "times")); /* the runner's key */
+        TU_OK(duet_config_check_unused(view));
+        duet_config_destroy(view);
+    }
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, "model", &r, &m));
+    duet_model_destroy(m);
+    duet_config_destroy(cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         TU_TMPDIR_TEST(test_paired_one_window_one_flip),
@@ -435,6 +479,7 @@ int main(void) {
         TU_TMPDIR_TEST(test_unpaired_test_mode_by_index),
         TU_TMPDIR_TEST(test_loader_batches),
         TU_TMPDIR_TEST(test_errors),
+        TU_TMPDIR_TEST(test_pix2pix_tiny_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
