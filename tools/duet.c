@@ -155,18 +155,32 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
     return -1;
 }
 
-/* `duet test`'s answer: one JSON object, or a table next to bicubic. */
+/* `duet test`'s answer: one JSON object, or a table next to bicubic, of the
+ * metrics model.test_cfg.metrics names (none for a translation model, whose
+ * outputs are the answer; bicubic only where the data is super-resolution). */
 static void print_test_result(const duet_runner_opts *o, const duet_test_result *r, bool json) {
+    const duet_log_vars *m = &r->metrics, *b = &r->metrics_bicubic;
     if (json) {
-        printf("{\"PSNR\": %.4f, \"SSIM\": %.4f, \"PSNR_bicubic\": %.4f, "
-               "\"SSIM_bicubic\": %.4f, \"images\": %" PRId64 "}\n",
-               r->psnr, r->ssim, r->psnr_bicubic, r->ssim_bicubic, r->images);
+        printf("{");
+        for (int i = 0; i < m->count; i++) printf("\"%s\": %.4f, ", m->names[i], m->values[i]);
+        for (int i = 0; i < b->count; i++)
+            printf("\"%s_bicubic\": %.4f, ", b->names[i], b->values[i]);
+        printf("\"images\": %" PRId64 "}\n", r->images);
     } else {
         printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
                o->checkpoint, r->images, r->crop_border);
-        printf("            PSNR      SSIM\n");
-        printf("  model    %7.3f   %.4f\n", r->psnr, r->ssim);
-        printf("  bicubic  %7.3f   %.4f\n", r->psnr_bicubic, r->ssim_bicubic);
+        if (m->count > 0) {
+            printf("         ");
+            for (int i = 0; i < m->count; i++) printf(" %9s", m->names[i]);
+            printf("\n  model  ");
+            for (int i = 0; i < m->count; i++) printf(" %9.4f", m->values[i]);
+            printf("\n");
+        }
+        if (b->count > 0) {
+            printf("  bicubic");
+            for (int i = 0; i < b->count; i++) printf(" %9.4f", b->values[i]);
+            printf("\n");
+        }
         if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
     }
     fflush(stdout);

@@ -27,9 +27,10 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * dataset's sample goes to val_step as it is (a batch of one, named
  * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
 /* sums: [0] images, [1 + k] the model's metric k of test_cfg, [1 + NM + k]
- * bicubic's. */
+ * bicubic's, [1 + 2 NM] images with a bicubic comparison (super-resolution
+ * samples only). */
 #define NM DUET_MAX_METRICS
-#define NSUMS (1 + 2 * NM)
+#define NSUMS (2 + 2 * NM)
 
 /* Translation data ("img_a" / "img_b", no "lq" / "gt") is normalised to
  * [-1, 1], and so are the outputs of the models that take it: MMEditing's
@@ -84,6 +85,7 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
         rc = duet_imresize_tensor(lq, (double)duet_dataset_scale(r->val_set), &bic);
         if (rc == DUET_OK) rc = duet_evaluate(tc, bic, gt, &bl);
         for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&bl, tc->metrics[k]);
+        sums[1 + 2 * NM] += 1;
     }
     if (rc == DUET_OK && out_dir != NULL) {
         if (translation) rc = from_signed(vo.output, &saved);
@@ -164,9 +166,11 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     /* The metrics test_cfg names, in its order, and no others. */
     const duet_test_cfg *tc = &r->test_cfg;
     for (int k = 0; k < tc->nmetrics; k++) {
-        double m = sums[1 + k] / sums[0], b = sums[1 + NM + k] / sums[0];
+        const double nb = sums[1 + 2 * NM];
+        double m = sums[1 + k] / sums[0], b = nb > 0 ? sums[1 + NM + k] / nb : 0.0;
         DUET_TRY(duet_log_vars_set(&res->metrics, tc->metrics[k], m));
-        if (bicubic) DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
+        if (bicubic && nb > 0)
+            DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
         if (strcmp(tc->metrics[k], "PSNR") == 0) res->psnr = m, res->psnr_bicubic = b;
         if (strcmp(tc->metrics[k], "SSIM") == 0) res->ssim = m, res->ssim_bicubic = b;
     }

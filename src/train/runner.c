@@ -353,6 +353,48 @@ static int evaluate_hook(duet__run *r, int64_t iter) {
     return rc;
 }
 
+/* FNV-1a over the bytes of every buffer of the model (BatchNorm statistics
+ * and the like): what an evaluation may change. */
+static uint64_t buffers_hash(duet__run *r) {
+    duet_named_tensors l = {0};
+    uint64_t h = 1469598103934665603ULL;
+    if (duet_module_named_buffers(duet_model_module(r->model), &l) != DUET_OK) return 0;
+    for (size_t i = 0; i < l.count; i++) {
+        const unsigned char *b = (const unsigned char *)l.items[i].tensor->data;
+        for (size_t k = 0; k < sizeof(float) * (size_t)l.items[i].tensor->numel; k++)
+            h = (h ^ b[k]) * 1099511628211ULL;
+    }
+    duet_named_tensors_free(&l);
+    return h;
+}
+
+/* The checkpoint of `iter`; on failure every rank returns rank 0's status. */
+static int checkpoint_now(duet__run *r, int64_t iter, bool *agreed) {
+    int rc = duet__run_checkpoint(r, iter);
+    if (rc != DUET_OK) {
+        /* Every rank has rank 0's status: all stop together. */
+        *agreed = rc != DUET_EMPI && rc != DUET_ETIMEOUT;
+        if (*agreed && r->rank == 0) print_error(rc);
+    }
+    return rc;
+}
+
+/* Evaluation after the checkpoint of the same iteration (MMEditing's hook
+ * order, and a failed evaluation then finds the checkpoint written). An
+ * evaluation may change the model's state: Pix2Pix's val_step runs the
+ * generator in training mode, as MMEditing's forward_test does, so
+ * BatchNorm's running statistics move. The uninterrupted run goes on with
+ * them; so that a run resumed from this checkpoint does the same, bit for
+ * bit, the checkpoint is written again when rank 0's buffers changed. */
+static int evaluate_then_recheckpoint(duet__run *r, int64_t iter, bool ckpt, bool *agreed) {
+    const uint64_t before = ckpt && r->rank == 0 ? buffers_hash(r) : 0;
+    DUET_TRY(evaluate_hook(r, iter));
+    if (!ckpt) return DUET_OK;
+    int32_t again = r->rank == 0 && buffers_hash(r) != before;
+    if (r->world > 1) DUET_TRY(duet_comm_bcast(r->comm, &again, 1, DUET_DTYPE_I32, 0));
+    return again ? checkpoint_now(r, iter, agreed) : DUET_OK;
+}
+
 static bool every(int64_t iter, int64_t interval, int64_t total) {
     return interval > 0 && (iter % interval == 0 || iter == total);
 }
@@ -398,28 +440,17 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             if (*agreed && lrc != DUET_OK) print_error(rc);
             return rc;
         }
-        /* Evaluation before the checkpoint of the same iteration: a model
-         * whose evaluation changes its state (Pix2Pix's val_step runs the
-         * generator in training mode, so BatchNorm's running statistics move,
-         * as in MMEditing's forward_test) checkpoints that state, and a run
-         * resumed there goes on exactly as the uninterrupted one did.
-         * (MMEditing saves first: its resumed Pix2Pix runs differ.) */
-        if (!stop && every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
-            DUET_TRY(evaluate_hook(r, iter));
         bool ckpt = every(iter, r->ckpt_interval, r->total_iters);
         if (ckpt || stop) {
-            rc = duet__run_checkpoint(r, iter);
-            if (rc != DUET_OK) {
-                /* Every rank has rank 0's status: all stop together. */
-                *agreed = rc != DUET_EMPI && rc != DUET_ETIMEOUT;
-                if (*agreed && r->rank == 0) print_error(rc);
-                return rc;
-            }
+            rc = checkpoint_now(r, iter, agreed);
+            if (rc != DUET_OK) return rc;
         }
         if (stop) {
             *agreed = true;
             return duet__run_stopped(r, iter, true);
         }
+        if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
+            DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
     }
     return DUET_OK;
 }
