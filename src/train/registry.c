@@ -626,6 +626,7 @@ static void register_builtins(void) {
     register_one(duet_registry_register_model("ESRGAN", build_esrgan));
     register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
     register_one(duet_registry_register_model("Pix2Pix", duet__build_pix2pix));
+    register_one(duet_registry_register_model("CycleGAN", duet__build_cyclegan));
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
     /* A table overflow here is a bug (REG_MAX is far above the built-ins). */
