@@ -182,7 +182,8 @@ int duet_ddp_mark_ready(duet_module *ddp, size_t i);
 void duet_ddp_progress(duet_module *ddp);
 /* End of the backward pass: waits for the started reductions (starting,
  * with the data at hand, any that other ranks started, so nobody hangs) and
- * records whether every tracked parameter was ready. No-op when not armed.
+ * records whether every tracked parameter was ready. No-op when not armed
+ * (but for the DUET_ESTATE of a gradient that came around the DDP, above).
  * Collective for an armed DDP. */
 int duet_ddp_finalize(duet_module *ddp);
 
