@@ -548,8 +548,8 @@ duet_rng *duet_pix2pix_dropout_rng(duet_model *m);
  * identical on every rank, so N ranks match one process with the whole
  * batch and a checkpoint from rank 0 holds all of it; MMEditing keeps one
  * pool per GPU. val_step runs the generators in training mode (MMEditing's
- * forward_test) and outputs fake_b (test direction a2b), fake_a (b2a), or
- * with show_input real_a | fake_b | real_b | fake_a side by side along W. */
+ * forward_test) and outputs fake_b (test direction a2b) or fake_a (b2a);
+ * no metrics. */
 typedef struct duet_cyclegan_opts {
     duet_resnet_generator_opts generator;        /* 3, 3, 64, 9, IN, no dropout */
     duet_patch_discriminator_opts discriminator; /* 3, 64, 3, IN */
@@ -559,7 +559,6 @@ typedef struct duet_cyclegan_opts {
     int disc_steps, disc_init_steps;             /* 1, 0 */
     bool b2a;                                    /* train_cfg.direction: false = a2b */
     int64_t buffer_size;                         /* 50; 0: no pools */
-    bool show_input;                             /* test_cfg.show_input: false */
     bool test_b2a;     /* test_cfg.test_direction b2a (flipped when b2a, as MMEditing) */
     uint64_t pool_seed, dropout_seed;            /* the model's rngs (stream 0) */
 } duet_cyclegan_opts;

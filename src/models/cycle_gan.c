@@ -16,7 +16,7 @@
 
 typedef struct cyclegan {
     int disc_steps, disc_init_steps;
-    bool b2a, show_input, test_b2a; /* test_b2a: after MMEditing's flip for b2a */
+    bool b2a, test_b2a; /* test_b2a: after MMEditing's flip for b2a */
     float cycle_weight;
     int64_t step_counter;
     duet_rng pool_rng;
@@ -291,26 +291,11 @@ static int cyclegan_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     return test_forward(m, lq, out);
 }
 
-/* out (N, C, H, 4W) = real_a | fake_b | real_b | fake_a along W (MMEditing's
- * show_input image). */
-static int side_by_side(duet_tensor *const parts[4], duet_tensor **out) {
-    const duet_tensor *t = parts[0];
-    for (int i = 1; i < 4; i++)
-        if (!duet_tensor_same_shape(parts[i], t))
-            return duet__error(DUET_ESHAPE, "CycleGAN show_input: img_a and img_b must have the "
-                               "same shape to be shown side by side");
-    const int64_t rows = t->shape[0] * t->shape[1] * t->shape[2], w = t->shape[3];
-    DUET_TRY(duet_tensor_create4(out, t->shape[0], t->shape[1], t->shape[2], 4 * w));
-    for (int64_t r = 0; r < rows; r++)
-        for (int i = 0; i < 4; i++)
-            memcpy((*out)->data + (r * 4 + i) * w, parts[i]->data + r * w,
-                   (size_t)w * sizeof(float));
-    return DUET_OK;
-}
-
 /* MMEditing's forward_test runs the generators in training mode (no effect
  * with instance norm and no dropout); the dropout rng is put back so that
- * evaluating does not change later training steps. No metrics. */
+ * evaluating does not change later training steps. The output is the
+ * translation of the test direction (show_input's side-by-side picture is
+ * the runner's evaluation grid's job); no metrics. */
 static int cyclegan_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
     cyclegan *p = duet_model_impl(m);
     duet_tensor *img_a = NULL, *img_b = NULL, *fake_b = NULL, *fake_a = NULL;
@@ -326,14 +311,7 @@ static int cyclegan_val_step(duet_model *m, const duet_batch *batch, duet_val_ou
     if (rc == DUET_OK) rc = net_forward(m, "generators", "b", real_b, &fake_a);
     duet_module_train(gens, was_training);
     p->dropout_rng = saved;
-    if (rc == DUET_OK) {
-        if (p->show_input) {
-            duet_tensor *parts[4] = {real_a, fake_b, real_b, fake_a};
-            rc = side_by_side(parts, &out->output);
-        } else {
-            out->output = duet_tensor_retain(p->test_b2a ? fake_a : fake_b);
-        }
-    }
+    if (rc == DUET_OK) out->output = duet_tensor_retain(p->test_b2a ? fake_a : fake_b);
     duet_tensor_release(fake_a);
     duet_tensor_release(fake_b);
     DUET_TRY(rc);
@@ -473,7 +451,6 @@ int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_
     p->disc_steps = opts->disc_steps;
     p->disc_init_steps = opts->disc_init_steps;
     p->b2a = opts->b2a;
-    p->show_input = opts->show_input;
     /* MMEditing: test_direction is relative to the training direction. */
     p->test_b2a = opts->b2a ? !opts->test_b2a : opts->test_b2a;
     p->cycle_weight = opts->cycle_loss_weight;

@@ -171,7 +171,10 @@ int duet__build_cyclegan(duet_config *m, const char *path, duet_rng *rng, duet_m
     /* Without train_cfg MMEditing takes the direction from test_cfg. */
     bool test_b2a = false;
     DUET_TRY(read_direction(m, "test_cfg.direction", false, &test_b2a));
-    DUET_TRY(duet_config_get_bool_or(m, "test_cfg.show_input", false, &o.show_input));
+    /* show_input: MMEditing saves real | fake images side by side; duet's
+     * evaluation grid always shows the input next to the output. */
+    bool show_input = false;
+    DUET_TRY(duet_config_get_bool_or(m, "test_cfg.show_input", false, &show_input));
     DUET_TRY(read_direction(m, "test_cfg.test_direction", false, &o.test_b2a));
     if (duet_config_has(m, "train_cfg"))
         DUET_TRY(read_direction(m, "train_cfg.direction", false, &o.b2a));
