@@ -519,6 +519,59 @@ void duet_pix2pix_set_step_counter(duet_model *m, int64_t step_counter);
  * same elements bitwise. */
 duet_rng *duet_pix2pix_dropout_rng(duet_model *m);
 
+/* ---- CycleGAN (mmedit/models/synthesizers/cycle_gan.py) -------------------- */
+
+/* Parts generators and discriminators, each a container ("ModuleDict", no
+ * forward) of two networks "a" and "b" built from the same settings
+ * (ResnetGenerator, PatchDiscriminator), so state dicts are MMEditing's
+ * (generators.a.model.0.conv.weight); gan_loss, cycle_loss (L1), id_loss
+ * (L1, only when id_loss_weight > 0). The wrapper gives each container one
+ * DDP holding both networks; the model forwards generators.a through it
+ * (duet_ddp_forward_child), never around it.
+ * Batches hold "img_a" and "img_b" (N, C, H, W) in [-1, 1], unpaired;
+ * direction b2a swaps them. train_step: fake_b = G_a(real_a), rec_a =
+ * G_b(fake_b), fake_a = G_b(real_b), rec_b = G_a(fake_a); then, when
+ * step_counter % disc_steps == 0 and step_counter >= disc_init_steps, the
+ * generator step with the discriminators frozen (one backward of loss_id_a
+ * = id(G_a(real_b), real_b) * cycle weight, loss_id_b likewise, loss_gan_g_a
+ * = gan(D_a(fake_b), real), loss_gan_g_b = gan(D_b(fake_a), real),
+ * loss_cycle_a = cycle(rec_a, real_a), loss_cycle_b = cycle(rec_b, real_b));
+ * then the discriminator step on the image pools' answers (loss_gan_d_a =
+ * (gan(D_a(pool_b(fake_b)), fake) + gan(D_a(real_b), real)) / 2, pool_b
+ * queried first, then loss_gan_d_b the same way with pool_a, fake_a and
+ * real_a), both in one backward (each network's gradient comes from its
+ * own term, as MMEditing's two backwards give it). Log values are those
+ * names. Optimizers "generators" and "discriminators".
+ * The pools (MMEditing's GANImageBuffer of buffer_size images each) draw
+ * from the model's pool rng. Under the wrapper they hold the images of the
+ * whole global batch (gathered from every rank in rank order) and are
+ * identical on every rank, so N ranks match one process with the whole
+ * batch and a checkpoint from rank 0 holds all of it; MMEditing keeps one
+ * pool per GPU. val_step runs the generators in training mode (MMEditing's
+ * forward_test) and outputs fake_b (test direction a2b) or fake_a (b2a);
+ * no metrics. */
+typedef struct duet_cyclegan_opts {
+    duet_resnet_generator_opts generator;        /* 3, 3, 64, 9, IN, no dropout */
+    duet_patch_discriminator_opts discriminator; /* 3, 64, 3, IN */
+    duet_gan_loss_opts gan_loss;                 /* lsgan, 1, 0, 1 */
+    float cycle_loss_weight;                     /* 10 */
+    float id_loss_weight;                        /* 0.5; <= 0: no identity loss */
+    int disc_steps, disc_init_steps;             /* 1, 0 */
+    bool b2a;                                    /* train_cfg.direction: false = a2b */
+    int64_t buffer_size;                         /* 50; 0: no pools */
+    bool test_b2a;     /* test_cfg.test_direction b2a (flipped when b2a, as MMEditing) */
+    uint64_t pool_seed, dropout_seed;            /* the model's rngs (stream 0) */
+} duet_cyclegan_opts;
+duet_cyclegan_opts duet_cyclegan_opts_default(void); /* MMEditing's cyclegan configs */
+int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_rng *rng);
+int64_t duet_cyclegan_step_counter(duet_model *m);
+/* The pools' rng (borrowed, lives with the model). Checkpoints save it, the
+ * step counter, the dropout rng and both pools (see docs/gan_translation.md
+ * for the keys), through the model's save_state / load_state. */
+duet_rng *duet_cyclegan_pool_rng(duet_model *m);
+/* Images held by pool "a" (fake_a's) or "b" (fake_b's). */
+int64_t duet_cyclegan_pool_count(duet_model *m, char which);
+
 #ifdef __cplusplus
 }
 #endif

@@ -235,7 +235,15 @@ static int mark_ready(ddp_state *d, size_t i) {
 static void grad_hook(void *ctx, duet_tensor *t) {
     (void)t;
     ddp_slot *s = ctx;
-    mark_ready(s->ddp, s->index); /* errors are kept for finalize */
+    ddp_state *d = s->ddp;
+    /* A gradient that no armed forward asked for, outside no_sync: the
+     * parameter was used by a forward that went around the DDP (MMEditing's
+     * get_module(self.generators)['a'](x) calls the wrapped network
+     * directly). Its gradient is this rank's own and nothing will average
+     * it, so the replicas would drift apart without a word. Remembered
+     * here, reported as an error by the end of this backward (finalize). */
+    if (!d->armed && !d->no_sync && d->stray == 0) d->stray = s->index + 1;
+    mark_ready(d, s->index); /* errors are kept for finalize */
 }
 
 /* Resets the per-pass state after finalize. */
@@ -308,8 +316,29 @@ static bool any_trainable(const ddp_state *d) {
     return false;
 }
 
+/* The end of a backward in which the unarmed DDP got gradients (see
+ * grad_hook). Local: every rank runs the same program, so every rank that
+ * bypassed the DDP fails here, with no collective to hang in. A DDP that
+ * already failed keeps its first error (the cause) for the next forward. */
+static int report_stray(ddp_state *d) {
+    const char *name = d->slots[d->stray - 1].name;
+    d->stray = 0;
+    if (d->sticky_error != 0) return DUET_OK;
+    int rc = duet__error(
+        DUET_ESTATE,
+        "DDP '%s': parameter '%s' got a gradient in a backward pass that no forward through "
+        "the DDP asked for: a forward of the wrapped module, or of one of its sub-networks, "
+        "went around the DDP (as MMEditing's get_module(self.generators)['a'](x) does), so "
+        "this rank's gradients would not be averaged across ranks. Forward through the DDP "
+        "(duet_module_forward on it, or duet_ddp_forward_child for a sub-network), or turn "
+        "on duet_ddp_set_no_sync for deliberate local accumulation",
+        d->name, name);
+    set_sticky(d, rc, duet_last_error());
+    return rc;
+}
+
 static int finalize(ddp_state *d) {
-    if (!d->armed) return DUET_OK;
+    if (!d->armed) return d->stray != 0 ? report_stray(d) : DUET_OK;
     double t0 = duet_time_now();
     /* Agree on what happened before waiting, on the control channel (it does
      * not order against the buckets' reductions): how many buckets each rank
@@ -486,15 +515,16 @@ static int find_reachable(ddp_state *d, duet_tensor *const *roots, int nroots) {
     return duet_autograd_visit_leaves(roots, nroots, visit_reachable, d);
 }
 
-static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
-    ddp_state *d = self->impl;
+/* target: the wrapped module or one of its children. */
+static int forward_through(ddp_state *d, duet_module *target, int nin, duet_tensor *const *in,
+                           duet_tensor **out) {
     *out = NULL;
     if (d->inner == NULL)
         return duet__error(DUET_ESTATE, "DDP '%s' has no wrapped module", d->name);
     double t0 = duet_time_now();
     bool armed = duet_grad_enabled() && !d->no_sync;
     if (armed) DUET_TRY(arm(d));
-    int rc = duet_module_forwardn(d->inner, nin, in, out);
+    int rc = duet_module_forwardn(target, nin, in, out);
     if (rc == DUET_OK && armed) rc = find_reachable(d, out, 1);
     if (rc != DUET_OK) {
         duet_tensor_release(*out);
@@ -503,6 +533,25 @@ static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
     }
     duet__ddp_trace_add(d, "forward", armed ? 1 : 0, 0, t0, duet_time_now());
     return DUET_OK;
+}
+
+static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    ddp_state *d = self->impl;
+    return forward_through(d, d->inner, nin, in, out);
+}
+
+int duet_ddp_forward_child(duet_module *ddp, const char *child, int nin, duet_tensor *const *in,
+                           duet_tensor **out) {
+    *out = NULL;
+    ddp_state *d = duet__ddp_state(ddp);
+    if (d == NULL)
+        return duet__error(DUET_EINVAL, "duet_ddp_forward_child: the module is not a "
+                           "DistributedDataParallel");
+    duet_module *target = d->inner != NULL ? duet_module_child(d->inner, child) : NULL;
+    if (target == NULL)
+        return duet__error(DUET_ENOTFOUND, "DDP '%s': the wrapped module has no child '%s'",
+                           d->name, child != NULL ? child : "(null)");
+    return forward_through(d, target, nin, in, out);
 }
 
 /* ---- creation ------------------------------------------------------------------ */

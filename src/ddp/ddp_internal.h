@@ -69,6 +69,10 @@ struct ddp_state {
     size_t next_launch;    /* buckets started in order: [0, next_launch) */
     size_t next_complete;  /* buckets completed: [0, next_complete) */
     int pass_error;        /* a local error in this pass (marked twice, MPI) */
+    /* A tracked parameter got a gradient while the DDP was not armed and not
+     * in no_sync (a forward went around the DDP): its index + 1, 0 if none.
+     * Reported by the end of that backward (finalize). */
+    size_t stray;
     char *pass_error_msg;
     double t_arm, t_backward0;
 

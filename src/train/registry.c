@@ -627,6 +627,7 @@ static void register_builtins(void) {
     register_one(duet_registry_register_model("ESRGAN", build_esrgan));
     register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
     register_one(duet_registry_register_model("Pix2Pix", duet__build_pix2pix));
+    register_one(duet_registry_register_model("CycleGAN", duet__build_cyclegan));
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
     register_one(duet_registry_register_dataset("GenerationPairedDataset",

@@ -727,7 +727,8 @@ static void test_registry_errors(void **state) {
     assert_string_equal(t[1], "ESRGAN");
     assert_string_equal(t[2], "BasicRestorer");
     assert_string_equal(t[3], "Pix2Pix");
-    assert_null(t[4]);
+    assert_string_equal(t[4], "CycleGAN");
+    assert_null(t[5]);
 }
 
 int main(void) {
