@@ -530,18 +530,20 @@ duet_rng *duet_pix2pix_dropout_rng(duet_model *m);
  * (duet_ddp_forward_child), never around it.
  * Batches hold "img_a" and "img_b" (N, C, H, W) in [-1, 1], unpaired;
  * direction b2a swaps them. train_step: fake_b = G_a(real_a), rec_a =
- * G_b(fake_b), fake_a = G_b(real_b), rec_b = G_a(fake_a); then, when
- * step_counter % disc_steps == 0 and step_counter >= disc_init_steps, the
- * generator step with the discriminators frozen (one backward of loss_id_a
- * = id(G_a(real_b), real_b) * cycle weight, loss_id_b likewise, loss_gan_g_a
- * = gan(D_a(fake_b), real), loss_gan_g_b = gan(D_b(fake_a), real),
- * loss_cycle_a = cycle(rec_a, real_a), loss_cycle_b = cycle(rec_b, real_b));
- * then the discriminator step on the image pools' answers (loss_gan_d_a =
- * (gan(D_a(pool_b(fake_b)), fake) + gan(D_a(real_b), real)) / 2, pool_b
- * queried first, then loss_gan_d_b the same way with pool_a, fake_a and
- * real_a), both in one backward (each network's gradient comes from its
- * own term, as MMEditing's two backwards give it). Log values are those
- * names. Optimizers "generators" and "discriminators".
+ * G_b(fake_b), fake_a = G_b(real_b), rec_b = G_a(fake_a); then, as
+ * MMEditing 0.x, the discriminator step first, on the image pools' answers
+ * (loss_gan_d_a = (gan(D_a(pool_b(fake_b)), fake) + gan(D_a(real_b),
+ * real)) / 2, pool_b queried first, then loss_gan_d_b the same way with
+ * pool_a, fake_a and real_a), both in one backward (each network's gradient
+ * comes from its own term, as MMEditing's two backwards give it); then,
+ * when step_counter % disc_steps == 0 and step_counter >= disc_init_steps,
+ * the generator step with the discriminators frozen, through the outputs
+ * computed before the discriminators were updated (one backward of
+ * loss_id_a = id(G_a(real_b), real_b) * cycle weight, loss_id_b likewise,
+ * loss_gan_g_a = gan(D_a(fake_b), real), loss_gan_g_b = gan(D_b(fake_a),
+ * real), loss_cycle_a = cycle(rec_a, real_a), loss_cycle_b = cycle(rec_b,
+ * real_b)). Log values are those names, in that order. Optimizers
+ * "generators" and "discriminators".
  * The pools (MMEditing's GANImageBuffer of buffer_size images each) draw
  * from the model's pool rng. Under the wrapper they hold the images of the
  * whole global batch (gathered from every rank in rank order) and are

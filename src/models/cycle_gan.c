@@ -248,7 +248,9 @@ static int discriminator_step(duet_model *m, const outputs *o, duet_optimizer *o
     if (rc == DUET_OK)
         rc = disc_term(m, "b", p->pool_a, o->fake_a, o->real_a, "loss_gan_d_b", log, &lb);
     if (rc == DUET_OK) rc = duet_add(la, lb, &total);
-    if (rc == DUET_OK) rc = duet_backward(total);
+    /* The pools answer copies without history, so this backward reaches no
+     * generator; it keeps their graph for the generator step. */
+    if (rc == DUET_OK) rc = duet_backward_keep_unreached(total);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
     duet_tensor_release(la);
     duet_tensor_release(lb);
@@ -273,10 +275,14 @@ static int cyclegan_train_step(duet_model *m, const duet_batch *batch, duet_opti
     if (rc == DUET_OK) rc = net_forward(m, "generators", "b", o.fake_b, &o.rec_a);
     if (rc == DUET_OK) rc = net_forward(m, "generators", "b", o.real_b, &o.fake_a);
     if (rc == DUET_OK) rc = net_forward(m, "generators", "a", o.fake_a, &o.rec_b);
+    /* MMEditing's order: the discriminators step first (on the pools'
+     * detached answers; its backward keeps the generators' graph), then the
+     * generators step, gated by disc_steps / disc_init_steps, backpropagates
+     * through the outputs computed before the discriminators were updated. */
+    if (rc == DUET_OK) rc = discriminator_step(m, &o, opt_d, log);
     if (rc == DUET_OK && p->step_counter % p->disc_steps == 0 &&
         p->step_counter >= p->disc_init_steps)
         rc = generator_step(m, &o, opt_g, log);
-    if (rc == DUET_OK) rc = discriminator_step(m, &o, opt_d, log);
     duet_module_set_requires_grad(discs, true);
     outputs_release(&o);
     /* Without a generator step (or after a failure) the generators' graph

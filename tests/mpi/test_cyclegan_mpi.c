@@ -7,6 +7,11 @@
  *   draws too), with bit-identical parameters and pools on every rank. One
  *   DDP holds both generators and one both discriminators, in small
  *   buckets that straddle the two networks: each reduces once per step.
+ *   MMEditing's order (discriminators first) means the generators' DDP is
+ *   armed by the forward, sees the discriminators' backward reach none of
+ *   its parameters, and reduces in the generators' backward; with
+ *   disc_steps 2 a step's armed forward is followed by no generator
+ *   backward at all.
  * - one DDP around the whole model fails with the clear error on every
  *   rank, without a hang.
  * - the get_module trap: a training forward of generators.a that reaches
@@ -21,6 +26,11 @@
 enum { B = 6, ITERS = 3 };
 static const char *cpu[] = {"cpu"};
 
+/* The models' disc_steps and identity loss weight (changed by
+ * test_gated_generator_step and test_no_identity_loss). */
+static int disc_steps = 1;
+static float id_weight = 0.5f;
+
 static duet_model *tiny_cyclegan(void) {
     duet_cyclegan_opts o = duet_cyclegan_opts_default();
     o.generator.base_channels = 4;
@@ -29,6 +39,8 @@ static duet_model *tiny_cyclegan(void) {
     o.discriminator.num_conv = 2;
     o.buffer_size = 4; /* full after 4 of step 1's 6 images: every step draws */
     o.pool_seed = 99;
+    o.disc_steps = disc_steps;
+    o.id_loss_weight = id_weight;
     duet_rng rng = duet_rng_make(2027, 0);
     duet_model *m = NULL;
     TU_OK(duet_cyclegan_create(&m, &o, &rng));
@@ -162,8 +174,10 @@ static void ranks_match_one_process(bool small_buckets) {
         duet_batch_clear(&local);
         duet_batch_clear(&b);
     }
-    /* Each DDP (two networks each) reduced once per step, everything. */
-    assert_int_equal(duet_ddp_get_stats(gd).syncs, ITERS);
+    /* Each DDP (two networks each) reduced once per step, everything;
+     * the generators only in the steps where they stepped (step_counter
+     * 0, 2 with disc_steps 2). */
+    assert_int_equal(duet_ddp_get_stats(gd).syncs, (ITERS + disc_steps - 1) / disc_steps);
     assert_int_equal(duet_ddp_get_stats(dd).syncs, ITERS);
     TU_OK(duet_ddp_check_replicas(gd));
     TU_OK(duet_ddp_check_replicas(dd));
@@ -243,6 +257,30 @@ static void test_ranks_match_one_process_small_buckets(void **state) {
     ranks_match_one_process(true);
 }
 
+/* disc_steps 2: in step 2 the generators' DDP is armed by the forward, the
+ * discriminators' backward does not reach it, and no generator backward
+ * follows; step 3's forward arms it again and its backward reduces. The
+ * result still equals one process, and the DDP reduced twice. */
+static void test_gated_generator_step(void **state) {
+    (void)state;
+    disc_steps = 2;
+    ranks_match_one_process(false);
+    disc_steps = 1;
+}
+
+/* Without the identity loss the generator step forwards no generator: the
+ * generators' DDP was armed only by forward_train, before the
+ * discriminators' backward, and must still be armed for the generators'
+ * backward (a DDP that disarmed at the end of every backward would see
+ * stray gradients here). */
+static void test_no_identity_loss(void **state) {
+    (void)state;
+    id_weight = 0.0f;
+    ranks_match_one_process(false);
+    ranks_match_one_process(true);
+    id_weight = 0.5f;
+}
+
 /* Every rank returns rc; returns how many failed with want. */
 static int count_failed(int rc, int want) {
     int failed = rc == want;
@@ -270,10 +308,13 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
         duet_batch_clear(&b);
     }
     assert_int_equal(rc, DUET_EUNUSED);
-    assert_int_equal(it, 2); /* the generator step of iteration 1 left it unfinished */
+    /* The discriminators step of iteration 1 (MMEditing's first) left it
+     * unfinished: the generators got no gradient in that backward. */
+    assert_int_equal(it, 2);
     const char *msg = duet_last_error();
     if (tu_rank == 0) printf("    rank 0, after %.2f s: %s\n", duet_time_now() - t0, msg);
-    assert_non_null(strstr(msg, "discriminators.a.model.0.conv.weight"));
+    assert_non_null(strstr(msg, "generators.a.model.0.conv.weight"));
+    assert_null(strstr(msg, "discriminators."));
     assert_true(duet_time_now() - t0 < 60.0);
     assert_int_equal(count_failed(rc, DUET_EUNUSED), tu_size);
     duet_optimizer_set_destroy(o);
@@ -340,6 +381,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one_process),
         cmocka_unit_test(test_ranks_match_one_process_small_buckets),
+        cmocka_unit_test(test_gated_generator_step),
+        cmocka_unit_test(test_no_identity_loss),
         cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
         cmocka_unit_test(test_get_module_trap),
     };

@@ -7,8 +7,9 @@ L1 weight 10, identity L1 weight 0.5, image pools of 2 images whose draws
 replay duet's rng (seed 2024, stream 0) in place of np.random, Adam lr 2e-4
 betas (0.5, 0.999) for both containers; two steps on one batch of two
 unpaired 32x32 images per domain, in float64 from float32 weights. The
-generator step comes first, then the discriminator step with one backward
-per discriminator, as MMEditing writes it.
+discriminator step comes first (one backward per discriminator), then the
+generator step through the outputs computed before the discriminators were
+updated, as MMEditing 0.x's train_step writes it.
 
 Keys: init.<state>, img_a, img_b; for step s in 1, 2: log<s>.<key>,
 grad<s>.<param> (the gradient each update used), step<s>.<state>,
@@ -170,6 +171,14 @@ class CycleGAN(nn.Module):
     def train_step(self, data_batch, optimizer, grads):
         outputs = self.forward_train(data_batch['img_a'], data_batch['img_b'])
         log_vars = dict()
+        # discriminators
+        set_requires_grad(self.discriminators, True)
+        optimizer['discriminators'].zero_grad()
+        log_vars.update(self.backward_discriminators(outputs=outputs))
+        grads.update({f"discriminators.{k}": p.grad.clone()
+                      for k, p in self.discriminators.named_parameters()})
+        optimizer['discriminators'].step()
+        # generators, no updates to discriminator parameters.
         if (self.step_counter % self.disc_steps == 0
                 and self.step_counter >= self.disc_init_steps):
             set_requires_grad(self.discriminators, False)
@@ -178,12 +187,6 @@ class CycleGAN(nn.Module):
             grads.update({f"generators.{k}": p.grad.clone()
                           for k, p in self.generators.named_parameters()})
             optimizer['generators'].step()
-        set_requires_grad(self.discriminators, True)
-        optimizer['discriminators'].zero_grad()
-        log_vars.update(self.backward_discriminators(outputs=outputs))
-        grads.update({f"discriminators.{k}": p.grad.clone()
-                      for k, p in self.discriminators.named_parameters()})
-        optimizer['discriminators'].step()
         self.step_counter += 1
         log_vars.pop('loss', None)
         return log_vars

@@ -56,14 +56,14 @@ static double max_abs(const duet_tensor *t) {
     return mx;
 }
 
-static const char *const log_names[8] = {"loss_id_a",    "loss_id_b",    "loss_gan_g_a",
-                                         "loss_gan_g_b", "loss_cycle_a", "loss_cycle_b",
-                                         "loss_gan_d_a", "loss_gan_d_b"};
+static const char *const log_names[8] = {"loss_gan_d_a", "loss_gan_d_b", "loss_id_a",
+                                         "loss_id_b",    "loss_gan_g_a", "loss_gan_g_b",
+                                         "loss_cycle_a", "loss_cycle_b"};
 
 static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
     assert_int_equal(log->count, 8);
     for (int i = 0; i < 8; i++) {
-        /* MMEditing's order: the generator step's keys, then the discriminators'. */
+        /* MMEditing's order: the discriminators step's keys, then the generators'. */
         assert_string_equal(log->names[i], log_names[i]);
         char key[64];
         snprintf(key, sizeof key, "log%d.%s", step, log_names[i]);
@@ -236,12 +236,19 @@ static void test_cyclegan_disc_init_steps(void **state) {
     TU_OK(duet_model_train_step(m, &b, opts, &log));
     assert_int_equal(log.count, 2);
     assert_string_equal(log.names[0], "loss_gan_d_a");
+    assert_string_equal(log.names[1], "loss_gan_d_b");
     assert_true(w->data[0] == first);
     assert_int_equal(duet_tape_size(), 0);
+    /* MMEditing counts the step whether or not the generators stepped. */
+    assert_int_equal(duet_cyclegan_step_counter(m), 1);
     TU_OK(duet_model_train_step(m, &b, opts, &log));
+    /* The discriminators' keys first, then the generators'. */
     assert_int_equal(log.count, 6);
-    assert_string_equal(log.names[0], "loss_gan_g_a");
+    assert_string_equal(log.names[0], "loss_gan_d_a");
+    assert_string_equal(log.names[2], "loss_gan_g_a");
+    assert_string_equal(log.names[5], "loss_cycle_b");
     assert_true(w->data[0] != first);
+    assert_int_equal(duet_tape_size(), 0);
     duet_batch_clear(&b);
     duet_optimizer_set_destroy(opts);
     duet_model_destroy(m);
