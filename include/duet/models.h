@@ -254,6 +254,10 @@ typedef struct duet_model_ops {
      * the modules instead: they are checkpointed and resumed with them. */
     int (*save_state)(duet_model *m, duet_st_writer *w);
     int (*load_state)(duet_model *m, const duet_st *ckpt);
+    /* The batch key of the image forward takes ("img_a" or "img_b" for an
+     * image-to-image model, after its direction settings); may be NULL:
+     * "lq" (super-resolution). */
+    const char *(*input_key)(duet_model *m);
 } duet_model_ops;
 
 /* Names of the tensors a save_state hook writes start with this. */
@@ -302,6 +306,10 @@ int duet_model_load_state(duet_model *m, const duet_st *ckpt);
  * average of the generator, see duet_ema_update) stands in for P in forward
  * and val_step, as MMEditing's forward_test uses generator_ema. */
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out);
+/* The batch key of forward's input: the ops' input_key, or "lq". `duet
+ * infer` prepares an "img_a" / "img_b" input with the config's data.val
+ * pipeline for that key, as `duet test` does (docs/gan_translation.md). */
+const char *duet_model_input_key(duet_model *m);
 /* One optimisation step. *log is cleared and filled with the named values
  * by the model's train_step, then averaged over the model's comm here (the
  * model need not, and every rank must log the same names in the same order:

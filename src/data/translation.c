@@ -544,3 +544,52 @@ static int translation_get(const void *impl, int64_t index, duet_rng *rng, duet_
     for (int k = 0; k < DUET__NSLOTS; k++) img_free(&s[k]);
     return rc;
 }
+
+/* ---- one image (duet infer) -------------------------------------------------- */
+
+int duet__translation_one_image(const duet__tstep *steps, size_t nsteps, bool paired, int slot,
+                                const char *path, int64_t max_pixels, duet_tensor **out) {
+    *out = NULL;
+    duet__translation_options o = {.paired = paired, .steps = steps, .nsteps = nsteps};
+    DUET_TRY(check_pipeline(&o));
+    translation t = {.paired = paired, .max_pixels = max_pixels};
+    /* A test pipeline draws nothing; a random step draws from a fixed rng. */
+    duet_rng rng = duet_rng_make(0, 0);
+    const char *paths[2] = {path, path};
+    img s[DUET__NSLOTS];
+    memset(s, 0, sizeof s);
+    duet_batch batch = {0};
+    bool collected = false;
+    int rc = DUET_OK;
+    for (size_t i = 0; i < nsteps && rc == DUET_OK && !collected; i++) {
+        duet__tstep st = steps[i];
+        /* The file is the image the model takes: the half of a pair (so
+         * loaded as LoadPairedImageFromFile loads, in BGR, without the
+         * split) or the unpaired image of that key. */
+        if (st.kind == DUET__T_LOAD_PAIRED || st.kind == DUET__T_LOAD) {
+            if (st.kind == DUET__T_LOAD_PAIRED || st.keys[0] == slot)
+                rc = load(&t, path, st.kind == DUET__T_LOAD_PAIRED || st.bgr, &s[slot]);
+            continue;
+        }
+        bool has = false;
+        for (int k = 0; k < st.nkeys; k++) has |= st.keys[k] == slot;
+        if (!has) continue;
+        st.nkeys = 1;
+        st.keys[0] = slot;
+        st.meta_path[0] = st.meta_path[1] = false;
+        if (st.kind == DUET__T_COLLECT) {
+            rc = build_batch(&st, paths, s, &batch);
+            collected = true;
+        } else {
+            rc = run_step(&t, &st, &rng, paths, s);
+        }
+    }
+    if (rc == DUET_OK && !collected)
+        rc = duet__error(DUET_ECONFIG, "%s: the pipeline's Collect does not take '%s', the "
+                         "image the model translates", nsteps ? steps[nsteps - 1].where
+                                                              : "pipeline", slot_names[slot]);
+    if (rc == DUET_OK) *out = duet_tensor_retain(duet_batch_tensor_get(&batch, slot_names[slot]));
+    duet_batch_clear(&batch);
+    for (int k = 0; k < DUET__NSLOTS; k++) img_free(&s[k]);
+    return rc;
+}

@@ -61,6 +61,16 @@ typedef struct duet__translation_options {
  * name the step (its `where`) or the folder. Steps are copied. */
 int duet__translation_dataset_create(duet_dataset **out, const duet__translation_options *o);
 
+/* duet infer's input: the image at `path` as image `slot` (DUET__SLOT_A or
+ * _B) of a sample, through the pipeline's steps for that key. The file is
+ * that image alone (for a paired pipeline the A or B half, loaded as
+ * LoadPairedImageFromFile loads a pair, without the split); steps on other
+ * keys are skipped, random steps draw from a fixed rng (a test pipeline has
+ * none). The pipeline is checked as the dataset checks it; *out is (1, 3,
+ * H, W) as Collect gives it. */
+int duet__translation_one_image(const duet__tstep *steps, size_t nsteps, bool paired, int slot,
+                                const char *path, int64_t max_pixels, duet_tensor **out);
+
 /* OpenCV's cv::resize(..., INTER_CUBIC) on an 8-bit (h, w, c) image into
  * dst (oh, ow, c): Keys' cubic with a = -0.75, half-pixel centres (source
  * x = (dx + 0.5) * w / ow - 0.5 in float), edge pixels repeated, no

@@ -374,6 +374,13 @@ static int cyclegan_load_state(duet_model *m, const duet_st *ckpt) {
     return DUET_OK;
 }
 
+/* forward is G_a on real_a or (test_b2a) G_b on real_b; b2a swaps which
+ * batch image is real_a. */
+static const char *cyclegan_input_key(duet_model *m) {
+    const cyclegan *p = duet_model_impl(m);
+    return p->test_b2a != p->b2a ? "img_b" : "img_a";
+}
+
 static const duet_model_ops cyclegan_ops = {
     .name = "CycleGAN",
     .forward = cyclegan_forward,
@@ -382,6 +389,7 @@ static const duet_model_ops cyclegan_ops = {
     .destroy = cyclegan_free,
     .save_state = cyclegan_save_state,
     .load_state = cyclegan_load_state,
+    .input_key = cyclegan_input_key,
 };
 
 /* ---- construction -------------------------------------------------------------- */

@@ -337,6 +337,10 @@ static void ema_leave(duet_model *m) {
     if (--m->ema_depth == 0) swap_ema_parts(m);
 }
 
+const char *duet_model_input_key(duet_model *m) {
+    return m->ops->input_key != NULL ? m->ops->input_key(m) : "lq";
+}
+
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
     if (m->ops->forward == NULL)

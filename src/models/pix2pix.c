@@ -218,6 +218,12 @@ static int pix2pix_load_state(duet_model *m, const duet_st *ckpt) {
     return DUET_OK;
 }
 
+/* forward is the generator on real_a, which b2a takes from img_b. */
+static const char *pix2pix_input_key(duet_model *m) {
+    const pix2pix *p = duet_model_impl(m);
+    return p->b2a ? "img_b" : "img_a";
+}
+
 static const duet_model_ops pix2pix_ops = {
     .name = "Pix2Pix",
     .forward = pix2pix_forward,
@@ -226,6 +232,7 @@ static const duet_model_ops pix2pix_ops = {
     .destroy = free,
     .save_state = pix2pix_save_state,
     .load_state = pix2pix_load_state,
+    .input_key = pix2pix_input_key,
 };
 
 int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rng *rng) {

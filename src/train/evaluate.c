@@ -36,7 +36,7 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * [-1, 1], and so are the outputs of the models that take it: MMEditing's
  * Pix2Pix and CycleGAN save their pictures with tensor2img(min_max=(-1, 1)),
  * and so does duet. New tensor (x + 1) / 2. */
-static int from_signed(const duet_tensor *t, duet_tensor **out) {
+int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
     DUET_TRY(duet_tensor_create(out, t->ndim, t->shape));
     for (int64_t i = 0; i < t->numel; i++) (*out)->data[i] = (t->data[i] + 1.0f) * 0.5f;
     return DUET_OK;
@@ -46,9 +46,9 @@ static int from_signed(const duet_tensor *t, duet_tensor **out) {
 static int translation_row(duet_image **row, const duet_tensor *a, const duet_tensor *out,
                            const duet_tensor *b) {
     duet_tensor *u[3] = {NULL, NULL, NULL};
-    int rc = from_signed(a, &u[0]);
-    if (rc == DUET_OK) rc = from_signed(out, &u[1]);
-    if (rc == DUET_OK) rc = from_signed(b, &u[2]);
+    int rc = duet__from_signed(a, &u[0]);
+    if (rc == DUET_OK) rc = duet__from_signed(out, &u[1]);
+    if (rc == DUET_OK) rc = duet__from_signed(b, &u[2]);
     if (rc == DUET_OK) rc = duet__grid_row(row, u[0], u[1], u[2], 0, 4);
     for (int k = 0; k < 3; k++) duet_tensor_release(u[k]);
     return rc;
@@ -88,7 +88,7 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
         sums[1 + 2 * NM] += 1;
     }
     if (rc == DUET_OK && out_dir != NULL) {
-        if (translation) rc = from_signed(vo.output, &saved);
+        if (translation) rc = duet__from_signed(vo.output, &saved);
         if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
     }
     if (rc == DUET_OK && row != NULL)

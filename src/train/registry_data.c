@@ -214,15 +214,9 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
                "Normalize, ImageToTensor, Collect)", type);
 }
 
-static int build_translation(duet_config *d, const char *path, bool paired, duet_dataset **out) {
-    duet__translation_options o = {0};
-    o.paired = paired;
-    DUET_TRY(duet_config_get_string(d, "dataroot", &o.dataroot));
-    DUET_TRY(duet_config_get_bool_or(d, "test_mode", false, &o.test_mode));
-    int64_t max_pixels = DUET_IMAGE_MAX_PIXELS_DEFAULT;
-    DUET_TRY(duet_config_get_int_in_or(d, "max_image_pixels", DUET_IMAGE_MAX_PIXELS_DEFAULT, 0,
-                                       INT64_MAX, &max_pixels));
-    DUET_TRY(duet_image_pixel_limit(max_pixels, &o.max_pixels));
+/* The `pipeline` list of the dataset group d (at `path`) into steps[n]. */
+static int read_pipeline(duet_config *d, const char *path, bool paired,
+                         duet__tstep steps[MAX_STEPS], size_t *nsteps) {
     size_t n = 0;
     if (duet_config_kind(d, "pipeline") != DUET_CONFIG_LIST) {
         char where[128];
@@ -234,8 +228,7 @@ static int build_translation(duet_config *d, const char *path, bool paired, duet
     if (n == 0 || n > MAX_STEPS)
         return duet__error(DUET_ECONFIG, "%s: %s.pipeline has %zu steps (1 to %d)",
                            duet_config_name(d), path, n, MAX_STEPS);
-    duet__tstep steps[MAX_STEPS];
-    memset(steps, 0, sizeof steps);
+    memset(steps, 0, sizeof(duet__tstep) * MAX_STEPS);
     for (size_t i = 0; i < n; i++) {
         char key[32];
         snprintf(key, sizeof key, "pipeline.[%zu]", i);
@@ -253,9 +246,59 @@ static int build_translation(duet_config *d, const char *path, bool paired, duet
         duet_config_destroy(c);
         DUET_TRY(rc);
     }
+    *nsteps = n;
+    return DUET_OK;
+}
+
+static int build_translation(duet_config *d, const char *path, bool paired, duet_dataset **out) {
+    duet__translation_options o = {0};
+    o.paired = paired;
+    DUET_TRY(duet_config_get_string(d, "dataroot", &o.dataroot));
+    DUET_TRY(duet_config_get_bool_or(d, "test_mode", false, &o.test_mode));
+    int64_t max_pixels = DUET_IMAGE_MAX_PIXELS_DEFAULT;
+    DUET_TRY(duet_config_get_int_in_or(d, "max_image_pixels", DUET_IMAGE_MAX_PIXELS_DEFAULT, 0,
+                                       INT64_MAX, &max_pixels));
+    DUET_TRY(duet_image_pixel_limit(max_pixels, &o.max_pixels));
+    duet__tstep steps[MAX_STEPS];
+    DUET_TRY(read_pipeline(d, path, paired, steps, &o.nsteps));
     o.steps = steps;
-    o.nsteps = n;
     return duet__translation_dataset_create(out, &o);
+}
+
+int duet__translation_infer_input(duet_config *cfg, const char *key, const char *image,
+                                  int64_t max_pixels, duet_tensor **out) {
+    *out = NULL;
+    static const char path[] = "data.val";
+    const int slot = slot_of(key);
+    if (slot != DUET__SLOT_A && slot != DUET__SLOT_B)
+        return duet__error(DUET_EINVAL, "infer: the model takes '%s', not an image of a "
+                           "translation sample (img_a, img_b)", key);
+    if (!duet_config_has(cfg, path))
+        return duet__error(DUET_ECONFIG, "%s: the model translates '%s' images, and infer "
+                           "prepares them with %s.pipeline (as duet test does); the config "
+                           "has no %s", duet_config_name(cfg), key, path, path);
+    duet_config *d = NULL;
+    DUET_TRY(duet_config_sub(cfg, path, &d));
+    const char *type = NULL;
+    int rc = duet_config_get_string(d, "type", &type);
+    bool paired = false;
+    if (rc == DUET_OK) {
+        paired = strcmp(type, "GenerationPairedDataset") == 0;
+        if (!paired && strcmp(type, "GenerationUnpairedDataset") != 0) {
+            char where[128];
+            duet_config_where(d, "type", where, sizeof where);
+            rc = duet__error(DUET_ECONFIG, "%s: %s.type is \"%s\"; infer for a model that "
+                             "translates '%s' reads the pipeline of a GenerationPairedDataset "
+                             "or GenerationUnpairedDataset", where, path, type, key);
+        }
+    }
+    duet__tstep steps[MAX_STEPS];
+    size_t n = 0;
+    if (rc == DUET_OK) rc = read_pipeline(d, path, paired, steps, &n);
+    if (rc == DUET_OK)
+        rc = duet__translation_one_image(steps, n, paired, slot, image, max_pixels, out);
+    duet_config_destroy(d);
+    return rc;
 }
 
 int duet__build_generation_paired(duet_config *d, const char *path, bool train,

@@ -28,6 +28,7 @@
 
 #include "comm/comm_internal.h"
 #include "train/runner_ckpt.h"
+#include "train/registry_data.h"
 #include "train/runner_internal.h"
 
 duet_runner_opts duet_runner_opts_default(void) {
@@ -616,20 +617,49 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
     return rc;
 }
 
+/* A super-resolution model ("lq" input) takes the image in [0, 1] RGB and
+ * its output is saved as it is. A translation model ("img_a" / "img_b")
+ * takes the image through data.val.pipeline's steps for that key, as
+ * duet test gives it the validation images (e.g. Normalize to [-1, 1]);
+ * its val_step (MMEditing's forward_test: Pix2Pix's generator in training
+ * mode, for instance) runs on a sample whose img_a and img_b are both that
+ * image (the output of the test direction reads only its own input), and
+ * the output is saved as duet test --out saves it: (x + 1) / 2. */
+static int translate(duet__run *r, duet_tensor *x, duet_tensor **y) {
+    duet_batch b = {0};
+    duet_val_output vo = {0};
+    int rc = duet_batch_add_tensor(&b, "img_a", x);
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(&b, "img_b", x);
+    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &b, &vo);
+    if (rc == DUET_OK) *y = duet_tensor_retain(vo.output);
+    duet_val_output_clear(&vo);
+    duet_batch_clear(&b);
+    return rc;
+}
+
 static int infer_one(duet__run *r, const char *path, const char *out_dir) {
     duet_image *img = NULL;
-    duet_tensor *chw = NULL, *x = NULL, *y = NULL;
-    DUET_TRY(duet_image_load_limited(path, r->max_pixels, &img));
-    int rc = duet_image_to_tensor(img, &chw);
-    if (rc == DUET_OK) {
-        int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
-        rc = duet_tensor_view(&x, chw, 4, shape);
+    duet_tensor *chw = NULL, *x = NULL, *y = NULL, *shown = NULL;
+    const char *key = duet_model_input_key(r->model);
+    const bool translation = strcmp(key, "lq") != 0;
+    int rc = DUET_OK;
+    if (translation) {
+        rc = duet__translation_infer_input(r->cfg, key, path, r->max_pixels, &x);
+    } else {
+        rc = duet_image_load_limited(path, r->max_pixels, &img);
+        if (rc == DUET_OK) rc = duet_image_to_tensor(img, &chw);
+        if (rc == DUET_OK) {
+            int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
+            rc = duet_tensor_view(&x, chw, 4, shape);
+        }
     }
     bool prev = duet_set_grad_enabled(false);
-    if (rc == DUET_OK) rc = duet_model_forward(r->model, x, &y);
+    if (rc == DUET_OK) rc = translation ? translate(r, x, &y) : duet_model_forward(r->model, x, &y);
     duet_set_grad_enabled(prev);
-    if (rc == DUET_OK) rc = duet__save_tensor_png(y, out_dir, path);
+    if (rc == DUET_OK && translation) rc = duet__from_signed(y, &shown);
+    if (rc == DUET_OK) rc = duet__save_tensor_png(shown != NULL ? shown : y, out_dir, path);
     if (rc != DUET_OK) duet__error_context(rc, "%s", path);
+    duet_tensor_release(shown);
     duet_tensor_release(y);
     duet_tensor_release(x);
     duet_tensor_release(chw);
@@ -644,7 +674,10 @@ int duet_runner_infer(const duet_runner_opts *o) {
         rc = agree(&r, duet__error(DUET_EINVAL, "infer needs a checkpoint, images and an "
                                                 "output folder"));
     if (rc == DUET_OK) {
-        int src = build_eval_model(&r, o->checkpoint);
+        /* test_cfg is read (and checked) as duet test reads it: the same
+         * config serves both commands. */
+        int src = duet__run_read_test_cfg(&r);
+        if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
         if (src == DUET_OK) src = duet__run_read_pixel_limit(&r);
         if (src == DUET_OK) src = duet__mkdirs(o->out_dir);
         /* Every rank checks all outputs (the same answer everywhere). */
@@ -666,8 +699,10 @@ int duet_runner_infer(const duet_runner_opts *o) {
     if (rc == DUET_OK && r.world > 1)
         rc = agree(&r, duet_comm_allreduce(r.comm, &written, 1, DUET_DTYPE_I64, DUET_REDUCE_SUM));
     if (rc == DUET_OK && !o->quiet)
-        duet_log(DUET_LOG_INFO, "infer: %" PRId64 " image%s upscaled into %s/", written,
-                 written == 1 ? "" : "s", o->out_dir);
+        duet_log(DUET_LOG_INFO, "infer: %" PRId64 " image%s %s into %s/", written,
+                 written == 1 ? "" : "s",
+                 strcmp(duet_model_input_key(r.model), "lq") == 0 ? "upscaled" : "translated",
+                 o->out_dir);
     close_run(&r);
     return rc;
 }
