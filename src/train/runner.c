@@ -345,7 +345,7 @@ static int evaluate_hook(duet__run *r, int64_t iter) {
         duet__kv m[DUET_MAX_METRICS];
         for (int i = 0; i < res.metrics.count; i++)
             m[i] = (duet__kv){res.metrics.names[i], res.metrics.values[i]};
-        rc = duet__logger_val(r->log, iter, m, res.metrics.count);
+        rc = duet__logger_val(r->log, iter, res.images, m, res.metrics.count);
         if (rc == DUET_OK && grid != NULL)
             duet__logger_text(r->log, "evaluation images (input | output | ground truth): %s",
                               grid);
