@@ -172,6 +172,14 @@ int duet__blas_init(void) {
     return atomic_load(&kernel_threads);
 }
 
+int duet__par_threads(int64_t work) {
+    if (work < DUET__PAR_MIN_WORK) return 1;
+    kernels_ensure();
+    int64_t t = atomic_load_explicit(&kernel_threads, memory_order_relaxed);
+    int64_t most = work / (DUET__PAR_MIN_WORK / 2);
+    return (int)(t < most ? t : most);
+}
+
 uint64_t duet_kernels_gemm_flops(void) {
     return atomic_load_explicit(&gemm_flops, memory_order_relaxed);
 }
