@@ -246,6 +246,10 @@ int main(int argc, char **argv) {
     const char *root = getuid() == 0 ? " --allow-run-as-root" : "";
 
     double peak = measure_peak();
+    /* Back to the defaults, so that the line below names them rather than
+     * the peak's 1 thread (each row says the threads it ran). */
+    duet_kernel_opts kdef = duet_kernel_opts_default();
+    if (duet_kernels_configure(&kdef) != DUET_OK) return 1;
     duet_kernels_info ki;
     if (duet_kernels_info_get(&ki) != DUET_OK) return 1;
     char torch_info[1024] = "?";
