@@ -67,7 +67,8 @@ int duet_info_print(FILE *f) {
             ki.gemm == DUET_GEMM_OPENBLAS ? " (in use)" : "");
     fprintf(f, "  MPI:        %s\n", mpi);
     fprintf(f, "  threads:    %d (DUET_NUM_THREADS or the config's num_threads; default: the "
-               "cores available / ranks on the node)\n",
+               "cores available, at most online cores / ranks on the node; under mpirun, "
+               "--bind-to none or --map-by slot:PE=T gives a rank more than one)\n",
             ki.num_threads);
     const char *vars[] = {"DUET_GEMM", "DUET_NUM_THREADS", "OPENBLAS_CORETYPE",
                           "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"};
