@@ -158,9 +158,13 @@ duet_kernel_opts duet_kernel_opts_default(void); /* AUTO, 0, 1, false */
  * `gemm` keys). Without a call, the first GEMM configures the defaults.
  * DUET_EINVAL for a bad value or a malformed DUET_GEMM / DUET_NUM_THREADS. */
 int duet_kernels_configure(const duet_kernel_opts *opts);
-/* The cores this process may use (its affinity mask) divided among the
- * local_ranks ranks on the node; when a launcher bound the rank to fewer
- * cores than the machine has, those cores are its own. At least 1. */
+/* min(the cores in this process's affinity mask, the node's online cores /
+ * local_ranks), at least 1: an unbound rank takes its share of the node; a
+ * rank bound to its own cores (mpirun --map-by slot:PE=T) takes those; a
+ * rank bound to a set it shares (Open MPI binds to the socket above 2 ranks)
+ * takes no more than its share. Open MPI binds each rank to one core when it
+ * starts 1 or 2: there a rank gets 1 thread unless mpirun runs with
+ * --bind-to none (or PE=T), or DUET_NUM_THREADS / num_threads says more. */
 int duet_default_num_threads(int local_ranks);
 /* "auto" / "onednn" / "openblas" (static string), and back; parse fails with
  * DUET_EINVAL naming the value. */

@@ -40,30 +40,36 @@ int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_
 /* ---- kernels ---------------------------------------------------------------- */
 
 static void add_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 static void sub_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] - b[i];
 }
 
 static void mul_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
 /* g += s * gout */
 static void axpy_backward(float *g, const float *gout, float s, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(2 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] += s * gout[i];
 }
 
 /* g += gout * other */
 static void mul_backward(float *g, const float *gout, const float *other, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] += gout[i] * other[i];
 }
 
 /* out (N, C, inner) = x * scale[c] + shift[c] */
 static void channel_affine_forward(float *out, const float *x, const float *scale,
                                    const float *shift, int64_t n, int64_t c, int64_t inner) {
+#pragma omp parallel for collapse(2) num_threads(duet__par_threads(2 * n * c * inner)) schedule(static)
     for (int64_t s = 0; s < n; s++)
         for (int64_t ch = 0; ch < c; ch++) {
             const float a = scale[ch], b = shift[ch];

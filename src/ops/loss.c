@@ -3,6 +3,7 @@
  * constant target). L1 and MSE pass gradients to the target too when it
  * requires grad (as PyTorch); BCE to the logits only. */
 #include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <math.h>
 
@@ -38,6 +39,7 @@ static double mse_sum(const float *p, const float *t, int64_t n) {
 /* g += c * sign(p - t), sign(0) = 0 as torch.sign; c carries the direction
  * (negative for the target) and weight * dout / n. */
 static void l1_backward(float *g, const float *p, const float *t, float c, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float d = p[i] - t[i];
         g[i] += c * (float)((d > 0.0f) - (d < 0.0f));
@@ -46,6 +48,7 @@ static void l1_backward(float *g, const float *p, const float *t, float c, int64
 
 /* g += c * (p - t), c = +-2 * weight * dout / n */
 static void mse_backward(float *g, const float *p, const float *t, float c, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] += c * (p[i] - t[i]);
 }
 
@@ -69,6 +72,7 @@ static double bce_sum(const float *x, const float *t, int64_t tstride, int64_t n
 /* gx += c * (sigmoid(x) - t), sigmoid without overflow; c = weight * dout / n */
 static void bce_backward(float *gx, const float *x, const float *t, int64_t tstride, float c,
                          int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(8 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i]));
         float p = 1.0f / (1.0f + e);

@@ -12,6 +12,16 @@
  * benchmark) calls it first. */
 int duet__blas_init(void);
 
+/* The OpenMP threads for a loop over `work` floats of memory-bound work
+ * (im2col, batch norm, pooling, elementwise): 1 below about 32K floats,
+ * where waking the team costs more than it saves, else up to duet's
+ * configured thread count (DUET_NUM_THREADS / num_threads, the GEMM's) at
+ * about 16K floats per thread. Use it as `num_threads(duet__par_threads(n))`
+ * on loops whose iterations write disjoint outputs, so that results do not
+ * depend on the count. */
+#define DUET__PAR_MIN_WORK ((int64_t)1 << 15)
+int duet__par_threads(int64_t work);
+
 /* gemm_bf16.c: duet_sgemm's mixed-precision path (alpha 1, beta 0 or 1);
  * DUET_EUNSUPPORTED when oneDNN cannot make the matmul, DUET_ENOMEM. Uses
  * scratch slot 3. duet__bf16_check runs a small product and names the

@@ -24,6 +24,8 @@ static int max_pool_backward(duet_node *node) {
     const int64_t planes = x->shape[0] * x->shape[1];
     const int64_t hw = x->shape[2] * x->shape[3], ohw = y->shape[2] * y->shape[3];
     const float *dy = y->grad;
+    /* Each plane's window maxima lie in its own plane of dx. */
+#pragma omp parallel for num_threads(duet__par_threads(x->numel)) schedule(static)
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t q = 0; q < ohw; q++)
             dx[pl * hw + c->argmax[pl * ohw + q]] += dy[pl * ohw + q];
@@ -61,6 +63,7 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
                                sx);
         }
     }
+#pragma omp parallel for num_threads(duet__par_threads(x->numel)) schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *px = x->data + pl * h * w;
         float *py = y->data + pl * oh * ow;

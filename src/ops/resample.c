@@ -2,6 +2,7 @@
  * bilinear upsampling by an integer factor with align_corners=False, both
  * exactly as PyTorch. */
 #include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -14,6 +15,8 @@
 static void pixel_shuffle_forward(float *out, const float *x, int64_t nc, int r, int64_t h,
                                   int64_t w) {
     const int64_t ow = w * r;
+    /* Output planes are disjoint: threads split them. */
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * w * r * r)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         float *op = out + p * h * w * r * r;
         for (int i = 0; i < r; i++)
@@ -32,6 +35,7 @@ static void pixel_shuffle_forward(float *out, const float *x, int64_t nc, int r,
 static void pixel_shuffle_backward(float *gx, const float *gout, int64_t nc, int r, int64_t h,
                                    int64_t w) {
     const int64_t ow = w * r;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * w * r * r)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         const float *gp = gout + p * h * w * r * r;
         for (int i = 0; i < r; i++)
@@ -144,6 +148,7 @@ static int axis_lerp_make(axis_lerp *a, int64_t in_size, int factor) {
 static void bilinear_forward(float *out, const float *x, int64_t nc, int64_t h, int64_t w,
                              const axis_lerp *ay, const axis_lerp *ax, int factor) {
     const int64_t oh = h * factor, ow = w * factor;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * oh * ow)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         const float *xp = x + p * h * w;
         for (int64_t y = 0; y < oh; y++) {
@@ -163,6 +168,7 @@ static void bilinear_forward(float *out, const float *x, int64_t nc, int64_t h, 
 static void bilinear_backward(float *gx, const float *gout, int64_t nc, int64_t h, int64_t w,
                               const axis_lerp *ay, const axis_lerp *ax, int factor) {
     const int64_t oh = h * factor, ow = w * factor;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * oh * ow)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         float *gp = gx + p * h * w;
         for (int64_t y = 0; y < oh; y++) {

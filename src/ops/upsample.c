@@ -17,6 +17,7 @@
 /* out (NC, H*f, W*f) from x (NC, H, W) */
 static void nearest_forward(float *out, const float *x, int64_t nc, int64_t h, int64_t w, int f) {
     const int64_t ow = w * f;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * ow * f)) schedule(static)
     for (int64_t p = 0; p < nc; p++)
         for (int64_t y = 0; y < h; y++) {
             const float *xrow = x + (p * h + y) * w;
@@ -30,6 +31,7 @@ static void nearest_forward(float *out, const float *x, int64_t nc, int64_t h, i
 static void nearest_backward(float *gx, const float *gout, int64_t nc, int64_t h, int64_t w,
                              int f) {
     const int64_t ow = w * f;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * ow * f)) schedule(static)
     for (int64_t p = 0; p < nc; p++)
         for (int64_t y = 0; y < h; y++) {
             float *gxrow = gx + (p * h + y) * w;
