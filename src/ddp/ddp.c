@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
 
 /* Measured on the target machine (2 ranks, shared-memory transport): see
  * docs/ddp.md. */
@@ -75,12 +74,8 @@ static void ddp_destroy_impl(void *impl) {
         }
         /* Give the parameter its own gradient storage back, keeping values,
          * so that an unwrapped module still has its gradients. */
-        if (d->grad != NULL && p->grad == d->grad + s->offset) {
-            p->grad = NULL;
-            p->owns_grad = false;
-            if (duet_tensor_ensure_grad(p) == DUET_OK)
-                memcpy(p->grad, d->grad + s->offset, (size_t)p->numel * sizeof(float));
-        }
+        if (d->grad != NULL && p->grad == d->grad + s->offset && duet_tensor_own_grad(p) != DUET_OK)
+            p->grad = NULL; /* out of memory: the values are lost, not the pointer kept */
         duet_tensor_release(p);
         free(s->name);
     }
@@ -140,7 +135,7 @@ static int launch(ddp_state *d, size_t k) {
         d->stats.bytes += (int64_t)(b->count * sizeof(uint16_t));
     }
     if (rc == DUET_OK)
-        duet__request_set_label(b->req, "DDP '%s' gradient bucket %zu of %zu (%zu parameters, "
+        duet_comm_request_set_label(b->req, "DDP '%s' gradient bucket %zu of %zu (%zu parameters, "
                                 "%zu floats)", d->name, k, d->nbuckets, b->nparams, b->count);
     return rc;
 }
@@ -294,10 +289,13 @@ static char *unused_message(ddp_state *d) {
     return m;
 }
 
-static void agree_peers(void *ctx, char *buf, size_t size) {
-    duet_comm_request *const *agree = ctx;
-    buf[0] = '\0';
-    if (*agree != NULL) duet__request_peers(*agree, buf, size);
+/* Between polls of the end-of-backward agreement: the buckets' rings. */
+static int agree_work(void *ctx, bool *progressed) {
+    ddp_state *d = ctx;
+    size_t before = d->next_complete;
+    progress(d);
+    *progressed = d->next_complete != before;
+    return DUET_OK;
 }
 
 /* Whether some tracked parameter requires grad now (the same on every
@@ -323,22 +321,9 @@ static int finalize(ddp_state *d) {
     /* While the slowest rank gets here, keep the buckets' rings moving,
      * under the watchdog (backing off while nothing moves). */
     if (rc == DUET_OK) {
-        duet__wait w;
-        duet__wait_begin(&w, d->ctl, "allreduce", d->ctl->op_seq - 1, NULL);
-        snprintf(w.label, sizeof w.label, "DDP '%s' end-of-backward agreement (%zu of %zu "
-                 "buckets started here)", d->name, d->next_launch, d->nbuckets);
-        w.peers = agree_peers;
-        w.peers_ctx = &agree;
-        for (bool done = false; rc == DUET_OK && !done;) {
-            bool moved = false;
-            rc = duet__comm_test_progress(&agree, &done, &moved);
-            if (rc != DUET_OK || done) break;
-            size_t before = d->next_complete;
-            progress(d);
-            rc = duet__wait_idle(&w, moved || d->next_complete != before);
-        }
-        duet__wait_end(&w);
-        if (agree != NULL) duet_comm_wait(&agree); /* broken family: returns at once */
+        duet_comm_request_set_label(agree, "DDP '%s' end-of-backward agreement (%zu of %zu "
+                                    "buckets started here)", d->name, d->next_launch, d->nbuckets);
+        rc = duet_comm_wait_working(&agree, agree_work, d);
     }
     if (rc != DUET_OK) {
         duet__error_context(rc, "DDP '%s': end-of-backward agreement", d->name);
@@ -659,9 +644,9 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     if (rc == DUET_OK) {
         char label[96];
         snprintf(label, sizeof label, "DDP '%.40s' buffers and buckets", d->name);
-        duet__comm_set_name(d->comm, label);
+        duet_comm_set_name(d->comm, label);
         snprintf(label, sizeof label, "DDP '%.40s' end-of-backward agreement", d->name);
-        duet__comm_set_name(d->ctl, label);
+        duet_comm_set_name(d->ctl, label);
         d->rank = duet_comm_rank(comm);
         d->size = duet_comm_size(comm);
         rc = duet_module_named_parameters(inner, false, &params);

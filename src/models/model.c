@@ -245,12 +245,11 @@ void duet_model_destroy(duet_model *m) {
 
 duet_module *duet_model_module(duet_model *m) { return m->root; }
 
-void duet__model_set_outer(duet_model *m, duet_module *outer) {
+void duet_model_set_outer(duet_model *m, duet_module *outer) {
     if (outer == NULL) m->root = NULL;
     m->outer = outer;
 }
 
-duet_module *duet__model_outer(duet_model *m) { return m->outer != NULL ? m->outer : m->root; }
 void *duet_model_impl(duet_model *m) { return m->impl; }
 const char *duet_model_type_name(const duet_model *m) { return m->ops->name; }
 

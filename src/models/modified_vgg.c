@@ -2,7 +2,6 @@
  * (mmedit/models/components/discriminators/modified_vgg.py), generalised
  * from 128x128 inputs to any multiple of 32. PyTorch default init. */
 #include "duet/models.h"
-#include "ops/ops_internal.h"
 
 #include <stdio.h>
 
@@ -31,10 +30,10 @@ static int step(duet_module *m, duet_tensor **cur) {
 }
 
 /* In place over the fresh output of the conv, BN or linear before it (see
- * duet__leaky_relu_inplace): one activation buffer and one pass less. */
+ * duet_leaky_relu_inplace): one activation buffer and one pass less. */
 static int step_lrelu(duet_tensor **cur) {
     duet_tensor *next = NULL;
-    int rc = duet__leaky_relu_inplace(*cur, 0.2f, &next);
+    int rc = duet_leaky_relu_inplace(*cur, 0.2f, &next);
     duet_tensor_release(*cur);
     *cur = next;
     return rc;

@@ -4,7 +4,6 @@
  * nearest x2 + conv_up2, conv_hr, conv_last; LeakyReLU 0.2 throughout.
  * Unlike MSRResNet there is no global skip from a bilinear upsampled input. */
 #include "duet/models.h"
-#include "ops/ops_internal.h"
 
 #include <stdio.h>
 
@@ -21,7 +20,7 @@ static int step(duet_module *m, duet_tensor **cur) {
  * LeakyReLU(inplace=True)); the values and gradients are the copying op's. */
 static int step_lrelu(duet_tensor **cur) {
     duet_tensor *next = NULL;
-    int rc = duet__leaky_relu_inplace(*cur, 0.2f, &next);
+    int rc = duet_leaky_relu_inplace(*cur, 0.2f, &next);
     duet_tensor_release(*cur);
     *cur = next;
     return rc;
@@ -33,7 +32,7 @@ static int residual_02(duet_tensor *h, duet_tensor *x, duet_tensor **out) {
     duet_tensor *s = NULL;
     int rc = duet_scale(h, 0.2f, &s);
     duet_tensor_release(h);
-    if (rc == DUET_OK) rc = duet__add_inplace(s, x, out);
+    if (rc == DUET_OK) rc = duet_add_inplace(s, x, out);
     duet_tensor_release(s);
     return rc;
 }
@@ -173,7 +172,7 @@ static int rrdbnet_forward(duet_module *self, int nin, duet_tensor *const *in,
     }
     if (rc == DUET_OK) rc = step(conv_body, &h);
     /* conv_body's output is fresh: the skip addition runs in place on it. */
-    if (rc == DUET_OK) rc = duet__add_inplace(h, feat, &sum);
+    if (rc == DUET_OK) rc = duet_add_inplace(h, feat, &sum);
     duet_tensor_release(h);
     duet_tensor_release(feat);
     feat = sum;

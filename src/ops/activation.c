@@ -81,7 +81,7 @@ int duet_relu(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     relu_forward(y->data, x->data, y->numel);
     return duet__opb_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
 }
@@ -90,7 +90,7 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     leaky_relu_forward(y->data, x->data, negative_slope, y->numel);
     slope_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -105,7 +105,7 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
 }
 
 /* ---- relu, leaky_relu in place ---------------------------------------------------
- * For an op's fresh output that nobody else reads (ops_internal.h): the
+ * For an op's fresh output that nobody else reads (ops.h): the
  * activation overwrites x and the result is a view of it. The backward takes
  * its mask from the output, which is exact: for slope >= 0, y > 0 exactly
  * when x > 0 (NaN fails both). */
@@ -126,16 +126,12 @@ static int leaky_relu_inplace_backward_node(duet_node *node) {
     return DUET_OK;
 }
 
-bool duet__overwritable(const duet_tensor *x) {
+bool duet_can_overwrite(const duet_tensor *x) {
     /* The caller's reference, plus the producing node's when recorded. */
-    if (!x->owns_data || x->base != NULL) return false;
-    if (x->grad_fn == NULL) return !x->requires_grad && x->refcount == 1;
-    if (x->refcount != 2 || x->grad_fn->output != x) return false;
-    /* Ops whose backward never reads their output's values. */
-    static const char *const dead_output_ops[] = {"conv2d", "linear", "batch_norm2d", "add"};
-    for (size_t i = 0; i < sizeof dead_output_ops / sizeof dead_output_ops[0]; i++)
-        if (strcmp(x->grad_fn->op, dead_output_ops[i]) == 0) return true;
-    return false;
+    if (!duet_tensor_owns_data(x)) return false;
+    int refs = duet_tensor_refcount(x);
+    if (x->grad_fn == NULL) return !x->requires_grad && refs == 1;
+    return refs == 2 && x->grad_fn->output == x && x->grad_fn->output_unread;
 }
 
 /* The result of an in-place op on x: x itself when nothing is recorded,
@@ -148,10 +144,10 @@ static int inplace_result(duet_tensor *x, duet_tensor **y) {
     return duet_tensor_view(y, x, x->ndim, x->shape);
 }
 
-int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
+int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!duet__overwritable(x)) return duet_relu(x, out);
+    if (!duet_can_overwrite(x)) return duet_relu(x, out);
     duet_tensor *y = NULL;
     DUET_TRY(inplace_result(x, &y));
     relu_forward(x->data, x->data, x->numel);
@@ -162,10 +158,10 @@ int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
     return duet__opb_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
 }
 
-int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
+int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!(negative_slope >= 0.0f) || !duet__overwritable(x))
+    if (!(negative_slope >= 0.0f) || !duet_can_overwrite(x))
         return duet_leaky_relu(x, negative_slope, out);
     duet_tensor *y = NULL;
     DUET_TRY(inplace_result(x, &y));
@@ -207,7 +203,7 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     sigmoid_forward(y->data, x->data, y->numel);
     return duet__opb_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
@@ -216,7 +212,7 @@ int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     tanh_forward(y->data, x->data, y->numel);
     return duet__opb_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
 }

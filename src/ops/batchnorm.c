@@ -242,7 +242,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     }
     free(buf);
     duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
+    if (rc == DUET_OK) rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         bn_ctx_free(c);
         return rc;
@@ -267,6 +267,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     } else {
         bn_ctx_free(c);
     }
+    duet__op_output_unread(y);
     *out = y;
     return DUET_OK;
 }

@@ -123,20 +123,22 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
     *out = NULL;
     DUET_TRY(duet__opb_check_same_shape(op, a, b));
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, a->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, a->shape));
     kernel(y->data, a->data, b->data, y->numel);
     duet_tensor *inputs[2] = {a, b};
     return duet__opb_finish(y, op, backward, NULL, NULL, 2, inputs, out);
 }
 
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    return binary_op("add", add_forward, add_backward, a, b, out);
+    int rc = binary_op("add", add_forward, add_backward, a, b, out);
+    if (rc == DUET_OK) duet__op_output_unread(*out);
+    return rc;
 }
 
-int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
     *out = NULL;
-    if (a == b || b->data == a->data || !duet__overwritable(a)) return duet_add(a, b, out);
+    if (a == b || b->data == a->data || !duet_can_overwrite(a)) return duet_add(a, b, out);
     DUET_TRY(duet__opb_check_same_shape("add", a, b));
     duet_tensor *inputs[2] = {a, b};
     duet_tensor *y = NULL;
@@ -177,7 +179,7 @@ int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
     scale_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -231,7 +233,7 @@ int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
         ac->v[c + i] = shift != NULL ? shift[i] : 0.0f;
     }
     duet_tensor *y = NULL;
-    int rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
+    int rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         free(ac);
         return rc;

@@ -5,7 +5,6 @@
 #define DUET_OPS_COMMON_H
 
 #include "duet/ops.h"
-#include "tensor/tensor_internal.h"
 
 #include <string.h>
 

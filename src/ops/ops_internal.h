@@ -4,7 +4,6 @@
 #define DUET_OPS_INTERNAL_H
 
 #include "duet/ops.h"
-#include "tensor/tensor_internal.h"
 
 /* Configures the kernel path with its defaults unless the process already
  * did (duet_kernels_configure) and returns the GEMM thread count in effect.
@@ -30,18 +29,12 @@ int duet__bf16_check(char *impl, size_t size);
 #define DUET__SCRATCH_SLOTS 4
 float *duet__scratch(int slot, size_t nfloats);
 
-/* In-place variants for networks that know an intermediate is dead: x (a)
- * is overwritten with the result, which comes back as a view of it. They
- * fall back to the copying op unless duet__overwritable(x): x owns its data
- * and is referenced only by the caller and by the node that produced it, and
- * that op's backward never reads its output's values (conv2d, linear,
- * batch_norm2d, add), or x has no history at all. The caller must not read
- * x's old values afterwards. Same results and gradients as duet_relu,
- * duet_leaky_relu (slope >= 0, else the copying op) and duet_add(a, b). */
-bool duet__overwritable(const duet_tensor *x);
-int duet__relu_inplace(duet_tensor *x, duet_tensor **out);
-int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out);
-int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+/* For an op whose backward never reads its output's values (conv2d, linear,
+ * batch_norm2d, add): marks y's node so that the in-place ops of ops.h may
+ * overwrite y. Call after recording; nothing to do when y was not recorded. */
+static inline void duet__op_output_unread(duet_tensor *y) {
+    if (y != NULL && y->grad_fn != NULL && y->grad_fn->output == y) y->grad_fn->output_unread = true;
+}
 
 /* Sum of n floats in eight independent double lanes: the loop vectorises
  * (one accumulator is a long dependency chain the compiler may not

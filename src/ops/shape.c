@@ -129,7 +129,7 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
     for (int i = 0; i < n; i++) shape[1] += xs[i]->shape[1];
     const int64_t nb = a->shape[0], inner = a->numel / (a->shape[0] * a->shape[1]);
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, shape));
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
         const int64_t blk = xs[i]->shape[1] * inner;

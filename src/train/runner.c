@@ -26,7 +26,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "comm/comm_internal.h"
 #include "train/runner_ckpt.h"
 #include "train/runner_internal.h"
 
@@ -72,7 +71,7 @@ static void print_error(int rc) {
 
 /* The job's exit status when aborting: a watchdog timeout says so. */
 static int abort_code(const duet__run *r, int rc) {
-    bool timed_out = rc == DUET_ETIMEOUT || (r->comm->family && r->comm->family->broken);
+    bool timed_out = rc == DUET_ETIMEOUT || duet_comm_timed_out(r->comm);
     return timed_out ? DUET_EXIT_TIMEOUT : 1;
 }
 
@@ -120,7 +119,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->rank = duet_comm_rank(r->comm);
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
-    duet__comm_set_name(r->comm, "runner");
+    duet_comm_set_name(r->comm, "runner");
     DUET_TRY(duet_config_load(o->config, &r->cfg));
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);

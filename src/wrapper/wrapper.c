@@ -7,8 +7,6 @@
 
 #include <string.h>
 
-#include "models/models_internal.h"
-
 struct duet_wrapper {
     duet_model *model;
     duet_comm *comm;
@@ -135,7 +133,7 @@ static int wrap_whole(duet_wrapper *w) {
     int rc = duet_ddp_create(&ddp, root, w->comm, &d);
     /* The DDP owns the root from now on, also when creation failed (it
      * destroyed it then). */
-    duet__model_set_outer(w->model, rc == DUET_OK ? ddp : NULL);
+    duet_model_set_outer(w->model, rc == DUET_OK ? ddp : NULL);
     DUET_TRY(rc);
     return add_entry(w, "", ddp);
 }
