@@ -42,13 +42,6 @@ ddp_state *duet__ddp_state(duet_module *m) {
 
 bool duet_is_ddp(const duet_module *m) { return m != NULL && m->type == &ddp_type; }
 
-static char *dupstr(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *c = malloc(n);
-    if (c != NULL) memcpy(c, s, n);
-    return c;
-}
-
 /* ---- destruction ------------------------------------------------------------ */
 
 static void ddp_destroy_impl(void *impl) {
@@ -157,7 +150,7 @@ static void complete(ddp_state *d, size_t k) {
 static void pass_fail(ddp_state *d, int rc) {
     if (d->pass_error != 0) return;
     d->pass_error = rc;
-    d->pass_error_msg = dupstr(duet_last_error());
+    d->pass_error_msg = duet__strdup(duet_last_error());
 }
 
 /* Starts every complete bucket whose predecessors have started. */
@@ -258,7 +251,7 @@ static void reset_pass(ddp_state *d) {
 static void set_sticky(ddp_state *d, int rc, const char *msg) {
     if (d->sticky_error != 0) return;
     d->sticky_error = rc;
-    d->sticky_msg = dupstr(msg);
+    d->sticky_msg = duet__strdup(msg);
 }
 
 /* The message for parameters that got no gradient (this rank's view). */
@@ -564,7 +557,7 @@ static int build_layout(ddp_state *d, const duet_named_tensors *params) {
         ddp_slot *s = &d->slots[d->ntracked];
         s->ddp = d;
         s->index = d->ntracked;
-        s->name = dupstr(params->items[i].name);
+        s->name = duet__strdup(params->items[i].name);
         if (s->name == NULL) return duet__error(DUET_ENOMEM, "DDP '%s': out of memory", d->name);
         s->param = duet_tensor_retain(t);
         d->ntracked++;
@@ -628,7 +621,7 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     d->inner = inner;
     d->user_comm = comm;
     d->observer_id = -1;
-    d->name = dupstr(o.name != NULL ? o.name : default_name);
+    d->name = duet__strdup(o.name != NULL ? o.name : default_name);
     d->opts = o;
     d->opts.name = NULL;
     d->opts.trace_path = NULL;

@@ -7,13 +7,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* ---- log values ------------------------------------------------------------ */
 
 void duet_log_vars_clear(duet_log_vars *lv) {
@@ -119,7 +112,7 @@ int duet_optimizer_set_add(duet_optimizer_set *s, const char *name, duet_optimiz
     if (names != NULL) s->names = names;
     duet_optimizer **opts = realloc(s->opts, (s->count + 1) * sizeof *opts);
     if (opts != NULL) s->opts = opts;
-    char *n = dup_str(name);
+    char *n = duet__strdup(name);
     if (names == NULL || opts == NULL || n == NULL) {
         free(n);
         duet_optimizer_destroy(opt);
@@ -180,15 +173,14 @@ int duet_optimizer_set_require(const duet_optimizer_set *s, const char *name,
                                duet_optimizer **out) {
     *out = duet_optimizer_set_get(s, name);
     if (*out != NULL) return DUET_OK;
-    char have[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < s->count && used < sizeof have; i++)
-        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "",
-                                 s->names[i]);
-    return duet__error(DUET_ENOTFOUND,
-                       "optimizer set: no optimizer for '%s' (the set has: %s); configure "
-                       "optimizers.%s",
-                       name, s->count ? have : "none", name);
+    duet__str have = {0};
+    for (size_t i = 0; i < s->count; i++) duet__str_add_item(&have, ", ", "%s", s->names[i]);
+    int rc = duet__error(DUET_ENOTFOUND,
+                         "optimizer set: no optimizer for '%s' (the set has: %s); configure "
+                         "optimizers.%s",
+                         name, s->count ? duet__str_get(&have) : "none", name);
+    duet__str_free(&have);
+    return rc;
 }
 
 size_t duet_optimizer_set_count(const duet_optimizer_set *s) { return s->count; }

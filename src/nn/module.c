@@ -6,48 +6,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-/* ---- small growable string, for names and error messages ----------------- */
-
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool failed; /* an allocation failed: the content is truncated */
-} strbuf;
-
-static void sb_addf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_addf(strbuf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (s == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-static const char *sb_str(const strbuf *b) { return b->s != NULL ? b->s : ""; }
-
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* ---- creation and registration ------------------------------------------- */
 
 int duet_module_create(duet_module **out, const duet_module_type *type, void *impl) {
@@ -121,7 +79,7 @@ static int add_entry(duet_module *m, duet_module_entry **arr, size_t *n, const c
         return rc;
     }
     duet_module_entry *grown = realloc(*arr, (*n + 1) * sizeof *grown);
-    char *copy = dup_str(name);
+    char *copy = duet__strdup(name);
     if (grown != NULL) *arr = grown;
     if (grown == NULL || copy == NULL) {
         free(copy);
@@ -153,7 +111,7 @@ int duet_module_add_child(duet_module *m, const char *name, duet_module *child) 
         return rc;
     }
     duet_module_slot *grown = realloc(m->children, (m->nchildren + 1) * sizeof *grown);
-    char *copy = dup_str(name);
+    char *copy = duet__strdup(name);
     if (grown != NULL) m->children = grown;
     if (grown == NULL || copy == NULL) {
         free(copy);
@@ -462,7 +420,7 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
     duet_named_tensors state;
     DUET_TRY(duet_module_state(m, &state));
     size_t np = strlen(prefix);
-    strbuf missing = {0}, unexpected = {0}, mismatch = {0};
+    duet__str missing = {0}, unexpected = {0}, mismatch = {0};
     size_t nmiss = 0, nunexp = 0, nmis = 0;
     int rc = DUET_OK;
     bool *present = calloc(state.count + 1, sizeof *present);
@@ -479,7 +437,7 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
             goto done;
         }
         if (!duet_st_has(st, key)) {
-            sb_addf(&missing, "%s%s", nmiss ? ", " : "", key);
+            duet__str_addf(&missing, "%s%s", nmiss ? ", " : "", key);
             nmiss++;
         } else {
             const char *dtype;
@@ -496,7 +454,7 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
             if (!shape_fits(t, state.items[i].is_integer, ndim, shape)) {
                 char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
                 shape_str(b, sizeof b, ndim, shape);
-                sb_addf(&mismatch, "%s%s: the file has %s, the module %s", nmis ? "; " : "", key,
+                duet__str_addf(&mismatch, "%s%s: the file has %s, the module %s", nmis ? "; " : "", key,
                         b, duet_shape_str(t, a, sizeof a));
                 nmis++;
             } else {
@@ -509,7 +467,7 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
         const char *name = duet_st_name(st, i);
         if (strncmp(name, prefix, np) != 0) continue;
         if (in_state(&state, name + np)) continue;
-        sb_addf(&unexpected, "%s%s", nunexp ? ", " : "", name);
+        duet__str_addf(&unexpected, "%s%s", nunexp ? ", " : "", name);
         nunexp++;
     }
     if (missing.failed || unexpected.failed || mismatch.failed) {
@@ -520,34 +478,34 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
         /* One message with every problem: shape mismatches first, then the
          * missing and unexpected keys. */
         const char *sep = "";
-        strbuf msg = {0};
-        sb_addf(&msg, "loading %s state%s%s%s: ", m->type->name, np ? " under " : "", prefix,
+        duet__str msg = {0};
+        duet__str_addf(&msg, "loading %s state%s%s%s: ", m->type->name, np ? " under " : "", prefix,
                 strict ? " strictly" : "");
         if (nmis > 0) {
-            sb_addf(&msg, "%zu shape mismatch%s: %s", nmis, nmis == 1 ? "" : "es",
-                    sb_str(&mismatch));
+            duet__str_addf(&msg, "%zu shape mismatch%s: %s", nmis, nmis == 1 ? "" : "es",
+                    duet__str_get(&mismatch));
             sep = "; ";
         }
         if (nmiss > 0) {
-            sb_addf(&msg, "%s%zu missing key%s [%s]", sep, nmiss, nmiss == 1 ? "" : "s",
-                    sb_str(&missing));
+            duet__str_addf(&msg, "%s%zu missing key%s [%s]", sep, nmiss, nmiss == 1 ? "" : "s",
+                    duet__str_get(&missing));
             sep = "; ";
         }
         if (nunexp > 0)
-            sb_addf(&msg, "%s%zu unexpected key%s [%s]", sep, nunexp, nunexp == 1 ? "" : "s",
-                    sb_str(&unexpected));
-        if (nmis == 0) sb_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
+            duet__str_addf(&msg, "%s%zu unexpected key%s [%s]", sep, nunexp, nunexp == 1 ? "" : "s",
+                    duet__str_get(&unexpected));
+        if (nmis == 0) duet__str_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
         rc = duet__error(nmis > 0 ? DUET_ESHAPE : DUET_ENOTFOUND, "%s",
-                         msg.failed ? "out of memory for the message" : sb_str(&msg));
-        free(msg.s);
+                         msg.failed ? "out of memory for the message" : duet__str_get(&msg));
+        duet__str_free(&msg);
         goto done;
     }
     if (nmiss > 0)
         duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", m->type->name, nmiss,
-                 nmiss == 1 ? "" : "s", sb_str(&missing));
+                 nmiss == 1 ? "" : "s", duet__str_get(&missing));
     if (nunexp > 0)
         duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", m->type->name,
-                 nunexp, nunexp == 1 ? "" : "s", sb_str(&unexpected));
+                 nunexp, nunexp == 1 ? "" : "s", duet__str_get(&unexpected));
 
     for (size_t i = 0; i < state.count && rc == DUET_OK; i++) {
         if (!present[i]) continue;
@@ -569,9 +527,9 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
     }
 done:
     free(present);
-    free(missing.s);
-    free(unexpected.s);
-    free(mismatch.s);
+    duet__str_free(&missing);
+    duet__str_free(&unexpected);
+    duet__str_free(&mismatch);
     duet_named_tensors_free(&state);
     return rc;
 }

@@ -44,13 +44,6 @@ struct duet_config {
     char *prefix; /* "" or "model.generator." */
 };
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* ---- names, locations, messages ----------------------------------------- */
 
 static const char *kind_phrase(int type) {
@@ -265,7 +258,7 @@ static void remember_asked(duet_config *cfg, const char *path) {
         core->asked = grown;
         core->capasked = cap;
     }
-    char *copy = dup_str(full);
+    char *copy = duet__strdup(full);
     if (copy != NULL) core->asked[core->nasked++] = copy;
 }
 
@@ -304,7 +297,7 @@ static int core_create(const char *name, duet_config **out) {
     *out = NULL;
     duet_config *cfg = calloc(1, sizeof *cfg);
     cfg_core *core = calloc(1, sizeof *core);
-    char *nm = dup_str(name), *prefix = dup_str("");
+    char *nm = duet__strdup(name), *prefix = duet__strdup("");
     if (cfg == NULL || core == NULL || nm == NULL || prefix == NULL) {
         free(cfg);
         free(core);
@@ -356,12 +349,12 @@ int duet_config_load(const char *path, duet_config **out) {
     duet_config *cfg;
     DUET_TRY(core_create(path, &cfg));
     cfg_core *core = cfg->core;
-    char *copy = dup_str(path);
+    char *copy = duet__strdup(path);
     if (copy == NULL) {
         duet_config_destroy(cfg);
         return duet__error(DUET_ENOMEM, "config %s: out of memory", path);
     }
-    core->include_dir = dup_str(dirname(copy));
+    core->include_dir = duet__strdup(dirname(copy));
     free(copy);
     if (core->include_dir != NULL) config_set_include_dir(&core->lc, core->include_dir);
     int wrc = duet__config_check_int_literals_file(path, core->include_dir);
@@ -419,7 +412,7 @@ int duet_config_sub(duet_config *cfg, const char *path, duet_config **out) {
     char where[CFG_PATH_MAX];
     setting_path(s, where, sizeof where - 1);
     if (where[0] != '\0') strcat(where, ".");
-    char *prefix = dup_str(where);
+    char *prefix = duet__strdup(where);
     if (v == NULL || prefix == NULL) {
         free(v);
         free(prefix);
@@ -1102,7 +1095,7 @@ int duet_config_set(duet_config *cfg, const char *assignment) {
         return duet__error(DUET_ECONFIG, "--set %s: expected key=value (e.g. total_iters=1000)",
                            assignment);
     char *key = malloc((size_t)(eq - assignment) + 1);
-    char *value = dup_str(eq + 1);
+    char *value = duet__strdup(eq + 1);
     if (key == NULL || value == NULL) {
         free(key);
         free(value);

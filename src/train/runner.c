@@ -35,13 +35,6 @@ duet_runner_opts duet_runner_opts_default(void) {
     return o;
 }
 
-char *duet__path_join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p != NULL) snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 int duet__mkdirs(const char *path) {
     char buf[4096];
     size_t n = strlen(path);
@@ -425,15 +418,14 @@ static void describe(duet__run *r, int64_t start_iter) {
                       r->world, r->world == 1 ? "" : "es", r->samples_per_gpu,
                       r->samples_per_gpu * r->world, start_iter, r->total_iters, r->work_dir);
     size_t nddp = duet_wrapper_num_ddps(r->wrapper);
-    char parts[256] = "";
-    size_t len = 0;
-    for (size_t i = 0; i < nddp && len < sizeof parts; i++) {
+    duet__str parts = {0};
+    for (size_t i = 0; i < nddp; i++) {
         const char *name = duet_wrapper_ddp_name(r->wrapper, i);
-        len += (size_t)snprintf(parts + len, sizeof parts - len, "%s%s", i ? ", " : "",
-                                name[0] ? name : "the whole model");
+        duet__str_add_item(&parts, ", ", "%s", name[0] ? name : "the whole model");
     }
     duet__logger_text(r->log, "  data parallel: %zu DDP%s (%s)", nddp, nddp == 1 ? "" : "s",
-                      parts);
+                      duet__str_get(&parts));
+    duet__str_free(&parts);
     duet_module *root = duet_model_module(r->model);
     for (size_t i = 0; i < root->nchildren; i++) {
         int64_t n = duet_module_num_parameters(root->children[i].module, false);

@@ -27,25 +27,18 @@ duet_wrapper_opts duet_wrapper_opts_default(void) {
                                .trace_path = NULL};
 }
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* MMEditing asserts len(device_ids) == 1: one process per device. */
 static int check_devices(const char *const *ids, size_t n) {
     if (n != 1) {
-        char list[256] = "";
-        size_t used = 0;
-        for (size_t i = 0; i < n && used < sizeof list; i++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", i ? ", " : "",
-                                     ids[i] != NULL ? ids[i] : "(null)");
-        return duet__error(DUET_EINVAL,
-                           "DistributedDataParallelWrapper supports exactly one device per "
-                           "process; device_ids must have length 1, got %zu [%s]. Start one "
-                           "process per device (mpiexec -n <devices>)", n, list);
+        duet__str list = {0};
+        for (size_t i = 0; i < n; i++)
+            duet__str_add_item(&list, ", ", "'%s'", ids[i] != NULL ? ids[i] : "(null)");
+        int rc = duet__error(DUET_EINVAL,
+                             "DistributedDataParallelWrapper supports exactly one device per "
+                             "process; device_ids must have length 1, got %zu [%s]. Start one "
+                             "process per device (mpiexec -n <devices>)", n, duet__str_get(&list));
+        duet__str_free(&list);
+        return rc;
     }
     const char *id = ids[0] != NULL ? ids[0] : "";
     if (strcmp(id, "cpu") != 0 && strcmp(id, "0") != 0 && strcmp(id, "cpu:0") != 0)
@@ -60,7 +53,7 @@ static int add_entry(duet_wrapper *w, const char *name, duet_module *ddp) {
     if (names != NULL) w->names = names;
     duet_module **ddps = realloc(w->ddps, (w->nddps + 1) * sizeof *ddps);
     if (ddps != NULL) w->ddps = ddps;
-    char *n = dup_str(name);
+    char *n = duet__strdup(name);
     if (names == NULL || ddps == NULL || n == NULL) {
         free(n);
         return duet__error(DUET_ENOMEM, "wrapper: out of memory");
