@@ -125,7 +125,11 @@ int duet_st_get(const duet_st *st, const char *name, duet_tensor **out);
  * (DUET_ESHAPE names both shapes otherwise). */
 int duet_st_copy_into(const duet_st *st, const char *name, duet_tensor *dst);
 /* Raw access for non-float entries (e.g. an I64 step count or U8 blob):
- * dtype string ("F32", "I64", "U8", ...), byte pointer and length. Borrowed. */
+ * dtype string ("F32", "I64", "U8", ...), byte pointer and length (borrowed),
+ * number of dimensions and shape. Any output may be NULL; shape, when given,
+ * holds DUET_ST_MAX_DIMS values (the most dimensions a file entry may have;
+ * a file with more is refused when opened). */
+#define DUET_ST_MAX_DIMS 8
 int duet_st_raw(const duet_st *st, const char *name, const char **dtype,
                 const void **bytes, size_t *nbytes, int *ndim, int64_t *shape);
 /* Metadata value, or NULL when absent. Borrowed. */

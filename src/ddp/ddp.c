@@ -299,18 +299,35 @@ static bool any_trainable(const ddp_state *d) {
     return false;
 }
 
+void duet__ddp_agree_encode(int64_t v[DUET__DDP_AGREE_LEN], size_t started, size_t ready,
+                            bool failed) {
+    v[0] = (int64_t)started;
+    v[1] = -(int64_t)started;
+    v[2] = (int64_t)ready;
+    v[3] = -(int64_t)ready;
+    v[4] = failed ? 1 : 0;
+}
+
+duet__ddp_agreement duet__ddp_agree_decode(const int64_t v[DUET__DDP_AGREE_LEN]) {
+    return (duet__ddp_agreement){.max_started = (size_t)v[0],
+                                 .min_started = (size_t)-v[1],
+                                 .max_ready = (size_t)v[2],
+                                 .min_ready = (size_t)-v[3],
+                                 .any_error = v[4] != 0};
+}
+
 static int finalize(ddp_state *d) {
     if (!d->armed) return DUET_OK;
     double t0 = duet_time_now();
     /* Agree on what happened before waiting, on the control channel (it does
      * not order against the buckets' reductions): how many buckets each rank
-     * started and how many parameters were ready, and whether a rank failed.
-     * As floats, to travel on duet's allreduce (one message on 2 ranks):
-     * counts of buckets and parameters stay below 2^24, exact in float32. */
-    float v[5] = {(float)d->next_launch, -(float)d->next_launch, (float)d->nready,
-                  -(float)d->nready, d->pass_error != 0 ? 1.0f : 0.0f};
+     * started and how many parameters were ready, and whether a rank failed
+     * (ddp_internal.h). */
+    int64_t v[DUET__DDP_AGREE_LEN];
+    duet__ddp_agree_encode(v, d->next_launch, d->nready, d->pass_error != 0);
     duet_comm_request *agree = NULL;
-    int rc = duet_comm_iallreduce(d->ctl, v, 5, DUET_DTYPE_F32, DUET_REDUCE_MAX, &agree);
+    int rc = duet_comm_iallreduce(d->ctl, v, DUET__DDP_AGREE_LEN, DUET_DTYPE_I64, DUET_REDUCE_MAX,
+                                  &agree);
     /* While the slowest rank gets here, keep the buckets' rings moving,
      * under the watchdog (backing off while nothing moves). */
     if (rc == DUET_OK) {
@@ -327,9 +344,10 @@ static int finalize(ddp_state *d) {
         reset_pass(d);
         return rc;
     }
-    size_t max_started = (size_t)v[0], min_started = (size_t)-v[1];
-    size_t max_ready = (size_t)v[2], min_ready = (size_t)-v[3];
-    bool any_error = v[4] != 0;
+    const duet__ddp_agreement a = duet__ddp_agree_decode(v);
+    size_t max_started = a.max_started, min_started = a.min_started;
+    size_t max_ready = a.max_ready, min_ready = a.min_ready;
+    bool any_error = a.any_error;
     /* Start, with the data at hand, the buckets some peer started, so that
      * nobody waits forever on a reduction this rank skipped. */
     while (rc == DUET_OK && d->next_launch < max_started) {

@@ -383,9 +383,7 @@ static int read_count(const duet_st *st, const char *key, duet_tensor *dst) {
     const char *dtype;
     const void *bytes;
     size_t nbytes;
-    int ndim;
-    int64_t shape[16];
-    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape));
+    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, NULL, NULL));
     if (strcmp(dtype, "I64") == 0 && nbytes == 8) {
         int64_t v;
         memcpy(&v, bytes, sizeof v);
@@ -444,7 +442,7 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
             const void *bytes;
             size_t nbytes;
             int ndim = 0;
-            int64_t shape[16];
+            int64_t shape[DUET_ST_MAX_DIMS];
             rc = duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape);
             if (rc != DUET_OK) {
                 free(key);

@@ -257,9 +257,7 @@ static int get_i64(const duet_st *st, const char *key, int64_t *v) {
     const char *dtype;
     const void *bytes;
     size_t nbytes;
-    int ndim;
-    int64_t shape[16];
-    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape));
+    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, NULL, NULL));
     if (strcmp(dtype, "I64") != 0 || nbytes != sizeof *v)
         return duet__error(DUET_EFORMAT, "optimizer state %s: expected one I64 value, found %s "
                            "with %zu bytes", key, dtype, nbytes);

@@ -32,7 +32,7 @@
 /* The reference implementation refuses headers over 100 MB. */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
 /* Dimensions an entry may have in a file (duet tensors use at most 4). */
-#define ST_MAX_FILE_DIMS 8
+#define ST_MAX_FILE_DIMS DUET_ST_MAX_DIMS
 
 /* ---- dtypes ------------------------------------------------------------- */
 
@@ -371,17 +371,24 @@ static int verify_checksums(const duet_st *st) {
     if (strcmp(algo, ST_CK_ALGO) != 0)
         return duet__error(DUET_EUNSUPPORTED, "%s: unknown checksum_algorithm '%s' (duet knows "
                            "'%s')", st->path, algo, ST_CK_ALGO);
-    char key[512];
     for (size_t i = 0; i < st->count; i++) {
         const st_entry *e = &st->entries[i];
-        snprintf(key, sizeof key, ST_CK_PREFIX "%s", e->name);
-        const char *want = duet_st_meta(st, key);
+        /* The key in full: a long tensor name must not lose its checksum. */
+        duet__str key = {0};
+        duet__str_addf(&key, ST_CK_PREFIX "%s", e->name);
+        if (key.failed) return duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+        const char *want = duet_st_meta(st, duet__str_get(&key));
         char *end = NULL;
         uint64_t w = want != NULL ? strtoull(want, &end, 16) : 0;
-        if (want == NULL || strlen(want) != 16 || *end != '\0')
-            return duet__error(DUET_EFORMAT, "%s: corrupt checkpoint: tensor '%s' has %s "
-                               "checksum in the metadata (want 16 hex digits under '%s')",
-                               st->path, e->name, want == NULL ? "no" : "a malformed", key);
+        if (want == NULL || strlen(want) != 16 || *end != '\0') {
+            int rc = duet__error(DUET_EFORMAT, "%s: corrupt checkpoint: tensor '%s' has %s "
+                                 "checksum in the metadata (want 16 hex digits under '%s')",
+                                 st->path, e->name, want == NULL ? "no" : "a malformed",
+                                 duet__str_get(&key));
+            duet__str_free(&key);
+            return rc;
+        }
+        duet__str_free(&key);
         uint64_t got = checksum(st->body + e->begin, (size_t)(e->end - e->begin));
         if (got != w)
             return duet__error(DUET_EFORMAT, "%s: corrupt file: tensor '%s' (bytes [%" PRIu64
@@ -587,10 +594,6 @@ int duet_st_raw(const duet_st *st, const char *name, const char **dtype, const v
                 size_t *nbytes, int *ndim, int64_t *shape) {
     const st_entry *e;
     DUET_TRY(find_or_error(st, name, &e));
-    if (shape != NULL && e->ndim > DUET_MAX_DIMS)
-        return duet__error(DUET_EUNSUPPORTED, "%s: entry '%s' has %d dimensions, more than the "
-                           "%d the shape argument holds", st->path, name, e->ndim,
-                           DUET_MAX_DIMS);
     if (dtype != NULL) *dtype = e->dtype->name;
     if (bytes != NULL) *bytes = st->body + e->begin;
     if (nbytes != NULL) *nbytes = (size_t)(e->end - e->begin);

@@ -64,9 +64,9 @@ static int add_entry(duet_wrapper *w, const char *name, duet_module *ddp) {
     return DUET_OK;
 }
 
-/* DDP options for one part; trace holds the part's trace path. */
-static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, char *trace,
-                                  size_t trace_size) {
+/* DDP options for one part; trace receives the part's trace path (free
+ * with duet__str_free). */
+static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, duet__str *trace) {
     duet_ddp_opts d = duet_ddp_opts_default();
     d.broadcast_buffers = o->broadcast_buffers;
     d.find_unused_parameters = o->find_unused_parameters;
@@ -77,38 +77,45 @@ static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, 
         const char *s = strstr(o->trace_path, "%s");
         const char *part = name[0] != '\0' ? name : "model";
         if (s != NULL)
-            snprintf(trace, trace_size, "%.*s%s%s", (int)(s - o->trace_path), o->trace_path, part,
-                     s + 2);
+            duet__str_addf(trace, "%.*s%s%s", (int)(s - o->trace_path), o->trace_path, part, s + 2);
         else
-            snprintf(trace, trace_size, "%s.%s", o->trace_path, part);
-        d.trace_path = trace;
+            duet__str_addf(trace, "%s.%s", o->trace_path, part);
+        d.trace_path = duet__str_get(trace);
     }
     return d;
 }
 
+/* Wraps one part of the model in a DDP (unless it has nothing to train). */
+static int wrap_part(duet_wrapper *w, duet_module *root, const char *name, duet_module *part) {
+    /* Parts with nothing to train (the losses, a frozen VGG) are only
+     * "moved to the device", which on the CPU is nothing to do. */
+    if (duet_module_num_parameters(part, true) == 0) {
+        duet_log(DUET_LOG_DEBUG, "wrapper: %s has no trainable parameters; not wrapped", name);
+        return DUET_OK;
+    }
+    if (w->opts.sync_bn) {
+        int rc = duet_convert_sync_batchnorm(part, w->comm);
+        if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn on %s", name);
+    }
+    duet__str trace = {0};
+    duet_ddp_opts d = ddp_opts_for(&w->opts, name, &trace);
+    duet_module *ddp = NULL;
+    int rc = trace.failed ? duet__error(DUET_ENOMEM, "wrapper: out of memory")
+                          : duet_ddp_wrap_child(root, name, w->comm, &d, &ddp);
+    duet__str_free(&trace);
+    if (rc != DUET_OK) return duet__error_context(rc, "wrapper: wrapping %s", name);
+    return add_entry(w, name, ddp);
+}
+
 static int wrap_parts(duet_wrapper *w) {
     duet_module *root = duet_model_module(w->model);
-    for (size_t i = 0; i < root->nchildren; i++) {
-        char name[128];
-        snprintf(name, sizeof name, "%s", root->children[i].name);
-        duet_module *part = root->children[i].module;
-        /* Parts with nothing to train (the losses, a frozen VGG) are only
-         * "moved to the device", which on the CPU is nothing to do. */
-        if (duet_module_num_parameters(part, true) == 0) {
-            duet_log(DUET_LOG_DEBUG, "wrapper: %s has no trainable parameters; not wrapped",
-                     name);
-            continue;
-        }
-        if (w->opts.sync_bn) {
-            int rc = duet_convert_sync_batchnorm(part, w->comm);
-            if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn on %s", name);
-        }
-        char trace[512];
-        duet_ddp_opts d = ddp_opts_for(&w->opts, name, trace, sizeof trace);
-        duet_module *ddp = NULL;
-        int rc = duet_ddp_wrap_child(root, name, w->comm, &d, &ddp);
-        if (rc != DUET_OK) return duet__error_context(rc, "wrapper: wrapping %s", name);
-        DUET_TRY(add_entry(w, name, ddp));
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        /* A copy: wrapping replaces the child, and its name with it. */
+        char *name = duet__strdup(duet_module_child_name_at(root, i));
+        if (name == NULL) return duet__error(DUET_ENOMEM, "wrapper: out of memory");
+        int rc = wrap_part(w, root, name, duet_module_child_at(root, i));
+        free(name);
+        DUET_TRY(rc);
     }
     return DUET_OK;
 }
@@ -119,11 +126,13 @@ static int wrap_whole(duet_wrapper *w) {
         int rc = duet_convert_sync_batchnorm(root, w->comm);
         if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn");
     }
-    char trace[512];
-    duet_ddp_opts d = ddp_opts_for(&w->opts, "", trace, sizeof trace);
+    duet__str trace = {0};
+    duet_ddp_opts d = ddp_opts_for(&w->opts, "", &trace);
     d.name = duet_model_type_name(w->model);
     duet_module *ddp = NULL;
-    int rc = duet_ddp_create(&ddp, root, w->comm, &d);
+    int rc = trace.failed ? duet__error(DUET_ENOMEM, "wrapper: out of memory")
+                          : duet_ddp_create(&ddp, root, w->comm, &d);
+    duet__str_free(&trace);
     /* The DDP owns the root from now on, also when creation failed (it
      * destroyed it then). */
     duet_model_set_outer(w->model, rc == DUET_OK ? ddp : NULL);
