@@ -316,24 +316,22 @@ duet__ddp_agreement duet__ddp_agree_decode(const int64_t v[DUET__DDP_AGREE_LEN])
                                  .any_error = v[4] != 0};
 }
 
-static int finalize(ddp_state *d) {
-    if (!d->armed) return DUET_OK;
-    double t0 = duet_time_now();
-    /* Agree on what happened before waiting, on the control channel (it does
-     * not order against the buckets' reductions): how many buckets each rank
-     * started and how many parameters were ready, and whether a rank failed
-     * (ddp_internal.h). */
+/* Agrees with every rank, on the control channel (it does not order
+ * against the buckets' reductions), on how many buckets each started, how
+ * many parameters were ready and whether one failed (ddp_internal.h); keeps
+ * the buckets' rings moving meanwhile. On failure the pass is over. */
+static int agree(ddp_state *d, duet__ddp_agreement *out) {
     int64_t v[DUET__DDP_AGREE_LEN];
     duet__ddp_agree_encode(v, d->next_launch, d->nready, d->pass_error != 0);
-    duet_comm_request *agree = NULL;
+    duet_comm_request *req = NULL;
     int rc = duet_comm_iallreduce(d->ctl, v, DUET__DDP_AGREE_LEN, DUET_DTYPE_I64, DUET_REDUCE_MAX,
-                                  &agree);
+                                  &req);
     /* While the slowest rank gets here, keep the buckets' rings moving,
      * under the watchdog (backing off while nothing moves). */
     if (rc == DUET_OK) {
-        duet_comm_request_set_label(agree, "DDP '%s' end-of-backward agreement (%zu of %zu "
+        duet_comm_request_set_label(req, "DDP '%s' end-of-backward agreement (%zu of %zu "
                                     "buckets started here)", d->name, d->next_launch, d->nbuckets);
-        rc = duet_comm_wait_working(&agree, agree_work, d);
+        rc = duet_comm_wait_working(&req, agree_work, d);
     }
     if (rc != DUET_OK) {
         duet__error_context(rc, "DDP '%s': end-of-backward agreement", d->name);
@@ -344,12 +342,15 @@ static int finalize(ddp_state *d) {
         reset_pass(d);
         return rc;
     }
-    const duet__ddp_agreement a = duet__ddp_agree_decode(v);
-    size_t max_started = a.max_started, min_started = a.min_started;
-    size_t max_ready = a.max_ready, min_ready = a.min_ready;
-    bool any_error = a.any_error;
-    /* Start, with the data at hand, the buckets some peer started, so that
-     * nobody waits forever on a reduction this rank skipped. */
+    *out = duet__ddp_agree_decode(v);
+    return DUET_OK;
+}
+
+/* Starts, with the data at hand, the buckets some peer started (so that
+ * nobody waits forever on a reduction this rank skipped), then completes
+ * every bucket in flight. */
+static void finish_buckets(ddp_state *d, size_t max_started) {
+    int rc = DUET_OK;
     while (rc == DUET_OK && d->next_launch < max_started) {
         rc = launch(d, d->next_launch);
         if (rc != DUET_OK) pass_fail(d, rc);
@@ -365,8 +366,19 @@ static int finalize(ddp_state *d) {
         complete(d, k);
     }
     d->next_complete = d->next_launch;
+}
+
+static int finalize(ddp_state *d) {
+    if (!d->armed) return DUET_OK;
+    double t0 = duet_time_now();
+    duet__ddp_agreement a;
+    DUET_TRY(agree(d, &a));
+    size_t max_started = a.max_started, min_started = a.min_started;
+    size_t max_ready = a.max_ready, min_ready = a.min_ready;
+    bool any_error = a.any_error;
+    finish_buckets(d, max_started);
     double t1 = duet_time_now();
-    rc = DUET_OK;
+    int rc = DUET_OK;
     if (d->pass_error != 0) {
         rc = duet__error(d->pass_error, "%s", d->pass_error_msg ? d->pass_error_msg : "?");
         set_sticky(d, rc, duet_last_error());

@@ -410,6 +410,124 @@ static bool in_state(const duet_named_tensors *l, const char *name) {
     return false;
 }
 
+/* What a load found before changing anything. */
+typedef struct load_check {
+    bool *present; /* per state entry: in the file with a shape that fits */
+    duet__str missing, unexpected, mismatch;
+    size_t nmiss, nunexp, nmis;
+} load_check;
+
+static void load_check_free(load_check *lc) {
+    free(lc->present);
+    duet__str_free(&lc->missing);
+    duet__str_free(&lc->unexpected);
+    duet__str_free(&lc->mismatch);
+}
+
+/* One state entry against the file: present, missing or a shape mismatch. */
+static int check_entry(const duet_named_tensor *item, const duet_st *st, const char *key,
+                       load_check *lc, bool *present) {
+    if (!duet_st_has(st, key)) {
+        duet__str_add_item(&lc->missing, ", ", "%s", key);
+        lc->nmiss++;
+        return DUET_OK;
+    }
+    int ndim = 0;
+    int64_t shape[DUET_ST_MAX_DIMS];
+    DUET_TRY(duet_st_raw(st, key, NULL, NULL, NULL, &ndim, shape));
+    if (shape_fits(item->tensor, item->is_integer, ndim, shape)) {
+        *present = true;
+        return DUET_OK;
+    }
+    char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
+    shape_str(b, sizeof b, ndim, shape);
+    duet__str_add_item(&lc->mismatch, "; ", "%s: the file has %s, the module %s", key, b,
+                       duet_shape_str(item->tensor, a, sizeof a));
+    lc->nmis++;
+    return DUET_OK;
+}
+
+/* Every state entry against the file, then the file's entries under prefix
+ * that the state lacks. */
+static int check_load(const duet_named_tensors *state, const duet_st *st, const char *prefix,
+                      load_check *lc) {
+    lc->present = calloc(state->count + 1, sizeof *lc->present);
+    if (lc->present == NULL) return duet__error(DUET_ENOMEM, "module load: out of memory");
+    for (size_t i = 0; i < state->count; i++) {
+        char *key = join_prefix(prefix, state->items[i].name);
+        if (key == NULL) return duet__error(DUET_ENOMEM, "module load: out of memory");
+        int rc = check_entry(&state->items[i], st, key, lc, &lc->present[i]);
+        free(key);
+        DUET_TRY(rc);
+    }
+    size_t np = strlen(prefix);
+    for (size_t i = 0; i < duet_st_count(st); i++) {
+        const char *name = duet_st_name(st, i);
+        if (strncmp(name, prefix, np) != 0 || in_state(state, name + np)) continue;
+        duet__str_add_item(&lc->unexpected, ", ", "%s", name);
+        lc->nunexp++;
+    }
+    if (lc->missing.failed || lc->unexpected.failed || lc->mismatch.failed)
+        return duet__error(DUET_ENOMEM, "module load: out of memory");
+    return DUET_OK;
+}
+
+/* A shape mismatch, or a missing or unexpected key in a strict load, fails
+ * with one message naming every problem (mismatches first); otherwise
+ * missing and unexpected keys are warnings. */
+static int report_load(const duet_module *m, const char *prefix, bool strict,
+                       const load_check *lc) {
+    const char *type = m->type->name;
+    if (lc->nmis > 0 || (strict && (lc->nmiss > 0 || lc->nunexp > 0))) {
+        const char *sep = "";
+        duet__str msg = {0};
+        duet__str_addf(&msg, "loading %s state%s%s%s: ", type, prefix[0] ? " under " : "", prefix,
+                       strict ? " strictly" : "");
+        if (lc->nmis > 0) {
+            duet__str_addf(&msg, "%zu shape mismatch%s: %s", lc->nmis, lc->nmis == 1 ? "" : "es",
+                           duet__str_get(&lc->mismatch));
+            sep = "; ";
+        }
+        if (lc->nmiss > 0) {
+            duet__str_addf(&msg, "%s%zu missing key%s [%s]", sep, lc->nmiss,
+                           lc->nmiss == 1 ? "" : "s", duet__str_get(&lc->missing));
+            sep = "; ";
+        }
+        if (lc->nunexp > 0)
+            duet__str_addf(&msg, "%s%zu unexpected key%s [%s]", sep, lc->nunexp,
+                           lc->nunexp == 1 ? "" : "s", duet__str_get(&lc->unexpected));
+        if (lc->nmis == 0)
+            duet__str_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
+        int rc = duet__error(lc->nmis > 0 ? DUET_ESHAPE : DUET_ENOTFOUND, "%s",
+                             msg.failed ? "out of memory for the message" : duet__str_get(&msg));
+        duet__str_free(&msg);
+        return rc;
+    }
+    if (lc->nmiss > 0)
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", type, lc->nmiss,
+                 lc->nmiss == 1 ? "" : "s", duet__str_get(&lc->missing));
+    if (lc->nunexp > 0)
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", type, lc->nunexp,
+                 lc->nunexp == 1 ? "" : "s", duet__str_get(&lc->unexpected));
+    return DUET_OK;
+}
+
+/* Copies the checked entries into the module's tensors. */
+static int copy_load(const duet_named_tensors *state, const duet_st *st, const char *prefix,
+                     const bool *present) {
+    for (size_t i = 0; i < state->count; i++) {
+        if (!present[i]) continue;
+        char *key = join_prefix(prefix, state->items[i].name);
+        if (key == NULL) return duet__error(DUET_ENOMEM, "module load: out of memory");
+        int rc = state->items[i].is_integer ? read_count(st, key, state->items[i].tensor)
+                                            : duet_st_copy_into(st, key, state->items[i].tensor);
+        if (rc != DUET_OK) rc = duet__error_context(rc, "module load: %s", key);
+        free(key);
+        DUET_TRY(rc);
+    }
+    return DUET_OK;
+}
+
 int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix, bool strict,
                            size_t *nmissing, size_t *nunexpected) {
     if (prefix == NULL) prefix = "";
@@ -417,117 +535,16 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
     if (nunexpected != NULL) *nunexpected = 0;
     duet_named_tensors state;
     DUET_TRY(duet_module_state(m, &state));
-    size_t np = strlen(prefix);
-    duet__str missing = {0}, unexpected = {0}, mismatch = {0};
-    size_t nmiss = 0, nunexp = 0, nmis = 0;
-    int rc = DUET_OK;
-    bool *present = calloc(state.count + 1, sizeof *present);
-    if (present == NULL) {
-        duet_named_tensors_free(&state);
-        return duet__error(DUET_ENOMEM, "module load: out of memory");
-    }
-
     /* Check everything first, so that a failing load changes nothing. */
-    for (size_t i = 0; i < state.count; i++) {
-        char *key = join_prefix(prefix, state.items[i].name);
-        if (key == NULL) {
-            rc = duet__error(DUET_ENOMEM, "module load: out of memory");
-            goto done;
-        }
-        if (!duet_st_has(st, key)) {
-            duet__str_addf(&missing, "%s%s", nmiss ? ", " : "", key);
-            nmiss++;
-        } else {
-            const char *dtype;
-            const void *bytes;
-            size_t nbytes;
-            int ndim = 0;
-            int64_t shape[DUET_ST_MAX_DIMS];
-            rc = duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape);
-            if (rc != DUET_OK) {
-                free(key);
-                goto done;
-            }
-            const duet_tensor *t = state.items[i].tensor;
-            if (!shape_fits(t, state.items[i].is_integer, ndim, shape)) {
-                char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
-                shape_str(b, sizeof b, ndim, shape);
-                duet__str_addf(&mismatch, "%s%s: the file has %s, the module %s", nmis ? "; " : "", key,
-                        b, duet_shape_str(t, a, sizeof a));
-                nmis++;
-            } else {
-                present[i] = true;
-            }
-        }
-        free(key);
-    }
-    for (size_t i = 0; i < duet_st_count(st); i++) {
-        const char *name = duet_st_name(st, i);
-        if (strncmp(name, prefix, np) != 0) continue;
-        if (in_state(&state, name + np)) continue;
-        duet__str_addf(&unexpected, "%s%s", nunexp ? ", " : "", name);
-        nunexp++;
-    }
-    if (missing.failed || unexpected.failed || mismatch.failed) {
-        rc = duet__error(DUET_ENOMEM, "module load: out of memory");
-        goto done;
-    }
-    if (nmis > 0 || (strict && (nmiss > 0 || nunexp > 0))) {
-        /* One message with every problem: shape mismatches first, then the
-         * missing and unexpected keys. */
-        const char *sep = "";
-        duet__str msg = {0};
-        duet__str_addf(&msg, "loading %s state%s%s%s: ", m->type->name, np ? " under " : "", prefix,
-                strict ? " strictly" : "");
-        if (nmis > 0) {
-            duet__str_addf(&msg, "%zu shape mismatch%s: %s", nmis, nmis == 1 ? "" : "es",
-                    duet__str_get(&mismatch));
-            sep = "; ";
-        }
-        if (nmiss > 0) {
-            duet__str_addf(&msg, "%s%zu missing key%s [%s]", sep, nmiss, nmiss == 1 ? "" : "s",
-                    duet__str_get(&missing));
-            sep = "; ";
-        }
-        if (nunexp > 0)
-            duet__str_addf(&msg, "%s%zu unexpected key%s [%s]", sep, nunexp, nunexp == 1 ? "" : "s",
-                    duet__str_get(&unexpected));
-        if (nmis == 0) duet__str_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
-        rc = duet__error(nmis > 0 ? DUET_ESHAPE : DUET_ENOTFOUND, "%s",
-                         msg.failed ? "out of memory for the message" : duet__str_get(&msg));
-        duet__str_free(&msg);
-        goto done;
-    }
-    if (nmiss > 0)
-        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", m->type->name, nmiss,
-                 nmiss == 1 ? "" : "s", duet__str_get(&missing));
-    if (nunexp > 0)
-        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", m->type->name,
-                 nunexp, nunexp == 1 ? "" : "s", duet__str_get(&unexpected));
-
-    for (size_t i = 0; i < state.count && rc == DUET_OK; i++) {
-        if (!present[i]) continue;
-        char *key = join_prefix(prefix, state.items[i].name);
-        if (key == NULL) {
-            rc = duet__error(DUET_ENOMEM, "module load: out of memory");
-            break;
-        }
-        if (state.items[i].is_integer)
-            rc = read_count(st, key, state.items[i].tensor);
-        else
-            rc = duet_st_copy_into(st, key, state.items[i].tensor);
-        if (rc != DUET_OK) rc = duet__error_context(rc, "module load: %s", key);
-        free(key);
-    }
+    load_check lc = {0};
+    int rc = check_load(&state, st, prefix, &lc);
+    if (rc == DUET_OK) rc = report_load(m, prefix, strict, &lc);
+    if (rc == DUET_OK) rc = copy_load(&state, st, prefix, lc.present);
     if (rc == DUET_OK) {
-        if (nmissing != NULL) *nmissing = nmiss;
-        if (nunexpected != NULL) *nunexpected = nunexp;
+        if (nmissing != NULL) *nmissing = lc.nmiss;
+        if (nunexpected != NULL) *nunexpected = lc.nunexp;
     }
-done:
-    free(present);
-    duet__str_free(&missing);
-    duet__str_free(&unexpected);
-    duet__str_free(&mismatch);
+    load_check_free(&lc);
     duet_named_tensors_free(&state);
     return rc;
 }

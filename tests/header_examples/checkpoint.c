@@ -1,39 +1,17 @@
-/* Runs the usage examples of duet/train.h (extracted by the build, see
- * cmake/header-examples.awk) in a temporary folder: reading a config, and
- * saving then resuming a checkpoint. */
+/* Runs the usage example of duet/checkpoint.h (extracted by the build, see
+ * cmake/header-examples.awk) in a temporary folder: saving then resuming a
+ * checkpoint. */
 #include "testutil.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
-_Static_assert(DUET_HEADER_EXAMPLES == 2, "train.h's usage examples: run each one here");
-
-static int config_example(int64_t *iters_out, int64_t *mid_out) {
-#define DUET_EXAMPLE 1
-#include "train_h_examples.inc"
-#undef DUET_EXAMPLE
-    *iters_out = iters;
-    *mid_out = mid;
-    return DUET_OK;
-}
-
-static void test_config(void **state) {
-    (void)state;
-    /* The config the example reads holds exactly the keys it reads, so that
-     * its check for unused keys passes. */
-    assert_int_equal(mkdir("configs", 0755), 0);
-    tu_write_text("configs/srgan_x4_tiny.cfg",
-                  "total_iters = 10;\nmodel = { generator = { mid_channels = 8; }; };\n");
-    int64_t iters = 0, mid = 0;
-    TU_OK(config_example(&iters, &mid));
-    assert_int_equal(iters, 2000); /* the --set override won */
-    assert_int_equal(mid, 8);
-}
+_Static_assert(DUET_HEADER_EXAMPLES == 1, "checkpoint.h's usage example: run it here");
 
 static int checkpoint_example(duet_module *model, duet_optimizer *g_opt, duet_optimizer *d_opt,
                               const char *text, int64_t *iter_out) {
-#define DUET_EXAMPLE 2
-#include "train_h_examples.inc"
+#define DUET_EXAMPLE 1
+#include "checkpoint_h_examples.inc"
 #undef DUET_EXAMPLE
     *iter_out = iter;
     return DUET_OK;
@@ -58,7 +36,7 @@ static void test_checkpoint(void **state) {
 static char root[256], old[1024];
 static int enter_tmpdir(void **state) {
     (void)state;
-    if (getcwd(old, sizeof old) == NULL || tu_mkdtemp(root, sizeof root, "duet_example_train") == NULL)
+    if (getcwd(old, sizeof old) == NULL || tu_mkdtemp(root, sizeof root, "duet_example_checkpoint") == NULL)
         return -1;
     return chdir(root);
 }
@@ -70,7 +48,6 @@ static int leave_tmpdir(void **state) {
 int main(void) {
     duet_log_set_level(DUET_LOG_ERROR); /* the tiny SRGAN's random VGG warns */
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_config),
         cmocka_unit_test(test_checkpoint),
     };
     return cmocka_run_group_tests(tests, enter_tmpdir, leave_tmpdir);
