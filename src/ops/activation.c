@@ -3,7 +3,6 @@
  * relu and leaky_relu take their backward mask from the saved input
  * (x > 0, as PyTorch; the gradient at exactly 0 is the negative side's);
  * sigmoid and tanh from the saved output, as PyTorch does. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -12,24 +11,24 @@
 
 /* out = max(x, 0), NaN passing through as in PyTorch */
 static void relu_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] < 0.0f, 0.0f, x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] < 0.0f, 0.0f, x[i]);
 }
 
 /* gx += x > 0 ? gout : 0 */
 static void relu_backward(float *gx, const float *gout, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], 0.0f);
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__op_pick(x[i] > 0.0f, gout[i], 0.0f);
 }
 
 /* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] > 0.0f, x[i], slope * x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] > 0.0f, x[i], slope * x[i]);
 }
 
 /* gx += x > 0 ? gout : slope * gout */
 static void leaky_relu_backward(float *gx, const float *gout, const float *x, float slope,
                                 int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], slope * gout[i]);
+        gx[i] += duet__op_pick(x[i] > 0.0f, gout[i], slope * gout[i]);
 }
 
 /* out = 1 / (1 + exp(-x)), without overflow for large |x|. */
@@ -37,7 +36,7 @@ static void sigmoid_forward(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i])); /* in (0, 1] */
         float p = 1.0f / (1.0f + e);
-        out[i] = duet__opb_pick(x[i] >= 0.0f, p, e * p);
+        out[i] = duet__op_pick(x[i] >= 0.0f, p, e * p);
     }
 }
 
@@ -83,7 +82,7 @@ int duet_relu(duet_tensor *x, duet_tensor **out) {
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     relu_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
 }
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
@@ -101,7 +100,7 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
         }
         c->slope = negative_slope;
     }
-    return duet__opb_finish(y, "leaky_relu", leaky_relu_backward_node, c, free, 1, &x, out);
+    return duet__op_finish(y, "leaky_relu", leaky_relu_backward_node, c, free, 1, &x, out);
 }
 
 /* ---- relu, leaky_relu in place ---------------------------------------------------
@@ -155,7 +154,7 @@ int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
 }
 
 int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
@@ -179,7 +178,7 @@ int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, "leaky_relu", leaky_relu_inplace_backward_node, c, free, 1, &x,
+    return duet__op_finish(y, "leaky_relu", leaky_relu_inplace_backward_node, c, free, 1, &x,
                             out);
 }
 
@@ -205,7 +204,7 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     sigmoid_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
@@ -214,5 +213,5 @@ int duet_tanh(duet_tensor *x, duet_tensor **out) {
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     tanh_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
 }

@@ -325,21 +325,17 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         }
     }
     duet_tensor *ins[3] = {x, w, b};
+    conv_ctx *cc = NULL;
     if (duet_autograd_needs_record(3, ins)) {
-        conv_ctx *cc = malloc(sizeof *cc);
+        cc = malloc(sizeof *cc);
         if (cc == NULL) {
             duet_tensor_release(y);
             return duet__error(DUET_ENOMEM, "conv2d: out of memory recording the op");
         }
         cc->stride = stride;
         cc->pad = padding;
-        int rc = duet_autograd_record(y, "conv2d", conv2d_backward, cc, free, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
     }
-    duet__op_output_unread(y);
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -9,7 +9,6 @@
  * where column (h, w) of row (o, i, j) belongs to output pixel
  * (h*s - p + i, w*s - p + j), dropped when outside the output. The columns
  * are a buffer of this call, not kept between forward and backward. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -181,6 +180,6 @@ int duet_conv_transpose2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int st
         }
         *cc = (tconv_ctx){stride, padding, output_padding};
     }
-    return duet__opb_finish(y, "conv_transpose2d", conv_transpose2d_backward, cc, free, 3, ins,
+    return duet__op_finish(y, "conv_transpose2d", conv_transpose2d_backward, cc, free, 3, ins,
                             out);
 }

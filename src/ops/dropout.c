@@ -7,7 +7,7 @@
  * resumed run drops the same elements bitwise. Kept elements are scaled by
  * 1/(1-p) computed in float, as ATen does. The backward multiplies by the
  * same saved factors (0 or 1/(1-p)). */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 typedef struct dropout_ctx {
     float *factor; /* numel floats: 0 or 1/(1-p) */
@@ -70,5 +70,5 @@ int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_ten
     }
     c->factor = factor;
     dropout_forward(y->data, factor, x->data, x->numel, keep, scale, rng);
-    return duet__opb_finish(y, "dropout", dropout_backward, c, dropout_ctx_free, 1, &x, out);
+    return duet__op_finish(y, "dropout", dropout_backward, c, dropout_ctx_free, 1, &x, out);
 }

@@ -66,14 +66,7 @@ int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **ou
     duet_sgemm(false, true, rows, outf, in, 1.0f, x->data, in, w->data, in,
                b != NULL ? 1.0f : 0.0f, y->data, outf);
     duet_tensor *ins[3] = {x, w, b};
-    if (duet_autograd_needs_record(3, ins)) {
-        int rc = duet_autograd_record(y, "linear", linear_backward, NULL, NULL, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    duet__op_output_unread(y);
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "linear", linear_backward, NULL, NULL, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -84,13 +84,5 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
             }
         }
     }
-    if (record) {
-        int rc = duet_autograd_record(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    *out = y;
-    return DUET_OK;
+    return duet__op_finish(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x, out);
 }

@@ -1,7 +1,7 @@
 /* Resampling: pixel_shuffle (sub-pixel convolution's rearrangement) and
  * bilinear upsampling by an integer factor with align_corners=False, both
  * exactly as PyTorch. */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -85,7 +85,7 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
         }
         sc->r = r;
     }
-    return duet__opb_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x,
+    return duet__op_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x,
                             out);
 }
 
@@ -237,6 +237,6 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
         }
         bc->factor = factor;
     }
-    return duet__opb_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x,
+    return duet__op_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x,
                             out);
 }

@@ -1,6 +1,6 @@
 /* Shape ops: reshape and flatten (sharing the input's data, as PyTorch's
  * view), and concatenation along the channel dimension. */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -42,7 +42,7 @@ static int reshape_named(const char *op, duet_tensor *x, int ndim, const int64_t
                            PRId64, op, duet_shape_str(x, sx, sizeof sx), x->numel, want, numel);
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_view(&y, x, ndim, shape));
-    return duet__opb_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out);
 }
 
 int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out) {
@@ -148,5 +148,5 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
         cc->n = nb;
         cc->inner = inner;
     }
-    return duet__opb_finish(y, "concat_channels", concat_backward, cc, free, n, xs, out);
+    return duet__op_finish(y, "concat_channels", concat_backward, cc, free, n, xs, out);
 }

@@ -5,7 +5,6 @@
  * 'smgan' when the discriminator's map and the mask differ in size), and
  * the Gram matrix of PerceptualLoss's style term, and ESRGAN's
  * pred - mean(other pred). All as PyTorch. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -77,7 +76,7 @@ int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
         }
         nc->factor = factor;
     }
-    return duet__opb_finish(y, "upsample_nearest", nearest_backward_node, nc, free, 1, &x, out);
+    return duet__op_finish(y, "upsample_nearest", nearest_backward_node, nc, free, 1, &x, out);
 }
 
 /* ---- bilinear, align_corners=True, to a size -------------------------------------
@@ -173,7 +172,7 @@ int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_t
     free(ay);
     free(ax);
     DUET_TRY(rc);
-    return duet__opb_finish(y, "resize_bilinear_ac", resize_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "resize_bilinear_ac", resize_backward_node, NULL, NULL, 1, &x, out);
 }
 
 /* ---- Gram matrix ----------------------------------------------------------------------
@@ -216,7 +215,7 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
         float *g = y->data + b * c * c;
         for (int64_t i = 0; i < c * c; i++) g[i] /= (float)(c * hw);
     }
-    return duet__opb_finish(y, "gram_matrix", gram_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "gram_matrix", gram_backward_node, NULL, NULL, 1, &x, out);
 }
 
 /* ---- a - mean(b) per group of samples ---------------------------------------------------
@@ -248,7 +247,7 @@ int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor 
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
     *out = NULL;
     char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
-    DUET_TRY(duet__opb_check_same_shape("sub_group_mean", a, b));
+    DUET_TRY(duet__op_check_same_shape("sub_group_mean", a, b));
     if (groups < 1 || a->ndim < 1 || a->shape[0] % groups != 0)
         return duet__error(DUET_EINVAL, "sub_group_mean: %d groups for inputs %s and %s; the "
                            "samples (dim 0) must split into equal groups",
@@ -272,6 +271,6 @@ int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor 
         }
         gc->groups = groups;
     }
-    return duet__opb_finish(y, "sub_group_mean", sub_group_mean_backward_node, gc, free, 2,
+    return duet__op_finish(y, "sub_group_mean", sub_group_mean_backward_node, gc, free, 2,
                             inputs, out);
 }
