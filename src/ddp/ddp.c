@@ -37,10 +37,11 @@ duet_ddp_opts duet_ddp_opts_default(void) {
 }
 
 ddp_state *duet__ddp_state(duet_module *m) {
-    return m != NULL && m->type == &ddp_type ? (ddp_state *)m->impl : NULL;
+    return m != NULL && duet_module_get_type(m) == &ddp_type ? (ddp_state *)duet_module_impl(m)
+                                                             : NULL;
 }
 
-bool duet_is_ddp(const duet_module *m) { return m != NULL && m->type == &ddp_type; }
+bool duet_is_ddp(const duet_module *m) { return m != NULL && duet_module_get_type(m) == &ddp_type; }
 
 /* ---- destruction ------------------------------------------------------------ */
 
@@ -495,7 +496,7 @@ static int find_reachable(ddp_state *d, duet_tensor *const *roots, int nroots) {
 }
 
 static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
-    ddp_state *d = self->impl;
+    ddp_state *d = duet_module_impl(self);
     *out = NULL;
     if (d->inner == NULL)
         return duet__error(DUET_ESTATE, "DDP '%s' has no wrapped module", d->name);
@@ -658,7 +659,7 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     duet_module *m = NULL;
     int rc = duet_module_create(&m, &ddp_type, d); /* owns d from here, also on failure */
     if (rc != DUET_OK) return rc;
-    m->transparent = true;
+    duet_module_set_transparent(m, true);
     d->self = m;
     duet_named_tensors params = {0, NULL};
     if (d->name == NULL) rc = duet__error(DUET_ENOMEM, "DDP: out of memory");
@@ -698,7 +699,9 @@ int duet_ddp_create(duet_module **out, duet_module *module, duet_comm *comm,
                     const duet_ddp_opts *opts) {
     *out = NULL;
     duet_module *m = NULL;
-    const char *def = module != NULL && module->type != NULL ? module->type->name : "module";
+    const char *def = module != NULL && duet_module_get_type(module) != NULL
+                          ? duet_module_type_name(module)
+                          : "module";
     int rc = ddp_build(&m, module, comm, opts, def);
     if (rc != DUET_OK) {
         duet_module_destroy(module);

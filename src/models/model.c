@@ -306,16 +306,14 @@ int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
 static void swap_ema_parts(duet_model *m) {
     duet_module *root = m->root;
     if (root == NULL) return;
-    for (size_t i = 0; i < root->nchildren; i++) {
-        const char *name = root->children[i].name;
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        const char *name = duet_module_child_name_at(root, i);
         size_t len = strlen(name);
         if (len <= 4 || strcmp(name + len - 4, "_ema") != 0) continue;
-        for (size_t j = 0; j < root->nchildren; j++) {
-            const char *base = root->children[j].name;
+        for (size_t j = 0; j < duet_module_child_count(root); j++) {
+            const char *base = duet_module_child_name_at(root, j);
             if (strlen(base) != len - 4 || strncmp(base, name, len - 4) != 0) continue;
-            duet_module *t = root->children[i].module;
-            root->children[i].module = root->children[j].module;
-            root->children[j].module = t;
+            duet_module_swap_children(root, i, j);
         }
     }
 }
@@ -360,7 +358,7 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
     duet_val_output_clear(out);
     if (m->ops->val_step == NULL)
         return duet__error(DUET_EUNSUPPORTED, "model %s has no val_step", m->ops->name);
-    bool was_training = m->root->training;
+    bool was_training = duet_module_is_training(m->root);
     bool prev = duet_set_grad_enabled(false);
     duet_module_train(m->root, false);
     ema_enter(m);

@@ -42,7 +42,7 @@ static int step_lrelu(duet_tensor **cur) {
 static int vgg_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "ModifiedVGG takes one input, got %d", nin);
-    const duet_modified_vgg_opts *o = &((const vgg_impl *)self->impl)->opts;
+    const duet_modified_vgg_opts *o = &((const vgg_impl *)duet_module_impl(self))->opts;
     duet_tensor *x = in[0];
     if (x->ndim != 4 || x->shape[1] != o->in_channels || x->shape[2] != o->input_size ||
         x->shape[3] != o->input_size) {

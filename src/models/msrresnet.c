@@ -30,14 +30,14 @@ static int resblock_forward(duet_module *self, int nin, duet_tensor *const *in,
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "ResidualBlockNoBN takes one input");
     duet_tensor *h = duet_tensor_retain(in[0]), *r = NULL;
-    int rc = step(self->children[0].module, &h);
+    int rc = step(duet_module_child_at(self, 0), &h);
     if (rc == DUET_OK) {
         duet_tensor *a = NULL;
         rc = duet_relu_inplace(h, &a);
         duet_tensor_release(h);
         h = a;
     }
-    if (rc == DUET_OK) rc = step(self->children[1].module, &h);
+    if (rc == DUET_OK) rc = step(duet_module_child_at(self, 1), &h);
     if (rc == DUET_OK) rc = duet_add_inplace(h, in[0], &r);
     duet_tensor_release(h);
     *out = r;
@@ -73,9 +73,9 @@ typedef struct pack_impl {
 static int pack_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "PixelShufflePack takes one input");
-    const pack_impl *p = self->impl;
+    const pack_impl *p = duet_module_impl(self);
     duet_tensor *h = NULL;
-    DUET_TRY(duet_module_forward(self->children[0].module, in[0], &h));
+    DUET_TRY(duet_module_forward(duet_module_child_at(self, 0), in[0], &h));
     int rc = duet_pixel_shuffle(h, p->scale, out);
     duet_tensor_release(h);
     return rc;
@@ -118,7 +118,7 @@ duet_msrresnet_opts duet_msrresnet_opts_default(void) {
 static int msr_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "MSRResNet takes one input, got %d", nin);
-    const msr_impl *g = self->impl;
+    const msr_impl *g = duet_module_impl(self);
     duet_tensor *x = in[0];
     if (x->ndim != 4 || x->shape[1] != g->opts.in_channels) {
         char s[DUET_SHAPE_STR_MAX];

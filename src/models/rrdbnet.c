@@ -57,7 +57,7 @@ static int rdb_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
             if (rc != DUET_OK) break;
         }
         h = cat;
-        rc = step(self->children[i].module, &h);
+        rc = step(duet_module_child_at(self, i), &h);
         if (rc == DUET_OK && i < 4) rc = step_lrelu(&h);
         if (rc != DUET_OK) break;
         if (i < 4) {
@@ -104,7 +104,7 @@ static int rrdb_forward(duet_module *self, int nin, duet_tensor *const *in, duet
     if (nin != 1) return duet__error(DUET_EINVAL, "RRDB takes one input");
     duet_tensor *h = duet_tensor_retain(in[0]);
     int rc = DUET_OK;
-    for (int i = 0; i < 3 && rc == DUET_OK; i++) rc = step(self->children[i].module, &h);
+    for (int i = 0; i < 3 && rc == DUET_OK; i++) rc = step(duet_module_child_at(self, i), &h);
     if (rc != DUET_OK) {
         duet_tensor_release(h);
         return rc;
@@ -146,7 +146,7 @@ static int rrdbnet_forward(duet_module *self, int nin, duet_tensor *const *in,
                            duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "RRDBNet takes one input, got %d", nin);
-    const rrdbnet_impl *g = self->impl;
+    const rrdbnet_impl *g = duet_module_impl(self);
     duet_tensor *x = in[0];
     if (x->ndim != 4 || x->shape[1] != g->opts.in_channels) {
         char s[DUET_SHAPE_STR_MAX];

@@ -6,6 +6,32 @@
 #include <stdarg.h>
 #include <string.h>
 
+/* The module's layout is private to this file: other code reads a module
+ * through the accessors of nn.h. */
+typedef struct duet_module_entry {
+    char *name;           /* own name inside the parent module, owned */
+    duet_tensor *tensor;  /* one reference held by the module */
+    bool is_integer;      /* buffer holding a count (num_batches_tracked): I64 on disk */
+} duet_module_entry;
+
+typedef struct duet_module_slot {
+    char *name;
+    duet_module *module;  /* owned */
+} duet_module_slot;
+
+struct duet_module {
+    const duet_module_type *type;
+    void *impl;           /* the type's state, freed by type->destroy */
+    bool training;
+    /* A transparent module (a DDP around a child) contributes no path
+     * component: "generator.module.conv.weight" reads "generator.conv.weight". */
+    bool transparent;
+    size_t nparams, nbuffers, nchildren;
+    duet_module_entry *params;
+    duet_module_entry *buffers;
+    duet_module_slot *children;
+};
+
 /* ---- creation and registration ------------------------------------------- */
 
 int duet_module_create(duet_module **out, const duet_module_type *type, void *impl) {
@@ -173,6 +199,34 @@ duet_module *duet_module_child_at(const duet_module *m, size_t i) {
 const char *duet_module_child_name_at(const duet_module *m, size_t i) {
     return i < m->nchildren ? m->children[i].name : NULL;
 }
+
+void duet_module_swap_children(duet_module *m, size_t i, size_t j) {
+    DUET_ASSERT(i < m->nchildren && j < m->nchildren);
+    duet_module *t = m->children[i].module;
+    m->children[i].module = m->children[j].module;
+    m->children[j].module = t;
+}
+
+const duet_module_type *duet_module_get_type(const duet_module *m) { return m->type; }
+size_t duet_module_param_count(const duet_module *m) { return m->nparams; }
+duet_tensor *duet_module_param_at(const duet_module *m, size_t i) {
+    return i < m->nparams ? m->params[i].tensor : NULL;
+}
+const char *duet_module_param_name_at(const duet_module *m, size_t i) {
+    return i < m->nparams ? m->params[i].name : NULL;
+}
+size_t duet_module_buffer_count(const duet_module *m) { return m->nbuffers; }
+duet_tensor *duet_module_buffer_at(const duet_module *m, size_t i) {
+    return i < m->nbuffers ? m->buffers[i].tensor : NULL;
+}
+const char *duet_module_buffer_name_at(const duet_module *m, size_t i) {
+    return i < m->nbuffers ? m->buffers[i].name : NULL;
+}
+bool duet_module_buffer_is_integer_at(const duet_module *m, size_t i) {
+    return i < m->nbuffers && m->buffers[i].is_integer;
+}
+bool duet_module_is_transparent(const duet_module *m) { return m->transparent; }
+void duet_module_set_transparent(duet_module *m, bool transparent) { m->transparent = transparent; }
 
 bool duet_module_is(const duet_module *m, const char *type_name) {
     return m != NULL && strcmp(m->type->name, type_name) == 0;

@@ -427,13 +427,13 @@ static void describe(duet__run *r, int64_t start_iter) {
                       duet__str_get(&parts));
     duet__str_free(&parts);
     duet_module *root = duet_model_module(r->model);
-    for (size_t i = 0; i < root->nchildren; i++) {
-        int64_t n = duet_module_num_parameters(root->children[i].module, false);
-        int64_t t = duet_module_num_parameters(root->children[i].module, true);
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        int64_t n = duet_module_num_parameters(duet_module_child_at(root, i), false);
+        int64_t t = duet_module_num_parameters(duet_module_child_at(root, i), true);
         if (n > 0)
             duet__logger_text(r->log, "  %s: %" PRId64 " parameters (%" PRId64 " trainable)%s",
-                              root->children[i].name, n, t,
-                              duet_is_ddp(root->children[i].module) ? ", own DDP" : "");
+                              duet_module_child_name_at(root, i), n, t,
+                              duet_is_ddp(duet_module_child_at(root, i)) ? ", own DDP" : "");
     }
 }
 
