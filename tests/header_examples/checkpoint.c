@@ -33,22 +33,10 @@ static void test_checkpoint(void **state) {
     duet_model_destroy(m);
 }
 
-static char root[256], old[1024];
-static int enter_tmpdir(void **state) {
-    (void)state;
-    if (getcwd(old, sizeof old) == NULL || tu_mkdtemp(root, sizeof root, "duet_example_checkpoint") == NULL)
-        return -1;
-    return chdir(root);
-}
-static int leave_tmpdir(void **state) {
-    (void)state;
-    return chdir(old) != 0 || tu_rm_tree(root) != 0 ? -1 : 0;
-}
-
 int main(void) {
     duet_log_set_level(DUET_LOG_ERROR); /* the tiny SRGAN's random VGG warns */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checkpoint),
     };
-    return cmocka_run_group_tests(tests, enter_tmpdir, leave_tmpdir);
+    return cmocka_run_group_tests(tests, tu_cwd_tmpdir_setup, tu_cwd_tmpdir_teardown);
 }
