@@ -273,6 +273,12 @@ void duet_model_destroy(duet_model *m);
  * state dict names are MMEditing's ("generator.conv_first.weight").
  * Borrowed. */
 duet_module *duet_model_module(duet_model *m);
+/* For a wrapper that puts one module (a DDP) around the whole model's root:
+ * from now on `outer` owns the root and duet_model_destroy destroys outer
+ * instead; duet_model_module and duet_model_part still find the root and its
+ * parts. outer NULL: the root is gone (a failed wrap destroyed it); the
+ * model is then only fit for duet_model_destroy. */
+void duet_model_set_outer(duet_model *m, duet_module *outer);
 void *duet_model_impl(duet_model *m);
 const char *duet_model_type_name(const duet_model *m);
 /* Borrowed part, or NULL. */

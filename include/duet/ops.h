@@ -63,6 +63,21 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out);
 int duet_tanh(duet_tensor *x, duet_tensor **out);
 /* a, b same shape. */
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+
+/* In-place variants for networks that know an intermediate is dead (the
+ * generators' activations): x (a) is overwritten with the result, which
+ * comes back as a new reference to it or a view of it. They fall back to the
+ * copying op unless duet_can_overwrite(x). The caller must not read x's old
+ * values afterwards. Same results and gradients as duet_relu,
+ * duet_leaky_relu (slope >= 0, else the copying op) and duet_add(a, b). */
+int duet_relu_inplace(duet_tensor *x, duet_tensor **out);
+int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out);
+int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+/* Whether an in-place op may overwrite x: x owns its data and is held only by
+ * the caller and by the node that produced it, whose backward never reads
+ * its output's values (conv2d, linear, batch_norm2d, add), or x has no
+ * history and does not require grad. */
+bool duet_can_overwrite(const duet_tensor *x);
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 /* out = s * x */

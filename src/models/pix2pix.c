@@ -43,7 +43,8 @@ duet_pix2pix_opts duet_pix2pix_opts_default(void) {
 
 static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     duet_module *g = duet_module_child(self, "generator");
-    if (g == NULL) return duet__error(DUET_ESTATE, "%s has no generator", self->type->name);
+    if (g == NULL)
+        return duet__error(DUET_ESTATE, "%s has no generator", duet_module_type_name(self));
     return duet_module_forwardn(g, nin, in, out);
 }
 
@@ -165,7 +166,7 @@ static int pix2pix_val_step(duet_model *m, const duet_batch *batch, duet_val_out
     DUET_TRY(duet_batch_require(batch, "img_a", &img_a));
     DUET_TRY(duet_batch_require(batch, "img_b", &img_b));
     DUET_TRY(need_part(m, "generator", &gen));
-    const bool was_training = gen->training;
+    const bool was_training = duet_module_is_training(gen);
     const duet_rng saved = p->dropout_rng;
     duet_module_train(gen, true);
     duet_tensor *real_a = p->b2a ? img_b : img_a;

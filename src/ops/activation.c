@@ -3,7 +3,6 @@
  * relu and leaky_relu take their backward mask from the saved input
  * (x > 0, as PyTorch; the gradient at exactly 0 is the negative side's);
  * sigmoid and tanh from the saved output, as PyTorch does. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -12,24 +11,24 @@
 
 /* out = max(x, 0), NaN passing through as in PyTorch */
 static void relu_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] < 0.0f, 0.0f, x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] < 0.0f, 0.0f, x[i]);
 }
 
 /* gx += x > 0 ? gout : 0 */
 static void relu_backward(float *gx, const float *gout, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], 0.0f);
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__op_pick(x[i] > 0.0f, gout[i], 0.0f);
 }
 
 /* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] > 0.0f, x[i], slope * x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] > 0.0f, x[i], slope * x[i]);
 }
 
 /* gx += x > 0 ? gout : slope * gout */
 static void leaky_relu_backward(float *gx, const float *gout, const float *x, float slope,
                                 int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        gx[i] += duet__opb_pick(x[i] > 0.0f, gout[i], slope * gout[i]);
+        gx[i] += duet__op_pick(x[i] > 0.0f, gout[i], slope * gout[i]);
 }
 
 /* out = 1 / (1 + exp(-x)), without overflow for large |x|. */
@@ -37,7 +36,7 @@ static void sigmoid_forward(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i])); /* in (0, 1] */
         float p = 1.0f / (1.0f + e);
-        out[i] = duet__opb_pick(x[i] >= 0.0f, p, e * p);
+        out[i] = duet__op_pick(x[i] >= 0.0f, p, e * p);
     }
 }
 
@@ -81,16 +80,16 @@ int duet_relu(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     relu_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "relu", relu_backward_node, NULL, NULL, 1, &x, out);
 }
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     leaky_relu_forward(y->data, x->data, negative_slope, y->numel);
     slope_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -101,11 +100,11 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
         }
         c->slope = negative_slope;
     }
-    return duet__opb_finish(y, "leaky_relu", leaky_relu_backward_node, c, free, 1, &x, out);
+    return duet__op_finish(y, "leaky_relu", leaky_relu_backward_node, c, free, 1, &x, out);
 }
 
 /* ---- relu, leaky_relu in place ---------------------------------------------------
- * For an op's fresh output that nobody else reads (ops_internal.h): the
+ * For an op's fresh output that nobody else reads (ops.h): the
  * activation overwrites x and the result is a view of it. The backward takes
  * its mask from the output, which is exact: for slope >= 0, y > 0 exactly
  * when x > 0 (NaN fails both). */
@@ -126,16 +125,12 @@ static int leaky_relu_inplace_backward_node(duet_node *node) {
     return DUET_OK;
 }
 
-bool duet__overwritable(const duet_tensor *x) {
+bool duet_can_overwrite(const duet_tensor *x) {
     /* The caller's reference, plus the producing node's when recorded. */
-    if (!x->owns_data || x->base != NULL) return false;
-    if (x->grad_fn == NULL) return !x->requires_grad && x->refcount == 1;
-    if (x->refcount != 2 || x->grad_fn->output != x) return false;
-    /* Ops whose backward never reads their output's values. */
-    static const char *const dead_output_ops[] = {"conv2d", "linear", "batch_norm2d", "add"};
-    for (size_t i = 0; i < sizeof dead_output_ops / sizeof dead_output_ops[0]; i++)
-        if (strcmp(x->grad_fn->op, dead_output_ops[i]) == 0) return true;
-    return false;
+    if (!duet_tensor_owns_data(x)) return false;
+    int refs = duet_tensor_refcount(x);
+    if (x->grad_fn == NULL) return !x->requires_grad && refs == 1;
+    return refs == 2 && x->grad_fn->output == x && x->grad_fn->output_unread;
 }
 
 /* The result of an in-place op on x: x itself when nothing is recorded,
@@ -148,10 +143,10 @@ static int inplace_result(duet_tensor *x, duet_tensor **y) {
     return duet_tensor_view(y, x, x->ndim, x->shape);
 }
 
-int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
+int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!duet__overwritable(x)) return duet_relu(x, out);
+    if (!duet_can_overwrite(x)) return duet_relu(x, out);
     duet_tensor *y = NULL;
     DUET_TRY(inplace_result(x, &y));
     relu_forward(x->data, x->data, x->numel);
@@ -159,13 +154,13 @@ int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "relu", relu_inplace_backward_node, NULL, NULL, 1, &x, out);
 }
 
-int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
+int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!(negative_slope >= 0.0f) || !duet__overwritable(x))
+    if (!(negative_slope >= 0.0f) || !duet_can_overwrite(x))
         return duet_leaky_relu(x, negative_slope, out);
     duet_tensor *y = NULL;
     DUET_TRY(inplace_result(x, &y));
@@ -183,7 +178,7 @@ int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor *
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, "leaky_relu", leaky_relu_inplace_backward_node, c, free, 1, &x,
+    return duet__op_finish(y, "leaky_relu", leaky_relu_inplace_backward_node, c, free, 1, &x,
                             out);
 }
 
@@ -207,16 +202,16 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     sigmoid_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     tanh_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
 }

@@ -249,7 +249,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     }
     free(buf);
     duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
+    if (rc == DUET_OK) rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         bn_ctx_free(c);
         return rc;
@@ -266,15 +266,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
         }
     }
     duet_tensor *ins[3] = {x, weight, bias};
-    if (duet_autograd_needs_record(3, ins)) {
-        rc = duet_autograd_record(y, "batch_norm2d", bn_backward, c, bn_ctx_free, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    } else {
-        bn_ctx_free(c);
-    }
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "batch_norm2d", bn_backward, c, bn_ctx_free, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -289,7 +289,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     conv_geom g;
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
     const bool pointwise = is_pointwise(&g);
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
     float *col = NULL, *tmp = NULL;
@@ -334,20 +334,17 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         }
     }
     duet_tensor *ins[3] = {x, w, b};
+    conv_ctx *cc = NULL;
     if (duet_autograd_needs_record(3, ins)) {
-        conv_ctx *cc = malloc(sizeof *cc);
+        cc = malloc(sizeof *cc);
         if (cc == NULL) {
             duet_tensor_release(y);
             return duet__error(DUET_ENOMEM, "conv2d: out of memory recording the op");
         }
         cc->stride = stride;
         cc->pad = padding;
-        int rc = duet_autograd_record(y, "conv2d", conv2d_backward, cc, free, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
     }
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -50,7 +50,7 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
     const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
     const int64_t planes = x->shape[0] * x->shape[1];
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
     bool record = duet_autograd_needs_record(1, &x);
     pool_ctx *c = NULL;
     if (record) {
@@ -87,13 +87,5 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
             }
         }
     }
-    if (record) {
-        int rc = duet_autograd_record(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    *out = y;
-    return DUET_OK;
+    return duet__op_finish(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x, out);
 }

@@ -1,7 +1,6 @@
 /* Resampling: pixel_shuffle (sub-pixel convolution's rearrangement) and
  * bilinear upsampling by an integer factor with align_corners=False, both
  * exactly as PyTorch. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -78,7 +77,7 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
     int64_t n = x->shape[0], c = x->shape[1] / ((int64_t)r * r), h = x->shape[2],
             w = x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * r, w * r}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * r, w * r}));
     pixel_shuffle_forward(y->data, x->data, n * c, r, h, w);
     shuffle_ctx *sc = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -89,7 +88,7 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
         }
         sc->r = r;
     }
-    return duet__opb_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x,
+    return duet__op_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x,
                             out);
 }
 
@@ -229,7 +228,7 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
         return rc;
     }
     duet_tensor *y = NULL;
-    rc = duet__tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor});
+    rc = duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor});
     if (rc == DUET_OK) bilinear_forward(y->data, x->data, n * c, h, w, &ay, &ax, factor);
     axis_lerp_free(&ay);
     axis_lerp_free(&ax);
@@ -243,6 +242,6 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
         }
         bc->factor = factor;
     }
-    return duet__opb_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x,
+    return duet__op_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x,
                             out);
 }

@@ -150,12 +150,12 @@ const char *const *duet_registry_wrapper_types(void) { return wrapper_types; }
 
 static int unknown_type(const char *what, const char *path, const char *type,
                         const char *const *known) {
-    char list[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; known[i] != NULL && used < sizeof list; i++)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", known[i]);
-    return duet__error(DUET_ECONFIG, "%s.type: unknown %s type '%s' (known: %s)", path, what, type,
-                       list);
+    duet__str list = {0};
+    for (size_t i = 0; known[i] != NULL; i++) duet__str_add_item(&list, ", ", "%s", known[i]);
+    int rc = duet__error(DUET_ECONFIG, "%s.type: unknown %s type '%s' (known: %s)", path, what,
+                         type, duet__str_get(&list));
+    duet__str_free(&list);
+    return rc;
 }
 
 /* Typed getters with defaults, narrowing to the types of the option structs. */
@@ -696,13 +696,13 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
     DUET_TRY(duet_config_get_string(c, "type", &type));
     if (duet_model_part(model, part) == NULL) {
         duet_module *root = duet_model_module(model);
-        char list[512] = "";
-        size_t used = 0;
-        for (size_t i = 0; i < root->nchildren && used < sizeof list; i++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
-                                     root->children[i].name);
-        return duet__error(DUET_ECONFIG, "%s.%s: the model (%s) has no part '%s' (parts: %s)",
-                           path, part, duet_model_type_name(model), part, list);
+        duet__str list = {0};
+        for (size_t i = 0; i < duet_module_child_count(root); i++)
+            duet__str_add_item(&list, ", ", "%s", duet_module_child_name_at(root, i));
+        int rc = duet__error(DUET_ECONFIG, "%s.%s: the model (%s) has no part '%s' (parts: %s)",
+                             path, part, duet_model_type_name(model), part, duet__str_get(&list));
+        duet__str_free(&list);
+        return rc;
     }
     double lr;
     DUET_TRY(duet_config_get_double_in(c, "lr", 0.0, FLT_MAX, &lr));

@@ -26,7 +26,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "comm/comm_internal.h"
 #include "train/runner_ckpt.h"
 #include "train/registry_data.h"
 #include "train/runner_internal.h"
@@ -35,13 +34,6 @@ duet_runner_opts duet_runner_opts_default(void) {
     duet_runner_opts o;
     memset(&o, 0, sizeof o);
     return o;
-}
-
-char *duet__path_join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p != NULL) snprintf(p, n, "%s/%s", dir, name);
-    return p;
 }
 
 int duet__mkdirs(const char *path) {
@@ -73,7 +65,7 @@ static void print_error(int rc) {
 
 /* The job's exit status when aborting: a watchdog timeout says so. */
 static int abort_code(const duet__run *r, int rc) {
-    bool timed_out = rc == DUET_ETIMEOUT || (r->comm->family && r->comm->family->broken);
+    bool timed_out = rc == DUET_ETIMEOUT || duet_comm_timed_out(r->comm);
     return timed_out ? DUET_EXIT_TIMEOUT : 1;
 }
 
@@ -121,7 +113,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->rank = duet_comm_rank(r->comm);
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
-    duet__comm_set_name(r->comm, "runner");
+    duet_comm_set_name(r->comm, "runner");
     DUET_TRY(duet_config_load(o->config, &r->cfg));
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
@@ -464,23 +456,22 @@ static void describe(duet__run *r, int64_t start_iter) {
                       r->world, r->world == 1 ? "" : "es", r->samples_per_gpu,
                       r->samples_per_gpu * r->world, start_iter, r->total_iters, r->work_dir);
     size_t nddp = duet_wrapper_num_ddps(r->wrapper);
-    char parts[256] = "";
-    size_t len = 0;
-    for (size_t i = 0; i < nddp && len < sizeof parts; i++) {
+    duet__str parts = {0};
+    for (size_t i = 0; i < nddp; i++) {
         const char *name = duet_wrapper_ddp_name(r->wrapper, i);
-        len += (size_t)snprintf(parts + len, sizeof parts - len, "%s%s", i ? ", " : "",
-                                name[0] ? name : "the whole model");
+        duet__str_add_item(&parts, ", ", "%s", name[0] ? name : "the whole model");
     }
     duet__logger_text(r->log, "  data parallel: %zu DDP%s (%s)", nddp, nddp == 1 ? "" : "s",
-                      parts);
+                      duet__str_get(&parts));
+    duet__str_free(&parts);
     duet_module *root = duet_model_module(r->model);
-    for (size_t i = 0; i < root->nchildren; i++) {
-        int64_t n = duet_module_num_parameters(root->children[i].module, false);
-        int64_t t = duet_module_num_parameters(root->children[i].module, true);
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        int64_t n = duet_module_num_parameters(duet_module_child_at(root, i), false);
+        int64_t t = duet_module_num_parameters(duet_module_child_at(root, i), true);
         if (n > 0)
             duet__logger_text(r->log, "  %s: %" PRId64 " parameters (%" PRId64 " trainable)%s",
-                              root->children[i].name, n, t,
-                              duet_is_ddp(root->children[i].module) ? ", own DDP" : "");
+                              duet_module_child_name_at(root, i), n, t,
+                              duet_is_ddp(duet_module_child_at(root, i)) ? ", own DDP" : "");
     }
 }
 

@@ -55,8 +55,6 @@ typedef struct duet__run {
     int64_t ema_interval, ema_start_iter;
 } duet__run;
 
-/* "a/b" joined into a new string; NULL when out of memory. */
-char *duet__path_join(const char *dir, const char *name);
 /* mkdir -p; DUET_EIO naming the folder. */
 int duet__mkdirs(const char *path);
 

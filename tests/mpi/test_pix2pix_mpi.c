@@ -55,8 +55,8 @@ static bool is_bias_before_in(duet_module *m, const duet_tensor *t) {
     duet_module *conv = duet_module_child(m, "conv");
     if (conv != NULL && duet_module_child(m, "in") != NULL && duet_module_param(conv, "bias") == t)
         return true;
-    for (size_t i = 0; i < m->nchildren; i++)
-        if (is_bias_before_in(m->children[i].module, t)) return true;
+    for (size_t i = 0; i < duet_module_child_count(m); i++)
+        if (is_bias_before_in(duet_module_child_at(m, i), t)) return true;
     return false;
 }
 
