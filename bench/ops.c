@@ -20,7 +20,6 @@
 #include <time.h>
 
 #include "duet/duet.h"
-#include "ops/ops_internal.h"
 
 typedef struct shape {
     const char *name;

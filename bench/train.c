@@ -9,11 +9,15 @@
  *
  *   bench_train [--models tiny,full] [--nproc 1,2] [--threads T] [--steps N]
  *               [--warmup N] [--timeout S] [--torch-script bench/train_torch.py]
- *               [--no-torch]
+ *               [--omp-wait passive|active] [--no-torch]
  *
  * --threads: threads per process for both duet and PyTorch (default: the
  * cores this process may use divided by the process count). The environment
- * is left as found (OPENBLAS_CORETYPE and all). Every child runs under
+ * is left as found (OPENBLAS_CORETYPE and all). --omp-wait sets
+ * OMP_WAIT_POLICY for both sides' children: on a machine that other work
+ * keeps busy, OpenMP threads that spin at each region's barrier (libgomp's
+ * default) wait for a partner the scheduler took off its core, and 2 threads
+ * can run 10x slower than 1; passive threads sleep instead. Every child runs under
  * `timeout` (default 1200 s), so the bench never hangs: a child that times
  * out shows as "timeout".
  *
@@ -199,11 +203,11 @@ static double measure_peak(void) {
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--models tiny,full] [--nproc 1,2] [--threads T] "
                     "[--steps N] [--warmup N] [--timeout S] [--torch-script PATH] "
-                    "[--no-torch]\n");
+                    "[--omp-wait passive|active] [--no-torch]\n");
 }
 
 int main(int argc, char **argv) {
-    const char *model_list = "tiny,full", *nproc_list = "1,2", *script = NULL;
+    const char *model_list = "tiny,full", *nproc_list = "1,2", *script = NULL, *wait = NULL;
     int steps = 0, warmup = 1, threads = 0, timeout_s = 1200;
     bool is_worker = false, torch = true;
     for (int i = 1; i < argc; i++) {
@@ -218,6 +222,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--threads") == 0 && v) threads = atoi(argv[++i]);
         else if (strcmp(a, "--timeout") == 0 && v) timeout_s = atoi(argv[++i]);
         else if (strcmp(a, "--torch-script") == 0 && v) script = argv[++i];
+        else if (strcmp(a, "--omp-wait") == 0 && v &&
+                 (strcmp(v, "passive") == 0 || strcmp(v, "active") == 0))
+            wait = argv[++i];
         else {
             usage();
             return 2;
@@ -246,6 +253,10 @@ int main(int argc, char **argv) {
     const char *root = getuid() == 0 ? " --allow-run-as-root" : "";
 
     double peak = measure_peak();
+    /* Back to the defaults, so that the line below names them rather than
+     * the peak's 1 thread (each row says the threads it ran). */
+    duet_kernel_opts kdef = duet_kernel_opts_default();
+    if (duet_kernels_configure(&kdef) != DUET_OK) return 1;
     duet_kernels_info ki;
     if (duet_kernels_info_get(&ki) != DUET_OK) return 1;
     char torch_info[1024] = "?";
@@ -260,6 +271,11 @@ int main(int argc, char **argv) {
     printf("duet:    %s (as found: OPENBLAS_CORETYPE=%s)\n", ki.summary,
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
     if (torch) printf("PyTorch: %s\n", torch_info);
+    const char *wait_found = getenv("OMP_WAIT_POLICY");
+    printf("OpenMP wait policy: %s\n",
+           wait ? wait : wait_found ? wait_found : "(unset: libgomp spins, then sleeps)");
+    char wait_env[64] = "";
+    if (wait != NULL) snprintf(wait_env, sizeof wait_env, "OMP_WAIT_POLICY=%s ", wait);
     printf("single-core sgemm peak (duet's GEMM, n = 1024..2048): %.1f GF/s\n\n", peak);
     printf("%-5s %5s %4s %6s | %10s %10s %7s | %8s %8s | %10s %6s\n", "model", "procs",
            "thr", "batch", "duet img/s", "torch img/s", "ratio", "duet MB", "torch MB",
@@ -283,16 +299,16 @@ int main(int argc, char **argv) {
             int thr = threads > 0 ? threads : duet_default_num_threads(np);
             char cmd[8192], dline[1024] = "", tline[1024] = "";
             snprintf(cmd, sizeof cmd,
-                     "DUET_NUM_THREADS=%d timeout -k 10 %d mpirun -n %d --oversubscribe "
+                     "%sDUET_NUM_THREADS=%d timeout -k 10 %d mpirun -n %d --oversubscribe "
                      "--bind-to none%s '%s' --worker --models %s --steps %d --warmup %d",
-                     thr, timeout_s, np, root, self, m, nsteps, warmup);
+                     wait_env, thr, timeout_s, np, root, self, m, nsteps, warmup);
             bool dok = run_json(cmd, dline, sizeof dline);
             bool tok = false;
             if (torch) {
                 snprintf(cmd, sizeof cmd,
-                         "OMP_NUM_THREADS=%d timeout -k 10 %d '%s' '%s' --model %s --nproc %d "
+                         "%sOMP_NUM_THREADS=%d timeout -k 10 %d '%s' '%s' --model %s --nproc %d "
                          "--threads %d --steps %d --warmup %d",
-                         thr, timeout_s, python, script, m, np, thr, nsteps, warmup);
+                         wait_env, thr, timeout_s, python, script, m, np, thr, nsteps, warmup);
                 tok = run_json(cmd, tline, sizeof tline);
             }
             double di = dok ? json_num(dline, "images_per_s") : 0.0 / 0.0;

@@ -18,7 +18,8 @@ set(DUET_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   OMPI_MCA_rmaps_base_oversubscribe=1 DUET_REF_DIR=${DUET_REF_DIR}
   DUET_SOURCE_DIR=${PROJECT_SOURCE_DIR} DUET_BINARY_DIR=${CMAKE_BINARY_DIR})
 
-add_library(duet_testutil STATIC ${PROJECT_SOURCE_DIR}/tests/testutil.c)
+add_library(duet_testutil STATIC ${PROJECT_SOURCE_DIR}/tests/testutil.c
+  ${PROJECT_SOURCE_DIR}/tests/testutil_gan.c)
 target_link_libraries(duet_testutil PUBLIC duet_static PkgConfig::CMOCKA)
 target_include_directories(duet_testutil PUBLIC ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
 

@@ -122,7 +122,7 @@ static int build_toy_discriminator(duet_config *cfg, const char *path, duet_rng 
 static int toy_l1_forward(duet_module *self, int nin, duet_tensor *const *in,
                           duet_tensor **out) {
     if (nin != 2) return duet__error(DUET_EINVAL, "ToyL1Loss takes (pred, target)");
-    return duet_l1_loss(in[0], in[1], *(float *)self->impl, out);
+    return duet_l1_loss(in[0], in[1], *(float *)duet_module_impl(self), out);
 }
 
 static const duet_module_type toy_l1_type = {"ToyL1Loss", toy_l1_forward, free};

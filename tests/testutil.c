@@ -248,6 +248,21 @@ int tu_tmpdir_teardown(void **state) {
     return 0;
 }
 
+static char cwd_tmp[256], cwd_old[4096];
+
+int tu_cwd_tmpdir_setup(void **state) {
+    (void)state;
+    if (getcwd(cwd_old, sizeof cwd_old) == NULL ||
+        tu_mkdtemp(cwd_tmp, sizeof cwd_tmp, "duet_cwd") == NULL)
+        return -1;
+    return chdir(cwd_tmp);
+}
+
+int tu_cwd_tmpdir_teardown(void **state) {
+    (void)state;
+    return chdir(cwd_old) != 0 || tu_rm_tree(cwd_tmp) != 0 ? -1 : 0;
+}
+
 char *tu_path(char *buf, size_t size, const char *dir, const char *name) {
     snprintf(buf, size, "%s/%s", dir, name);
     return buf;

@@ -80,6 +80,12 @@ typedef struct tu_tmpdir {
 int tu_tmpdir_setup(void **state);
 int tu_tmpdir_teardown(void **state);
 #define TU_TMPDIR_TEST(f) cmocka_unit_test_setup_teardown(f, tu_tmpdir_setup, tu_tmpdir_teardown)
+/* A cmocka group setup / teardown that runs the group inside a new
+ * temporary folder (for code that writes relative paths, like the headers'
+ * usage examples): the working directory changes to it, and back, and the
+ * folder is removed afterwards. */
+int tu_cwd_tmpdir_setup(void **state);
+int tu_cwd_tmpdir_teardown(void **state);
 /* Removes path and everything below it (links are removed, not followed);
  * 0 when it is gone, -1 otherwise. */
 int tu_rm_tree(const char *path);

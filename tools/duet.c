@@ -20,7 +20,7 @@ static const char main_usage[] =
     "commands:\n"
     "  train   train a model from a config file\n"
     "  test    PSNR/SSIM of a checkpoint on the validation set, next to bicubic\n"
-    "  infer   upscale images with a checkpoint\n"
+    "  infer   upscale (or translate) images with a checkpoint\n"
     "  info    version, CPU features, kernel path, library versions, threads\n"
     "\n"
     "`duet <command> --help` describes each one; `duet --version` prints the version.\n";
@@ -81,6 +81,12 @@ static const char infer_usage[] =
     "written, the run is refused when an output would be one of the IMAGEs, when\n"
     "two IMAGEs have one name (a.png and a.jpg), or when an output path is a\n"
     "symlink. Each output is written to a temporary file and renamed into place.\n"
+    "\n"
+    "Image-to-image models (Pix2Pix, CycleGAN) translate each IMAGE, which is the\n"
+    "model's input alone (Pix2Pix: the A half of a pair, or B with direction b2a):\n"
+    "it goes through the steps of data.val.pipeline for that key (Resize,\n"
+    "Normalize to [-1, 1], ...) and the output is mapped back from [-1, 1] to\n"
+    "[0, 255], so that infer writes what `duet test --out` writes.\n"
     "\n"
     "options:\n"
     "  --out DIR          output folder, created when missing (required)\n"
@@ -155,18 +161,32 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
     return -1;
 }
 
-/* `duet test`'s answer: one JSON object, or a table next to bicubic. */
+/* `duet test`'s answer: one JSON object, or a table next to bicubic, of the
+ * metrics model.test_cfg.metrics names (none for a translation model, whose
+ * outputs are the answer; bicubic only where the data is super-resolution). */
 static void print_test_result(const duet_runner_opts *o, const duet_test_result *r, bool json) {
+    const duet_log_vars *m = &r->metrics, *b = &r->metrics_bicubic;
     if (json) {
-        printf("{\"PSNR\": %.4f, \"SSIM\": %.4f, \"PSNR_bicubic\": %.4f, "
-               "\"SSIM_bicubic\": %.4f, \"images\": %" PRId64 "}\n",
-               r->psnr, r->ssim, r->psnr_bicubic, r->ssim_bicubic, r->images);
+        printf("{");
+        for (int i = 0; i < m->count; i++) printf("\"%s\": %.4f, ", m->names[i], m->values[i]);
+        for (int i = 0; i < b->count; i++)
+            printf("\"%s_bicubic\": %.4f, ", b->names[i], b->values[i]);
+        printf("\"images\": %" PRId64 "}\n", r->images);
     } else {
         printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
                o->checkpoint, r->images, r->crop_border);
-        printf("            PSNR      SSIM\n");
-        printf("  model    %7.3f   %.4f\n", r->psnr, r->ssim);
-        printf("  bicubic  %7.3f   %.4f\n", r->psnr_bicubic, r->ssim_bicubic);
+        if (m->count > 0) {
+            printf("         ");
+            for (int i = 0; i < m->count; i++) printf(" %9s", m->names[i]);
+            printf("\n  model  ");
+            for (int i = 0; i < m->count; i++) printf(" %9.4f", m->values[i]);
+            printf("\n");
+        }
+        if (b->count > 0) {
+            printf("  bicubic");
+            for (int i = 0; i < b->count; i++) printf(" %9.4f", b->values[i]);
+            printf("\n");
+        }
         if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
     }
     fflush(stdout);

@@ -45,6 +45,9 @@ typedef struct duet_node {
     int ninputs;
     duet_tensor *inputs[DUET_NODE_MAX_INPUTS]; /* retained */
     duet_tensor *output;            /* retained */
+    /* Set by ops whose backward never reads output->data (conv2d, linear,
+     * batch_norm2d, add), so that an in-place op may overwrite the output. */
+    bool output_unread;
     uint64_t mark;                  /* private: reachability pass */
 } duet_node;
 

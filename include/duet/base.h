@@ -184,6 +184,39 @@ int duet_cpu_features_string(const duet_cpu_info *ci, char *buf, size_t size);
 int duet_cpu_available_cores(void);
 int duet_cpu_online_cores(void);
 
+/* ---- small helpers for duet's own layers (src/base/str.c) ------------------
+ * duet__ names: shared by the layers above base so that each exists once;
+ * not a stable API for applications. */
+
+/* Copy of s in a malloc'd string (free with free); NULL when out of memory
+ * or s is NULL. */
+char *duet__strdup(const char *s);
+/* "dir/name" in a malloc'd string (free with free); NULL when out of memory. */
+char *duet__path_join(const char *dir, const char *name);
+/* The whole of the regular file at path in a 64-byte aligned buffer (free
+ * with duet_aligned_free; one byte allocated for an empty file), its size in
+ * *len. DUET_ENOTFOUND when path does not exist, DUET_EIO when it cannot be
+ * opened or read or is not a regular file, DUET_ENOMEM; the message names
+ * the path. */
+int duet__read_file(const char *path, unsigned char **out, size_t *len);
+
+/* A growable string for messages and lists of names, so that none is cut
+ * at a fixed size. Zero-initialise ({0}); append; read with duet__str_get;
+ * free with duet__str_free. An append that runs out of memory sets failed
+ * and leaves the content as it was. */
+typedef struct duet__str {
+    char *s;
+    size_t len, cap;
+    bool failed;
+} duet__str;
+void duet__str_addf(duet__str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends sep first unless b is empty: for "a, b, c" lists. */
+void duet__str_add_item(duet__str *b, const char *sep, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The content ("" when empty; never NULL). Borrowed until the next append. */
+const char *duet__str_get(const duet__str *b);
+void duet__str_free(duet__str *b);
+
 #ifdef __cplusplus
 }
 #endif

@@ -117,6 +117,12 @@ duet_comm_opts duet_comm_opts_default(void);
  * comm when created: set the timeout first). DUET_EINVAL outside (0, 1e9]. */
 int duet_comm_set_opts(duet_comm *c, const duet_comm_opts *opts);
 duet_comm_opts duet_comm_get_opts(const duet_comm *c);
+/* Names c in watchdog messages ("runner", "DDP 'generator' buckets");
+ * copied, truncated to 95 bytes. */
+void duet_comm_set_name(duet_comm *c, const char *name);
+/* True once a wait on c or on a comm duplicated with it timed out (every
+ * later wait fails at once): a runner then exits with the timeout code. */
+bool duet_comm_timed_out(const duet_comm *c);
 
 /* ---- blocking collectives ------------------------------------------------ */
 
@@ -124,6 +130,10 @@ duet_comm_opts duet_comm_get_opts(const duet_comm *c);
 int duet_comm_allreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt, duet_reduce_op op);
 /* buf (count elements) on every rank becomes root's. */
 int duet_comm_bcast(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root);
+/* duet_comm_bcast whose wait never times out (it warns every timeout_s
+ * instead): for ranks that wait while root writes a checkpoint, which a
+ * slow file system may make long without any peer being hung. */
+int duet_comm_bcast_untimed(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root);
 /* recv (size * count elements) gets each rank's send (count elements), in rank
  * order. send and recv must not overlap. */
 int duet_comm_allgather(duet_comm *c, const void *send, void *recv, size_t count,
@@ -143,6 +153,19 @@ int duet_comm_test(duet_comm_request **req, bool *done);
 /* Blocks until completion, frees the handle and sets *req to NULL (also on
  * failure). A NULL *req returns at once. */
 int duet_comm_wait(duet_comm_request **req);
+/* Labels req in watchdog messages ("DDP 'g' gradient bucket 2 of 5");
+ * printf-style, truncated to 127 bytes. */
+void duet_comm_request_set_label(duet_comm_request *req, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Work done between polls while waiting: advances the caller's other
+ * operations and sets *progressed when something moved (which resets the
+ * watchdog's backoff). A non-zero status ends the wait with it. */
+typedef int (*duet_comm_work_fn)(void *ctx, bool *progressed);
+/* duet_comm_wait that calls work(ctx) between polls, so that other
+ * nonblocking operations of the caller (a DDP's buckets) keep moving while
+ * this one completes; the watchdog covers the whole wait. Frees the handle
+ * and sets *req to NULL, also on failure. */
+int duet_comm_wait_working(duet_comm_request **req, duet_comm_work_fn work, void *ctx);
 
 /* ---- job control ------------------------------------------------------------- */
 

@@ -29,6 +29,10 @@
  *   (the discriminator frozen during the generator step) is fine. Ranks that
  *   disagree on what was ready fail the backward with DUET_EMISMATCH, on
  *   every rank, without hanging.
+ * - a backward that gives a tracked parameter a gradient although no forward
+ *   through the DDP armed it (the wrapped module, or a sub-network of it,
+ *   was called directly) and no_sync is off fails with DUET_ESTATE naming
+ *   the parameter: that gradient would never be averaged.
  *
  * Collectives: creation, every armed forward (buffer broadcast), every
  * synchronised backward, and duet_ddp_check_replicas must be reached by every
@@ -132,6 +136,18 @@ duet_module *duet_ddp_inner(duet_module *ddp);
 /* The comm the DDP was created over (borrowed), or NULL. */
 duet_comm *duet_ddp_comm(duet_module *ddp);
 
+/* The forward of the wrapped module's child `child` (a network of a
+ * container, as CycleGAN's generators.a), through the DDP: it arms the DDP
+ * as a forward of the whole DDP does, so the following backward averages
+ * the gradients. (MMEditing reaches around its DDP for this, with
+ * get_module(self.generators)['a'](x), and its gradients are never
+ * averaged. In duet a backward that gives a tracked parameter a gradient
+ * while the DDP is neither armed nor in no_sync fails with DUET_ESTATE
+ * naming the DDP and the parameter, and the DDP stays failed.)
+ * DUET_ENOTFOUND when the wrapped module has no such child. */
+int duet_ddp_forward_child(duet_module *ddp, const char *child, int nin, duet_tensor *const *in,
+                           duet_tensor **out);
+
 /* PyTorch's no_sync(): while on, forwards do not arm the DDP and backwards
  * accumulate locally; the first synchronised backward after it reduces the
  * accumulated sum. Returns the previous setting (false for a non-DDP). */
@@ -166,7 +182,8 @@ int duet_ddp_mark_ready(duet_module *ddp, size_t i);
 void duet_ddp_progress(duet_module *ddp);
 /* End of the backward pass: waits for the started reductions (starting,
  * with the data at hand, any that other ranks started, so nobody hangs) and
- * records whether every tracked parameter was ready. No-op when not armed.
+ * records whether every tracked parameter was ready. No-op when not armed
+ * (but for the DUET_ESTATE of a gradient that came around the DDP, above).
  * Collective for an armed DDP. */
 int duet_ddp_finalize(duet_module *ddp);
 

@@ -254,6 +254,10 @@ typedef struct duet_model_ops {
      * the modules instead: they are checkpointed and resumed with them. */
     int (*save_state)(duet_model *m, duet_st_writer *w);
     int (*load_state)(duet_model *m, const duet_st *ckpt);
+    /* The batch key of the image forward takes ("img_a" or "img_b" for an
+     * image-to-image model, after its direction settings); may be NULL:
+     * "lq" (super-resolution). */
+    const char *(*input_key)(duet_model *m);
 } duet_model_ops;
 
 /* Names of the tensors a save_state hook writes start with this. */
@@ -269,6 +273,12 @@ void duet_model_destroy(duet_model *m);
  * state dict names are MMEditing's ("generator.conv_first.weight").
  * Borrowed. */
 duet_module *duet_model_module(duet_model *m);
+/* For a wrapper that puts one module (a DDP) around the whole model's root:
+ * from now on `outer` owns the root and duet_model_destroy destroys outer
+ * instead; duet_model_module and duet_model_part still find the root and its
+ * parts. outer NULL: the root is gone (a failed wrap destroyed it); the
+ * model is then only fit for duet_model_destroy. */
+void duet_model_set_outer(duet_model *m, duet_module *outer);
 void *duet_model_impl(duet_model *m);
 const char *duet_model_type_name(const duet_model *m);
 /* Borrowed part, or NULL. */
@@ -302,6 +312,10 @@ int duet_model_load_state(duet_model *m, const duet_st *ckpt);
  * average of the generator, see duet_ema_update) stands in for P in forward
  * and val_step, as MMEditing's forward_test uses generator_ema. */
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out);
+/* The batch key of forward's input: the ops' input_key, or "lq". `duet
+ * infer` prepares an "img_a" / "img_b" input with the config's data.val
+ * pipeline for that key, as `duet test` does (docs/gan_translation.md). */
+const char *duet_model_input_key(duet_model *m);
 /* One optimisation step. *log is cleared and filled with the named values
  * by the model's train_step, then averaged over the model's comm here (the
  * model need not, and every rank must log the same names in the same order:
@@ -518,6 +532,61 @@ void duet_pix2pix_set_step_counter(duet_model *m, int64_t step_counter);
  * checkpoint saves *rng and a resume restores it, so resumed runs drop the
  * same elements bitwise. */
 duet_rng *duet_pix2pix_dropout_rng(duet_model *m);
+
+/* ---- CycleGAN (mmedit/models/synthesizers/cycle_gan.py) -------------------- */
+
+/* Parts generators and discriminators, each a container ("ModuleDict", no
+ * forward) of two networks "a" and "b" built from the same settings
+ * (ResnetGenerator, PatchDiscriminator), so state dicts are MMEditing's
+ * (generators.a.model.0.conv.weight); gan_loss, cycle_loss (L1), id_loss
+ * (L1, only when id_loss_weight > 0). The wrapper gives each container one
+ * DDP holding both networks; the model forwards generators.a through it
+ * (duet_ddp_forward_child), never around it.
+ * Batches hold "img_a" and "img_b" (N, C, H, W) in [-1, 1], unpaired;
+ * direction b2a swaps them. train_step: fake_b = G_a(real_a), rec_a =
+ * G_b(fake_b), fake_a = G_b(real_b), rec_b = G_a(fake_a); then, as
+ * MMEditing 0.x, the discriminator step first, on the image pools' answers
+ * (loss_gan_d_a = (gan(D_a(pool_b(fake_b)), fake) + gan(D_a(real_b),
+ * real)) / 2, pool_b queried first, then loss_gan_d_b the same way with
+ * pool_a, fake_a and real_a), both in one backward (each network's gradient
+ * comes from its own term, as MMEditing's two backwards give it); then,
+ * when step_counter % disc_steps == 0 and step_counter >= disc_init_steps,
+ * the generator step with the discriminators frozen, through the outputs
+ * computed before the discriminators were updated (one backward of
+ * loss_id_a = id(G_a(real_b), real_b) * cycle weight, loss_id_b likewise,
+ * loss_gan_g_a = gan(D_a(fake_b), real), loss_gan_g_b = gan(D_b(fake_a),
+ * real), loss_cycle_a = cycle(rec_a, real_a), loss_cycle_b = cycle(rec_b,
+ * real_b)). Log values are those names, in that order. Optimizers
+ * "generators" and "discriminators".
+ * The pools (MMEditing's GANImageBuffer of buffer_size images each) draw
+ * from the model's pool rng. Under the wrapper they hold the images of the
+ * whole global batch (gathered from every rank in rank order) and are
+ * identical on every rank, so N ranks match one process with the whole
+ * batch and a checkpoint from rank 0 holds all of it; MMEditing keeps one
+ * pool per GPU. val_step runs the generators in training mode (MMEditing's
+ * forward_test) and outputs fake_b (test direction a2b) or fake_a (b2a);
+ * no metrics. */
+typedef struct duet_cyclegan_opts {
+    duet_resnet_generator_opts generator;        /* 3, 3, 64, 9, IN, no dropout */
+    duet_patch_discriminator_opts discriminator; /* 3, 64, 3, IN */
+    duet_gan_loss_opts gan_loss;                 /* lsgan, 1, 0, 1 */
+    float cycle_loss_weight;                     /* 10 */
+    float id_loss_weight;                        /* 0.5; <= 0: no identity loss */
+    int disc_steps, disc_init_steps;             /* 1, 0 */
+    bool b2a;                                    /* train_cfg.direction: false = a2b */
+    int64_t buffer_size;                         /* 50; 0: no pools */
+    bool test_b2a;     /* test_cfg.test_direction b2a (flipped when b2a, as MMEditing) */
+    uint64_t pool_seed, dropout_seed;            /* the model's rngs (stream 0) */
+} duet_cyclegan_opts;
+duet_cyclegan_opts duet_cyclegan_opts_default(void); /* MMEditing's cyclegan configs */
+int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_rng *rng);
+int64_t duet_cyclegan_step_counter(duet_model *m);
+/* The pools' rng (borrowed, lives with the model). Checkpoints save it, the
+ * step counter, the dropout rng and both pools (see docs/gan_translation.md
+ * for the keys), through the model's save_state / load_state. */
+duet_rng *duet_cyclegan_pool_rng(duet_model *m);
+/* Images held by pool "a" (fake_a's) or "b" (fake_b's). */
+int64_t duet_cyclegan_pool_count(duet_model *m, char which);
 
 #ifdef __cplusplus
 }

@@ -51,29 +51,6 @@ typedef struct duet_module_type {
     void (*destroy)(void *impl);
 } duet_module_type;
 
-typedef struct duet_module_entry {
-    char *name;           /* own name inside the parent module, owned */
-    duet_tensor *tensor;  /* one reference held by the module */
-    bool is_integer;      /* buffer holding a count (num_batches_tracked): I64 on disk */
-} duet_module_entry;
-
-typedef struct duet_module_slot {
-    char *name;
-    duet_module *module;  /* owned */
-} duet_module_slot;
-
-struct duet_module {
-    const duet_module_type *type;
-    void *impl;           /* the type's state, freed by type->destroy */
-    bool training;
-    /* A transparent module (a DDP around a child) contributes no path
-     * component: "generator.module.conv.weight" reads "generator.conv.weight". */
-    bool transparent;
-    size_t nparams, nbuffers, nchildren;
-    duet_module_entry *params;
-    duet_module_entry *buffers;
-    duet_module_slot *children;
-};
 
 /* New empty module in training mode. impl is owned from now on (freed with
  * type->destroy, also when this fails). Free with duet_module_destroy. */
@@ -111,6 +88,26 @@ bool duet_module_is_training(const duet_module *m);
 size_t duet_module_child_count(const duet_module *m);
 duet_module *duet_module_child_at(const duet_module *m, size_t i);
 const char *duet_module_child_name_at(const duet_module *m, size_t i);
+/* Exchanges the modules of children i and j, each keeping its name (a model
+ * putting a network's moving average in its place). */
+void duet_module_swap_children(duet_module *m, size_t i, size_t j);
+/* The type the module was created with (borrowed, static). */
+const duet_module_type *duet_module_get_type(const duet_module *m);
+/* The module's own parameters and buffers (not its children's), in
+ * registration order; i below the count. Borrowed. */
+size_t duet_module_param_count(const duet_module *m);
+duet_tensor *duet_module_param_at(const duet_module *m, size_t i);
+const char *duet_module_param_name_at(const duet_module *m, size_t i);
+size_t duet_module_buffer_count(const duet_module *m);
+duet_tensor *duet_module_buffer_at(const duet_module *m, size_t i);
+const char *duet_module_buffer_name_at(const duet_module *m, size_t i);
+/* A count (num_batches_tracked), stored as I64 in files. */
+bool duet_module_buffer_is_integer_at(const duet_module *m, size_t i);
+/* A transparent module (a DDP around a child) adds no component to the
+ * dotted names below it: "generator.module.conv.weight" reads
+ * "generator.conv.weight". */
+bool duet_module_is_transparent(const duet_module *m);
+void duet_module_set_transparent(duet_module *m, bool transparent);
 
 int duet_module_forward(duet_module *m, duet_tensor *x, duet_tensor **out);
 int duet_module_forward2(duet_module *m, duet_tensor *a, duet_tensor *b, duet_tensor **out);

@@ -63,6 +63,21 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out);
 int duet_tanh(duet_tensor *x, duet_tensor **out);
 /* a, b same shape. */
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+
+/* In-place variants for networks that know an intermediate is dead (the
+ * generators' activations): x (a) is overwritten with the result, which
+ * comes back as a new reference to it or a view of it. They fall back to the
+ * copying op unless duet_can_overwrite(x). The caller must not read x's old
+ * values afterwards. Same results and gradients as duet_relu,
+ * duet_leaky_relu (slope >= 0, else the copying op) and duet_add(a, b). */
+int duet_relu_inplace(duet_tensor *x, duet_tensor **out);
+int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out);
+int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out);
+/* Whether an in-place op may overwrite x: x owns its data and is held only by
+ * the caller and by the node that produced it, whose backward never reads
+ * its output's values (conv2d, linear, batch_norm2d, add), or x has no
+ * history and does not require grad. */
+bool duet_can_overwrite(const duet_tensor *x);
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 /* out = s * x */
@@ -158,9 +173,13 @@ duet_kernel_opts duet_kernel_opts_default(void); /* AUTO, 0, 1, false */
  * `gemm` keys). Without a call, the first GEMM configures the defaults.
  * DUET_EINVAL for a bad value or a malformed DUET_GEMM / DUET_NUM_THREADS. */
 int duet_kernels_configure(const duet_kernel_opts *opts);
-/* The cores this process may use (its affinity mask) divided among the
- * local_ranks ranks on the node; when a launcher bound the rank to fewer
- * cores than the machine has, those cores are its own. At least 1. */
+/* min(the cores in this process's affinity mask, the node's online cores /
+ * local_ranks), at least 1: an unbound rank takes its share of the node; a
+ * rank bound to its own cores (mpirun --map-by slot:PE=T) takes those; a
+ * rank bound to a set it shares (Open MPI binds to the socket above 2 ranks)
+ * takes no more than its share. Open MPI binds each rank to one core when it
+ * starts 1 or 2: there a rank gets 1 thread unless mpirun runs with
+ * --bind-to none (or PE=T), or DUET_NUM_THREADS / num_threads says more. */
 int duet_default_num_threads(int local_ranks);
 /* "auto" / "onednn" / "openblas" (static string), and back; parse fails with
  * DUET_EINVAL naming the value. */

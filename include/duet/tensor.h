@@ -59,6 +59,10 @@ int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape);
 int duet_tensor_create4(duet_tensor **out, int64_t n, int64_t c, int64_t h, int64_t w);
 /* New tensor with the same shape as `like`, zero-filled. */
 int duet_tensor_create_like(duet_tensor **out, const duet_tensor *like);
+/* As duet_tensor_create, but the data is left uninitialised: for an op's
+ * output that the op overwrites whole, so that a large activation is not
+ * zeroed just before being written. */
+int duet_tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape);
 /* New tensor copying `data` (numel floats). */
 int duet_tensor_from_data(duet_tensor **out, int ndim, const int64_t *shape, const float *data);
 /* Deep copy of data (no grad, no autograd history). */
@@ -73,6 +77,12 @@ int duet_tensor_slice0(duet_tensor **out, duet_tensor *t, int64_t start, int64_t
 duet_tensor *duet_tensor_retain(duet_tensor *t);
 /* Drops one reference; frees data, grad and the struct at zero. NULL ok. */
 void duet_tensor_release(duet_tensor *t);
+/* References held on t (creation, duet_tensor_retain, the tape). */
+int duet_tensor_refcount(const duet_tensor *t);
+/* True when t holds its own data rather than being
+ * a view (duet_tensor_view). An in-place op may overwrite such a
+ * tensor when nobody else holds it. */
+bool duet_tensor_owns_data(const duet_tensor *t);
 
 /* Makes sure t->grad exists (zero-filled on first allocation). */
 int duet_tensor_ensure_grad(duet_tensor *t);
@@ -80,6 +90,10 @@ int duet_tensor_ensure_grad(duet_tensor *t);
  * tensor; used by DDP's contiguous gradient buffer). Existing gradient values
  * are copied into it, else it is left as is. */
 void duet_tensor_set_grad_storage(duet_tensor *t, float *storage);
+/* Gives t its own gradient storage again after duet_tensor_set_grad_storage,
+ * keeping the values (a DDP unwrapping a module). Nothing to do when t owns
+ * its gradient or has none. DUET_ENOMEM (t keeps the external storage). */
+int duet_tensor_own_grad(duet_tensor *t);
 void duet_tensor_zero_grad(duet_tensor *t);
 
 void duet_tensor_fill(duet_tensor *t, float v);
@@ -111,7 +125,11 @@ int duet_st_get(const duet_st *st, const char *name, duet_tensor **out);
  * (DUET_ESHAPE names both shapes otherwise). */
 int duet_st_copy_into(const duet_st *st, const char *name, duet_tensor *dst);
 /* Raw access for non-float entries (e.g. an I64 step count or U8 blob):
- * dtype string ("F32", "I64", "U8", ...), byte pointer and length. Borrowed. */
+ * dtype string ("F32", "I64", "U8", ...), byte pointer and length (borrowed),
+ * number of dimensions and shape. Any output may be NULL; shape, when given,
+ * holds DUET_ST_MAX_DIMS values (the most dimensions a file entry may have;
+ * a file with more is refused when opened). */
+#define DUET_ST_MAX_DIMS 8
 int duet_st_raw(const duet_st *st, const char *name, const char **dtype,
                 const void **bytes, size_t *nbytes, int *ndim, int64_t *shape);
 /* Metadata value, or NULL when absent. Borrowed. */

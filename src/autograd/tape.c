@@ -161,23 +161,24 @@ static bool input_wants_grad(const duet_node *n, int i) {
 }
 
 /* Whether n's backward reads the values of input `slot` (SLOT_OUTPUT: of its
- * output), given which inputs need a gradient now. This mirrors the
- * backwards in src/ops/ and must change with them; an op not listed reads
- * everything (never wrong, only less lean). */
+ * output), given which inputs need a gradient now. The output's answer is
+ * the op's own (duet__op_output_unread in src/ops/ops_internal.h, which the
+ * in-place ops rely on too); the inputs' answers mirror the backwards in
+ * src/ops/ and must change with them. An op not listed reads every input
+ * (never wrong, only less lean). */
 static bool node_reads(const duet_node *n, int slot) {
+    if (slot == SLOT_OUTPUT) return !n->output_unread;
     /* dX = W^T dY needs W; dW = dY X^T needs X; db needs neither. */
     if (op_is(n, "conv2d") || op_is(n, "linear"))
         return (slot == 0 && input_wants_grad(n, 1)) || (slot == 1 && input_wants_grad(n, 0));
     /* Shapes, constants in the op's context, an argmax or a bit mask. */
-    static const char *const reads_nothing[] = {
-        "relu",  "leaky_relu", "max_pool2d", "pixel_shuffle", "add",
-        "sub",   "scale",      "reshape",    "flatten",       "upsample_bilinear",
-        "channel_affine"};
-    for (size_t i = 0; i < sizeof reads_nothing / sizeof reads_nothing[0]; i++)
-        if (op_is(n, reads_nothing[i])) return false;
-    if (op_is(n, "batch_norm2d")) return slot != SLOT_OUTPUT; /* x, weight, bias */
-    if (op_is(n, "sigmoid") || op_is(n, "tanh")) return slot == SLOT_OUTPUT;
-    return true;
+    static const char *const reads_no_input[] = {
+        "relu",    "leaky_relu", "max_pool2d", "pixel_shuffle", "add",
+        "sub",     "scale",      "reshape",    "flatten",       "sigmoid",
+        "tanh",    "upsample_bilinear",        "channel_affine"};
+    for (size_t i = 0; i < sizeof reads_no_input / sizeof reads_no_input[0]; i++)
+        if (op_is(n, reads_no_input[i])) return false;
+    return true; /* batch_norm2d reads x, weight and bias */
 }
 
 /* Frees t's values when only the tape holds t and no recorded backward

@@ -312,6 +312,10 @@ int duet_comm_bcast(duet_comm *c, void *buf, size_t count, duet_dtype dt, int ro
     return duet__comm_bcast_ex(c, buf, count, dt, root, false);
 }
 
+int duet_comm_bcast_untimed(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root) {
+    return duet__comm_bcast_ex(c, buf, count, dt, root, true);
+}
+
 int duet__comm_bcast_ex(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root,
                         bool no_timeout) {
     DUET_TRY(check_dtype(dt, "bcast"));
@@ -418,7 +422,7 @@ static void request_free(duet_comm_request *r) {
     if (!abandoned) free(r);
 }
 
-void duet__request_set_label(duet_comm_request *r, const char *fmt, ...) {
+void duet_comm_request_set_label(duet_comm_request *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(r->label, sizeof r->label, fmt, ap);
@@ -471,8 +475,9 @@ static void request_peers_cb(void *ctx, char *buf, size_t size) {
     duet__request_peers(ctx, buf, size);
 }
 
-/* Polls r to completion under the watchdog. */
-static int request_wait(duet_comm_request *r) {
+/* Polls r to completion under the watchdog, calling work (may be NULL)
+ * between polls. */
+static int request_wait(duet_comm_request *r, duet_comm_work_fn work, void *ctx) {
     duet__wait w;
     duet__wait_begin(&w, r->c, "allreduce", r->seq, r->label);
     w.peers = request_peers_cb;
@@ -482,6 +487,12 @@ static int request_wait(duet_comm_request *r) {
         bool done = false, progressed = false;
         rc = request_progress(r, &done, &progressed);
         if (rc != DUET_OK || done) break;
+        if (work != NULL) {
+            bool moved = false;
+            rc = work(ctx, &moved);
+            if (rc != DUET_OK) break;
+            progressed = progressed || moved;
+        }
         rc = duet__wait_idle(&w, progressed);
         if (rc != DUET_OK) break;
     }
@@ -526,7 +537,7 @@ int duet_comm_iallreduce(duet_comm *c, void *buf, size_t count, duet_dtype dt,
         if (rc != DUET_OK) {
             /* Parts already started must still finish, or the peers would
              * wait on them forever. */
-            request_wait(r);
+            request_wait(r, NULL, NULL);
             request_free(r);
             return rc;
         }
@@ -557,10 +568,12 @@ int duet_comm_test(duet_comm_request **req, bool *done) {
     return duet__comm_test_progress(req, done, &progressed);
 }
 
-int duet_comm_wait(duet_comm_request **req) {
+int duet_comm_wait(duet_comm_request **req) { return duet_comm_wait_working(req, NULL, NULL); }
+
+int duet_comm_wait_working(duet_comm_request **req, duet_comm_work_fn work, void *ctx) {
     duet_comm_request *r = *req;
     if (r == NULL) return DUET_OK;
-    int rc = request_wait(r);
+    int rc = request_wait(r, work, ctx);
     request_free(r);
     *req = NULL;
     return rc;

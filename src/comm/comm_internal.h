@@ -1,6 +1,6 @@
-/* Private to duet: the comm object's layout, the one checking macro for MPI
- * calls, and the checked size_t -> int conversion. Other layers (ddp,
- * wrapper, train) may include it for DUET__MPI_TRY. */
+/* Private to the comm layer: the comm object's layout, the one checking macro
+ * for MPI calls, and the checked size_t -> int conversion. Only src/comm/ (and
+ * the comm layer's own tests) include it; other layers use duet/comm.h. */
 #ifndef DUET_COMM_INTERNAL_H
 #define DUET_COMM_INTERNAL_H
 
@@ -111,9 +111,6 @@ void duet__family_leave(duet_comm *c);
 
 /* Describes an in-flight request's pending peers (see duet__ring_peers). */
 void duet__request_peers(const duet_comm_request *r, char *buf, size_t size);
-/* Labels a request for watchdog messages ("DDP 'g' bucket 2 of 5"). */
-void duet__request_set_label(duet_comm_request *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* Like duet_comm_test, also saying whether anything moved (a ring step, a
  * part completed), for callers that run their own wait loop. */
 int duet__comm_test_progress(duet_comm_request **req, bool *done, bool *progressed);
@@ -124,8 +121,6 @@ int duet__comm_test_progress(duet_comm_request **req, bool *done, bool *progress
 int duet__comm_bcast_ex(duet_comm *c, void *buf, size_t count, duet_dtype dt, int root,
                         bool no_timeout);
 
-/* The comm's name in watchdog messages (copied, truncated to 95 bytes). */
-void duet__comm_set_name(duet_comm *c, const char *name);
 
 /* Turns a failed MPI return code into DUET_EMPI with MPI's message and the
  * call site; returns DUET_EMPI. */

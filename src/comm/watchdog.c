@@ -82,6 +82,10 @@ int duet__comm_check_broken(const duet_comm *c) {
                                                                   : "comm: an earlier timeout");
 }
 
+bool duet_comm_timed_out(const duet_comm *c) {
+    return c != NULL && c->family != NULL && c->family->broken;
+}
+
 /* ---- options ----------------------------------------------------------------- */
 
 duet_comm_opts duet_comm_opts_default(void) {
@@ -114,7 +118,7 @@ duet_comm_opts duet_comm_get_opts(const duet_comm *c) {
     return o;
 }
 
-void duet__comm_set_name(duet_comm *c, const char *name) {
+void duet_comm_set_name(duet_comm *c, const char *name) {
     snprintf(c->name, sizeof c->name, "%s", name != NULL ? name : "");
 }
 

@@ -74,13 +74,6 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static char *join_path(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p != NULL) snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 static void free_names(char **names, int64_t n) {
     for (int64_t i = 0; i < n; i++) free(names[i]);
     free(names);
@@ -100,7 +93,7 @@ static int list_images(const char *dir, char ***out, int64_t *count) {
     struct dirent *e;
     while (rc == DUET_OK && (e = readdir(d)) != NULL) {
         if (!is_image_name(e->d_name)) continue;
-        char *path = join_path(dir, e->d_name);
+        char *path = duet__path_join(dir, e->d_name);
         struct stat sb;
         bool regular = path != NULL && stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
         free(path);
@@ -224,8 +217,8 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_options *opts, en
     free(names);
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
         sr_item *it = &ds->items[i];
-        it->gt_path = join_path(ds->gt_dir, it->name);
-        if (ds->lq_dir) it->lq_path = join_path(ds->lq_dir, it->name);
+        it->gt_path = duet__path_join(ds->gt_dir, it->name);
+        if (ds->lq_dir) it->lq_path = duet__path_join(ds->lq_dir, it->name);
         if (it->gt_path == NULL || (ds->lq_dir && it->lq_path == NULL)) {
             rc = duet__error(DUET_ENOMEM, "%s: out of memory", what);
             break;

@@ -344,37 +344,6 @@ int duet_image_decode_limited(const void *bytes, size_t nbytes, const char *name
     return duet__error(DUET_EFORMAT, "%s: neither PNG nor JPEG (first bytes: %s)", name, first);
 }
 
-/* Whole file into a malloc'd buffer. */
-static int read_file(const char *path, uint8_t **bytes, size_t *nbytes) {
-    *bytes = NULL;
-    *nbytes = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    for (;;) {
-        if (buf == NULL) {
-            fclose(f);
-            return duet__error(DUET_ENOMEM, "%s: out of memory reading the file", path);
-        }
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        uint8_t *bigger = realloc(buf, cap * 2);
-        if (bigger == NULL) free(buf);
-        buf = bigger;
-        cap *= 2;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
-        free(buf);
-        return duet__error(DUET_EIO, "cannot read %s", path);
-    }
-    *bytes = buf;
-    *nbytes = n;
-    return DUET_OK;
-}
-
 int duet_image_load(const char *path, duet_image **out) {
     int64_t limit = 0;
     *out = NULL;
@@ -384,11 +353,13 @@ int duet_image_load(const char *path, duet_image **out) {
 
 int duet_image_load_limited(const char *path, int64_t max_pixels, duet_image **out) {
     *out = NULL;
-    uint8_t *bytes = NULL;
+    unsigned char *bytes = NULL;
     size_t n = 0;
-    DUET_TRY(read_file(path, &bytes, &n));
-    int rc = duet_image_decode_limited(bytes, n, path, max_pixels, out);
-    free(bytes);
+    int rc = duet__read_file(path, &bytes, &n);
+    /* data.h: a missing image is DUET_EIO (the message says which). */
+    if (rc != DUET_OK) return rc == DUET_ENOTFOUND ? DUET_EIO : rc;
+    rc = duet_image_decode_limited(bytes, n, path, max_pixels, out);
+    duet_aligned_free(bytes);
     return rc;
 }
 

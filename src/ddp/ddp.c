@@ -7,7 +7,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
 
 /* Measured on the target machine (2 ranks, shared-memory transport): see
  * docs/ddp.md. */
@@ -38,17 +37,11 @@ duet_ddp_opts duet_ddp_opts_default(void) {
 }
 
 ddp_state *duet__ddp_state(duet_module *m) {
-    return m != NULL && m->type == &ddp_type ? (ddp_state *)m->impl : NULL;
+    return m != NULL && duet_module_get_type(m) == &ddp_type ? (ddp_state *)duet_module_impl(m)
+                                                             : NULL;
 }
 
-bool duet_is_ddp(const duet_module *m) { return m != NULL && m->type == &ddp_type; }
-
-static char *dupstr(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *c = malloc(n);
-    if (c != NULL) memcpy(c, s, n);
-    return c;
-}
+bool duet_is_ddp(const duet_module *m) { return m != NULL && duet_module_get_type(m) == &ddp_type; }
 
 /* ---- destruction ------------------------------------------------------------ */
 
@@ -75,12 +68,8 @@ static void ddp_destroy_impl(void *impl) {
         }
         /* Give the parameter its own gradient storage back, keeping values,
          * so that an unwrapped module still has its gradients. */
-        if (d->grad != NULL && p->grad == d->grad + s->offset) {
-            p->grad = NULL;
-            p->owns_grad = false;
-            if (duet_tensor_ensure_grad(p) == DUET_OK)
-                memcpy(p->grad, d->grad + s->offset, (size_t)p->numel * sizeof(float));
-        }
+        if (d->grad != NULL && p->grad == d->grad + s->offset && duet_tensor_own_grad(p) != DUET_OK)
+            p->grad = NULL; /* out of memory: the values are lost, not the pointer kept */
         duet_tensor_release(p);
         free(s->name);
     }
@@ -140,7 +129,7 @@ static int launch(ddp_state *d, size_t k) {
         d->stats.bytes += (int64_t)(b->count * sizeof(uint16_t));
     }
     if (rc == DUET_OK)
-        duet__request_set_label(b->req, "DDP '%s' gradient bucket %zu of %zu (%zu parameters, "
+        duet_comm_request_set_label(b->req, "DDP '%s' gradient bucket %zu of %zu (%zu parameters, "
                                 "%zu floats)", d->name, k, d->nbuckets, b->nparams, b->count);
     return rc;
 }
@@ -162,7 +151,7 @@ static void complete(ddp_state *d, size_t k) {
 static void pass_fail(ddp_state *d, int rc) {
     if (d->pass_error != 0) return;
     d->pass_error = rc;
-    d->pass_error_msg = dupstr(duet_last_error());
+    d->pass_error_msg = duet__strdup(duet_last_error());
 }
 
 /* Starts every complete bucket whose predecessors have started. */
@@ -235,7 +224,15 @@ static int mark_ready(ddp_state *d, size_t i) {
 static void grad_hook(void *ctx, duet_tensor *t) {
     (void)t;
     ddp_slot *s = ctx;
-    mark_ready(s->ddp, s->index); /* errors are kept for finalize */
+    ddp_state *d = s->ddp;
+    /* A gradient that no armed forward asked for, outside no_sync: the
+     * parameter was used by a forward that went around the DDP (MMEditing's
+     * get_module(self.generators)['a'](x) calls the wrapped network
+     * directly). Its gradient is this rank's own and nothing will average
+     * it, so the replicas would drift apart without a word. Remembered
+     * here, reported as an error by the end of this backward (finalize). */
+    if (!d->armed && !d->no_sync && d->stray == 0) d->stray = s->index + 1;
+    mark_ready(d, s->index); /* errors are kept for finalize */
 }
 
 /* Resets the per-pass state after finalize. */
@@ -263,7 +260,7 @@ static void reset_pass(ddp_state *d) {
 static void set_sticky(ddp_state *d, int rc, const char *msg) {
     if (d->sticky_error != 0) return;
     d->sticky_error = rc;
-    d->sticky_msg = dupstr(msg);
+    d->sticky_msg = duet__strdup(msg);
 }
 
 /* The message for parameters that got no gradient (this rank's view). */
@@ -294,10 +291,13 @@ static char *unused_message(ddp_state *d) {
     return m;
 }
 
-static void agree_peers(void *ctx, char *buf, size_t size) {
-    duet_comm_request *const *agree = ctx;
-    buf[0] = '\0';
-    if (*agree != NULL) duet__request_peers(*agree, buf, size);
+/* Between polls of the end-of-backward agreement: the buckets' rings. */
+static int agree_work(void *ctx, bool *progressed) {
+    ddp_state *d = ctx;
+    size_t before = d->next_complete;
+    progress(d);
+    *progressed = d->next_complete != before;
+    return DUET_OK;
 }
 
 /* Whether some tracked parameter requires grad now (the same on every
@@ -308,37 +308,60 @@ static bool any_trainable(const ddp_state *d) {
     return false;
 }
 
-static int finalize(ddp_state *d) {
-    if (!d->armed) return DUET_OK;
-    double t0 = duet_time_now();
-    /* Agree on what happened before waiting, on the control channel (it does
-     * not order against the buckets' reductions): how many buckets each rank
-     * started and how many parameters were ready, and whether a rank failed.
-     * As floats, to travel on duet's allreduce (one message on 2 ranks):
-     * counts of buckets and parameters stay below 2^24, exact in float32. */
-    float v[5] = {(float)d->next_launch, -(float)d->next_launch, (float)d->nready,
-                  -(float)d->nready, d->pass_error != 0 ? 1.0f : 0.0f};
-    duet_comm_request *agree = NULL;
-    int rc = duet_comm_iallreduce(d->ctl, v, 5, DUET_DTYPE_F32, DUET_REDUCE_MAX, &agree);
+/* The end of a backward in which the unarmed DDP got gradients (see
+ * grad_hook). Local: every rank runs the same program, so every rank that
+ * bypassed the DDP fails here, with no collective to hang in. A DDP that
+ * already failed keeps its first error (the cause) for the next forward. */
+static int report_stray(ddp_state *d) {
+    const char *name = d->slots[d->stray - 1].name;
+    d->stray = 0;
+    if (d->sticky_error != 0) return DUET_OK;
+    int rc = duet__error(
+        DUET_ESTATE,
+        "DDP '%s': parameter '%s' got a gradient in a backward pass that no forward through "
+        "the DDP asked for: a forward of the wrapped module, or of one of its sub-networks, "
+        "went around the DDP (as MMEditing's get_module(self.generators)['a'](x) does), so "
+        "this rank's gradients would not be averaged across ranks. Forward through the DDP "
+        "(duet_module_forward on it, or duet_ddp_forward_child for a sub-network), or turn "
+        "on duet_ddp_set_no_sync for deliberate local accumulation",
+        d->name, name);
+    set_sticky(d, rc, duet_last_error());
+    return rc;
+}
+
+void duet__ddp_agree_encode(int64_t v[DUET__DDP_AGREE_LEN], size_t started, size_t ready,
+                            bool failed) {
+    v[0] = (int64_t)started;
+    v[1] = -(int64_t)started;
+    v[2] = (int64_t)ready;
+    v[3] = -(int64_t)ready;
+    v[4] = failed ? 1 : 0;
+}
+
+duet__ddp_agreement duet__ddp_agree_decode(const int64_t v[DUET__DDP_AGREE_LEN]) {
+    return (duet__ddp_agreement){.max_started = (size_t)v[0],
+                                 .min_started = (size_t)-v[1],
+                                 .max_ready = (size_t)v[2],
+                                 .min_ready = (size_t)-v[3],
+                                 .any_error = v[4] != 0};
+}
+
+/* Agrees with every rank, on the control channel (it does not order
+ * against the buckets' reductions), on how many buckets each started, how
+ * many parameters were ready and whether one failed (ddp_internal.h); keeps
+ * the buckets' rings moving meanwhile. On failure the pass is over. */
+static int agree(ddp_state *d, duet__ddp_agreement *out) {
+    int64_t v[DUET__DDP_AGREE_LEN];
+    duet__ddp_agree_encode(v, d->next_launch, d->nready, d->pass_error != 0);
+    duet_comm_request *req = NULL;
+    int rc = duet_comm_iallreduce(d->ctl, v, DUET__DDP_AGREE_LEN, DUET_DTYPE_I64, DUET_REDUCE_MAX,
+                                  &req);
     /* While the slowest rank gets here, keep the buckets' rings moving,
      * under the watchdog (backing off while nothing moves). */
     if (rc == DUET_OK) {
-        duet__wait w;
-        duet__wait_begin(&w, d->ctl, "allreduce", d->ctl->op_seq - 1, NULL);
-        snprintf(w.label, sizeof w.label, "DDP '%s' end-of-backward agreement (%zu of %zu "
-                 "buckets started here)", d->name, d->next_launch, d->nbuckets);
-        w.peers = agree_peers;
-        w.peers_ctx = &agree;
-        for (bool done = false; rc == DUET_OK && !done;) {
-            bool moved = false;
-            rc = duet__comm_test_progress(&agree, &done, &moved);
-            if (rc != DUET_OK || done) break;
-            size_t before = d->next_complete;
-            progress(d);
-            rc = duet__wait_idle(&w, moved || d->next_complete != before);
-        }
-        duet__wait_end(&w);
-        if (agree != NULL) duet_comm_wait(&agree); /* broken family: returns at once */
+        duet_comm_request_set_label(req, "DDP '%s' end-of-backward agreement (%zu of %zu "
+                                    "buckets started here)", d->name, d->next_launch, d->nbuckets);
+        rc = duet_comm_wait_working(&req, agree_work, d);
     }
     if (rc != DUET_OK) {
         duet__error_context(rc, "DDP '%s': end-of-backward agreement", d->name);
@@ -349,11 +372,15 @@ static int finalize(ddp_state *d) {
         reset_pass(d);
         return rc;
     }
-    size_t max_started = (size_t)v[0], min_started = (size_t)-v[1];
-    size_t max_ready = (size_t)v[2], min_ready = (size_t)-v[3];
-    bool any_error = v[4] != 0;
-    /* Start, with the data at hand, the buckets some peer started, so that
-     * nobody waits forever on a reduction this rank skipped. */
+    *out = duet__ddp_agree_decode(v);
+    return DUET_OK;
+}
+
+/* Starts, with the data at hand, the buckets some peer started (so that
+ * nobody waits forever on a reduction this rank skipped), then completes
+ * every bucket in flight. */
+static void finish_buckets(ddp_state *d, size_t max_started) {
+    int rc = DUET_OK;
     while (rc == DUET_OK && d->next_launch < max_started) {
         rc = launch(d, d->next_launch);
         if (rc != DUET_OK) pass_fail(d, rc);
@@ -369,8 +396,19 @@ static int finalize(ddp_state *d) {
         complete(d, k);
     }
     d->next_complete = d->next_launch;
+}
+
+static int finalize(ddp_state *d) {
+    if (!d->armed) return d->stray != 0 ? report_stray(d) : DUET_OK;
+    double t0 = duet_time_now();
+    duet__ddp_agreement a;
+    DUET_TRY(agree(d, &a));
+    size_t max_started = a.max_started, min_started = a.min_started;
+    size_t max_ready = a.max_ready, min_ready = a.min_ready;
+    bool any_error = a.any_error;
+    finish_buckets(d, max_started);
     double t1 = duet_time_now();
-    rc = DUET_OK;
+    int rc = DUET_OK;
     if (d->pass_error != 0) {
         rc = duet__error(d->pass_error, "%s", d->pass_error_msg ? d->pass_error_msg : "?");
         set_sticky(d, rc, duet_last_error());
@@ -486,15 +524,16 @@ static int find_reachable(ddp_state *d, duet_tensor *const *roots, int nroots) {
     return duet_autograd_visit_leaves(roots, nroots, visit_reachable, d);
 }
 
-static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
-    ddp_state *d = self->impl;
+/* target: the wrapped module or one of its children. */
+static int forward_through(ddp_state *d, duet_module *target, int nin, duet_tensor *const *in,
+                           duet_tensor **out) {
     *out = NULL;
     if (d->inner == NULL)
         return duet__error(DUET_ESTATE, "DDP '%s' has no wrapped module", d->name);
     double t0 = duet_time_now();
     bool armed = duet_grad_enabled() && !d->no_sync;
     if (armed) DUET_TRY(arm(d));
-    int rc = duet_module_forwardn(d->inner, nin, in, out);
+    int rc = duet_module_forwardn(target, nin, in, out);
     if (rc == DUET_OK && armed) rc = find_reachable(d, out, 1);
     if (rc != DUET_OK) {
         duet_tensor_release(*out);
@@ -503,6 +542,25 @@ static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
     }
     duet__ddp_trace_add(d, "forward", armed ? 1 : 0, 0, t0, duet_time_now());
     return DUET_OK;
+}
+
+static int ddp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    ddp_state *d = duet_module_impl(self);
+    return forward_through(d, d->inner, nin, in, out);
+}
+
+int duet_ddp_forward_child(duet_module *ddp, const char *child, int nin, duet_tensor *const *in,
+                           duet_tensor **out) {
+    *out = NULL;
+    ddp_state *d = duet__ddp_state(ddp);
+    if (d == NULL)
+        return duet__error(DUET_EINVAL, "duet_ddp_forward_child: the module is not a "
+                           "DistributedDataParallel");
+    duet_module *target = d->inner != NULL ? duet_module_child(d->inner, child) : NULL;
+    if (target == NULL)
+        return duet__error(DUET_ENOTFOUND, "DDP '%s': the wrapped module has no child '%s'",
+                           d->name, child != NULL ? child : "(null)");
+    return forward_through(d, target, nin, in, out);
 }
 
 /* ---- creation ------------------------------------------------------------------ */
@@ -554,9 +612,6 @@ static int broadcast_state(ddp_state *d, const duet_named_tensors *params) {
 static int build_layout(ddp_state *d, const duet_named_tensors *params) {
     size_t n = 0;
     for (size_t i = 0; i < params->count; i++) n += params->items[i].tensor->requires_grad;
-    if (n >= ((size_t)1 << 24)) /* finalize's agreement counts them in float32 */
-        return duet__error(DUET_EINVAL, "DDP '%s': %zu trainable parameters; at most 2^24 - 1",
-                           d->name, n);
     d->slots = calloc(n ? n : 1, sizeof *d->slots);
     d->order = calloc(n ? n : 1, sizeof *d->order);
     d->buckets = calloc(n ? n : 1, sizeof *d->buckets);
@@ -579,7 +634,7 @@ static int build_layout(ddp_state *d, const duet_named_tensors *params) {
         ddp_slot *s = &d->slots[d->ntracked];
         s->ddp = d;
         s->index = d->ntracked;
-        s->name = dupstr(params->items[i].name);
+        s->name = duet__strdup(params->items[i].name);
         if (s->name == NULL) return duet__error(DUET_ENOMEM, "DDP '%s': out of memory", d->name);
         s->param = duet_tensor_retain(t);
         d->ntracked++;
@@ -643,14 +698,14 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     d->inner = inner;
     d->user_comm = comm;
     d->observer_id = -1;
-    d->name = dupstr(o.name != NULL ? o.name : default_name);
+    d->name = duet__strdup(o.name != NULL ? o.name : default_name);
     d->opts = o;
     d->opts.name = NULL;
     d->opts.trace_path = NULL;
     duet_module *m = NULL;
     int rc = duet_module_create(&m, &ddp_type, d); /* owns d from here, also on failure */
     if (rc != DUET_OK) return rc;
-    m->transparent = true;
+    duet_module_set_transparent(m, true);
     d->self = m;
     duet_named_tensors params = {0, NULL};
     if (d->name == NULL) rc = duet__error(DUET_ENOMEM, "DDP: out of memory");
@@ -659,9 +714,9 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     if (rc == DUET_OK) {
         char label[96];
         snprintf(label, sizeof label, "DDP '%.40s' buffers and buckets", d->name);
-        duet__comm_set_name(d->comm, label);
+        duet_comm_set_name(d->comm, label);
         snprintf(label, sizeof label, "DDP '%.40s' end-of-backward agreement", d->name);
-        duet__comm_set_name(d->ctl, label);
+        duet_comm_set_name(d->ctl, label);
         d->rank = duet_comm_rank(comm);
         d->size = duet_comm_size(comm);
         rc = duet_module_named_parameters(inner, false, &params);
@@ -690,7 +745,9 @@ int duet_ddp_create(duet_module **out, duet_module *module, duet_comm *comm,
                     const duet_ddp_opts *opts) {
     *out = NULL;
     duet_module *m = NULL;
-    const char *def = module != NULL && module->type != NULL ? module->type->name : "module";
+    const char *def = module != NULL && duet_module_get_type(module) != NULL
+                          ? duet_module_type_name(module)
+                          : "module";
     int rc = ddp_build(&m, module, comm, opts, def);
     if (rc != DUET_OK) {
         duet_module_destroy(module);

@@ -7,7 +7,6 @@
 
 #include <string.h>
 
-#include "comm/comm_internal.h"
 
 /* 64-bit FNV-1a over 8-byte words (tail bytewise): a checksum, not a
  * cryptographic hash. */

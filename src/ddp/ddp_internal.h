@@ -69,6 +69,10 @@ struct ddp_state {
     size_t next_launch;    /* buckets started in order: [0, next_launch) */
     size_t next_complete;  /* buckets completed: [0, next_complete) */
     int pass_error;        /* a local error in this pass (marked twice, MPI) */
+    /* A tracked parameter got a gradient while the DDP was not armed and not
+     * in no_sync (a forward went around the DDP): its index + 1, 0 if none.
+     * Reported by the end of that backward (finalize). */
+    size_t stray;
     char *pass_error_msg;
     double t_arm, t_backward0;
 
@@ -104,5 +108,20 @@ void duet__ddp_trace_add(ddp_state *d, const char *name, int64_t arg, int tid, d
 int duet__ddp_trace_init(ddp_state *d, const char *path);
 void duet__ddp_trace_free(ddp_state *d);
 int duet__ddp_trace_flush(ddp_state *d);
+
+/* ---- the end-of-backward agreement (ddp.c) ---------------------------------
+ * Each rank sends how many buckets it started and how many parameters were
+ * ready, and whether it failed; one allreduce with MAX gives the largest and
+ * (as the largest of the negations) the smallest of each. Integers, so any
+ * count is exact: floats would round counts above 2^24. */
+#define DUET__DDP_AGREE_LEN 5
+typedef struct duet__ddp_agreement {
+    size_t max_started, min_started, max_ready, min_ready;
+    bool any_error;
+} duet__ddp_agreement;
+void duet__ddp_agree_encode(int64_t v[DUET__DDP_AGREE_LEN], size_t started, size_t ready,
+                            bool failed);
+/* v after the MAX allreduce. */
+duet__ddp_agreement duet__ddp_agree_decode(const int64_t v[DUET__DDP_AGREE_LEN]);
 
 #endif

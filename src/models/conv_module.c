@@ -30,7 +30,7 @@ int duet__conv_module_act(duet_module *m, duet_tensor *x, duet_tensor **out) {
 
 int duet__conv_module_forward(duet_module *m, duet_tensor *x, bool skip_act, duet_tensor **out) {
     *out = NULL;
-    const duet__cm_opts *o = &((const cm_impl *)m->impl)->o;
+    const duet__cm_opts *o = &((const cm_impl *)duet_module_impl(m))->o;
     const char *const norm_name = o->norm == DUET_GEN_NORM_BN ? "bn" : "in";
     duet_tensor *h = duet_tensor_retain(x);
     int rc = DUET_OK;

@@ -14,10 +14,10 @@ typedef struct pixel_loss {
 
 static int pixel_loss_forward(duet_module *self, int nin, duet_tensor *const *in,
                               duet_tensor **out) {
-    pixel_loss *p = self->impl;
+    pixel_loss *p = duet_module_impl(self);
     if (nin != 2)
         return duet__error(DUET_EINVAL, "%s takes (pred, target), got %d inputs",
-                           self->type->name, nin);
+                           duet_module_type_name(self), nin);
     if (p->mse) return duet_mse_loss(in[0], in[1], p->loss_weight, out);
     return duet_l1_loss(in[0], in[1], p->loss_weight, out);
 }
@@ -212,8 +212,8 @@ int duet_gan_loss_masked(duet_module *m, duet_tensor *pred, bool target_is_real,
     *out = NULL;
     if (!duet_module_is(m, "GANLoss"))
         return duet__error(DUET_EINVAL, "duet_gan_loss: the module is a %s, not a GANLoss",
-                           m->type->name);
-    const gan_loss *g = m->impl;
+                           duet_module_type_name(m));
+    const gan_loss *g = duet_module_impl(m);
     const float target = target_is_real ? g->real_label_val : g->fake_label_val;
     /* MMEditing: the loss weight is for the generator only. */
     const float weight = is_disc ? 1.0f : g->loss_weight;

@@ -7,13 +7,6 @@
 #include <inttypes.h>
 #include <string.h>
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* ---- log values ------------------------------------------------------------ */
 
 void duet_log_vars_clear(duet_log_vars *lv) {
@@ -119,7 +112,7 @@ int duet_optimizer_set_add(duet_optimizer_set *s, const char *name, duet_optimiz
     if (names != NULL) s->names = names;
     duet_optimizer **opts = realloc(s->opts, (s->count + 1) * sizeof *opts);
     if (opts != NULL) s->opts = opts;
-    char *n = dup_str(name);
+    char *n = duet__strdup(name);
     if (names == NULL || opts == NULL || n == NULL) {
         free(n);
         duet_optimizer_destroy(opt);
@@ -180,15 +173,14 @@ int duet_optimizer_set_require(const duet_optimizer_set *s, const char *name,
                                duet_optimizer **out) {
     *out = duet_optimizer_set_get(s, name);
     if (*out != NULL) return DUET_OK;
-    char have[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < s->count && used < sizeof have; i++)
-        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "",
-                                 s->names[i]);
-    return duet__error(DUET_ENOTFOUND,
-                       "optimizer set: no optimizer for '%s' (the set has: %s); configure "
-                       "optimizers.%s",
-                       name, s->count ? have : "none", name);
+    duet__str have = {0};
+    for (size_t i = 0; i < s->count; i++) duet__str_add_item(&have, ", ", "%s", s->names[i]);
+    int rc = duet__error(DUET_ENOTFOUND,
+                         "optimizer set: no optimizer for '%s' (the set has: %s); configure "
+                         "optimizers.%s",
+                         name, s->count ? duet__str_get(&have) : "none", name);
+    duet__str_free(&have);
+    return rc;
 }
 
 size_t duet_optimizer_set_count(const duet_optimizer_set *s) { return s->count; }
@@ -245,12 +237,11 @@ void duet_model_destroy(duet_model *m) {
 
 duet_module *duet_model_module(duet_model *m) { return m->root; }
 
-void duet__model_set_outer(duet_model *m, duet_module *outer) {
+void duet_model_set_outer(duet_model *m, duet_module *outer) {
     if (outer == NULL) m->root = NULL;
     m->outer = outer;
 }
 
-duet_module *duet__model_outer(duet_model *m) { return m->outer != NULL ? m->outer : m->root; }
 void *duet_model_impl(duet_model *m) { return m->impl; }
 const char *duet_model_type_name(const duet_model *m) { return m->ops->name; }
 
@@ -315,16 +306,14 @@ int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
 static void swap_ema_parts(duet_model *m) {
     duet_module *root = m->root;
     if (root == NULL) return;
-    for (size_t i = 0; i < root->nchildren; i++) {
-        const char *name = root->children[i].name;
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        const char *name = duet_module_child_name_at(root, i);
         size_t len = strlen(name);
         if (len <= 4 || strcmp(name + len - 4, "_ema") != 0) continue;
-        for (size_t j = 0; j < root->nchildren; j++) {
-            const char *base = root->children[j].name;
+        for (size_t j = 0; j < duet_module_child_count(root); j++) {
+            const char *base = duet_module_child_name_at(root, j);
             if (strlen(base) != len - 4 || strncmp(base, name, len - 4) != 0) continue;
-            duet_module *t = root->children[i].module;
-            root->children[i].module = root->children[j].module;
-            root->children[j].module = t;
+            duet_module_swap_children(root, i, j);
         }
     }
 }
@@ -335,6 +324,10 @@ static void ema_enter(duet_model *m) {
 
 static void ema_leave(duet_model *m) {
     if (--m->ema_depth == 0) swap_ema_parts(m);
+}
+
+const char *duet_model_input_key(duet_model *m) {
+    return m->ops->input_key != NULL ? m->ops->input_key(m) : "lq";
 }
 
 int duet_model_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
@@ -369,7 +362,7 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
     duet_val_output_clear(out);
     if (m->ops->val_step == NULL)
         return duet__error(DUET_EUNSUPPORTED, "model %s has no val_step", m->ops->name);
-    bool was_training = m->root->training;
+    bool was_training = duet_module_is_training(m->root);
     bool prev = duet_set_grad_enabled(false);
     duet_module_train(m->root, false);
     ema_enter(m);

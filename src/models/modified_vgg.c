@@ -2,7 +2,6 @@
  * (mmedit/models/components/discriminators/modified_vgg.py), generalised
  * from 128x128 inputs to any multiple of 32. PyTorch default init. */
 #include "duet/models.h"
-#include "ops/ops_internal.h"
 
 #include <stdio.h>
 
@@ -31,10 +30,10 @@ static int step(duet_module *m, duet_tensor **cur) {
 }
 
 /* In place over the fresh output of the conv, BN or linear before it (see
- * duet__leaky_relu_inplace): one activation buffer and one pass less. */
+ * duet_leaky_relu_inplace): one activation buffer and one pass less. */
 static int step_lrelu(duet_tensor **cur) {
     duet_tensor *next = NULL;
-    int rc = duet__leaky_relu_inplace(*cur, 0.2f, &next);
+    int rc = duet_leaky_relu_inplace(*cur, 0.2f, &next);
     duet_autograd_release(*cur);
     *cur = next;
     return rc;
@@ -43,7 +42,7 @@ static int step_lrelu(duet_tensor **cur) {
 static int vgg_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "ModifiedVGG takes one input, got %d", nin);
-    const duet_modified_vgg_opts *o = &((const vgg_impl *)self->impl)->opts;
+    const duet_modified_vgg_opts *o = &((const vgg_impl *)duet_module_impl(self))->opts;
     duet_tensor *x = in[0];
     if (x->ndim != 4 || x->shape[1] != o->in_channels || x->shape[2] != o->input_size ||
         x->shape[3] != o->input_size) {

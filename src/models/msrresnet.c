@@ -1,7 +1,6 @@
 /* MMEditing's MSRResNet (mmedit/models/backbones/sr_backbones/sr_resnet.py)
  * with its ResidualBlockNoBN and PixelShufflePack, under the same names. */
 #include "duet/models.h"
-#include "ops/ops_internal.h"
 
 /* Replaces *cur by m's output for it (releasing the old tensor). */
 static int step(duet_module *m, duet_tensor **cur) {
@@ -13,12 +12,12 @@ static int step(duet_module *m, duet_tensor **cur) {
 }
 
 /* The activations and the residual additions run in place over the fresh
- * output of the conv before them (duet__leaky_relu_inplace and friends fall
+ * output of the conv before them (duet_leaky_relu_inplace and friends fall
  * back to copying when that output is shared): no new activation buffer,
  * one pass less over memory, the same values and gradients. */
 static int step_lrelu(float slope, duet_tensor **cur) {
     duet_tensor *next = NULL;
-    int rc = duet__leaky_relu_inplace(*cur, slope, &next);
+    int rc = duet_leaky_relu_inplace(*cur, slope, &next);
     duet_autograd_release(*cur);
     *cur = next;
     return rc;
@@ -31,15 +30,15 @@ static int resblock_forward(duet_module *self, int nin, duet_tensor *const *in,
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "ResidualBlockNoBN takes one input");
     duet_tensor *h = duet_tensor_retain(in[0]), *r = NULL;
-    int rc = step(self->children[0].module, &h);
+    int rc = step(duet_module_child_at(self, 0), &h);
     if (rc == DUET_OK) {
         duet_tensor *a = NULL;
-        rc = duet__relu_inplace(h, &a);
+        rc = duet_relu_inplace(h, &a);
         duet_tensor_release(h);
         h = a;
     }
-    if (rc == DUET_OK) rc = step(self->children[1].module, &h);
-    if (rc == DUET_OK) rc = duet__add_inplace(h, in[0], &r);
+    if (rc == DUET_OK) rc = step(duet_module_child_at(self, 1), &h);
+    if (rc == DUET_OK) rc = duet_add_inplace(h, in[0], &r);
     duet_tensor_release(h);
     *out = r;
     return rc;
@@ -74,9 +73,9 @@ typedef struct pack_impl {
 static int pack_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "PixelShufflePack takes one input");
-    const pack_impl *p = self->impl;
+    const pack_impl *p = duet_module_impl(self);
     duet_tensor *h = NULL;
-    DUET_TRY(duet_module_forward(self->children[0].module, in[0], &h));
+    DUET_TRY(duet_module_forward(duet_module_child_at(self, 0), in[0], &h));
     int rc = duet_pixel_shuffle(h, p->scale, out);
     duet_autograd_release(h); /* the conv output: neither backward reads it */
     return rc;
@@ -119,7 +118,7 @@ duet_msrresnet_opts duet_msrresnet_opts_default(void) {
 static int msr_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "MSRResNet takes one input, got %d", nin);
-    const msr_impl *g = self->impl;
+    const msr_impl *g = duet_module_impl(self);
     duet_tensor *x = in[0];
     if (x->ndim != 4 || x->shape[1] != g->opts.in_channels) {
         char s[DUET_SHAPE_STR_MAX];
@@ -146,7 +145,7 @@ static int msr_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
     if (rc == DUET_OK) rc = step_lrelu(0.1f, &h);
     if (rc == DUET_OK) rc = step(conv_last, &h);
     if (rc == DUET_OK) rc = duet_upsample_bilinear(x, g->opts.upscale_factor, &up);
-    if (rc == DUET_OK) rc = duet__add_inplace(h, up, &y);
+    if (rc == DUET_OK) rc = duet_add_inplace(h, up, &y);
     duet_tensor_release(h);
     duet_tensor_release(up);
     if (rc != DUET_OK) return duet__error_context(rc, "MSRResNet forward");

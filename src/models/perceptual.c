@@ -39,7 +39,7 @@ typedef struct perceptual_vgg {
 
 /* x (N, C, H, W) -> normalised input; a new reference either way. */
 static int vgg_normalise(duet_module *vgg, duet_tensor *x, duet_tensor **out) {
-    perceptual_vgg *p = vgg->impl;
+    perceptual_vgg *p = duet_module_impl(vgg);
     if (!p->use_input_norm) {
         *out = duet_tensor_retain(x);
         return DUET_OK;
@@ -127,13 +127,13 @@ static int load_vgg_weights(duet_module *layers, const char *path) {
     duet_st *st = NULL;
     DUET_TRY(duet_st_load(path, &st));
     int rc = DUET_OK;
-    for (size_t i = 0; i < layers->nchildren && rc == DUET_OK; i++) {
-        duet_module *m = layers->children[i].module;
-        for (size_t p = 0; p < m->nparams && rc == DUET_OK; p++) {
+    for (size_t i = 0; i < duet_module_child_count(layers) && rc == DUET_OK; i++) {
+        duet_module *m = duet_module_child_at(layers, i);
+        for (size_t p = 0; p < duet_module_param_count(m) && rc == DUET_OK; p++) {
             char key[64];
-            snprintf(key, sizeof key, "features.%s.%s", layers->children[i].name,
-                     m->params[p].name);
-            rc = duet_st_copy_into(st, key, m->params[p].tensor);
+            snprintf(key, sizeof key, "features.%s.%s", duet_module_child_name_at(layers, i),
+                     duet_module_param_name_at(m, p));
+            rc = duet_st_copy_into(st, key, duet_module_param_at(m, p));
         }
     }
     duet_st_destroy(st);
@@ -251,7 +251,7 @@ static int vgg_features(duet_module *vgg, const perceptual_loss *pl, duet_tensor
         duet_module *layer = duet_module_child_at(layers, i);
         duet_tensor *next = NULL;
         if (strcmp(duet_module_type_name(layer), "ReLU") == 0)
-            rc = duet__relu_inplace(h, &next);
+            rc = duet_relu_inplace(h, &next);
         else
             rc = duet_module_forward(layer, h, &next);
         duet_autograd_release(h);
@@ -317,8 +317,8 @@ int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_t
     *style = NULL;
     if (!duet_module_is(m, "PerceptualLoss"))
         return duet__error(DUET_EINVAL, "duet_perceptual_loss: the module is a %s",
-                           m->type->name);
-    perceptual_loss *pl = m->impl;
+                           duet_module_type_name(m));
+    perceptual_loss *pl = duet_module_impl(m);
     if (pl->perceptual_weight <= 0.0f && pl->style_weight <= 0.0f) return DUET_OK;
     duet_module *vgg = duet_module_child(m, "vgg");
     duet_tensor *gtd = NULL, *xn = NULL, *gtn = NULL;

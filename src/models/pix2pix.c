@@ -43,7 +43,8 @@ duet_pix2pix_opts duet_pix2pix_opts_default(void) {
 
 static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     duet_module *g = duet_module_child(self, "generator");
-    if (g == NULL) return duet__error(DUET_ESTATE, "%s has no generator", self->type->name);
+    if (g == NULL)
+        return duet__error(DUET_ESTATE, "%s has no generator", duet_module_type_name(self));
     return duet_module_forwardn(g, nin, in, out);
 }
 
@@ -165,7 +166,7 @@ static int pix2pix_val_step(duet_model *m, const duet_batch *batch, duet_val_out
     DUET_TRY(duet_batch_require(batch, "img_a", &img_a));
     DUET_TRY(duet_batch_require(batch, "img_b", &img_b));
     DUET_TRY(need_part(m, "generator", &gen));
-    const bool was_training = gen->training;
+    const bool was_training = duet_module_is_training(gen);
     const duet_rng saved = p->dropout_rng;
     duet_module_train(gen, true);
     duet_tensor *real_a = p->b2a ? img_b : img_a;
@@ -218,6 +219,12 @@ static int pix2pix_load_state(duet_model *m, const duet_st *ckpt) {
     return DUET_OK;
 }
 
+/* forward is the generator on real_a, which b2a takes from img_b. */
+static const char *pix2pix_input_key(duet_model *m) {
+    const pix2pix *p = duet_model_impl(m);
+    return p->b2a ? "img_b" : "img_a";
+}
+
 static const duet_model_ops pix2pix_ops = {
     .name = "Pix2Pix",
     .forward = pix2pix_forward,
@@ -226,6 +233,7 @@ static const duet_model_ops pix2pix_ops = {
     .destroy = free,
     .save_state = pix2pix_save_state,
     .load_state = pix2pix_load_state,
+    .input_key = pix2pix_input_key,
 };
 
 int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rng *rng) {

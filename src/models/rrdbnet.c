@@ -4,7 +4,6 @@
  * nearest x2 + conv_up2, conv_hr, conv_last; LeakyReLU 0.2 throughout.
  * Unlike MSRResNet there is no global skip from a bilinear upsampled input. */
 #include "duet/models.h"
-#include "ops/ops_internal.h"
 
 #include <stdio.h>
 
@@ -21,7 +20,7 @@ static int step(duet_module *m, duet_tensor **cur) {
  * LeakyReLU(inplace=True)); the values and gradients are the copying op's. */
 static int step_lrelu(duet_tensor **cur) {
     duet_tensor *next = NULL;
-    int rc = duet__leaky_relu_inplace(*cur, 0.2f, &next);
+    int rc = duet_leaky_relu_inplace(*cur, 0.2f, &next);
     duet_tensor_release(*cur);
     *cur = next;
     return rc;
@@ -33,7 +32,7 @@ static int residual_02(duet_tensor *h, duet_tensor *x, duet_tensor **out) {
     duet_tensor *s = NULL;
     int rc = duet_scale(h, 0.2f, &s);
     duet_tensor_release(h);
-    if (rc == DUET_OK) rc = duet__add_inplace(s, x, out);
+    if (rc == DUET_OK) rc = duet_add_inplace(s, x, out);
     duet_tensor_release(s);
     return rc;
 }
@@ -58,7 +57,7 @@ static int rdb_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
             if (rc != DUET_OK) break;
         }
         h = cat;
-        rc = step(self->children[i].module, &h);
+        rc = step(duet_module_child_at(self, i), &h);
         if (rc == DUET_OK && i < 4) rc = step_lrelu(&h);
         if (rc != DUET_OK) break;
         if (i < 4) {
@@ -105,7 +104,7 @@ static int rrdb_forward(duet_module *self, int nin, duet_tensor *const *in, duet
     if (nin != 1) return duet__error(DUET_EINVAL, "RRDB takes one input");
     duet_tensor *h = duet_tensor_retain(in[0]);
     int rc = DUET_OK;
-    for (int i = 0; i < 3 && rc == DUET_OK; i++) rc = step(self->children[i].module, &h);
+    for (int i = 0; i < 3 && rc == DUET_OK; i++) rc = step(duet_module_child_at(self, i), &h);
     if (rc != DUET_OK) {
         duet_tensor_release(h);
         return rc;
@@ -147,7 +146,7 @@ static int rrdbnet_forward(duet_module *self, int nin, duet_tensor *const *in,
                            duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "RRDBNet takes one input, got %d", nin);
-    const rrdbnet_impl *g = self->impl;
+    const rrdbnet_impl *g = duet_module_impl(self);
     duet_tensor *x = in[0];
     if (x->ndim != 4 || x->shape[1] != g->opts.in_channels) {
         char s[DUET_SHAPE_STR_MAX];
@@ -173,7 +172,7 @@ static int rrdbnet_forward(duet_module *self, int nin, duet_tensor *const *in,
     }
     if (rc == DUET_OK) rc = step(conv_body, &h);
     /* conv_body's output is fresh: the skip addition runs in place on it. */
-    if (rc == DUET_OK) rc = duet__add_inplace(h, feat, &sum);
+    if (rc == DUET_OK) rc = duet_add_inplace(h, feat, &sum);
     duet_tensor_release(h);
     duet_tensor_release(feat);
     feat = sum;

@@ -43,7 +43,8 @@ duet_srgan_opts duet_srgan_opts_default(void) {
 /* The model as a module: forward is the generator's (test mode output). */
 static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     duet_module *g = duet_module_child(self, "generator");
-    if (g == NULL) return duet__error(DUET_ESTATE, "%s has no generator", self->type->name);
+    if (g == NULL)
+        return duet__error(DUET_ESTATE, "%s has no generator", duet_module_type_name(self));
     return duet_module_forwardn(g, nin, in, out);
 }
 

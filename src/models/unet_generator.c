@@ -29,13 +29,14 @@ static int block_forward(duet_module *self, int nin, duet_tensor *const *in,
     if (nin != 1)
         return duet__error(DUET_EINVAL, "UnetSkipConnectionBlock takes one input, got %d", nin);
     duet_module *seq = duet_module_child(self, "model");
-    if (((const block_impl *)self->impl)->outermost) return duet_module_forward(seq, in[0], out);
-    duet_module *down = seq->children[0].module;
+    if (((const block_impl *)duet_module_impl(self))->outermost)
+        return duet_module_forward(seq, in[0], out);
+    duet_module *down = duet_module_child_at(seq, 0);
     duet_tensor *skip = NULL, *h = NULL;
     DUET_TRY(duet__conv_module_act(down, in[0], &skip));
     int rc = duet__conv_module_forward(down, skip, true, &h);
-    for (size_t i = 1; i < seq->nchildren && rc == DUET_OK; i++)
-        rc = duet__gan_step(seq->children[i].module, &h);
+    for (size_t i = 1; i < duet_module_child_count(seq) && rc == DUET_OK; i++)
+        rc = duet__gan_step(duet_module_child_at(seq, i), &h);
     if (rc == DUET_OK) {
         duet_tensor *parts[2] = {skip, h};
         rc = duet_concat_channels(2, parts, out);
@@ -115,7 +116,7 @@ duet_unet_generator_opts duet_unet_generator_opts_default(void) {
 static int unet_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "UnetGenerator takes one input, got %d", nin);
-    const int nd = ((const unet_impl *)self->impl)->num_down;
+    const int nd = ((const unet_impl *)duet_module_impl(self))->num_down;
     const duet_tensor *x = in[0];
     const int64_t f = (int64_t)1 << nd;
     if (x->ndim != 4 || x->shape[2] % f != 0 || x->shape[3] % f != 0) {

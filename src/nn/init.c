@@ -29,6 +29,6 @@ void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng) {
         if (w != NULL) duet_tensor_fill(w, 1.0f);
         if (b != NULL) duet_tensor_fill(b, 0.0f);
     }
-    for (size_t i = 0; i < m->nchildren; i++)
-        duet_default_init_weights(m->children[i].module, scale, rng);
+    for (size_t i = 0; i < duet_module_child_count(m); i++)
+        duet_default_init_weights(duet_module_child_at(m, i), scale, rng);
 }

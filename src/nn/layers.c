@@ -10,7 +10,8 @@
  * params is fixed by the constructor (weight first, then bias). */
 static int need_one_input(const duet_module *m, int nin) {
     if (nin != 1)
-        return duet__error(DUET_EINVAL, "%s takes one input, got %d", m->type->name, nin);
+        return duet__error(DUET_EINVAL, "%s takes one input, got %d", duet_module_type_name(m),
+                           nin);
     return DUET_OK;
 }
 
@@ -65,9 +66,9 @@ typedef struct conv_impl {
 
 static int conv_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(need_one_input(self, nin));
-    const conv_impl *c = self->impl;
-    duet_tensor *b = c->bias ? self->params[1].tensor : NULL;
-    return duet_conv2d(in[0], self->params[0].tensor, b, c->stride, c->padding, out);
+    const conv_impl *c = duet_module_impl(self);
+    duet_tensor *b = c->bias ? duet_module_param_at(self, 1) : NULL;
+    return duet_conv2d(in[0], duet_module_param_at(self, 0), b, c->stride, c->padding, out);
 }
 
 static const duet_module_type conv_type = {"Conv2d", conv_forward, free};
@@ -98,9 +99,9 @@ typedef struct linear_impl {
 
 static int linear_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(need_one_input(self, nin));
-    const linear_impl *l = self->impl;
-    duet_tensor *b = l->bias ? self->params[1].tensor : NULL;
-    return duet_linear(in[0], self->params[0].tensor, b, out);
+    const linear_impl *l = duet_module_impl(self);
+    duet_tensor *b = l->bias ? duet_module_param_at(self, 1) : NULL;
+    return duet_linear(in[0], duet_module_param_at(self, 0), b, out);
 }
 
 static const duet_module_type linear_type = {"Linear", linear_forward, free};
@@ -131,16 +132,16 @@ typedef struct bn_impl {
 
 static int bn_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(need_one_input(self, nin));
-    const bn_impl *b = self->impl;
+    const bn_impl *b = duet_module_impl(self);
     duet_batch_norm_opts o = duet_batch_norm_opts_default();
-    o.training = self->training;
+    o.training = duet_module_is_training(self);
     o.eps = b->eps;
     o.momentum = b->momentum;
     o.reduce = b->reduce;
     o.reduce_ctx = b->reduce_ctx;
-    return duet_batch_norm2d(in[0], self->params[0].tensor, self->params[1].tensor,
-                             self->buffers[0].tensor, self->buffers[1].tensor,
-                             self->buffers[2].tensor, &o, out);
+    return duet_batch_norm2d(in[0], duet_module_param_at(self, 0), duet_module_param_at(self, 1),
+                             duet_module_buffer_at(self, 0), duet_module_buffer_at(self, 1),
+                             duet_module_buffer_at(self, 2), &o, out);
 }
 
 static const duet_module_type bn_type = {"BatchNorm2d", bn_forward, free};
@@ -180,8 +181,8 @@ int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, f
 int duet_batchnorm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx) {
     if (!duet_module_is(bn, "BatchNorm2d"))
         return duet__error(DUET_EINVAL, "set_reduce: module is a %s, not a BatchNorm2d",
-                           bn != NULL ? bn->type->name : "NULL");
-    bn_impl *b = bn->impl;
+                           bn != NULL ? duet_module_type_name(bn) : "NULL");
+    bn_impl *b = duet_module_impl(bn);
     b->reduce = fn;
     b->reduce_ctx = fn != NULL ? ctx : NULL;
     return DUET_OK;
@@ -191,20 +192,21 @@ int duet_batchnorm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx) {
 
 static int seq_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     *out = NULL;
-    if (self->nchildren == 0) {
+    if (duet_module_child_count(self) == 0) {
         DUET_TRY(need_one_input(self, nin));
         *out = duet_tensor_retain(in[0]);
         return DUET_OK;
     }
     duet_tensor *cur = NULL;
-    for (size_t i = 0; i < self->nchildren; i++) {
+    for (size_t i = 0; i < duet_module_child_count(self); i++) {
         duet_tensor *next = NULL;
-        int rc = i == 0 ? duet_module_forwardn(self->children[i].module, nin, in, &next)
-                        : duet_module_forward(self->children[i].module, cur, &next);
+        int rc = i == 0 ? duet_module_forwardn(duet_module_child_at(self, i), nin, in, &next)
+                        : duet_module_forward(duet_module_child_at(self, i), cur, &next);
         duet_tensor_release(cur);
         if (rc != DUET_OK)
-            return duet__error_context(rc, "Sequential child %s (%s)", self->children[i].name,
-                                       self->children[i].module->type->name);
+            return duet__error_context(rc, "Sequential child %s (%s)",
+                                       duet_module_child_name_at(self, i),
+                                       duet_module_type_name(duet_module_child_at(self, i)));
         cur = next;
     }
     *out = cur;
@@ -219,7 +221,7 @@ int duet_sequential_create(duet_module **out) {
 
 int duet_sequential_append(duet_module *seq, duet_module *child) {
     char name[32];
-    snprintf(name, sizeof name, "%zu", seq->nchildren);
+    snprintf(name, sizeof name, "%zu", duet_module_child_count(seq));
     return duet_module_add_child(seq, name, child);
 }
 
@@ -232,7 +234,7 @@ typedef struct act_impl {
 
 static int act_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(need_one_input(self, nin));
-    const act_impl *a = self->impl;
+    const act_impl *a = duet_module_impl(self);
     switch (a->kind) {
     case DUET_ACT_RELU: return duet_relu(in[0], out);
     case DUET_ACT_LEAKY_RELU: return duet_leaky_relu(in[0], a->negative_slope, out);
@@ -269,7 +271,7 @@ typedef struct pool_impl {
 
 static int pool_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(need_one_input(self, nin));
-    const pool_impl *p = self->impl;
+    const pool_impl *p = duet_module_impl(self);
     return duet_max_pool2d(in[0], p->kernel, p->stride, out);
 }
 

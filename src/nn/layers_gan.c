@@ -7,7 +7,8 @@
 
 static int one_input(const duet_module *m, int nin) {
     if (nin != 1)
-        return duet__error(DUET_EINVAL, "%s takes one input, got %d", m->type->name, nin);
+        return duet__error(DUET_EINVAL, "%s takes one input, got %d", duet_module_type_name(m),
+                           nin);
     return DUET_OK;
 }
 
@@ -43,10 +44,10 @@ typedef struct tconv_impl {
 
 static int tconv_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(one_input(self, nin));
-    const tconv_impl *c = self->impl;
-    return duet_conv_transpose2d(in[0], self->params[0].tensor,
-                                 c->bias ? self->params[1].tensor : NULL, c->stride, c->padding,
-                                 c->output_padding, out);
+    const tconv_impl *c = duet_module_impl(self);
+    return duet_conv_transpose2d(in[0], duet_module_param_at(self, 0),
+                                 c->bias ? duet_module_param_at(self, 1) : NULL, c->stride,
+                                 c->padding, c->output_padding, out);
 }
 
 static const duet_module_type tconv_type = {"ConvTranspose2d", tconv_forward, free};
@@ -88,9 +89,9 @@ typedef struct inorm_impl {
 
 static int inorm_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(one_input(self, nin));
-    const inorm_impl *n = self->impl;
-    return duet_instance_norm2d(in[0], n->affine ? self->params[0].tensor : NULL,
-                                n->affine ? self->params[1].tensor : NULL, n->eps, out);
+    const inorm_impl *n = duet_module_impl(self);
+    return duet_instance_norm2d(in[0], n->affine ? duet_module_param_at(self, 0) : NULL,
+                                n->affine ? duet_module_param_at(self, 1) : NULL, n->eps, out);
 }
 
 static const duet_module_type inorm_type = {"InstanceNorm2d", inorm_forward, free};
@@ -122,7 +123,7 @@ typedef struct pad_impl {
 
 static int pad_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     DUET_TRY(one_input(self, nin));
-    const int p = ((const pad_impl *)self->impl)->padding;
+    const int p = ((const pad_impl *)duet_module_impl(self))->padding;
     return duet_reflection_pad2d(in[0], p, p, p, p, out);
 }
 
@@ -148,8 +149,8 @@ typedef struct dropout_impl {
 static int dropout_forward(duet_module *self, int nin, duet_tensor *const *in,
                            duet_tensor **out) {
     DUET_TRY(one_input(self, nin));
-    const dropout_impl *d = self->impl;
-    return duet_dropout(in[0], d->p, self->training, d->rng, out);
+    const dropout_impl *d = duet_module_impl(self);
+    return duet_dropout(in[0], d->p, duet_module_is_training(self), d->rng, out);
 }
 
 static const duet_module_type dropout_type = {"Dropout", dropout_forward, free};
@@ -173,8 +174,8 @@ static void fill_normal(duet_tensor *t, float mean, float std, duet_rng *rng) {
 void duet_generation_init_weights(duet_module *m, float gain, duet_rng *rng) {
     DUET_ASSERT(m != NULL && rng != NULL);
     /* module.apply visits children before the module itself. */
-    for (size_t i = 0; i < m->nchildren; i++)
-        duet_generation_init_weights(m->children[i].module, gain, rng);
+    for (size_t i = 0; i < duet_module_child_count(m); i++)
+        duet_generation_init_weights(duet_module_child_at(m, i), gain, rng);
     duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
     float mean;
     if (duet_module_is(m, "Conv2d") || duet_module_is(m, "ConvTranspose2d") ||

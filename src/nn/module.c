@@ -6,47 +6,31 @@
 #include <stdarg.h>
 #include <string.h>
 
-/* ---- small growable string, for names and error messages ----------------- */
+/* The module's layout is private to this file: other code reads a module
+ * through the accessors of nn.h. */
+typedef struct duet_module_entry {
+    char *name;           /* own name inside the parent module, owned */
+    duet_tensor *tensor;  /* one reference held by the module */
+    bool is_integer;      /* buffer holding a count (num_batches_tracked): I64 on disk */
+} duet_module_entry;
 
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-    bool failed; /* an allocation failed: the content is truncated */
-} strbuf;
+typedef struct duet_module_slot {
+    char *name;
+    duet_module *module;  /* owned */
+} duet_module_slot;
 
-static void sb_addf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_addf(strbuf *b, const char *fmt, ...) {
-    if (b->failed) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (s == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-static const char *sb_str(const strbuf *b) { return b->s != NULL ? b->s : ""; }
-
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
+struct duet_module {
+    const duet_module_type *type;
+    void *impl;           /* the type's state, freed by type->destroy */
+    bool training;
+    /* A transparent module (a DDP around a child) contributes no path
+     * component: "generator.module.conv.weight" reads "generator.conv.weight". */
+    bool transparent;
+    size_t nparams, nbuffers, nchildren;
+    duet_module_entry *params;
+    duet_module_entry *buffers;
+    duet_module_slot *children;
+};
 
 /* ---- creation and registration ------------------------------------------- */
 
@@ -121,7 +105,7 @@ static int add_entry(duet_module *m, duet_module_entry **arr, size_t *n, const c
         return rc;
     }
     duet_module_entry *grown = realloc(*arr, (*n + 1) * sizeof *grown);
-    char *copy = dup_str(name);
+    char *copy = duet__strdup(name);
     if (grown != NULL) *arr = grown;
     if (grown == NULL || copy == NULL) {
         free(copy);
@@ -153,7 +137,7 @@ int duet_module_add_child(duet_module *m, const char *name, duet_module *child) 
         return rc;
     }
     duet_module_slot *grown = realloc(m->children, (m->nchildren + 1) * sizeof *grown);
-    char *copy = dup_str(name);
+    char *copy = duet__strdup(name);
     if (grown != NULL) m->children = grown;
     if (grown == NULL || copy == NULL) {
         free(copy);
@@ -215,6 +199,34 @@ duet_module *duet_module_child_at(const duet_module *m, size_t i) {
 const char *duet_module_child_name_at(const duet_module *m, size_t i) {
     return i < m->nchildren ? m->children[i].name : NULL;
 }
+
+void duet_module_swap_children(duet_module *m, size_t i, size_t j) {
+    DUET_ASSERT(i < m->nchildren && j < m->nchildren);
+    duet_module *t = m->children[i].module;
+    m->children[i].module = m->children[j].module;
+    m->children[j].module = t;
+}
+
+const duet_module_type *duet_module_get_type(const duet_module *m) { return m->type; }
+size_t duet_module_param_count(const duet_module *m) { return m->nparams; }
+duet_tensor *duet_module_param_at(const duet_module *m, size_t i) {
+    return i < m->nparams ? m->params[i].tensor : NULL;
+}
+const char *duet_module_param_name_at(const duet_module *m, size_t i) {
+    return i < m->nparams ? m->params[i].name : NULL;
+}
+size_t duet_module_buffer_count(const duet_module *m) { return m->nbuffers; }
+duet_tensor *duet_module_buffer_at(const duet_module *m, size_t i) {
+    return i < m->nbuffers ? m->buffers[i].tensor : NULL;
+}
+const char *duet_module_buffer_name_at(const duet_module *m, size_t i) {
+    return i < m->nbuffers ? m->buffers[i].name : NULL;
+}
+bool duet_module_buffer_is_integer_at(const duet_module *m, size_t i) {
+    return i < m->nbuffers && m->buffers[i].is_integer;
+}
+bool duet_module_is_transparent(const duet_module *m) { return m->transparent; }
+void duet_module_set_transparent(duet_module *m, bool transparent) { m->transparent = transparent; }
 
 bool duet_module_is(const duet_module *m, const char *type_name) {
     return m != NULL && strcmp(m->type->name, type_name) == 0;
@@ -425,9 +437,7 @@ static int read_count(const duet_st *st, const char *key, duet_tensor *dst) {
     const char *dtype;
     const void *bytes;
     size_t nbytes;
-    int ndim;
-    int64_t shape[16];
-    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape));
+    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, NULL, NULL));
     if (strcmp(dtype, "I64") == 0 && nbytes == 8) {
         int64_t v;
         memcpy(&v, bytes, sizeof v);
@@ -454,6 +464,124 @@ static bool in_state(const duet_named_tensors *l, const char *name) {
     return false;
 }
 
+/* What a load found before changing anything. */
+typedef struct load_check {
+    bool *present; /* per state entry: in the file with a shape that fits */
+    duet__str missing, unexpected, mismatch;
+    size_t nmiss, nunexp, nmis;
+} load_check;
+
+static void load_check_free(load_check *lc) {
+    free(lc->present);
+    duet__str_free(&lc->missing);
+    duet__str_free(&lc->unexpected);
+    duet__str_free(&lc->mismatch);
+}
+
+/* One state entry against the file: present, missing or a shape mismatch. */
+static int check_entry(const duet_named_tensor *item, const duet_st *st, const char *key,
+                       load_check *lc, bool *present) {
+    if (!duet_st_has(st, key)) {
+        duet__str_add_item(&lc->missing, ", ", "%s", key);
+        lc->nmiss++;
+        return DUET_OK;
+    }
+    int ndim = 0;
+    int64_t shape[DUET_ST_MAX_DIMS];
+    DUET_TRY(duet_st_raw(st, key, NULL, NULL, NULL, &ndim, shape));
+    if (shape_fits(item->tensor, item->is_integer, ndim, shape)) {
+        *present = true;
+        return DUET_OK;
+    }
+    char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
+    shape_str(b, sizeof b, ndim, shape);
+    duet__str_add_item(&lc->mismatch, "; ", "%s: the file has %s, the module %s", key, b,
+                       duet_shape_str(item->tensor, a, sizeof a));
+    lc->nmis++;
+    return DUET_OK;
+}
+
+/* Every state entry against the file, then the file's entries under prefix
+ * that the state lacks. */
+static int check_load(const duet_named_tensors *state, const duet_st *st, const char *prefix,
+                      load_check *lc) {
+    lc->present = calloc(state->count + 1, sizeof *lc->present);
+    if (lc->present == NULL) return duet__error(DUET_ENOMEM, "module load: out of memory");
+    for (size_t i = 0; i < state->count; i++) {
+        char *key = join_prefix(prefix, state->items[i].name);
+        if (key == NULL) return duet__error(DUET_ENOMEM, "module load: out of memory");
+        int rc = check_entry(&state->items[i], st, key, lc, &lc->present[i]);
+        free(key);
+        DUET_TRY(rc);
+    }
+    size_t np = strlen(prefix);
+    for (size_t i = 0; i < duet_st_count(st); i++) {
+        const char *name = duet_st_name(st, i);
+        if (strncmp(name, prefix, np) != 0 || in_state(state, name + np)) continue;
+        duet__str_add_item(&lc->unexpected, ", ", "%s", name);
+        lc->nunexp++;
+    }
+    if (lc->missing.failed || lc->unexpected.failed || lc->mismatch.failed)
+        return duet__error(DUET_ENOMEM, "module load: out of memory");
+    return DUET_OK;
+}
+
+/* A shape mismatch, or a missing or unexpected key in a strict load, fails
+ * with one message naming every problem (mismatches first); otherwise
+ * missing and unexpected keys are warnings. */
+static int report_load(const duet_module *m, const char *prefix, bool strict,
+                       const load_check *lc) {
+    const char *type = m->type->name;
+    if (lc->nmis > 0 || (strict && (lc->nmiss > 0 || lc->nunexp > 0))) {
+        const char *sep = "";
+        duet__str msg = {0};
+        duet__str_addf(&msg, "loading %s state%s%s%s: ", type, prefix[0] ? " under " : "", prefix,
+                       strict ? " strictly" : "");
+        if (lc->nmis > 0) {
+            duet__str_addf(&msg, "%zu shape mismatch%s: %s", lc->nmis, lc->nmis == 1 ? "" : "es",
+                           duet__str_get(&lc->mismatch));
+            sep = "; ";
+        }
+        if (lc->nmiss > 0) {
+            duet__str_addf(&msg, "%s%zu missing key%s [%s]", sep, lc->nmiss,
+                           lc->nmiss == 1 ? "" : "s", duet__str_get(&lc->missing));
+            sep = "; ";
+        }
+        if (lc->nunexp > 0)
+            duet__str_addf(&msg, "%s%zu unexpected key%s [%s]", sep, lc->nunexp,
+                           lc->nunexp == 1 ? "" : "s", duet__str_get(&lc->unexpected));
+        if (lc->nmis == 0)
+            duet__str_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
+        int rc = duet__error(lc->nmis > 0 ? DUET_ESHAPE : DUET_ENOTFOUND, "%s",
+                             msg.failed ? "out of memory for the message" : duet__str_get(&msg));
+        duet__str_free(&msg);
+        return rc;
+    }
+    if (lc->nmiss > 0)
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", type, lc->nmiss,
+                 lc->nmiss == 1 ? "" : "s", duet__str_get(&lc->missing));
+    if (lc->nunexp > 0)
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", type, lc->nunexp,
+                 lc->nunexp == 1 ? "" : "s", duet__str_get(&lc->unexpected));
+    return DUET_OK;
+}
+
+/* Copies the checked entries into the module's tensors. */
+static int copy_load(const duet_named_tensors *state, const duet_st *st, const char *prefix,
+                     const bool *present) {
+    for (size_t i = 0; i < state->count; i++) {
+        if (!present[i]) continue;
+        char *key = join_prefix(prefix, state->items[i].name);
+        if (key == NULL) return duet__error(DUET_ENOMEM, "module load: out of memory");
+        int rc = state->items[i].is_integer ? read_count(st, key, state->items[i].tensor)
+                                            : duet_st_copy_into(st, key, state->items[i].tensor);
+        if (rc != DUET_OK) rc = duet__error_context(rc, "module load: %s", key);
+        free(key);
+        DUET_TRY(rc);
+    }
+    return DUET_OK;
+}
+
 int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix, bool strict,
                            size_t *nmissing, size_t *nunexpected) {
     if (prefix == NULL) prefix = "";
@@ -461,117 +589,16 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
     if (nunexpected != NULL) *nunexpected = 0;
     duet_named_tensors state;
     DUET_TRY(duet_module_state(m, &state));
-    size_t np = strlen(prefix);
-    strbuf missing = {0}, unexpected = {0}, mismatch = {0};
-    size_t nmiss = 0, nunexp = 0, nmis = 0;
-    int rc = DUET_OK;
-    bool *present = calloc(state.count + 1, sizeof *present);
-    if (present == NULL) {
-        duet_named_tensors_free(&state);
-        return duet__error(DUET_ENOMEM, "module load: out of memory");
-    }
-
     /* Check everything first, so that a failing load changes nothing. */
-    for (size_t i = 0; i < state.count; i++) {
-        char *key = join_prefix(prefix, state.items[i].name);
-        if (key == NULL) {
-            rc = duet__error(DUET_ENOMEM, "module load: out of memory");
-            goto done;
-        }
-        if (!duet_st_has(st, key)) {
-            sb_addf(&missing, "%s%s", nmiss ? ", " : "", key);
-            nmiss++;
-        } else {
-            const char *dtype;
-            const void *bytes;
-            size_t nbytes;
-            int ndim = 0;
-            int64_t shape[16];
-            rc = duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape);
-            if (rc != DUET_OK) {
-                free(key);
-                goto done;
-            }
-            const duet_tensor *t = state.items[i].tensor;
-            if (!shape_fits(t, state.items[i].is_integer, ndim, shape)) {
-                char a[DUET_SHAPE_STR_MAX], b[DUET_SHAPE_STR_MAX];
-                shape_str(b, sizeof b, ndim, shape);
-                sb_addf(&mismatch, "%s%s: the file has %s, the module %s", nmis ? "; " : "", key,
-                        b, duet_shape_str(t, a, sizeof a));
-                nmis++;
-            } else {
-                present[i] = true;
-            }
-        }
-        free(key);
-    }
-    for (size_t i = 0; i < duet_st_count(st); i++) {
-        const char *name = duet_st_name(st, i);
-        if (strncmp(name, prefix, np) != 0) continue;
-        if (in_state(&state, name + np)) continue;
-        sb_addf(&unexpected, "%s%s", nunexp ? ", " : "", name);
-        nunexp++;
-    }
-    if (missing.failed || unexpected.failed || mismatch.failed) {
-        rc = duet__error(DUET_ENOMEM, "module load: out of memory");
-        goto done;
-    }
-    if (nmis > 0 || (strict && (nmiss > 0 || nunexp > 0))) {
-        /* One message with every problem: shape mismatches first, then the
-         * missing and unexpected keys. */
-        const char *sep = "";
-        strbuf msg = {0};
-        sb_addf(&msg, "loading %s state%s%s%s: ", m->type->name, np ? " under " : "", prefix,
-                strict ? " strictly" : "");
-        if (nmis > 0) {
-            sb_addf(&msg, "%zu shape mismatch%s: %s", nmis, nmis == 1 ? "" : "es",
-                    sb_str(&mismatch));
-            sep = "; ";
-        }
-        if (nmiss > 0) {
-            sb_addf(&msg, "%s%zu missing key%s [%s]", sep, nmiss, nmiss == 1 ? "" : "s",
-                    sb_str(&missing));
-            sep = "; ";
-        }
-        if (nunexp > 0)
-            sb_addf(&msg, "%s%zu unexpected key%s [%s]", sep, nunexp, nunexp == 1 ? "" : "s",
-                    sb_str(&unexpected));
-        if (nmis == 0) sb_addf(&msg, "; load non-strictly to skip missing and unexpected keys");
-        rc = duet__error(nmis > 0 ? DUET_ESHAPE : DUET_ENOTFOUND, "%s",
-                         msg.failed ? "out of memory for the message" : sb_str(&msg));
-        free(msg.s);
-        goto done;
-    }
-    if (nmiss > 0)
-        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", m->type->name, nmiss,
-                 nmiss == 1 ? "" : "s", sb_str(&missing));
-    if (nunexp > 0)
-        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", m->type->name,
-                 nunexp, nunexp == 1 ? "" : "s", sb_str(&unexpected));
-
-    for (size_t i = 0; i < state.count && rc == DUET_OK; i++) {
-        if (!present[i]) continue;
-        char *key = join_prefix(prefix, state.items[i].name);
-        if (key == NULL) {
-            rc = duet__error(DUET_ENOMEM, "module load: out of memory");
-            break;
-        }
-        if (state.items[i].is_integer)
-            rc = read_count(st, key, state.items[i].tensor);
-        else
-            rc = duet_st_copy_into(st, key, state.items[i].tensor);
-        if (rc != DUET_OK) rc = duet__error_context(rc, "module load: %s", key);
-        free(key);
-    }
+    load_check lc = {0};
+    int rc = check_load(&state, st, prefix, &lc);
+    if (rc == DUET_OK) rc = report_load(m, prefix, strict, &lc);
+    if (rc == DUET_OK) rc = copy_load(&state, st, prefix, lc.present);
     if (rc == DUET_OK) {
-        if (nmissing != NULL) *nmissing = nmiss;
-        if (nunexpected != NULL) *nunexpected = nunexp;
+        if (nmissing != NULL) *nmissing = lc.nmiss;
+        if (nunexpected != NULL) *nunexpected = lc.nunexp;
     }
-done:
-    free(present);
-    free(missing.s);
-    free(unexpected.s);
-    free(mismatch.s);
+    load_check_free(&lc);
     duet_named_tensors_free(&state);
     return rc;
 }

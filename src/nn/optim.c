@@ -257,9 +257,7 @@ static int get_i64(const duet_st *st, const char *key, int64_t *v) {
     const char *dtype;
     const void *bytes;
     size_t nbytes;
-    int ndim;
-    int64_t shape[16];
-    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, &ndim, shape));
+    DUET_TRY(duet_st_raw(st, key, &dtype, &bytes, &nbytes, NULL, NULL));
     if (strcmp(dtype, "I64") != 0 || nbytes != sizeof *v)
         return duet__error(DUET_EFORMAT, "optimizer state %s: expected one I64 value, found %s "
                            "with %zu bytes", key, dtype, nbytes);
@@ -269,91 +267,109 @@ static int get_i64(const duet_st *st, const char *key, int64_t *v) {
 
 /* Reads into fresh tensors first and swaps them in at the end, so that a
  * failing load leaves the optimizer as it was. */
+/* An optimizer state read from a file, held until all of it is read so that
+ * a failing load changes nothing. */
+typedef struct staged_state {
+    int64_t steps;
+    float lr;
+    int64_t *pstep;
+    bool *has_buf;
+    duet_tensor **m1, **m2;
+    size_t n;
+} staged_state;
+
+static void staged_free(staged_state *s) {
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->m1 != NULL) duet_tensor_release(s->m1[i]);
+        if (s->m2 != NULL) duet_tensor_release(s->m2[i]);
+    }
+    free(s->m1);
+    free(s->m2);
+    free(s->pstep);
+    free(s->has_buf);
+}
+
+/* Reads the entry `prefix a[.b]` with read(st, key, arg); DUET_ENOMEM for
+ * the key. */
+static int read_key(const duet_st *st, const char *prefix, const char *a, const char *b,
+                    int (*read)(const duet_st *st, const char *key, void *arg), void *arg) {
+    char *k = key_of(prefix, a, b);
+    int rc = k != NULL ? read(st, k, arg) : DUET_ENOMEM;
+    free(k);
+    return rc;
+}
+static int read_i64(const duet_st *st, const char *key, void *v) { return get_i64(st, key, v); }
+static int read_into(const duet_st *st, const char *key, void *t) {
+    return duet_st_copy_into(st, key, t);
+}
+static int read_scalar(const duet_st *st, const char *key, void *v) {
+    duet_tensor *t = NULL;
+    DUET_TRY(duet_st_get(st, key, &t));
+    int rc = DUET_OK;
+    if (t->numel != 1)
+        rc = duet__error(DUET_EFORMAT, "state %s: expected one value, found %" PRId64, key,
+                         t->numel);
+    else
+        *(float *)v = t->data[0];
+    duet_tensor_release(t);
+    return rc;
+}
+
+/* Parameter i's state: Adam's step and moments, or SGD's momentum buffer
+ * when the file has one. */
+static int read_param_state(const duet_optimizer *opt, const duet_st *st, const char *prefix,
+                            size_t i, staged_state *s) {
+    const char *name = opt->names[i];
+    DUET_TRY(duet_tensor_create_like(&s->m1[i], opt->params[i]));
+    if (opt->kind == OPTIM_ADAM) {
+        DUET_TRY(duet_tensor_create_like(&s->m2[i], opt->params[i]));
+        DUET_TRY(read_key(st, prefix, name, "step", read_i64, &s->pstep[i]));
+        DUET_TRY(read_key(st, prefix, name, "exp_avg", read_into, s->m1[i]));
+        return read_key(st, prefix, name, "exp_avg_sq", read_into, s->m2[i]);
+    }
+    char *k = key_of(prefix, name, "momentum_buffer");
+    if (k == NULL) return DUET_ENOMEM;
+    int rc = DUET_OK;
+    if (duet_st_has(st, k)) {
+        rc = duet_st_copy_into(st, k, s->m1[i]);
+        s->has_buf[i] = true;
+    }
+    free(k);
+    return rc;
+}
+
+static void swap_in(duet_optimizer *opt, staged_state *s) {
+    for (size_t i = 0; i < s->n; i++) {
+        duet_tensor *t = opt->m1[i];
+        opt->m1[i] = s->m1[i];
+        s->m1[i] = t;
+        t = opt->m2[i];
+        opt->m2[i] = s->m2[i];
+        s->m2[i] = t;
+        opt->pstep[i] = s->pstep[i];
+        opt->has_buf[i] = s->has_buf[i];
+    }
+    opt->steps = s->steps;
+    opt->lr = s->lr;
+}
+
 int duet_optimizer_load_state(duet_optimizer *opt, const duet_st *st, const char *prefix) {
     if (prefix == NULL) prefix = "";
     const char *what = opt->kind == OPTIM_ADAM ? "Adam" : "SGD";
-    int64_t steps = 0;
-    float lr = 0.0f;
     size_t n = opt->n;
-    int64_t *pstep = calloc(n + 1, sizeof *pstep);
-    bool *has_buf = calloc(n + 1, sizeof *has_buf);
-    duet_tensor **m1 = calloc(n + 1, sizeof *m1), **m2 = calloc(n + 1, sizeof *m2);
-    duet_tensor *lrt = NULL;
-    char *k = NULL;
-    int rc = DUET_OK;
-    if (!pstep || !has_buf || !m1 || !m2) {
-        rc = duet__error(DUET_ENOMEM, "%s load: out of memory", what);
-        goto done;
-    }
-    k = key_of(prefix, "step", NULL);
-    rc = k ? get_i64(st, k, &steps) : DUET_ENOMEM;
-    free(k);
-    k = NULL;
-    if (rc != DUET_OK) goto done;
-    k = key_of(prefix, "lr", NULL);
-    rc = k ? duet_st_get(st, k, &lrt) : DUET_ENOMEM;
-    if (rc != DUET_OK) goto done;
-    if (lrt->numel != 1) {
-        rc = duet__error(DUET_EFORMAT, "%s state %s: expected one value, found %" PRId64, what, k,
-                         lrt->numel);
-        goto done;
-    }
-    lr = lrt->data[0];
-    free(k);
-    k = NULL;
-    for (size_t i = 0; i < n; i++) {
-        rc = duet_tensor_create_like(&m1[i], opt->params[i]);
-        if (rc == DUET_OK && opt->kind == OPTIM_ADAM) rc = duet_tensor_create_like(&m2[i], opt->params[i]);
-        if (rc != DUET_OK) goto done;
-        if (opt->kind == OPTIM_ADAM) {
-            k = key_of(prefix, opt->names[i], "step");
-            rc = k ? get_i64(st, k, &pstep[i]) : DUET_ENOMEM;
-            free(k);
-            k = key_of(prefix, opt->names[i], "exp_avg");
-            if (rc == DUET_OK) rc = k ? duet_st_copy_into(st, k, m1[i]) : DUET_ENOMEM;
-            free(k);
-            k = key_of(prefix, opt->names[i], "exp_avg_sq");
-            if (rc == DUET_OK) rc = k ? duet_st_copy_into(st, k, m2[i]) : DUET_ENOMEM;
-            free(k);
-            k = NULL;
-        } else {
-            k = key_of(prefix, opt->names[i], "momentum_buffer");
-            if (k == NULL) {
-                rc = DUET_ENOMEM;
-            } else if (duet_st_has(st, k)) {
-                rc = duet_st_copy_into(st, k, m1[i]);
-                has_buf[i] = true;
-            }
-            free(k);
-            k = NULL;
-        }
-        if (rc != DUET_OK) goto done;
-    }
+    staged_state s = {.n = n,
+                      .pstep = calloc(n + 1, sizeof(int64_t)),
+                      .has_buf = calloc(n + 1, sizeof(bool)),
+                      .m1 = calloc(n + 1, sizeof(duet_tensor *)),
+                      .m2 = calloc(n + 1, sizeof(duet_tensor *))};
+    int rc = !s.pstep || !s.has_buf || !s.m1 || !s.m2 ? DUET_ENOMEM : DUET_OK;
+    if (rc == DUET_OK) rc = read_key(st, prefix, "step", NULL, read_i64, &s.steps);
+    if (rc == DUET_OK) rc = read_key(st, prefix, "lr", NULL, read_scalar, &s.lr);
+    for (size_t i = 0; i < n && rc == DUET_OK; i++) rc = read_param_state(opt, st, prefix, i, &s);
     /* Everything read: swap in. */
-    for (size_t i = 0; i < n; i++) {
-        duet_tensor *t = opt->m1[i];
-        opt->m1[i] = m1[i];
-        m1[i] = t;
-        t = opt->m2[i];
-        opt->m2[i] = m2[i];
-        m2[i] = t;
-        opt->pstep[i] = pstep[i];
-        opt->has_buf[i] = has_buf[i];
-    }
-    opt->steps = steps;
-    opt->lr = lr;
-done:
-    if (rc == DUET_ENOMEM) rc = duet__error(rc, "%s load: out of memory", what);
-    else if (rc != DUET_OK) rc = duet__error_context(rc, "loading %s state", what);
-    free(k);
-    for (size_t i = 0; i < n; i++) {
-        if (m1 != NULL) duet_tensor_release(m1[i]);
-        if (m2 != NULL) duet_tensor_release(m2[i]);
-    }
-    free(m1);
-    free(m2);
-    free(pstep);
-    free(has_buf);
-    duet_tensor_release(lrt);
+    if (rc == DUET_OK) swap_in(opt, &s);
+    else if (rc == DUET_ENOMEM) rc = duet__error(rc, "%s load: out of memory", what);
+    else rc = duet__error_context(rc, "loading %s state", what);
+    staged_free(&s);
     return rc;
 }

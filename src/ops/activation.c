@@ -6,7 +6,6 @@
  * need stay alive for them (duet_autograd_release can free both when the
  * next op does not read them, e.g. a frozen convolution). sigmoid and tanh
  * use the saved output, as PyTorch does. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -16,12 +15,12 @@
 
 /* out = max(x, 0), NaN passing through as in PyTorch */
 static void relu_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] < 0.0f, 0.0f, x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] < 0.0f, 0.0f, x[i]);
 }
 
 /* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__opb_pick(x[i] > 0.0f, x[i], slope * x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] > 0.0f, x[i], slope * x[i]);
 }
 
 /* bits: bit j of word w is x[64w + j] > 0 (false for NaN). */
@@ -49,7 +48,7 @@ static void masked_backward(float *gx, const float *gout, const uint64_t *bits, 
         const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
         for (int64_t j = 0; j < len; j++) {
             const float g = gout[base + j];
-            gx[base + j] += duet__opb_pick((m >> j) & 1u, g, slope * g);
+            gx[base + j] += duet__op_pick((m >> j) & 1u, g, slope * g);
         }
     }
 }
@@ -59,7 +58,7 @@ static void sigmoid_forward(float *out, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i])); /* in (0, 1] */
         float p = 1.0f / (1.0f + e);
-        out[i] = duet__opb_pick(x[i] >= 0.0f, p, e * p);
+        out[i] = duet__op_pick(x[i] >= 0.0f, p, e * p);
     }
 }
 
@@ -124,7 +123,7 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     if (is_relu) relu_forward(y->data, x->data, y->numel);
     else leaky_relu_forward(y->data, x->data, slope, y->numel);
     mask_ctx *c = NULL;
@@ -135,7 +134,8 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
             return rc;
         }
     }
-    return duet__opb_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out);
+    return duet__op_finish_unread(
+        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
 }
 
 int duet_relu(duet_tensor *x, duet_tensor **out) { return rectify(x, 0.0f, true, out); }
@@ -150,16 +150,12 @@ int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
  * from x before it is overwritten, so the gradients are the copying op's for
  * any slope. */
 
-bool duet__overwritable(const duet_tensor *x) {
+bool duet_can_overwrite(const duet_tensor *x) {
     /* The caller's reference, plus the producing node's when recorded. */
-    if (!x->owns_data || x->base != NULL) return false;
-    if (x->grad_fn == NULL) return !x->requires_grad && x->refcount == 1;
-    if (x->refcount != 2 || x->grad_fn->output != x) return false;
-    /* Ops whose backward never reads their output's values. */
-    static const char *const dead_output_ops[] = {"conv2d", "linear", "batch_norm2d", "add"};
-    for (size_t i = 0; i < sizeof dead_output_ops / sizeof dead_output_ops[0]; i++)
-        if (strcmp(x->grad_fn->op, dead_output_ops[i]) == 0) return true;
-    return false;
+    if (!duet_tensor_owns_data(x)) return false;
+    int refs = duet_tensor_refcount(x);
+    if (x->grad_fn == NULL) return !x->requires_grad && refs == 1;
+    return refs == 2 && x->grad_fn->output == x && x->grad_fn->output_unread;
 }
 
 /* The result of an in-place op on x: x itself when nothing is recorded,
@@ -177,7 +173,7 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
     const char *op = is_relu ? "relu" : "leaky_relu";
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!(slope >= 0.0f) || !duet__overwritable(x)) return rectify(x, slope, is_relu, out);
+    if (!(slope >= 0.0f) || !duet_can_overwrite(x)) return rectify(x, slope, is_relu, out);
     duet_tensor *y = NULL;
     DUET_TRY(inplace_result(x, &y));
     mask_ctx *c = NULL;
@@ -194,14 +190,15 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out);
+    return duet__op_finish_unread(
+        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
 }
 
-int duet__relu_inplace(duet_tensor *x, duet_tensor **out) {
+int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
     return rectify_inplace(x, 0.0f, true, out);
 }
 
-int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
+int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
     return rectify_inplace(x, negative_slope, false, out);
 }
 
@@ -225,16 +222,16 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     sigmoid_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     tanh_forward(y->data, x->data, y->numel);
-    return duet__opb_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
 }

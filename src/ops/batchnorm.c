@@ -101,7 +101,10 @@ static int batch_stats(bn_ctx *c, const duet_tensor *x, int64_t n, int64_t s, fl
                        float momentum, duet_tensor *running_mean, duet_tensor *running_var,
                        duet_tensor *num_batches, float *buf) {
     const int64_t ch = c->c;
-    /* Pass 1: [sum (C), count (C)]. */
+    const int nt = duet__par_threads(x->numel);
+    /* Pass 1: [sum (C), count (C)]. Channels are independent: threads split
+     * them, and each channel's sum keeps its order. */
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t k = 0; k < ch; k++) {
         double sum = 0.0;
         for (int64_t i = 0; i < n; i++) sum += duet__sum_f32(x->data + (i * ch + k) * s, s);
@@ -120,6 +123,7 @@ static int batch_stats(bn_ctx *c, const duet_tensor *x, int64_t n, int64_t s, fl
     for (int64_t k = 0; k < ch; k++) c->mean[k] = buf[k] / buf[ch + k];
     /* Pass 2: sum of squared deviations from the global mean (two passes
      * rather than E[x^2] - E[x]^2, which cancels badly). */
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t k = 0; k < ch; k++) {
         double sq = 0.0, m = c->mean[k];
         for (int64_t i = 0; i < n; i++) sq += sqdev_lanes(x->data + (i * ch + k) * s, s, m);
@@ -151,7 +155,9 @@ static int bn_backward(duet_node *node) {
     float *db = bias != NULL ? duet_node_input_grad(node, 2) : NULL;
     float *buf = malloc((size_t)(2 * ch) * sizeof(float));
     if (buf == NULL) return duet__error(DUET_ENOMEM, "batch_norm2d: out of memory in backward");
-    /* Local [sum dy (C), sum dy*xhat (C)]. */
+    const int nt = duet__par_threads(2 * x->numel);
+    /* Local [sum dy (C), sum dy*xhat (C)], channels split among threads. */
+#pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t k = 0; k < ch; k++) {
         double sdy = 0.0, sdyx = 0.0, m = c->mean[k], is = c->invstd[k];
         for (int64_t i = 0; i < n; i++)
@@ -172,6 +178,7 @@ static int bn_backward(duet_node *node) {
             free(buf);
             return rc;
         }
+#pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t k = 0; k < ch; k++) {
             const float m = c->mean[k], is = c->invstd[k];
             const float g = (weight != NULL ? weight->data[k] : 1.0f) * is;
@@ -242,11 +249,12 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     }
     free(buf);
     duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
+    if (rc == DUET_OK) rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         bn_ctx_free(c);
         return rc;
     }
+#pragma omp parallel for num_threads(duet__par_threads(2 * x->numel)) schedule(static)
     for (int64_t k = 0; k < ch; k++) {
         /* y = (x - mean) invstd w + b = x a + shift */
         const float a = c->invstd[k] * (weight != NULL ? weight->data[k] : 1.0f);
@@ -258,15 +266,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
         }
     }
     duet_tensor *ins[3] = {x, weight, bias};
-    if (duet_autograd_needs_record(3, ins)) {
-        rc = duet_autograd_record(y, "batch_norm2d", bn_backward, c, bn_ctx_free, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    } else {
-        bn_ctx_free(c);
-    }
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "batch_norm2d", bn_backward, c, bn_ctx_free, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

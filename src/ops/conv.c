@@ -73,6 +73,8 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
      * of the plane, after which the few columns that wrapped around from the
      * neighbouring row are zeroed. */
     const bool shifted_plane = s == 1 && g->ow == g->w;
+    /* Channels fill disjoint rows: threads split them. */
+#pragma omp parallel for num_threads(duet__par_threads(g->k * g->p)) schedule(static)
     for (int64_t c = 0; c < g->c; c++) {
         const float *plane = x + c * g->h * g->w;
         for (int64_t i = 0; i < g->kh; i++) {
@@ -125,6 +127,9 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
  * input position it was read from (padding entries are dropped). */
 static void col2im(float *dx, const float *col, int64_t ld, const conv_geom *g) {
     const int64_t s = g->stride, pad = g->pad;
+    /* A channel's rows add only into its own plane of dx: threads split
+     * channels, and each sum keeps its order whatever their number. */
+#pragma omp parallel for num_threads(duet__par_threads(g->k * g->p)) schedule(static)
     for (int64_t c = 0; c < g->c; c++) {
         for (int64_t i = 0; i < g->kh; i++) {
             int64_t rlo, rhi;
@@ -223,6 +228,7 @@ static int conv2d_backward(duet_node *node) {
     const int64_t chw = g.c * g.h * g.w;
 
     if (db != NULL) {
+#pragma omp parallel for num_threads(duet__par_threads(g.n * g.o * g.p)) schedule(static)
         for (int64_t o = 0; o < g.o; o++) {
             double s = 0.0;
             for (int64_t n = 0; n < g.n; n++)
@@ -247,6 +253,7 @@ static int conv2d_backward(duet_node *node) {
         /* dY of the chunk as one (O, cnt*P) matrix. */
         const float *dyc = dy + n0 * g.o * g.p;
         if (cnt > 1) {
+#pragma omp parallel for num_threads(duet__par_threads(g.o * ld)) schedule(static)
             for (int64_t o = 0; o < g.o; o++)
                 for (int64_t j = 0; j < cnt; j++)
                     memcpy(dyt + o * ld + j * g.p, dyc + (j * g.o + o) * g.p,
@@ -282,7 +289,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     conv_geom g;
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
     const bool pointwise = is_pointwise(&g);
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
     float *col = NULL, *tmp = NULL;
@@ -301,6 +308,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         if (cnt == 1) {
             /* The bias goes in first so the GEMM adds onto it (beta = 1). */
             if (b != NULL)
+#pragma omp parallel for num_threads(duet__par_threads(g.o * g.p)) schedule(static)
                 for (int64_t o = 0; o < g.o; o++)
                     for (int64_t q = 0; q < g.p; q++) y0[o * g.p + q] = b->data[o];
             /* Y_n (O, P) = W (O, K) col (K, P) */
@@ -311,6 +319,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         /* tmp (O, cnt*P) = W (O, K) col (K, cnt*P), then each sample's
          * (O, P) block out to y with the bias. */
         duet_sgemm(false, false, g.o, ld, g.k, 1.0f, w->data, g.k, cols, ld, 0.0f, tmp, ld);
+#pragma omp parallel for collapse(2) num_threads(duet__par_threads(g.o * ld)) schedule(static)
         for (int64_t j = 0; j < cnt; j++) {
             for (int64_t o = 0; o < g.o; o++) {
                 float *dst = y0 + (j * g.o + o) * g.p;
@@ -325,20 +334,17 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         }
     }
     duet_tensor *ins[3] = {x, w, b};
+    conv_ctx *cc = NULL;
     if (duet_autograd_needs_record(3, ins)) {
-        conv_ctx *cc = malloc(sizeof *cc);
+        cc = malloc(sizeof *cc);
         if (cc == NULL) {
             duet_tensor_release(y);
             return duet__error(DUET_ENOMEM, "conv2d: out of memory recording the op");
         }
         cc->stride = stride;
         cc->pad = padding;
-        int rc = duet_autograd_record(y, "conv2d", conv2d_backward, cc, free, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
     }
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -9,7 +9,6 @@
  * where column (h, w) of row (o, i, j) belongs to output pixel
  * (h*s - p + i, w*s - p + j), dropped when outside the output. The columns
  * are a buffer of this call, not kept between forward and backward. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -150,7 +149,7 @@ int duet_conv_transpose2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int st
     tconv_geom g;
     DUET_TRY(tconv_geometry(x, w, b, stride, padding, output_padding, &g));
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
     float *col = duet_aligned_alloc((size_t)(g.k * g.p) * sizeof(float));
     if (col == NULL) {
         duet_tensor_release(y);
@@ -181,6 +180,6 @@ int duet_conv_transpose2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int st
         }
         *cc = (tconv_ctx){stride, padding, output_padding};
     }
-    return duet__opb_finish(y, "conv_transpose2d", conv_transpose2d_backward, cc, free, 3, ins,
+    return duet__op_finish(y, "conv_transpose2d", conv_transpose2d_backward, cc, free, 3, ins,
                             out);
 }

@@ -7,7 +7,7 @@
  * resumed run drops the same elements bitwise. Kept elements are scaled by
  * 1/(1-p) computed in float, as ATen does. The backward multiplies by the
  * same saved factors (0 or 1/(1-p)). */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 typedef struct dropout_ctx {
     float *factor; /* numel floats: 0 or 1/(1-p) */
@@ -61,7 +61,7 @@ int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_ten
     float *factor = malloc((size_t)x->numel * sizeof(float));
     duet_tensor *y = NULL;
     int rc = c != NULL && factor != NULL
-                 ? duet__tensor_create_uninit(&y, x->ndim, x->shape)
+                 ? duet_tensor_create_uninit(&y, x->ndim, x->shape)
                  : duet__error(DUET_ENOMEM, "dropout: out of memory for the mask");
     if (rc != DUET_OK) {
         free(c);
@@ -70,5 +70,5 @@ int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_ten
     }
     c->factor = factor;
     dropout_forward(y->data, factor, x->data, x->numel, keep, scale, rng);
-    return duet__opb_finish(y, "dropout", dropout_backward, c, dropout_ctx_free, 1, &x, out);
+    return duet__op_finish(y, "dropout", dropout_backward, c, dropout_ctx_free, 1, &x, out);
 }

@@ -1,10 +1,9 @@
 /* Element-wise binary ops (add, sub, mul), scaling, the constant per-channel
- * affine map, and the helpers of ops_common.h.
+ * affine map, and the helpers of ops_internal.h.
  *
  * Backward kernels accumulate (+=). The two input gradients of a binary op
  * may be one buffer (add(x, x)): each is updated in its own pass, so both
  * contributions land. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -12,9 +11,9 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-int duet__opb_finish(duet_tensor *y, const char *op, duet_backward_fn backward, void *ctx,
-                     void (*free_ctx)(void *ctx), int ninputs, duet_tensor *const *inputs,
-                     duet_tensor **out) {
+int duet__op_finish(duet_tensor *y, const char *op, duet_backward_fn backward, void *ctx,
+                    void (*free_ctx)(void *ctx), int ninputs, duet_tensor *const *inputs,
+                    duet_tensor **out) {
     if (duet_autograd_needs_record(ninputs, inputs)) {
         int rc = duet_autograd_record(y, op, backward, ctx, free_ctx, ninputs, inputs);
         if (rc != DUET_OK) {
@@ -29,7 +28,7 @@ int duet__opb_finish(duet_tensor *y, const char *op, duet_backward_fn backward, 
     return DUET_OK;
 }
 
-int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b) {
+int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b) {
     if (duet_tensor_same_shape(a, b)) return DUET_OK;
     char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
     return duet__error(DUET_ESHAPE, "%s: shapes %s and %s differ; both inputs must have the "
@@ -40,30 +39,36 @@ int duet__opb_check_same_shape(const char *op, const duet_tensor *a, const duet_
 /* ---- kernels ---------------------------------------------------------------- */
 
 static void add_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 static void sub_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] - b[i];
 }
 
 static void mul_forward(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
 /* g += s * gout */
 static void axpy_backward(float *g, const float *gout, float s, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(2 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] += s * gout[i];
 }
 
 /* g += gout * other */
 static void mul_backward(float *g, const float *gout, const float *other, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] += gout[i] * other[i];
 }
 
 /* out (N, C, inner) = x * scale[c] + shift[c] */
 static void channel_affine_forward(float *out, const float *x, const float *scale,
                                    const float *shift, int64_t n, int64_t c, int64_t inner) {
+#pragma omp parallel for collapse(2) num_threads(duet__par_threads(2 * n * c * inner)) schedule(static)
     for (int64_t s = 0; s < n; s++)
         for (int64_t ch = 0; ch < c; ch++) {
             const float a = scale[ch], b = shift[ch];
@@ -121,23 +126,23 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
                      duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
     *out = NULL;
-    DUET_TRY(duet__opb_check_same_shape(op, a, b));
+    DUET_TRY(duet__op_check_same_shape(op, a, b));
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, a->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, a->shape));
     kernel(y->data, a->data, b->data, y->numel);
     duet_tensor *inputs[2] = {a, b};
-    return duet__opb_finish(y, op, backward, NULL, NULL, 2, inputs, out);
+    return duet__op_finish(y, op, backward, NULL, NULL, 2, inputs, out);
 }
 
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    return binary_op("add", add_forward, add_backward, a, b, out);
+    return duet__op_finish_unread(binary_op("add", add_forward, add_backward, a, b, out), out);
 }
 
-int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
     *out = NULL;
-    if (a == b || b->data == a->data || !duet__overwritable(a)) return duet_add(a, b, out);
-    DUET_TRY(duet__opb_check_same_shape("add", a, b));
+    if (a == b || b->data == a->data || !duet_can_overwrite(a)) return duet_add(a, b, out);
+    DUET_TRY(duet__op_check_same_shape("add", a, b));
     duet_tensor *inputs[2] = {a, b};
     duet_tensor *y = NULL;
     if (duet_autograd_needs_record(2, inputs))
@@ -149,11 +154,11 @@ int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
         *out = y;
         return DUET_OK;
     }
-    return duet__opb_finish(y, "add", add_backward, NULL, NULL, 2, inputs, out);
+    return duet__op_finish(y, "add", add_backward, NULL, NULL, 2, inputs, out);
 }
 
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    return binary_op("sub", sub_forward, sub_backward, a, b, out);
+    return duet__op_finish_unread(binary_op("sub", sub_forward, sub_backward, a, b, out), out);
 }
 
 int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
@@ -177,7 +182,7 @@ int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
     for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
     scale_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -188,7 +193,8 @@ int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
         }
         c->s = s;
     }
-    return duet__opb_finish(y, "scale", scale_backward, c, free, 1, &x, out);
+    return duet__op_finish_unread(duet__op_finish(y, "scale", scale_backward, c, free, 1, &x, out),
+                                  out);
 }
 
 /* ---- channel_affine -------------------------------------------------------------- */
@@ -231,12 +237,13 @@ int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
         ac->v[c + i] = shift != NULL ? shift[i] : 0.0f;
     }
     duet_tensor *y = NULL;
-    int rc = duet__tensor_create_uninit(&y, x->ndim, x->shape);
+    int rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
     if (rc != DUET_OK) {
         free(ac);
         return rc;
     }
     channel_affine_forward(y->data, x->data, ac->v, ac->v + c, n, c, inner);
-    return duet__opb_finish(y, "channel_affine", channel_affine_backward_node, ac, free, 1, &x,
-                            out);
+    return duet__op_finish_unread(
+        duet__op_finish(y, "channel_affine", channel_affine_backward_node, ac, free, 1, &x, out),
+        out);
 }

@@ -79,13 +79,13 @@ static long env_count(const char *name, long max) {
 }
 
 int duet_default_num_threads(int local_ranks) {
-    int avail = duet_cpu_available_cores();
+    int avail = duet_cpu_available_cores(), online = duet_cpu_online_cores();
     if (local_ranks < 1) local_ranks = 1;
-    /* A launcher that binds each rank (Open MPI's default for 2 ranks)
-     * already gave this rank its own cores; an unbound rank shares the
-     * whole machine with the other ranks on the node. */
-    if (avail < duet_cpu_online_cores()) return avail;
-    int n = avail / local_ranks;
+    /* The affinity mask says which cores the launcher gave this rank, but
+     * not whether other ranks got the same ones (Open MPI's socket binding,
+     * or no binding at all): never take more than a fair share of the node. */
+    int share = online / local_ranks;
+    int n = avail < share ? avail : share;
     return n >= 1 ? n : 1;
 }
 
@@ -131,6 +131,13 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
         }
         DUET_TRY(duet__bf16_check(impl, sizeof impl));
     }
+    int avail = duet_cpu_available_cores();
+    if (n > avail)
+        duet_log(DUET_LOG_WARN,
+                 "kernels: %d threads on %d core%s this process may use: they will take turns. "
+                 "Under mpirun, give the ranks more cores (--bind-to none, or --map-by "
+                 "slot:PE=%d) or lower num_threads / DUET_NUM_THREADS",
+                 n, avail, avail == 1 ? "" : "s", n);
     pthread_mutex_lock(&kernels_lock);
     snprintf(bf16_impl, sizeof bf16_impl, "%s", impl);
     atomic_store(&use_bf16, o->bf16);
@@ -170,6 +177,14 @@ static void kernels_ensure(void) {
 int duet__blas_init(void) {
     kernels_ensure();
     return atomic_load(&kernel_threads);
+}
+
+int duet__par_threads(int64_t work) {
+    if (work < DUET__PAR_MIN_WORK) return 1;
+    kernels_ensure();
+    int64_t t = atomic_load_explicit(&kernel_threads, memory_order_relaxed);
+    int64_t most = work / (DUET__PAR_MIN_WORK / 2);
+    return (int)(t < most ? t : most);
 }
 
 uint64_t duet_kernels_gemm_flops(void) {

@@ -58,7 +58,7 @@ int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **ou
     for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
     shape[x->ndim - 1] = outf;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, x->ndim, shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, shape));
     if (b != NULL)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t o = 0; o < outf; o++) y->data[r * outf + o] = b->data[o];
@@ -66,13 +66,7 @@ int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **ou
     duet_sgemm(false, true, rows, outf, in, 1.0f, x->data, in, w->data, in,
                b != NULL ? 1.0f : 0.0f, y->data, outf);
     duet_tensor *ins[3] = {x, w, b};
-    if (duet_autograd_needs_record(3, ins)) {
-        int rc = duet_autograd_record(y, "linear", linear_backward, NULL, NULL, 3, ins);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    *out = y;
+    DUET_TRY(duet__op_finish(y, "linear", linear_backward, NULL, NULL, 3, ins, out));
+    duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -2,7 +2,7 @@
  * L1, MSE, and binary cross-entropy with logits (against a tensor or a
  * constant target). L1 and MSE pass gradients to the target too when it
  * requires grad (as PyTorch); BCE to the logits only. */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <math.h>
 
@@ -38,6 +38,7 @@ static double mse_sum(const float *p, const float *t, int64_t n) {
 /* g += c * sign(p - t), sign(0) = 0 as torch.sign; c carries the direction
  * (negative for the target) and weight * dout / n. */
 static void l1_backward(float *g, const float *p, const float *t, float c, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float d = p[i] - t[i];
         g[i] += c * (float)((d > 0.0f) - (d < 0.0f));
@@ -46,6 +47,7 @@ static void l1_backward(float *g, const float *p, const float *t, float c, int64
 
 /* g += c * (p - t), c = +-2 * weight * dout / n */
 static void mse_backward(float *g, const float *p, const float *t, float c, int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) g[i] += c * (p[i] - t[i]);
 }
 
@@ -58,7 +60,7 @@ static double bce_sum(const float *x, const float *t, int64_t tstride, int64_t n
         double part = 0.0;
         for (int64_t j = i; j < end; j++) {
             float v = x[j];
-            part += duet__opb_pick(v > 0.0f, v, 0.0f) - v * t[j * tstride] +
+            part += duet__op_pick(v > 0.0f, v, 0.0f) - v * t[j * tstride] +
                     log1pf(expf(-fabsf(v)));
         }
         total += part;
@@ -69,10 +71,11 @@ static double bce_sum(const float *x, const float *t, int64_t tstride, int64_t n
 /* gx += c * (sigmoid(x) - t), sigmoid without overflow; c = weight * dout / n */
 static void bce_backward(float *gx, const float *x, const float *t, int64_t tstride, float c,
                          int64_t n) {
+#pragma omp parallel for num_threads(duet__par_threads(8 * n)) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float e = expf(-fabsf(x[i]));
         float p = 1.0f / (1.0f + e);
-        float s = duet__opb_pick(x[i] >= 0.0f, p, e * p);
+        float s = duet__op_pick(x[i] >= 0.0f, p, e * p);
         gx[i] += c * (s - t[i * tstride]);
     }
 }
@@ -112,7 +115,7 @@ static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, du
                      duet_tensor *target, float weight, duet_tensor **out) {
     DUET_ASSERT(pred != NULL && target != NULL && out != NULL);
     *out = NULL;
-    DUET_TRY(duet__opb_check_same_shape(op, pred, target));
+    DUET_TRY(duet__op_check_same_shape(op, pred, target));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
     y->data[0] = (float)((double)weight * sum(pred->data, target->data, pred->numel) /
@@ -127,7 +130,7 @@ static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, du
         }
         wc->weight = weight;
     }
-    return duet__opb_finish(y, op, backward, wc, free, 2, inputs, out);
+    return duet__op_finish(y, op, backward, wc, free, 2, inputs, out);
 }
 
 int duet_l1_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
@@ -171,7 +174,7 @@ static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, fl
                     float weight, duet_tensor **out) {
     DUET_ASSERT(logits != NULL && out != NULL);
     *out = NULL;
-    if (target != NULL) DUET_TRY(duet__opb_check_same_shape(op, logits, target));
+    if (target != NULL) DUET_TRY(duet__op_check_same_shape(op, logits, target));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
     const float *t = target != NULL ? target->data : &target_const;
@@ -188,7 +191,7 @@ static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, fl
         bc->target_const = target_const;
         bc->target = duet_tensor_retain(target);
     }
-    return duet__opb_finish(y, op, bce_backward_node, bc, bce_ctx_free, 1, &logits, out);
+    return duet__op_finish(y, op, bce_backward_node, bc, bce_ctx_free, 1, &logits, out);
 }
 
 int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,

@@ -10,7 +10,6 @@
  *   dbias[c]   += sum of dy
  * The forward keeps mean and rstd per plane (2*N*C floats); xhat is
  * recomputed from the saved input. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -119,7 +118,7 @@ int duet_instance_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     inorm_ctx *c = malloc(sizeof *c);
     float *stats = malloc((size_t)(2 * planes) * sizeof(float));
     duet_tensor *y = NULL;
-    int rc = c != NULL && stats != NULL ? duet__tensor_create_uninit(&y, 4, x->shape)
+    int rc = c != NULL && stats != NULL ? duet_tensor_create_uninit(&y, 4, x->shape)
                                         : duet__error(DUET_ENOMEM, "instance_norm2d: out of "
                                                       "memory for %" PRId64 " planes", planes);
     if (rc != DUET_OK) {
@@ -135,6 +134,6 @@ int duet_instance_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
                             bias != NULL ? bias->data[cc] : 0.0f, eps);
     }
     duet_tensor *ins[3] = {x, weight, bias};
-    return duet__opb_finish(y, "instance_norm2d", instance_norm2d_backward, c, inorm_ctx_free, 3,
+    return duet__op_finish(y, "instance_norm2d", instance_norm2d_backward, c, inorm_ctx_free, 3,
                             ins, out);
 }

@@ -1,16 +1,76 @@
-/* Private helpers shared by the GEMM-based ops (conv, linear, batch norm,
- * pooling) and bench/ops.c. Not installed. */
+/* The ops layer's private header (the .c files of src/ops, its tests, bench):
+ * the one finish helper that records an op on the tape, shape checks,
+ * branch-free selection, the GEMM's set-up and scratch buffers, and the
+ * summation the ops share. Not installed. */
 #ifndef DUET_OPS_INTERNAL_H
 #define DUET_OPS_INTERNAL_H
 
 #include "duet/ops.h"
-#include "tensor/tensor_internal.h"
+
+#include <string.h>
+
+/* ---- recording and checks (elementwise.c) ------------------------------- */
+
+/* c ? a : b without a branch. GCC at -O2 compiles ?: between floats into
+ * jumps, which mispredict half the time on activations of random sign (10 ns
+ * instead of 0.6 ns per element); a bit mask does not, and the loop still
+ * vectorises at -O3. Exact: the chosen value's bits are returned as is. */
+static inline float duet__op_pick(bool c, float a, float b) {
+    uint32_t ua, ub, r;
+    float f;
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    const uint32_t m = -(uint32_t)c;
+    r = (ua & m) | (ub & ~m);
+    memcpy(&f, &r, sizeof f);
+    return f;
+}
+
+/* Ends an op's forward, the one way ops record on the tape: when grad mode
+ * is on and one of `inputs` requires grad, records `y` on the tape (taking
+ * ownership of ctx); otherwise frees ctx (free_ctx may be NULL, ctx may be
+ * NULL when the op saved nothing). On success *out = y; on failure y is released, *out = NULL and the
+ * status (with "op: " context) is returned. */
+int duet__op_finish(duet_tensor *y, const char *op, duet_backward_fn backward, void *ctx,
+                    void (*free_ctx)(void *ctx), int ninputs, duet_tensor *const *inputs,
+                    duet_tensor **out);
+
+/* For an op whose backward never reads its output's values (conv2d, linear,
+ * batch_norm2d, add, relu, ...): marks y's node so that the in-place ops of
+ * ops.h may overwrite y and duet_autograd_release may free it. Call after
+ * recording; nothing to do when y was not recorded. This is the one place
+ * that says whether an op's backward reads its output. */
+static inline void duet__op_output_unread(duet_tensor *y) {
+    if (y != NULL && y->grad_fn != NULL && y->grad_fn->output == y) y->grad_fn->output_unread = true;
+}
+
+/* duet__op_finish's status, with y marked as above when it succeeded. */
+static inline int duet__op_finish_unread(int rc, duet_tensor **out) {
+    if (rc == DUET_OK) duet__op_output_unread(*out);
+    return rc;
+}
+
+/* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
+ * shape; DUET_OK otherwise. */
+int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);
+
+/* ---- GEMM (gemm.c, gemm_bf16.c) ------------------------------------------- */
 
 /* Configures the kernel path with its defaults unless the process already
  * did (duet_kernels_configure) and returns the GEMM thread count in effect.
  * duet_sgemm calls it; code that calls a GEMM library directly (the
  * benchmark) calls it first. */
 int duet__blas_init(void);
+
+/* The OpenMP threads for a loop over `work` floats of memory-bound work
+ * (im2col, batch norm, pooling, elementwise): 1 below about 32K floats,
+ * where waking the team costs more than it saves, else up to duet's
+ * configured thread count (DUET_NUM_THREADS / num_threads, the GEMM's) at
+ * about 16K floats per thread. Use it as `num_threads(duet__par_threads(n))`
+ * on loops whose iterations write disjoint outputs, so that results do not
+ * depend on the count. */
+#define DUET__PAR_MIN_WORK ((int64_t)1 << 15)
+int duet__par_threads(int64_t work);
 
 /* gemm_bf16.c: duet_sgemm's mixed-precision path (alpha 1, beta 0 or 1);
  * DUET_EUNSUPPORTED when oneDNN cannot make the matmul, DUET_ENOMEM. Uses
@@ -29,19 +89,6 @@ int duet__bf16_check(char *impl, size_t size);
  * may move it. NULL when out of memory (message set). Freed at thread exit. */
 #define DUET__SCRATCH_SLOTS 4
 float *duet__scratch(int slot, size_t nfloats);
-
-/* In-place variants for networks that know an intermediate is dead: x (a)
- * is overwritten with the result, which comes back as a view of it. They
- * fall back to the copying op unless duet__overwritable(x): x owns its data
- * and is referenced only by the caller and by the node that produced it, and
- * that op's backward never reads its output's values (conv2d, linear,
- * batch_norm2d, add), or x has no history at all. The caller must not read
- * x's old values afterwards. Same results and gradients as duet_relu,
- * duet_leaky_relu (slope >= 0, else the copying op) and duet_add(a, b). */
-bool duet__overwritable(const duet_tensor *x);
-int duet__relu_inplace(duet_tensor *x, duet_tensor **out);
-int duet__leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out);
-int duet__add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 
 /* Sum of n floats in eight independent double lanes: the loop vectorises
  * (one accumulator is a long dependency chain the compiler may not

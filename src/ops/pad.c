@@ -3,7 +3,7 @@
  * reflect(i, n) mirrors i about the edges without repeating them
  * (-1 -> 1, n -> n-2). The backward adds each output gradient back to the
  * pixel it was read from, so edge-near pixels collect several. */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 
@@ -67,7 +67,7 @@ int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bott
                            duet_shape_str(x, sx, sizeof sx));
     const int64_t oh = h + top + bottom, ow = w + left + right;
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
     reflection_pad_forward(y->data, x->data, x->shape[0] * x->shape[1], h, w, oh, ow, top, left);
     pad_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -78,6 +78,6 @@ int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bott
         }
         *c = (pad_ctx){left, top};
     }
-    return duet__opb_finish(y, "reflection_pad2d", reflection_pad2d_backward, c, free, 1, &x,
+    return duet__op_finish(y, "reflection_pad2d", reflection_pad2d_backward, c, free, 1, &x,
                             out);
 }

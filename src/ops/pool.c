@@ -24,6 +24,8 @@ static int max_pool_backward(duet_node *node) {
     const int64_t planes = x->shape[0] * x->shape[1];
     const int64_t hw = x->shape[2] * x->shape[3], ohw = y->shape[2] * y->shape[3];
     const float *dy = y->grad;
+    /* Each plane's window maxima lie in its own plane of dx. */
+#pragma omp parallel for num_threads(duet__par_threads(x->numel)) schedule(static)
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t q = 0; q < ohw; q++)
             dx[pl * hw + c->argmax[pl * ohw + q]] += dy[pl * ohw + q];
@@ -48,7 +50,7 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
     const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
     const int64_t planes = x->shape[0] * x->shape[1];
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
     bool record = duet_autograd_needs_record(1, &x);
     pool_ctx *c = NULL;
     if (record) {
@@ -61,6 +63,7 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
                                sx);
         }
     }
+#pragma omp parallel for num_threads(duet__par_threads(x->numel)) schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *px = x->data + pl * h * w;
         float *py = y->data + pl * oh * ow;
@@ -84,13 +87,6 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
             }
         }
     }
-    if (record) {
-        int rc = duet_autograd_record(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    *out = y;
-    return DUET_OK;
+    return duet__op_finish_unread(
+        duet__op_finish(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x, out), out);
 }

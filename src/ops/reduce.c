@@ -1,5 +1,4 @@
 /* Reductions to a scalar of shape [1]: sum and mean over every element. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 /* gx += g (the output's gradient times 1 or 1/numel) */
@@ -28,7 +27,7 @@ static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_
     DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
     double s = duet__sum_f32(x->data, x->numel);
     y->data[0] = (float)(mean ? s / (double)x->numel : s);
-    return duet__opb_finish(y, op, backward, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, op, backward, NULL, NULL, 1, &x, out);
 }
 
 int duet_sum(duet_tensor *x, duet_tensor **out) {

@@ -1,7 +1,7 @@
 /* Resampling: pixel_shuffle (sub-pixel convolution's rearrangement) and
  * bilinear upsampling by an integer factor with align_corners=False, both
  * exactly as PyTorch. */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -14,6 +14,8 @@
 static void pixel_shuffle_forward(float *out, const float *x, int64_t nc, int r, int64_t h,
                                   int64_t w) {
     const int64_t ow = w * r;
+    /* Output planes are disjoint: threads split them. */
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * w * r * r)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         float *op = out + p * h * w * r * r;
         for (int i = 0; i < r; i++)
@@ -32,6 +34,7 @@ static void pixel_shuffle_forward(float *out, const float *x, int64_t nc, int r,
 static void pixel_shuffle_backward(float *gx, const float *gout, int64_t nc, int r, int64_t h,
                                    int64_t w) {
     const int64_t ow = w * r;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * w * r * r)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         const float *gp = gout + p * h * w * r * r;
         for (int i = 0; i < r; i++)
@@ -74,7 +77,7 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
     int64_t n = x->shape[0], c = x->shape[1] / ((int64_t)r * r), h = x->shape[2],
             w = x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * r, w * r}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * r, w * r}));
     pixel_shuffle_forward(y->data, x->data, n * c, r, h, w);
     shuffle_ctx *sc = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -85,8 +88,9 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
         }
         sc->r = r;
     }
-    return duet__opb_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x,
-                            out);
+    return duet__op_finish_unread(
+        duet__op_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x, out),
+        out);
 }
 
 /* ---- bilinear ----------------------------------------------------------------------
@@ -144,6 +148,7 @@ static int axis_lerp_make(axis_lerp *a, int64_t in_size, int factor) {
 static void bilinear_forward(float *out, const float *x, int64_t nc, int64_t h, int64_t w,
                              const axis_lerp *ay, const axis_lerp *ax, int factor) {
     const int64_t oh = h * factor, ow = w * factor;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * oh * ow)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         const float *xp = x + p * h * w;
         for (int64_t y = 0; y < oh; y++) {
@@ -163,6 +168,7 @@ static void bilinear_forward(float *out, const float *x, int64_t nc, int64_t h, 
 static void bilinear_backward(float *gx, const float *gout, int64_t nc, int64_t h, int64_t w,
                               const axis_lerp *ay, const axis_lerp *ax, int factor) {
     const int64_t oh = h * factor, ow = w * factor;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * oh * ow)) schedule(static)
     for (int64_t p = 0; p < nc; p++) {
         float *gp = gx + p * h * w;
         for (int64_t y = 0; y < oh; y++) {
@@ -223,7 +229,7 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
         return rc;
     }
     duet_tensor *y = NULL;
-    rc = duet__tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor});
+    rc = duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor});
     if (rc == DUET_OK) bilinear_forward(y->data, x->data, n * c, h, w, &ay, &ax, factor);
     axis_lerp_free(&ay);
     axis_lerp_free(&ax);
@@ -237,6 +243,6 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
         }
         bc->factor = factor;
     }
-    return duet__opb_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x,
-                            out);
+    return duet__op_finish_unread(
+        duet__op_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x, out), out);
 }

@@ -1,6 +1,6 @@
 /* Shape ops: reshape and flatten (sharing the input's data, as PyTorch's
  * view), and concatenation along the channel dimension. */
-#include "ops/ops_common.h"
+#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -42,7 +42,8 @@ static int reshape_named(const char *op, duet_tensor *x, int ndim, const int64_t
                            PRId64, op, duet_shape_str(x, sx, sizeof sx), x->numel, want, numel);
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_view(&y, x, ndim, shape));
-    return duet__opb_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out);
+    return duet__op_finish_unread(duet__op_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out),
+                                  out);
 }
 
 int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out) {
@@ -129,7 +130,7 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
     for (int i = 0; i < n; i++) shape[1] += xs[i]->shape[1];
     const int64_t nb = a->shape[0], inner = a->numel / (a->shape[0] * a->shape[1]);
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, shape));
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
         const int64_t blk = xs[i]->shape[1] * inner;
@@ -148,5 +149,5 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
         cc->n = nb;
         cc->inner = inner;
     }
-    return duet__opb_finish(y, "concat_channels", concat_backward, cc, free, n, xs, out);
+    return duet__op_finish(y, "concat_channels", concat_backward, cc, free, n, xs, out);
 }

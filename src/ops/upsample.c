@@ -5,7 +5,6 @@
  * 'smgan' when the discriminator's map and the mask differ in size), and
  * the Gram matrix of PerceptualLoss's style term, and ESRGAN's
  * pred - mean(other pred). All as PyTorch. */
-#include "ops/ops_common.h"
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -17,6 +16,7 @@
 /* out (NC, H*f, W*f) from x (NC, H, W) */
 static void nearest_forward(float *out, const float *x, int64_t nc, int64_t h, int64_t w, int f) {
     const int64_t ow = w * f;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * ow * f)) schedule(static)
     for (int64_t p = 0; p < nc; p++)
         for (int64_t y = 0; y < h; y++) {
             const float *xrow = x + (p * h + y) * w;
@@ -30,6 +30,7 @@ static void nearest_forward(float *out, const float *x, int64_t nc, int64_t h, i
 static void nearest_backward(float *gx, const float *gout, int64_t nc, int64_t h, int64_t w,
                              int f) {
     const int64_t ow = w * f;
+#pragma omp parallel for num_threads(duet__par_threads(2 * nc * h * ow * f)) schedule(static)
     for (int64_t p = 0; p < nc; p++)
         for (int64_t y = 0; y < h; y++) {
             float *gxrow = gx + (p * h + y) * w;
@@ -66,7 +67,7 @@ int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
                            duet_shape_str(x, sx, sizeof sx));
     int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor}));
     nearest_forward(y->data, x->data, n * c, h, w, factor);
     nearest_ctx *nc = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -77,7 +78,7 @@ int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
         }
         nc->factor = factor;
     }
-    return duet__opb_finish(y, "upsample_nearest", nearest_backward_node, nc, free, 1, &x, out);
+    return duet__op_finish(y, "upsample_nearest", nearest_backward_node, nc, free, 1, &x, out);
 }
 
 /* ---- bilinear, align_corners=True, to a size -------------------------------------
@@ -168,12 +169,12 @@ int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_t
     duet_tensor *y = NULL;
     int rc = ay == NULL || ax == NULL
                  ? duet__error(DUET_ENOMEM, "resize_bilinear_ac: out of memory")
-                 : duet__tensor_create_uninit(&y, 4, (int64_t[]){n, c, out_h, out_w});
+                 : duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, out_h, out_w});
     if (rc == DUET_OK) ac_apply(y->data, x->data, n * c, h, w, out_h, out_w, ay, ax, false);
     free(ay);
     free(ax);
     DUET_TRY(rc);
-    return duet__opb_finish(y, "resize_bilinear_ac", resize_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "resize_bilinear_ac", resize_backward_node, NULL, NULL, 1, &x, out);
 }
 
 /* ---- Gram matrix ----------------------------------------------------------------------
@@ -207,7 +208,7 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
                            duet_shape_str(x, sx, sizeof sx));
     const int64_t n = x->shape[0], c = x->shape[1], hw = x->shape[2] * x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, 3, (int64_t[]){n, c, c}));
+    DUET_TRY(duet_tensor_create_uninit(&y, 3, (int64_t[]){n, c, c}));
     for (int64_t b = 0; b < n; b++) {
         const float *f = x->data + b * c * hw;
         duet_sgemm(false, true, c, c, hw, 1.0f, f, hw, f, hw, 0.0f, y->data + b * c * c, c);
@@ -216,7 +217,7 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
         float *g = y->data + b * c * c;
         for (int64_t i = 0; i < c * c; i++) g[i] /= (float)(c * hw);
     }
-    return duet__opb_finish(y, "gram_matrix", gram_backward_node, NULL, NULL, 1, &x, out);
+    return duet__op_finish(y, "gram_matrix", gram_backward_node, NULL, NULL, 1, &x, out);
 }
 
 /* ---- a - mean(b) per group of samples ---------------------------------------------------
@@ -248,14 +249,14 @@ int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor 
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
     *out = NULL;
     char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
-    DUET_TRY(duet__opb_check_same_shape("sub_group_mean", a, b));
+    DUET_TRY(duet__op_check_same_shape("sub_group_mean", a, b));
     if (groups < 1 || a->ndim < 1 || a->shape[0] % groups != 0)
         return duet__error(DUET_EINVAL, "sub_group_mean: %d groups for inputs %s and %s; the "
                            "samples (dim 0) must split into equal groups",
                            groups, duet_shape_str(a, sa, sizeof sa),
                            duet_shape_str(b, sb, sizeof sb));
     duet_tensor *y = NULL;
-    DUET_TRY(duet__tensor_create_uninit(&y, a->ndim, a->shape));
+    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, a->shape));
     const int64_t per = a->numel / groups;
     for (int g = 0; g < groups; g++) {
         /* As duet_mean: the sum in double, the mean rounded to float. */
@@ -272,6 +273,6 @@ int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor 
         }
         gc->groups = groups;
     }
-    return duet__opb_finish(y, "sub_group_mean", sub_group_mean_backward_node, gc, free, 2,
+    return duet__op_finish(y, "sub_group_mean", sub_group_mean_backward_node, gc, free, 2,
                             inputs, out);
 }

@@ -5,13 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* ---- batches --------------------------------------------------------------- */
 
 static int batch_check_count(duet_batch *b, int64_t n, const char *what, const char *name) {
@@ -41,7 +34,7 @@ int duet_batch_add_tensor(duet_batch *b, const char *name, duet_tensor *t) {
     duet_batch_tensor *grown = realloc(b->tensors, (b->ntensors + 1) * sizeof *grown);
     if (grown == NULL) return duet__error(DUET_ENOMEM, "batch: out of memory adding '%s'", name);
     b->tensors = grown;
-    char *n = dup_str(name);
+    char *n = duet__strdup(name);
     if (n == NULL) return duet__error(DUET_ENOMEM, "batch: out of memory adding '%s'", name);
     b->tensors[b->ntensors].name = n;
     b->tensors[b->ntensors].tensor = duet_tensor_retain(t);
@@ -62,12 +55,12 @@ int duet_batch_add_meta(duet_batch *b, const char *key, int64_t n, const char *c
         return duet__error(DUET_EINVAL, "batch: '%s' is already in the batch", key);
     DUET_TRY(batch_check_count(b, n, "metadata column", key));
     char **v = calloc((size_t)n, sizeof *v);
-    char *k = dup_str(key);
+    char *k = duet__strdup(key);
     duet_batch_meta *grown = realloc(b->meta, (b->nmeta + 1) * sizeof *grown);
     if (grown != NULL) b->meta = grown;
     bool ok = v != NULL && k != NULL && grown != NULL;
     for (int64_t i = 0; ok && i < n; i++) {
-        v[i] = dup_str(values[i] != NULL ? values[i] : "");
+        v[i] = duet__strdup(values[i] != NULL ? values[i] : "");
         ok = v[i] != NULL;
     }
     if (!ok) {
@@ -91,13 +84,13 @@ duet_tensor *duet_batch_tensor_get(const duet_batch *b, const char *name) {
 int duet_batch_require(const duet_batch *b, const char *name, duet_tensor **out) {
     *out = duet_batch_tensor_get(b, name);
     if (*out != NULL) return DUET_OK;
-    char have[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < b->ntensors && used < sizeof have; i++)
-        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "",
-                                 b->tensors[i].name);
-    return duet__error(DUET_ENOTFOUND, "batch: no tensor '%s' (the batch has: %s)", name,
-                       b->ntensors ? have : "nothing");
+    duet__str have = {0};
+    for (size_t i = 0; i < b->ntensors; i++)
+        duet__str_add_item(&have, ", ", "%s", b->tensors[i].name);
+    int rc = duet__error(DUET_ENOTFOUND, "batch: no tensor '%s' (the batch has: %s)", name,
+                         b->ntensors ? duet__str_get(&have) : "nothing");
+    duet__str_free(&have);
+    return rc;
 }
 
 const char *duet_batch_meta_get(const duet_batch *b, const char *key, int64_t i) {

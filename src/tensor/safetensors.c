@@ -32,7 +32,7 @@
 /* The reference implementation refuses headers over 100 MB. */
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000)
 /* Dimensions an entry may have in a file (duet tensors use at most 4). */
-#define ST_MAX_FILE_DIMS 8
+#define ST_MAX_FILE_DIMS DUET_ST_MAX_DIMS
 
 /* ---- dtypes ------------------------------------------------------------- */
 
@@ -53,31 +53,6 @@ static const st_dtype *dtype_find(const char *name) {
     return NULL;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t mant = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13); /* inf / nan */
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112) << 23) | (mant << 13); /* 112 = 127 - 15 */
-    } else if (mant == 0) {
-        bits = sign; /* +-0 */
-    } else {
-        /* Subnormal half: normalise the mantissa into a float32 normal. */
-        int e = -1;
-        do {
-            e++;
-            mant <<= 1;
-        } while ((mant & 0x400) == 0);
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3ff) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* Converts n elements of `dtype` at src (possibly unaligned) to float32.
  * Returns false for dtypes without a float conversion (F8). */
 static bool convert_to_f32(float *dst, const unsigned char *src, const char *dtype, int64_t n) {
@@ -96,7 +71,7 @@ static bool convert_to_f32(float *dst, const unsigned char *src, const char *dty
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * (size_t)i, 2);
-            dst[i] = half_to_float(h);
+            duet_f16_to_f32(&dst[i], &h, 1);
         }
         return true;
     }
@@ -104,8 +79,7 @@ static bool convert_to_f32(float *dst, const unsigned char *src, const char *dty
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, src + 2 * (size_t)i, 2);
-            uint32_t bits = (uint32_t)h << 16;
-            memcpy(&dst[i], &bits, 4);
+            duet_bf16_to_f32(&dst[i], &h, 1);
         }
         return true;
     }
@@ -176,13 +150,6 @@ struct duet_st {
     size_t meta_count;
 };
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 void duet_st_destroy(duet_st *st) {
     if (st == NULL) return;
     for (size_t i = 0; i < st->count; i++) free(st->entries[i].name);
@@ -196,38 +163,6 @@ void duet_st_destroy(duet_st *st) {
     if (!st->borrowed_file) duet_aligned_free(st->file);
     free(st->path);
     free(st);
-}
-
-/* Reads the whole file into a 64-byte aligned buffer (so that a body at an
- * 8-aligned offset gives aligned raw pointers). */
-static int read_file(const char *path, unsigned char **out, uint64_t *len) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL)
-        return duet__error(errno == ENOENT ? DUET_ENOTFOUND : DUET_EIO,
-                           "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return duet__error(DUET_EIO, "%s: not a regular file", path);
-    }
-    uint64_t n = (uint64_t)sb.st_size;
-    unsigned char *buf = duet_aligned_alloc(n > 0 ? (size_t)n : 1);
-    if (buf == NULL) {
-        fclose(f);
-        return duet__error(DUET_ENOMEM, "%s: out of memory reading %" PRIu64 " bytes", path, n);
-    }
-    size_t got = n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (got != n) {
-        duet_aligned_free(buf);
-        return duet__error(DUET_EIO, "%s: read %zu of %" PRIu64 " bytes%s", path, got, n,
-                           err ? " (read error)" : " (file shrank while reading)");
-    }
-    *out = buf;
-    *len = n;
-    return DUET_OK;
 }
 
 static int entry_cmp_offset(const void *a, const void *b) {
@@ -326,7 +261,7 @@ static int parse_entry(duet_st *st, const char *name, json_t *info, st_entry *e)
         return duet__error(DUET_EFORMAT, "%s: truncated or corrupt: entry '%s' data_offsets [%"
                            PRIu64 ", %" PRIu64 "] run past the end of the data (%" PRIu64
                            " bytes)", path, name, e->begin, e->end, st->body_len);
-    e->name = dup_str(name);
+    e->name = duet__strdup(name);
     if (e->name == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", path);
     return DUET_OK;
 }
@@ -345,8 +280,8 @@ static int parse_metadata(duet_st *st, json_t *jm) {
             return duet__error(DUET_EFORMAT, "%s: corrupt safetensors header: metadata '%s' is "
                                "not a string", st->path, key);
         st_meta *m = &st->meta[st->meta_count];
-        m->key = dup_str(key);
-        m->value = dup_str(json_string_value(v));
+        m->key = duet__strdup(key);
+        m->value = duet__strdup(json_string_value(v));
         if (m->key == NULL || m->value == NULL) {
             free(m->key);
             free(m->value);
@@ -436,17 +371,24 @@ static int verify_checksums(const duet_st *st) {
     if (strcmp(algo, ST_CK_ALGO) != 0)
         return duet__error(DUET_EUNSUPPORTED, "%s: unknown checksum_algorithm '%s' (duet knows "
                            "'%s')", st->path, algo, ST_CK_ALGO);
-    char key[512];
     for (size_t i = 0; i < st->count; i++) {
         const st_entry *e = &st->entries[i];
-        snprintf(key, sizeof key, ST_CK_PREFIX "%s", e->name);
-        const char *want = duet_st_meta(st, key);
+        /* The key in full: a long tensor name must not lose its checksum. */
+        duet__str key = {0};
+        duet__str_addf(&key, ST_CK_PREFIX "%s", e->name);
+        if (key.failed) return duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+        const char *want = duet_st_meta(st, duet__str_get(&key));
         char *end = NULL;
         uint64_t w = want != NULL ? strtoull(want, &end, 16) : 0;
-        if (want == NULL || strlen(want) != 16 || *end != '\0')
-            return duet__error(DUET_EFORMAT, "%s: corrupt checkpoint: tensor '%s' has %s "
-                               "checksum in the metadata (want 16 hex digits under '%s')",
-                               st->path, e->name, want == NULL ? "no" : "a malformed", key);
+        if (want == NULL || strlen(want) != 16 || *end != '\0') {
+            int rc = duet__error(DUET_EFORMAT, "%s: corrupt checkpoint: tensor '%s' has %s "
+                                 "checksum in the metadata (want 16 hex digits under '%s')",
+                                 st->path, e->name, want == NULL ? "no" : "a malformed",
+                                 duet__str_get(&key));
+            duet__str_free(&key);
+            return rc;
+        }
+        duet__str_free(&key);
         uint64_t got = checksum(st->body + e->begin, (size_t)(e->end - e->begin));
         if (got != w)
             return duet__error(DUET_EFORMAT, "%s: corrupt file: tensor '%s' (bytes [%" PRIu64
@@ -472,13 +414,14 @@ int duet_st_load(const char *path, duet_st **out) {
     *out = NULL;
     duet_st *st = calloc(1, sizeof *st);
     if (st == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", path);
-    st->path = dup_str(path);
+    st->path = duet__strdup(path);
     if (st->path == NULL) {
         free(st);
         return duet__error(DUET_ENOMEM, "%s: out of memory", path);
     }
-    uint64_t len = 0;
-    int rc = read_file(path, &st->file, &len);
+    size_t nread = 0;
+    int rc = duet__read_file(path, &st->file, &nread);
+    uint64_t len = nread;
     if (rc != DUET_OK) goto fail;
     if (len < 8) {
         rc = duet__error(DUET_EFORMAT, "%s: not a safetensors file: %" PRIu64 " bytes, shorter "
@@ -519,7 +462,7 @@ int duet_st_view_without(const duet_st *st, const char *prefix, duet_st **out) {
     v->file = st->file;
     v->body = st->body;
     v->body_len = st->body_len;
-    v->path = dup_str(st->path);
+    v->path = duet__strdup(st->path);
     v->entries = calloc(st->count > 0 ? st->count : 1, sizeof *v->entries);
     v->meta = calloc(st->meta_count > 0 ? st->meta_count : 1, sizeof *v->meta);
     int rc = DUET_OK;
@@ -528,14 +471,14 @@ int duet_st_view_without(const duet_st *st, const char *prefix, duet_st **out) {
         if (strncmp(st->entries[i].name, prefix, np) == 0) continue;
         st_entry *e = &v->entries[v->count];
         *e = st->entries[i];
-        e->name = dup_str(e->name);
+        e->name = duet__strdup(e->name);
         if (e->name == NULL) goto oom;
         v->count++;
     }
     for (size_t i = 0; i < st->meta_count; i++) {
         st_meta *m = &v->meta[v->meta_count];
-        m->key = dup_str(st->meta[i].key);
-        m->value = dup_str(st->meta[i].value);
+        m->key = duet__strdup(st->meta[i].key);
+        m->value = duet__strdup(st->meta[i].value);
         if (m->key == NULL || m->value == NULL) {
             free(m->key);
             free(m->value);
@@ -651,10 +594,6 @@ int duet_st_raw(const duet_st *st, const char *name, const char **dtype, const v
                 size_t *nbytes, int *ndim, int64_t *shape) {
     const st_entry *e;
     DUET_TRY(find_or_error(st, name, &e));
-    if (shape != NULL && e->ndim > DUET_MAX_DIMS)
-        return duet__error(DUET_EUNSUPPORTED, "%s: entry '%s' has %d dimensions, more than the "
-                           "%d the shape argument holds", st->path, name, e->ndim,
-                           DUET_MAX_DIMS);
     if (dtype != NULL) *dtype = e->dtype->name;
     if (bytes != NULL) *bytes = st->body + e->begin;
     if (nbytes != NULL) *nbytes = (size_t)(e->end - e->begin);
@@ -745,7 +684,7 @@ int duet_st_writer_add_raw(duet_st_writer *w, const char *name, const char *dtyp
     }
     st_wentry *e = &w->entries[w->count];
     memset(e, 0, sizeof *e);
-    e->name = dup_str(name);
+    e->name = duet__strdup(name);
     e->bytes = malloc(nbytes > 0 ? nbytes : 1);
     if (e->name == NULL || e->bytes == NULL) {
         free(e->name);
@@ -770,7 +709,7 @@ int duet_st_writer_add(duet_st_writer *w, const char *name, const duet_tensor *t
 int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *value) {
     if (key == NULL || value == NULL)
         return duet__error(DUET_EINVAL, "safetensors writer: NULL metadata key or value");
-    char *v = dup_str(value);
+    char *v = duet__strdup(value);
     if (v == NULL) return duet__error(DUET_ENOMEM, "safetensors writer: out of memory");
     for (size_t i = 0; i < w->meta_count; i++) {
         if (strcmp(w->meta[i].key, key) == 0) {
@@ -789,7 +728,7 @@ int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *valu
         w->meta = grown;
         w->meta_cap = cap;
     }
-    char *k = dup_str(key);
+    char *k = duet__strdup(key);
     if (k == NULL) {
         free(v);
         return duet__error(DUET_ENOMEM, "safetensors writer: out of memory");
@@ -866,7 +805,7 @@ static int build_header(const duet_st_writer *w, char **out, size_t *len) {
 
 /* Flushes the folder entry of `path` so that the rename survives a crash. */
 static int fsync_parent(const char *path) {
-    char *copy = dup_str(path);
+    char *copy = duet__strdup(path);
     if (copy == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", path);
     const char *dir = dirname(copy);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);

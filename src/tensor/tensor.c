@@ -1,6 +1,5 @@
 /* Tensor creation, views, reference counting and gradient storage. */
 #include "duet/tensor.h"
-#include "tensor/tensor_internal.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -48,7 +47,7 @@ int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape) {
     return DUET_OK;
 }
 
-int duet__tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape) {
+int duet_tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape) {
     *out = NULL;
     int64_t numel = 0;
     DUET_TRY(check_shape(ndim, shape, &numel));
@@ -155,6 +154,21 @@ void duet_tensor_set_grad_storage(duet_tensor *t, float *storage) {
     t->grad = storage;
     t->owns_grad = false;
 }
+
+int duet_tensor_own_grad(duet_tensor *t) {
+    if (t->grad == NULL || t->owns_grad) return DUET_OK;
+    float *g = duet_aligned_alloc((size_t)t->numel * sizeof(float));
+    if (g == NULL)
+        return duet__error(DUET_ENOMEM, "tensor: out of memory for a gradient of %" PRId64
+                           " floats", t->numel);
+    memcpy(g, t->grad, (size_t)t->numel * sizeof(float));
+    t->grad = g;
+    t->owns_grad = true;
+    return DUET_OK;
+}
+
+int duet_tensor_refcount(const duet_tensor *t) { return t->refcount; }
+bool duet_tensor_owns_data(const duet_tensor *t) { return t->owns_data && t->base == NULL; }
 
 void duet_tensor_zero_grad(duet_tensor *t) {
     if (t->grad != NULL) memset(t->grad, 0, (size_t)t->numel * sizeof(float));

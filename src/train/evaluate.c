@@ -27,9 +27,32 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * dataset's sample goes to val_step as it is (a batch of one, named
  * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
 /* sums: [0] images, [1 + k] the model's metric k of test_cfg, [1 + NM + k]
- * bicubic's. */
+ * bicubic's, [1 + 2 NM] images with a bicubic comparison (super-resolution
+ * samples only). */
 #define NM DUET_MAX_METRICS
-#define NSUMS (1 + 2 * NM)
+#define NSUMS (2 + 2 * NM)
+
+/* Translation data ("img_a" / "img_b", no "lq" / "gt") is normalised to
+ * [-1, 1], and so are the outputs of the models that take it: MMEditing's
+ * Pix2Pix and CycleGAN save their pictures with tensor2img(min_max=(-1, 1)),
+ * and so does duet. New tensor (x + 1) / 2. */
+int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
+    DUET_TRY(duet_tensor_create(out, t->ndim, t->shape));
+    for (int64_t i = 0; i < t->numel; i++) (*out)->data[i] = (t->data[i] + 1.0f) * 0.5f;
+    return DUET_OK;
+}
+
+/* The picture's row for translation data: img_a | output | img_b. */
+static int translation_row(duet_image **row, const duet_tensor *a, const duet_tensor *out,
+                           const duet_tensor *b) {
+    duet_tensor *u[3] = {NULL, NULL, NULL};
+    int rc = duet__from_signed(a, &u[0]);
+    if (rc == DUET_OK) rc = duet__from_signed(out, &u[1]);
+    if (rc == DUET_OK) rc = duet__from_signed(b, &u[2]);
+    if (rc == DUET_OK) rc = duet__grid_row(row, u[0], u[1], u[2], 0, 4);
+    for (int k = 0; k < 3; k++) duet_tensor_release(u[k]);
+    return rc;
+}
 
 static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
                     duet_image **row, double sums[NSUMS]) {
@@ -37,32 +60,44 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     duet_batch batch = {0};
     DUET_TRY(duet_dataset_get_item(r->val_set, index, r->seed, 0, &batch));
     duet_tensor *lq = duet_batch_tensor_get(&batch, "lq"), *gt = duet_batch_tensor_get(&batch, "gt");
-    duet_tensor *bic = NULL;
+    duet_tensor *img_a = duet_batch_tensor_get(&batch, "img_a");
+    duet_tensor *img_b = duet_batch_tensor_get(&batch, "img_b");
+    const bool sr = lq != NULL && gt != NULL;
+    const bool translation = !sr && img_a != NULL && img_b != NULL;
+    duet_tensor *bic = NULL, *saved = NULL;
     duet_val_output vo = {0};
     const char *name = duet_batch_meta_get(&batch, "gt_path", 0);
     if (name == NULL) name = duet_dataset_name(r->val_set, index);
     if (name == NULL) name = "image";
     int rc = DUET_OK;
-    if ((bicubic || row != NULL) && (lq == NULL || gt == NULL))
-        rc = duet__error(DUET_ENOTFOUND, "the validation sample has no 'lq' and 'gt' tensors, "
+    if ((bicubic || row != NULL) && !sr && !translation)
+        rc = duet__error(DUET_ENOTFOUND, "the validation sample has neither 'lq' and 'gt' "
+                         "tensors (super-resolution) nor 'img_a' and 'img_b' (translation), "
                          "which the bicubic numbers and the evaluation picture compare");
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
     if (rc == DUET_OK) {
         sums[0] += 1;
         for (int k = 0; k < tc->nmetrics; k++) sums[1 + k] += metric(&vo.metrics, tc->metrics[k]);
     }
-    if (rc == DUET_OK && bicubic) {
+    if (rc == DUET_OK && bicubic && sr) {
         duet_log_vars bl;
         duet_log_vars_clear(&bl);
         rc = duet_imresize_tensor(lq, (double)duet_dataset_scale(r->val_set), &bic);
         if (rc == DUET_OK) rc = duet_evaluate(tc, bic, gt, &bl);
         for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&bl, tc->metrics[k]);
+        sums[1 + 2 * NM] += 1;
     }
-    if (rc == DUET_OK && out_dir != NULL) rc = duet__save_tensor_png(vo.output, out_dir, name);
-    if (rc == DUET_OK && row != NULL) rc = duet__grid_row(row, lq, vo.output, gt, 0, 4);
+    if (rc == DUET_OK && out_dir != NULL) {
+        if (translation) rc = duet__from_signed(vo.output, &saved);
+        if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
+    }
+    if (rc == DUET_OK && row != NULL)
+        rc = translation ? translation_row(row, img_a, vo.output, img_b)
+                         : duet__grid_row(row, lq, vo.output, gt, 0, 4);
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);
     duet_tensor_release(bic);
+    duet_tensor_release(saved);
     duet_batch_clear(&batch);
     return rc;
 }
@@ -131,9 +166,11 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     /* The metrics test_cfg names, in its order, and no others. */
     const duet_test_cfg *tc = &r->test_cfg;
     for (int k = 0; k < tc->nmetrics; k++) {
-        double m = sums[1 + k] / sums[0], b = sums[1 + NM + k] / sums[0];
+        const double nb = sums[1 + 2 * NM];
+        double m = sums[1 + k] / sums[0], b = nb > 0 ? sums[1 + NM + k] / nb : 0.0;
         DUET_TRY(duet_log_vars_set(&res->metrics, tc->metrics[k], m));
-        if (bicubic) DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
+        if (bicubic && nb > 0)
+            DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
         if (strcmp(tc->metrics[k], "PSNR") == 0) res->psnr = m, res->psnr_bicubic = b;
         if (strcmp(tc->metrics[k], "SSIM") == 0) res->ssim = m, res->ssim_bicubic = b;
     }

@@ -178,7 +178,8 @@ int duet__logger_train(duet__logger *lg, const duet__train_record *r) {
     return write_json(lg, obj);
 }
 
-int duet__logger_val(duet__logger *lg, int64_t iter, const duet__kv *metrics, int nmetrics) {
+int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet__kv *metrics,
+                     int nmetrics) {
     if (lg == NULL) return DUET_OK;
     char line[2048];
     size_t len = 0;
@@ -187,6 +188,9 @@ int duet__logger_val(duet__logger *lg, int64_t iter, const duet__kv *metrics, in
     for (int i = 0; i < nmetrics; i++)
         append(line, sizeof line, &len, "%s%s: %.4f", i ? ", " : "", metrics[i].name,
                metrics[i].value);
+    if (nmetrics == 0)
+        append(line, sizeof line, &len, "%lld image%s evaluated, no metrics (test_cfg.metrics "
+               "is empty)", (long long)images, images == 1 ? "" : "s");
     text_line(lg, line);
 
     json_t *obj = json_object();

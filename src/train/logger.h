@@ -52,8 +52,13 @@ void duet__logger_set_progress(duet__logger *lg, bool enabled);
 
 /* One training record: a text line and a {"mode": "train", ...} JSON line. */
 int duet__logger_train(duet__logger *lg, const duet__train_record *r);
-/* One evaluation record: {"mode": "val", "iter": ..., "PSNR": ..., ...}. */
-int duet__logger_val(duet__logger *lg, int64_t iter, const duet__kv *metrics, int nmetrics);
+/* One evaluation record: {"mode": "val", "iter": ..., "PSNR": ..., ...}.
+ * Without metrics (test_cfg.metrics = [], the translation configs) the text
+ * line says so and how many images were evaluated, where MMEditing's
+ * generation datasets log val_saved_number; the JSON record holds mode and
+ * iter only. */
+int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet__kv *metrics,
+                     int nmetrics);
 /* Redraws the progress bar at `iter` of `max_iters` (no-op off a terminal). */
 void duet__logger_progress(duet__logger *lg, int64_t iter, int64_t max_iters, double eta);
 /* A free-form text line (INFO) that first clears the progress bar. */

@@ -20,9 +20,12 @@ char *duet__output_path(const char *dir, const char *name) {
     size_t n = strlen(base);
     const char *dot = strrchr(base, '.');
     if (dot != NULL && dot != base) n = (size_t)(dot - base);
-    char stem[512];
-    snprintf(stem, sizeof stem, "%.*s.png", (int)(n < 500 ? n : 500), base);
-    return duet__path_join(dir, stem);
+    char *stem = malloc(n + 5);
+    if (stem == NULL) return NULL;
+    snprintf(stem, n + 5, "%.*s.png", (int)n, base);
+    char *path = duet__path_join(dir, stem);
+    free(stem);
+    return path;
 }
 
 static bool same_file(const struct stat *a, const struct stat *b) {

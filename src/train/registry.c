@@ -6,6 +6,7 @@
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
+#include "train/registry_data.h"
 #include "train/registry_gan.h"
 
 #include <float.h>
@@ -149,12 +150,12 @@ const char *const *duet_registry_wrapper_types(void) { return wrapper_types; }
 
 static int unknown_type(const char *what, const char *path, const char *type,
                         const char *const *known) {
-    char list[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; known[i] != NULL && used < sizeof list; i++)
-        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", known[i]);
-    return duet__error(DUET_ECONFIG, "%s.type: unknown %s type '%s' (known: %s)", path, what, type,
-                       list);
+    duet__str list = {0};
+    for (size_t i = 0; known[i] != NULL; i++) duet__str_add_item(&list, ", ", "%s", known[i]);
+    int rc = duet__error(DUET_ECONFIG, "%s.type: unknown %s type '%s' (known: %s)", path, what,
+                         type, duet__str_get(&list));
+    duet__str_free(&list);
+    return rc;
 }
 
 /* Typed getters with defaults, narrowing to the types of the option structs. */
@@ -626,8 +627,13 @@ static void register_builtins(void) {
     register_one(duet_registry_register_model("ESRGAN", build_esrgan));
     register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
     register_one(duet_registry_register_model("Pix2Pix", duet__build_pix2pix));
+    register_one(duet_registry_register_model("CycleGAN", duet__build_cyclegan));
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
+    register_one(duet_registry_register_dataset("GenerationPairedDataset",
+                                                duet__build_generation_paired));
+    register_one(duet_registry_register_dataset("GenerationUnpairedDataset",
+                                                duet__build_generation_unpaired));
     /* A table overflow here is a bug (REG_MAX is far above the built-ins). */
     DUET_ASSERT(builtins_rc == DUET_OK);
     in_builtins = false;
@@ -690,13 +696,13 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
     DUET_TRY(duet_config_get_string(c, "type", &type));
     if (duet_model_part(model, part) == NULL) {
         duet_module *root = duet_model_module(model);
-        char list[512] = "";
-        size_t used = 0;
-        for (size_t i = 0; i < root->nchildren && used < sizeof list; i++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
-                                     root->children[i].name);
-        return duet__error(DUET_ECONFIG, "%s.%s: the model (%s) has no part '%s' (parts: %s)",
-                           path, part, duet_model_type_name(model), part, list);
+        duet__str list = {0};
+        for (size_t i = 0; i < duet_module_child_count(root); i++)
+            duet__str_add_item(&list, ", ", "%s", duet_module_child_name_at(root, i));
+        int rc = duet__error(DUET_ECONFIG, "%s.%s: the model (%s) has no part '%s' (parts: %s)",
+                             path, part, duet_model_type_name(model), part, duet__str_get(&list));
+        duet__str_free(&list);
+        return rc;
     }
     double lr;
     DUET_TRY(duet_config_get_double_in(c, "lr", 0.0, FLT_MAX, &lr));

@@ -140,3 +140,67 @@ int duet__build_pix2pix(duet_config *m, const char *path, duet_rng *rng, duet_mo
     o.dropout_seed = duet_rng_u64(rng);
     return duet_pix2pix_create(out, &o, rng);
 }
+
+/* ResnetGenerator: padding_mode 'reflect' only (MMEditing's default). */
+static int read_resnet(duet_config *c, duet_resnet_generator_opts *o) {
+    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(get_int(c, "base_channels", o->base_channels, &o->base_channels));
+    DUET_TRY(get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
+    DUET_TRY(duet_config_get_bool_or(c, "use_dropout", false, &o->use_dropout));
+    const char *pad = "reflect";
+    DUET_TRY(duet_config_get_string_or(c, "padding_mode", "reflect", &pad));
+    if (strcmp(pad, "reflect") != 0)
+        return duet__error(DUET_EUNSUPPORTED, "%s.padding_mode: '%s' (duet has 'reflect')",
+                           duet_config_name(c), pad);
+    return read_norm_init(c, &o->norm, &o->init_gain);
+}
+
+int duet__build_cyclegan(duet_config *m, const char *path, duet_rng *rng, duet_model **out) {
+    *out = NULL;
+    duet_cyclegan_opts o = duet_cyclegan_opts_default();
+    /* MMEditing's class defaults (ResnetGenerator: IN, 9 blocks;
+     * PatchDiscriminator: BN); its cyclegan configs set IN for both. */
+    o.discriminator.norm = DUET_GEN_NORM_BN;
+    READ_PART("generator", "ResnetGenerator", read_resnet, &o.generator);
+    READ_PART("discriminator", "PatchDiscriminator", read_patch, &o.discriminator);
+    READ_PART("gan_loss", "GANLoss", read_gan_loss, &o.gan_loss);
+    READ_PART("cycle_loss", "L1Loss", read_l1, &o.cycle_loss_weight);
+    o.id_loss_weight = 0.0f; /* id_loss=None */
+    if (duet_config_has(m, "id_loss")) READ_PART("id_loss", "L1Loss", read_l1, &o.id_loss_weight);
+    /* Without train_cfg MMEditing takes the direction from test_cfg. */
+    bool test_b2a = false;
+    DUET_TRY(read_direction(m, "test_cfg.direction", false, &test_b2a));
+    /* show_input: MMEditing saves real | fake images side by side; duet's
+     * evaluation grid always shows the input next to the output. */
+    bool show_input = false;
+    DUET_TRY(duet_config_get_bool_or(m, "test_cfg.show_input", false, &show_input));
+    DUET_TRY(read_direction(m, "test_cfg.test_direction", false, &o.test_b2a));
+    if (duet_config_has(m, "train_cfg"))
+        DUET_TRY(read_direction(m, "train_cfg.direction", false, &o.b2a));
+    else
+        o.b2a = test_b2a;
+    int64_t buf = 50;
+    DUET_TRY(duet_config_get_int_or(m, "train_cfg.buffer_size", 50, &buf));
+    if (buf < 0 || buf > 1000000)
+        return duet__error(DUET_ECONFIG, "%s.train_cfg.buffer_size: %lld images (use 0 for no "
+                           "pool, or up to 1000000)", path, (long long)buf);
+    o.buffer_size = buf;
+    DUET_TRY(get_int(m, "train_cfg.disc_steps", 1, &o.disc_steps));
+    DUET_TRY(get_int(m, "train_cfg.disc_init_steps", 0, &o.disc_init_steps));
+    if (o.disc_steps < 1 || o.disc_init_steps < 0)
+        return duet__error(DUET_ECONFIG, "%s.train_cfg: disc_steps %d must be >= 1 and "
+                           "disc_init_steps %d >= 0", path, o.disc_steps, o.disc_init_steps);
+    if (o.id_loss_weight > 0.0f && o.generator.in_channels != o.generator.out_channels)
+        return duet__error(DUET_ECONFIG, "%s.id_loss: the identity loss needs the generator's "
+                           "in_channels (%d) == out_channels (%d)", path,
+                           o.generator.in_channels, o.generator.out_channels);
+    const char *pre = "";
+    DUET_TRY(duet_config_get_string_or(m, "pretrained", "", &pre));
+    if (pre[0] != '\0')
+        return duet__error(DUET_EUNSUPPORTED, "%s.pretrained = '%s': start from a checkpoint "
+                           "with load_from instead", path, pre);
+    o.pool_seed = duet_rng_u64(rng);
+    o.dropout_seed = duet_rng_u64(rng);
+    return duet_cyclegan_create(out, &o, rng);
+}

@@ -12,4 +12,11 @@
  * dropout rng's seed is drawn from rng. */
 int duet__build_pix2pix(duet_config *m, const char *path, duet_rng *rng, duet_model **out);
 
+/* CycleGAN from MMEditing's keys: generator (ResnetGenerator), discriminator
+ * (PatchDiscriminator), gan_loss (GANLoss), cycle_loss (L1Loss), id_loss
+ * (L1Loss, optional), train_cfg.{direction, buffer_size, disc_steps,
+ * disc_init_steps}, test_cfg.{direction, show_input, test_direction}. The
+ * pool and dropout rngs' seeds are drawn from rng. */
+int duet__build_cyclegan(duet_config *m, const char *path, duet_rng *rng, duet_model **out);
+
 #endif

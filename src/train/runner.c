@@ -26,21 +26,14 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "comm/comm_internal.h"
 #include "train/runner_ckpt.h"
+#include "train/registry_data.h"
 #include "train/runner_internal.h"
 
 duet_runner_opts duet_runner_opts_default(void) {
     duet_runner_opts o;
     memset(&o, 0, sizeof o);
     return o;
-}
-
-char *duet__path_join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p != NULL) snprintf(p, n, "%s/%s", dir, name);
-    return p;
 }
 
 int duet__mkdirs(const char *path) {
@@ -72,7 +65,7 @@ static void print_error(int rc) {
 
 /* The job's exit status when aborting: a watchdog timeout says so. */
 static int abort_code(const duet__run *r, int rc) {
-    bool timed_out = rc == DUET_ETIMEOUT || (r->comm->family && r->comm->family->broken);
+    bool timed_out = rc == DUET_ETIMEOUT || duet_comm_timed_out(r->comm);
     return timed_out ? DUET_EXIT_TIMEOUT : 1;
 }
 
@@ -120,7 +113,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->rank = duet_comm_rank(r->comm);
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
-    duet__comm_set_name(r->comm, "runner");
+    duet_comm_set_name(r->comm, "runner");
     DUET_TRY(duet_config_load(o->config, &r->cfg));
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
@@ -344,13 +337,55 @@ static int evaluate_hook(duet__run *r, int64_t iter) {
         duet__kv m[DUET_MAX_METRICS];
         for (int i = 0; i < res.metrics.count; i++)
             m[i] = (duet__kv){res.metrics.names[i], res.metrics.values[i]};
-        rc = duet__logger_val(r->log, iter, m, res.metrics.count);
+        rc = duet__logger_val(r->log, iter, res.images, m, res.metrics.count);
         if (rc == DUET_OK && grid != NULL)
             duet__logger_text(r->log, "evaluation images (input | output | ground truth): %s",
                               grid);
     }
     free(grid);
     return rc;
+}
+
+/* FNV-1a over the bytes of every buffer of the model (BatchNorm statistics
+ * and the like): what an evaluation may change. */
+static uint64_t buffers_hash(duet__run *r) {
+    duet_named_tensors l = {0};
+    uint64_t h = 1469598103934665603ULL;
+    if (duet_module_named_buffers(duet_model_module(r->model), &l) != DUET_OK) return 0;
+    for (size_t i = 0; i < l.count; i++) {
+        const unsigned char *b = (const unsigned char *)l.items[i].tensor->data;
+        for (size_t k = 0; k < sizeof(float) * (size_t)l.items[i].tensor->numel; k++)
+            h = (h ^ b[k]) * 1099511628211ULL;
+    }
+    duet_named_tensors_free(&l);
+    return h;
+}
+
+/* The checkpoint of `iter`; on failure every rank returns rank 0's status. */
+static int checkpoint_now(duet__run *r, int64_t iter, bool *agreed) {
+    int rc = duet__run_checkpoint(r, iter);
+    if (rc != DUET_OK) {
+        /* Every rank has rank 0's status: all stop together. */
+        *agreed = rc != DUET_EMPI && rc != DUET_ETIMEOUT;
+        if (*agreed && r->rank == 0) print_error(rc);
+    }
+    return rc;
+}
+
+/* Evaluation after the checkpoint of the same iteration (MMEditing's hook
+ * order, and a failed evaluation then finds the checkpoint written). An
+ * evaluation may change the model's state: Pix2Pix's val_step runs the
+ * generator in training mode, as MMEditing's forward_test does, so
+ * BatchNorm's running statistics move. The uninterrupted run goes on with
+ * them; so that a run resumed from this checkpoint does the same, bit for
+ * bit, the checkpoint is written again when rank 0's buffers changed. */
+static int evaluate_then_recheckpoint(duet__run *r, int64_t iter, bool ckpt, bool *agreed) {
+    const uint64_t before = ckpt && r->rank == 0 ? buffers_hash(r) : 0;
+    DUET_TRY(evaluate_hook(r, iter));
+    if (!ckpt) return DUET_OK;
+    int32_t again = r->rank == 0 && buffers_hash(r) != before;
+    if (r->world > 1) DUET_TRY(duet_comm_bcast(r->comm, &again, 1, DUET_DTYPE_I32, 0));
+    return again ? checkpoint_now(r, iter, agreed) : DUET_OK;
 }
 
 static bool every(int64_t iter, int64_t interval, int64_t total) {
@@ -400,20 +435,15 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
         }
         bool ckpt = every(iter, r->ckpt_interval, r->total_iters);
         if (ckpt || stop) {
-            rc = duet__run_checkpoint(r, iter);
-            if (rc != DUET_OK) {
-                /* Every rank has rank 0's status: all stop together. */
-                *agreed = rc != DUET_EMPI && rc != DUET_ETIMEOUT;
-                if (*agreed && r->rank == 0) print_error(rc);
-                return rc;
-            }
+            rc = checkpoint_now(r, iter, agreed);
+            if (rc != DUET_OK) return rc;
         }
         if (stop) {
             *agreed = true;
             return duet__run_stopped(r, iter, true);
         }
         if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
-            DUET_TRY(evaluate_hook(r, iter));
+            DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
     }
     return DUET_OK;
 }
@@ -426,23 +456,22 @@ static void describe(duet__run *r, int64_t start_iter) {
                       r->world, r->world == 1 ? "" : "es", r->samples_per_gpu,
                       r->samples_per_gpu * r->world, start_iter, r->total_iters, r->work_dir);
     size_t nddp = duet_wrapper_num_ddps(r->wrapper);
-    char parts[256] = "";
-    size_t len = 0;
-    for (size_t i = 0; i < nddp && len < sizeof parts; i++) {
+    duet__str parts = {0};
+    for (size_t i = 0; i < nddp; i++) {
         const char *name = duet_wrapper_ddp_name(r->wrapper, i);
-        len += (size_t)snprintf(parts + len, sizeof parts - len, "%s%s", i ? ", " : "",
-                                name[0] ? name : "the whole model");
+        duet__str_add_item(&parts, ", ", "%s", name[0] ? name : "the whole model");
     }
     duet__logger_text(r->log, "  data parallel: %zu DDP%s (%s)", nddp, nddp == 1 ? "" : "s",
-                      parts);
+                      duet__str_get(&parts));
+    duet__str_free(&parts);
     duet_module *root = duet_model_module(r->model);
-    for (size_t i = 0; i < root->nchildren; i++) {
-        int64_t n = duet_module_num_parameters(root->children[i].module, false);
-        int64_t t = duet_module_num_parameters(root->children[i].module, true);
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        int64_t n = duet_module_num_parameters(duet_module_child_at(root, i), false);
+        int64_t t = duet_module_num_parameters(duet_module_child_at(root, i), true);
         if (n > 0)
             duet__logger_text(r->log, "  %s: %" PRId64 " parameters (%" PRId64 " trainable)%s",
-                              root->children[i].name, n, t,
-                              duet_is_ddp(root->children[i].module) ? ", own DDP" : "");
+                              duet_module_child_name_at(root, i), n, t,
+                              duet_is_ddp(duet_module_child_at(root, i)) ? ", own DDP" : "");
     }
 }
 
@@ -579,20 +608,49 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
     return rc;
 }
 
+/* A super-resolution model ("lq" input) takes the image in [0, 1] RGB and
+ * its output is saved as it is. A translation model ("img_a" / "img_b")
+ * takes the image through data.val.pipeline's steps for that key, as
+ * duet test gives it the validation images (e.g. Normalize to [-1, 1]);
+ * its val_step (MMEditing's forward_test: Pix2Pix's generator in training
+ * mode, for instance) runs on a sample whose img_a and img_b are both that
+ * image (the output of the test direction reads only its own input), and
+ * the output is saved as duet test --out saves it: (x + 1) / 2. */
+static int translate(duet__run *r, duet_tensor *x, duet_tensor **y) {
+    duet_batch b = {0};
+    duet_val_output vo = {0};
+    int rc = duet_batch_add_tensor(&b, "img_a", x);
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(&b, "img_b", x);
+    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &b, &vo);
+    if (rc == DUET_OK) *y = duet_tensor_retain(vo.output);
+    duet_val_output_clear(&vo);
+    duet_batch_clear(&b);
+    return rc;
+}
+
 static int infer_one(duet__run *r, const char *path, const char *out_dir) {
     duet_image *img = NULL;
-    duet_tensor *chw = NULL, *x = NULL, *y = NULL;
-    DUET_TRY(duet_image_load_limited(path, r->max_pixels, &img));
-    int rc = duet_image_to_tensor(img, &chw);
-    if (rc == DUET_OK) {
-        int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
-        rc = duet_tensor_view(&x, chw, 4, shape);
+    duet_tensor *chw = NULL, *x = NULL, *y = NULL, *shown = NULL;
+    const char *key = duet_model_input_key(r->model);
+    const bool translation = strcmp(key, "lq") != 0;
+    int rc = DUET_OK;
+    if (translation) {
+        rc = duet__translation_infer_input(r->cfg, key, path, r->max_pixels, &x);
+    } else {
+        rc = duet_image_load_limited(path, r->max_pixels, &img);
+        if (rc == DUET_OK) rc = duet_image_to_tensor(img, &chw);
+        if (rc == DUET_OK) {
+            int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
+            rc = duet_tensor_view(&x, chw, 4, shape);
+        }
     }
     bool prev = duet_set_grad_enabled(false);
-    if (rc == DUET_OK) rc = duet_model_forward(r->model, x, &y);
+    if (rc == DUET_OK) rc = translation ? translate(r, x, &y) : duet_model_forward(r->model, x, &y);
     duet_set_grad_enabled(prev);
-    if (rc == DUET_OK) rc = duet__save_tensor_png(y, out_dir, path);
+    if (rc == DUET_OK && translation) rc = duet__from_signed(y, &shown);
+    if (rc == DUET_OK) rc = duet__save_tensor_png(shown != NULL ? shown : y, out_dir, path);
     if (rc != DUET_OK) duet__error_context(rc, "%s", path);
+    duet_tensor_release(shown);
     duet_tensor_release(y);
     duet_tensor_release(x);
     duet_tensor_release(chw);
@@ -607,7 +665,10 @@ int duet_runner_infer(const duet_runner_opts *o) {
         rc = agree(&r, duet__error(DUET_EINVAL, "infer needs a checkpoint, images and an "
                                                 "output folder"));
     if (rc == DUET_OK) {
-        int src = build_eval_model(&r, o->checkpoint);
+        /* test_cfg is read (and checked) as duet test reads it: the same
+         * config serves both commands. */
+        int src = duet__run_read_test_cfg(&r);
+        if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
         if (src == DUET_OK) src = duet__run_read_pixel_limit(&r);
         if (src == DUET_OK) src = duet__mkdirs(o->out_dir);
         /* Every rank checks all outputs (the same answer everywhere). */
@@ -629,8 +690,10 @@ int duet_runner_infer(const duet_runner_opts *o) {
     if (rc == DUET_OK && r.world > 1)
         rc = agree(&r, duet_comm_allreduce(r.comm, &written, 1, DUET_DTYPE_I64, DUET_REDUCE_SUM));
     if (rc == DUET_OK && !o->quiet)
-        duet_log(DUET_LOG_INFO, "infer: %" PRId64 " image%s upscaled into %s/", written,
-                 written == 1 ? "" : "s", o->out_dir);
+        duet_log(DUET_LOG_INFO, "infer: %" PRId64 " image%s %s into %s/", written,
+                 written == 1 ? "" : "s",
+                 strcmp(duet_model_input_key(r.model), "lq") == 0 ? "upscaled" : "translated",
+                 o->out_dir);
     close_run(&r);
     return rc;
 }

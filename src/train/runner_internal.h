@@ -55,8 +55,6 @@ typedef struct duet__run {
     int64_t ema_interval, ema_start_iter;
 } duet__run;
 
-/* "a/b" joined into a new string; NULL when out of memory. */
-char *duet__path_join(const char *dir, const char *name);
 /* mkdir -p; DUET_EIO naming the folder. */
 int duet__mkdirs(const char *path);
 
@@ -77,6 +75,10 @@ int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n
                         const char *const *input_dirs, size_t ndirs);
 /* Sample `t` (n = 0) saved as duet__output_path(dir, name) (evaluate.c). */
 int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
+/* A translation model's output in [-1, 1] as an image in [0, 1]: new
+ * tensor (x + 1) / 2 (MMEditing's tensor2img(min_max=(-1, 1)); saving
+ * clamps). duet test --out and duet infer write it so. */
+int duet__from_signed(const duet_tensor *t, duet_tensor **out);
 
 /* ---- workdir.c: one run per work dir ---- */
 /* Rank 0 before it writes anything there: takes an exclusive flock on

@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/comm_internal.h"
 #include "train/runner_ckpt.h"
 #include "train/runner_internal.h"
 
@@ -109,7 +108,7 @@ int duet__run_checkpoint(duet__run *r, int64_t iter) {
      * under it. The wait never times out (a slow file system is not a hung
      * peer); it warns every dist.timeout instead. */
     if (r->world > 1) {
-        int rc = duet__comm_bcast_ex(r->comm, &status, 1, DUET_DTYPE_I32, 0, true);
+        int rc = duet_comm_bcast_untimed(r->comm, &status, 1, DUET_DTYPE_I32, 0);
         if (rc != DUET_OK) return duet__error_context(rc, "checkpoint of iteration %" PRId64, iter);
     }
     if (status == DUET_OK) return DUET_OK;

@@ -4,7 +4,36 @@
  * or a benchmark needs to know about this machine and build. */
 #include "train/runner_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The 1-minute load average, or -1 when /proc/loadavg cannot be read. */
+static double load_average(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f == NULL) return -1.0;
+    double l = -1.0;
+    if (fscanf(f, "%lf", &l) != 1) l = -1.0;
+    fclose(f);
+    return l;
+}
+
+/* OpenMP threads spin at each parallel region's end (libgomp's default
+ * wait policy) for a partner thread; when other processes keep the cores
+ * busy the partner is often off its core, and 2 threads were measured 10x
+ * slower than 1 (docs/performance.md). libgomp reads the policy when it
+ * loads, so duet can only say so. */
+static void warn_busy_machine(int threads) {
+    if (threads < 2 || getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL)
+        return;
+    double load = load_average();
+    int online = duet_cpu_online_cores();
+    if (load > (double)online)
+        duet_log(DUET_LOG_WARN,
+                 "kernels: this machine is busy (load %.1f on %d cores) and %d threads per "
+                 "process will spin-wait on each other: set OMP_WAIT_POLICY=passive in the "
+                 "environment, or num_threads = 1", load, online, threads);
+}
 
 int duet__run_setup_kernels(duet__run *r) {
     duet_kernel_opts ko = duet_kernel_opts_default();
@@ -42,6 +71,7 @@ int duet__run_setup_kernels(duet__run *r) {
     DUET_TRY(duet_kernels_info_get(&ki));
     duet_log(DUET_LOG_INFO, "kernels: %s per process, %d process%s (%d on this node)",
              ki.summary, r->world, r->world == 1 ? "" : "es", ko.local_ranks);
+    warn_busy_machine(ki.num_threads);
     return DUET_OK;
 }
 
@@ -67,10 +97,11 @@ int duet_info_print(FILE *f) {
             ki.gemm == DUET_GEMM_OPENBLAS ? " (in use)" : "");
     fprintf(f, "  MPI:        %s\n", mpi);
     fprintf(f, "  threads:    %d (DUET_NUM_THREADS or the config's num_threads; default: the "
-               "cores available / ranks on the node)\n",
+               "cores available, at most online cores / ranks on the node; under mpirun, "
+               "--bind-to none or --map-by slot:PE=T gives a rank more than one)\n",
             ki.num_threads);
     const char *vars[] = {"DUET_GEMM", "DUET_NUM_THREADS", "OPENBLAS_CORETYPE",
-                          "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS"};
+                          "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v != NULL) fprintf(f, "  env:        %s=%s\n", vars[i], v);

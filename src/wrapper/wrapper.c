@@ -7,8 +7,6 @@
 
 #include <string.h>
 
-#include "models/models_internal.h"
-
 struct duet_wrapper {
     duet_model *model;
     duet_comm *comm;
@@ -29,25 +27,18 @@ duet_wrapper_opts duet_wrapper_opts_default(void) {
                                .trace_path = NULL};
 }
 
-static char *dup_str(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d != NULL) memcpy(d, s, n);
-    return d;
-}
-
 /* MMEditing asserts len(device_ids) == 1: one process per device. */
 static int check_devices(const char *const *ids, size_t n) {
     if (n != 1) {
-        char list[256] = "";
-        size_t used = 0;
-        for (size_t i = 0; i < n && used < sizeof list; i++)
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s'%s'", i ? ", " : "",
-                                     ids[i] != NULL ? ids[i] : "(null)");
-        return duet__error(DUET_EINVAL,
-                           "DistributedDataParallelWrapper supports exactly one device per "
-                           "process; device_ids must have length 1, got %zu [%s]. Start one "
-                           "process per device (mpiexec -n <devices>)", n, list);
+        duet__str list = {0};
+        for (size_t i = 0; i < n; i++)
+            duet__str_add_item(&list, ", ", "'%s'", ids[i] != NULL ? ids[i] : "(null)");
+        int rc = duet__error(DUET_EINVAL,
+                             "DistributedDataParallelWrapper supports exactly one device per "
+                             "process; device_ids must have length 1, got %zu [%s]. Start one "
+                             "process per device (mpiexec -n <devices>)", n, duet__str_get(&list));
+        duet__str_free(&list);
+        return rc;
     }
     const char *id = ids[0] != NULL ? ids[0] : "";
     if (strcmp(id, "cpu") != 0 && strcmp(id, "0") != 0 && strcmp(id, "cpu:0") != 0)
@@ -62,7 +53,7 @@ static int add_entry(duet_wrapper *w, const char *name, duet_module *ddp) {
     if (names != NULL) w->names = names;
     duet_module **ddps = realloc(w->ddps, (w->nddps + 1) * sizeof *ddps);
     if (ddps != NULL) w->ddps = ddps;
-    char *n = dup_str(name);
+    char *n = duet__strdup(name);
     if (names == NULL || ddps == NULL || n == NULL) {
         free(n);
         return duet__error(DUET_ENOMEM, "wrapper: out of memory");
@@ -73,9 +64,9 @@ static int add_entry(duet_wrapper *w, const char *name, duet_module *ddp) {
     return DUET_OK;
 }
 
-/* DDP options for one part; trace holds the part's trace path. */
-static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, char *trace,
-                                  size_t trace_size) {
+/* DDP options for one part; trace receives the part's trace path (free
+ * with duet__str_free). */
+static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, duet__str *trace) {
     duet_ddp_opts d = duet_ddp_opts_default();
     d.broadcast_buffers = o->broadcast_buffers;
     d.find_unused_parameters = o->find_unused_parameters;
@@ -86,38 +77,45 @@ static duet_ddp_opts ddp_opts_for(const duet_wrapper_opts *o, const char *name, 
         const char *s = strstr(o->trace_path, "%s");
         const char *part = name[0] != '\0' ? name : "model";
         if (s != NULL)
-            snprintf(trace, trace_size, "%.*s%s%s", (int)(s - o->trace_path), o->trace_path, part,
-                     s + 2);
+            duet__str_addf(trace, "%.*s%s%s", (int)(s - o->trace_path), o->trace_path, part, s + 2);
         else
-            snprintf(trace, trace_size, "%s.%s", o->trace_path, part);
-        d.trace_path = trace;
+            duet__str_addf(trace, "%s.%s", o->trace_path, part);
+        d.trace_path = duet__str_get(trace);
     }
     return d;
 }
 
+/* Wraps one part of the model in a DDP (unless it has nothing to train). */
+static int wrap_part(duet_wrapper *w, duet_module *root, const char *name, duet_module *part) {
+    /* Parts with nothing to train (the losses, a frozen VGG) are only
+     * "moved to the device", which on the CPU is nothing to do. */
+    if (duet_module_num_parameters(part, true) == 0) {
+        duet_log(DUET_LOG_DEBUG, "wrapper: %s has no trainable parameters; not wrapped", name);
+        return DUET_OK;
+    }
+    if (w->opts.sync_bn) {
+        int rc = duet_convert_sync_batchnorm(part, w->comm);
+        if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn on %s", name);
+    }
+    duet__str trace = {0};
+    duet_ddp_opts d = ddp_opts_for(&w->opts, name, &trace);
+    duet_module *ddp = NULL;
+    int rc = trace.failed ? duet__error(DUET_ENOMEM, "wrapper: out of memory")
+                          : duet_ddp_wrap_child(root, name, w->comm, &d, &ddp);
+    duet__str_free(&trace);
+    if (rc != DUET_OK) return duet__error_context(rc, "wrapper: wrapping %s", name);
+    return add_entry(w, name, ddp);
+}
+
 static int wrap_parts(duet_wrapper *w) {
     duet_module *root = duet_model_module(w->model);
-    for (size_t i = 0; i < root->nchildren; i++) {
-        char name[128];
-        snprintf(name, sizeof name, "%s", root->children[i].name);
-        duet_module *part = root->children[i].module;
-        /* Parts with nothing to train (the losses, a frozen VGG) are only
-         * "moved to the device", which on the CPU is nothing to do. */
-        if (duet_module_num_parameters(part, true) == 0) {
-            duet_log(DUET_LOG_DEBUG, "wrapper: %s has no trainable parameters; not wrapped",
-                     name);
-            continue;
-        }
-        if (w->opts.sync_bn) {
-            int rc = duet_convert_sync_batchnorm(part, w->comm);
-            if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn on %s", name);
-        }
-        char trace[512];
-        duet_ddp_opts d = ddp_opts_for(&w->opts, name, trace, sizeof trace);
-        duet_module *ddp = NULL;
-        int rc = duet_ddp_wrap_child(root, name, w->comm, &d, &ddp);
-        if (rc != DUET_OK) return duet__error_context(rc, "wrapper: wrapping %s", name);
-        DUET_TRY(add_entry(w, name, ddp));
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        /* A copy: wrapping replaces the child, and its name with it. */
+        char *name = duet__strdup(duet_module_child_name_at(root, i));
+        if (name == NULL) return duet__error(DUET_ENOMEM, "wrapper: out of memory");
+        int rc = wrap_part(w, root, name, duet_module_child_at(root, i));
+        free(name);
+        DUET_TRY(rc);
     }
     return DUET_OK;
 }
@@ -128,14 +126,16 @@ static int wrap_whole(duet_wrapper *w) {
         int rc = duet_convert_sync_batchnorm(root, w->comm);
         if (rc != DUET_OK) return duet__error_context(rc, "wrapper: sync_bn");
     }
-    char trace[512];
-    duet_ddp_opts d = ddp_opts_for(&w->opts, "", trace, sizeof trace);
+    duet__str trace = {0};
+    duet_ddp_opts d = ddp_opts_for(&w->opts, "", &trace);
     d.name = duet_model_type_name(w->model);
     duet_module *ddp = NULL;
-    int rc = duet_ddp_create(&ddp, root, w->comm, &d);
+    int rc = trace.failed ? duet__error(DUET_ENOMEM, "wrapper: out of memory")
+                          : duet_ddp_create(&ddp, root, w->comm, &d);
+    duet__str_free(&trace);
     /* The DDP owns the root from now on, also when creation failed (it
      * destroyed it then). */
-    duet__model_set_outer(w->model, rc == DUET_OK ? ddp : NULL);
+    duet_model_set_outer(w->model, rc == DUET_OK ? ddp : NULL);
     DUET_TRY(rc);
     return add_entry(w, "", ddp);
 }

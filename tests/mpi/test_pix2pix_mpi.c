@@ -10,14 +10,16 @@
  * that first backward would leave the generator's gradients unreduced and
  * the replicas apart. Each rank computes the single-process reference
  * itself. */
-#include "testutil.h"
+#include "testutil_gan.h"
 
 #include <math.h>
 #include <string.h>
 
 enum { B = 6, ITERS = 3 };
-static duet_comm *world;
-static int g_rank, g_size;
+/* The failure shows at the forward of iteration 2, naming the generator
+ * parameters the previous pass left without gradients. */
+#define WHOLE_ITER 2
+#define WHOLE_NEEDLE "generator.model.model.0.conv.weight"
 static const char *cpu[] = {"cpu"};
 
 static duet_model *tiny_pix2pix(void) {
@@ -53,8 +55,8 @@ static bool is_bias_before_in(duet_module *m, const duet_tensor *t) {
     duet_module *conv = duet_module_child(m, "conv");
     if (conv != NULL && duet_module_child(m, "in") != NULL && duet_module_param(conv, "bias") == t)
         return true;
-    for (size_t i = 0; i < m->nchildren; i++)
-        if (is_bias_before_in(m->children[i].module, t)) return true;
+    for (size_t i = 0; i < duet_module_child_count(m); i++)
+        if (is_bias_before_in(duet_module_child_at(m, i), t)) return true;
     return false;
 }
 
@@ -62,8 +64,8 @@ static void test_ranks_match_one_process(void **state) {
     (void)state;
     duet_batch b = {0}, local = {0};
     global_batch(&b);
-    const int64_t n = B / g_size;
-    TU_OK(duet_batch_slice(&local, &b, g_rank * n, n));
+    const int64_t n = B / tu_size;
+    TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
     duet_log_vars log;
 
     duet_model *ref = tiny_pix2pix();
@@ -72,7 +74,7 @@ static void test_ranks_match_one_process(void **state) {
 
     duet_model *m = tiny_pix2pix();
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, m, world, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(&w, m, tu_comm, cpu, 1, NULL));
     duet_optimizer_set *o = tu_adam_pair(m, 2e-4f);
     for (int i = 0; i < ITERS; i++) TU_OK(duet_wrapper_train_step(w, &local, o, &log));
     TU_OK(duet_wrapper_check_replicas(w));
@@ -98,26 +100,34 @@ static void test_ranks_match_one_process(void **state) {
     duet_batch_clear(&b);
 }
 
-static int setup(void **state) {
-    (void)state;
-    if (duet_comm_world(&world) != DUET_OK) return -1;
-    g_rank = duet_comm_rank(world);
-    g_size = duet_comm_size(world);
-    duet_log_set_rank(g_rank, false);
-    return 0;
+static void batch_of(duet_batch *b, int it) {
+    (void)it;
+    global_batch(b);
 }
 
-static int teardown(void **state) {
+/* One DDP around the whole Pix2Pix model (MMEditing's plain
+ * DistributedDataParallel) cannot work: the discriminator step's backward
+ * reaches only the discriminator's parameters, so the reduction is left
+ * unfinished when the next forward comes. It must fail with the clear error
+ * on every rank, not hang. */
+static void test_whole_model_ddp_fails_everywhere(void **state) {
     (void)state;
-    duet_comm_destroy(world);
+    const tu_gan_run run = {batch_of, 2e-4f, ITERS, B, 1e-6};
+    tu_gan_whole_model_fails_everywhere(tiny_pix2pix(), &run, WHOLE_ITER, WHOLE_NEEDLE);
+}
+
+static int setup(void **state) {
+    if (tu_world_setup(state) != 0) return -1;
+    duet_log_set_rank(tu_rank, false);
     return 0;
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one_process),
+        cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
     };
-    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests(tests, setup, tu_world_teardown);
     duet_comm_finalize();
     return failed;
 }

@@ -7,10 +7,8 @@
  * DDP around the whole model fails on every rank with the unfinished-
  * reduction error, in bounded time. Each rank computes the single-process
  * reference itself. */
-#include "testutil.h"
+#include "testutil_gan.h"
 
-#include <math.h>
-#include <string.h>
 
 enum { B = 6, ITERS = 3 };
 static const float LR = 1e-4f;
@@ -29,126 +27,9 @@ static duet_model *tiny_srgan_init(int disc_init_steps) {
 
 static duet_model *tiny_srgan(void) { return tiny_srgan_init(0); }
 
-/* Per parameter element: set when its reference gradient was ever at
- * float32 noise level (nonzero, below 3e-4 of the tensor's largest), where
- * Adam's normalised first steps may go either way (see test_ref_srgan.c). */
-typedef struct noise_masks {
-    size_t count;
-    bool **mask;
-} noise_masks;
+static void srgan_batch(duet_batch *b, int it) { tu_sr_batch(b, 500 + (uint64_t)it, B); }
 
-static void masks_update(noise_masks *nm, duet_module *root) {
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_named_parameters(root, false, &l));
-    if (nm->mask == NULL) {
-        nm->count = l.count;
-        nm->mask = calloc(l.count, sizeof *nm->mask);
-        for (size_t i = 0; i < l.count; i++)
-            nm->mask[i] = calloc((size_t)l.items[i].tensor->numel, sizeof(bool));
-    }
-    for (size_t i = 0; i < l.count; i++) {
-        const duet_tensor *t = l.items[i].tensor;
-        if (t->grad == NULL) continue;
-        double gmax = 0;
-        for (int64_t k = 0; k < t->numel; k++) gmax = fmax(gmax, fabs(t->grad[k]));
-        for (int64_t k = 0; k < t->numel; k++)
-            nm->mask[i][k] |= t->grad[k] != 0.0f && fabs(t->grad[k]) < 3e-4 * gmax;
-    }
-    duet_named_tensors_free(&l);
-}
-
-static void masks_free(noise_masks *nm) {
-    for (size_t i = 0; i < nm->count; i++) free(nm->mask[i]);
-    free(nm->mask);
-}
-
-/* Parameters (to rtol 1e-4 / atol 1e-6, noise-level elements within Adam's
- * reach) and buffers (to 1e-4) of `got` against `want`. */
-static void assert_model_close(duet_model *got, duet_model *want, const noise_masks *nm) {
-    duet_named_tensors pg = {0}, pw = {0}, bg = {0}, bw = {0};
-    TU_OK(duet_module_named_parameters(duet_model_module(got), false, &pg));
-    TU_OK(duet_module_named_parameters(duet_model_module(want), false, &pw));
-    assert_int_equal(pg.count, pw.count);
-    int64_t total = 0, noisy = 0;
-    for (size_t i = 0; i < pg.count; i++) {
-        assert_string_equal(pg.items[i].name, pw.items[i].name);
-        const duet_tensor *a = pg.items[i].tensor, *b = pw.items[i].tensor;
-        for (int64_t k = 0; k < a->numel; k++) {
-            double d = fabs((double)a->data[k] - b->data[k]);
-            total++;
-            if (nm->mask[i][k]) {
-                noisy++;
-                if (d > 2.1 * LR * ITERS)
-                    fail_msg("rank %d: %s[%lld]: %.8g vs %.8g", tu_rank, pg.items[i].name,
-                             (long long)k, a->data[k], b->data[k]);
-            } else if (d > 1e-6 + 1e-4 * fabs((double)b->data[k])) {
-                fail_msg("rank %d of %d: %s[%lld]: got %.8g, one process %.8g (rtol 1e-4)",
-                         tu_rank, tu_size, pg.items[i].name, (long long)k, a->data[k], b->data[k]);
-            }
-        }
-    }
-    assert_true(noisy * 50 < total);
-    TU_OK(duet_module_named_buffers(duet_model_module(got), &bg));
-    TU_OK(duet_module_named_buffers(duet_model_module(want), &bw));
-    assert_int_equal(bg.count, bw.count);
-    for (size_t i = 0; i < bg.count; i++) {
-        assert_string_equal(bg.items[i].name, bw.items[i].name);
-        tu_assert_close(bg.items[i].tensor->data, bw.items[i].tensor->data,
-                        bw.items[i].tensor->numel, 1e-4, 1e-6, bg.items[i].name);
-    }
-    duet_named_tensors_free(&pg);
-    duet_named_tensors_free(&pw);
-    duet_named_tensors_free(&bg);
-    duet_named_tensors_free(&bw);
-}
-
-/* Every parameter equal, bit for bit, to rank 0's. */
-static void assert_params_identical(duet_model *m) {
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_named_parameters(duet_model_module(m), false, &l));
-    int bad = 0;
-    for (size_t i = 0; i < l.count; i++) {
-        const duet_tensor *t = l.items[i].tensor;
-        float *r0 = malloc((size_t)t->numel * sizeof *r0);
-        memcpy(r0, t->data, (size_t)t->numel * sizeof *r0);
-        TU_OK(duet_comm_bcast(tu_comm, r0, (size_t)t->numel, DUET_DTYPE_F32, 0));
-        if (memcmp(r0, t->data, (size_t)t->numel * sizeof *r0) != 0) bad++;
-        free(r0);
-    }
-    TU_OK(duet_comm_allreduce(tu_comm, &bad, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
-    assert_int_equal(bad, 0);
-    duet_named_tensors_free(&l);
-}
-
-/* ITERS iterations of the reference (one process, whole batch) and of the
- * wrapped model (this rank's share). */
-static void train_pair(duet_model *ref, duet_wrapper *w, noise_masks *nm, bool compare_logs) {
-    duet_optimizer_set *oref = tu_adam_pair(ref, LR);
-    duet_optimizer_set *ow = tu_adam_pair(duet_wrapper_model(w), LR);
-    int64_t n = B / tu_size;
-    for (int it = 0; it < ITERS; it++) {
-        duet_batch b, local = {0};
-        tu_sr_batch(&b, 500 + (uint64_t)it, B); /* the global batch, the same on every rank */
-        TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
-        duet_log_vars lr, lw;
-        TU_OK(duet_model_train_step(ref, &b, oref, &lr));
-        masks_update(nm, duet_model_module(ref));
-        TU_OK(duet_wrapper_train_step(w, &local, ow, &lw));
-        assert_int_equal(lr.count, lw.count);
-        for (int i = 0; i < lw.count; i++) {
-            assert_true(isfinite(lw.values[i]));
-            /* Averaged over ranks, mean losses are the whole batch's. */
-            double tol = 1e-4 * fabs(lr.values[i]) + 1e-7;
-            if (compare_logs && fabs(lw.values[i] - lr.values[i]) > tol)
-                fail_msg("rank %d: %s: %.8g, one process %.8g", tu_rank, lw.names[i], lw.values[i],
-                         lr.values[i]);
-        }
-        duet_batch_clear(&local);
-        duet_batch_clear(&b);
-    }
-    duet_optimizer_set_destroy(oref);
-    duet_optimizer_set_destroy(ow);
-}
+static const tu_gan_run run = {srgan_batch, LR, ITERS, B, 1e-6};
 
 static void test_syncbn_matches_one_process(void **state) {
     (void)state;
@@ -158,14 +39,14 @@ static void test_syncbn_matches_one_process(void **state) {
     duet_wrapper *w = NULL;
     TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, &o));
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
-    noise_masks nm = {0};
-    train_pair(ref, w, &nm, true);
-    assert_model_close(duet_wrapper_model(w), ref, &nm);
-    assert_params_identical(duet_wrapper_model(w));
+    tu_noise_masks nm = {0};
+    tu_gan_train_pair(ref, w, &nm, true, &run);
+    tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);
+    tu_gan_assert_params_identical(duet_wrapper_model(w));
     /* SyncBatchNorm keeps the running statistics identical too. */
     TU_OK(duet_wrapper_check_replicas(w));
     assert_int_equal(duet_srgan_step_counter(duet_wrapper_model(w)), ITERS);
-    masks_free(&nm);
+    tu_noise_masks_free(&nm);
     duet_wrapper_destroy(w);
     duet_model_destroy(ref);
 }
@@ -175,13 +56,13 @@ static void test_without_syncbn(void **state) {
     duet_model *ref = tiny_srgan();
     duet_wrapper *w = NULL;
     TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, NULL));
-    noise_masks nm = {0};
+    tu_noise_masks nm = {0};
     /* Local batch statistics: the losses are not the whole batch's (except
      * on one process), but every rank applies the same averaged update. */
-    train_pair(ref, w, &nm, tu_size == 1);
-    assert_params_identical(duet_wrapper_model(w));
-    if (tu_size == 1) assert_model_close(duet_wrapper_model(w), ref, &nm);
-    masks_free(&nm);
+    tu_gan_train_pair(ref, w, &nm, tu_size == 1, &run);
+    tu_gan_assert_params_identical(duet_wrapper_model(w));
+    if (tu_size == 1) tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);
+    tu_noise_masks_free(&nm);
     duet_wrapper_destroy(w);
     duet_model_destroy(ref);
 }
@@ -196,48 +77,21 @@ static void test_disc_init_steps(void **state) {
     o.sync_bn = true;
     duet_wrapper *w = NULL;
     TU_OK(duet_wrapper_create(&w, tiny_srgan_init(1), tu_comm, cpu, 1, &o));
-    noise_masks nm = {0};
-    train_pair(ref, w, &nm, true);
-    assert_model_close(duet_wrapper_model(w), ref, &nm);
-    assert_params_identical(duet_wrapper_model(w));
-    masks_free(&nm);
+    tu_noise_masks nm = {0};
+    tu_gan_train_pair(ref, w, &nm, true, &run);
+    tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);
+    tu_gan_assert_params_identical(duet_wrapper_model(w));
+    tu_noise_masks_free(&nm);
     duet_wrapper_destroy(w);
     duet_model_destroy(ref);
 }
 
+/* The generator step of iteration 1 leaves the discriminator's parameters
+ * without gradients: the whole-model DDP's reduction is unfinished at the
+ * next forward. */
 static void test_whole_model_ddp_fails_everywhere(void **state) {
     (void)state;
-    duet_wrapper_opts o = duet_wrapper_opts_default();
-    o.kind = DUET_WRAPPER_WHOLE_MODEL;
-    duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, &o));
-    duet_optimizer_set *opts = tu_adam_pair(duet_wrapper_model(w), LR);
-    int64_t n = B / tu_size;
-    double t0 = duet_time_now();
-    int rc = DUET_OK, it = 0;
-    for (; it < ITERS && rc == DUET_OK; it++) {
-        duet_batch b, local = {0};
-        tu_sr_batch(&b, 500 + (uint64_t)it, B); /* the global batch, the same on every rank */
-        TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
-        duet_log_vars log;
-        rc = duet_wrapper_train_step(w, &local, opts, &log);
-        duet_batch_clear(&local);
-        duet_batch_clear(&b);
-    }
-    double elapsed = duet_time_now() - t0;
-    assert_int_equal(rc, DUET_EUNUSED);
-    assert_int_equal(it, 2); /* the generator step of iteration 1 left it unfinished */
-    const char *msg = duet_last_error();
-    if (tu_rank == 0) printf("    rank 0, after %.2f s: %s\n", elapsed, msg);
-    assert_non_null(strstr(msg, "discriminator.conv0_0.weight"));
-    assert_true(elapsed < 60.0);
-    /* Every rank saw the same failure. */
-    int failed = rc == DUET_EUNUSED, all = 0;
-    all = failed;
-    TU_OK(duet_comm_allreduce(tu_comm, &all, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
-    assert_int_equal(all, tu_size);
-    duet_optimizer_set_destroy(opts);
-    duet_wrapper_destroy(w);
+    tu_gan_whole_model_fails_everywhere(tiny_srgan(), &run, 2, "discriminator.conv0_0.weight");
 }
 
 static int setup(void **state) {

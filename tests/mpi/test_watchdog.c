@@ -71,7 +71,7 @@ static void test_stalled_barrier(void **state) {
     if (size == 1) skip();
     int stalled = size - 1;
     duet_comm *c = comm_with_timeout(rank == stalled ? 600 : 1.0);
-    duet__comm_set_name(c, "test barrier");
+    duet_comm_set_name(c, "test barrier");
     duet_comm *dup = NULL;
     TU_OK(duet_comm_dup(c, &dup));
     if (rank == stalled) {
@@ -123,7 +123,7 @@ static void test_stalled_ring(void **state) {
     } else {
         duet_comm_request *req = NULL;
         TU_OK(duet_comm_iallreduce(c, buf, 1000, DUET_DTYPE_F32, DUET_REDUCE_SUM, &req));
-        duet__request_set_label(req, "DDP 'test' gradient bucket 0 of 1");
+        duet_comm_request_set_label(req, "DDP 'test' gradient bucket 0 of 1");
         double t0 = duet_time_now();
         assert_int_equal(duet_comm_wait(&req), DUET_ETIMEOUT);
         assert_null(req);

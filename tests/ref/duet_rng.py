@@ -22,6 +22,15 @@ class DuetRng:
         self.counter += 1
         return _mix64(key ^ _mix64((c + 0x632BE59BD9B4E019) & M64))
 
+    def int_range(self, lo, hi):
+        """duet_rng_int: uniform in [lo, hi], rejection sampling as rng.c."""
+        n = hi - lo + 1
+        limit = M64 - M64 % n
+        while True:
+            x = self.u64()
+            if x < limit:
+                return lo + x % n
+
     def uniform(self):
         """duet_rng_uniform: 24 random bits as a float32 in [0, 1)."""
         return np.float32(self.u64() >> 40) * np.float32(1.0 / 16777216.0)

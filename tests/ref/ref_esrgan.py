@@ -7,7 +7,7 @@ style (Gram) term and the criterion switch (perceptual_loss.py), RRDBNet
 (mmedit_torch.py, from rrdb_net.py) and ESRGAN.train_step
 (mmedit/models/restorers/esrgan.py) line by line.
 
-esrgan_ops.safetensors, one case NAME per op or loss (as ref_ops_b.py):
+esrgan_ops.safetensors, one case NAME per op or loss (as ref_ops_functional.py):
   NAME.in<i>, NAME.out, NAME.r (a random upstream gradient),
   NAME.grad<i> = d sum(out * r) / d in<i> for the differentiable inputs.
   nearest2, nearest3             F.interpolate(mode='nearest')

@@ -1,7 +1,7 @@
 """PyTorch references for the image-to-image GAN ops (conv_transpose2d,
 instance_norm2d, reflection_pad2d, dropout): ops_gan.safetensors.
 
-Same layout as ops_b: for every case NAME, NAME.in<i> the inputs, NAME.out
+Same layout as ref_ops_functional.py: for every case NAME, NAME.in<i> the inputs, NAME.out
 the output, NAME.r a random upstream gradient, NAME.grad<i> d sum(out * r) /
 d in<i> for each differentiable input. The op's constants (stride, padding,
 eps, p, rng seed) are fixed by case name here and in

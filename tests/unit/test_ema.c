@@ -85,7 +85,7 @@ static void test_lerp_by_hand(void **state) {
 
 static int scale_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     (void)nin;
-    return duet_scale(in[0], *(float *)self->impl, out);
+    return duet_scale(in[0], *(float *)duet_module_impl(self), out);
 }
 static const duet_module_type scale_type = {"Scale", scale_forward, free};
 

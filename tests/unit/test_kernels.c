@@ -5,6 +5,8 @@
  * rule). */
 #include "testutil.h"
 
+#include <sched.h>
+
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -287,13 +289,25 @@ static void test_thread_count(void **state) {
     /* The default: this process's cores shared among the node's ranks. */
     int avail = duet_cpu_available_cores(), online = duet_cpu_online_cores();
     assert_true(avail >= 1 && avail <= online);
-    if (avail == online) {
-        assert_int_equal(duet_default_num_threads(1), avail);
-        assert_int_equal(duet_default_num_threads(avail), 1);
-        assert_int_equal(duet_default_num_threads(avail * 4), 1);
-        if (avail >= 2) assert_int_equal(duet_default_num_threads(2), avail / 2);
-    } else {
-        assert_int_equal(duet_default_num_threads(2), avail); /* bound by a launcher */
+    /* min(affinity mask, online / ranks on the node), at least 1. */
+    for (int ranks = 1; ranks <= 4 * online; ranks++) {
+        int want = online / ranks < avail ? online / ranks : avail;
+        assert_int_equal(duet_default_num_threads(ranks), want >= 1 ? want : 1);
+    }
+    if (avail == online) assert_int_equal(duet_default_num_threads(1), online);
+    /* Bound to one core, as Open MPI binds 1 or 2 ranks: 1 thread, however
+     * few ranks share the node. */
+    cpu_set_t saved, one;
+    if (online >= 2 && sched_getaffinity(0, sizeof saved, &saved) == 0) {
+        int first = 0;
+        while (!CPU_ISSET(first, &saved)) first++;
+        CPU_ZERO(&one);
+        CPU_SET(first, &one);
+        if (sched_setaffinity(0, sizeof one, &one) == 0) {
+            assert_int_equal(duet_default_num_threads(1), 1);
+            assert_int_equal(duet_default_num_threads(2), 1);
+            assert_int_equal(sched_setaffinity(0, sizeof saved, &saved), 0);
+        }
     }
     configure(DUET_GEMM_AUTO, 0);
     assert_int_equal(duet__blas_init(), duet_default_num_threads(1));

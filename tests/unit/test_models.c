@@ -111,7 +111,7 @@ static int toy_train_step(duet_model *m, const duet_batch *b, duet_optimizer_set
 static int toy_val_step(duet_model *m, const duet_batch *b, duet_val_output *out) {
     toy *t = duet_model_impl(m);
     t->val_steps++;
-    t->val_saw_training = duet_model_part(m, "generator")->training;
+    t->val_saw_training = duet_module_is_training(duet_model_part(m, "generator"));
     t->val_saw_grad = duet_grad_enabled();
     duet_tensor *lq = NULL;
     DUET_TRY(duet_batch_require(b, "lq", &lq));
@@ -166,7 +166,7 @@ static void test_model_dispatch(void **state) {
     TU_OK(duet_model_val_step(m, &b, &out));
     assert_false(t->val_saw_training);
     assert_false(t->val_saw_grad);
-    assert_true(duet_model_part(m, "generator")->training); /* restored */
+    assert_true(duet_module_is_training(duet_model_part(m, "generator"))); /* restored */
     assert_true(duet_grad_enabled());
     assert_int_equal(out.nsamples, 2);
     assert_int_equal(out.output->shape[1], 4);
@@ -205,9 +205,10 @@ static void test_optimizer_set(void **state) {
     duet_tensor *g0 = tu_flat_params(duet_model_part(m, "generator"));
     duet_tensor *d0 = tu_flat_params(duet_model_part(m, "discriminator"));
     duet_module *d = duet_model_part(m, "discriminator");
-    for (size_t i = 0; i < d->nparams; i++) {
-        TU_OK(duet_tensor_ensure_grad(d->params[i].tensor));
-        for (int64_t k = 0; k < d->params[i].tensor->numel; k++) d->params[i].tensor->grad[k] = 1;
+    for (size_t i = 0; i < duet_module_param_count(d); i++) {
+        TU_OK(duet_tensor_ensure_grad(duet_module_param_at(d, i)));
+        for (int64_t k = 0; k < duet_module_param_at(d, i)->numel; k++)
+            duet_module_param_at(d, i)->grad[k] = 1;
     }
     TU_OK(duet_optimizer_step(duet_optimizer_set_get(s, "discriminator")));
     duet_tensor *g1 = tu_flat_params(duet_model_part(m, "generator"));
@@ -252,7 +253,7 @@ static void test_gan_loss(void **state) {
     TU_OK(duet_module_forward(g, x, &l)); /* forward = the generator's loss */
     assert_float_equal(l->data[0], 0.25 * real, 1e-6);
     duet_tensor_release(l);
-    assert_int_equal(g->nparams, 0);
+    assert_int_equal(duet_module_param_count(g), 0);
     duet_module_destroy(g);
 
     o.gan_type = "lsgan";
@@ -320,9 +321,9 @@ static void test_perceptual_structure(void **state) {
     duet_module *p = NULL;
     TU_OK(duet_perceptual_loss_create(&p, &o, &rng));
     duet_module *layers = duet_module_child(duet_module_child(p, "vgg"), "vgg_layers");
-    assert_int_equal(layers->nchildren, 35); /* features[:35]: up to conv5_4 */
-    assert_true(duet_module_is(layers->children[34].module, "Conv2d"));
-    assert_true(duet_module_is(layers->children[4].module, "MaxPool2d"));
+    assert_int_equal(duet_module_child_count(layers), 35); /* features[:35]: up to conv5_4 */
+    assert_true(duet_module_is(duet_module_child_at(layers, 34), "Conv2d"));
+    assert_true(duet_module_is(duet_module_child_at(layers, 4), "MaxPool2d"));
     duet_named_tensors st = {0};
     TU_OK(duet_module_state(p, &st));
     /* PyTorch's order: a module's own entries, then its children's. */
@@ -334,7 +335,7 @@ static void test_perceptual_structure(void **state) {
         has_34 |= strcmp(st.items[i].name, "vgg.vgg_layers.34.weight") == 0;
     }
     assert_true(has_mean && has_34);
-    assert_int_equal(layers->children[34].module->params[0].tensor->shape[0], 512);
+    assert_int_equal(duet_module_param_at(duet_module_child_at(layers, 34), 0)->shape[0], 512);
     duet_named_tensors_free(&st);
     assert_int_equal(duet_module_num_parameters(p, true), 0);
     duet_module_destroy(p);
@@ -408,8 +409,8 @@ static void test_perceptual_value(void **state) {
     assert_true(gsum > 0);
     assert_null(gt->grad);
     duet_module *layers = duet_module_child(duet_module_child(p, "vgg"), "vgg_layers");
-    duet_module *conv0 = layers->children[0].module;
-    assert_null(conv0->params[0].tensor->grad);
+    duet_module *conv0 = duet_module_child_at(layers, 0);
+    assert_null(duet_module_param_at(conv0, 0)->grad);
     duet_tensor_release(l);
     duet_module_destroy(p);
     duet_tensor_release(x);
@@ -466,8 +467,8 @@ static void test_srgan_structure(void **state) {
     duet_module *root = duet_model_module(m);
     const char *parts[5] = {"generator", "discriminator", "gan_loss", "pixel_loss",
                             "perceptual_loss"};
-    assert_int_equal(root->nchildren, 5);
-    for (int i = 0; i < 5; i++) assert_string_equal(root->children[i].name, parts[i]);
+    assert_int_equal(duet_module_child_count(root), 5);
+    for (int i = 0; i < 5; i++) assert_string_equal(duet_module_child_name_at(root, i), parts[i]);
     assert_true(duet_module_is(duet_model_part(m, "generator"), "MSRResNet"));
     assert_true(duet_module_is(duet_model_part(m, "discriminator"), "ModifiedVGG"));
     assert_int_equal(duet_module_num_parameters(duet_model_part(m, "perceptual_loss"), true), 0);
@@ -498,7 +499,7 @@ static void test_srgan_structure(void **state) {
     o.pixel_loss_weight = 0;
     o.perceptual = false;
     TU_OK(duet_srgan_create(&m, &o, &rng));
-    assert_int_equal(duet_model_module(m)->nchildren, 3);
+    assert_int_equal(duet_module_child_count(duet_model_module(m)), 3);
     duet_model_destroy(m);
     o.disc_steps = 0;
     assert_int_equal(duet_srgan_create(&m, &o, &rng), DUET_EINVAL);
@@ -575,7 +576,7 @@ static void test_basic_restorer(void **state) {
     o.test_cfg.crop_border = 2;
     duet_model *m = NULL;
     TU_OK(duet_basic_restorer_create(&m, &o, &rng));
-    assert_int_equal(duet_model_module(m)->nchildren, 2);
+    assert_int_equal(duet_module_child_count(duet_model_module(m)), 2);
     duet_optimizer_set *s = NULL;
     TU_OK(duet_optimizer_set_create(&s));
     duet_adam_opts a = duet_adam_opts_default();
@@ -645,7 +646,7 @@ static void test_registry_srgan(void **state) {
     duet_module *vgg_layers =
         duet_module_child(duet_module_child(duet_model_part(m, "perceptual_loss"), "vgg"),
                           "vgg_layers");
-    assert_int_equal(vgg_layers->nchildren, 6);
+    assert_int_equal(duet_module_child_count(vgg_layers), 6);
     duet_optimizer_set *s = NULL;
     TU_OK(duet_build_optimizers(cfg, "optimizers", m, &s));
     assert_int_equal(duet_optimizer_set_count(s), 2);
@@ -705,7 +706,8 @@ static void test_registry_errors(void **state) {
     assert_true(duet_module_is(mod, "L1Loss"));
     duet_module_destroy(mod);
     TU_OK(duet_build_module(cfg, "p", &rng, &mod));
-    assert_int_equal(duet_module_child(duet_module_child(mod, "vgg"), "vgg_layers")->nchildren, 7);
+    assert_int_equal(
+        duet_module_child_count(duet_module_child(duet_module_child(mod, "vgg"), "vgg_layers")), 7);
     duet_module_destroy(mod);
     assert_int_equal(duet_build_module(cfg, "p2", &rng, &mod), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "layer_ids = [34]"));
@@ -727,7 +729,8 @@ static void test_registry_errors(void **state) {
     assert_string_equal(t[1], "ESRGAN");
     assert_string_equal(t[2], "BasicRestorer");
     assert_string_equal(t[3], "Pix2Pix");
-    assert_null(t[4]);
+    assert_string_equal(t[4], "CycleGAN");
+    assert_null(t[5]);
 }
 
 int main(void) {

@@ -151,13 +151,13 @@ static void test_train_eval_and_zero_grad(void **state) {
     duet_rng rng = duet_rng_make(1, 0);
     duet_module *root = make_tree(&rng);
     duet_module *bn = duet_module_child(duet_module_child(root, "body"), "1");
-    assert_true(root->training && bn->training);
+    assert_true(duet_module_is_training(root) && duet_module_is_training(bn));
     duet_module_train(root, false);
-    assert_false(root->training);
-    assert_false(duet_module_child(root, "body")->training);
-    assert_false(bn->training);
+    assert_false(duet_module_is_training(root));
+    assert_false(duet_module_is_training(duet_module_child(root, "body")));
+    assert_false(duet_module_is_training(bn));
     duet_module_train(root, true);
-    assert_true(bn->training);
+    assert_true(duet_module_is_training(bn));
 
     duet_named_tensors l;
     TU_OK(duet_module_named_parameters(root, false, &l));
@@ -187,9 +187,9 @@ static void test_registration_errors(void **state) {
     assert_int_equal(duet_module_add_param(m, "", vec(3, 1.0f)), DUET_EINVAL);
     assert_int_equal(duet_module_add_child(m, "x.y", make_box()), DUET_EINVAL);
     assert_int_equal(duet_module_add_param(m, "z", NULL), DUET_EINVAL);
-    assert_int_equal(m->nparams, 1);
-    assert_int_equal(m->nbuffers, 0);
-    assert_int_equal(m->nchildren, 0);
+    assert_int_equal(duet_module_param_count(m), 1);
+    assert_int_equal(duet_module_buffer_count(m), 0);
+    assert_int_equal(duet_module_child_count(m), 0);
 
     duet_module *bad = NULL;
     assert_int_equal(duet_conv2d_module_create(&bad, 0, 3, 3, 1, 1, true, NULL), DUET_EINVAL);
@@ -207,7 +207,7 @@ static void test_transparent_naming(void **state) {
     duet_rng rng = duet_rng_make(2, 0);
     duet_module *model = make_box();
     duet_module *ddp = make_box();
-    ddp->transparent = true;
+    duet_module_set_transparent(ddp, true);
     duet_module *gen = make_box();
     duet_module *conv = NULL;
     TU_OK(duet_conv2d_module_create(&conv, 1, 1, 1, 1, 0, true, &rng));
@@ -243,7 +243,7 @@ static void test_replace_child(void **state) {
     duet_rng rng = duet_rng_make(3, 0);
     duet_module *root = make_tree(&rng);
     duet_module *wrapper = make_box();
-    wrapper->transparent = true;
+    duet_module_set_transparent(wrapper, true);
     duet_module *old = NULL;
     TU_OK(duet_module_replace_child(root, "head", wrapper, &old));
     assert_non_null(old);

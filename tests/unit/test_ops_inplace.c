@@ -1,4 +1,4 @@
-/* The in-place relu, leaky_relu and add of ops_internal.h (used by
+/* The in-place relu, leaky_relu and add of ops.h (used by
  * MSRResNet and ModifiedVGG): the same values and gradients, bit for bit,
  * as the copying ops, and a fallback to copying whenever the input may
  * still be read (a leaf, a shared tensor, an op that reads its output). */
@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "ops/ops_internal.h"
 
 enum which { RELU, LRELU, LRELU_NEG, ADD };
 
@@ -18,14 +17,14 @@ static void run(enum which op, bool inplace, duet_tensor *x, duet_tensor *w, due
     duet_tensor *h = NULL, *a = NULL, *m = NULL, *loss = NULL;
     TU_OK(duet_conv2d(x, w, b, 1, 1, &h));
     switch (op) {
-    case RELU: TU_OK(inplace ? duet__relu_inplace(h, &a) : duet_relu(h, &a)); break;
+    case RELU: TU_OK(inplace ? duet_relu_inplace(h, &a) : duet_relu(h, &a)); break;
     case LRELU:
-        TU_OK(inplace ? duet__leaky_relu_inplace(h, 0.2f, &a) : duet_leaky_relu(h, 0.2f, &a));
+        TU_OK(inplace ? duet_leaky_relu_inplace(h, 0.2f, &a) : duet_leaky_relu(h, 0.2f, &a));
         break;
     case LRELU_NEG:
-        TU_OK(inplace ? duet__leaky_relu_inplace(h, -0.5f, &a) : duet_leaky_relu(h, -0.5f, &a));
+        TU_OK(inplace ? duet_leaky_relu_inplace(h, -0.5f, &a) : duet_leaky_relu(h, -0.5f, &a));
         break;
-    case ADD: TU_OK(inplace ? duet__add_inplace(h, other, &a) : duet_add(h, other, &a)); break;
+    case ADD: TU_OK(inplace ? duet_add_inplace(h, other, &a) : duet_add(h, other, &a)); break;
     }
     duet_tensor_release(h);
     memcpy(out_values, a->data, (size_t)a->numel * sizeof(float));
@@ -116,8 +115,8 @@ static void test_overwrites_only_dead_outputs(void **state) {
 
     /* Fresh conv output: overwritten in place. */
     TU_OK(duet_conv2d(x, w, NULL, 1, 1, &h));
-    assert_true(duet__overwritable(h));
-    TU_OK(duet__relu_inplace(h, &y));
+    assert_true(duet_can_overwrite(h));
+    TU_OK(duet_relu_inplace(h, &y));
     assert_ptr_equal(y->data, h->data);
     for (int64_t i = 0; i < h->numel; i++) assert_true(h->data[i] >= 0.0f);
     duet_tensor_release(y);
@@ -126,8 +125,8 @@ static void test_overwrites_only_dead_outputs(void **state) {
     /* Held by someone else as well: copied. */
     TU_OK(duet_conv2d(x, w, NULL, 1, 1, &h));
     extra = duet_tensor_retain(h);
-    assert_false(duet__overwritable(h));
-    TU_OK(duet__leaky_relu_inplace(h, 0.1f, &y));
+    assert_false(duet_can_overwrite(h));
+    TU_OK(duet_leaky_relu_inplace(h, 0.1f, &y));
     assert_ptr_not_equal(y->data, h->data);
     duet_tensor_release(extra);
     duet_tensor_release(y);
@@ -136,8 +135,8 @@ static void test_overwrites_only_dead_outputs(void **state) {
     /* Made by an op whose backward reads its output (sigmoid): copied. */
     TU_OK(duet_conv2d(x, w, NULL, 1, 1, &h));
     TU_OK(duet_sigmoid(h, &s));
-    assert_false(duet__overwritable(s));
-    TU_OK(duet__relu_inplace(s, &y));
+    assert_false(duet_can_overwrite(s));
+    TU_OK(duet_relu_inplace(s, &y));
     assert_ptr_not_equal(y->data, s->data);
     duet_tensor_release(y);
     duet_tensor_release(s);
@@ -145,8 +144,8 @@ static void test_overwrites_only_dead_outputs(void **state) {
 
     /* A leaf that requires grad (a parameter): never overwritten. */
     float w0 = w->data[0];
-    assert_false(duet__overwritable(w));
-    TU_OK(duet__add_inplace(w, w, &y));
+    assert_false(duet_can_overwrite(w));
+    TU_OK(duet_add_inplace(w, w, &y));
     assert_ptr_not_equal(y->data, w->data);
     assert_true(w->data[0] == w0);
     duet_tensor_release(y);
@@ -155,7 +154,7 @@ static void test_overwrites_only_dead_outputs(void **state) {
     /* Without grad mode the result is the input itself. */
     bool prev = duet_set_grad_enabled(false);
     TU_OK(duet_conv2d(x, w, NULL, 1, 1, &h));
-    TU_OK(duet__leaky_relu_inplace(h, 0.2f, &y));
+    TU_OK(duet_leaky_relu_inplace(h, 0.2f, &y));
     assert_ptr_equal(y, h);
     duet_tensor_release(y);
     duet_tensor_release(h);

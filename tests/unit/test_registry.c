@@ -15,7 +15,7 @@
 
 static int scale_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
     (void)nin;
-    return duet_scale(in[0], *(float *)self->impl, out);
+    return duet_scale(in[0], *(float *)duet_module_impl(self), out);
 }
 static const duet_module_type scale_type = {"TestScale", scale_forward, free};
 

@@ -67,7 +67,7 @@ static void test_jsonl(void **state) {
                             .nlosses = 2, .time = 0.5, .data_time = 0.125, .eta = 5};
     TU_OK(duet__logger_train(lg, &r));
     duet__kv m[] = {{"PSNR", 27.5}, {"SSIM", 0.75}};
-    TU_OK(duet__logger_val(lg, 20, m, 2));
+    TU_OK(duet__logger_val(lg, 20, 4, m, 2));
     duet__logger_close(lg);
 
     /* Reopening appends. */
@@ -130,6 +130,52 @@ static void test_jsonl(void **state) {
     free(dir);
 }
 
+/* A model without metrics (the translation configs' test_cfg.metrics = [])
+ * gets a text line that says so, with the image count (MMEditing's
+ * generation datasets log val_saved_number), never a bare
+ * "Iter(val) [N]\t"; its JSON record is mode and iter. */
+static void test_val_without_metrics(void **state) {
+    (void)state;
+    char *dir = make_dir();
+    FILE *text = tmpfile();
+    assert_non_null(text);
+    duet__logger *lg = NULL;
+    TU_OK(duet__logger_open(&lg, dir, text));
+    TU_OK(duet__logger_val(lg, 200, 6, NULL, 0));
+    TU_OK(duet__logger_val(lg, 400, 1, NULL, 0));
+    duet__logger_close(lg);
+    rewind(text);
+    char buf[1024];
+    const char *want[2] = {"Iter(val) [200]\t6 images evaluated, no metrics (test_cfg.metrics "
+                           "is empty)\n",
+                           "Iter(val) [400]\t1 image evaluated, no metrics (test_cfg.metrics "
+                           "is empty)\n"};
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(fgets(buf, sizeof buf, text));
+        const char *at = strstr(buf, "Iter(val)");
+        if (at == NULL || strcmp(at, want[i]) != 0) fail_msg("text line: '%s'", buf);
+    }
+    assert_null(fgets(buf, sizeof buf, text));
+    fclose(text);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof buf, f));
+    json_error_t err;
+    json_t *o = json_loads(buf, 0, &err);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "mode")), "val");
+    assert_int_equal(json_integer_value(json_object_get(o, "iter")), 200);
+    assert_int_equal(json_object_size(o), 2);
+    json_decref(o);
+    fclose(f);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
 static void test_progress_bar(void **state) {
     (void)state;
     char *dir = make_dir();
@@ -171,6 +217,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_duration),    cmocka_unit_test(test_eta),
         cmocka_unit_test(test_train_line),  cmocka_unit_test(test_jsonl),
+        cmocka_unit_test(test_val_without_metrics),
         cmocka_unit_test(test_progress_bar), cmocka_unit_test(test_open_fails_cleanly),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

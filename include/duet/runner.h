@@ -1,0 +1,91 @@
+/* duet/runner.h — the commands behind `duet train | test | infer | info`.
+ */
+#ifndef DUET_RUNNER_H
+#define DUET_RUNNER_H
+
+#include <stdio.h>
+
+#include "duet/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- runner -----------------------------------------------------------------
+ * The commands behind `duet train | test | infer` (tools/duet.c only parses
+ * arguments). Each runs as one process or as every rank of an MPI job
+ * (mpirun / srun); MPI is initialised when needed and left initialised (the
+ * program calls duet_comm_finalize() before it exits).
+ *
+ * Errors: a function prints its error once on stderr ("duet: error: ...",
+ * from the lowest failing rank) and returns its status (also in
+ * duet_last_error()). An error that happens on some ranks only once
+ * training runs (a bad image, a NaN loss, a failed write) cannot be agreed
+ * on without leaving the others blocked in a collective: it is printed with
+ * its rank and the whole job is aborted (MPI_Abort), leaving the last good
+ * checkpoint intact.
+ *
+ *   duet_runner_opts o = duet_runner_opts_default();
+ *   o.config = "configs/msrresnet_x4_tiny.cfg";
+ *   const char *sets[] = {"total_iters=100"};
+ *   o.sets = sets; o.nsets = 1;
+ *   if (duet_runner_train(&o) != DUET_OK) ...   // message already printed
+ *   duet_comm_finalize();
+ */
+/* Exit statuses of `duet` (and of the whole job under mpirun / srun):
+ * 0 done, 1 error, 2 usage; DUET_EXIT_STOPPED: stopped by SIGTERM or SIGINT
+ * at an iteration boundary with a checkpoint written (continue with
+ * --resume; duet_runner_train returned DUET_ESTOPPED); DUET_EXIT_TIMEOUT: a
+ * collective made no progress for dist.timeout seconds (a stalled or dead
+ * rank) and the job was aborted. */
+#define DUET_EXIT_STOPPED 75 /* sysexits' EX_TEMPFAIL: try again */
+#define DUET_EXIT_TIMEOUT 76 /* sysexits' EX_PROTOCOL: a peer failed us */
+
+typedef struct duet_runner_opts {
+    const char *config;             /* libconfig file (required) */
+    const char *const *sets;        /* nsets "a.b=value" overrides, in order */
+    size_t nsets;
+    const char *work_dir;           /* train: NULL = the config's work_dir */
+    bool resume;                    /* train: continue a run */
+    const char *resume_from;        /* train: checkpoint; NULL = WORK_DIR/latest.safetensors */
+    const char *checkpoint;         /* test, infer: weights to use (required) */
+    const char *out_dir;            /* test: optional, infer: required; created */
+    const char *const *images;      /* infer: nimages PNG/JPEG files */
+    size_t nimages;
+    bool quiet;                     /* print nothing on stdout (tests) */
+} duet_runner_opts;
+duet_runner_opts duet_runner_opts_default(void);
+
+/* What `duet test` measures: means over the validation images (each image
+ * counted once over all ranks). */
+typedef struct duet_test_result {
+    int64_t images;
+    int crop_border;                   /* pixels ignored at each edge */
+    int rank;                          /* this process's rank (print on 0) */
+    double psnr, ssim;                 /* the model (0 when test_cfg does not name it) */
+    double psnr_bicubic, ssim_bicubic; /* MATLAB bicubic upscaling of the inputs */
+    /* The metrics model.test_cfg.metrics names (default PSNR, SSIM), no
+     * others, in its order: the model, and bicubic upscaling. */
+    duet_log_vars metrics, metrics_bicubic;
+} duet_test_result;
+
+/* `duet info`: version, CPU and its features, cores, the kernel path
+ * (GEMM library and ISA), oneDNN / OpenBLAS / MPI library versions, threads
+ * and the environment variables that change them, like
+ * torch.__config__.show(). DUET_EIO when f cannot be written. */
+int duet_info_print(FILE *f);
+
+/* Trains the config's model for total_iters iterations with its hooks (LR
+ * schedule, logging, evaluation, checkpoints); see docs/pipeline.md. */
+int duet_runner_train(const duet_runner_opts *opts);
+/* Evaluates opts->checkpoint on data.val next to bicubic. Prints nothing:
+ * *result holds the means, the same on every rank (result->rank says which
+ * rank this is, so that a caller prints once). */
+int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
+/* Upscales opts->images into opts->out_dir/<name>.png. */
+int duet_runner_infer(const duet_runner_opts *opts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

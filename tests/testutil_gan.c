@@ -1,0 +1,157 @@
+/* See testutil_gan.h. Moved from tests/mpi/test_srgan.c and
+ * test_esrgan_mpi.c, which had their own copies. */
+#include "testutil_gan.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *cpu[] = {"cpu"};
+
+void tu_noise_masks_update(tu_noise_masks *nm, duet_module *root) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_named_parameters(root, false, &l));
+    if (nm->mask == NULL) {
+        nm->count = l.count;
+        nm->mask = calloc(l.count, sizeof *nm->mask);
+        for (size_t i = 0; i < l.count; i++)
+            nm->mask[i] = calloc((size_t)l.items[i].tensor->numel, sizeof(bool));
+    }
+    for (size_t i = 0; i < l.count; i++) {
+        const duet_tensor *t = l.items[i].tensor;
+        if (t->grad == NULL) continue;
+        double gmax = 0;
+        for (int64_t k = 0; k < t->numel; k++) gmax = fmax(gmax, fabs(t->grad[k]));
+        for (int64_t k = 0; k < t->numel; k++)
+            nm->mask[i][k] |= t->grad[k] != 0.0f && fabs(t->grad[k]) < 3e-4 * gmax;
+    }
+    duet_named_tensors_free(&l);
+}
+
+void tu_noise_masks_free(tu_noise_masks *nm) {
+    for (size_t i = 0; i < nm->count; i++) free(nm->mask[i]);
+    free(nm->mask);
+    memset(nm, 0, sizeof *nm);
+}
+
+void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise_masks *nm,
+                               const tu_gan_run *run) {
+    duet_named_tensors pg = {0}, pw = {0}, bg = {0}, bw = {0};
+    TU_OK(duet_module_named_parameters(duet_model_module(got), false, &pg));
+    TU_OK(duet_module_named_parameters(duet_model_module(want), false, &pw));
+    assert_int_equal(pg.count, pw.count);
+    int64_t total = 0, noisy = 0;
+    for (size_t i = 0; i < pg.count; i++) {
+        assert_string_equal(pg.items[i].name, pw.items[i].name);
+        const duet_tensor *a = pg.items[i].tensor, *b = pw.items[i].tensor;
+        for (int64_t k = 0; k < a->numel; k++) {
+            double d = fabs((double)a->data[k] - b->data[k]);
+            total++;
+            if (nm->mask[i][k]) {
+                noisy++;
+                if (d > 2.1 * run->lr * run->iters)
+                    fail_msg("rank %d: %s[%lld]: %.8g vs %.8g", tu_rank, pg.items[i].name,
+                             (long long)k, a->data[k], b->data[k]);
+            } else if (d > run->param_atol + 1e-4 * fabs((double)b->data[k])) {
+                fail_msg("rank %d of %d: %s[%lld]: got %.8g, one process %.8g (rtol 1e-4, "
+                         "atol %.2g)", tu_rank, tu_size, pg.items[i].name, (long long)k,
+                         a->data[k], b->data[k], run->param_atol);
+            }
+        }
+    }
+    assert_true(noisy * 50 < total);
+    TU_OK(duet_module_named_buffers(duet_model_module(got), &bg));
+    TU_OK(duet_module_named_buffers(duet_model_module(want), &bw));
+    assert_int_equal(bg.count, bw.count);
+    for (size_t i = 0; i < bg.count; i++) {
+        assert_string_equal(bg.items[i].name, bw.items[i].name);
+        tu_assert_close(bg.items[i].tensor->data, bw.items[i].tensor->data,
+                        bw.items[i].tensor->numel, 1e-4, 1e-6, bg.items[i].name);
+    }
+    duet_named_tensors_free(&pg);
+    duet_named_tensors_free(&pw);
+    duet_named_tensors_free(&bg);
+    duet_named_tensors_free(&bw);
+}
+
+void tu_gan_assert_params_identical(duet_model *m) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_named_parameters(duet_model_module(m), false, &l));
+    int bad = 0;
+    for (size_t i = 0; i < l.count; i++) {
+        const duet_tensor *t = l.items[i].tensor;
+        float *r0 = malloc((size_t)t->numel * sizeof *r0);
+        memcpy(r0, t->data, (size_t)t->numel * sizeof *r0);
+        TU_OK(duet_comm_bcast(tu_comm, r0, (size_t)t->numel, DUET_DTYPE_F32, 0));
+        if (memcmp(r0, t->data, (size_t)t->numel * sizeof *r0) != 0) bad++;
+        free(r0);
+    }
+    TU_OK(duet_comm_allreduce(tu_comm, &bad, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    assert_int_equal(bad, 0);
+    duet_named_tensors_free(&l);
+}
+
+void tu_gan_train_pair(duet_model *ref, duet_wrapper *w, tu_noise_masks *nm, bool compare_logs,
+                       const tu_gan_run *run) {
+    duet_optimizer_set *oref = tu_adam_pair(ref, run->lr);
+    duet_optimizer_set *ow = tu_adam_pair(duet_wrapper_model(w), run->lr);
+    int64_t n = run->batch_size / tu_size;
+    for (int it = 0; it < run->iters; it++) {
+        duet_batch b = {0}, local = {0};
+        run->batch(&b, it);
+        TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
+        duet_log_vars lr, lw;
+        TU_OK(duet_model_train_step(ref, &b, oref, &lr));
+        tu_noise_masks_update(nm, duet_model_module(ref));
+        TU_OK(duet_wrapper_train_step(w, &local, ow, &lw));
+        assert_int_equal(lr.count, lw.count);
+        for (int i = 0; i < lw.count; i++) {
+            assert_true(isfinite(lw.values[i]));
+            /* Averaged over ranks, mean losses are the whole batch's. */
+            double tol = 1e-4 * fabs(lr.values[i]) + 1e-7;
+            if (compare_logs && fabs(lw.values[i] - lr.values[i]) > tol)
+                fail_msg("rank %d, iteration %d: %s: %.8g, one process %.8g", tu_rank, it,
+                         lw.names[i], lw.values[i], lr.values[i]);
+        }
+        duet_batch_clear(&local);
+        duet_batch_clear(&b);
+    }
+    duet_optimizer_set_destroy(oref);
+    duet_optimizer_set_destroy(ow);
+}
+
+void tu_gan_whole_model_fails_everywhere(duet_model *m, const tu_gan_run *run, int want_iter,
+                                         const char *needle) {
+    duet_wrapper_opts o = duet_wrapper_opts_default();
+    o.kind = DUET_WRAPPER_WHOLE_MODEL;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(&w, m, tu_comm, cpu, 1, &o));
+    duet_optimizer_set *opts = tu_adam_pair(duet_wrapper_model(w), run->lr);
+    int64_t n = run->batch_size / tu_size;
+    double t0 = duet_time_now();
+    int rc = DUET_OK, it = 0;
+    for (; it < run->iters && rc == DUET_OK; it++) {
+        duet_batch b = {0}, local = {0};
+        run->batch(&b, it);
+        TU_OK(duet_batch_slice(&local, &b, tu_rank * n, n));
+        duet_log_vars log;
+        rc = duet_wrapper_train_step(w, &local, opts, &log);
+        duet_batch_clear(&local);
+        duet_batch_clear(&b);
+    }
+    double elapsed = duet_time_now() - t0;
+    const char *msg = duet_last_error();
+    if (tu_rank == 0) printf("    rank 0, iteration %d, after %.2f s: %s\n", it, elapsed, msg);
+    fflush(stdout);
+    assert_int_equal(rc, DUET_EUNUSED);
+    assert_int_equal(it, want_iter);
+    if (strstr(msg, needle) == NULL || strstr(msg, "got no gradient") == NULL)
+        fail_msg("rank %d: \"%s\" lacks \"%s\" or \"got no gradient\"", tu_rank, msg, needle);
+    assert_true(elapsed < 60.0);
+    /* Every rank saw the same failure (this collective would hang, and the
+     * test time out, if one rank were left inside a reduction). */
+    int all = rc == DUET_EUNUSED;
+    TU_OK(duet_comm_allreduce(tu_comm, &all, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    assert_int_equal(all, tu_size);
+    duet_optimizer_set_destroy(opts);
+    duet_wrapper_destroy(w);
+}

@@ -1,0 +1,52 @@
+/* Test utilities for the GAN models under the DistributedDataParallelWrapper
+ * (tests/mpi/test_srgan.c, test_esrgan_mpi.c, test_pix2pix_mpi.c): N ranks
+ * against one process with the whole batch, bit-identical replicas, and the
+ * whole-model DDP that must fail on every rank. They use tu_comm, tu_rank
+ * and tu_size (tu_world_setup). */
+#ifndef DUET_TESTUTIL_GAN_H
+#define DUET_TESTUTIL_GAN_H
+
+#include "testutil.h"
+
+/* Per parameter element: set when its reference gradient was ever at
+ * float32 noise level (nonzero, below 3e-4 of the tensor's largest), where
+ * Adam's normalised first steps may go either way (see test_ref_srgan.c). */
+typedef struct tu_noise_masks {
+    size_t count;
+    bool **mask;
+} tu_noise_masks;
+/* Adds the current gradients of root's parameters to the masks. */
+void tu_noise_masks_update(tu_noise_masks *nm, duet_module *root);
+void tu_noise_masks_free(tu_noise_masks *nm);
+
+/* How a GAN test trains: the global batch of iteration `it` (the same on
+ * every rank), the Adam lr, the iterations, the global batch size and the
+ * parameter atol (rtol is 1e-4). */
+typedef struct tu_gan_run {
+    void (*batch)(duet_batch *b, int it);
+    float lr;
+    int iters;
+    int64_t batch_size;
+    double param_atol;
+} tu_gan_run;
+
+/* Parameters of `got` against `want` to rtol 1e-4 / run->param_atol, the
+ * noise-level elements within 2.1 * lr * iters (and fewer than 1 in 50),
+ * buffers to 1e-4 / 1e-6. */
+void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise_masks *nm,
+                               const tu_gan_run *run);
+/* Every parameter equal, bit for bit, to rank 0's (on every rank). */
+void tu_gan_assert_params_identical(duet_model *m);
+/* run->iters iterations of the reference (one process, whole batch) and of
+ * the wrapped model (this rank's share), both with Adam (tu_adam_pair);
+ * with compare_logs every log value equals the reference's to 1e-4. */
+void tu_gan_train_pair(duet_model *ref, duet_wrapper *w, tu_noise_masks *nm, bool compare_logs,
+                       const tu_gan_run *run);
+/* One DDP around the whole model (takes m): trains until a step fails and
+ * checks that it fails with DUET_EUNUSED at iteration want_iter (1-based)
+ * on every rank, within 60 s, with a message holding `needle` (a parameter
+ * name) and "got no gradient". */
+void tu_gan_whole_model_fails_everywhere(duet_model *m, const tu_gan_run *run, int want_iter,
+                                         const char *needle);
+
+#endif
