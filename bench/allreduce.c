@@ -69,7 +69,7 @@ static duet_module *fake_net(size_t floats) {
     double total = 0;
     for (size_t i = 0; i < NVGG; i++) total += vgg_sizes[i];
     duet_module *m = NULL;
-    if (duet_module_create(&m, &grads_type, NULL) != DUET_OK) return NULL;
+    if (duet_module_create(&grads_type, NULL, &m) != DUET_OK) return NULL;
     size_t left = floats;
     for (size_t i = 0; i < NVGG; i++) {
         int64_t n = i + 1 == NVGG ? (int64_t)left : (int64_t)(vgg_sizes[i] / total * (double)floats);
@@ -77,7 +77,7 @@ static duet_module *fake_net(size_t floats) {
         if ((size_t)n > left) n = (int64_t)(left > 0 ? left : 1);
         left -= (size_t)n < left ? (size_t)n : left;
         duet_tensor *t = NULL;
-        if (duet_tensor_create(&t, 1, &n) != DUET_OK) return NULL;
+        if (duet_tensor_create(1, &n, &t) != DUET_OK) return NULL;
         t->requires_grad = true;
         char name[16];
         snprintf(name, sizeof name, "p%zu", i);
@@ -165,7 +165,7 @@ static row measure(duet_comm *comm, size_t bytes, double cap_mb, double factor, 
     if (cap_mb > 0) o.bucket_cap_mb = cap_mb;
     o.broadcast_buffers = false;
     duet_module *ddp = NULL;
-    if (duet_ddp_create(&ddp, fake_net(floats), comm, &o) != DUET_OK)
+    if (duet_ddp_create(fake_net(floats), comm, &o, &ddp) != DUET_OK)
         duet_comm_abort(NULL, 1, "bench: %s", duet_last_error());
     size_t count = 0;
     float *g = duet_ddp_grad_buffer(ddp, &count);

@@ -101,18 +101,18 @@ static run_result run(const mp_model *bm, bool bf16, int threads, int iters) {
     so.pixel_loss_weight = 1.0f;
     duet_rng rng = duet_rng_make(0, 0);
     duet_model *model = NULL;
-    CHECK(duet_srgan_create(&model, &so, &rng));
+    CHECK(duet_srgan_create(&so, &rng, &model));
     duet_optimizer_set *opts = NULL;
     CHECK(duet_optimizer_set_create(&opts));
     duet_adam_opts adam = duet_adam_opts_default();
     adam.lr = 1e-4f;
-    CHECK(duet_optimizer_set_add_adam(opts, model, "generator", adam));
-    CHECK(duet_optimizer_set_add_adam(opts, model, "discriminator", adam));
+    CHECK(duet_optimizer_set_add_adam(opts, model, "generator", &adam));
+    CHECK(duet_optimizer_set_add_adam(opts, model, "discriminator", &adam));
 
     const int64_t b = bm->batch, c = bm->crop;
     duet_tensor *gt = NULL, *lq = NULL;
-    CHECK(duet_tensor_create4(&gt, b, 3, c, c));
-    CHECK(duet_tensor_create4(&lq, b, 3, c / 4, c / 4));
+    CHECK(duet_tensor_create4(b, 3, c, c, &gt));
+    CHECK(duet_tensor_create4(b, 3, c / 4, c / 4, &lq));
     duet_rng drng = duet_rng_make(1, 0);
     run_result r = {0};
     r.loss = calloc((size_t)iters * NLOSS, sizeof *r.loss);

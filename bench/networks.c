@@ -159,12 +159,12 @@ int main(int argc, char **argv) {
     duet_modified_vgg_opts dopt = duet_modified_vgg_opts_default();
     dopt.mid_channels = cfg->dmid;
     dopt.input_size = 4 * cfg->lq;
-    check(duet_msrresnet_create(&s.g, &go, &rng), "MSRResNet");
-    check(duet_modified_vgg_create(&s.d, &dopt, &rng), "ModifiedVGG");
+    check(duet_msrresnet_create(&go, &rng, &s.g), "MSRResNet");
+    check(duet_modified_vgg_create(&dopt, &rng, &s.d), "ModifiedVGG");
     duet_module_train(s.g, true);
     duet_module_train(s.d, true);
-    check(duet_tensor_create4(&s.lq, batch, 3, cfg->lq, cfg->lq), "lq");
-    check(duet_tensor_create4(&s.img, batch, 3, 4 * cfg->lq, 4 * cfg->lq), "img");
+    check(duet_tensor_create4(batch, 3, cfg->lq, cfg->lq, &s.lq), "lq");
+    check(duet_tensor_create4(batch, 3, 4 * cfg->lq, 4 * cfg->lq, &s.img), "img");
     fill_uniform(s.lq, &rng);
     fill_uniform(s.img, &rng);
 

@@ -109,9 +109,9 @@ int main(int argc, char **argv) {
         const int64_t kk = sh->c * sh->k * sh->k, p = oh * oh;
         const double flops = 2.0 * (double)batch * (double)sh->o * (double)kk * (double)p;
         duet_tensor *x = NULL, *w = NULL, *b = NULL;
-        check(duet_tensor_create4(&x, batch, sh->c, sh->h, sh->h), "create x");
-        check(duet_tensor_create4(&w, sh->o, sh->c, sh->k, sh->k), "create w");
-        check(duet_tensor_create(&b, 1, (int64_t[]){sh->o}), "create b");
+        check(duet_tensor_create4(batch, sh->c, sh->h, sh->h, &x), "create x");
+        check(duet_tensor_create4(sh->o, sh->c, sh->k, sh->k, &w), "create w");
+        check(duet_tensor_create(1, (int64_t[]){sh->o}, &b), "create b");
         fill(x->data, x->numel, &rng);
         fill(w->data, w->numel, &rng);
         fill(b->data, b->numel, &rng);

@@ -89,24 +89,24 @@ static int worker(const bench_model *bm, int steps, int warmup) {
     so.perceptual_loss.layer_weights[0] = 1.0f;
     duet_rng rng = duet_rng_make(0, 0);
     duet_model *model = NULL;
-    CHECK(duet_srgan_create(&model, &so, &rng));
+    CHECK(duet_srgan_create(&so, &rng, &model));
     duet_wrapper_opts wo = duet_wrapper_opts_default();
     const char *devices[] = {"cpu"};
     duet_wrapper *w = NULL;
-    CHECK(duet_wrapper_create(&w, model, comm, devices, 1, &wo));
+    CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));
     duet_optimizer_set *opts = NULL;
     CHECK(duet_optimizer_set_create(&opts));
     duet_adam_opts adam = duet_adam_opts_default();
     adam.lr = 1e-4f;
-    CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "generator", adam));
-    CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "discriminator", adam));
+    CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "generator", &adam));
+    CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "discriminator", &adam));
 
     /* A fixed synthetic batch per rank: gt uniform, lq its 4x4 box average. */
     duet_rng drng = duet_rng_make(1, (uint64_t)rank);
     int64_t b = bm->batch, c = bm->crop, l = bm->crop / 4;
     duet_tensor *gt = NULL, *lq = NULL;
-    CHECK(duet_tensor_create4(&gt, b, 3, c, c));
-    CHECK(duet_tensor_create4(&lq, b, 3, l, l));
+    CHECK(duet_tensor_create4(b, 3, c, c, &gt));
+    CHECK(duet_tensor_create4(b, 3, l, l, &lq));
     for (int64_t i = 0; i < gt->numel; i++) gt->data[i] = duet_rng_uniform(&drng);
     for (int64_t n = 0; n < b * 3; n++)
         for (int64_t y = 0; y < l; y++)

@@ -80,10 +80,10 @@ static const duet_module_type toy_discriminator_type = {"ToyDiscriminator",
 static int two_convs(const duet_module_type *type, int mid, int s1, int out2, duet_rng *rng,
                      duet_module **out) {
     duet_module *m = NULL, *c = NULL;
-    DUET_TRY(duet_module_create(&m, type, NULL));
-    int rc = duet_conv2d_module_create(&c, 3, mid, 3, s1, 1, true, rng);
+    DUET_TRY(duet_module_create(type, NULL, &m));
+    int rc = duet_conv2d_module_create(3, mid, 3, s1, 1, true, rng, &c);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "conv1", c);
-    if (rc == DUET_OK) rc = duet_conv2d_module_create(&c, mid, out2, 3, 1, 1, true, rng);
+    if (rc == DUET_OK) rc = duet_conv2d_module_create(mid, out2, 3, 1, 1, true, rng, &c);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "conv2", c);
     if (rc != DUET_OK) {
         duet_module_destroy(m);
@@ -134,7 +134,7 @@ static int build_toy_l1(duet_config *cfg, const char *path, duet_rng *rng, duet_
     float *impl = malloc(sizeof *impl);
     if (impl == NULL) return duet__error(DUET_ENOMEM, "ToyL1Loss: out of memory");
     *impl = (float)w;
-    return duet_module_create(out, &toy_l1_type, impl);
+    return duet_module_create(&toy_l1_type, impl, out);
 }
 
 /* ---- the model --------------------------------------------------------------------- */
@@ -160,7 +160,7 @@ static uint64_t hash_params(duet_model *m) {
         for (size_t k = 0; k < sizeof(float) * (size_t)p.items[i].tensor->numel; k++)
             h = (h ^ b[k]) * 1099511628211ull;
     }
-    duet_named_tensors_free(&p);
+    duet_named_tensors_clear(&p);
     return h;
 }
 
@@ -252,7 +252,7 @@ static int build_toy_gan(duet_config *cfg, const char *path, duet_rng *rng, duet
     double gan_weight = 0.01;
     DUET_TRY(duet_config_get_double_or(cfg, "gan_weight", 0.01, &gan_weight));
     duet_module *root = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&root, &toy_root_type, NULL));
+    DUET_TRY(duet_module_create(&toy_root_type, NULL, &root));
     const char *parts[] = {"generator", "discriminator", "pixel_loss"};
     int rc = DUET_OK;
     for (int i = 0; i < 3 && rc == DUET_OK; i++) {
@@ -266,7 +266,7 @@ static int build_toy_gan(duet_config *cfg, const char *path, duet_rng *rng, duet
         return rc;
     }
     t->gan_weight = (float)gan_weight;
-    return duet_model_create(out, &toy_ops, t, root);
+    return duet_model_create(&toy_ops, t, root, out);
 }
 
 /* ---- a dataset: smooth pictures made on the fly ----------------------------------- */
@@ -278,8 +278,8 @@ static int build_toy_gan(duet_config *cfg, const char *path, duet_rng *rng, duet
 static int toy_images_get(const void *impl, int64_t index, duet_rng *rng, duet_batch *out) {
     (void)impl;
     duet_tensor *gt = NULL, *lq = NULL;
-    DUET_TRY(duet_tensor_create4(&gt, 1, 3, 16, 16));
-    int rc = duet_tensor_create4(&lq, 1, 3, 8, 8);
+    DUET_TRY(duet_tensor_create4(1, 3, 16, 16, &gt));
+    int rc = duet_tensor_create4(1, 3, 8, 8, &lq);
     float fx = 0.2f + 0.05f * (float)(index % 7), fy = 0.15f + 0.04f * (float)(index % 5);
     float phase = 6.2832f * duet_rng_uniform(rng);
     for (int c = 0; rc == DUET_OK && c < 3; c++)
@@ -308,7 +308,7 @@ static int build_toy_images(duet_config *cfg, const char *path, bool train, duet
     int64_t size = 0;
     DUET_TRY(duet_config_get_int_or(cfg, "size", 64, &size));
     if (size < 1) return duet__error(DUET_ECONFIG, "%s.size: %lld (use >= 1)", path, (long long)size);
-    return duet_dataset_create(out, &toy_images_ops, NULL, size);
+    return duet_dataset_create(&toy_images_ops, NULL, size, out);
 }
 
 /* ---- config ---------------------------------------------------------------------- */

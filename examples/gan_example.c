@@ -17,11 +17,11 @@
 static int mlp(duet_module **out, int in, int n_out, duet_activation act, duet_rng *rng) {
     duet_module *l1 = NULL, *a = NULL, *l2 = NULL;
     DUET_TRY(duet_sequential_create(out));
-    DUET_TRY(duet_linear_module_create(&l1, in, 16, true, rng));
+    DUET_TRY(duet_linear_module_create(in, 16, true, rng, &l1));
     DUET_TRY(duet_sequential_append(*out, l1));
-    DUET_TRY(duet_activation_module_create(&a, act, 0.2f));
+    DUET_TRY(duet_activation_module_create(act, 0.2f, &a));
     DUET_TRY(duet_sequential_append(*out, a));
-    DUET_TRY(duet_linear_module_create(&l2, 16, n_out, true, rng));
+    DUET_TRY(duet_linear_module_create(16, n_out, true, rng, &l2));
     return duet_sequential_append(*out, l2);
 }
 
@@ -86,31 +86,31 @@ int main(void) {
 
     duet_rng init = duet_rng_make(0, 0); /* same weights everywhere (DDP broadcasts anyway) */
     duet_module *root = NULL, *g = NULL, *d = NULL;
-    CHECK(duet_module_create(&root, &gan_root, NULL));
+    CHECK(duet_module_create(&gan_root, NULL, &root));
     CHECK(mlp(&g, 4, 1, DUET_ACT_RELU, &init));
     CHECK(duet_module_add_child(root, "generator", g));
     CHECK(mlp(&d, 1, 1, DUET_ACT_LEAKY_RELU, &init));
     CHECK(duet_module_add_child(root, "discriminator", d));
     duet_model *model = NULL;
-    CHECK(duet_model_create(&model, &gan_ops, NULL, root));
+    CHECK(duet_model_create(&gan_ops, NULL, root, &model));
 
     duet_wrapper *w = NULL;
     const char *devices[] = {"cpu"};
-    CHECK(duet_wrapper_create(&w, model, comm, devices, 1, NULL)); /* owns the model */
+    CHECK(duet_wrapper_create(model, comm, devices, 1, NULL, &w)); /* owns the model */
     duet_optimizer_set *opts = NULL;
     duet_adam_opts adam = duet_adam_opts_default();
     adam.lr = 2e-3f;
     adam.beta1 = 0.5f;
     CHECK(duet_optimizer_set_create(&opts));
-    CHECK(duet_optimizer_set_add_adam(opts, model, "generator", adam));
-    CHECK(duet_optimizer_set_add_adam(opts, model, "discriminator", adam));
+    CHECK(duet_optimizer_set_add_adam(opts, model, "generator", &adam));
+    CHECK(duet_optimizer_set_add_adam(opts, model, "discriminator", &adam));
 
     duet_rng data = duet_rng_make(1, (uint64_t)rank); /* each rank its own samples */
     enum { N = 32, ITERS = 600 };
     for (int it = 1; it <= ITERS; it++) {
         duet_tensor *z = NULL, *real = NULL;
-        CHECK(duet_tensor_create(&z, 2, (int64_t[]){N, 4}));
-        CHECK(duet_tensor_create(&real, 2, (int64_t[]){N, 1}));
+        CHECK(duet_tensor_create(2, (int64_t[]){N, 4}, &z));
+        CHECK(duet_tensor_create(2, (int64_t[]){N, 1}, &real));
         for (int64_t i = 0; i < z->numel; i++) z->data[i] = duet_rng_normal(&data);
         for (int64_t i = 0; i < N; i++) real->data[i] = 3.0f + 0.5f * duet_rng_normal(&data);
         duet_batch b = {0};
@@ -126,7 +126,7 @@ int main(void) {
 
     /* Where did the generator land? Mean and spread of 1000 samples. */
     duet_tensor *z = NULL, *x = NULL;
-    CHECK(duet_tensor_create(&z, 2, (int64_t[]){1000, 4}));
+    CHECK(duet_tensor_create(2, (int64_t[]){1000, 4}, &z));
     for (int64_t i = 0; i < z->numel; i++) z->data[i] = duet_rng_normal(&data);
     bool prev = duet_set_grad_enabled(false);
     CHECK(duet_wrapper_forward(w, z, &x));

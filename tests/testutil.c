@@ -10,21 +10,21 @@
 
 duet_tensor *tu_randn(duet_rng *rng, int ndim, const int64_t *shape, float scale) {
     duet_tensor *t = NULL;
-    TU_OK(duet_tensor_create(&t, ndim, shape));
+    TU_OK(duet_tensor_create(ndim, shape, &t));
     for (int64_t i = 0; i < t->numel; i++) t->data[i] = scale * duet_rng_normal(rng);
     return t;
 }
 
 duet_tensor *tu_rand(duet_rng *rng, int ndim, const int64_t *shape, float lo, float hi) {
     duet_tensor *t = NULL;
-    TU_OK(duet_tensor_create(&t, ndim, shape));
+    TU_OK(duet_tensor_create(ndim, shape, &t));
     for (int64_t i = 0; i < t->numel; i++) t->data[i] = lo + (hi - lo) * duet_rng_uniform(rng);
     return t;
 }
 
 duet_tensor *tu_zeros(int ndim, const int64_t *shape) {
     duet_tensor *t = NULL;
-    TU_OK(duet_tensor_create(&t, ndim, shape));
+    TU_OK(duet_tensor_create(ndim, shape, &t));
     return t;
 }
 
@@ -92,7 +92,7 @@ void tu_gradcheck(tu_op_fn fn, void *ctx, int n, duet_tensor *const *inputs, dou
     assert_non_null(r);
     for (int64_t i = 0; i < out->numel; i++) r[i] = duet_rng_normal(&rng);
     duet_tensor *loss = NULL;
-    TU_OK(duet_tensor_create(&loss, 1, (int64_t[]){1}));
+    TU_OK(duet_tensor_create(1, (int64_t[]){1}, &loss));
     loss->data[0] = (float)dot_value(out, r);
     dot_ctx *dc = malloc(sizeof *dc);
     dc->r = r;
@@ -359,15 +359,15 @@ void tu_assert_same_state(duet_module *a, duet_module *b, bool want_equal) {
         all_equal &= eq;
     }
     if (!want_equal) assert_false(all_equal);
-    duet_named_tensors_free(&sa);
-    duet_named_tensors_free(&sb);
+    duet_named_tensors_clear(&sa);
+    duet_named_tensors_clear(&sb);
 }
 
 /* ---- images and models ------------------------------------------------------ */
 
 duet_image *tu_random_image(duet_rng *rng, int64_t h, int64_t w, int c) {
     duet_image *img = NULL;
-    TU_OK(duet_image_create(&img, h, w, c));
+    TU_OK(duet_image_create(h, w, c, &img));
     for (int64_t i = 0; i < h * w * c; i++) img->data[i] = (uint8_t)duet_rng_int(rng, 0, 255);
     return img;
 }
@@ -401,8 +401,8 @@ duet_optimizer_set *tu_adam_pair(duet_model *m, float lr) {
     TU_OK(duet_optimizer_set_create(&s));
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = lr;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", &a));
     return s;
 }
 
@@ -410,7 +410,7 @@ duet_model *tu_tiny_srgan(uint64_t seed) {
     duet_srgan_opts o = tu_tiny_srgan_opts();
     duet_rng rng = duet_rng_make(seed, 0);
     duet_model *m = NULL;
-    TU_OK(duet_srgan_create(&m, &o, &rng));
+    TU_OK(duet_srgan_create(&o, &rng, &m));
     return m;
 }
 
@@ -420,8 +420,8 @@ duet_optimizer *tu_adam_for(duet_module *m, float lr) {
     duet_adam_opts o = duet_adam_opts_default();
     o.lr = lr;
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &p, o));
-    duet_named_tensors_free(&p);
+    TU_OK(duet_adam_create(&p, &o, &opt));
+    duet_named_tensors_clear(&p);
     return opt;
 }
 
@@ -439,7 +439,7 @@ duet_tensor *tu_flat_params(duet_module *m) {
                (size_t)l.items[i].tensor->numel * sizeof(float));
         at += l.items[i].tensor->numel;
     }
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     return t;
 }
 
@@ -498,21 +498,21 @@ static const duet_module_type tiny_type = {"TinyNet", tiny_forward, NULL};
 duet_module *tu_tiny_create(uint64_t seed, tu_tiny_cfg cfg) {
     duet_rng rng = duet_rng_make(seed, 0);
     duet_module *m = NULL, *c = NULL;
-    TU_OK(duet_module_create(&m, &tiny_type, NULL));
+    TU_OK(duet_module_create(&tiny_type, NULL, &m));
     /* Before a BatchNorm a bias gets only rounding noise as gradient, which
      * Adam would amplify: no bias there, as in practice. */
-    TU_OK(duet_conv2d_module_create(&c, 3, 4, 3, 1, 1, !cfg.bn, &rng));
+    TU_OK(duet_conv2d_module_create(3, 4, 3, 1, 1, !cfg.bn, &rng, &c));
     TU_OK(duet_module_add_child(m, "conv1", c));
     if (cfg.bn) {
-        TU_OK(duet_batchnorm2d_module_create(&c, 4, 1e-5f, 0.1f));
+        TU_OK(duet_batch_norm2d_module_create(4, 1e-5f, 0.1f, &c));
         TU_OK(duet_module_add_child(m, "bn", c));
     }
-    TU_OK(duet_conv2d_module_create(&c, 4, cfg.c2, 3, 2, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(4, cfg.c2, 3, 2, 1, true, &rng, &c));
     TU_OK(duet_module_add_child(m, "conv2", c));
-    TU_OK(duet_linear_module_create(&c, cfg.c2 * 16, 3, true, &rng));
+    TU_OK(duet_linear_module_create(cfg.c2 * 16, 3, true, &rng, &c));
     TU_OK(duet_module_add_child(m, "fc", c));
     if (cfg.aux) {
-        TU_OK(duet_linear_module_create(&c, cfg.c2 * 16, 3, true, &rng));
+        TU_OK(duet_linear_module_create(cfg.c2 * 16, 3, true, &rng, &c));
         TU_OK(duet_module_add_child(m, "aux", c));
     }
     return m;
@@ -526,7 +526,7 @@ void tu_tiny_batch(uint64_t seed, int64_t B, duet_tensor **x, duet_tensor **t) {
 
 duet_tensor *tu_slice0(duet_tensor *t, int64_t start, int64_t count) {
     duet_tensor *s = NULL;
-    TU_OK(duet_tensor_slice0(&s, t, start, count));
+    TU_OK(duet_tensor_slice0(t, start, count, &s));
     return s;
 }
 
@@ -541,7 +541,7 @@ void tu_fwd_bwd(duet_module *m, duet_tensor *x, duet_tensor *t, float weight) {
 
 duet_module *tu_ddp_of(duet_module *net, const duet_ddp_opts *o) {
     duet_module *ddp = NULL;
-    TU_OK(duet_ddp_create(&ddp, net, tu_comm, o));
+    TU_OK(duet_ddp_create(net, tu_comm, o, &ddp));
     return ddp;
 }
 
@@ -558,8 +558,8 @@ void tu_assert_state_close(duet_module *got, duet_module *want, double rtol, dou
         tu_assert_close(a.items[i].tensor->data, b.items[i].tensor->data, a.items[i].tensor->numel,
                         rtol, atol, what);
     }
-    duet_named_tensors_free(&a);
-    duet_named_tensors_free(&b);
+    duet_named_tensors_clear(&a);
+    duet_named_tensors_clear(&b);
 }
 
 void tu_assert_grads_close(duet_module *got, duet_module *want, double rtol, double atol) {
@@ -576,8 +576,8 @@ void tu_assert_grads_close(duet_module *got, duet_module *want, double rtol, dou
         tu_assert_close(a.items[i].tensor->grad, b.items[i].tensor->grad,
                         a.items[i].tensor->numel, rtol, atol, what);
     }
-    duet_named_tensors_free(&a);
-    duet_named_tensors_free(&b);
+    duet_named_tensors_clear(&a);
+    duet_named_tensors_clear(&b);
 }
 
 void tu_assert_bit_identical(duet_module *m, bool with_grads) {
@@ -598,5 +598,5 @@ void tu_assert_bit_identical(duet_module *m, bool with_grads) {
             free(root);
         }
     }
-    duet_named_tensors_free(&s);
+    duet_named_tensors_clear(&s);
 }

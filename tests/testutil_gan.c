@@ -24,7 +24,7 @@ void tu_noise_masks_update(tu_noise_masks *nm, duet_module *root) {
         for (int64_t k = 0; k < t->numel; k++)
             nm->mask[i][k] |= t->grad[k] != 0.0f && fabs(t->grad[k]) < 3e-4 * gmax;
     }
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 }
 
 void tu_noise_masks_free(tu_noise_masks *nm) {
@@ -67,10 +67,10 @@ void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise
         tu_assert_close(bg.items[i].tensor->data, bw.items[i].tensor->data,
                         bw.items[i].tensor->numel, 1e-4, 1e-6, bg.items[i].name);
     }
-    duet_named_tensors_free(&pg);
-    duet_named_tensors_free(&pw);
-    duet_named_tensors_free(&bg);
-    duet_named_tensors_free(&bw);
+    duet_named_tensors_clear(&pg);
+    duet_named_tensors_clear(&pw);
+    duet_named_tensors_clear(&bg);
+    duet_named_tensors_clear(&bw);
 }
 
 void tu_gan_assert_params_identical(duet_model *m) {
@@ -87,7 +87,7 @@ void tu_gan_assert_params_identical(duet_model *m) {
     }
     TU_OK(duet_comm_allreduce(tu_comm, &bad, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
     assert_int_equal(bad, 0);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 }
 
 void tu_gan_train_pair(duet_model *ref, duet_wrapper *w, tu_noise_masks *nm, bool compare_logs,
@@ -124,7 +124,7 @@ void tu_gan_whole_model_fails_everywhere(duet_model *m, const tu_gan_run *run, i
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.kind = DUET_WRAPPER_WHOLE_MODEL;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, m, tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(m, tu_comm, cpu, 1, &o, &w));
     duet_optimizer_set *opts = tu_adam_pair(duet_wrapper_model(w), run->lr);
     int64_t n = run->batch_size / tu_size;
     double t0 = duet_time_now();

@@ -4,7 +4,7 @@
  * Usage:
  *
  *   duet_tensor *t = NULL;
- *   int rc = duet_tensor_create(&t, 1, (int64_t[]){0});   // fails: empty dim
+ *   int rc = duet_tensor_create(1, (int64_t[]){0}, &t);   // fails: empty dim
  *   if (rc != DUET_OK)
  *       fprintf(stderr, "%s: %s\n", duet_err_name(rc), duet_last_error());
  *

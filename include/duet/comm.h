@@ -86,7 +86,7 @@ int duet_comm_world(duet_comm **out);
  * never mixes with the host's, and the host's error handler is untouched).
  * MPI must be initialised. Collective over `comm`. Free with
  * duet_comm_destroy. */
-int duet_comm_create(duet_comm **out, MPI_Comm comm);
+int duet_comm_create(MPI_Comm comm, duet_comm **out);
 /* A new process group over the same processes (an independent channel:
  * collectives on it do not order against those on `c`). Collective. */
 int duet_comm_dup(const duet_comm *c, duet_comm **out);

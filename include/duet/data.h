@@ -4,19 +4,19 @@
  *
  * Usage (one rank of a data-parallel run):
  *
- *   duet_sr_dataset_options o = duet_sr_dataset_options_default();
+ *   duet_sr_dataset_opts o = duet_sr_dataset_options_default();
  *   o.gt_dir = "data/sample/train";     // ground truth; lq made by bicubic x1/4
  *   o.scale = 4;
  *   o.gt_size = 128;                    // random 128x128 GT crop, 32x32 LQ
  *   duet_dataset *train = NULL, *rep = NULL;
- *   DUET_TRY(duet_sr_train_dataset_create(&train, &o));
- *   DUET_TRY(duet_repeat_dataset_create(&rep, train, 1000));  // takes `train`
+ *   DUET_TRY(duet_sr_train_dataset_create(&o, &train));
+ *   DUET_TRY(duet_repeat_dataset_create(train, 1000, &rep));  // takes `train`
  *
- *   duet_loader_options lo = duet_loader_options_default();
+ *   duet_loader_opts lo = duet_loader_options_default();
  *   lo.samples_per_gpu = 16; lo.world_size = world; lo.rank = rank;
  *   lo.seed = 42;                       // the same on every rank
  *   duet_loader *loader = NULL;
- *   DUET_TRY(duet_loader_create(&loader, rep, &lo));  // rep is borrowed
+ *   DUET_TRY(duet_loader_create(rep, &lo, &loader));  // rep is borrowed
  *   for (int it = 0; it < iters; it++) {
  *       duet_data_batch *b = NULL;
  *       DUET_TRY(duet_loader_next(loader, &b));  // b->batch: "lq" (16,3,32,32), "gt" (16,3,128,128)
@@ -53,7 +53,7 @@ typedef struct duet_image {
 } duet_image;
 
 /* New zero-filled image. channels 1 or 3. Free with duet_image_destroy. */
-int duet_image_create(duet_image **out, int64_t height, int64_t width, int channels);
+int duet_image_create(int64_t height, int64_t width, int channels, duet_image **out);
 /* NULL ok. */
 void duet_image_destroy(duet_image *img);
 
@@ -150,7 +150,7 @@ typedef struct duet_sample {
 /* Releases lq and gt and zeroes the struct. NULL ok. */
 void duet_sample_clear(duet_sample *s);
 
-typedef struct duet_sr_dataset_options {
+typedef struct duet_sr_dataset_opts {
     /* Folder of ground-truth images (*.png, *.jpg, *.jpeg, any case), taken
      * in strcmp order of their names. Required. */
     const char *gt_dir;
@@ -171,12 +171,12 @@ typedef struct duet_sr_dataset_options {
     /* Images larger than this many pixels are refused before decoding (see
      * "decompression bombs"); 0: no limit. Default DUET_IMAGE_MAX_PIXELS_DEFAULT. */
     int64_t max_pixels;
-} duet_sr_dataset_options;
+} duet_sr_dataset_opts;
 
 /* The largest SR factor datasets and configs accept. */
 #define DUET_MAX_SCALE 64
 
-duet_sr_dataset_options duet_sr_dataset_options_default(void);
+duet_sr_dataset_opts duet_sr_dataset_options_default(void);
 
 /* Training set (MMEditing's SRFolderGTDataset / SRFolderDataset pipeline):
  * sample i takes image i, a random gt_size x gt_size crop whose corner is a
@@ -189,17 +189,17 @@ duet_sr_dataset_options duet_sr_dataset_options_default(void);
  * missing LQ file, DUET_ESHAPE for an image smaller than the crop or an LQ of
  * the wrong size, decode errors) name the file. Free with
  * duet_dataset_destroy. */
-int duet_sr_train_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
+int duet_sr_train_dataset_create(const duet_sr_dataset_opts *opts, duet_dataset **out);
 /* Validation set: sample i is image i whole; the GT is cropped (top-left) to
  * a multiple of scale, the LQ is its bicubic downscale in 8-bit levels (or
  * the LQ image, the GT then cropped to LQ size * scale). No randomness;
  * gt_size and the flips are ignored. */
-int duet_sr_val_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts);
+int duet_sr_val_dataset_create(const duet_sr_dataset_opts *opts, duet_dataset **out);
 /* MMEditing's RepeatDataset: size times * inner size; index i is inner
  * sample i % inner size but with i's own randomness. Takes ownership of
  * `inner` (also on failure). DUET_EINVAL when times < 1 or times * inner
  * size does not fit in int64_t. */
-int duet_repeat_dataset_create(duet_dataset **out, duet_dataset *inner, int64_t times);
+int duet_repeat_dataset_create(duet_dataset *inner, int64_t times, duet_dataset **out);
 /* NULL ok. */
 void duet_dataset_destroy(duet_dataset *ds);
 
@@ -245,8 +245,8 @@ typedef struct duet_dataset_ops {
 /* size >= 1 samples. Takes ownership of impl (ops->destroy, also on
  * failure). duet_dataset_get gives such a dataset's "lq" and "gt" when it
  * has them; duet_dataset_scale is 1. Free with duet_dataset_destroy. */
-int duet_dataset_create(duet_dataset **out, const duet_dataset_ops *ops, void *impl,
-                        int64_t size);
+int duet_dataset_create(const duet_dataset_ops *ops, void *impl, int64_t size,
+                        duet_dataset **out);
 
 /* ---- distributed sampler -----------------------------------------------------
  * MMEditing's DistributedSampler: per epoch one permutation of [0, size) from
@@ -269,8 +269,8 @@ typedef struct duet_sampler_state {
 /* DUET_EINVAL for bad arguments; DUET_ESHAPE when size < world_size *
  * samples_per_gpu (the padding could not make equal shares: use fewer
  * processes or a smaller batch). Free with duet_sampler_destroy. */
-int duet_sampler_create(duet_sampler **out, int64_t dataset_size, int world_size, int rank,
-                        int64_t samples_per_gpu, uint64_t seed, bool shuffle);
+int duet_sampler_create(int64_t dataset_size, int world_size, int rank, int64_t samples_per_gpu,
+                        uint64_t seed, bool shuffle, duet_sampler **out);
 void duet_sampler_destroy(duet_sampler *s);
 /* Indices per rank per epoch (a multiple of samples_per_gpu). */
 int64_t duet_sampler_num_samples(const duet_sampler *s);
@@ -306,7 +306,7 @@ typedef struct duet_data_batch {
 /* NULL ok. */
 void duet_data_batch_destroy(duet_data_batch *b);
 
-typedef struct duet_loader_options {
+typedef struct duet_loader_opts {
     int64_t samples_per_gpu; /* batch size on this rank. Default 1. */
     int world_size;          /* default 1 */
     int rank;                /* default 0 */
@@ -320,14 +320,14 @@ typedef struct duet_loader_options {
      * NULL (validation). */
     bool one_epoch;
     duet_sampler_state start; /* where to begin (resume). Default {0, 0}. */
-} duet_loader_options;
+} duet_loader_opts;
 
-duet_loader_options duet_loader_options_default(void);
+duet_loader_opts duet_loader_options_default(void);
 
 /* `ds` is borrowed and must outlive the loader. Sampler errors as in
  * duet_sampler_create. The prefetch thread starts on the first
  * duet_loader_next. Free with duet_loader_destroy. */
-int duet_loader_create(duet_loader **out, duet_dataset *ds, const duet_loader_options *opts);
+int duet_loader_create(duet_dataset *ds, const duet_loader_opts *opts, duet_loader **out);
 /* Stops and joins the prefetch thread, frees batches not handed out. NULL ok. */
 void duet_loader_destroy(duet_loader *l);
 /* The next batch into *out (free with duet_data_batch_destroy); *out = NULL after

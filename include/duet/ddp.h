@@ -46,7 +46,7 @@
  *   duet_ddp_opts o = duet_ddp_opts_default();
  *   o.broadcast_buffers = false;                  // as MMEditing
  *   duet_module *ddp = NULL;
- *   DUET_TRY(duet_ddp_create(&ddp, net, comm, &o)); // ddp owns net now
+ *   DUET_TRY(duet_ddp_create(net, comm, &o, &ddp)); // ddp owns net now
  *   duet_tensor *y = NULL, *loss = NULL;
  *   DUET_TRY(duet_module_forward(ddp, x, &y));     // arms the DDP
  *   DUET_TRY(duet_mse_loss(y, target, 1.0f, &loss));
@@ -118,8 +118,8 @@ duet_ddp_opts duet_ddp_opts_default(void);
  * comm is borrowed and must outlive the DDP. opts NULL: defaults. Free with
  * duet_module_destroy(*out), which also destroys module and gives its
  * parameters their own gradient storage back. */
-int duet_ddp_create(duet_module **out, duet_module *module, duet_comm *comm,
-                    const duet_ddp_opts *opts);
+int duet_ddp_create(duet_module *module, duet_comm *comm, const duet_ddp_opts *opts,
+                    duet_module **out);
 
 /* Puts a DDP in place of parent's child `child` (the names of the parent's
  * state dict do not change: the DDP is transparent). On failure the child

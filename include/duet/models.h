@@ -6,7 +6,7 @@
  *   duet_rng rng = duet_rng_make(0, 0);
  *   duet_msrresnet_opts o = duet_msrresnet_opts_default();   // x4, 64 ch, 16 blocks
  *   duet_module *g = NULL;
- *   DUET_TRY(duet_msrresnet_create(&g, &o, &rng));
+ *   DUET_TRY(duet_msrresnet_create(&o, &rng, &g));
  *   duet_tensor *sr = NULL;
  *   DUET_TRY(duet_module_forward(g, lq, &sr));               // (N,3,4H,4W)
  */
@@ -35,7 +35,7 @@ typedef struct duet_msrresnet_opts {
     int in_channels, out_channels, mid_channels, num_blocks, upscale_factor;
 } duet_msrresnet_opts;
 duet_msrresnet_opts duet_msrresnet_opts_default(void); /* 3, 3, 64, 16, 4 */
-int duet_msrresnet_create(duet_module **out, const duet_msrresnet_opts *opts, duet_rng *rng);
+int duet_msrresnet_create(const duet_msrresnet_opts *opts, duet_rng *rng, duet_module **out);
 
 /* MMEditing's ModifiedVGG discriminator: conv0_0 (3x3, bias), conv0_1 (4x4
  * s2, no bias), bn0_1, conv1_0, bn1_0, conv1_1, bn1_1, ... conv4_1, bn4_1,
@@ -47,8 +47,8 @@ typedef struct duet_modified_vgg_opts {
     int in_channels, mid_channels, input_size;
 } duet_modified_vgg_opts;
 duet_modified_vgg_opts duet_modified_vgg_opts_default(void); /* 3, 64, 128 */
-int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *opts,
-                             duet_rng *rng);
+int duet_modified_vgg_create(const duet_modified_vgg_opts *opts, duet_rng *rng,
+                             duet_module **out);
 
 /* MMEditing's RRDBNet, ESRGAN's generator: conv_first, body.<i> (RRDB:
  * rdb1..rdb3, each a ResidualDenseBlock conv1..conv5 with growth_channels,
@@ -63,7 +63,7 @@ typedef struct duet_rrdbnet_opts {
     int in_channels, out_channels, mid_channels, num_blocks, growth_channels, upscale_factor;
 } duet_rrdbnet_opts;
 duet_rrdbnet_opts duet_rrdbnet_opts_default(void); /* 3, 3, 64, 23, 32, 4 */
-int duet_rrdbnet_create(duet_module **out, const duet_rrdbnet_opts *opts, duet_rng *rng);
+int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_module **out);
 
 /* ---- image-to-image GAN networks (Pix2Pix, CycleGAN) -------------------
  * MMEditing's generation backbones, built from mmcv ConvModules whose
@@ -98,8 +98,8 @@ typedef struct duet_unet_generator_opts {
     float init_gain;
 } duet_unet_generator_opts;
 duet_unet_generator_opts duet_unet_generator_opts_default(void); /* 3, 3, 8, 64, BN, no, 0.02 */
-int duet_unet_generator_create(duet_module **out, const duet_unet_generator_opts *opts,
-                               duet_rng *init_rng, duet_rng *dropout_rng);
+int duet_unet_generator_create(const duet_unet_generator_opts *opts, duet_rng *init_rng,
+                               duet_rng *dropout_rng, duet_module **out);
 
 /* PatchDiscriminator: model.0 (4x4 s2 conv with bias, LeakyReLU 0.2),
  * model.1 .. model.<num_conv-1> (4x4 s2, channels doubling up to 8x,
@@ -111,8 +111,8 @@ typedef struct duet_patch_discriminator_opts {
     float init_gain;
 } duet_patch_discriminator_opts;
 duet_patch_discriminator_opts duet_patch_discriminator_opts_default(void); /* 6, 64, 3, BN */
-int duet_patch_discriminator_create(duet_module **out, const duet_patch_discriminator_opts *opts,
-                                    duet_rng *init_rng);
+int duet_patch_discriminator_create(const duet_patch_discriminator_opts *opts, duet_rng *init_rng,
+                                    duet_module **out);
 
 /* ResnetGenerator (padding_mode 'reflect'): model.0 7x7 conv after
  * ReflectionPad2d(3), norm, ReLU; two 3x3 s2 downsampling ConvModules;
@@ -127,8 +127,8 @@ typedef struct duet_resnet_generator_opts {
     float init_gain;
 } duet_resnet_generator_opts;
 duet_resnet_generator_opts duet_resnet_generator_opts_default(void); /* 3, 3, 64, 9, IN, no */
-int duet_resnet_generator_create(duet_module **out, const duet_resnet_generator_opts *opts,
-                                 duet_rng *init_rng, duet_rng *dropout_rng);
+int duet_resnet_generator_create(const duet_resnet_generator_opts *opts, duet_rng *init_rng,
+                                 duet_rng *dropout_rng, duet_module **out);
 
 /* ---- model contract, losses, SRGAN, registry: below ------------------- */
 
@@ -144,11 +144,11 @@ int duet_resnet_generator_create(duet_module **out, const duet_resnet_generator_
  *
  *   duet_srgan_opts so = duet_srgan_opts_default();      // MMEditing's x4 SRGAN
  *   duet_model *model = NULL;
- *   DUET_TRY(duet_srgan_create(&model, &so, &rng));
+ *   DUET_TRY(duet_srgan_create(&so, &rng, &model));
  *   duet_optimizer_set *opts = NULL;
  *   DUET_TRY(duet_optimizer_set_create(&opts));
- *   DUET_TRY(duet_optimizer_set_add_adam(opts, model, "generator", adam_g));
- *   DUET_TRY(duet_optimizer_set_add_adam(opts, model, "discriminator", adam_d));
+ *   DUET_TRY(duet_optimizer_set_add_adam(opts, model, "generator", &adam_g));
+ *   DUET_TRY(duet_optimizer_set_add_adam(opts, model, "discriminator", &adam_d));
  *   duet_batch batch = {0};
  *   DUET_TRY(duet_batch_add_tensor(&batch, "lq", lq));   // (N,3,h,w) in [0,1]
  *   DUET_TRY(duet_batch_add_tensor(&batch, "gt", gt));   // (N,3,4h,4w)
@@ -203,11 +203,12 @@ void duet_optimizer_set_destroy(duet_optimizer_set *s);
 /* Takes ownership of opt (destroyed on failure). Duplicate names fail. */
 int duet_optimizer_set_add(duet_optimizer_set *s, const char *name, duet_optimizer *opt);
 /* Adam / SGD over every parameter of the model's child `child` (as
- * torch.optim.Adam(model.generator.parameters())), added under its name. */
+ * torch.optim.Adam(model.generator.parameters())), added under its name.
+ * opts NULL: the defaults. */
 int duet_optimizer_set_add_adam(duet_optimizer_set *s, duet_model *model, const char *child,
-                                duet_adam_opts opts);
+                                const duet_adam_opts *opts);
 int duet_optimizer_set_add_sgd(duet_optimizer_set *s, duet_model *model, const char *child,
-                               duet_sgd_opts opts);
+                               const duet_sgd_opts *opts);
 /* Borrowed, or NULL when absent. */
 duet_optimizer *duet_optimizer_set_get(const duet_optimizer_set *s, const char *name);
 /* DUET_ENOTFOUND naming the key and the keys there are. */
@@ -266,8 +267,8 @@ typedef struct duet_model_ops {
 /* Takes ownership of impl (freed by ops->destroy, also on failure) and of
  * root, the module whose children are the parts (destroyed on failure).
  * Free with duet_model_destroy. */
-int duet_model_create(duet_model **out, const duet_model_ops *ops, void *impl,
-                      duet_module *root);
+int duet_model_create(const duet_model_ops *ops, void *impl, duet_module *root,
+                      duet_model **out);
 void duet_model_destroy(duet_model *m);
 /* The model as a module (type name = the model's): children are the parts,
  * state dict names are MMEditing's ("generator.conv_first.weight").
@@ -330,8 +331,8 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
 /* ---- losses (MMEditing's mmedit/models/losses) ---------------------------- */
 
 /* L1Loss / MSELoss: module forward2(pred, target) = loss_weight * mean. */
-int duet_l1_loss_module_create(duet_module **out, float loss_weight);
-int duet_mse_loss_module_create(duet_module **out, float loss_weight);
+int duet_l1_loss_module_create(float loss_weight, duet_module **out);
+int duet_mse_loss_module_create(float loss_weight, duet_module **out);
 
 /* GANLoss (mmedit/models/losses/gan_loss.py), gan_type:
  *   "vanilla"  BCE with logits against real_label_val / fake_label_val
@@ -354,7 +355,7 @@ typedef struct duet_gan_loss_opts {
 } duet_gan_loss_opts;
 duet_gan_loss_opts duet_gan_loss_opts_default(void); /* vanilla, 1, 0, 1 */
 /* An unknown gan_type is DUET_EUNSUPPORTED naming the known ones. */
-int duet_gan_loss_create(duet_module **out, const duet_gan_loss_opts *opts);
+int duet_gan_loss_create(const duet_gan_loss_opts *opts, duet_module **out);
 /* smgan without a mask is DUET_EINVAL. */
 int duet_gan_loss(duet_module *gan_loss, duet_tensor *pred, bool target_is_real, bool is_disc,
                   duet_tensor **out);
@@ -393,8 +394,8 @@ typedef struct duet_perceptual_loss_opts {
 /* MMEditing's PerceptualLoss defaults: vgg19 {34: 1.0}, norm_img true,
  * perceptual 1.0, style 1.0, l1. */
 duet_perceptual_loss_opts duet_perceptual_loss_opts_default(void);
-int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_opts *opts,
-                                duet_rng *rng);
+int duet_perceptual_loss_create(const duet_perceptual_loss_opts *opts, duet_rng *rng,
+                                duet_module **out);
 /* *percep (or NULL when perceptual_weight is 0) and *style (NULL when
  * style_weight is 0): style = style_weight * sum_k w_k *
  * criterion(gram(x_k), gram(gt_k)), gram(f) = F F^T / (C H W) per sample
@@ -449,7 +450,7 @@ duet_srgan_opts duet_srgan_opts_default(void); /* MMEditing's srgan_x4c64b16 con
 /* Log values of train_step: loss_pix, loss_perceptual, loss_gan (when the
  * generator stepped), loss_d_real, loss_d_fake, real_logit_mean,
  * fake_logit_mean. Optimizers "generator" and "discriminator". */
-int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng);
+int duet_srgan_create(const duet_srgan_opts *opts, duet_rng *rng, duet_model **out);
 /* The model's step counter (MMEditing's step_counter). */
 int64_t duet_srgan_step_counter(duet_model *m);
 /* Sets it: a resumed run continues the count (disc_steps and
@@ -483,7 +484,7 @@ typedef struct duet_esrgan_opts {
     duet_test_cfg test_cfg;            /* PSNR, SSIM, crop_border 4 */
 } duet_esrgan_opts;
 duet_esrgan_opts duet_esrgan_opts_default(void); /* MMEditing's esrgan_x4c64b23g32 config */
-int duet_esrgan_create(duet_model **out, const duet_esrgan_opts *opts, duet_rng *rng);
+int duet_esrgan_create(const duet_esrgan_opts *opts, duet_rng *rng, duet_model **out);
 
 /* BasicRestorer: generator + pixel loss, PSNR-oriented pretraining. Log
  * values loss_pix, loss. Optimizer "generator". */
@@ -494,13 +495,14 @@ typedef struct duet_basic_restorer_opts {
     duet_test_cfg test_cfg;
 } duet_basic_restorer_opts;
 duet_basic_restorer_opts duet_basic_restorer_opts_default(void);
-int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
-                               duet_rng *rng);
+int duet_basic_restorer_create(const duet_basic_restorer_opts *opts, duet_rng *rng,
+                               duet_model **out);
 /* BasicRestorer with an RRDBNet generator (MMEditing's ESRGAN PSNR
  * pretraining, esrgan_psnr_x4c64b23g32): as duet_basic_restorer_create,
  * opts->generator unused. */
-int duet_basic_restorer_rrdbnet_create(duet_model **out, const duet_rrdbnet_opts *generator,
-                                       const duet_basic_restorer_opts *opts, duet_rng *rng);
+int duet_basic_restorer_rrdbnet_create(const duet_rrdbnet_opts *generator,
+                                       const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                       duet_model **out);
 
 /* ---- Pix2Pix (mmedit/models/synthesizers/pix2pix.py) --------------------- */
 
@@ -524,7 +526,7 @@ typedef struct duet_pix2pix_opts {
     uint64_t dropout_seed;                     /* the dropout rng (stream 0) */
 } duet_pix2pix_opts;
 duet_pix2pix_opts duet_pix2pix_opts_default(void); /* MMEditing's pix2pix configs */
-int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rng *rng);
+int duet_pix2pix_create(const duet_pix2pix_opts *opts, duet_rng *rng, duet_model **out);
 /* MMEditing's step_counter (disc_steps and disc_init_steps depend on it). */
 int64_t duet_pix2pix_step_counter(duet_model *m);
 void duet_pix2pix_set_step_counter(duet_model *m, int64_t step_counter);
@@ -579,7 +581,7 @@ typedef struct duet_cyclegan_opts {
     uint64_t pool_seed, dropout_seed;            /* the model's rngs (stream 0) */
 } duet_cyclegan_opts;
 duet_cyclegan_opts duet_cyclegan_opts_default(void); /* MMEditing's cyclegan configs */
-int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_rng *rng);
+int duet_cyclegan_create(const duet_cyclegan_opts *opts, duet_rng *rng, duet_model **out);
 int64_t duet_cyclegan_step_counter(duet_model *m);
 /* The pools' rng (borrowed, lives with the model). Checkpoints save it, the
  * step counter, the dropout rng and both pools (see docs/gan_translation.md

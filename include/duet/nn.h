@@ -7,13 +7,13 @@
  *   duet_rng rng = duet_rng_make(0, 0);
  *   duet_module *net = NULL, *conv = NULL;
  *   DUET_TRY(duet_sequential_create(&net));
- *   DUET_TRY(duet_conv2d_module_create(&conv, 3, 64, 3, 1, 1, true, &rng));
+ *   DUET_TRY(duet_conv2d_module_create(3, 64, 3, 1, 1, true, &rng, &conv));
  *   DUET_TRY(duet_module_add_child(net, "0", conv));   // net owns conv now
  *                                                      // names: 0.weight, 0.bias
  *   duet_named_tensors ps;                             // optimise what trains
  *   DUET_TRY(duet_module_named_parameters(net, true, &ps));
  *   duet_optimizer *opt = NULL;
- *   DUET_TRY(duet_adam_create(&opt, &ps, duet_adam_opts_default()));
+ *   DUET_TRY(duet_adam_create(&ps, NULL, &opt));
  *   duet_lr_schedule sched = duet_lr_schedule_default();
  *   for (int64_t iter = 0; iter < iters; iter++) {
  *       duet_optimizer_set_lr(opt, duet_lr_at(&sched, duet_optimizer_base_lr(opt), iter));
@@ -26,7 +26,7 @@
  *       DUET_TRY(duet_optimizer_step(opt));
  *   }
  *   duet_optimizer_destroy(opt);
- *   duet_named_tensors_free(&ps);
+ *   duet_named_tensors_clear(&ps);
  *   duet_module_destroy(net);
  */
 #ifndef DUET_NN_H
@@ -54,7 +54,7 @@ typedef struct duet_module_type {
 
 /* New empty module in training mode. impl is owned from now on (freed with
  * type->destroy, also when this fails). Free with duet_module_destroy. */
-int duet_module_create(duet_module **out, const duet_module_type *type, void *impl);
+int duet_module_create(const duet_module_type *type, void *impl, duet_module **out);
 /* Destroys children recursively and releases parameters and buffers. NULL ok. */
 void duet_module_destroy(duet_module *m);
 
@@ -126,13 +126,13 @@ typedef struct duet_named_tensors {
 } duet_named_tensors;
 
 /* trainable_only: only parameters with requires_grad. Free with
- * duet_named_tensors_free. */
+ * duet_named_tensors_clear. */
 int duet_module_named_parameters(duet_module *m, bool trainable_only, duet_named_tensors *out);
 int duet_module_named_buffers(duet_module *m, duet_named_tensors *out);
 /* The state dict, in PyTorch's order: each module's own parameters, then
  * its own buffers, then its children's entries depth first. */
 int duet_module_state(duet_module *m, duet_named_tensors *out);
-void duet_named_tensors_free(duet_named_tensors *l);
+void duet_named_tensors_clear(duet_named_tensors *l);
 int64_t duet_module_num_parameters(duet_module *m, bool trainable_only);
 
 /* MMEditing's set_requires_grad: every parameter of the subtree. */
@@ -160,18 +160,18 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
 
 /* PyTorch default init: kaiming_uniform(a=sqrt(5)) weights, bias uniform in
  * +-1/sqrt(fan_in). Params: weight (O, C, K, K), bias (O). */
-int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channels, int kernel,
-                              int stride, int padding, bool bias, duet_rng *rng);
+int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
+                              int padding, bool bias, duet_rng *rng, duet_module **out);
 /* Params: weight (OUT, IN), bias (OUT). */
-int duet_linear_module_create(duet_module **out, int in_features, int out_features, bool bias,
-                              duet_rng *rng);
+int duet_linear_module_create(int in_features, int out_features, bool bias, duet_rng *rng,
+                              duet_module **out);
 /* Params weight = 1, bias = 0 (C); buffers running_mean, running_var,
  * num_batches_tracked (integer). */
-int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, float momentum);
+int duet_batch_norm2d_module_create(int channels, float eps, float momentum, duet_module **out);
 /* Plugs a cross-process sum of the batch statistics into a BatchNorm2d
  * (SyncBatchNorm); fn NULL goes back to local statistics. ctx is borrowed
  * and must outlive its use. DUET_EINVAL when bn is not a BatchNorm2d. */
-int duet_batchnorm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx);
+int duet_batch_norm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx);
 /* Children are added with duet_module_add_child, named "0", "1", ...; forward
  * runs them in order. */
 int duet_sequential_create(duet_module **out);
@@ -184,9 +184,9 @@ typedef enum duet_activation {
     DUET_ACT_SIGMOID,
     DUET_ACT_TANH
 } duet_activation;
-int duet_activation_module_create(duet_module **out, duet_activation kind, float negative_slope);
+int duet_activation_module_create(duet_activation kind, float negative_slope, duet_module **out);
 /* MaxPool2d(kernel, stride); no parameters. */
-int duet_maxpool2d_module_create(duet_module **out, int kernel, int stride);
+int duet_max_pool2d_module_create(int kernel, int stride, duet_module **out);
 
 /* Type checks ("Conv2d", "Linear", "BatchNorm2d", "Sequential", "ReLU",
  * "LeakyReLU", "Sigmoid", "Tanh", "MaxPool2d", ...). */
@@ -201,18 +201,18 @@ void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng);
 
 /* nn.ConvTranspose2d: params weight (IN, OUT, K, K), bias (OUT); PyTorch's
  * default init (bound 1/sqrt(OUT*K*K) for both). output_padding < stride. */
-int duet_conv_transpose2d_module_create(duet_module **out, int in_channels, int out_channels,
-                                        int kernel, int stride, int padding, int output_padding,
-                                        bool bias, duet_rng *rng);
+int duet_conv_transpose2d_module_create(int in_channels, int out_channels, int kernel,
+                                        int stride, int padding, int output_padding, bool bias,
+                                        duet_rng *rng, duet_module **out);
 /* nn.InstanceNorm2d(channels, eps, affine) with track_running_stats=False
  * (MMEditing's 'IN'): no buffers; affine adds weight = 1, bias = 0 (C). */
-int duet_instancenorm2d_module_create(duet_module **out, int channels, float eps, bool affine);
+int duet_instance_norm2d_module_create(int channels, float eps, bool affine, duet_module **out);
 /* nn.ReflectionPad2d(padding) on all four sides; no parameters. */
-int duet_reflectionpad2d_module_create(duet_module **out, int padding);
+int duet_reflection_pad2d_module_create(int padding, duet_module **out);
 /* nn.Dropout(p): active in training mode. rng is borrowed (it must outlive
  * the module) and advanced by each training forward; its owner saves and
  * restores it to make resumed runs drop the same elements. */
-int duet_dropout_module_create(duet_module **out, float p, duet_rng *rng);
+int duet_dropout_module_create(float p, duet_rng *rng, duet_module **out);
 /* MMEditing's generation_init_weights(init_type='normal', init_gain=gain):
  * Conv2d, ConvTranspose2d and Linear weights N(0, gain), biases 0;
  * BatchNorm2d weight N(1, gain), bias 0; others untouched. */
@@ -235,8 +235,11 @@ duet_sgd_opts duet_sgd_opts_default(void);
 
 /* The optimizer keeps borrowed pointers to the tensors in params (copying the
  * list); the tensors must outlive it. Free with duet_optimizer_destroy. */
-int duet_adam_create(duet_optimizer **out, const duet_named_tensors *params, duet_adam_opts opts);
-int duet_sgd_create(duet_optimizer **out, const duet_named_tensors *params, duet_sgd_opts opts);
+/* opts NULL: the defaults above. */
+int duet_adam_create(const duet_named_tensors *params, const duet_adam_opts *opts,
+                     duet_optimizer **out);
+int duet_sgd_create(const duet_named_tensors *params, const duet_sgd_opts *opts,
+                    duet_optimizer **out);
 void duet_optimizer_destroy(duet_optimizer *opt);
 /* One update from the current gradients. Parameters with no gradient
  * (grad NULL) or with requires_grad false are skipped and keep their state,

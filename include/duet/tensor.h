@@ -4,7 +4,7 @@
  * Usage:
  *
  *   duet_tensor *x = NULL;
- *   DUET_TRY(duet_tensor_create(&x, 4, (int64_t[]){2, 3, 8, 8}));  // or see base.h
+ *   DUET_TRY(duet_tensor_create(4, (int64_t[]){2, 3, 8, 8}, &x));  // or see base.h
  *   x->data[0] = 1.0f;               // contiguous row-major floats
  *   duet_tensor_release(x);          // frees when the last reference goes
  *
@@ -54,25 +54,25 @@ typedef struct duet_tensor {
 
 /* New zero-filled tensor. ndim in 1..4, every dim >= 1 (0 allowed for empty
  * batch-free shapes is not supported). Returns DUET_EINVAL or DUET_ENOMEM. */
-int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape);
+int duet_tensor_create(int ndim, const int64_t *shape, duet_tensor **out);
 /* Shorthand for 4-D NCHW. */
-int duet_tensor_create4(duet_tensor **out, int64_t n, int64_t c, int64_t h, int64_t w);
+int duet_tensor_create4(int64_t n, int64_t c, int64_t h, int64_t w, duet_tensor **out);
 /* New tensor with the same shape as `like`, zero-filled. */
-int duet_tensor_create_like(duet_tensor **out, const duet_tensor *like);
+int duet_tensor_create_like(const duet_tensor *like, duet_tensor **out);
 /* As duet_tensor_create, but the data is left uninitialised: for an op's
  * output that the op overwrites whole, so that a large activation is not
  * zeroed just before being written. */
-int duet_tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape);
+int duet_tensor_create_uninit(int ndim, const int64_t *shape, duet_tensor **out);
 /* New tensor copying `data` (numel floats). */
-int duet_tensor_from_data(duet_tensor **out, int ndim, const int64_t *shape, const float *data);
+int duet_tensor_from_data(int ndim, const int64_t *shape, const float *data, duet_tensor **out);
 /* Deep copy of data (no grad, no autograd history). */
-int duet_tensor_clone(duet_tensor **out, const duet_tensor *t);
+int duet_tensor_clone(const duet_tensor *t, duet_tensor **out);
 /* A tensor that shares `t`'s data with another shape of the same numel
  * (retains t). Not recorded by autograd: use duet_reshape in duet/ops.h for
  * that. */
-int duet_tensor_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape);
+int duet_tensor_view(duet_tensor *t, int ndim, const int64_t *shape, duet_tensor **out);
 /* A tensor over samples [start, start+count) of dim 0, sharing data. */
-int duet_tensor_slice0(duet_tensor **out, duet_tensor *t, int64_t start, int64_t count);
+int duet_tensor_slice0(duet_tensor *t, int64_t start, int64_t count, duet_tensor **out);
 
 duet_tensor *duet_tensor_retain(duet_tensor *t);
 /* Drops one reference; frees data, grad and the struct at zero. NULL ok. */

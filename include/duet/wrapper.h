@@ -21,7 +21,7 @@
  *   wo.sync_bn = true;
  *   duet_wrapper *w = NULL;
  *   const char *devices[] = {"cpu"};
- *   DUET_TRY(duet_wrapper_create(&w, model, comm, devices, 1, &wo)); // owns model
+ *   DUET_TRY(duet_wrapper_create(model, comm, devices, 1, &wo, &w)); // owns model
  *   duet_log_vars log;
  *   DUET_TRY(duet_wrapper_train_step(w, &batch, optimizers, &log));
  *   duet_wrapper_destroy(w);                              // and the model
@@ -72,9 +72,9 @@ typedef struct duet_wrapper duet_wrapper;
  * "0" (DUET_EINVAL otherwise, naming what was given). Sets the model's comm
  * (duet_model_set_comm) so that its log values are averaged over ranks.
  * Free with duet_wrapper_destroy. */
-int duet_wrapper_create(duet_wrapper **out, duet_model *model, duet_comm *comm,
-                        const char *const *device_ids, size_t ndevices,
-                        const duet_wrapper_opts *opts);
+int duet_wrapper_create(duet_model *model, duet_comm *comm, const char *const *device_ids,
+                        size_t ndevices, const duet_wrapper_opts *opts,
+                        duet_wrapper **out);
 /* Destroys the wrapper, the model and its DDPs. NULL ok. */
 void duet_wrapper_destroy(duet_wrapper *w);
 

@@ -409,7 +409,7 @@ int duet_backward(duet_tensor *loss) { return backward_impl(loss, false); }
 int duet_backward_keep_unreached(duet_tensor *loss) { return backward_impl(loss, true); }
 
 int duet_detach(duet_tensor *t, duet_tensor **out) {
-    DUET_TRY(duet_tensor_view(out, t, t->ndim, t->shape));
+    DUET_TRY(duet_tensor_view(t, t->ndim, t->shape, out));
     (*out)->requires_grad = false;
     return DUET_OK;
 }

@@ -170,7 +170,7 @@ int duet_comm_world(duet_comm **out) {
     return comm_build(out, MPI_COMM_WORLD, NULL);
 }
 
-int duet_comm_create(duet_comm **out, MPI_Comm comm) {
+int duet_comm_create(MPI_Comm comm, duet_comm **out) {
     *out = NULL;
     if (comm == MPI_COMM_NULL)
         return duet__error(DUET_EINVAL, "comm: duet_comm_create got MPI_COMM_NULL");

@@ -26,7 +26,7 @@ struct duet_dataset {
     int64_t size;
     int scale;
     /* SR sets */
-    duet_sr_dataset_options opts; /* gt_dir / lq_dir point at the copies below */
+    duet_sr_dataset_opts opts; /* gt_dir / lq_dir point at the copies below */
     char *gt_dir;
     char *lq_dir;
     sr_item *items;
@@ -41,8 +41,8 @@ struct duet_dataset {
 static int custom_get_sr(const duet_dataset *ds, const duet_dataset *d, int64_t index,
                          uint64_t seed, int64_t epoch, duet_sample *out);
 
-duet_sr_dataset_options duet_sr_dataset_options_default(void) {
-    duet_sr_dataset_options o;
+duet_sr_dataset_opts duet_sr_dataset_options_default(void) {
+    duet_sr_dataset_opts o;
     memset(&o, 0, sizeof(o));
     o.scale = 4;
     o.gt_size = 128;
@@ -175,7 +175,7 @@ static int load_item(const duet_dataset *ds, const sr_item *it, duet_image **gt,
     return rc;
 }
 
-static int sr_create(duet_dataset **out, const duet_sr_dataset_options *opts, enum ds_kind kind) {
+static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum ds_kind kind) {
     *out = NULL;
     const char *what = kind == DS_SR_TRAIN ? "SR training set" : "SR validation set";
     if (opts == NULL || opts->gt_dir == NULL)
@@ -238,15 +238,15 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_options *opts, en
     return DUET_OK;
 }
 
-int duet_sr_train_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts) {
+int duet_sr_train_dataset_create(const duet_sr_dataset_opts *opts, duet_dataset **out) {
     return sr_create(out, opts, DS_SR_TRAIN);
 }
 
-int duet_sr_val_dataset_create(duet_dataset **out, const duet_sr_dataset_options *opts) {
+int duet_sr_val_dataset_create(const duet_sr_dataset_opts *opts, duet_dataset **out) {
     return sr_create(out, opts, DS_SR_VAL);
 }
 
-int duet_repeat_dataset_create(duet_dataset **out, duet_dataset *inner, int64_t times) {
+int duet_repeat_dataset_create(duet_dataset *inner, int64_t times, duet_dataset **out) {
     *out = NULL;
     if (inner == NULL || times < 1) {
         duet_dataset_destroy(inner);
@@ -327,7 +327,7 @@ duet_rng duet_dataset_sample_rng(uint64_t seed, int64_t epoch, int64_t index) {
  * (top, left). */
 static int crop_to_tensor(const duet_image *img, int64_t top, int64_t left, int64_t h, int64_t w,
                           duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(out, 3, (int64_t[]){3, h, w}));
+    DUET_TRY(duet_tensor_create(3, (int64_t[]){3, h, w}, out));
     float *d = (*out)->data;
     for (int64_t y = 0; y < h; y++) {
         const uint8_t *row = img->data + ((top + y) * img->width + left) * 3;
@@ -377,7 +377,7 @@ static void vflip(duet_tensor *t) {
 static int transpose_hw(duet_tensor **t) {
     duet_tensor *src = *t, *dst = NULL;
     int64_t c = src->shape[0], h = src->shape[1], w = src->shape[2];
-    DUET_TRY(duet_tensor_create(&dst, 3, (int64_t[]){c, w, h}));
+    DUET_TRY(duet_tensor_create(3, (int64_t[]){c, w, h}, &dst));
     for (int64_t k = 0; k < c; k++)
         for (int64_t y = 0; y < h; y++)
             for (int64_t x = 0; x < w; x++)
@@ -470,8 +470,8 @@ int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64
 
 /* ---- samples as named tensors ------------------------------------------------- */
 
-int duet_dataset_create(duet_dataset **out, const duet_dataset_ops *ops, void *impl,
-                        int64_t size) {
+int duet_dataset_create(const duet_dataset_ops *ops, void *impl, int64_t size,
+                        duet_dataset **out) {
     *out = NULL;
     DUET_ASSERT(ops != NULL);
     if (ops->get == NULL || size < 1) {
@@ -497,7 +497,7 @@ int duet_dataset_create(duet_dataset **out, const duet_dataset_ops *ops, void *i
 static int add_as_one(duet_batch *b, const char *name, duet_tensor *t) {
     int64_t shape[4] = {1, t->shape[0], t->shape[1], t->shape[2]};
     duet_tensor *v = NULL;
-    DUET_TRY(duet_tensor_view(&v, t, 4, shape));
+    DUET_TRY(duet_tensor_view(t, 4, shape, &v));
     int rc = duet_batch_add_tensor(b, name, v);
     duet_tensor_release(v);
     return rc;
@@ -548,7 +548,7 @@ static int custom_get_sr(const duet_dataset *ds, const duet_dataset *d, int64_t 
     for (int k = 0; k < 2 && rc == DUET_OK; k++) {
         duet_tensor *t = duet_batch_tensor_get(&b, names[k]);
         if (t != NULL && t->ndim == 4)
-            rc = duet_tensor_view(dst[k], t, 3, t->shape + 1);
+            rc = duet_tensor_view(t, 3, t->shape + 1, dst[k]);
     }
     duet_batch_clear(&b);
     if (rc != DUET_OK) {

@@ -23,7 +23,7 @@
 
 #define MSG_MAX 256
 
-int duet_image_create(duet_image **out, int64_t height, int64_t width, int channels) {
+int duet_image_create(int64_t height, int64_t width, int channels, duet_image **out) {
     *out = NULL;
     if (height < 1 || width < 1 || (channels != 1 && channels != 3))
         return duet__error(DUET_EINVAL, "image: bad size %lldx%lld with %d channels",
@@ -159,7 +159,7 @@ static int decode_png(const uint8_t *bytes, size_t nbytes, const char *name, int
         png_longjmp(png, 1);
     }
     duet_image *im = NULL;
-    rc = duet_image_create(&im, h, w, 3);
+    rc = duet_image_create(h, w, 3, &im);
     if (rc != DUET_OK) {
         duet__error_context(rc, "%s", name);
         png_longjmp(png, 1);
@@ -235,7 +235,7 @@ static int apply_orientation(duet_image **img, int o) {
     duet_image *in = *img, *out = NULL;
     int64_t h = in->height, w = in->width;
     bool swap = o >= 5;
-    DUET_TRY(duet_image_create(&out, swap ? w : h, swap ? h : w, 3));
+    DUET_TRY(duet_image_create(swap ? w : h, swap ? h : w, 3, &out));
     for (int64_t y = 0; y < out->height; y++)
         for (int64_t x = 0; x < out->width; x++) {
             int64_t sy, sx;
@@ -295,7 +295,7 @@ static int decode_jpeg(const uint8_t *bytes, size_t nbytes, const char *name, in
         longjmp(err.jump, 1);
     }
     duet_image *im = NULL;
-    rc = duet_image_create(&im, cinfo.output_height, cinfo.output_width, 3);
+    rc = duet_image_create(cinfo.output_height, cinfo.output_width, 3, &im);
     if (rc != DUET_OK) {
         duet__error_context(rc, "%s", name);
         longjmp(err.jump, 1);
@@ -437,7 +437,7 @@ int duet_image_to_tensor(const duet_image *img, duet_tensor **out) {
     *out = NULL;
     int64_t c = img->channels, h = img->height, w = img->width;
     duet_tensor *t = NULL;
-    DUET_TRY(duet_tensor_create(&t, 3, (int64_t[]){c, h, w}));
+    DUET_TRY(duet_tensor_create(3, (int64_t[]){c, h, w}, &t));
     /* HWC bytes -> CHW floats */
     for (int64_t y = 0; y < h; y++)
         for (int64_t x = 0; x < w; x++)
@@ -464,7 +464,7 @@ int duet_image_from_tensor(const duet_tensor *t, int64_t n, duet_image **out) {
         return duet__error(DUET_ESHAPE, "image from tensor: %lld channels in %s (want 1 or 3)",
                            (long long)c, duet_shape_str(t, shape, sizeof(shape)));
     duet_image *img = NULL;
-    DUET_TRY(duet_image_create(&img, h, w, (int)c));
+    DUET_TRY(duet_image_create(h, w, (int)c, &img));
     const float *src = t->data + n * c * h * w;
     for (int64_t k = 0; k < c; k++)
         for (int64_t y = 0; y < h; y++)

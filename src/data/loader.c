@@ -17,7 +17,7 @@ typedef struct queued {
 
 struct duet_loader {
     duet_dataset *ds; /* borrowed */
-    duet_loader_options opts;
+    duet_loader_opts opts;
     duet_sampler *sampler;
     int64_t num_samples;
     duet_sampler_state consumed; /* after the last batch handed out */
@@ -36,8 +36,8 @@ struct duet_loader {
     char *producer_msg;
 };
 
-duet_loader_options duet_loader_options_default(void) {
-    duet_loader_options o;
+duet_loader_opts duet_loader_options_default(void) {
+    duet_loader_opts o;
     memset(&o, 0, sizeof(o));
     o.samples_per_gpu = 1;
     o.world_size = 1;
@@ -183,7 +183,7 @@ static void stop_thread(duet_loader *l) {
 
 /* ---- public --------------------------------------------------------------------------- */
 
-int duet_loader_create(duet_loader **out, duet_dataset *ds, const duet_loader_options *opts) {
+int duet_loader_create(duet_dataset *ds, const duet_loader_opts *opts, duet_loader **out) {
     *out = NULL;
     if (ds == NULL || opts == NULL || opts->prefetch < 0)
         return duet__error(DUET_EINVAL, "loader: need a dataset, options and prefetch >= 0");
@@ -191,8 +191,8 @@ int duet_loader_create(duet_loader **out, duet_dataset *ds, const duet_loader_op
     if (l == NULL) return duet__error(DUET_ENOMEM, "loader: out of memory");
     l->ds = ds;
     l->opts = *opts;
-    int rc = duet_sampler_create(&l->sampler, duet_dataset_size(ds), opts->world_size,
-                                 opts->rank, opts->samples_per_gpu, opts->seed, opts->shuffle);
+    int rc = duet_sampler_create(duet_dataset_size(ds), opts->world_size, opts->rank,
+                                 opts->samples_per_gpu, opts->seed, opts->shuffle, &l->sampler);
     if (rc == DUET_OK) rc = duet_sampler_set_state(l->sampler, opts->start);
     if (rc != DUET_OK) {
         duet_sampler_destroy(l->sampler);

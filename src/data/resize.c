@@ -148,9 +148,9 @@ int duet_imresize_tensor(const duet_tensor *in, double scale, duet_tensor **out)
     int64_t oh = duet_imresize_length(h, scale), ow = duet_imresize_length(w, scale);
     duet_tensor *t = NULL;
     if (in->ndim == 3)
-        DUET_TRY(duet_tensor_create(&t, 3, (int64_t[]){c, oh, ow}));
+        DUET_TRY(duet_tensor_create(3, (int64_t[]){c, oh, ow}, &t));
     else
-        DUET_TRY(duet_tensor_create4(&t, n, c, oh, ow));
+        DUET_TRY(duet_tensor_create4(n, c, oh, ow, &t));
     /* N and C are both just planes here. */
     int rc = duet_imresize(t->data, in->data, n * c, h, w, scale);
     if (rc != DUET_OK) {
@@ -180,7 +180,7 @@ int duet_image_resize(const duet_image *in, double scale, duet_image **out) {
                     planes[(k * h + y) * w + x] = (float)in->data[(y * w + x) * c + k];
         rc = duet_imresize(res, planes, c, h, w, scale);
     }
-    if (rc == DUET_OK) rc = duet_image_create(&img, oh, ow, (int)c);
+    if (rc == DUET_OK) rc = duet_image_create(oh, ow, (int)c, &img);
     if (rc == DUET_OK)
         for (int64_t k = 0; k < c; k++)
             for (int64_t y = 0; y < oh; y++)

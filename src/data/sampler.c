@@ -22,8 +22,8 @@ struct duet_sampler {
     duet_sampler_state state;
 };
 
-int duet_sampler_create(duet_sampler **out, int64_t dataset_size, int world_size, int rank,
-                        int64_t samples_per_gpu, uint64_t seed, bool shuffle) {
+int duet_sampler_create(int64_t dataset_size, int world_size, int rank, int64_t samples_per_gpu,
+                        uint64_t seed, bool shuffle, duet_sampler **out) {
     *out = NULL;
     if (dataset_size < 1 || world_size < 1 || rank < 0 || rank >= world_size ||
         samples_per_gpu < 1)

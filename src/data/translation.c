@@ -142,7 +142,7 @@ typedef struct slot_state {
     bool loaded, is_float, tensor;
 } slot_state;
 
-static int check_pipeline(const duet__translation_options *o) {
+static int check_pipeline(const duet__translation_opts *o) {
     slot_state s[DUET__NSLOTS] = {{0}};
     bool collected = false;
     for (size_t i = 0; i < o->nsteps; i++) {
@@ -242,7 +242,7 @@ static const duet_dataset_ops unpaired_ops = {
     .destroy = translation_destroy,
 };
 
-int duet__translation_dataset_create(duet_dataset **out, const duet__translation_options *o) {
+int duet__translation_dataset_create(const duet__translation_opts *o, duet_dataset **out) {
     *out = NULL;
     const char *what = o->paired ? "GenerationPairedDataset" : "GenerationUnpairedDataset";
     if (o->dataroot == NULL)
@@ -272,7 +272,7 @@ int duet__translation_dataset_create(duet_dataset **out, const duet__translation
         return duet__error_context(rc, "%s", what);
     }
     int64_t size = o->paired ? t->a.n : (t->a.n > t->b.n ? t->a.n : t->b.n);
-    return duet_dataset_create(out, o->paired ? &paired_ops : &unpaired_ops, t, size);
+    return duet_dataset_create(o->paired ? &paired_ops : &unpaired_ops, t, size, out);
 }
 
 /* ---- samples --------------------------------------------------------------------- */
@@ -508,7 +508,7 @@ static int build_batch(const duet__tstep *col, const char *paths[2], img s[DUET_
     for (int k = 0; k < col->nkeys; k++) {
         img *m = &s[col->keys[k]];
         duet_tensor *t = NULL;
-        DUET_TRY(duet_tensor_create(&t, 4, (int64_t[]){1, 3, m->h, m->w}));
+        DUET_TRY(duet_tensor_create(4, (int64_t[]){1, 3, m->h, m->w}, &t));
         /* HWC -> CHW, as ImageToTensor's transpose(2, 0, 1) */
         for (int64_t i = 0; i < m->h * m->w; i++)
             for (int c = 0; c < 3; c++) t->data[c * m->h * m->w + i] = m->f[i * 3 + c];
@@ -550,7 +550,7 @@ static int translation_get(const void *impl, int64_t index, duet_rng *rng, duet_
 int duet__translation_one_image(const duet__tstep *steps, size_t nsteps, bool paired, int slot,
                                 const char *path, int64_t max_pixels, duet_tensor **out) {
     *out = NULL;
-    duet__translation_options o = {.paired = paired, .steps = steps, .nsteps = nsteps};
+    duet__translation_opts o = {.paired = paired, .steps = steps, .nsteps = nsteps};
     DUET_TRY(check_pipeline(&o));
     translation t = {.paired = paired, .max_pixels = max_pixels};
     /* A test pipeline draws nothing; a random step draws from a fixed rng. */

@@ -47,19 +47,19 @@ typedef struct duet__tstep {
     char where[160];              /* for messages: "x.cfg:12: data.train.pipeline.[2]" */
 } duet__tstep;
 
-typedef struct duet__translation_options {
+typedef struct duet__translation_opts {
     const char *dataroot;   /* train/ test/ (paired) or trainA ... testB (unpaired) */
     bool paired;
     bool test_mode;         /* test folders; unpaired: img_b by index, not at random */
     const duet__tstep *steps;
     size_t nsteps;
     int64_t max_pixels;     /* decompression-bomb limit, 0: none */
-} duet__translation_options;
+} duet__translation_opts;
 
 /* Checks the pipeline (every key loaded before use, Resize on 8-bit images,
  * Collect last with tensors), lists the folders and makes the dataset. Errors
  * name the step (its `where`) or the folder. Steps are copied. */
-int duet__translation_dataset_create(duet_dataset **out, const duet__translation_options *o);
+int duet__translation_dataset_create(const duet__translation_opts *o, duet_dataset **out);
 
 /* duet infer's input: the image at `path` as image `slot` (DUET__SLOT_A or
  * _B) of a sample, through the pipeline's steps for that key. The file is

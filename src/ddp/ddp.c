@@ -78,7 +78,7 @@ static void ddp_destroy_impl(void *impl) {
     free(d->buckets);
     duet_aligned_free(d->grad);
     duet_aligned_free(d->staging);
-    duet_named_tensors_free(&d->buffers);
+    duet_named_tensors_clear(&d->buffers);
     duet_comm_destroy(d->comm);
     duet_comm_destroy(d->ctl);
     free(d->pass_error_msg);
@@ -703,7 +703,7 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     d->opts.name = NULL;
     d->opts.trace_path = NULL;
     duet_module *m = NULL;
-    int rc = duet_module_create(&m, &ddp_type, d); /* owns d from here, also on failure */
+    int rc = duet_module_create(&ddp_type, d, &m); /* owns d from here, also on failure */
     if (rc != DUET_OK) return rc;
     duet_module_set_transparent(m, true);
     d->self = m;
@@ -731,7 +731,7 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
         d->observer_added = rc == DUET_OK;
     }
     if (rc == DUET_OK && o.trace_path != NULL) rc = duet__ddp_trace_init(d, o.trace_path);
-    duet_named_tensors_free(&params);
+    duet_named_tensors_clear(&params);
     if (rc != DUET_OK) {
         d->inner = NULL;
         duet_module_destroy(m); /* no children yet: inner is untouched */
@@ -741,8 +741,8 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
     return DUET_OK;
 }
 
-int duet_ddp_create(duet_module **out, duet_module *module, duet_comm *comm,
-                    const duet_ddp_opts *opts) {
+int duet_ddp_create(duet_module *module, duet_comm *comm, const duet_ddp_opts *opts,
+                    duet_module **out) {
     *out = NULL;
     duet_module *m = NULL;
     const char *def = module != NULL && duet_module_get_type(module) != NULL

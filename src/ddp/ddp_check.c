@@ -215,6 +215,6 @@ int duet_ddp_check_replicas(duet_module *m) {
     free(mx);
     free(mn);
     free(all);
-    duet_named_tensors_free(&state);
+    duet_named_tensors_clear(&state);
     return rc;
 }

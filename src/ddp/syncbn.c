@@ -14,7 +14,7 @@ int duet_convert_sync_batchnorm(duet_module *module, duet_comm *comm) {
     if (module == NULL || comm == NULL)
         return duet__error(DUET_EINVAL, "duet_convert_sync_batchnorm: NULL module or comm");
     if (duet_module_is(module, "BatchNorm2d"))
-        DUET_TRY(duet_batchnorm2d_set_reduce(module, allreduce_sum, comm));
+        DUET_TRY(duet_batch_norm2d_set_reduce(module, allreduce_sum, comm));
     for (size_t i = 0; i < duet_module_child_count(module); i++)
         DUET_TRY(duet_convert_sync_batchnorm(duet_module_child_at(module, i), comm));
     return DUET_OK;

@@ -86,7 +86,7 @@ static int restorer_create(duet_model **out, duet_module *generator,
     basic_restorer *r = calloc(1, sizeof *r);
     duet_module *root = NULL, *part = NULL;
     int rc = r == NULL ? duet__error(DUET_ENOMEM, "BasicRestorer: out of memory")
-                       : duet_module_create(&root, &restorer_module_type, NULL);
+                       : duet_module_create(&restorer_module_type, NULL, &root);
     if (rc != DUET_OK) {
         duet_module_destroy(generator);
         free(r);
@@ -95,8 +95,8 @@ static int restorer_create(duet_model **out, duet_module *generator,
     r->test_cfg = opts->test_cfg;
     rc = duet_module_add_child(root, "generator", generator);
     if (rc == DUET_OK)
-        rc = mse ? duet_mse_loss_module_create(&part, opts->pixel_loss_weight)
-                 : duet_l1_loss_module_create(&part, opts->pixel_loss_weight);
+        rc = mse ? duet_mse_loss_module_create(opts->pixel_loss_weight, &part)
+                 : duet_l1_loss_module_create(opts->pixel_loss_weight, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "pixel_loss", part);
     if (rc != DUET_OK) {
         duet__error_context(rc, "BasicRestorer");
@@ -104,23 +104,24 @@ static int restorer_create(duet_model **out, duet_module *generator,
         free(r);
         return rc;
     }
-    return duet_model_create(out, &restorer_ops, r, root);
+    return duet_model_create(&restorer_ops, r, root, out);
 }
 
-int duet_basic_restorer_create(duet_model **out, const duet_basic_restorer_opts *opts,
-                               duet_rng *rng) {
+int duet_basic_restorer_create(const duet_basic_restorer_opts *opts, duet_rng *rng,
+                               duet_model **out) {
     *out = NULL;
     duet_module *gen = NULL;
-    int rc = duet_msrresnet_create(&gen, &opts->generator, rng);
+    int rc = duet_msrresnet_create(&opts->generator, rng, &gen);
     if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
     return restorer_create(out, gen, opts);
 }
 
-int duet_basic_restorer_rrdbnet_create(duet_model **out, const duet_rrdbnet_opts *generator,
-                                       const duet_basic_restorer_opts *opts, duet_rng *rng) {
+int duet_basic_restorer_rrdbnet_create(const duet_rrdbnet_opts *generator,
+                                       const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                       duet_model **out) {
     *out = NULL;
     duet_module *gen = NULL;
-    int rc = duet_rrdbnet_create(&gen, generator, rng);
+    int rc = duet_rrdbnet_create(generator, rng, &gen);
     if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
     return restorer_create(out, gen, opts);
 }

@@ -64,43 +64,43 @@ static int add(duet_module *m, const char *name, int rc, duet_module *const *par
     return rc != DUET_OK ? rc : duet_module_add_child(m, name, *part);
 }
 
-int duet__conv_module_create(duet_module **out, const duet__cm_opts *o, duet_rng *rng) {
+int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module **out) {
     *out = NULL;
     cm_impl *impl = malloc(sizeof *impl);
     if (impl == NULL) return duet__error(DUET_ENOMEM, "ConvModule: out of memory");
     impl->o = *o;
     duet_module *m = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &cm_type, impl));
+    DUET_TRY(duet_module_create(&cm_type, impl, &m));
     int rc = DUET_OK;
     if (o->reflect)
-        rc = add(m, "padding_layer", duet_reflectionpad2d_module_create(&part, o->padding), &part);
+        rc = add(m, "padding_layer", duet_reflection_pad2d_module_create(o->padding, &part), &part);
     const int pad = o->reflect ? 0 : o->padding;
     if (rc == DUET_OK && o->deconv)
         rc = add(m, "conv",
-                 duet_conv_transpose2d_module_create(&part, o->in_channels, o->out_channels,
-                                                     o->kernel, o->stride, pad,
-                                                     o->output_padding, o->bias, rng),
+                 duet_conv_transpose2d_module_create(o->in_channels, o->out_channels, o->kernel,
+                                                     o->stride, pad, o->output_padding,
+                                                     o->bias, rng, &part),
                  &part);
     else if (rc == DUET_OK)
         rc = add(m, "conv",
-                 duet_conv2d_module_create(&part, o->in_channels, o->out_channels, o->kernel,
-                                           o->stride, pad, o->bias, rng),
+                 duet_conv2d_module_create(o->in_channels, o->out_channels, o->kernel, o->stride,
+                                           pad, o->bias, rng, &part),
                  &part);
     if (rc == DUET_OK && o->with_norm) {
         /* mmcv's build_norm_layer: eps 1e-5; BN momentum 0.1; IN affine off. */
         if (o->norm == DUET_GEN_NORM_BN)
-            rc = add(m, "bn", duet_batchnorm2d_module_create(&part, o->out_channels, 1e-5f, 0.1f),
+            rc = add(m, "bn", duet_batch_norm2d_module_create(o->out_channels, 1e-5f, 0.1f, &part),
                      &part);
         else
-            rc = add(m, "in", duet_instancenorm2d_module_create(&part, o->out_channels, 1e-5f,
-                                                                false),
+            rc = add(m, "in", duet_instance_norm2d_module_create(o->out_channels, 1e-5f, false,
+                                                                &part),
                      &part);
     }
     if (rc == DUET_OK && o->act != DUET__CM_ACT_NONE) {
         const duet_activation kind = o->act == DUET__CM_ACT_RELU    ? DUET_ACT_RELU
                                      : o->act == DUET__CM_ACT_LRELU ? DUET_ACT_LEAKY_RELU
                                                                     : DUET_ACT_TANH;
-        rc = add(m, "activate", duet_activation_module_create(&part, kind, 0.2f), &part);
+        rc = add(m, "activate", duet_activation_module_create(kind, 0.2f, &part), &part);
     }
     if (rc != DUET_OK) {
         duet_module_destroy(m);

@@ -106,13 +106,13 @@ static int pool_query(duet_model *m, duet__image_pool *pool, duet_tensor *local,
     DUET_TRY(rc);
     const int64_t n = local->shape[0];
     duet_tensor *global = NULL, *answer = NULL;
-    rc = duet_tensor_create4(&global, n * size, local->shape[1], local->shape[2],
-                             local->shape[3]);
+    rc = duet_tensor_create4(n * size, local->shape[1], local->shape[2], local->shape[3],
+                             &global);
     if (rc == DUET_OK)
         rc = duet_comm_allgather(comm, local->data, global->data, (size_t)local->numel,
                                  DUET_DTYPE_F32);
     if (rc == DUET_OK) rc = duet__image_pool_query(pool, global, &p->pool_rng, &answer);
-    if (rc == DUET_OK) rc = duet_tensor_slice0(out, answer, (int64_t)rank * n, n);
+    if (rc == DUET_OK) rc = duet_tensor_slice0(answer, (int64_t)rank * n, n, out);
     duet_tensor_release(global);
     duet_tensor_release(answer);
     return rc;
@@ -435,7 +435,7 @@ static int pair_create(duet_module **out, int (*make)(duet_module **, const void
                        const void *opts, duet_rng *rng, duet_rng *dropout_rng) {
     *out = NULL;
     duet_module *d = NULL, *net = NULL;
-    DUET_TRY(duet_module_create(&d, &module_dict_type, NULL));
+    DUET_TRY(duet_module_create(&module_dict_type, NULL, &d));
     int rc = make(&net, opts, rng, dropout_rng);
     if (rc == DUET_OK) rc = duet_module_add_child(d, "a", net);
     if (rc == DUET_OK) rc = make(&net, opts, rng, dropout_rng);
@@ -449,15 +449,15 @@ static int pair_create(duet_module **out, int (*make)(duet_module **, const void
 }
 
 static int make_generator(duet_module **out, const void *o, duet_rng *rng, duet_rng *drop) {
-    return duet_resnet_generator_create(out, o, rng, drop);
+    return duet_resnet_generator_create(o, rng, drop, out);
 }
 
 static int make_discriminator(duet_module **out, const void *o, duet_rng *rng, duet_rng *drop) {
     (void)drop;
-    return duet_patch_discriminator_create(out, o, rng);
+    return duet_patch_discriminator_create(o, rng, out);
 }
 
-int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_rng *rng) {
+int duet_cyclegan_create(const duet_cyclegan_opts *opts, duet_rng *rng, duet_model **out) {
     *out = NULL;
     DUET_TRY(check_opts(opts));
     cyclegan *p = calloc(1, sizeof *p);
@@ -470,10 +470,10 @@ int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_
     p->cycle_weight = opts->cycle_loss_weight;
     p->pool_rng = duet_rng_make(opts->pool_seed, 0);
     p->dropout_rng = duet_rng_make(opts->dropout_seed, 0);
-    int rc = duet__image_pool_create(&p->pool_a, opts->buffer_size);
-    if (rc == DUET_OK) rc = duet__image_pool_create(&p->pool_b, opts->buffer_size);
+    int rc = duet__image_pool_create(opts->buffer_size, &p->pool_a);
+    if (rc == DUET_OK) rc = duet__image_pool_create(opts->buffer_size, &p->pool_b);
     duet_module *root = NULL, *part = NULL;
-    if (rc == DUET_OK) rc = duet_module_create(&root, &cyclegan_module_type, &p->test_b2a);
+    if (rc == DUET_OK) rc = duet_module_create(&cyclegan_module_type, &p->test_b2a, &root);
     if (rc != DUET_OK) {
         cyclegan_free(p);
         return rc;
@@ -483,12 +483,12 @@ int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_
     if (rc == DUET_OK)
         rc = pair_create(&part, make_discriminator, &opts->discriminator, rng, NULL);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "discriminators", part);
-    if (rc == DUET_OK) rc = duet_gan_loss_create(&part, &opts->gan_loss);
+    if (rc == DUET_OK) rc = duet_gan_loss_create(&opts->gan_loss, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "gan_loss", part);
-    if (rc == DUET_OK) rc = duet_l1_loss_module_create(&part, opts->cycle_loss_weight);
+    if (rc == DUET_OK) rc = duet_l1_loss_module_create(opts->cycle_loss_weight, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "cycle_loss", part);
     if (rc == DUET_OK && opts->id_loss_weight > 0.0f) {
-        rc = duet_l1_loss_module_create(&part, opts->id_loss_weight);
+        rc = duet_l1_loss_module_create(opts->id_loss_weight, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(root, "id_loss", part);
     }
     if (rc != DUET_OK) {
@@ -497,7 +497,7 @@ int duet_cyclegan_create(duet_model **out, const duet_cyclegan_opts *opts, duet_
         cyclegan_free(p);
         return rc;
     }
-    return duet_model_create(out, &cyclegan_ops, p, root);
+    return duet_model_create(&cyclegan_ops, p, root, out);
 }
 
 static cyclegan *impl_of(duet_model *m) {

@@ -130,10 +130,10 @@ static const duet_model_ops esrgan_ops = {
     .load_state = duet__srgan_load_state,
 };
 
-int duet_esrgan_create(duet_model **out, const duet_esrgan_opts *opts, duet_rng *rng) {
+int duet_esrgan_create(const duet_esrgan_opts *opts, duet_rng *rng, duet_model **out) {
     *out = NULL;
     duet_module *gen = NULL;
-    int rc = duet_rrdbnet_create(&gen, &opts->generator, rng);
+    int rc = duet_rrdbnet_create(&opts->generator, rng, &gen);
     if (rc != DUET_OK) return duet__error_context(rc, "ESRGAN");
     duet_srgan_opts s = duet_srgan_opts_default();
     s.discriminator = opts->discriminator;
@@ -144,5 +144,5 @@ int duet_esrgan_create(duet_model **out, const duet_esrgan_opts *opts, duet_rng 
     s.disc_steps = opts->disc_steps;
     s.disc_init_steps = opts->disc_init_steps;
     s.test_cfg = opts->test_cfg;
-    return duet__srgan_create(out, &esrgan_ops, &duet__esrgan_module_type, gen, &s, rng);
+    return duet__srgan_create(&esrgan_ops, &duet__esrgan_module_type, gen, &s, rng, out);
 }

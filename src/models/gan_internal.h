@@ -26,7 +26,7 @@ typedef struct duet__cm_opts {
 
 /* A "ConvModule" with children padding_layer, conv, bn or in, activate as
  * enabled, with PyTorch's default init from rng. */
-int duet__conv_module_create(duet_module **out, const duet__cm_opts *o, duet_rng *rng);
+int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module **out);
 /* Its forward; skip_act leaves the activation out (the caller applied it
  * already, see UnetSkipConnectionBlock). */
 int duet__conv_module_forward(duet_module *m, duet_tensor *x, bool skip_act, duet_tensor **out);

@@ -14,7 +14,7 @@ struct duet__image_pool {
     float *images;          /* (size, c, h, w), the first count valid */
 };
 
-int duet__image_pool_create(duet__image_pool **out, int64_t buffer_size) {
+int duet__image_pool_create(int64_t buffer_size, duet__image_pool **out) {
     *out = NULL;
     if (buffer_size < 0)
         return duet__error(DUET_EINVAL, "image pool: buffer_size %" PRId64 " must be >= 0",
@@ -64,7 +64,7 @@ int duet__image_pool_query(duet__image_pool *p, const duet_tensor *images, duet_
                            duet_shape_str(images, s, sizeof s));
     }
     duet_tensor *r = NULL;
-    DUET_TRY(duet_tensor_clone(&r, images));
+    DUET_TRY(duet_tensor_clone(images, &r));
     if (p->size == 0) {
         *out = r;
         return DUET_OK;
@@ -102,7 +102,7 @@ int duet__image_pool_save(const duet__image_pool *p, duet_st_writer *w, const ch
     if (p->count == 0) return DUET_OK;
     snprintf(name, sizeof name, DUET_MODEL_STATE_PREFIX "%s", key);
     duet_tensor *t = NULL;
-    DUET_TRY(duet_tensor_from_data(&t, 4, (int64_t[]){p->count, p->c, p->h, p->w}, p->images));
+    DUET_TRY(duet_tensor_from_data(4, (int64_t[]){p->count, p->c, p->h, p->w}, p->images, &t));
     int rc = duet_st_writer_add(w, name, t);
     duet_tensor_release(t);
     return rc;

@@ -11,7 +11,7 @@ typedef struct duet__image_pool duet__image_pool;
 
 /* An empty pool of buffer_size images (0: query returns its input).
  * Free with duet__image_pool_destroy (NULL ok). */
-int duet__image_pool_create(duet__image_pool **out, int64_t buffer_size);
+int duet__image_pool_create(int64_t buffer_size, duet__image_pool **out);
 void duet__image_pool_destroy(duet__image_pool *p);
 int64_t duet__image_pool_size(const duet__image_pool *p);  /* buffer_size */
 int64_t duet__image_pool_count(const duet__image_pool *p); /* images held */

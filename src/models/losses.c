@@ -31,14 +31,14 @@ static int pixel_loss_create(duet_module **out, float loss_weight, bool mse) {
     if (p == NULL) return duet__error(DUET_ENOMEM, "pixel loss: out of memory");
     p->loss_weight = loss_weight;
     p->mse = mse;
-    return duet_module_create(out, mse ? &mse_loss_type : &l1_loss_type, p);
+    return duet_module_create(mse ? &mse_loss_type : &l1_loss_type, p, out);
 }
 
-int duet_l1_loss_module_create(duet_module **out, float loss_weight) {
+int duet_l1_loss_module_create(float loss_weight, duet_module **out) {
     return pixel_loss_create(out, loss_weight, false);
 }
 
-int duet_mse_loss_module_create(duet_module **out, float loss_weight) {
+int duet_mse_loss_module_create(float loss_weight, duet_module **out) {
     return pixel_loss_create(out, loss_weight, true);
 }
 
@@ -70,7 +70,7 @@ static int gan_loss_forward(duet_module *self, int nin, duet_tensor *const *in,
 
 static const duet_module_type gan_loss_type = {"GANLoss", gan_loss_forward, free};
 
-int duet_gan_loss_create(duet_module **out, const duet_gan_loss_opts *opts) {
+int duet_gan_loss_create(const duet_gan_loss_opts *opts, duet_module **out) {
     *out = NULL;
     const char *type = opts->gan_type != NULL ? opts->gan_type : "vanilla";
     int kind = 0;
@@ -84,13 +84,13 @@ int duet_gan_loss_create(duet_module **out, const duet_gan_loss_opts *opts) {
     g->real_label_val = opts->real_label_val;
     g->fake_label_val = opts->fake_label_val;
     g->loss_weight = opts->loss_weight;
-    return duet_module_create(out, &gan_loss_type, g);
+    return duet_module_create(&gan_loss_type, g, out);
 }
 
 /* weight * mean((pred - label)^2), the label a constant of pred's shape. */
 static int mse_to_const(duet_tensor *pred, float label, float weight, duet_tensor **out) {
     duet_tensor *t = NULL;
-    DUET_TRY(duet_tensor_create_like(&t, pred));
+    DUET_TRY(duet_tensor_create_like(pred, &t));
     duet_tensor_fill(t, label);
     int rc = duet_mse_loss(pred, t, weight, out);
     duet_tensor_release(t);
@@ -101,7 +101,7 @@ static int mse_to_const(duet_tensor *pred, float label, float weight, duet_tenso
 static int hinge_disc(duet_tensor *pred, float sign, duet_tensor **out) {
     duet_tensor *s = NULL, *one = NULL, *sum = NULL, *r = NULL;
     int rc = duet_scale(pred, sign, &s);
-    if (rc == DUET_OK) rc = duet_tensor_create_like(&one, pred);
+    if (rc == DUET_OK) rc = duet_tensor_create_like(pred, &one);
     if (rc == DUET_OK) {
         duet_tensor_fill(one, 1.0f);
         rc = duet_add(one, s, &sum);
@@ -179,7 +179,7 @@ static int smgan_loss(const gan_loss *g, duet_tensor *pred, bool target_is_real,
     const float label = target_is_real ? g->real_label_val : g->fake_label_val;
     if (is_disc && !target_is_real) {
         /* The blurred mask is a constant target (.detach()). */
-        rc = duet_tensor_create_like(&t, mask);
+        rc = duet_tensor_create_like(mask, &t);
         if (rc == DUET_OK) {
             gaussian_blur_71(t->data, mask->data, mask->shape[0] * mask->shape[1],
                              mask->shape[2], mask->shape[3]);

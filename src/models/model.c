@@ -134,7 +134,7 @@ static int part_params(duet_model *model, const char *child, duet_named_tensors 
      * optimizer state. */
     DUET_TRY(duet_module_named_parameters(part, false, params));
     if (params->count == 0) {
-        duet_named_tensors_free(params);
+        duet_named_tensors_clear(params);
         return duet__error(DUET_EINVAL, "optimizer set: part '%s' of %s has no parameters",
                            child, duet_model_type_name(model));
     }
@@ -142,23 +142,23 @@ static int part_params(duet_model *model, const char *child, duet_named_tensors 
 }
 
 int duet_optimizer_set_add_adam(duet_optimizer_set *s, duet_model *model, const char *child,
-                                duet_adam_opts opts) {
+                                const duet_adam_opts *opts) {
     duet_named_tensors params = {0};
     DUET_TRY(part_params(model, child, &params));
     duet_optimizer *opt = NULL;
-    int rc = duet_adam_create(&opt, &params, opts);
-    duet_named_tensors_free(&params);
+    int rc = duet_adam_create(&params, opts, &opt);
+    duet_named_tensors_clear(&params);
     DUET_TRY(rc);
     return duet_optimizer_set_add(s, child, opt);
 }
 
 int duet_optimizer_set_add_sgd(duet_optimizer_set *s, duet_model *model, const char *child,
-                               duet_sgd_opts opts) {
+                               const duet_sgd_opts *opts) {
     duet_named_tensors params = {0};
     DUET_TRY(part_params(model, child, &params));
     duet_optimizer *opt = NULL;
-    int rc = duet_sgd_create(&opt, &params, opts);
-    duet_named_tensors_free(&params);
+    int rc = duet_sgd_create(&params, opts, &opt);
+    duet_named_tensors_clear(&params);
     DUET_TRY(rc);
     return duet_optimizer_set_add(s, child, opt);
 }
@@ -213,8 +213,8 @@ void duet_val_output_clear(duet_val_output *v) {
     duet_log_vars_clear(&v->metrics);
 }
 
-int duet_model_create(duet_model **out, const duet_model_ops *ops, void *impl,
-                      duet_module *root) {
+int duet_model_create(const duet_model_ops *ops, void *impl, duet_module *root,
+                      duet_model **out) {
     DUET_ASSERT(ops != NULL && root != NULL);
     *out = calloc(1, sizeof **out);
     if (*out == NULL) {
@@ -295,8 +295,8 @@ int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
             for (int64_t k = 0; rc == DUET_OK && k < a->numel; k++)
                 b->data[k] = a->data[k] + (b->data[k] - a->data[k]) * mom;
     }
-    duet_named_tensors_free(&e);
-    duet_named_tensors_free(&n);
+    duet_named_tensors_clear(&e);
+    duet_named_tensors_clear(&n);
     return rc;
 }
 

@@ -40,9 +40,9 @@ int duet__srgan_load_state(duet_model *m, const duet_st *ckpt);
  * failure), discriminator, gan_loss, pixel_loss, perceptual_loss from opts
  * (opts->generator unused), SRGAN's state (step counter, disc_steps,
  * test_cfg) as impl, ops and the root module type given. */
-int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
-                       const duet_module_type *root_type, duet_module *generator,
-                       const duet_srgan_opts *opts, duet_rng *rng);
+int duet__srgan_create(const duet_model_ops *ops, const duet_module_type *root_type,
+                       duet_module *generator, const duet_srgan_opts *opts,
+                       duet_rng *rng, duet_model **out);
 /* ESRGAN's relativistic means: over `groups` equal contiguous groups of
  * the batch's samples instead of the whole batch (default 1, MMEditing's
  * torch.mean). MMEditing under DDP takes each mean over one rank's share,

@@ -80,8 +80,8 @@ static int vgg_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
 
 static const duet_module_type vgg_type = {"ModifiedVGG", vgg_forward, free};
 
-int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *opts,
-                             duet_rng *rng) {
+int duet_modified_vgg_create(const duet_modified_vgg_opts *opts, duet_rng *rng,
+                             duet_module **out) {
     *out = NULL;
     const duet_modified_vgg_opts o = *opts;
     if (o.in_channels < 1 || o.mid_channels < 1 || o.input_size < 32 || o.input_size % 32 != 0)
@@ -93,19 +93,19 @@ int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *op
     if (impl == NULL) return duet__error(DUET_ENOMEM, "ModifiedVGG: out of memory");
     impl->opts = o;
     duet_module *m = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &vgg_type, impl));
+    DUET_TRY(duet_module_create(&vgg_type, impl, &m));
     int mid = o.mid_channels;
     /* Output channels of conv0_1 .. conv4_1. */
     const int ch[9] = {mid, 2 * mid, 2 * mid, 4 * mid, 4 * mid, 8 * mid, 8 * mid, 8 * mid, 8 * mid};
-    int rc = duet_conv2d_module_create(&part, o.in_channels, mid, 3, 1, 1, true, rng);
+    int rc = duet_conv2d_module_create(o.in_channels, mid, 3, 1, 1, true, rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "conv0_0", part);
     int prev = mid;
     for (int s = 0; s < 9 && rc == DUET_OK; s++) {
         bool down = s % 2 == 0; /* conv*_1: 4x4, stride 2, padding 1 */
-        rc = duet_conv2d_module_create(&part, prev, ch[s], down ? 4 : 3, down ? 2 : 1, 1, false,
-                                       rng);
+        rc = duet_conv2d_module_create(prev, ch[s], down ? 4 : 3, down ? 2 : 1, 1, false, rng,
+                                       &part);
         if (rc == DUET_OK) rc = duet_module_add_child(m, conv_names[s], part);
-        if (rc == DUET_OK) rc = duet_batchnorm2d_module_create(&part, ch[s], 1e-5f, 0.1f);
+        if (rc == DUET_OK) rc = duet_batch_norm2d_module_create(ch[s], 1e-5f, 0.1f, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(m, bn_names[s], part);
         prev = ch[s];
     }
@@ -114,9 +114,9 @@ int duet_modified_vgg_create(duet_module **out, const duet_modified_vgg_opts *op
     if (rc == DUET_OK && feat > INT32_MAX)
         rc = duet__error(DUET_EINVAL, "ModifiedVGG: %lld features into linear1 is too many",
                          (long long)feat);
-    if (rc == DUET_OK) rc = duet_linear_module_create(&part, (int)feat, 100, true, rng);
+    if (rc == DUET_OK) rc = duet_linear_module_create((int)feat, 100, true, rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "linear1", part);
-    if (rc == DUET_OK) rc = duet_linear_module_create(&part, 100, 1, true, rng);
+    if (rc == DUET_OK) rc = duet_linear_module_create(100, 1, true, rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "linear2", part);
     if (rc != DUET_OK) {
         duet_module_destroy(m);

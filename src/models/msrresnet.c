@@ -47,11 +47,11 @@ static int resblock_forward(duet_module *self, int nin, duet_tensor *const *in,
 static const duet_module_type resblock_type = {"ResidualBlockNoBN", resblock_forward, NULL};
 
 static int resblock_create(duet_module **out, int mid, duet_rng *rng) {
-    DUET_TRY(duet_module_create(out, &resblock_type, NULL));
+    DUET_TRY(duet_module_create(&resblock_type, NULL, out));
     const char *names[2] = {"conv1", "conv2"};
     for (int i = 0; i < 2; i++) {
         duet_module *conv = NULL;
-        int rc = duet_conv2d_module_create(&conv, mid, mid, 3, 1, 1, true, rng);
+        int rc = duet_conv2d_module_create(mid, mid, 3, 1, 1, true, rng, &conv);
         if (rc == DUET_OK) rc = duet_module_add_child(*out, names[i], conv);
         if (rc != DUET_OK) {
             duet_module_destroy(*out);
@@ -90,9 +90,9 @@ static int pack_create(duet_module **out, int in_ch, int out_ch, int scale, int 
     if (p == NULL) return duet__error(DUET_ENOMEM, "PixelShufflePack: out of memory");
     p->scale = scale;
     duet_module *m = NULL, *conv = NULL;
-    DUET_TRY(duet_module_create(&m, &pack_type, p));
-    int rc = duet_conv2d_module_create(&conv, in_ch, out_ch * scale * scale, kernel, 1,
-                                       (kernel - 1) / 2, true, rng);
+    DUET_TRY(duet_module_create(&pack_type, p, &m));
+    int rc = duet_conv2d_module_create(in_ch, out_ch * scale * scale, kernel, 1, (kernel - 1) / 2,
+                                       true, rng, &conv);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "upsample_conv", conv);
     if (rc != DUET_OK) {
         duet_module_destroy(m);
@@ -157,11 +157,11 @@ static const duet_module_type msr_type = {"MSRResNet", msr_forward, free};
 
 static int add_conv(duet_module *m, const char *name, int in, int out, duet_rng *rng) {
     duet_module *conv = NULL;
-    DUET_TRY(duet_conv2d_module_create(&conv, in, out, 3, 1, 1, true, rng));
+    DUET_TRY(duet_conv2d_module_create(in, out, 3, 1, 1, true, rng, &conv));
     return duet_module_add_child(m, name, conv);
 }
 
-int duet_msrresnet_create(duet_module **out, const duet_msrresnet_opts *opts, duet_rng *rng) {
+int duet_msrresnet_create(const duet_msrresnet_opts *opts, duet_rng *rng, duet_module **out) {
     *out = NULL;
     const duet_msrresnet_opts o = *opts;
     if (o.in_channels < 1 || o.out_channels < 1 || o.mid_channels < 1 || o.num_blocks < 0)
@@ -175,7 +175,7 @@ int duet_msrresnet_create(duet_module **out, const duet_msrresnet_opts *opts, du
     if (impl == NULL) return duet__error(DUET_ENOMEM, "MSRResNet: out of memory");
     impl->opts = o;
     duet_module *m = NULL, *trunk = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &msr_type, impl));
+    DUET_TRY(duet_module_create(&msr_type, impl, &m));
     int mid = o.mid_channels;
     int rc = add_conv(m, "conv_first", o.in_channels, mid, rng);
     if (rc == DUET_OK) rc = duet_sequential_create(&trunk);

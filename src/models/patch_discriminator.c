@@ -20,8 +20,8 @@ static const duet_module_type patch_type = {"PatchDiscriminator", patch_forward,
 
 static int min_int(int a, int b) { return a < b ? a : b; }
 
-int duet_patch_discriminator_create(duet_module **out, const duet_patch_discriminator_opts *opts,
-                                    duet_rng *init_rng) {
+int duet_patch_discriminator_create(const duet_patch_discriminator_opts *opts, duet_rng *init_rng,
+                                    duet_module **out) {
     *out = NULL;
     const duet_patch_discriminator_opts o = *opts;
     if (o.in_channels < 1 || o.base_channels < 1 || o.num_conv < 1 || o.num_conv > 30)
@@ -33,14 +33,14 @@ int duet_patch_discriminator_create(duet_module **out, const duet_patch_discrimi
     const bool use_bias = o.norm == DUET_GEN_NORM_IN;
     const int b = o.base_channels;
     duet_module *m = NULL, *seq = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &patch_type, NULL));
+    DUET_TRY(duet_module_create(&patch_type, NULL, &m));
     int rc = duet_sequential_create(&seq);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "model", seq);
     /* Input layer: stride 2, bias, no norm. */
     duet__cm_opts cm = {.in_channels = o.in_channels, .out_channels = b, .kernel = 4,
                         .stride = 2, .padding = 1, .bias = true, .with_norm = false,
                         .norm = o.norm, .act = DUET__CM_ACT_LRELU};
-    if (rc == DUET_OK) rc = duet__conv_module_create(&part, &cm, init_rng);
+    if (rc == DUET_OK) rc = duet__conv_module_create(&cm, init_rng, &part);
     if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     /* num_conv - 1 stride-2 layers and one stride-1 layer, the channel
      * multiple doubling up to 8. */
@@ -50,11 +50,11 @@ int duet_patch_discriminator_create(duet_module **out, const duet_patch_discrimi
         cm = (duet__cm_opts){.in_channels = b * mult, .out_channels = b * next, .kernel = 4,
                              .stride = n < o.num_conv ? 2 : 1, .padding = 1, .bias = use_bias,
                              .with_norm = true, .norm = o.norm, .act = DUET__CM_ACT_LRELU};
-        rc = duet__conv_module_create(&part, &cm, init_rng);
+        rc = duet__conv_module_create(&cm, init_rng, &part);
         if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
         mult = next;
     }
-    if (rc == DUET_OK) rc = duet_conv2d_module_create(&part, b * mult, 1, 4, 1, 1, true, init_rng);
+    if (rc == DUET_OK) rc = duet_conv2d_module_create(b * mult, 1, 4, 1, 1, true, init_rng, &part);
     if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     if (rc != DUET_OK) {
         duet_module_destroy(m);

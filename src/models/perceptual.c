@@ -101,17 +101,17 @@ static int build_features(duet_module **out, const int *cfg, int ncfg, int in_ch
     for (int i = 0; i < ncfg && made < nmodules && rc == DUET_OK; i++) {
         duet_module *m = NULL;
         if (cfg[i] == 0) {
-            rc = duet_maxpool2d_module_create(&m, 2, 2);
+            rc = duet_max_pool2d_module_create(2, 2, &m);
             if (rc == DUET_OK) rc = duet_sequential_append(*out, m);
             made++;
             continue;
         }
-        rc = duet_conv2d_module_create(&m, c, cfg[i], 3, 1, 1, true, rng);
+        rc = duet_conv2d_module_create(c, cfg[i], 3, 1, 1, true, rng, &m);
         if (rc == DUET_OK) rc = duet_sequential_append(*out, m);
         made++;
         c = cfg[i];
         if (rc != DUET_OK || made == nmodules) break;
-        rc = duet_activation_module_create(&m, DUET_ACT_RELU, 0.0f);
+        rc = duet_activation_module_create(DUET_ACT_RELU, 0.0f, &m);
         if (rc == DUET_OK) rc = duet_sequential_append(*out, m);
         made++;
     }
@@ -166,8 +166,8 @@ static int check_opts(const duet_perceptual_loss_opts *o, const int *cfg, int nc
     return DUET_OK;
 }
 
-int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_opts *opts,
-                                duet_rng *rng) {
+int duet_perceptual_loss_create(const duet_perceptual_loss_opts *opts, duet_rng *rng,
+                                duet_module **out) {
     *out = NULL;
     const int *cfg = opts->ncfg > 0 ? opts->cfg : vgg19_cfg;
     int ncfg = opts->ncfg > 0 ? opts->ncfg : (int)(sizeof vgg19_cfg / sizeof vgg19_cfg[0]);
@@ -199,20 +199,20 @@ int duet_perceptual_loss_create(duet_module **out, const duet_perceptual_loss_op
     }
 
     duet_module *loss = NULL, *vgg = NULL, *layers = NULL;
-    int rc = duet_module_create(&loss, &perceptual_loss_type, pl);
+    int rc = duet_module_create(&perceptual_loss_type, pl, &loss);
     if (rc != DUET_OK) {
         free(pv);
         return rc;
     }
-    rc = duet_module_create(&vgg, &perceptual_vgg_type, pv);
+    rc = duet_module_create(&perceptual_vgg_type, pv, &vgg);
     if (rc == DUET_OK) rc = duet_module_add_child(loss, "vgg", vgg);
     if (rc == DUET_OK) rc = build_features(&layers, cfg, ncfg, opts->in_channels, nmodules, rng);
     if (rc == DUET_OK) rc = duet_module_add_child(vgg, "vgg_layers", layers);
     if (rc == DUET_OK && opts->use_input_norm) {
         duet_tensor *m = NULL, *s = NULL;
-        rc = duet_tensor_from_data(&m, 4, (int64_t[]){1, 3, 1, 1}, mean);
+        rc = duet_tensor_from_data(4, (int64_t[]){1, 3, 1, 1}, mean, &m);
         if (rc == DUET_OK) rc = duet_module_add_buffer(vgg, "mean", m, false);
-        if (rc == DUET_OK) rc = duet_tensor_from_data(&s, 4, (int64_t[]){1, 3, 1, 1}, stdv);
+        if (rc == DUET_OK) rc = duet_tensor_from_data(4, (int64_t[]){1, 3, 1, 1}, stdv, &s);
         if (rc == DUET_OK) rc = duet_module_add_buffer(vgg, "std", s, false);
     }
     if (rc == DUET_OK) {
@@ -266,7 +266,7 @@ static int vgg_features(duet_module *vgg, const perceptual_loss *pl, duet_tensor
 /* (x + 1) / 2, MMEditing's norm_img for [-1, 1] images. */
 static int norm_img(duet_tensor *x, duet_tensor **out) {
     duet_tensor *one = NULL, *sum = NULL;
-    DUET_TRY(duet_tensor_create_like(&one, x));
+    DUET_TRY(duet_tensor_create_like(x, &one));
     duet_tensor_fill(one, 1.0f);
     int rc = duet_add(x, one, &sum);
     if (rc == DUET_OK) rc = duet_scale(sum, 0.5f, out);

@@ -236,7 +236,7 @@ static const duet_model_ops pix2pix_ops = {
     .input_key = pix2pix_input_key,
 };
 
-int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rng *rng) {
+int duet_pix2pix_create(const duet_pix2pix_opts *opts, duet_rng *rng, duet_model **out) {
     *out = NULL;
     if (opts->disc_steps < 1 || opts->disc_init_steps < 0)
         return duet__error(DUET_EINVAL, "Pix2Pix: disc_steps %d must be >= 1 and "
@@ -254,19 +254,19 @@ int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rn
     p->b2a = opts->b2a;
     p->dropout_rng = duet_rng_make(opts->dropout_seed, 0);
     duet_module *root = NULL, *part = NULL;
-    int rc = duet_module_create(&root, &pix2pix_module_type, NULL);
+    int rc = duet_module_create(&pix2pix_module_type, NULL, &root);
     if (rc != DUET_OK) {
         free(p);
         return rc;
     }
-    rc = duet_unet_generator_create(&part, &opts->generator, rng, &p->dropout_rng);
+    rc = duet_unet_generator_create(&opts->generator, rng, &p->dropout_rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "generator", part);
-    if (rc == DUET_OK) rc = duet_patch_discriminator_create(&part, &opts->discriminator, rng);
+    if (rc == DUET_OK) rc = duet_patch_discriminator_create(&opts->discriminator, rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "discriminator", part);
-    if (rc == DUET_OK) rc = duet_gan_loss_create(&part, &opts->gan_loss);
+    if (rc == DUET_OK) rc = duet_gan_loss_create(&opts->gan_loss, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "gan_loss", part);
     if (rc == DUET_OK && opts->pixel_loss_weight > 0.0f) {
-        rc = duet_l1_loss_module_create(&part, opts->pixel_loss_weight);
+        rc = duet_l1_loss_module_create(opts->pixel_loss_weight, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(root, "pixel_loss", part);
     }
     if (rc != DUET_OK) {
@@ -275,7 +275,7 @@ int duet_pix2pix_create(duet_model **out, const duet_pix2pix_opts *opts, duet_rn
         free(p);
         return rc;
     }
-    return duet_model_create(out, &pix2pix_ops, p, root);
+    return duet_model_create(&pix2pix_ops, p, root, out);
 }
 
 static pix2pix *impl_of(duet_model *m) {

@@ -27,21 +27,21 @@ static int resblock_create(duet_module **out, int channels, duet_gen_norm norm,
                            bool use_dropout, duet_rng *rng, duet_rng *dropout_rng) {
     *out = NULL;
     duet_module *m = NULL, *seq = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &resblock_type, NULL));
+    DUET_TRY(duet_module_create(&resblock_type, NULL, &m));
     duet__cm_opts cm = {.in_channels = channels, .out_channels = channels, .kernel = 3,
                         .stride = 1, .padding = 1, .bias = norm == DUET_GEN_NORM_IN,
                         .reflect = true, .with_norm = true, .norm = norm,
                         .act = DUET__CM_ACT_RELU};
     int rc = duet_sequential_create(&seq);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "block", seq);
-    if (rc == DUET_OK) rc = duet__conv_module_create(&part, &cm, rng);
+    if (rc == DUET_OK) rc = duet__conv_module_create(&cm, rng, &part);
     if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     if (rc == DUET_OK && use_dropout) {
-        rc = duet_dropout_module_create(&part, 0.5f, dropout_rng);
+        rc = duet_dropout_module_create(0.5f, dropout_rng, &part);
         if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     }
     cm.act = DUET__CM_ACT_NONE;
-    if (rc == DUET_OK) rc = duet__conv_module_create(&part, &cm, rng);
+    if (rc == DUET_OK) rc = duet__conv_module_create(&cm, rng, &part);
     if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     if (rc != DUET_OK) {
         duet_module_destroy(m);
@@ -74,12 +74,12 @@ static const duet_module_type resnet_type = {"ResnetGenerator", resnet_forward, 
 /* Appends a ConvModule built from cm to seq. */
 static int append_cm(duet_module *seq, const duet__cm_opts *cm, duet_rng *rng) {
     duet_module *part = NULL;
-    DUET_TRY(duet__conv_module_create(&part, cm, rng));
+    DUET_TRY(duet__conv_module_create(cm, rng, &part));
     return duet_sequential_append(seq, part);
 }
 
-int duet_resnet_generator_create(duet_module **out, const duet_resnet_generator_opts *opts,
-                                 duet_rng *init_rng, duet_rng *dropout_rng) {
+int duet_resnet_generator_create(const duet_resnet_generator_opts *opts, duet_rng *init_rng,
+                                 duet_rng *dropout_rng, duet_module **out) {
     *out = NULL;
     const duet_resnet_generator_opts o = *opts;
     if (o.in_channels < 1 || o.out_channels < 1 || o.base_channels < 1 || o.num_blocks < 0)
@@ -93,7 +93,7 @@ int duet_resnet_generator_create(duet_module **out, const duet_resnet_generator_
     const bool use_bias = o.norm == DUET_GEN_NORM_IN;
     const int b = o.base_channels;
     duet_module *m = NULL, *seq = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &resnet_type, NULL));
+    DUET_TRY(duet_module_create(&resnet_type, NULL, &m));
     int rc = duet_sequential_create(&seq);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "model", seq);
     duet__cm_opts cm = {.in_channels = o.in_channels, .out_channels = b, .kernel = 7,

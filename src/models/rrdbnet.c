@@ -76,14 +76,14 @@ static int rdb_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
 static const duet_module_type rdb_type = {"ResidualDenseBlock", rdb_forward, NULL};
 
 static int rdb_create(duet_module **out, int mid, int growth, duet_rng *rng) {
-    DUET_TRY(duet_module_create(out, &rdb_type, NULL));
+    DUET_TRY(duet_module_create(&rdb_type, NULL, out));
     int rc = DUET_OK;
     for (int i = 0; i < 5 && rc == DUET_OK; i++) {
         char name[8];
         snprintf(name, sizeof name, "conv%d", i + 1);
         duet_module *conv = NULL;
-        rc = duet_conv2d_module_create(&conv, mid + i * growth, i == 4 ? mid : growth, 3, 1, 1,
-                                       true, rng);
+        rc = duet_conv2d_module_create(mid + i * growth, i == 4 ? mid : growth, 3, 1, 1, true,
+                                       rng, &conv);
         if (rc == DUET_OK) rc = duet_module_add_child(*out, name, conv);
     }
     if (rc != DUET_OK) {
@@ -115,7 +115,7 @@ static int rrdb_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 static const duet_module_type rrdb_type = {"RRDB", rrdb_forward, NULL};
 
 static int rrdb_create(duet_module **out, int mid, int growth, duet_rng *rng) {
-    DUET_TRY(duet_module_create(out, &rrdb_type, NULL));
+    DUET_TRY(duet_module_create(&rrdb_type, NULL, out));
     int rc = DUET_OK;
     for (int i = 0; i < 3 && rc == DUET_OK; i++) {
         char name[8];
@@ -199,11 +199,11 @@ static const duet_module_type rrdbnet_type = {"RRDBNet", rrdbnet_forward, free};
 
 static int add_conv(duet_module *m, const char *name, int in, int out, duet_rng *rng) {
     duet_module *conv = NULL;
-    DUET_TRY(duet_conv2d_module_create(&conv, in, out, 3, 1, 1, true, rng));
+    DUET_TRY(duet_conv2d_module_create(in, out, 3, 1, 1, true, rng, &conv));
     return duet_module_add_child(m, name, conv);
 }
 
-int duet_rrdbnet_create(duet_module **out, const duet_rrdbnet_opts *opts, duet_rng *rng) {
+int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_module **out) {
     *out = NULL;
     const duet_rrdbnet_opts o = *opts;
     if (o.in_channels < 1 || o.out_channels < 1 || o.mid_channels < 1 ||
@@ -220,7 +220,7 @@ int duet_rrdbnet_create(duet_module **out, const duet_rrdbnet_opts *opts, duet_r
     if (impl == NULL) return duet__error(DUET_ENOMEM, "RRDBNet: out of memory");
     impl->opts = o;
     duet_module *m = NULL, *body = NULL, *part = NULL;
-    DUET_TRY(duet_module_create(&m, &rrdbnet_type, impl));
+    DUET_TRY(duet_module_create(&rrdbnet_type, impl, &m));
     const int mid = o.mid_channels;
     int rc = add_conv(m, "conv_first", o.in_channels, mid, rng);
     if (rc == DUET_OK) rc = duet_sequential_create(&body);

@@ -265,9 +265,9 @@ static const duet_model_ops srgan_ops = {
     .load_state = duet__srgan_load_state,
 };
 
-int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
-                       const duet_module_type *root_type, duet_module *generator,
-                       const duet_srgan_opts *opts, duet_rng *rng) {
+int duet__srgan_create(const duet_model_ops *ops, const duet_module_type *root_type,
+                       duet_module *generator, const duet_srgan_opts *opts,
+                       duet_rng *rng, duet_model **out) {
     *out = NULL;
     if (opts->disc_steps < 1 || opts->disc_init_steps < 0) {
         duet_module_destroy(generator);
@@ -285,23 +285,23 @@ int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
     s->test_cfg = opts->test_cfg;
 
     duet_module *root = NULL, *part = NULL;
-    int rc = duet_module_create(&root, root_type, NULL);
+    int rc = duet_module_create(root_type, NULL, &root);
     if (rc != DUET_OK) {
         duet_module_destroy(generator);
         free(s);
         return rc;
     }
     rc = duet_module_add_child(root, "generator", generator);
-    if (rc == DUET_OK) rc = duet_modified_vgg_create(&part, &opts->discriminator, rng);
+    if (rc == DUET_OK) rc = duet_modified_vgg_create(&opts->discriminator, rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "discriminator", part);
-    if (rc == DUET_OK) rc = duet_gan_loss_create(&part, &opts->gan_loss);
+    if (rc == DUET_OK) rc = duet_gan_loss_create(&opts->gan_loss, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "gan_loss", part);
     if (rc == DUET_OK && opts->pixel_loss_weight > 0.0f) {
-        rc = duet_l1_loss_module_create(&part, opts->pixel_loss_weight);
+        rc = duet_l1_loss_module_create(opts->pixel_loss_weight, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(root, "pixel_loss", part);
     }
     if (rc == DUET_OK && opts->perceptual) {
-        rc = duet_perceptual_loss_create(&part, &opts->perceptual_loss, rng);
+        rc = duet_perceptual_loss_create(&opts->perceptual_loss, rng, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(root, "perceptual_loss", part);
     }
     if (rc != DUET_OK) {
@@ -310,15 +310,15 @@ int duet__srgan_create(duet_model **out, const duet_model_ops *ops,
         free(s);
         return rc;
     }
-    return duet_model_create(out, ops, s, root);
+    return duet_model_create(ops, s, root, out);
 }
 
-int duet_srgan_create(duet_model **out, const duet_srgan_opts *opts, duet_rng *rng) {
+int duet_srgan_create(const duet_srgan_opts *opts, duet_rng *rng, duet_model **out) {
     *out = NULL;
     duet_module *gen = NULL;
-    int rc = duet_msrresnet_create(&gen, &opts->generator, rng);
+    int rc = duet_msrresnet_create(&opts->generator, rng, &gen);
     if (rc != DUET_OK) return duet__error_context(rc, "SRGAN");
-    return duet__srgan_create(out, &srgan_ops, &srgan_module_type, gen, opts, rng);
+    return duet__srgan_create(&srgan_ops, &srgan_module_type, gen, opts, rng, out);
 }
 
 /* ESRGAN (esrgan.c) shares SRGAN's state. */

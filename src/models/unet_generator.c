@@ -80,22 +80,22 @@ static int block_create(duet_module **out, int outer, int inner, int in_ch, duet
     }
     impl->outermost = kind == BLOCK_OUTERMOST;
     duet_module *m = NULL, *seq = NULL, *part = NULL;
-    int rc = duet_module_create(&m, &block_type, impl);
+    int rc = duet_module_create(&block_type, impl, &m);
     if (rc == DUET_OK) rc = duet_sequential_create(&seq);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "model", seq);
-    if (rc == DUET_OK) rc = duet__conv_module_create(&part, &down, rng);
+    if (rc == DUET_OK) rc = duet__conv_module_create(&down, rng, &part);
     if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     if (rc == DUET_OK && sub != NULL) {
         rc = duet_sequential_append(seq, sub);
         sub = NULL;
     }
-    if (rc == DUET_OK) rc = duet__conv_module_create(&part, &up, rng);
+    if (rc == DUET_OK) rc = duet__conv_module_create(&up, rng, &part);
     if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     if (rc == DUET_OK && kind == BLOCK_OUTERMOST) {
-        rc = duet_activation_module_create(&part, DUET_ACT_TANH, 0.0f);
+        rc = duet_activation_module_create(DUET_ACT_TANH, 0.0f, &part);
         if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     } else if (rc == DUET_OK && kind == BLOCK_MIDDLE && use_dropout) {
-        rc = duet_dropout_module_create(&part, 0.5f, dropout_rng);
+        rc = duet_dropout_module_create(0.5f, dropout_rng, &part);
         if (rc == DUET_OK) rc = duet_sequential_append(seq, part);
     }
     duet_module_destroy(sub);
@@ -131,8 +131,8 @@ static int unet_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type unet_type = {"UnetGenerator", unet_forward, free};
 
-int duet_unet_generator_create(duet_module **out, const duet_unet_generator_opts *opts,
-                               duet_rng *init_rng, duet_rng *dropout_rng) {
+int duet_unet_generator_create(const duet_unet_generator_opts *opts, duet_rng *init_rng,
+                               duet_rng *dropout_rng, duet_module **out) {
     *out = NULL;
     const duet_unet_generator_opts o = *opts;
     if (o.in_channels < 1 || o.out_channels < 1 || o.base_channels < 1 || o.num_down < 5 ||
@@ -166,7 +166,7 @@ int duet_unet_generator_create(duet_module **out, const duet_unet_generator_opts
     }
     impl->num_down = o.num_down;
     duet_module *m = NULL;
-    rc = duet_module_create(&m, &unet_type, impl);
+    rc = duet_module_create(&unet_type, impl, &m);
     if (rc != DUET_OK) {
         duet_module_destroy(blk);
         return rc;

@@ -36,8 +36,8 @@ static void torch_default_init(duet_tensor *w, duet_tensor *b, int64_t fan_in, d
 static int add_weight_and_bias(duet_module **out, duet_module *m, int ndim, const int64_t *shape,
                                bool bias, int64_t fan_in, duet_rng *rng) {
     duet_tensor *w = NULL, *b = NULL;
-    int rc = duet_tensor_create(&w, ndim, shape);
-    if (rc == DUET_OK && bias) rc = duet_tensor_create(&b, 1, shape);
+    int rc = duet_tensor_create(ndim, shape, &w);
+    if (rc == DUET_OK && bias) rc = duet_tensor_create(1, shape, &b);
     if (rc == DUET_OK) {
         torch_default_init(w, b, fan_in, rng);
         rc = duet_module_add_param(m, "weight", w);
@@ -73,8 +73,8 @@ static int conv_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type conv_type = {"Conv2d", conv_forward, free};
 
-int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channels, int kernel,
-                              int stride, int padding, bool bias, duet_rng *rng) {
+int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
+                              int padding, bool bias, duet_rng *rng, duet_module **out) {
     *out = NULL;
     if (in_channels < 1 || out_channels < 1 || kernel < 1 || stride < 1 || padding < 0)
         return duet__error(DUET_EINVAL, "Conv2d(%d, %d, kernel %d, stride %d, padding %d): "
@@ -85,7 +85,7 @@ int duet_conv2d_module_create(duet_module **out, int in_channels, int out_channe
     if (c == NULL) return duet__error(DUET_ENOMEM, "Conv2d: out of memory");
     *c = (conv_impl){stride, padding, bias};
     duet_module *m = NULL;
-    DUET_TRY(duet_module_create(&m, &conv_type, c));
+    DUET_TRY(duet_module_create(&conv_type, c, &m));
     int64_t shape[4] = {out_channels, in_channels, kernel, kernel};
     return add_weight_and_bias(out, m, 4, shape, bias, (int64_t)in_channels * kernel * kernel,
                                rng);
@@ -106,8 +106,8 @@ static int linear_forward(duet_module *self, int nin, duet_tensor *const *in, du
 
 static const duet_module_type linear_type = {"Linear", linear_forward, free};
 
-int duet_linear_module_create(duet_module **out, int in_features, int out_features, bool bias,
-                              duet_rng *rng) {
+int duet_linear_module_create(int in_features, int out_features, bool bias, duet_rng *rng,
+                              duet_module **out) {
     *out = NULL;
     if (in_features < 1 || out_features < 1)
         return duet__error(DUET_EINVAL, "Linear(%d, %d): feature counts must be positive",
@@ -117,7 +117,7 @@ int duet_linear_module_create(duet_module **out, int in_features, int out_featur
     if (l == NULL) return duet__error(DUET_ENOMEM, "Linear: out of memory");
     l->bias = bias;
     duet_module *m = NULL;
-    DUET_TRY(duet_module_create(&m, &linear_type, l));
+    DUET_TRY(duet_module_create(&linear_type, l, &m));
     int64_t shape[2] = {out_features, in_features};
     return add_weight_and_bias(out, m, 2, shape, bias, in_features, rng);
 }
@@ -146,7 +146,7 @@ static int bn_forward(duet_module *self, int nin, duet_tensor *const *in, duet_t
 
 static const duet_module_type bn_type = {"BatchNorm2d", bn_forward, free};
 
-int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, float momentum) {
+int duet_batch_norm2d_module_create(int channels, float eps, float momentum, duet_module **out) {
     *out = NULL;
     if (channels < 1 || !(eps > 0.0f) || !(momentum >= 0.0f && momentum <= 1.0f))
         return duet__error(DUET_EINVAL, "BatchNorm2d(%d, eps %g, momentum %g): channels must be "
@@ -156,13 +156,13 @@ int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, f
     if (b == NULL) return duet__error(DUET_ENOMEM, "BatchNorm2d: out of memory");
     *b = (bn_impl){.eps = eps, .momentum = momentum, .reduce = NULL, .reduce_ctx = NULL};
     duet_module *m = NULL;
-    DUET_TRY(duet_module_create(&m, &bn_type, b));
+    DUET_TRY(duet_module_create(&bn_type, b, &m));
     const char *names[5] = {"weight", "bias", "running_mean", "running_var", "num_batches_tracked"};
     const float init[5] = {1.0f, 0.0f, 0.0f, 1.0f, 0.0f};
     int rc = DUET_OK;
     for (int i = 0; i < 5 && rc == DUET_OK; i++) {
         duet_tensor *t = NULL;
-        rc = duet_tensor_create(&t, 1, (int64_t[]){i == 4 ? 1 : channels});
+        rc = duet_tensor_create(1, (int64_t[]){i == 4 ? 1 : channels}, &t);
         if (rc != DUET_OK) break;
         duet_tensor_fill(t, init[i]);
         if (i < 2)
@@ -178,7 +178,7 @@ int duet_batchnorm2d_module_create(duet_module **out, int channels, float eps, f
     return DUET_OK;
 }
 
-int duet_batchnorm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx) {
+int duet_batch_norm2d_set_reduce(duet_module *bn, duet_reduce_fn fn, void *ctx) {
     if (!duet_module_is(bn, "BatchNorm2d"))
         return duet__error(DUET_EINVAL, "set_reduce: module is a %s, not a BatchNorm2d",
                            bn != NULL ? duet_module_type_name(bn) : "NULL");
@@ -216,7 +216,7 @@ static int seq_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
 static const duet_module_type seq_type = {"Sequential", seq_forward, NULL};
 
 int duet_sequential_create(duet_module **out) {
-    return duet_module_create(out, &seq_type, NULL);
+    return duet_module_create(&seq_type, NULL, out);
 }
 
 int duet_sequential_append(duet_module *seq, duet_module *child) {
@@ -249,7 +249,7 @@ static const duet_module_type lrelu_type = {"LeakyReLU", act_forward, free};
 static const duet_module_type sigmoid_type = {"Sigmoid", act_forward, free};
 static const duet_module_type tanh_type = {"Tanh", act_forward, free};
 
-int duet_activation_module_create(duet_module **out, duet_activation kind, float negative_slope) {
+int duet_activation_module_create(duet_activation kind, float negative_slope, duet_module **out) {
     *out = NULL;
     const duet_module_type *type;
     switch (kind) {
@@ -262,7 +262,7 @@ int duet_activation_module_create(duet_module **out, duet_activation kind, float
     act_impl *a = malloc(sizeof *a);
     if (a == NULL) return duet__error(DUET_ENOMEM, "activation: out of memory");
     *a = (act_impl){kind, negative_slope};
-    return duet_module_create(out, type, a);
+    return duet_module_create(type, a, out);
 }
 
 typedef struct pool_impl {
@@ -277,7 +277,7 @@ static int pool_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type pool_type = {"MaxPool2d", pool_forward, free};
 
-int duet_maxpool2d_module_create(duet_module **out, int kernel, int stride) {
+int duet_max_pool2d_module_create(int kernel, int stride, duet_module **out) {
     *out = NULL;
     if (kernel < 1 || stride < 1)
         return duet__error(DUET_EINVAL, "MaxPool2d(kernel %d, stride %d): both must be positive",
@@ -285,5 +285,5 @@ int duet_maxpool2d_module_create(duet_module **out, int kernel, int stride) {
     pool_impl *p = malloc(sizeof *p);
     if (p == NULL) return duet__error(DUET_ENOMEM, "MaxPool2d: out of memory");
     *p = (pool_impl){kernel, stride};
-    return duet_module_create(out, &pool_type, p);
+    return duet_module_create(&pool_type, p, out);
 }

@@ -23,7 +23,7 @@ static void fill_uniform(duet_tensor *t, float bound, duet_rng *rng) {
 static int add_filled(duet_module *m, const char *name, int ndim, const int64_t *shape, float v,
                       float bound, duet_rng *rng) {
     duet_tensor *t = NULL;
-    int rc = duet_tensor_create(&t, ndim, shape);
+    int rc = duet_tensor_create(ndim, shape, &t);
     if (rc == DUET_OK) {
         if (rng != NULL)
             fill_uniform(t, bound, rng);
@@ -52,9 +52,9 @@ static int tconv_forward(duet_module *self, int nin, duet_tensor *const *in, due
 
 static const duet_module_type tconv_type = {"ConvTranspose2d", tconv_forward, free};
 
-int duet_conv_transpose2d_module_create(duet_module **out, int in_channels, int out_channels,
-                                        int kernel, int stride, int padding, int output_padding,
-                                        bool bias, duet_rng *rng) {
+int duet_conv_transpose2d_module_create(int in_channels, int out_channels, int kernel,
+                                        int stride, int padding, int output_padding, bool bias,
+                                        duet_rng *rng, duet_module **out) {
     *out = NULL;
     if (in_channels < 1 || out_channels < 1 || kernel < 1 || stride < 1 || padding < 0 ||
         output_padding < 0 || output_padding >= stride)
@@ -68,7 +68,7 @@ int duet_conv_transpose2d_module_create(duet_module **out, int in_channels, int 
     if (c == NULL) return duet__error(DUET_ENOMEM, "ConvTranspose2d: out of memory");
     *c = (tconv_impl){stride, padding, output_padding, bias};
     duet_module *m = NULL;
-    DUET_TRY(duet_module_create(&m, &tconv_type, c));
+    DUET_TRY(duet_module_create(&tconv_type, c, &m));
     /* PyTorch's fan_in is weight.size(1) * K * K, which for the (IN, OUT,
      * K, K) layout is OUT * K * K; kaiming_uniform(a=sqrt(5)) and the bias
      * then share the bound 1/sqrt(fan_in). */
@@ -96,7 +96,7 @@ static int inorm_forward(duet_module *self, int nin, duet_tensor *const *in, due
 
 static const duet_module_type inorm_type = {"InstanceNorm2d", inorm_forward, free};
 
-int duet_instancenorm2d_module_create(duet_module **out, int channels, float eps, bool affine) {
+int duet_instance_norm2d_module_create(int channels, float eps, bool affine, duet_module **out) {
     *out = NULL;
     if (channels < 1 || !(eps > 0.0f))
         return duet__error(DUET_EINVAL, "InstanceNorm2d(%d, eps %g): channels and eps must be "
@@ -105,7 +105,7 @@ int duet_instancenorm2d_module_create(duet_module **out, int channels, float eps
     if (n == NULL) return duet__error(DUET_ENOMEM, "InstanceNorm2d: out of memory");
     *n = (inorm_impl){eps, affine};
     duet_module *m = NULL;
-    DUET_TRY(duet_module_create(&m, &inorm_type, n));
+    DUET_TRY(duet_module_create(&inorm_type, n, &m));
     const int64_t c = channels;
     if (affine) {
         DUET_TRY(add_filled(m, "weight", 1, &c, 1.0f, 0.0f, NULL));
@@ -129,14 +129,14 @@ static int pad_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
 
 static const duet_module_type pad_type = {"ReflectionPad2d", pad_forward, free};
 
-int duet_reflectionpad2d_module_create(duet_module **out, int padding) {
+int duet_reflection_pad2d_module_create(int padding, duet_module **out) {
     *out = NULL;
     if (padding < 0)
         return duet__error(DUET_EINVAL, "ReflectionPad2d(%d): padding must be >= 0", padding);
     pad_impl *p = malloc(sizeof *p);
     if (p == NULL) return duet__error(DUET_ENOMEM, "ReflectionPad2d: out of memory");
     p->padding = padding;
-    return duet_module_create(out, &pad_type, p);
+    return duet_module_create(&pad_type, p, out);
 }
 
 /* ---- Dropout ---------------------------------------------------------------------- */
@@ -155,14 +155,14 @@ static int dropout_forward(duet_module *self, int nin, duet_tensor *const *in,
 
 static const duet_module_type dropout_type = {"Dropout", dropout_forward, free};
 
-int duet_dropout_module_create(duet_module **out, float p, duet_rng *rng) {
+int duet_dropout_module_create(float p, duet_rng *rng, duet_module **out) {
     *out = NULL;
     if (!(p >= 0.0f && p <= 1.0f))
         return duet__error(DUET_EINVAL, "Dropout(%g): p must be in [0, 1]", (double)p);
     dropout_impl *d = malloc(sizeof *d);
     if (d == NULL) return duet__error(DUET_ENOMEM, "Dropout: out of memory");
     *d = (dropout_impl){p, rng};
-    return duet_module_create(out, &dropout_type, d);
+    return duet_module_create(&dropout_type, d, out);
 }
 
 /* ---- generation_init_weights ------------------------------------------------------ */

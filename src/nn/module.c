@@ -34,7 +34,7 @@ struct duet_module {
 
 /* ---- creation and registration ------------------------------------------- */
 
-int duet_module_create(duet_module **out, const duet_module_type *type, void *impl) {
+int duet_module_create(const duet_module_type *type, void *impl, duet_module **out) {
     *out = NULL;
     DUET_ASSERT(type != NULL);
     duet_module *m = calloc(1, sizeof *m);
@@ -321,7 +321,7 @@ static int collect_list(duet_module *m, int what, bool trainable_only, duet_name
     out->items = NULL;
     collector c = {.list = out, .cap = 0, .what = what, .trainable_only = trainable_only};
     int rc = collect(&c, m, "");
-    if (rc != DUET_OK) duet_named_tensors_free(out);
+    if (rc != DUET_OK) duet_named_tensors_clear(out);
     return rc;
 }
 
@@ -337,7 +337,7 @@ int duet_module_state(duet_module *m, duet_named_tensors *out) {
     return collect_list(m, COLLECT_PARAMS | COLLECT_BUFFERS, false, out);
 }
 
-void duet_named_tensors_free(duet_named_tensors *l) {
+void duet_named_tensors_clear(duet_named_tensors *l) {
     if (l == NULL) return;
     for (size_t i = 0; i < l->count; i++) free(l->items[i].name);
     free(l->items);
@@ -408,7 +408,7 @@ int duet_module_save_state(duet_module *m, duet_st_writer *w, const char *prefix
         if (rc != DUET_OK) rc = duet__error_context(rc, "module save: %s", key);
         free(key);
     }
-    duet_named_tensors_free(&st);
+    duet_named_tensors_clear(&st);
     return rc;
 }
 
@@ -599,6 +599,6 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
         if (nunexpected != NULL) *nunexpected = lc.nunexp;
     }
     load_check_free(&lc);
-    duet_named_tensors_free(&state);
+    duet_named_tensors_clear(&state);
     return rc;
 }

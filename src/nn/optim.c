@@ -86,8 +86,8 @@ static int optimizer_create(duet_optimizer **out, const duet_named_tensors *para
             }
         size_t len = strlen(p->name) + 1;
         o->names[i] = malloc(len);
-        int rc = o->names[i] != NULL ? duet_tensor_create_like(&o->m1[i], p->tensor) : DUET_ENOMEM;
-        if (rc == DUET_OK && second_moment) rc = duet_tensor_create_like(&o->m2[i], p->tensor);
+        int rc = o->names[i] != NULL ? duet_tensor_create_like(p->tensor, &o->m1[i]) : DUET_ENOMEM;
+        if (rc == DUET_OK && second_moment) rc = duet_tensor_create_like(p->tensor, &o->m2[i]);
         if (rc != DUET_OK) {
             duet_optimizer_destroy(o);
             return duet__error(DUET_ENOMEM, "%s: out of memory for the state of %s", what, p->name);
@@ -99,8 +99,10 @@ static int optimizer_create(duet_optimizer **out, const duet_named_tensors *para
     return DUET_OK;
 }
 
-int duet_adam_create(duet_optimizer **out, const duet_named_tensors *params, duet_adam_opts opts) {
+int duet_adam_create(const duet_named_tensors *params, const duet_adam_opts *options,
+                     duet_optimizer **out) {
     *out = NULL;
+    const duet_adam_opts opts = options != NULL ? *options : duet_adam_opts_default();
     if (!(opts.lr >= 0.0f) || !(opts.eps >= 0.0f) || !(opts.beta1 >= 0.0f && opts.beta1 < 1.0f) ||
         !(opts.beta2 >= 0.0f && opts.beta2 < 1.0f) || !(opts.weight_decay >= 0.0f))
         return duet__error(DUET_EINVAL, "Adam: lr %g, betas (%g, %g), eps %g, weight_decay %g: "
@@ -113,8 +115,10 @@ int duet_adam_create(duet_optimizer **out, const duet_named_tensors *params, due
     return DUET_OK;
 }
 
-int duet_sgd_create(duet_optimizer **out, const duet_named_tensors *params, duet_sgd_opts opts) {
+int duet_sgd_create(const duet_named_tensors *params, const duet_sgd_opts *options,
+                    duet_optimizer **out) {
     *out = NULL;
+    const duet_sgd_opts opts = options != NULL ? *options : duet_sgd_opts_default();
     if (!(opts.lr >= 0.0f) || !(opts.momentum >= 0.0f) || !(opts.weight_decay >= 0.0f))
         return duet__error(DUET_EINVAL, "SGD: lr %g, momentum %g, weight_decay %g: all must be "
                            ">= 0", (double)opts.lr, (double)opts.momentum,
@@ -232,7 +236,7 @@ int duet_optimizer_save_state(const duet_optimizer *opt, duet_st_writer *w, cons
     free(k);
     if (rc != DUET_OK) return rc;
     duet_tensor *lr = NULL;
-    DUET_TRY(duet_tensor_from_data(&lr, 1, (int64_t[]){1}, &opt->lr));
+    DUET_TRY(duet_tensor_from_data(1, (int64_t[]){1}, &opt->lr, &lr));
     k = key_of(prefix, "lr", NULL);
     rc = k != NULL ? duet_st_writer_add(w, k, lr) : DUET_ENOMEM;
     free(k);
@@ -320,9 +324,9 @@ static int read_scalar(const duet_st *st, const char *key, void *v) {
 static int read_param_state(const duet_optimizer *opt, const duet_st *st, const char *prefix,
                             size_t i, staged_state *s) {
     const char *name = opt->names[i];
-    DUET_TRY(duet_tensor_create_like(&s->m1[i], opt->params[i]));
+    DUET_TRY(duet_tensor_create_like(opt->params[i], &s->m1[i]));
     if (opt->kind == OPTIM_ADAM) {
-        DUET_TRY(duet_tensor_create_like(&s->m2[i], opt->params[i]));
+        DUET_TRY(duet_tensor_create_like(opt->params[i], &s->m2[i]));
         DUET_TRY(read_key(st, prefix, name, "step", read_i64, &s->pstep[i]));
         DUET_TRY(read_key(st, prefix, name, "exp_avg", read_into, s->m1[i]));
         return read_key(st, prefix, name, "exp_avg_sq", read_into, s->m2[i]);

@@ -123,7 +123,7 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     if (is_relu) relu_forward(y->data, x->data, y->numel);
     else leaky_relu_forward(y->data, x->data, slope, y->numel);
     mask_ctx *c = NULL;
@@ -165,7 +165,7 @@ static int inplace_result(duet_tensor *x, duet_tensor **y) {
         *y = duet_tensor_retain(x);
         return DUET_OK;
     }
-    return duet_tensor_view(y, x, x->ndim, x->shape);
+    return duet_tensor_view(x, x->ndim, x->shape, y);
 }
 
 /* x = relu(x) or leaky_relu(x, slope) in place when x is overwritable. */
@@ -222,7 +222,7 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     sigmoid_forward(y->data, x->data, y->numel);
     return duet__op_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
@@ -231,7 +231,7 @@ int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     tanh_forward(y->data, x->data, y->numel);
     return duet__op_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
 }

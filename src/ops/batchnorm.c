@@ -249,7 +249,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     }
     free(buf);
     duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
+    if (rc == DUET_OK) rc = duet_tensor_create_uninit(x->ndim, x->shape, &y);
     if (rc != DUET_OK) {
         bn_ctx_free(c);
         return rc;

@@ -289,7 +289,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     conv_geom g;
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
+    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
     const bool pointwise = is_pointwise(&g);
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
     float *col = NULL, *tmp = NULL;

@@ -149,7 +149,7 @@ int duet_conv_transpose2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int st
     tconv_geom g;
     DUET_TRY(tconv_geometry(x, w, b, stride, padding, output_padding, &g));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){g.n, g.o, g.oh, g.ow}));
+    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
     float *col = duet_aligned_alloc((size_t)(g.k * g.p) * sizeof(float));
     if (col == NULL) {
         duet_tensor_release(y);

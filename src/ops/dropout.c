@@ -61,7 +61,7 @@ int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_ten
     float *factor = malloc((size_t)x->numel * sizeof(float));
     duet_tensor *y = NULL;
     int rc = c != NULL && factor != NULL
-                 ? duet_tensor_create_uninit(&y, x->ndim, x->shape)
+                 ? duet_tensor_create_uninit(x->ndim, x->shape, &y)
                  : duet__error(DUET_ENOMEM, "dropout: out of memory for the mask");
     if (rc != DUET_OK) {
         free(c);

@@ -128,7 +128,7 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
     *out = NULL;
     DUET_TRY(duet__op_check_same_shape(op, a, b));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, a->shape));
+    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &y));
     kernel(y->data, a->data, b->data, y->numel);
     duet_tensor *inputs[2] = {a, b};
     return duet__op_finish(y, op, backward, NULL, NULL, 2, inputs, out);
@@ -146,7 +146,7 @@ int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     duet_tensor *inputs[2] = {a, b};
     duet_tensor *y = NULL;
     if (duet_autograd_needs_record(2, inputs))
-        DUET_TRY(duet_tensor_view(&y, a, a->ndim, a->shape));
+        DUET_TRY(duet_tensor_view(a, a->ndim, a->shape, &y));
     else
         y = duet_tensor_retain(a);
     add_forward(a->data, a->data, b->data, a->numel);
@@ -182,7 +182,7 @@ int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, x->shape));
+    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
     scale_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -237,7 +237,7 @@ int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
         ac->v[c + i] = shift != NULL ? shift[i] : 0.0f;
     }
     duet_tensor *y = NULL;
-    int rc = duet_tensor_create_uninit(&y, x->ndim, x->shape);
+    int rc = duet_tensor_create_uninit(x->ndim, x->shape, &y);
     if (rc != DUET_OK) {
         free(ac);
         return rc;

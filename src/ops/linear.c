@@ -58,7 +58,7 @@ int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **ou
     for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
     shape[x->ndim - 1] = outf;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, x->ndim, shape));
+    DUET_TRY(duet_tensor_create_uninit(x->ndim, shape, &y));
     if (b != NULL)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t o = 0; o < outf; o++) y->data[r * outf + o] = b->data[o];

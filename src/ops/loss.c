@@ -117,7 +117,7 @@ static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, du
     *out = NULL;
     DUET_TRY(duet__op_check_same_shape(op, pred, target));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
+    DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, &y));
     y->data[0] = (float)((double)weight * sum(pred->data, target->data, pred->numel) /
                          (double)pred->numel);
     duet_tensor *inputs[2] = {pred, target};
@@ -176,7 +176,7 @@ static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, fl
     *out = NULL;
     if (target != NULL) DUET_TRY(duet__op_check_same_shape(op, logits, target));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
+    DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, &y));
     const float *t = target != NULL ? target->data : &target_const;
     y->data[0] = (float)((double)weight * bce_sum(logits->data, t, target != NULL ? 1 : 0,
                                                   logits->numel) / (double)logits->numel);

@@ -118,7 +118,7 @@ int duet_instance_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
     inorm_ctx *c = malloc(sizeof *c);
     float *stats = malloc((size_t)(2 * planes) * sizeof(float));
     duet_tensor *y = NULL;
-    int rc = c != NULL && stats != NULL ? duet_tensor_create_uninit(&y, 4, x->shape)
+    int rc = c != NULL && stats != NULL ? duet_tensor_create_uninit(4, x->shape, &y)
                                         : duet__error(DUET_ENOMEM, "instance_norm2d: out of "
                                                       "memory for %" PRId64 " planes", planes);
     if (rc != DUET_OK) {

@@ -67,7 +67,7 @@ int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bott
                            duet_shape_str(x, sx, sizeof sx));
     const int64_t oh = h + top + bottom, ow = w + left + right;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
+    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}, &y));
     reflection_pad_forward(y->data, x->data, x->shape[0] * x->shape[1], h, w, oh, ow, top, left);
     pad_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {

@@ -50,7 +50,7 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
     const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
     const int64_t planes = x->shape[0] * x->shape[1];
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}));
+    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}, &y));
     bool record = duet_autograd_needs_record(1, &x);
     pool_ctx *c = NULL;
     if (record) {

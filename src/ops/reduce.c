@@ -24,7 +24,7 @@ static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(&y, 1, (int64_t[]){1}));
+    DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, &y));
     double s = duet__sum_f32(x->data, x->numel);
     y->data[0] = (float)(mean ? s / (double)x->numel : s);
     return duet__op_finish(y, op, backward, NULL, NULL, 1, &x, out);

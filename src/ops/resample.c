@@ -77,7 +77,7 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
     int64_t n = x->shape[0], c = x->shape[1] / ((int64_t)r * r), h = x->shape[2],
             w = x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * r, w * r}));
+    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){n, c, h * r, w * r}, &y));
     pixel_shuffle_forward(y->data, x->data, n * c, r, h, w);
     shuffle_ctx *sc = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -229,7 +229,7 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
         return rc;
     }
     duet_tensor *y = NULL;
-    rc = duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor});
+    rc = duet_tensor_create_uninit(4, (int64_t[]){n, c, h * factor, w * factor}, &y);
     if (rc == DUET_OK) bilinear_forward(y->data, x->data, n * c, h, w, &ay, &ax, factor);
     axis_lerp_free(&ay);
     axis_lerp_free(&ax);

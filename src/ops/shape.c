@@ -41,7 +41,7 @@ static int reshape_named(const char *op, duet_tensor *x, int ndim, const int64_t
         return duet__error(DUET_ESHAPE, "%s: input %s has %" PRId64 " elements, shape %s has %"
                            PRId64, op, duet_shape_str(x, sx, sizeof sx), x->numel, want, numel);
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_view(&y, x, ndim, shape));
+    DUET_TRY(duet_tensor_view(x, ndim, shape, &y));
     return duet__op_finish_unread(duet__op_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out),
                                   out);
 }
@@ -130,7 +130,7 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
     for (int i = 0; i < n; i++) shape[1] += xs[i]->shape[1];
     const int64_t nb = a->shape[0], inner = a->numel / (a->shape[0] * a->shape[1]);
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, shape));
+    DUET_TRY(duet_tensor_create_uninit(a->ndim, shape, &y));
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
         const int64_t blk = xs[i]->shape[1] * inner;

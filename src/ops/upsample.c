@@ -67,7 +67,7 @@ int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
                            duet_shape_str(x, sx, sizeof sx));
     int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, h * factor, w * factor}));
+    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){n, c, h * factor, w * factor}, &y));
     nearest_forward(y->data, x->data, n * c, h, w, factor);
     nearest_ctx *nc = NULL;
     if (duet_autograd_needs_record(1, &x)) {
@@ -169,7 +169,7 @@ int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_t
     duet_tensor *y = NULL;
     int rc = ay == NULL || ax == NULL
                  ? duet__error(DUET_ENOMEM, "resize_bilinear_ac: out of memory")
-                 : duet_tensor_create_uninit(&y, 4, (int64_t[]){n, c, out_h, out_w});
+                 : duet_tensor_create_uninit(4, (int64_t[]){n, c, out_h, out_w}, &y);
     if (rc == DUET_OK) ac_apply(y->data, x->data, n * c, h, w, out_h, out_w, ay, ax, false);
     free(ay);
     free(ax);
@@ -208,7 +208,7 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
                            duet_shape_str(x, sx, sizeof sx));
     const int64_t n = x->shape[0], c = x->shape[1], hw = x->shape[2] * x->shape[3];
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, 3, (int64_t[]){n, c, c}));
+    DUET_TRY(duet_tensor_create_uninit(3, (int64_t[]){n, c, c}, &y));
     for (int64_t b = 0; b < n; b++) {
         const float *f = x->data + b * c * hw;
         duet_sgemm(false, true, c, c, hw, 1.0f, f, hw, f, hw, 0.0f, y->data + b * c * c, c);
@@ -256,7 +256,7 @@ int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor 
                            groups, duet_shape_str(a, sa, sizeof sa),
                            duet_shape_str(b, sb, sizeof sb));
     duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(&y, a->ndim, a->shape));
+    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &y));
     const int64_t per = a->numel / groups;
     for (int g = 0; g < groups; g++) {
         /* As duet_mean: the sum in double, the mean rounded to float. */

@@ -109,7 +109,7 @@ int duet_batch_slice(duet_batch *out, const duet_batch *b, int64_t start, int64_
     int rc = DUET_OK;
     for (size_t i = 0; i < b->ntensors && rc == DUET_OK; i++) {
         duet_tensor *v = NULL;
-        rc = duet_tensor_slice0(&v, b->tensors[i].tensor, start, count);
+        rc = duet_tensor_slice0(b->tensors[i].tensor, start, count, &v);
         if (rc == DUET_OK) rc = duet_batch_add_tensor(out, b->tensors[i].name, v);
         duet_tensor_release(v);
     }
@@ -194,7 +194,7 @@ int duet_batch_concat(duet_batch *out, const duet_batch *const *parts, size_t np
         memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->ndim);
         shape[0] = n;
         duet_tensor *t = NULL;
-        rc = duet_tensor_create(&t, a->ndim, shape);
+        rc = duet_tensor_create(a->ndim, shape, &t);
         /* Tensors are contiguous with samples along dim 0: one copy a part. */
         float *dst = rc == DUET_OK ? t->data : NULL;
         for (size_t k = 0; k < nparts && dst != NULL; k++) {

@@ -558,7 +558,7 @@ int duet_st_get(const duet_st *st, const char *name, duet_tensor **out) {
     int ndim = e->ndim > 0 ? e->ndim : 1;
     int64_t one = 1;
     duet_tensor *t = NULL;
-    int rc = duet_tensor_create(&t, ndim, e->ndim > 0 ? e->shape : &one);
+    int rc = duet_tensor_create(ndim, e->ndim > 0 ? e->shape : &one, &t);
     if (rc != DUET_OK) return duet__error_context(rc, "%s: entry '%s'", st->path, name);
     rc = convert_entry(st, e, t->data);
     if (rc != DUET_OK) {

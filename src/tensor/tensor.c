@@ -31,7 +31,7 @@ static duet_tensor *alloc_header(int ndim, const int64_t *shape, int64_t numel) 
     return t;
 }
 
-int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape) {
+int duet_tensor_create(int ndim, const int64_t *shape, duet_tensor **out) {
     *out = NULL;
     int64_t numel = 0;
     DUET_TRY(check_shape(ndim, shape, &numel));
@@ -47,7 +47,7 @@ int duet_tensor_create(duet_tensor **out, int ndim, const int64_t *shape) {
     return DUET_OK;
 }
 
-int duet_tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape) {
+int duet_tensor_create_uninit(int ndim, const int64_t *shape, duet_tensor **out) {
     *out = NULL;
     int64_t numel = 0;
     DUET_TRY(check_shape(ndim, shape, &numel));
@@ -63,22 +63,22 @@ int duet_tensor_create_uninit(duet_tensor **out, int ndim, const int64_t *shape)
     return DUET_OK;
 }
 
-int duet_tensor_create4(duet_tensor **out, int64_t n, int64_t c, int64_t h, int64_t w) {
-    return duet_tensor_create(out, 4, (int64_t[]){n, c, h, w});
+int duet_tensor_create4(int64_t n, int64_t c, int64_t h, int64_t w, duet_tensor **out) {
+    return duet_tensor_create(4, (int64_t[]){n, c, h, w}, out);
 }
 
-int duet_tensor_create_like(duet_tensor **out, const duet_tensor *like) {
-    return duet_tensor_create(out, like->ndim, like->shape);
+int duet_tensor_create_like(const duet_tensor *like, duet_tensor **out) {
+    return duet_tensor_create(like->ndim, like->shape, out);
 }
 
-int duet_tensor_from_data(duet_tensor **out, int ndim, const int64_t *shape, const float *data) {
-    DUET_TRY(duet_tensor_create(out, ndim, shape));
+int duet_tensor_from_data(int ndim, const int64_t *shape, const float *data, duet_tensor **out) {
+    DUET_TRY(duet_tensor_create(ndim, shape, out));
     memcpy((*out)->data, data, (size_t)(*out)->numel * sizeof(float));
     return DUET_OK;
 }
 
-int duet_tensor_clone(duet_tensor **out, const duet_tensor *t) {
-    return duet_tensor_from_data(out, t->ndim, t->shape, t->data);
+int duet_tensor_clone(const duet_tensor *t, duet_tensor **out) {
+    return duet_tensor_from_data(t->ndim, t->shape, t->data, out);
 }
 
 static int make_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape,
@@ -95,7 +95,7 @@ static int make_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t 
     return DUET_OK;
 }
 
-int duet_tensor_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t *shape) {
+int duet_tensor_view(duet_tensor *t, int ndim, const int64_t *shape, duet_tensor **out) {
     int64_t numel = 1;
     for (int i = 0; i < ndim && i < DUET_MAX_DIMS; i++) numel *= shape[i];
     if (ndim >= 1 && ndim <= DUET_MAX_DIMS && numel != t->numel) {
@@ -108,7 +108,7 @@ int duet_tensor_view(duet_tensor **out, duet_tensor *t, int ndim, const int64_t 
     return make_view(out, t, ndim, shape, t->data);
 }
 
-int duet_tensor_slice0(duet_tensor **out, duet_tensor *t, int64_t start, int64_t count) {
+int duet_tensor_slice0(duet_tensor *t, int64_t start, int64_t count, duet_tensor **out) {
     if (start < 0 || count < 1 || start + count > t->shape[0]) {
         *out = NULL;
         return duet__error(DUET_EINVAL, "tensor slice: samples [%" PRId64 ", %" PRId64

@@ -179,7 +179,7 @@ static int build_dataset(duet__run *r, const char *path, bool train, duet_datase
     if (injected) duet_config_mark_used(r->cfg, pix);
     if (rc != DUET_OK) return duet__error_context(rc, "%s", duet_config_name(r->cfg));
     if (train && times > 1) {
-        rc = duet_repeat_dataset_create(&ds, ds, times);
+        rc = duet_repeat_dataset_create(ds, times, &ds);
         if (rc != DUET_OK) return duet__error_context(rc, "%s", key);
     }
     *out = ds;
@@ -217,7 +217,7 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
 }
 
 int duet__run_build_loader(duet__run *r, duet_sampler_state start) {
-    duet_loader_options lo = duet_loader_options_default();
+    duet_loader_opts lo = duet_loader_options_default();
     lo.samples_per_gpu = r->samples_per_gpu;
     lo.world_size = r->world;
     lo.rank = r->rank;
@@ -225,7 +225,7 @@ int duet__run_build_loader(duet__run *r, duet_sampler_state start) {
     lo.shuffle = true;
     lo.prefetch = r->prefetch;
     lo.start = start;
-    int rc = duet_loader_create(&r->loader, r->train_set, &lo);
+    int rc = duet_loader_create(r->train_set, &lo, &r->loader);
     if (rc != DUET_OK) return duet__error_context(rc, "data.train");
     return DUET_OK;
 }

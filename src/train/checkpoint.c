@@ -89,7 +89,7 @@ static int missing_required(const duet_st *weights, duet_module *model, const ch
         }
         (*count)++;
     }
-    duet_named_tensors_free(&sd);
+    duet_named_tensors_clear(&sd);
     return DUET_OK;
 }
 

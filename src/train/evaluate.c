@@ -37,7 +37,7 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * Pix2Pix and CycleGAN save their pictures with tensor2img(min_max=(-1, 1)),
  * and so does duet. New tensor (x + 1) / 2. */
 int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(out, t->ndim, t->shape));
+    DUET_TRY(duet_tensor_create(t->ndim, t->shape, out));
     for (int64_t i = 0; i < t->numel; i++) (*out)->data[i] = (t->data[i] + 1.0f) * 0.5f;
     return DUET_OK;
 }
@@ -49,7 +49,7 @@ static int translation_row(duet_image **row, const duet_tensor *a, const duet_te
     int rc = duet__from_signed(a, &u[0]);
     if (rc == DUET_OK) rc = duet__from_signed(out, &u[1]);
     if (rc == DUET_OK) rc = duet__from_signed(b, &u[2]);
-    if (rc == DUET_OK) rc = duet__grid_row(row, u[0], u[1], u[2], 0, 4);
+    if (rc == DUET_OK) rc = duet__grid_row(u[0], u[1], u[2], 0, 4, row);
     for (int k = 0; k < 3; k++) duet_tensor_release(u[k]);
     return rc;
 }
@@ -93,7 +93,7 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     }
     if (rc == DUET_OK && row != NULL)
         rc = translation ? translation_row(row, img_a, vo.output, img_b)
-                         : duet__grid_row(row, lq, vo.output, gt, 0, 4);
+                         : duet__grid_row(lq, vo.output, gt, 0, 4, row);
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);
     duet_tensor_release(bic);
@@ -119,7 +119,7 @@ static int gather_rows(duet__run *r, duet_image **rows, int64_t n) {
         duet_image *img = rows[i];
         duet_image *scratch = NULL;
         if (r->rank != owner) {
-            DUET_TRY(duet_image_create(&scratch, hw[0], hw[1], 3));
+            DUET_TRY(duet_image_create(hw[0], hw[1], 3, &scratch));
             img = scratch;
         }
         int rc = duet_comm_bcast(r->comm, img->data, (size_t)(hw[0] * hw[1] * 3), DUET_DTYPE_U8,
@@ -152,7 +152,7 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     if (rc == DUET_OK && nrows > 0 && r->world > 1) rc = gather_rows(r, rows, nrows);
     if (rc == DUET_OK && nrows > 0 && r->rank == 0) {
         duet_image *grid = NULL;
-        rc = duet__grid_stack(&grid, rows, (int)nrows, 4);
+        rc = duet__grid_stack(rows, (int)nrows, 4, &grid);
         if (rc == DUET_OK) rc = duet_image_save_png(grid, grid_path);
         duet_image_destroy(grid);
     }

@@ -17,8 +17,8 @@ static int blit(duet_image *img, const duet_tensor *t, int64_t n, int64_t x0, in
     return DUET_OK;
 }
 
-int duet__grid_row(duet_image **out, const duet_tensor *lq, const duet_tensor *output,
-                   const duet_tensor *gt, int64_t n, int gap) {
+int duet__grid_row(const duet_tensor *lq, const duet_tensor *output, const duet_tensor *gt,
+                   int64_t n, int gap, duet_image **out) {
     *out = NULL;
     int64_t h = lq->shape[2], w = lq->shape[3], H = gt->shape[2], W = gt->shape[3];
     if (lq->ndim != 4 || gt->ndim != 4 || output->ndim != 4 || lq->shape[1] != 3 ||
@@ -32,7 +32,7 @@ int duet__grid_row(duet_image **out, const duet_tensor *lq, const duet_tensor *o
                            duet_shape_str(gt, c, sizeof c));
     }
     duet_image *img = NULL;
-    DUET_TRY(duet_image_create(&img, H, 3 * W + 2 * gap, 3));
+    DUET_TRY(duet_image_create(H, 3 * W + 2 * gap, 3, &img));
     int rc = blit(img, lq, n, 0, H / h);
     if (rc == DUET_OK) rc = blit(img, output, n, W + gap, 1);
     if (rc == DUET_OK) rc = blit(img, gt, n, 2 * (W + gap), 1);
@@ -44,7 +44,7 @@ int duet__grid_row(duet_image **out, const duet_tensor *lq, const duet_tensor *o
     return DUET_OK;
 }
 
-int duet__grid_stack(duet_image **out, duet_image *const *rows, int nrows, int gap) {
+int duet__grid_stack(duet_image *const *rows, int nrows, int gap, duet_image **out) {
     *out = NULL;
     if (nrows <= 0) return duet__error(DUET_EINVAL, "evaluation grid: no rows");
     int64_t width = 0, height = (int64_t)gap * (nrows - 1);
@@ -53,7 +53,7 @@ int duet__grid_stack(duet_image **out, duet_image *const *rows, int nrows, int g
         height += rows[i]->height;
     }
     duet_image *img = NULL;
-    DUET_TRY(duet_image_create(&img, height, width, 3));
+    DUET_TRY(duet_image_create(height, width, 3, &img));
     int64_t y0 = 0;
     for (int i = 0; i < nrows; i++) {
         for (int64_t y = 0; y < rows[i]->height; y++)

@@ -10,10 +10,10 @@
  * in [0, 1]: three H x W panels with `gap` black columns between them. H and
  * W must be multiples of h and w with the same factor. Free *out with
  * duet_image_destroy. */
-int duet__grid_row(duet_image **out, const duet_tensor *lq, const duet_tensor *output,
-                   const duet_tensor *gt, int64_t n, int gap);
+int duet__grid_row(const duet_tensor *lq, const duet_tensor *output, const duet_tensor *gt,
+                   int64_t n, int gap, duet_image **out);
 /* Rows stacked top to bottom, left-aligned, `gap` black rows between them
  * and black to the right of rows narrower than the widest. */
-int duet__grid_stack(duet_image **out, duet_image *const *rows, int nrows, int gap);
+int duet__grid_stack(duet_image *const *rows, int nrows, int gap, duet_image **out);
 
 #endif

@@ -18,7 +18,7 @@ struct duet__logger {
     bool bar_shown; /* a bar is on the current line: clear it before text */
 };
 
-int duet__logger_open(duet__logger **out, const char *work_dir, FILE *text) {
+int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out) {
     *out = NULL;
     duet__logger *lg = calloc(1, sizeof *lg);
     if (lg == NULL) return duet__error(DUET_ENOMEM, "logger: out of memory");

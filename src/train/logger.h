@@ -6,7 +6,7 @@
  * everywhere and does nothing).
  *
  *   duet__logger *lg = NULL;
- *   DUET_TRY(duet__logger_open(&lg, "work_dirs/x", stdout));
+ *   DUET_TRY(duet__logger_open("work_dirs/x", stdout, &lg));
  *   duet__kv lr[] = {{"generator", 1e-4}};
  *   duet__kv losses[] = {{"loss_pix", 0.04}};
  *   duet__logger_train(lg, &(duet__train_record){.iter = 100, .max_iters = 1000,
@@ -45,7 +45,7 @@ typedef struct duet__logger duet__logger;
 /* Opens (appends to) <work_dir>/log.jsonl; `text` receives the text lines
  * (stdout in the runner; NULL: no text). The progress bar is drawn only when
  * `text` is a terminal. Free with duet__logger_close (NULL ok). */
-int duet__logger_open(duet__logger **out, const char *work_dir, FILE *text);
+int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out);
 void duet__logger_close(duet__logger *lg);
 /* Forces (or forbids) the progress bar, for tests. */
 void duet__logger_set_progress(duet__logger *lg, bool enabled);

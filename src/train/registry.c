@@ -376,7 +376,7 @@ static int build_msrresnet(duet_config *c, const char *path, duet_rng *rng, duet
     (void)path;
     duet_msrresnet_opts o;
     DUET_TRY(read_msrresnet(c, &o));
-    return duet_msrresnet_create(out, &o, rng);
+    return duet_msrresnet_create(&o, rng, out);
 }
 
 static int build_modified_vgg(duet_config *c, const char *path, duet_rng *rng,
@@ -384,28 +384,28 @@ static int build_modified_vgg(duet_config *c, const char *path, duet_rng *rng,
     (void)path;
     duet_modified_vgg_opts o;
     DUET_TRY(read_modified_vgg(c, &o));
-    return duet_modified_vgg_create(out, &o, rng);
+    return duet_modified_vgg_create(&o, rng, out);
 }
 
 static int build_l1_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
     (void)path, (void)rng;
     float w;
     DUET_TRY(read_pixel_loss(c, &w));
-    return duet_l1_loss_module_create(out, w);
+    return duet_l1_loss_module_create(w, out);
 }
 
 static int build_mse_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
     (void)path, (void)rng;
     float w;
     DUET_TRY(read_pixel_loss(c, &w));
-    return duet_mse_loss_module_create(out, w);
+    return duet_mse_loss_module_create(w, out);
 }
 
 static int build_gan_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
     (void)path, (void)rng;
     duet_gan_loss_opts o;
     DUET_TRY(read_gan_loss(c, &o));
-    return duet_gan_loss_create(out, &o);
+    return duet_gan_loss_create(&o, out);
 }
 
 static int build_perceptual(duet_config *c, const char *path, duet_rng *rng,
@@ -413,7 +413,7 @@ static int build_perceptual(duet_config *c, const char *path, duet_rng *rng,
     (void)path;
     duet_perceptual_loss_opts o;
     DUET_TRY(read_perceptual(c, &o));
-    return duet_perceptual_loss_create(out, &o, rng);
+    return duet_perceptual_loss_create(&o, rng, out);
 }
 /* ESRGAN's block, at the end of this file. */
 static int build_rrdbnet_module(duet_config *c, duet_rng *rng, duet_module **out);
@@ -504,7 +504,7 @@ static int build_srgan(duet_config *m, const char *path, duet_rng *rng, duet_mod
     DUET_TRY(mark_empty_group(m, "train_cfg"));
     DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
     DUET_TRY(check_pretrained(m, path));
-    return duet_srgan_create(out, &o, rng);
+    return duet_srgan_create(&o, rng, out);
 }
 
 static int build_basic_restorer(duet_config *m, const char *path, duet_rng *rng,
@@ -527,7 +527,7 @@ static int build_basic_restorer(duet_config *m, const char *path, duet_rng *rng,
     DUET_TRY(mark_empty_group(m, "train_cfg"));
     DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
     DUET_TRY(check_pretrained(m, path));
-    return duet_basic_restorer_create(out, &o, rng);
+    return duet_basic_restorer_create(&o, rng, out);
 }
 
 int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out) {
@@ -557,7 +557,7 @@ int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_mod
 static int build_sr_dataset(duet_config *d, const char *path, bool train, bool paired,
                             duet_dataset **out) {
     (void)path; /* the config view's keys carry it in their messages */
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
+    duet_sr_dataset_opts o = duet_sr_dataset_options_default();
     int64_t scale = 4, gt_size = o.gt_size;
     DUET_TRY(duet_config_get_string(d, "gt_folder", &o.gt_dir));
     if (paired) DUET_TRY(duet_config_get_string(d, "lq_folder", &o.lq_dir));
@@ -576,7 +576,7 @@ static int build_sr_dataset(duet_config *d, const char *path, bool train, bool p
     }
     o.scale = (int)scale;
     o.gt_size = gt_size;
-    return train ? duet_sr_train_dataset_create(out, &o) : duet_sr_val_dataset_create(out, &o);
+    return train ? duet_sr_train_dataset_create(&o, out) : duet_sr_val_dataset_create(&o, out);
 }
 
 static int build_sr_folder_gt(duet_config *d, const char *path, bool train,
@@ -683,7 +683,7 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
         duet_model_destroy(model);
         return rc;
     }
-    rc = duet_wrapper_create(out, model, comm, devices, ndevices, &o);
+    rc = duet_wrapper_create(model, comm, devices, ndevices, &o, out);
     duet_config_destroy(c);
     return rc;
 }
@@ -721,7 +721,7 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
         }
         DUET_TRY(get_float(c, "eps", o.eps, &o.eps));
         DUET_TRY(get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
-        return duet_optimizer_set_add_adam(set, model, part, o);
+        return duet_optimizer_set_add_adam(set, model, part, &o);
     }
     if (strcmp(type, "SGD") == 0) {
         duet_sgd_opts o = duet_sgd_opts_default();
@@ -730,7 +730,7 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
         DUET_TRY(get_float(c, "dampening", o.dampening, &o.dampening));
         DUET_TRY(get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
         DUET_TRY(duet_config_get_bool_or(c, "nesterov", o.nesterov, &o.nesterov));
-        return duet_optimizer_set_add_sgd(set, model, part, o);
+        return duet_optimizer_set_add_sgd(set, model, part, &o);
     }
     return duet__error(DUET_ECONFIG, "%s.%s.type: unknown optimizer type '%s' (known: Adam, SGD)",
                        path, part, type);
@@ -782,7 +782,7 @@ static int rd_rrdbnet(duet_config *c, void *o) { return read_rrdbnet(c, o); }
 static int build_rrdbnet_module(duet_config *c, duet_rng *rng, duet_module **out) {
     duet_rrdbnet_opts o;
     DUET_TRY(read_rrdbnet(c, &o));
-    return duet_rrdbnet_create(out, &o, rng);
+    return duet_rrdbnet_create(&o, rng, out);
 }
 
 static bool generator_is_rrdbnet(duet_config *m) {
@@ -809,7 +809,7 @@ static int build_esrgan(duet_config *m, const char *path, duet_rng *rng, duet_mo
     DUET_TRY(mark_empty_group(m, "train_cfg"));
     DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
     DUET_TRY(check_pretrained(m, path));
-    return duet_esrgan_create(out, &o, rng);
+    return duet_esrgan_create(&o, rng, out);
 }
 
 /* MMEditing's esrgan_psnr config: a BasicRestorer around an RRDBNet. */
@@ -832,5 +832,5 @@ static int build_basic_restorer_rrdbnet(duet_config *m, const char *path, duet_r
     DUET_TRY(mark_empty_group(m, "train_cfg"));
     DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, g.upscale_factor));
     DUET_TRY(check_pretrained(m, path));
-    return duet_basic_restorer_rrdbnet_create(out, &g, &o, rng);
+    return duet_basic_restorer_rrdbnet_create(&g, &o, rng, out);
 }

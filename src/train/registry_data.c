@@ -251,7 +251,7 @@ static int read_pipeline(duet_config *d, const char *path, bool paired,
 }
 
 static int build_translation(duet_config *d, const char *path, bool paired, duet_dataset **out) {
-    duet__translation_options o = {0};
+    duet__translation_opts o = {0};
     o.paired = paired;
     DUET_TRY(duet_config_get_string(d, "dataroot", &o.dataroot));
     DUET_TRY(duet_config_get_bool_or(d, "test_mode", false, &o.test_mode));
@@ -262,7 +262,7 @@ static int build_translation(duet_config *d, const char *path, bool paired, duet
     duet__tstep steps[MAX_STEPS];
     DUET_TRY(read_pipeline(d, path, paired, steps, &o.nsteps));
     o.steps = steps;
-    return duet__translation_dataset_create(out, &o);
+    return duet__translation_dataset_create(&o, out);
 }
 
 int duet__translation_infer_input(duet_config *cfg, const char *key, const char *image,

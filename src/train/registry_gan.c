@@ -138,7 +138,7 @@ int duet__build_pix2pix(duet_config *m, const char *path, duet_rng *rng, duet_mo
         return duet__error(DUET_EUNSUPPORTED, "%s.pretrained = '%s': start from a checkpoint "
                            "with load_from instead", path, pre);
     o.dropout_seed = duet_rng_u64(rng);
-    return duet_pix2pix_create(out, &o, rng);
+    return duet_pix2pix_create(&o, rng, out);
 }
 
 /* ResnetGenerator: padding_mode 'reflect' only (MMEditing's default). */
@@ -202,5 +202,5 @@ int duet__build_cyclegan(duet_config *m, const char *path, duet_rng *rng, duet_m
                            "with load_from instead", path, pre);
     o.pool_seed = duet_rng_u64(rng);
     o.dropout_seed = duet_rng_u64(rng);
-    return duet_cyclegan_create(out, &o, rng);
+    return duet_cyclegan_create(&o, rng, out);
 }

@@ -250,7 +250,7 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         duet_wrapper_opts wo = duet_wrapper_opts_default();
         const char *devices[] = {"cpu"};
         r->model = NULL;
-        DUET_TRY(duet_wrapper_create(&r->wrapper, model, r->comm, devices, 1, &wo));
+        DUET_TRY(duet_wrapper_create(model, r->comm, devices, 1, &wo, &r->wrapper));
     }
     r->model = duet_wrapper_model(r->wrapper);
     /* The DDP took rank 0's generator: so does its copy (a resume loads it). */
@@ -357,7 +357,7 @@ static uint64_t buffers_hash(duet__run *r) {
         for (size_t k = 0; k < sizeof(float) * (size_t)l.items[i].tensor->numel; k++)
             h = (h ^ b[k]) * 1099511628211ULL;
     }
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     return h;
 }
 
@@ -501,7 +501,7 @@ int duet_runner_train(const duet_runner_opts *o) {
             if (mrc == DUET_OK) mrc = duet__workdir_clean_temps(&r);
             if (mrc == DUET_OK) mrc = dump_config(&r);
             if (mrc == DUET_OK)
-                mrc = duet__logger_open(&r.log, r.work_dir, r.quiet ? NULL : stdout);
+                mrc = duet__logger_open(r.work_dir, r.quiet ? NULL : stdout, &r.log);
             if (mrc == DUET_OK) setup_progress_bar(&r);
         }
         rc = agree(&r, mrc);
@@ -641,7 +641,7 @@ static int infer_one(duet__run *r, const char *path, const char *out_dir) {
         if (rc == DUET_OK) rc = duet_image_to_tensor(img, &chw);
         if (rc == DUET_OK) {
             int64_t shape[4] = {1, chw->shape[0], chw->shape[1], chw->shape[2]};
-            rc = duet_tensor_view(&x, chw, 4, shape);
+            rc = duet_tensor_view(chw, 4, shape, &x);
         }
     }
     bool prev = duet_set_grad_enabled(false);

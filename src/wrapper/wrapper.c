@@ -131,7 +131,7 @@ static int wrap_whole(duet_wrapper *w) {
     d.name = duet_model_type_name(w->model);
     duet_module *ddp = NULL;
     int rc = trace.failed ? duet__error(DUET_ENOMEM, "wrapper: out of memory")
-                          : duet_ddp_create(&ddp, root, w->comm, &d);
+                          : duet_ddp_create(root, w->comm, &d, &ddp);
     duet__str_free(&trace);
     /* The DDP owns the root from now on, also when creation failed (it
      * destroyed it then). */
@@ -140,9 +140,9 @@ static int wrap_whole(duet_wrapper *w) {
     return add_entry(w, "", ddp);
 }
 
-int duet_wrapper_create(duet_wrapper **out, duet_model *model, duet_comm *comm,
-                        const char *const *device_ids, size_t ndevices,
-                        const duet_wrapper_opts *opts) {
+int duet_wrapper_create(duet_model *model, duet_comm *comm, const char *const *device_ids,
+                        size_t ndevices, const duet_wrapper_opts *opts,
+                        duet_wrapper **out) {
     *out = NULL;
     DUET_ASSERT(model != NULL);
     duet_wrapper_opts o = opts != NULL ? *opts : duet_wrapper_opts_default();
@@ -210,7 +210,7 @@ static int scatter(duet_batch *out, const duet_batch *in) {
     if (out->tensors == NULL) return duet__error(DUET_ENOMEM, "wrapper: scatter: out of memory");
     for (size_t i = 0; i < in->ntensors; i++) {
         duet_tensor *t = in->tensors[i].tensor, *v = NULL;
-        int rc = duet_tensor_view(&v, t, t->ndim, t->shape);
+        int rc = duet_tensor_view(t, t->ndim, t->shape, &v);
         if (rc != DUET_OK) return rc;
         out->tensors[i].name = in->tensors[i].name;
         out->tensors[i].tensor = v;
@@ -227,7 +227,7 @@ static void scatter_release(duet_batch *b) {
 int duet_wrapper_forward(duet_wrapper *w, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
     duet_tensor *v = NULL;
-    DUET_TRY(duet_tensor_view(&v, lq, lq->ndim, lq->shape));
+    DUET_TRY(duet_tensor_view(lq, lq->ndim, lq->shape, &v));
     int rc;
     if (w->opts.kind == DUET_WRAPPER_WHOLE_MODEL)
         rc = duet_module_forward(w->ddps[0], v, out); /* arms the DDP in grad mode */

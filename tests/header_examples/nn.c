@@ -20,16 +20,16 @@ static void spy_named_tensors_free(duet_named_tensors *ps) {
     assert_int_equal(ps->count, 2);
     assert_string_equal(ps->items[0].name, "0.weight");
     assert_string_equal(ps->items[1].name, "0.bias");
-    duet_named_tensors_free(ps);
+    duet_named_tensors_clear(ps);
 }
 
 static int example(duet_tensor *x, duet_tensor *target, int64_t iters) {
 #define duet_mse_loss spy_mse_loss
-#define duet_named_tensors_free spy_named_tensors_free
+#define duet_named_tensors_clear spy_named_tensors_free
 #define DUET_EXAMPLE 1
 #include "nn_h_examples.inc"
 #undef DUET_EXAMPLE
-#undef duet_named_tensors_free
+#undef duet_named_tensors_clear
 #undef duet_mse_loss
     return DUET_OK;
 }

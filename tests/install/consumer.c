@@ -5,7 +5,7 @@
 
 int main(void) {
     duet_tensor *x = NULL, *y = NULL;
-    if (duet_tensor_create(&x, 1, (int64_t[]){4}) != DUET_OK) return 1;
+    if (duet_tensor_create(1, (int64_t[]){4}, &x) != DUET_OK) return 1;
     for (int i = 0; i < 4; i++) x->data[i] = (float)i - 1.5f;
     if (duet_relu(x, &y) != DUET_OK) return 1;
     int ok = y->data[0] == 0.0f && y->data[3] == 1.5f;

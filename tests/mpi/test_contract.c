@@ -63,9 +63,9 @@ static const duet_module_type log_root = {"LogOnly", NULL, NULL};
 
 static duet_model *log_model(enum behaviour *how) {
     duet_module *root = NULL;
-    TU_OK(duet_module_create(&root, &log_root, NULL));
+    TU_OK(duet_module_create(&log_root, NULL, &root));
     duet_model *m = NULL;
-    TU_OK(duet_model_create(&m, &log_ops, how, root));
+    TU_OK(duet_model_create(&log_ops, how, root, &m));
     duet_model_set_comm(m, world);
     return m;
 }

@@ -43,7 +43,7 @@ static duet_model *tiny_cyclegan(void) {
     o.id_loss_weight = id_weight;
     duet_rng rng = duet_rng_make(2027, 0);
     duet_model *m = NULL;
-    TU_OK(duet_cyclegan_create(&m, &o, &rng));
+    TU_OK(duet_cyclegan_create(&o, &rng, &m));
     return m;
 }
 
@@ -53,8 +53,8 @@ static duet_optimizer_set *adam_pair(duet_model *m) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = 2e-4f;
     a.beta1 = 0.5f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generators", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminators", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generators", &a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminators", &a));
     return s;
 }
 
@@ -97,8 +97,8 @@ static void compare_grads(duet_model *m, duet_model *ref) {
         tu_assert_close(g->grad, r->grad, g->numel, noise ? 0 : 1e-3, noise ? 1e-6 : 1e-4 * mx,
                         what);
     }
-    duet_named_tensors_free(&a);
-    duet_named_tensors_free(&b);
+    duet_named_tensors_clear(&a);
+    duet_named_tensors_clear(&b);
 }
 
 /* The model's save_state (the pools' images) as a loaded file. */
@@ -155,7 +155,7 @@ static void ranks_match_one_process(bool small_buckets) {
         assert_true(duet_ddp_num_buckets(gd) > 4 && duet_ddp_num_buckets(dd) > 2);
         assert_true(bucket_straddles(gd) && bucket_straddles(dd));
     } else {
-        TU_OK(duet_wrapper_create(&w, m, tu_comm, cpu, 1, NULL));
+        TU_OK(duet_wrapper_create(m, tu_comm, cpu, 1, NULL, &w));
         assert_int_equal(duet_wrapper_num_ddps(w), 2);
         assert_string_equal(duet_wrapper_ddp_name(w, 0), "generators");
         assert_string_equal(duet_wrapper_ddp_name(w, 1), "discriminators");
@@ -211,8 +211,8 @@ static void ranks_match_one_process(bool small_buckets) {
     if (tu_rank == 0) printf("    %lld of %lld elements within Adam's noise only\n",
                              (long long)loose, (long long)total);
     assert_true(loose * 100 < 3 * total);
-    duet_named_tensors_free(&got);
-    duet_named_tensors_free(&want);
+    duet_named_tensors_clear(&got);
+    duet_named_tensors_clear(&want);
 
     /* The pools: the same draws as one process, the same images (to the
      * generators' float noise), and bit-identical on every rank. */
@@ -229,7 +229,7 @@ static void ranks_match_one_process(bool small_buckets) {
         assert_int_equal(a->shape[0], 4);
         tu_assert_close(a->data, r->data, a->numel, 1e-3, 1e-4, key);
         duet_tensor *mine = NULL;
-        TU_OK(duet_tensor_clone(&mine, a));
+        TU_OK(duet_tensor_clone(a, &mine));
         TU_OK(duet_comm_bcast(tu_comm, a->data, (size_t)a->numel, DUET_DTYPE_F32, 0));
         if (memcmp(a->data, mine->data, (size_t)a->numel * sizeof(float)) != 0)
             fail_msg("rank %d: %s differs from rank 0's", tu_rank, key);
@@ -293,7 +293,7 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
     duet_wrapper_opts wo = duet_wrapper_opts_default();
     wo.kind = DUET_WRAPPER_WHOLE_MODEL;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_cyclegan(), tu_comm, cpu, 1, &wo));
+    TU_OK(duet_wrapper_create(tiny_cyclegan(), tu_comm, cpu, 1, &wo, &w));
     duet_optimizer_set *o = adam_pair(duet_wrapper_model(w));
     const int64_t n = B / tu_size;
     double t0 = duet_time_now();
@@ -329,7 +329,7 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
 static void test_get_module_trap(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_cyclegan(), tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(tiny_cyclegan(), tu_comm, cpu, 1, NULL, &w));
     duet_model *m = duet_wrapper_model(w);
     duet_optimizer_set *o = adam_pair(m);
     duet_batch b = {0}, local = {0};

@@ -235,8 +235,8 @@ static void check_hook(duet_ddp_hook hook, double tol) {
         }
     }
     tu_assert_bit_identical(ddp, true);
-    duet_named_tensors_free(&a);
-    duet_named_tensors_free(&b);
+    duet_named_tensors_clear(&a);
+    duet_named_tensors_clear(&b);
     duet_tensor_release(x);
     duet_tensor_release(t);
     duet_tensor_release(xs);

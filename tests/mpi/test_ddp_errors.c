@@ -45,7 +45,7 @@ static void test_mismatched_models(void **state) {
     /* A shape. */
     tu_tiny_cfg cfg = TU_TINY_PLAIN;
     if (last) cfg.c2 = 5;
-    int rc = duet_ddp_create(&ddp, tu_tiny_create(1, cfg), tu_comm, &o);
+    int rc = duet_ddp_create(tu_tiny_create(1, cfg), tu_comm, &o, &ddp);
     if (tu_size == 1) {
         TU_OK(rc);
         duet_module_destroy(ddp);
@@ -65,13 +65,13 @@ static void test_mismatched_models(void **state) {
     /* requires_grad. */
     duet_module *net = tu_tiny_create(1, TU_TINY_PLAIN);
     if (last) duet_module_set_requires_grad(duet_module_child(net, "fc"), false);
-    assert_int_equal(duet_ddp_create(&ddp, net, tu_comm, &o), DUET_EMISMATCH);
+    assert_int_equal(duet_ddp_create(net, tu_comm, &o, &ddp), DUET_EMISMATCH);
     assert_true(has(duet_last_error(), "'fc.weight' is [3, 64] (requires grad) on rank 0 but "
                                        "[3, 64] (frozen)"));
     /* A parameter only some ranks have. */
     cfg = TU_TINY_PLAIN;
     cfg.aux = last;
-    assert_int_equal(duet_ddp_create(&ddp, tu_tiny_create(1, cfg), tu_comm, &o), DUET_EMISMATCH);
+    assert_int_equal(duet_ddp_create(tu_tiny_create(1, cfg), tu_comm, &o, &ddp), DUET_EMISMATCH);
     assert_true(has(duet_last_error(), "has parameter 'aux.weight' [3, 64] (requires grad), which "
                                        "rank 0 lacks"));
     assert_group_alive();
@@ -247,7 +247,7 @@ static const duet_module_type pair_type = {"Pair", NULL, NULL};
 static void test_wrap_child(void **state) {
     (void)state;
     duet_module *parent = NULL;
-    TU_OK(duet_module_create(&parent, &pair_type, NULL));
+    TU_OK(duet_module_create(&pair_type, NULL, &parent));
     TU_OK(duet_module_add_child(parent, "g", tu_tiny_create(1, TU_TINY_PLAIN)));
     /* A mismatch keeps the child in place, unwrapped, on every rank. */
     tu_tiny_cfg cfg = TU_TINY_PLAIN;
@@ -278,7 +278,7 @@ static void test_wrap_child(void **state) {
     TU_OK(duet_module_named_parameters(parent, true, &p));
     assert_int_equal(p.count, 12);
     assert_string_equal(p.items[6].name, "d.conv1.weight"); /* no ".module." */
-    duet_named_tensors_free(&p);
+    duet_named_tensors_clear(&p);
     assert_int_equal(duet_ddp_wrap_child(parent, "nope", tu_comm, NULL, NULL), DUET_ENOTFOUND);
     duet_module_destroy(parent);
 }
@@ -287,7 +287,7 @@ static void test_wrap_child(void **state) {
 static void test_destroy_restores_grads(void **state) {
     (void)state;
     duet_module *parent = NULL;
-    TU_OK(duet_module_create(&parent, &pair_type, NULL));
+    TU_OK(duet_module_create(&pair_type, NULL, &parent));
     TU_OK(duet_module_add_child(parent, "d", tu_tiny_create(1, TU_TINY_PLAIN)));
     duet_module *ddp = NULL;
     TU_OK(duet_ddp_wrap_child(parent, "d", tu_comm, NULL, &ddp));
@@ -360,9 +360,11 @@ static void test_bad_arguments(void **state) {
     duet_ddp_opts o = duet_ddp_opts_default();
     o.bucket_cap_mb = 0;
     duet_module *ddp = NULL;
-    assert_int_equal(duet_ddp_create(&ddp, tu_tiny_create(1, TU_TINY_PLAIN), tu_comm, &o), DUET_EINVAL);
+    assert_int_equal(duet_ddp_create(tu_tiny_create(1, TU_TINY_PLAIN), tu_comm, &o, &ddp),
+                     DUET_EINVAL);
     assert_true(has(duet_last_error(), "bucket_cap_mb"));
-    assert_int_equal(duet_ddp_create(&ddp, tu_tiny_create(1, TU_TINY_PLAIN), NULL, NULL), DUET_EINVAL);
+    assert_int_equal(duet_ddp_create(tu_tiny_create(1, TU_TINY_PLAIN), NULL, NULL, &ddp),
+                     DUET_EINVAL);
     duet_module *plain = tu_tiny_create(1, TU_TINY_PLAIN);
     assert_int_equal(duet_ddp_prepare(plain, NULL, 0), DUET_EINVAL);
     assert_int_equal(duet_ddp_check_replicas(plain), DUET_EINVAL);
@@ -372,10 +374,10 @@ static void test_bad_arguments(void **state) {
     /* A parameter already tracked by another DDP. */
     duet_module *first = tu_ddp_of(tu_tiny_create(1, TU_TINY_PLAIN), NULL);
     duet_module *shared = NULL;
-    TU_OK(duet_module_create(&shared, &pair_type, NULL));
+    TU_OK(duet_module_create(&pair_type, NULL, &shared));
     duet_tensor *w = duet_ddp_tracked_param(first, 0);
     TU_OK(duet_module_add_param(shared, "w", duet_tensor_retain(w)));
-    assert_int_equal(duet_ddp_create(&ddp, shared, tu_comm, NULL), DUET_EINVAL);
+    assert_int_equal(duet_ddp_create(shared, tu_comm, NULL, &ddp), DUET_EINVAL);
     assert_true(has(duet_last_error(), "already has a gradient-ready hook"));
     duet_module_destroy(first);
     duet_module_destroy(plain);

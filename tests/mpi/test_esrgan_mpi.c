@@ -46,7 +46,7 @@ static duet_model *tiny_esrgan_init(int disc_init_steps) {
      * wrapped, so nothing would make it identical otherwise. */
     duet_rng rng = duet_rng_make(2027, 0);
     duet_model *m = NULL;
-    TU_OK(duet_esrgan_create(&m, &o, &rng));
+    TU_OK(duet_esrgan_create(&o, &rng, &m));
     /* As from a PSNR-oriented start (MMEditing's ESRGAN loads one): the
      * fresh RRDBNet's 0.1-scaled init makes nearly the same flat image for
      * every sample, which the discriminator's BatchNorm layers then
@@ -57,7 +57,7 @@ static duet_model *tiny_esrgan_init(int disc_init_steps) {
     TU_OK(duet_module_named_parameters(duet_model_part(m, "generator"), false, &g));
     for (size_t i = 0; i < g.count; i++)
         for (int64_t k = 0; k < g.items[i].tensor->numel; k++) g.items[i].tensor->data[k] *= 10.0f;
-    duet_named_tensors_free(&g);
+    duet_named_tensors_clear(&g);
     return m;
 }
 
@@ -91,7 +91,7 @@ static void test_syncbn_matches_one_process(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_esrgan(), tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(tiny_esrgan(), tu_comm, cpu, 1, &o, &w));
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     tu_noise_masks nm = {0};
     tu_gan_train_pair(ref, w, &nm, true, &run);
@@ -109,7 +109,7 @@ static void test_without_syncbn(void **state) {
     (void)state;
     duet_model *ref = tiny_esrgan();
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_esrgan(), tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(tiny_esrgan(), tu_comm, cpu, 1, NULL, &w));
     tu_noise_masks nm = {0};
     /* Local batch statistics: the losses are not the whole batch's (except
      * on one process), but every rank applies the same averaged update. */
@@ -130,7 +130,7 @@ static void test_disc_init_steps(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_esrgan_init(1), tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(tiny_esrgan_init(1), tu_comm, cpu, 1, &o, &w));
     tu_noise_masks nm = {0};
     tu_gan_train_pair(ref, w, &nm, true, &run);
     tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);

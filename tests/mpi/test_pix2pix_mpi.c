@@ -33,7 +33,7 @@ static duet_model *tiny_pix2pix(void) {
     o.discriminator.norm = DUET_GEN_NORM_IN;
     duet_rng rng = duet_rng_make(2026, 0);
     duet_model *m = NULL;
-    TU_OK(duet_pix2pix_create(&m, &o, &rng));
+    TU_OK(duet_pix2pix_create(&o, &rng, &m));
     return m;
 }
 
@@ -74,7 +74,7 @@ static void test_ranks_match_one_process(void **state) {
 
     duet_model *m = tiny_pix2pix();
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, m, tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(m, tu_comm, cpu, 1, NULL, &w));
     duet_optimizer_set *o = tu_adam_pair(m, 2e-4f);
     for (int i = 0; i < ITERS; i++) TU_OK(duet_wrapper_train_step(w, &local, o, &log));
     TU_OK(duet_wrapper_check_replicas(w));
@@ -90,8 +90,8 @@ static void test_ranks_match_one_process(void **state) {
                         got.items[i].tensor->numel, noise ? 0.0 : 1e-4,
                         noise ? 2.1 * 2e-4 * ITERS : 1e-6, got.items[i].name);
     }
-    duet_named_tensors_free(&got);
-    duet_named_tensors_free(&want);
+    duet_named_tensors_clear(&got);
+    duet_named_tensors_clear(&want);
     duet_optimizer_set_destroy(o);
     duet_optimizer_set_destroy(ro);
     duet_wrapper_destroy(w);

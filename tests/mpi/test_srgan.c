@@ -21,7 +21,7 @@ static duet_model *tiny_srgan_init(int disc_init_steps) {
      * wrapped, so nothing would make it identical otherwise. */
     duet_rng rng = duet_rng_make(2026, 0);
     duet_model *m = NULL;
-    TU_OK(duet_srgan_create(&m, &o, &rng));
+    TU_OK(duet_srgan_create(&o, &rng, &m));
     return m;
 }
 
@@ -37,7 +37,7 @@ static void test_syncbn_matches_one_process(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(tiny_srgan(), tu_comm, cpu, 1, &o, &w));
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     tu_noise_masks nm = {0};
     tu_gan_train_pair(ref, w, &nm, true, &run);
@@ -55,7 +55,7 @@ static void test_without_syncbn(void **state) {
     (void)state;
     duet_model *ref = tiny_srgan();
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan(), tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(tiny_srgan(), tu_comm, cpu, 1, NULL, &w));
     tu_noise_masks nm = {0};
     /* Local batch statistics: the losses are not the whole batch's (except
      * on one process), but every rank applies the same averaged update. */
@@ -76,7 +76,7 @@ static void test_disc_init_steps(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, tiny_srgan_init(1), tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(tiny_srgan_init(1), tu_comm, cpu, 1, &o, &w));
     tu_noise_masks nm = {0};
     tu_gan_train_pair(ref, w, &nm, true, &run);
     tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);

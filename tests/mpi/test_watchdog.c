@@ -26,7 +26,7 @@ static double cpu_now(void) {
 
 static duet_comm *comm_with_timeout(double seconds) {
     duet_comm *c = NULL;
-    TU_OK(duet_comm_create(&c, MPI_COMM_WORLD));
+    TU_OK(duet_comm_create(MPI_COMM_WORLD, &c));
     duet_comm_opts o = duet_comm_opts_default();
     o.timeout_s = seconds;
     TU_OK(duet_comm_set_opts(c, &o));

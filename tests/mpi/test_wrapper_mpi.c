@@ -63,13 +63,13 @@ static const duet_module_type two_root = {"TwoParts", NULL, NULL};
 static duet_model *two_parts(uint64_t seed) {
     duet_rng rng = duet_rng_make(seed, 0);
     duet_module *root = NULL, *g = NULL, *d = NULL;
-    TU_OK(duet_module_create(&root, &two_root, NULL));
-    TU_OK(duet_linear_module_create(&g, 3, 2, true, &rng));
+    TU_OK(duet_module_create(&two_root, NULL, &root));
+    TU_OK(duet_linear_module_create(3, 2, true, &rng, &g));
     TU_OK(duet_module_add_child(root, "g", g));
-    TU_OK(duet_linear_module_create(&d, 3, 1, true, &rng));
+    TU_OK(duet_linear_module_create(3, 1, true, &rng, &d));
     TU_OK(duet_module_add_child(root, "d", d));
     duet_model *m = NULL;
-    TU_OK(duet_model_create(&m, &two_ops, NULL, root));
+    TU_OK(duet_model_create(&two_ops, NULL, root, &m));
     return m;
 }
 
@@ -77,7 +77,7 @@ static void test_parts_sync_separately(void **state) {
     (void)state;
     /* Rank-dependent init: the DDPs broadcast rank 0's parameters. */
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, two_parts(10 + (uint64_t)tu_rank), tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(two_parts(10 + (uint64_t)tu_rank), tu_comm, cpu, 1, NULL, &w));
     duet_model *ref = two_parts(10); /* rank 0's, trained on the global batch */
     duet_model *m = duet_wrapper_model(w);
     duet_optimizer_set *ow = NULL, *oref = NULL;
@@ -85,10 +85,10 @@ static void test_parts_sync_separately(void **state) {
     TU_OK(duet_optimizer_set_create(&oref));
     duet_sgd_opts so = duet_sgd_opts_default();
     so.lr = 0.5f;
-    TU_OK(duet_optimizer_set_add_sgd(ow, m, "g", so));
-    TU_OK(duet_optimizer_set_add_sgd(ow, m, "d", so));
-    TU_OK(duet_optimizer_set_add_sgd(oref, ref, "g", so));
-    TU_OK(duet_optimizer_set_add_sgd(oref, ref, "d", so));
+    TU_OK(duet_optimizer_set_add_sgd(ow, m, "g", &so));
+    TU_OK(duet_optimizer_set_add_sgd(ow, m, "d", &so));
+    TU_OK(duet_optimizer_set_add_sgd(oref, ref, "g", &so));
+    TU_OK(duet_optimizer_set_add_sgd(oref, ref, "d", &so));
     const char *parts[3] = {"g", "g", "d"}; /* two generator steps, then one for d */
     for (int s = 0; s < 3; s++) {
         int64_t n = 2 * tu_size; /* global batch: 2 samples per rank */
@@ -133,7 +133,7 @@ static void test_one_device_per_process(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
     const char *two[] = {"0", "1"};
-    assert_int_equal(duet_wrapper_create(&w, two_parts(1), tu_comm, two, 2, NULL), DUET_EINVAL);
+    assert_int_equal(duet_wrapper_create(two_parts(1), tu_comm, two, 2, NULL, &w), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "exactly one device per process"));
 }
 

@@ -21,7 +21,7 @@ static int mul_backward(duet_node *n) {
 }
 
 static int t_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create_like(out, a));
+    DUET_TRY(duet_tensor_create_like(a, out));
     for (int64_t i = 0; i < a->numel; i++) (*out)->data[i] = a->data[i] * b->data[i];
     duet_tensor *in[2] = {a, b};
     if (duet_autograd_needs_record(2, in))
@@ -40,7 +40,7 @@ static int add_backward(duet_node *n) {
 }
 
 static int t_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create_like(out, a));
+    DUET_TRY(duet_tensor_create_like(a, out));
     for (int64_t i = 0; i < a->numel; i++) (*out)->data[i] = a->data[i] + b->data[i];
     duet_tensor *in[2] = {a, b};
     if (duet_autograd_needs_record(2, in))
@@ -56,7 +56,7 @@ static int sum_backward(duet_node *n) {
 }
 
 static int t_sum(duet_tensor *x, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(out, 1, (int64_t[]){1}));
+    DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, out));
     double s = 0;
     for (int64_t i = 0; i < x->numel; i++) s += x->data[i];
     (*out)->data[0] = (float)s;

@@ -39,7 +39,7 @@ static int probe_backward(duet_node *node) {
 }
 
 static int probe_op(duet_tensor *x, probe *pr, duet_tensor **out) {
-    TU_OK(duet_tensor_clone(out, x));
+    TU_OK(duet_tensor_clone(x, out));
     return duet_autograd_record(*out, "probe", probe_backward, pr, probe_free, 1, &x);
 }
 
@@ -90,7 +90,7 @@ static void test_second_backward_fails(void **state) {
     assert_non_null(strstr(duet_last_error(), "second time"));
     /* A loss that never had a history still gets the other message. */
     duet_tensor *c = NULL;
-    TU_OK(duet_tensor_clone(&c, l));
+    TU_OK(duet_tensor_clone(l, &c));
     assert_int_equal(duet_backward(c), DUET_EINVAL);
     assert_null(strstr(duet_last_error(), "second time"));
     duet_tensor_release(c);
@@ -134,7 +134,7 @@ static duet_tensor *conv_chain(bool w2_trainable, bool release_values, bool *fre
     TU_OK(duet_sum(z, &l));
     TU_OK(duet_backward(l));
     duet_tensor *gx = NULL;
-    TU_OK(duet_tensor_from_data(&gx, 4, x->shape, x->grad));
+    TU_OK(duet_tensor_from_data(4, x->shape, x->grad, &gx));
     duet_tensor *ts[6] = {x, w1, w2, z, l, NULL};
     for (int i = 0; i < 6; i++) duet_tensor_release(ts[i]);
     return gx;

@@ -24,29 +24,29 @@ static duet_module *build_model(uint64_t seed, model_opts o) {
     duet_module *model, *gen, *up, *disc, *m;
     TU_OK(duet_sequential_create(&model));
     TU_OK(duet_sequential_create(&gen));
-    TU_OK(duet_conv2d_module_create(&m, 3, o.gen_out, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(3, o.gen_out, 3, 1, 1, true, &rng, &m));
     TU_OK(duet_module_add_child(gen, "conv_first", m));
     TU_OK(duet_sequential_create(&up));
-    TU_OK(duet_conv2d_module_create(&m, o.gen_out, 16, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(o.gen_out, 16, 3, 1, 1, true, &rng, &m));
     TU_OK(duet_sequential_append(up, m));
     TU_OK(duet_module_add_child(gen, "upsample", up));
     TU_OK(duet_module_add_child(model, "generator", gen));
     if (!o.no_disc) {
         TU_OK(duet_sequential_create(&disc));
-        TU_OK(duet_conv2d_module_create(&m, 3, 4, 3, 1, 1, false, &rng));
+        TU_OK(duet_conv2d_module_create(3, 4, 3, 1, 1, false, &rng, &m));
         TU_OK(duet_module_add_child(disc, "conv0_0", m));
-        TU_OK(duet_batchnorm2d_module_create(&m, 4, 1e-5f, 0.1f));
+        TU_OK(duet_batch_norm2d_module_create(4, 1e-5f, 0.1f, &m));
         /* Non-default buffers, so that loading them is visible. */
         duet_tensor *rm = duet_module_buffer(m, "running_mean");
         for (int64_t i = 0; i < rm->numel; i++) rm->data[i] = duet_rng_normal(&rng);
         duet_module_buffer(m, "num_batches_tracked")->data[0] = (float)(seed % 100);
         TU_OK(duet_module_add_child(disc, "bn0_0", m));
-        TU_OK(duet_linear_module_create(&m, 8, 2, true, &rng));
+        TU_OK(duet_linear_module_create(8, 2, true, &rng, &m));
         TU_OK(duet_module_add_child(disc, "linear1", m));
         TU_OK(duet_module_add_child(model, "discriminator", disc));
     }
     if (o.extra) {
-        TU_OK(duet_conv2d_module_create(&m, 3, 2, 1, 1, 0, true, &rng));
+        TU_OK(duet_conv2d_module_create(3, 2, 1, 1, 0, true, &rng, &m));
         TU_OK(duet_module_add_child(model, "extra", m));
     }
     return model;
@@ -60,8 +60,8 @@ static duet_optimizer *make_adam(duet_module *part) {
     duet_adam_opts o = duet_adam_opts_default();
     o.lr = 1e-2f;
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &p, o));
-    duet_named_tensors_free(&p);
+    TU_OK(duet_adam_create(&p, &o, &opt));
+    duet_named_tensors_clear(&p);
     return opt;
 }
 
@@ -72,8 +72,8 @@ static duet_optimizer *make_sgd(duet_module *part) {
     o.lr = 0.1f;
     o.momentum = 0.9f;
     duet_optimizer *opt = NULL;
-    TU_OK(duet_sgd_create(&opt, &p, o));
-    duet_named_tensors_free(&p);
+    TU_OK(duet_sgd_create(&p, &o, &opt));
+    duet_named_tensors_clear(&p);
     return opt;
 }
 
@@ -88,7 +88,7 @@ static void fake_grads(duet_module *model, uint64_t seed) {
         TU_OK(duet_tensor_ensure_grad(t));
         for (int64_t j = 0; j < t->numel; j++) t->grad[j] = duet_rng_normal(&rng);
     }
-    duet_named_tensors_free(&p);
+    duet_named_tensors_clear(&p);
 }
 
 static void test_save_resume_continue(void **state) {

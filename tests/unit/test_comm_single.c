@@ -197,7 +197,7 @@ static void test_mpi_errors_are_statuses(void **state) {
     assert_non_null(strstr(duet_last_error(), "MPI_Bcast failed at test_comm_single.c:"));
     assert_int_equal(duet_comm_allreduce(world, &x, 1, (duet_dtype)99, DUET_REDUCE_SUM),
                      DUET_EINVAL);
-    assert_int_equal(duet_comm_create(&(duet_comm *){NULL}, MPI_COMM_NULL), DUET_EINVAL);
+    assert_int_equal(duet_comm_create(MPI_COMM_NULL, &(duet_comm *){NULL}), DUET_EINVAL);
 }
 
 /* The abort helper, in a child job: rank 1 aborts while rank 0 waits in a

@@ -67,8 +67,8 @@ static int teardown_folders(void **state) {
     return tu_rm_tree(root);
 }
 
-static duet_sr_dataset_options opts_x4(int64_t gt_size, bool flips) {
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
+static duet_sr_dataset_opts opts_x4(int64_t gt_size, bool flips) {
+    duet_sr_dataset_opts o = duet_sr_dataset_options_default();
     o.gt_dir = gt_dir;
     o.scale = 4;
     o.gt_size = gt_size;
@@ -118,9 +118,9 @@ static void assert_tensor_equal(const duet_tensor *a, const duet_tensor *b, cons
 
 static void test_train_crops_and_bicubic_lq(void **state) {
     (void)state;
-    duet_sr_dataset_options o = opts_x4(32, false);
+    duet_sr_dataset_opts o = opts_x4(32, false);
     duet_dataset *ds = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
     assert_int_equal(duet_dataset_size(ds), NIMG);
     assert_int_equal(duet_dataset_scale(ds), 4);
     const char *sorted[] = {"a.png", "b.png", "c.png", "d.png", "e.png"};
@@ -145,7 +145,7 @@ static void test_train_crops_and_bicubic_lq(void **state) {
             tops_seen |= 1 << (top / 4);
             /* LQ: the crop downscaled by MATLAB's bicubic, in 8 bits. */
             duet_image *crop = NULL, *small = NULL;
-            TU_OK(duet_image_create(&crop, 32, 32, 3));
+            TU_OK(duet_image_create(32, 32, 3, &crop));
             for (int64_t y = 0; y < 32; y++)
                 memcpy(crop->data + y * 32 * 3, img->data + ((top + y) * img->width + left) * 3,
                        32 * 3);
@@ -193,10 +193,10 @@ static int which_dihedral(const duet_tensor *flipped, const duet_tensor *plain) 
 
 static void test_flips_apply_to_both(void **state) {
     (void)state;
-    duet_sr_dataset_options on = opts_x4(32, true), off = opts_x4(32, false);
+    duet_sr_dataset_opts on = opts_x4(32, true), off = opts_x4(32, false);
     duet_dataset *a = NULL, *b = NULL;
-    TU_OK(duet_sr_train_dataset_create(&a, &on));
-    TU_OK(duet_sr_train_dataset_create(&b, &off));
+    TU_OK(duet_sr_train_dataset_create(&on, &a));
+    TU_OK(duet_sr_train_dataset_create(&off, &b));
     int counts[8] = {0};
     for (int64_t epoch = 0; epoch < 40; epoch++)
         for (int64_t i = 0; i < NIMG; i++) {
@@ -221,12 +221,12 @@ static void test_flips_apply_to_both(void **state) {
 
 static void test_determinism(void **state) {
     (void)state;
-    duet_sr_dataset_options o = opts_x4(24, true);
+    duet_sr_dataset_opts o = opts_x4(24, true);
     duet_dataset *ds = NULL, *other = NULL, *lazy = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
-    TU_OK(duet_sr_train_dataset_create(&other, &o)); /* as another rank would */
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
+    TU_OK(duet_sr_train_dataset_create(&o, &other)); /* as another rank would */
     o.lazy = true;
-    TU_OK(duet_sr_train_dataset_create(&lazy, &o));
+    TU_OK(duet_sr_train_dataset_create(&o, &lazy));
     int differ_epoch = 0, differ_seed = 0;
     for (int64_t i = 0; i < NIMG; i++) {
         duet_sample s1, s2, s3, s4, s5;
@@ -261,10 +261,10 @@ static void test_determinism(void **state) {
 
 static void test_repeat(void **state) {
     (void)state;
-    duet_sr_dataset_options o = opts_x4(32, true);
+    duet_sr_dataset_opts o = opts_x4(32, true);
     duet_dataset *ds = NULL, *rep = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
-    TU_OK(duet_repeat_dataset_create(&rep, ds, 3));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
+    TU_OK(duet_repeat_dataset_create(ds, 3, &rep));
     assert_int_equal(duet_dataset_size(rep), 3 * NIMG);
     assert_int_equal(duet_dataset_scale(rep), 4);
     int differ = 0;
@@ -286,15 +286,15 @@ static void test_repeat(void **state) {
     }
     assert_true(differ >= 3);
     duet_dataset_destroy(rep); /* frees ds */
-    assert_int_equal(duet_repeat_dataset_create(&rep, NULL, 2), DUET_EINVAL);
+    assert_int_equal(duet_repeat_dataset_create(NULL, 2, &rep), DUET_EINVAL);
 }
 
 static void test_paired_folders(void **state) {
     (void)state;
-    duet_sr_dataset_options o = opts_x4(16, false);
+    duet_sr_dataset_opts o = opts_x4(16, false);
     o.lq_dir = lq_dir;
     duet_dataset *ds = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
     for (int64_t i = 0; i < NIMG; i++) {
         duet_sample s;
         TU_OK(duet_dataset_get(ds, i, 3, 1, &s));
@@ -311,7 +311,7 @@ static void test_paired_folders(void **state) {
     duet_dataset_destroy(ds);
 
     /* Validation, paired: the LQ file whole. */
-    TU_OK(duet_sr_val_dataset_create(&ds, &o));
+    TU_OK(duet_sr_val_dataset_create(&o, &ds));
     duet_sample s;
     TU_OK(duet_dataset_get(ds, 3, 0, 0, &s)); /* d.png, 52x40 */
     assert_string_equal(s.name, "d.png");
@@ -327,10 +327,10 @@ static void test_paired_folders(void **state) {
 
 static void test_validation_whole_images(void **state) {
     (void)state;
-    duet_sr_dataset_options o = opts_x4(0, true);
+    duet_sr_dataset_opts o = opts_x4(0, true);
     o.gt_dir = odd_dir; /* 23 x 30 */
     duet_dataset *ds = NULL;
-    TU_OK(duet_sr_val_dataset_create(&ds, &o));
+    TU_OK(duet_sr_val_dataset_create(&o, &ds));
     assert_int_equal(duet_dataset_size(ds), 1);
     duet_sample s, s2;
     TU_OK(duet_dataset_get(ds, 0, 1, 0, &s));
@@ -360,33 +360,33 @@ static void test_dataset_errors(void **state) {
     duet_dataset *ds = NULL;
     char dir[400], p[500];
 
-    duet_sr_dataset_options o = opts_x4(32, true);
+    duet_sr_dataset_opts o = opts_x4(32, true);
     tu_path(dir, sizeof(dir), root, "empty");
     assert_int_equal(mkdir(dir, 0755), 0);
     o.gt_dir = dir;
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ENOTFOUND);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_ENOTFOUND);
     assert_non_null(strstr(duet_last_error(), dir));
     o.gt_dir = "/nonexistent/duet/folder";
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ENOTFOUND);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_ENOTFOUND);
 
     /* crop larger than an image: names the file */
     o = opts_x4(40, true);
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ESHAPE);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_ESHAPE);
     assert_non_null(strstr(duet_last_error(), "a.png")); /* 36 x 36 */
     o.gt_size = 30; /* not a multiple of 4 */
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_EINVAL);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_EINVAL);
 
     /* a GT without its LQ */
     o = opts_x4(16, true);
     o.lq_dir = odd_dir;
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ENOTFOUND);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_ENOTFOUND);
     assert_non_null(strstr(duet_last_error(), "a.png"));
 
     /* a paired LQ of the wrong size: GT as its own LQ */
     o.gt_dir = lq_dir;
     o.lq_dir = lq_dir;
     o.gt_size = 8;
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_ESHAPE);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_ESHAPE);
 
     /* a corrupt image: at creation when eager... */
     tu_path(dir, sizeof(dir), root, "corrupt");
@@ -395,11 +395,11 @@ static void test_dataset_errors(void **state) {
     assert_int_equal(truncate(p, 60), 0);
     o = opts_x4(8, true);
     o.gt_dir = dir;
-    assert_int_equal(duet_sr_train_dataset_create(&ds, &o), DUET_EFORMAT);
+    assert_int_equal(duet_sr_train_dataset_create(&o, &ds), DUET_EFORMAT);
     assert_non_null(strstr(duet_last_error(), p));
     /* ...and when lazy, on access only. */
     o.lazy = true;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
     duet_sample s;
     TU_OK(duet_dataset_get(ds, 0, 0, 0, &s));
     duet_sample_clear(&s);
@@ -412,12 +412,12 @@ static void test_dataset_errors(void **state) {
 /* ---- loader ------------------------------------------------------------------------- */
 
 static duet_dataset *repeat_set(int64_t gt_size, bool lazy, const char *dir, int64_t times) {
-    duet_sr_dataset_options o = opts_x4(gt_size, true);
+    duet_sr_dataset_opts o = opts_x4(gt_size, true);
     o.lazy = lazy;
     if (dir) o.gt_dir = dir;
     duet_dataset *ds = NULL, *rep = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
-    TU_OK(duet_repeat_dataset_create(&rep, ds, times));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
+    TU_OK(duet_repeat_dataset_create(ds, times, &rep));
     return rep;
 }
 
@@ -433,20 +433,20 @@ static void assert_batch_equal(const duet_data_batch *a, const duet_data_batch *
 static void test_loader_prefetch_matches_sync(void **state) {
     (void)state;
     duet_dataset *ds = repeat_set(16, false, NULL, 2); /* 10 samples */
-    duet_loader_options lo = duet_loader_options_default();
+    duet_loader_opts lo = duet_loader_options_default();
     lo.samples_per_gpu = 3;
     lo.world_size = 2;
     lo.rank = 1;
     lo.seed = 21;
     lo.prefetch = 0;
     duet_loader *sync = NULL, *pre = NULL;
-    TU_OK(duet_loader_create(&sync, ds, &lo));
+    TU_OK(duet_loader_create(ds, &lo, &sync));
     lo.prefetch = 3;
-    TU_OK(duet_loader_create(&pre, ds, &lo));
+    TU_OK(duet_loader_create(ds, &lo, &pre));
     /* ceil(10 / 2 / 3) = 2 batches per epoch: 7 batches cross 3 epochs. */
     assert_int_equal(duet_loader_batches_per_epoch(sync), 2);
     duet_sampler *sampler = NULL;
-    TU_OK(duet_sampler_create(&sampler, 10, 2, 1, 3, 21, true));
+    TU_OK(duet_sampler_create(10, 2, 1, 3, 21, true, &sampler));
     for (int k = 0; k < 7; k++) {
         duet_data_batch *a = NULL, *b = NULL;
         TU_OK(duet_loader_next(sync, &a));
@@ -490,12 +490,12 @@ static void test_loader_prefetch_matches_sync(void **state) {
 static void test_loader_resume(void **state) {
     (void)state;
     duet_dataset *ds = repeat_set(16, false, NULL, 2);
-    duet_loader_options lo = duet_loader_options_default();
+    duet_loader_opts lo = duet_loader_options_default();
     lo.samples_per_gpu = 2;
     lo.seed = 4;
     lo.prefetch = 2;
     duet_loader *l = NULL;
-    TU_OK(duet_loader_create(&l, ds, &lo));
+    TU_OK(duet_loader_create(ds, &lo, &l));
     duet_data_batch *ref[9];
     duet_sampler_state after4 = {0, 0};
     for (int k = 0; k < 9; k++) {
@@ -507,7 +507,7 @@ static void test_loader_resume(void **state) {
     /* A fresh loader from the saved state continues with batch 4. */
     lo.start = after4;
     duet_loader *r = NULL;
-    TU_OK(duet_loader_create(&r, ds, &lo));
+    TU_OK(duet_loader_create(ds, &lo, &r));
     for (int k = 4; k < 9; k++) {
         duet_data_batch *b = NULL;
         TU_OK(duet_loader_next(r, &b));
@@ -529,16 +529,16 @@ static void test_loader_resume(void **state) {
 
 static void test_loader_one_epoch_validation(void **state) {
     (void)state;
-    duet_sr_dataset_options o = opts_x4(0, false);
+    duet_sr_dataset_opts o = opts_x4(0, false);
     duet_dataset *ds = NULL;
-    TU_OK(duet_sr_val_dataset_create(&ds, &o));
+    TU_OK(duet_sr_val_dataset_create(&o, &ds));
     for (int prefetch = 0; prefetch <= 1; prefetch++) {
-        duet_loader_options lo = duet_loader_options_default();
+        duet_loader_opts lo = duet_loader_options_default();
         lo.shuffle = false;
         lo.one_epoch = true;
         lo.prefetch = prefetch;
         duet_loader *l = NULL;
-        TU_OK(duet_loader_create(&l, ds, &lo));
+        TU_OK(duet_loader_create(ds, &lo, &l));
         const char *sorted[] = {"a.png", "b.png", "c.png", "d.png", "e.png"};
         for (int k = 0; k < NIMG; k++) {
             duet_data_batch *b = NULL;
@@ -557,19 +557,19 @@ static void test_loader_one_epoch_validation(void **state) {
         duet_loader_destroy(l);
     }
     /* Whole images of different sizes do not stack. */
-    duet_loader_options lo = duet_loader_options_default();
+    duet_loader_opts lo = duet_loader_options_default();
     lo.shuffle = false;
     lo.samples_per_gpu = 2;
     lo.prefetch = 0;
     duet_loader *l = NULL;
-    TU_OK(duet_loader_create(&l, ds, &lo));
+    TU_OK(duet_loader_create(ds, &lo, &l));
     duet_data_batch *b = NULL;
     assert_int_equal(duet_loader_next(l, &b), DUET_ESHAPE);
     assert_non_null(strstr(duet_last_error(), "samples_per_gpu 1"));
     duet_loader_destroy(l);
     /* Too small a set for the world size. */
     lo.world_size = 3;
-    assert_int_equal(duet_loader_create(&l, ds, &lo), DUET_ESHAPE);
+    assert_int_equal(duet_loader_create(ds, &lo, &l), DUET_ESHAPE);
     assert_null(l);
     duet_dataset_destroy(ds);
 }
@@ -584,11 +584,11 @@ static void test_loader_thread_error(void **state) {
     snprintf(p, sizeof(p), "%s/2.png", dir);
     assert_int_equal(truncate(p, 50), 0);
     for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
-        duet_loader_options lo = duet_loader_options_default();
+        duet_loader_opts lo = duet_loader_options_default();
         lo.shuffle = false;
         lo.prefetch = prefetch;
         duet_loader *l = NULL;
-        TU_OK(duet_loader_create(&l, ds, &lo));
+        TU_OK(duet_loader_create(ds, &lo, &l));
         duet_data_batch *b = NULL;
         TU_OK(duet_loader_next(l, &b)); /* 0.png and 1.png are fine */
         duet_data_batch_destroy(b);

@@ -16,11 +16,11 @@ static duet_module *net(uint64_t seed) {
     duet_rng rng = duet_rng_make(seed, 0);
     duet_module *seq = NULL, *c = NULL, *l = NULL, *bn = NULL;
     TU_OK(duet_sequential_create(&seq));
-    TU_OK(duet_conv2d_module_create(&c, 2, 3, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(2, 3, 3, 1, 1, true, &rng, &c));
     TU_OK(duet_sequential_append(seq, c));
-    TU_OK(duet_batchnorm2d_module_create(&bn, 3, 1e-5f, 0.1f));
+    TU_OK(duet_batch_norm2d_module_create(3, 1e-5f, 0.1f, &bn));
     TU_OK(duet_sequential_append(seq, bn));
-    TU_OK(duet_linear_module_create(&l, 4, 2, true, &rng));
+    TU_OK(duet_linear_module_create(4, 2, true, &rng, &l));
     duet_module_set_requires_grad(l, false);
     TU_OK(duet_sequential_append(seq, l));
     /* Buffers away from their init, so that a copy shows. */
@@ -68,13 +68,13 @@ static void test_lerp_by_hand(void **state) {
             assert_memory_equal(before.items[i].tensor->data, gs.items[i].tensor->data,
                                 sizeof(float) * (size_t)gs.items[i].tensor->numel);
     for (size_t i = 0; i < es.count; i++) free(old[i]);
-    duet_named_tensors_free(&gs);
-    duet_named_tensors_free(&es);
-    duet_named_tensors_free(&before);
+    duet_named_tensors_clear(&gs);
+    duet_named_tensors_clear(&es);
+    duet_named_tensors_clear(&before);
     /* Different networks: an error naming the entry. */
     duet_module *other = NULL;
     duet_rng rng = duet_rng_make(3, 0);
-    TU_OK(duet_conv2d_module_create(&other, 2, 3, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(2, 3, 3, 1, 1, true, &rng, &other));
     tu_expect_error(duet_ema_update(other, g, 0.9f, 0.0f), DUET_ESHAPE, "EMA", NULL);
     duet_module_destroy(other);
     duet_module_destroy(g);
@@ -93,7 +93,7 @@ static duet_module *scaler(float f) {
     float *impl = malloc(sizeof *impl);
     *impl = f;
     duet_module *m = NULL;
-    TU_OK(duet_module_create(&m, &scale_type, impl));
+    TU_OK(duet_module_create(&scale_type, impl, &m));
     return m;
 }
 
@@ -116,12 +116,12 @@ static const duet_module_type gen_root = {"Gen", NULL, NULL};
 static void test_ema_part_used_for_test(void **state) {
     (void)state;
     duet_module *root = NULL;
-    TU_OK(duet_module_create(&root, &gen_root, NULL));
+    TU_OK(duet_module_create(&gen_root, NULL, &root));
     duet_module *g = scaler(1.0f), *ge = scaler(2.0f);
     TU_OK(duet_module_add_child(root, "generator", g));
     TU_OK(duet_module_add_child(root, "generator_ema", ge));
     duet_model *m = NULL;
-    TU_OK(duet_model_create(&m, &gen_ops, NULL, root));
+    TU_OK(duet_model_create(&gen_ops, NULL, root, &m));
     duet_tensor *x = tu_zeros(2, (int64_t[]){1, 3}), *y = NULL;
     x->data[0] = 1.5f;
     TU_OK(duet_model_forward(m, x, &y));

@@ -107,7 +107,7 @@ static void test_gradcheck_gan_losses(void **state) {
         o.gan_type = types[t];
         o.loss_weight = 0.3f;
         gan_ctx g = {.mask = t == 4 ? mask : NULL};
-        TU_OK(duet_gan_loss_create(&g.loss, &o));
+        TU_OK(duet_gan_loss_create(&o, &g.loss));
         for (int k = 0; k < 4; k++) {
             g.real = k & 1;
             g.disc = k & 2;
@@ -136,7 +136,7 @@ static void test_rrdbnet_structure(void **state) {
     o.num_blocks = 2;
     o.growth_channels = 8;
     duet_module *g = NULL;
-    TU_OK(duet_rrdbnet_create(&g, &o, &rng));
+    TU_OK(duet_rrdbnet_create(&o, &rng, &g));
     duet_named_tensors st = {0};
     TU_OK(duet_module_state(g, &st));
     /* conv_first, 2 x 3 x 5 dense convs, conv_body, conv_up1/2, conv_hr,
@@ -167,7 +167,7 @@ static void test_rrdbnet_structure(void **state) {
     }
     double std = sqrt(ss / (double)n);
     assert_true(std > 0.095 && std < 0.105);
-    duet_named_tensors_free(&st);
+    duet_named_tensors_clear(&st);
 
     duet_tensor *x = tu_rand(&rng, 4, (int64_t[]){2, 3, 5, 6}, 0, 1), *y = NULL;
     TU_OK(duet_module_forward(g, x, &y));
@@ -180,7 +180,7 @@ static void test_rrdbnet_structure(void **state) {
     duet_tensor_release(x);
     duet_module_destroy(g);
     o.upscale_factor = 2;
-    tu_expect_error(duet_rrdbnet_create(&g, &o, &rng), DUET_EUNSUPPORTED, "x4", NULL);
+    tu_expect_error(duet_rrdbnet_create(&o, &rng, &g), DUET_EUNSUPPORTED, "x4", NULL);
 }
 
 /* ---- ESRGAN's step structure ---------------------------------------------------------- */
@@ -197,7 +197,7 @@ static float *snapshot(duet_module *m, size_t *n) {
         memcpy(p, st.items[i].tensor->data, (size_t)st.items[i].tensor->numel * sizeof *p);
         p += st.items[i].tensor->numel;
     }
-    duet_named_tensors_free(&st);
+    duet_named_tensors_clear(&st);
     *n = total;
     return buf;
 }
@@ -224,7 +224,7 @@ static void test_esrgan_step(void **state) {
     o.perceptual_loss.style_weight = 1.0f;
     duet_rng rng = duet_rng_make(35, 0);
     duet_model *m = NULL;
-    TU_OK(duet_esrgan_create(&m, &o, &rng));
+    TU_OK(duet_esrgan_create(&o, &rng, &m));
     assert_string_equal(duet_model_type_name(m), "ESRGAN");
     assert_true(duet_module_is(duet_model_part(m, "generator"), "RRDBNet"));
     duet_optimizer_set *opts = tu_adam_pair(m, 1e-3f);
@@ -265,7 +265,7 @@ static void test_esrgan_step(void **state) {
     duet_named_tensors p = {0};
     TU_OK(duet_module_named_parameters(duet_model_part(m, "perceptual_loss"), false, &p));
     for (size_t i = 0; i < p.count; i++) assert_null(p.items[i].tensor->grad);
-    duet_named_tensors_free(&p);
+    duet_named_tensors_clear(&p);
     /* val_step: SRGAN's, on the generator's output. */
     duet_val_output out = {0};
     TU_OK(duet_model_val_step(m, &b, &out));

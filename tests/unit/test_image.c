@@ -425,7 +425,7 @@ static void test_tensor_conversion(void **state) {
     const uint8_t want[] = {0, 0, 1, 2, 2, 3, 51, 255, 255, 255, 255, 0};
     const int64_t nv = sizeof(vals) / sizeof(vals[0]);
     duet_tensor *g = NULL;
-    TU_OK(duet_tensor_create4(&g, 2, 1, 1, nv));
+    TU_OK(duet_tensor_create4(2, 1, 1, nv, &g));
     memcpy(g->data + nv, vals, sizeof(vals));
     TU_OK(duet_image_from_tensor(g, 1, &back));
     assert_int_equal(back->channels, 1);
@@ -434,7 +434,7 @@ static void test_tensor_conversion(void **state) {
 
     /* Bad shapes: 2 channels, sample out of range. */
     duet_tensor *two = NULL;
-    TU_OK(duet_tensor_create(&two, 3, (int64_t[]){2, 3, 3}));
+    TU_OK(duet_tensor_create(3, (int64_t[]){2, 3, 3}, &two));
     assert_int_equal(duet_image_from_tensor(two, 0, &back), DUET_ESHAPE);
     assert_int_equal(duet_image_from_tensor(g, 2, &back), DUET_ESHAPE);
     assert_null(back);

@@ -104,7 +104,7 @@ static void test_evaluate_batch(void **state) {
     duet_rng rng = duet_rng_make(9, 0);
     int64_t shape[4] = {2, 3, 20, 20};
     duet_tensor *out = tu_rand(&rng, 4, shape, 0, 1), *gt = NULL;
-    TU_OK(duet_tensor_clone(&gt, out));
+    TU_OK(duet_tensor_clone(out, &gt));
     for (int64_t i = 0; i < gt->numel / 2; i++) gt->data[i] = 0.5f; /* sample 0 differs */
     duet_test_cfg cfg = duet_test_cfg_default();
     duet_log_vars lv;

@@ -55,11 +55,11 @@ static duet_model *pooled_model(uint64_t seed) {
     assert_non_null(s);
     s->pool = tu_rand(&rng, 2, (int64_t[]){4, 2}, -1, 1);
     duet_module *root = NULL, *lin = NULL;
-    TU_OK(duet_module_create(&root, &pooled_root, NULL));
-    TU_OK(duet_linear_module_create(&lin, 2, 3, true, &rng));
+    TU_OK(duet_module_create(&pooled_root, NULL, &root));
+    TU_OK(duet_linear_module_create(2, 3, true, &rng, &lin));
     TU_OK(duet_module_add_child(root, "generator", lin));
     duet_model *m = NULL;
-    TU_OK(duet_model_create(&m, &pooled_ops, s, root));
+    TU_OK(duet_model_create(&pooled_ops, s, root, &m));
     return m;
 }
 
@@ -107,8 +107,8 @@ static void test_srgan_step_counter(void **state) {
     duet_srgan_opts o = tu_tiny_srgan_opts();
     duet_rng rng = duet_rng_make(3, 0);
     duet_model *a = NULL, *b = NULL;
-    TU_OK(duet_srgan_create(&a, &o, &rng));
-    TU_OK(duet_srgan_create(&b, &o, &rng));
+    TU_OK(duet_srgan_create(&o, &rng, &a));
+    TU_OK(duet_srgan_create(&o, &rng, &b));
     duet_optimizer_set *oa = tu_adam_pair(a, 1e-3f), *ob = tu_adam_pair(b, 1e-3f);
     duet_batch batch = {0};
     tu_sr_batch(&batch, 5, 2);

@@ -132,15 +132,15 @@ static const duet_module_type toy_root_type = {"Toy", NULL, NULL};
 static duet_model *toy_model(void) {
     duet_rng rng = duet_rng_make(3, 0);
     duet_module *root = NULL, *g = NULL, *d = NULL, *l = NULL;
-    TU_OK(duet_module_create(&root, &toy_root_type, NULL));
-    TU_OK(duet_linear_module_create(&g, 4, 4, true, &rng));
+    TU_OK(duet_module_create(&toy_root_type, NULL, &root));
+    TU_OK(duet_linear_module_create(4, 4, true, &rng, &g));
     TU_OK(duet_module_add_child(root, "generator", g));
-    TU_OK(duet_linear_module_create(&d, 4, 1, true, &rng));
+    TU_OK(duet_linear_module_create(4, 1, true, &rng, &d));
     TU_OK(duet_module_add_child(root, "discriminator", d));
-    TU_OK(duet_l1_loss_module_create(&l, 1.0f));
+    TU_OK(duet_l1_loss_module_create(1.0f, &l));
     TU_OK(duet_module_add_child(root, "pixel_loss", l));
     duet_model *m = NULL;
-    TU_OK(duet_model_create(&m, &toy_ops, calloc(1, sizeof(toy)), root));
+    TU_OK(duet_model_create(&toy_ops, calloc(1, sizeof(toy)), root, &m));
     return m;
 }
 
@@ -185,14 +185,14 @@ static void test_optimizer_set(void **state) {
     TU_OK(duet_optimizer_set_create(&s));
     duet_adam_opts ao = duet_adam_opts_default();
     ao.lr = 0.5f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", ao));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &ao));
     duet_sgd_opts so = duet_sgd_opts_default();
     so.lr = 0.25f;
-    TU_OK(duet_optimizer_set_add_sgd(s, m, "discriminator", so));
-    assert_int_equal(duet_optimizer_set_add_adam(s, m, "generator", ao), DUET_EINVAL);
-    assert_int_equal(duet_optimizer_set_add_adam(s, m, "perceptual_loss", ao), DUET_ENOTFOUND);
+    TU_OK(duet_optimizer_set_add_sgd(s, m, "discriminator", &so));
+    assert_int_equal(duet_optimizer_set_add_adam(s, m, "generator", &ao), DUET_EINVAL);
+    assert_int_equal(duet_optimizer_set_add_adam(s, m, "perceptual_loss", &ao), DUET_ENOTFOUND);
     /* A part with no parameters cannot have an optimizer. */
-    assert_int_equal(duet_optimizer_set_add_adam(s, m, "pixel_loss", ao), DUET_EINVAL);
+    assert_int_equal(duet_optimizer_set_add_adam(s, m, "pixel_loss", &ao), DUET_EINVAL);
     assert_int_equal(duet_optimizer_set_count(s), 2);
     assert_string_equal(duet_optimizer_set_name(s, 1), "discriminator");
     assert_true(duet_optimizer_lr(duet_optimizer_set_get(s, "generator")) == 0.5f);
@@ -233,7 +233,7 @@ static void test_gan_loss(void **state) {
     duet_gan_loss_opts o = duet_gan_loss_opts_default();
     o.loss_weight = 0.25f;
     duet_module *g = NULL;
-    TU_OK(duet_gan_loss_create(&g, &o));
+    TU_OK(duet_gan_loss_create(&o, &g));
     double real = 0, fake = 0;
     for (int i = 0; i < 6; i++) {
         double v = x->data[i];
@@ -258,7 +258,7 @@ static void test_gan_loss(void **state) {
 
     o.gan_type = "lsgan";
     o.real_label_val = 0.9f;
-    TU_OK(duet_gan_loss_create(&g, &o));
+    TU_OK(duet_gan_loss_create(&o, &g));
     double ls = 0;
     for (int i = 0; i < 6; i++) ls += (x->data[i] - 0.9) * (x->data[i] - 0.9) / 6;
     TU_OK(duet_gan_loss(g, x, true, true, &l));
@@ -266,7 +266,7 @@ static void test_gan_loss(void **state) {
     duet_tensor_release(l);
     duet_module_destroy(g);
     o.gan_type = "softplus";
-    assert_int_equal(duet_gan_loss_create(&g, &o), DUET_EUNSUPPORTED);
+    assert_int_equal(duet_gan_loss_create(&o, &g), DUET_EUNSUPPORTED);
     assert_non_null(strstr(duet_last_error(), "softplus"));
     assert_non_null(strstr(duet_last_error(), "hinge"));
     duet_tensor_release(x);
@@ -285,14 +285,14 @@ static void test_pixel_losses(void **state) {
     }
     duet_module *m = NULL;
     duet_tensor *l = NULL;
-    TU_OK(duet_l1_loss_module_create(&m, 0.01f));
+    TU_OK(duet_l1_loss_module_create(0.01f, &m));
     assert_true(duet_module_is(m, "L1Loss"));
     TU_OK(duet_module_forward2(m, a, b, &l));
     assert_float_equal(l->data[0], 0.01 * l1, 1e-7);
     duet_tensor_release(l);
     assert_int_equal(duet_module_forward(m, a, &l), DUET_EINVAL);
     duet_module_destroy(m);
-    TU_OK(duet_mse_loss_module_create(&m, 2.0f));
+    TU_OK(duet_mse_loss_module_create(2.0f, &m));
     TU_OK(duet_module_forward2(m, a, b, &l));
     assert_float_equal(l->data[0], 2.0 * l2, 1e-5);
     duet_tensor_release(l);
@@ -319,7 +319,7 @@ static void test_perceptual_structure(void **state) {
     duet_rng rng = duet_rng_make(7, 0);
     duet_perceptual_loss_opts o = duet_perceptual_loss_opts_default(); /* vgg19, '34' */
     duet_module *p = NULL;
-    TU_OK(duet_perceptual_loss_create(&p, &o, &rng));
+    TU_OK(duet_perceptual_loss_create(&o, &rng, &p));
     duet_module *layers = duet_module_child(duet_module_child(p, "vgg"), "vgg_layers");
     assert_int_equal(duet_module_child_count(layers), 35); /* features[:35]: up to conv5_4 */
     assert_true(duet_module_is(duet_module_child_at(layers, 34), "Conv2d"));
@@ -336,16 +336,16 @@ static void test_perceptual_structure(void **state) {
     }
     assert_true(has_mean && has_34);
     assert_int_equal(duet_module_param_at(duet_module_child_at(layers, 34), 0)->shape[0], 512);
-    duet_named_tensors_free(&st);
+    duet_named_tensors_clear(&st);
     assert_int_equal(duet_module_num_parameters(p, true), 0);
     duet_module_destroy(p);
 
     o.layer_ids[0] = 37;
-    assert_int_equal(duet_perceptual_loss_create(&p, &o, &rng), DUET_EINVAL);
+    assert_int_equal(duet_perceptual_loss_create(&o, &rng, &p), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "37"));
     o.layer_ids[0] = 34;
     o.criterion = "l2";
-    assert_int_equal(duet_perceptual_loss_create(&p, &o, &rng), DUET_EINVAL);
+    assert_int_equal(duet_perceptual_loss_create(&o, &rng, &p), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "'l2'"));
     /* MMEditing's default style_weight is 1.0. */
     assert_true(duet_perceptual_loss_opts_default().style_weight == 1.0f);
@@ -354,7 +354,7 @@ static void test_perceptual_structure(void **state) {
 static double perceptual_value(duet_perceptual_loss_opts o, duet_tensor *x, duet_tensor *gt) {
     duet_rng rng = duet_rng_make(8, 0); /* same weights every time */
     duet_module *p = NULL;
-    TU_OK(duet_perceptual_loss_create(&p, &o, &rng));
+    TU_OK(duet_perceptual_loss_create(&o, &rng, &p));
     duet_tensor *l = NULL, *s = NULL;
     TU_OK(duet_perceptual_loss(p, x, gt, &l, &s));
     assert_null(s);
@@ -387,8 +387,8 @@ static void test_perceptual_value(void **state) {
     o = tiny_perceptual();
     o.norm_img = true;
     duet_tensor *x2 = NULL, *gt2 = NULL;
-    TU_OK(duet_tensor_clone(&x2, x));
-    TU_OK(duet_tensor_clone(&gt2, gt));
+    TU_OK(duet_tensor_clone(x, &x2));
+    TU_OK(duet_tensor_clone(gt, &gt2));
     for (int64_t i = 0; i < x->numel; i++) {
         x2->data[i] = 2 * x->data[i] - 1;
         gt2->data[i] = 2 * gt->data[i] - 1;
@@ -398,7 +398,7 @@ static void test_perceptual_value(void **state) {
     /* Gradients reach the image, never the frozen VGG or gt. */
     o = tiny_perceptual();
     duet_module *p = NULL;
-    TU_OK(duet_perceptual_loss_create(&p, &o, &rng));
+    TU_OK(duet_perceptual_loss_create(&o, &rng, &p));
     x->requires_grad = true;
     gt->requires_grad = true;
     duet_tensor *l = NULL, *s = NULL;
@@ -424,7 +424,7 @@ static void test_perceptual_weights_file(void **state) {
     duet_rng rng = duet_rng_make(10, 0);
     duet_perceptual_loss_opts o = tiny_perceptual();
     duet_module *a = NULL, *b = NULL;
-    TU_OK(duet_perceptual_loss_create(&a, &o, &rng));
+    TU_OK(duet_perceptual_loss_create(&o, &rng, &a));
     duet_module *la = duet_module_child(duet_module_child(a, "vgg"), "vgg_layers");
     /* torchvision's names: features.<i>.weight / bias */
     duet_st_writer *w = NULL;
@@ -437,7 +437,7 @@ static void test_perceptual_weights_file(void **state) {
     TU_OK(duet_st_writer_save(w, path));
     duet_st_writer_destroy(w);
     o.weights_path = path;
-    TU_OK(duet_perceptual_loss_create(&b, &o, &rng)); /* rng moved on: other init */
+    TU_OK(duet_perceptual_loss_create(&o, &rng, &b)); /* rng moved on: other init */
     duet_module *lb = duet_module_child(duet_module_child(b, "vgg"), "vgg_layers");
     duet_tensor *pa = tu_flat_params(la), *pb = tu_flat_params(lb);
     assert_true(tu_same_data(pa, pb));
@@ -448,10 +448,10 @@ static void test_perceptual_weights_file(void **state) {
     /* A file for another network fails and names the entry. */
     int cfg[4] = {4, 6, 0, 8};
     memcpy(o.cfg, cfg, sizeof cfg);
-    assert_int_equal(duet_perceptual_loss_create(&b, &o, &rng), DUET_ESHAPE);
+    assert_int_equal(duet_perceptual_loss_create(&o, &rng, &b), DUET_ESHAPE);
     assert_non_null(strstr(duet_last_error(), "features.2.weight"));
     unlink(path);
-    assert_int_not_equal(duet_perceptual_loss_create(&b, &o, &rng), DUET_OK);
+    assert_int_not_equal(duet_perceptual_loss_create(&o, &rng, &b), DUET_OK);
     assert_non_null(strstr(duet_last_error(), path));
     duet_module_destroy(a);
 }
@@ -463,7 +463,7 @@ static void test_srgan_structure(void **state) {
     duet_rng rng = duet_rng_make(11, 0);
     duet_srgan_opts o = tiny_srgan();
     duet_model *m = NULL;
-    TU_OK(duet_srgan_create(&m, &o, &rng));
+    TU_OK(duet_srgan_create(&o, &rng, &m));
     duet_module *root = duet_model_module(m);
     const char *parts[5] = {"generator", "discriminator", "gan_loss", "pixel_loss",
                             "perceptual_loss"};
@@ -481,7 +481,7 @@ static void test_srgan_structure(void **state) {
         percep |= strcmp(st.items[i].name, "perceptual_loss.vgg.vgg_layers.5.weight") == 0;
     }
     assert_true(disc && percep);
-    duet_named_tensors_free(&st);
+    duet_named_tensors_clear(&st);
     /* forward = the generator's output */
     duet_tensor *x = tu_rand(&rng, 4, (int64_t[]){1, 3, 8, 8}, 0, 1), *y = NULL, *z = NULL;
     TU_OK(duet_model_forward(m, x, &y));
@@ -498,11 +498,11 @@ static void test_srgan_structure(void **state) {
 
     o.pixel_loss_weight = 0;
     o.perceptual = false;
-    TU_OK(duet_srgan_create(&m, &o, &rng));
+    TU_OK(duet_srgan_create(&o, &rng, &m));
     assert_int_equal(duet_module_child_count(duet_model_module(m)), 3);
     duet_model_destroy(m);
     o.disc_steps = 0;
-    assert_int_equal(duet_srgan_create(&m, &o, &rng), DUET_EINVAL);
+    assert_int_equal(duet_srgan_create(&o, &rng, &m), DUET_EINVAL);
 }
 
 static void test_srgan_train_step(void **state) {
@@ -511,7 +511,7 @@ static void test_srgan_train_step(void **state) {
     duet_srgan_opts o = tiny_srgan();
     o.disc_init_steps = 1; /* step 0: discriminator only */
     duet_model *m = NULL;
-    TU_OK(duet_srgan_create(&m, &o, &rng));
+    TU_OK(duet_srgan_create(&o, &rng, &m));
     duet_optimizer_set *opts = tu_adam_pair(m, 1e-3f);
     duet_batch b;
     tu_sr_batch(&b, 13, 2);
@@ -548,7 +548,7 @@ static void test_srgan_train_step(void **state) {
     /* A missing optimizer is a clear error. */
     duet_optimizer_set *only_g = NULL;
     TU_OK(duet_optimizer_set_create(&only_g));
-    TU_OK(duet_optimizer_set_add_adam(only_g, m, "generator", duet_adam_opts_default()));
+    TU_OK(duet_optimizer_set_add_adam(only_g, m, "generator", NULL));
     assert_int_equal(duet_model_train_step(m, &b, only_g, &log), DUET_ENOTFOUND);
     assert_non_null(strstr(duet_last_error(), "discriminator"));
     duet_optimizer_set_destroy(only_g);
@@ -575,13 +575,13 @@ static void test_basic_restorer(void **state) {
     o.generator.num_blocks = 1;
     o.test_cfg.crop_border = 2;
     duet_model *m = NULL;
-    TU_OK(duet_basic_restorer_create(&m, &o, &rng));
+    TU_OK(duet_basic_restorer_create(&o, &rng, &m));
     assert_int_equal(duet_module_child_count(duet_model_module(m)), 2);
     duet_optimizer_set *s = NULL;
     TU_OK(duet_optimizer_set_create(&s));
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = 2e-3f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &a));
     duet_batch b;
     tu_sr_batch(&b, 15, 2);
     duet_log_vars log;
@@ -606,7 +606,7 @@ static void test_basic_restorer(void **state) {
     duet_optimizer_set_destroy(s);
     duet_model_destroy(m);
     o.pixel_loss = "CharbonnierLoss";
-    assert_int_equal(duet_basic_restorer_create(&m, &o, &rng), DUET_EINVAL);
+    assert_int_equal(duet_basic_restorer_create(&o, &rng, &m), DUET_EINVAL);
 }
 
 /* ---- registry --------------------------------------------------------------------------- */

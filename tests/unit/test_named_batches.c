@@ -18,8 +18,8 @@
 static int pairs_get(const void *impl, int64_t index, duet_rng *rng, duet_batch *out) {
     (void)impl;
     duet_tensor *a = NULL, *b = NULL;
-    DUET_TRY(duet_tensor_create4(&a, 1, 2, 3, 3));
-    int rc = duet_tensor_create4(&b, 1, 1, 2, 2);
+    DUET_TRY(duet_tensor_create4(1, 2, 3, 3, &a));
+    int rc = duet_tensor_create4(1, 1, 2, 2, &b);
     float offset = duet_rng_uniform(rng);
     for (int64_t k = 0; rc == DUET_OK && k < a->numel; k++) a->data[k] = (float)index + offset;
     for (int64_t k = 0; rc == DUET_OK && k < b->numel; k++) b->data[k] = -a->data[k];
@@ -85,18 +85,18 @@ static void test_concat(void **state) {
 static void test_loader_carries_names(void **state) {
     (void)state;
     duet_dataset *ds = NULL, *rep = NULL;
-    TU_OK(duet_dataset_create(&ds, &pairs_ops, NULL, 5));
-    TU_OK(duet_repeat_dataset_create(&rep, ds, 3));
+    TU_OK(duet_dataset_create(&pairs_ops, NULL, 5, &ds));
+    TU_OK(duet_repeat_dataset_create(ds, 3, &rep));
     assert_int_equal(duet_dataset_size(rep), 15);
     assert_string_equal(duet_dataset_name(rep, 7), "p2");
 
     for (int prefetch = 0; prefetch <= 2; prefetch += 2) {
-        duet_loader_options lo = duet_loader_options_default();
+        duet_loader_opts lo = duet_loader_options_default();
         lo.samples_per_gpu = 4;
         lo.seed = 11;
         lo.prefetch = prefetch;
         duet_loader *l = NULL;
-        TU_OK(duet_loader_create(&l, rep, &lo));
+        TU_OK(duet_loader_create(rep, &lo, &l));
         for (int it = 0; it < 5; it++) {
             duet_data_batch *b = NULL;
             TU_OK(duet_loader_next(l, &b));
@@ -147,11 +147,11 @@ static void test_sr_names(void **state) {
         TU_OK(duet_image_save_png(img, tu_path(path, sizeof path, dir, name)));
         duet_image_destroy(img);
     }
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
+    duet_sr_dataset_opts o = duet_sr_dataset_options_default();
     o.gt_dir = dir;
     o.gt_size = 8;
     duet_dataset *ds = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
     duet_batch b = {0};
     TU_OK(duet_dataset_get_item(ds, 1, 3, 0, &b));
     duet_sample s;

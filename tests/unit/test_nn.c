@@ -13,7 +13,7 @@ static const duet_module_type box_type = {"Box", NULL, NULL};
 
 static duet_module *make_box(void) {
     duet_module *m = NULL;
-    TU_OK(duet_module_create(&m, &box_type, NULL));
+    TU_OK(duet_module_create(&box_type, NULL, &m));
     return m;
 }
 
@@ -31,14 +31,14 @@ static duet_module *make_tree(duet_rng *rng) {
     TU_OK(duet_module_add_buffer(root, "count", vec(1, 7.0f), true));
     duet_module *body = NULL, *conv = NULL, *bn = NULL, *relu = NULL, *head = NULL;
     TU_OK(duet_sequential_create(&body));
-    TU_OK(duet_conv2d_module_create(&conv, 2, 3, 3, 1, 1, true, rng));
-    TU_OK(duet_batchnorm2d_module_create(&bn, 3, 1e-5f, 0.1f));
-    TU_OK(duet_activation_module_create(&relu, DUET_ACT_RELU, 0.0f));
+    TU_OK(duet_conv2d_module_create(2, 3, 3, 1, 1, true, rng, &conv));
+    TU_OK(duet_batch_norm2d_module_create(3, 1e-5f, 0.1f, &bn));
+    TU_OK(duet_activation_module_create(DUET_ACT_RELU, 0.0f, &relu));
     TU_OK(duet_sequential_append(body, conv));
     TU_OK(duet_sequential_append(body, bn));
     TU_OK(duet_sequential_append(body, relu));
     TU_OK(duet_module_add_child(root, "body", body));
-    TU_OK(duet_linear_module_create(&head, 4, 2, false, rng));
+    TU_OK(duet_linear_module_create(4, 2, false, rng, &head));
     TU_OK(duet_module_add_child(root, "head", head));
     return root;
 }
@@ -61,7 +61,7 @@ static void test_tree_names_order_counts(void **state) {
     TU_OK(duet_module_named_parameters(root, false, &l));
     assert_names(&l, params, 6);
     for (size_t i = 0; i < l.count; i++) assert_false(l.items[i].is_integer);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     static const char *buffers[] = {"count", "body.1.running_mean", "body.1.running_var",
                                     "body.1.num_batches_tracked"};
@@ -70,7 +70,7 @@ static void test_tree_names_order_counts(void **state) {
     assert_true(l.items[0].is_integer);
     assert_false(l.items[1].is_integer);
     assert_true(l.items[3].is_integer);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     /* PyTorch's state_dict order: own params, own buffers, then children. */
     static const char *st[] = {"alpha", "count", "body.0.weight", "body.0.bias",
@@ -79,7 +79,7 @@ static void test_tree_names_order_counts(void **state) {
                                "head.weight"};
     TU_OK(duet_module_state(root, &l));
     assert_names(&l, st, 10);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     /* 2 + 3*2*3*3 + 3 (conv) + 3 + 3 (bn) + 2*4 (linear). */
     assert_int_equal(duet_module_num_parameters(root, false), 73);
@@ -123,14 +123,14 @@ static void test_requires_grad(void **state) {
     duet_named_tensors l;
     TU_OK(duet_module_named_parameters(root, false, &l));
     for (size_t i = 0; i < l.count; i++) assert_true(l.items[i].tensor->requires_grad);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     /* Freeze the whole body: trainable lists and counts leave it out. */
     duet_module_set_requires_grad(duet_module_child(root, "body"), false);
     TU_OK(duet_module_named_parameters(root, true, &l));
     static const char *trainable[] = {"alpha", "head.weight"};
     assert_names(&l, trainable, 2);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     assert_int_equal(duet_module_num_parameters(root, true), 2 + 8);
     assert_int_equal(duet_module_num_parameters(root, false), 73);
 
@@ -139,7 +139,7 @@ static void test_requires_grad(void **state) {
     TU_OK(duet_module_named_parameters(root, true, &l));
     static const char *only_head[] = {"head.weight"};
     assert_names(&l, only_head, 1);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     duet_module_set_requires_grad(root, true);
     assert_int_equal(duet_module_num_parameters(root, true), 73);
@@ -169,7 +169,7 @@ static void test_train_eval_and_zero_grad(void **state) {
     for (size_t i = 0; i < l.count; i++)
         for (int64_t j = 0; j < l.items[i].tensor->numel; j++)
             assert_true(l.items[i].tensor->grad[j] == 0.0f);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     duet_module_destroy(root);
 }
 
@@ -192,12 +192,12 @@ static void test_registration_errors(void **state) {
     assert_int_equal(duet_module_child_count(m), 0);
 
     duet_module *bad = NULL;
-    assert_int_equal(duet_conv2d_module_create(&bad, 0, 3, 3, 1, 1, true, NULL), DUET_EINVAL);
+    assert_int_equal(duet_conv2d_module_create(0, 3, 3, 1, 1, true, NULL, &bad), DUET_EINVAL);
     assert_null(bad);
-    assert_int_equal(duet_linear_module_create(&bad, 2, 3, true, NULL), DUET_EINVAL);
+    assert_int_equal(duet_linear_module_create(2, 3, true, NULL, &bad), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "rng"));
-    assert_int_equal(duet_batchnorm2d_module_create(&bad, 4, 0.0f, 0.1f), DUET_EINVAL);
-    assert_int_equal(duet_maxpool2d_module_create(&bad, 0, 1), DUET_EINVAL);
+    assert_int_equal(duet_batch_norm2d_module_create(4, 0.0f, 0.1f, &bad), DUET_EINVAL);
+    assert_int_equal(duet_max_pool2d_module_create(0, 1, &bad), DUET_EINVAL);
     duet_module_destroy(m);
 }
 
@@ -210,13 +210,13 @@ static void test_transparent_naming(void **state) {
     duet_module_set_transparent(ddp, true);
     duet_module *gen = make_box();
     duet_module *conv = NULL;
-    TU_OK(duet_conv2d_module_create(&conv, 1, 1, 1, 1, 0, true, &rng));
+    TU_OK(duet_conv2d_module_create(1, 1, 1, 1, 0, true, &rng, &conv));
     TU_OK(duet_module_add_child(gen, "conv_first", conv));
     TU_OK(duet_module_add_child(ddp, "module", gen));
     TU_OK(duet_module_add_child(model, "generator", ddp));
     duet_module *disc = make_box();
     duet_module *bn = NULL;
-    TU_OK(duet_batchnorm2d_module_create(&bn, 2, 1e-5f, 0.1f));
+    TU_OK(duet_batch_norm2d_module_create(2, 1e-5f, 0.1f, &bn));
     TU_OK(duet_module_add_child(disc, "bn0_1", bn));
     TU_OK(duet_module_add_child(model, "discriminator", disc));
 
@@ -228,13 +228,13 @@ static void test_transparent_naming(void **state) {
                                  "discriminator.bn0_1.running_var",
                                  "discriminator.bn0_1.num_batches_tracked"};
     assert_names(&l, want, 7);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     /* Seen from the wrapper itself, names start at the wrapped network. */
     TU_OK(duet_module_named_parameters(ddp, false, &l));
     static const char *inner[] = {"conv_first.weight", "conv_first.bias"};
     assert_names(&l, inner, 2);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     duet_module_destroy(model);
 }
 
@@ -254,7 +254,7 @@ static void test_replace_child(void **state) {
     duet_named_tensors l;
     TU_OK(duet_module_named_parameters(root, false, &l));
     assert_string_equal(l.items[l.count - 1].name, "head.weight");
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     duet_module *spare = make_box();
     assert_int_equal(duet_module_replace_child(root, "tail", spare, &old), DUET_ENOTFOUND);
@@ -340,11 +340,11 @@ static void test_load_strict_and_non_strict(void **state) {
     /* Drop head.weight from what the file covers by loading into a tree
      * whose head is a bigger Linear under another name. */
     duet_module *head = NULL, *old = NULL;
-    TU_OK(duet_linear_module_create(&head, 4, 2, true, &r2));
+    TU_OK(duet_linear_module_create(4, 2, true, &r2, &head));
     TU_OK(duet_module_replace_child(b, "head", head, &old));
     duet_module_destroy(old);
     duet_tensor *before = NULL;
-    TU_OK(duet_tensor_clone(&before, duet_module_param(b, "alpha")));
+    TU_OK(duet_tensor_clone(duet_module_param(b, "alpha"), &before));
 
     int rc = duet_module_load_state(b, st, "g.", true, NULL, NULL);
     assert_int_equal(rc, DUET_ENOTFOUND);
@@ -378,8 +378,8 @@ static void test_load_shape_mismatch(void **state) {
     tu_path(path, sizeof path, fx->dir, "shape.safetensors");
     duet_rng rng = duet_rng_make(30, 0);
     duet_module *a = NULL, *b = NULL;
-    TU_OK(duet_conv2d_module_create(&a, 2, 3, 3, 1, 1, true, &rng));
-    TU_OK(duet_conv2d_module_create(&b, 2, 4, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(2, 3, 3, 1, 1, true, &rng, &a));
+    TU_OK(duet_conv2d_module_create(2, 4, 3, 1, 1, true, &rng, &b));
     save_tree(a, "", path);
     duet_st *st = NULL;
     TU_OK(duet_st_load(path, &st));
@@ -402,8 +402,8 @@ static void test_pytorch_default_init(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(40, 0);
     duet_module *conv = NULL, *lin = NULL;
-    TU_OK(duet_conv2d_module_create(&conv, 8, 16, 3, 1, 1, true, &rng));
-    TU_OK(duet_linear_module_create(&lin, 50, 30, true, &rng));
+    TU_OK(duet_conv2d_module_create(8, 16, 3, 1, 1, true, &rng, &conv));
+    TU_OK(duet_linear_module_create(50, 30, true, &rng, &lin));
     struct { duet_module *m; double fan_in; } cases[2] = {{conv, 8 * 9}, {lin, 50}};
     for (int c = 0; c < 2; c++) {
         double bound = 1.0 / sqrt(cases[c].fan_in);
@@ -435,9 +435,9 @@ static void test_default_init_weights(void **state) {
     duet_rng rng = duet_rng_make(41, 0);
     duet_module *seq = NULL, *conv = NULL, *bn = NULL, *lin = NULL;
     TU_OK(duet_sequential_create(&seq));
-    TU_OK(duet_conv2d_module_create(&conv, 16, 32, 3, 1, 1, true, &rng));
-    TU_OK(duet_batchnorm2d_module_create(&bn, 32, 1e-5f, 0.1f));
-    TU_OK(duet_linear_module_create(&lin, 400, 50, true, &rng));
+    TU_OK(duet_conv2d_module_create(16, 32, 3, 1, 1, true, &rng, &conv));
+    TU_OK(duet_batch_norm2d_module_create(32, 1e-5f, 0.1f, &bn));
+    TU_OK(duet_linear_module_create(400, 50, true, &rng, &lin));
     TU_OK(duet_sequential_append(seq, conv));
     TU_OK(duet_sequential_append(seq, bn));
     TU_OK(duet_sequential_append(seq, lin));
@@ -474,9 +474,9 @@ static void test_sequential_forward(void **state) {
     duet_rng rng = duet_rng_make(50, 0);
     duet_module *seq = NULL, *conv = NULL, *act = NULL, *pool = NULL;
     TU_OK(duet_sequential_create(&seq));
-    TU_OK(duet_conv2d_module_create(&conv, 3, 4, 3, 1, 1, true, &rng));
-    TU_OK(duet_activation_module_create(&act, DUET_ACT_LEAKY_RELU, 0.2f));
-    TU_OK(duet_maxpool2d_module_create(&pool, 2, 2));
+    TU_OK(duet_conv2d_module_create(3, 4, 3, 1, 1, true, &rng, &conv));
+    TU_OK(duet_activation_module_create(DUET_ACT_LEAKY_RELU, 0.2f, &act));
+    TU_OK(duet_max_pool2d_module_create(2, 2, &pool));
     TU_OK(duet_sequential_append(seq, conv));
     TU_OK(duet_sequential_append(seq, act));
     TU_OK(duet_sequential_append(seq, pool));
@@ -498,7 +498,7 @@ static void test_sequential_forward(void **state) {
     for (int k = 0; k < 3; k++) {
         duet_module *m = NULL;
         duet_tensor *o = NULL;
-        TU_OK(duet_activation_module_create(&m, kinds[k], 0.0f));
+        TU_OK(duet_activation_module_create(kinds[k], 0.0f, &m));
         TU_OK(duet_module_forward(m, x, &o));
         for (int64_t i = 0; i < x->numel; i++) {
             float v = x->data[i];
@@ -534,9 +534,9 @@ static void test_batchnorm_modes(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(60, 0);
     duet_module *bn = NULL;
-    TU_OK(duet_batchnorm2d_module_create(&bn, 2, 1e-5f, 0.1f));
+    TU_OK(duet_batch_norm2d_module_create(2, 1e-5f, 0.1f, &bn));
     reduce_count rc = {0};
-    TU_OK(duet_batchnorm2d_set_reduce(bn, counting_reduce, &rc));
+    TU_OK(duet_batch_norm2d_set_reduce(bn, counting_reduce, &rc));
     duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){4, 2, 3, 3}, 2.0f);
     for (int64_t i = 0; i < x->numel; i++) x->data[i] += 1.0f;
     duet_tensor *y = NULL;
@@ -578,8 +578,8 @@ static void test_batchnorm_modes(void **state) {
 
     /* Only BatchNorm2d takes a reduce hook. */
     duet_module *lin = NULL;
-    TU_OK(duet_linear_module_create(&lin, 2, 2, true, &rng));
-    assert_int_equal(duet_batchnorm2d_set_reduce(lin, counting_reduce, &rc), DUET_EINVAL);
+    TU_OK(duet_linear_module_create(2, 2, true, &rng, &lin));
+    assert_int_equal(duet_batch_norm2d_set_reduce(lin, counting_reduce, &rc), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "Linear"));
     duet_module_destroy(lin);
     duet_tape_clear();
@@ -592,7 +592,7 @@ static void test_linear_backward(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(70, 0);
     duet_module *lin = NULL;
-    TU_OK(duet_linear_module_create(&lin, 3, 2, true, &rng));
+    TU_OK(duet_linear_module_create(3, 2, true, &rng, &lin));
     duet_tensor *x = tu_randn(&rng, 2, (int64_t[]){4, 3}, 1.0f);
     duet_tensor *y = NULL, *s = NULL;
     TU_OK(duet_module_forward(lin, x, &y));

@@ -14,7 +14,7 @@ static void test_conv_transpose2d_module(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(1, 0);
     duet_module *m = NULL;
-    TU_OK(duet_conv_transpose2d_module_create(&m, 6, 4, 3, 2, 1, 1, true, &rng));
+    TU_OK(duet_conv_transpose2d_module_create(6, 4, 3, 2, 1, 1, true, &rng, &m));
     assert_true(duet_module_is(m, "ConvTranspose2d"));
     duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
     assert_non_null(w);
@@ -37,7 +37,7 @@ static void test_conv_transpose2d_module(void **state) {
     duet_tensor_release(y);
     duet_tensor_release(z);
     duet_module_destroy(m);
-    tu_expect_error(duet_conv_transpose2d_module_create(&m, 6, 4, 3, 2, 1, 2, true, &rng),
+    tu_expect_error(duet_conv_transpose2d_module_create(6, 4, 3, 2, 1, 2, true, &rng, &m),
                     DUET_EINVAL, "ConvTranspose2d", "output_padding 2", NULL);
     assert_null(m);
 }
@@ -45,9 +45,9 @@ static void test_conv_transpose2d_module(void **state) {
 static void test_instancenorm_pad_modules(void **state) {
     (void)state;
     duet_module *in = NULL, *ina = NULL, *pad = NULL;
-    TU_OK(duet_instancenorm2d_module_create(&in, 3, 1e-5f, false));
-    TU_OK(duet_instancenorm2d_module_create(&ina, 3, 1e-5f, true));
-    TU_OK(duet_reflectionpad2d_module_create(&pad, 2));
+    TU_OK(duet_instance_norm2d_module_create(3, 1e-5f, false, &in));
+    TU_OK(duet_instance_norm2d_module_create(3, 1e-5f, true, &ina));
+    TU_OK(duet_reflection_pad2d_module_create(2, &pad));
     /* nn.InstanceNorm2d's defaults keep no running statistics. */
     assert_int_equal(duet_module_param_count(in) + duet_module_buffer_count(in), 0);
     assert_int_equal(duet_module_param_count(ina), 2);
@@ -75,7 +75,7 @@ static void test_dropout_module(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(4, 0);
     duet_module *d = NULL;
-    TU_OK(duet_dropout_module_create(&d, 0.5f, &rng));
+    TU_OK(duet_dropout_module_create(0.5f, &rng, &d));
     duet_rng xr = duet_rng_make(5, 0);
     duet_tensor *x = tu_rand(&xr, 2, (int64_t[]){4, 50}, 1.0f, 2.0f), *y = NULL;
     TU_OK(duet_module_forward(d, x, &y)); /* training by default */
@@ -91,7 +91,7 @@ static void test_dropout_module(void **state) {
     duet_tensor_release(y);
     duet_tensor_release(x);
     duet_module_destroy(d);
-    tu_expect_error(duet_dropout_module_create(&d, -0.1f, &rng), DUET_EINVAL, "Dropout", NULL);
+    tu_expect_error(duet_dropout_module_create(-0.1f, &rng, &d), DUET_EINVAL, "Dropout", NULL);
 }
 
 /* Every conv weight N(0, 0.02) with bias 0; BN weight N(1, 0.02), bias 0. */
@@ -103,7 +103,7 @@ static void test_generation_init_weights(void **state) {
     o.base_channels = 16;
     o.norm = DUET_GEN_NORM_BN;
     duet_module *g = NULL;
-    TU_OK(duet_unet_generator_create(&g, &o, &rng, NULL));
+    TU_OK(duet_unet_generator_create(&o, &rng, NULL, &g));
     duet_named_tensors ps;
     TU_OK(duet_module_named_parameters(g, false, &ps));
     double cs = 0, css = 0, bs = 0, bss = 0;
@@ -127,7 +127,7 @@ static void test_generation_init_weights(void **state) {
             }
         }
     }
-    duet_named_tensors_free(&ps);
+    duet_named_tensors_clear(&ps);
     assert_true(cn > 100000 && bn > 400);
     assert_true(fabs(cs / (double)cn) < 2e-4);
     assert_true(fabs(sqrt(css / (double)cn) - 0.02) < 5e-4);
@@ -144,11 +144,11 @@ static void test_full_size_parameter_counts(void **state) {
     duet_rng rng = duet_rng_make(7, 0);
     duet_module *m = NULL;
     duet_resnet_generator_opts r = duet_resnet_generator_opts_default();
-    TU_OK(duet_resnet_generator_create(&m, &r, &rng, NULL));
+    TU_OK(duet_resnet_generator_create(&r, &rng, NULL, &m));
     assert_int_equal(duet_module_num_parameters(m, false), 11378179);
     duet_module_destroy(m);
     duet_patch_discriminator_opts p = duet_patch_discriminator_opts_default();
-    TU_OK(duet_patch_discriminator_create(&m, &p, &rng));
+    TU_OK(duet_patch_discriminator_create(&p, &rng, &m));
     assert_int_equal(duet_module_num_parameters(m, false), 2768705);
     duet_module_destroy(m);
 }
@@ -163,7 +163,7 @@ static void test_unet_dropout_replay(void **state) {
     o.base_channels = 2;
     o.use_dropout = true;
     duet_module *g = NULL;
-    TU_OK(duet_unet_generator_create(&g, &o, &init, &drop));
+    TU_OK(duet_unet_generator_create(&o, &init, &drop, &g));
     duet_rng xr = duet_rng_make(10, 0);
     duet_tensor *x = tu_randn(&xr, 4, (int64_t[]){2, 3, 64, 64}, 1.0f), *a = NULL, *b = NULL,
                 *c = NULL;
@@ -190,14 +190,14 @@ static void test_network_errors(void **state) {
     o.num_down = 6;
     o.base_channels = 2;
     o.use_dropout = true;
-    tu_expect_error(duet_unet_generator_create(&g, &o, &init, NULL), DUET_EINVAL,
+    tu_expect_error(duet_unet_generator_create(&o, &init, NULL, &g), DUET_EINVAL,
                     "UnetGenerator", "dropout rng", NULL);
     o.use_dropout = false;
     o.num_down = 4;
-    tu_expect_error(duet_unet_generator_create(&g, &o, &init, NULL), DUET_EINVAL,
+    tu_expect_error(duet_unet_generator_create(&o, &init, NULL, &g), DUET_EINVAL,
                     "UnetGenerator", "num_down 4", NULL);
     o.num_down = 5;
-    TU_OK(duet_unet_generator_create(&g, &o, &init, NULL));
+    TU_OK(duet_unet_generator_create(&o, &init, NULL, &g));
     duet_tensor *x = tu_zeros(4, (int64_t[]){1, 3, 48, 48}), *y = NULL;
     tu_expect_error(duet_module_forward(g, x, &y), DUET_ESHAPE, "UnetGenerator",
                     "[1, 3, 48, 48]", "multiples of 32", NULL);
@@ -206,11 +206,11 @@ static void test_network_errors(void **state) {
     duet_module_destroy(g);
     duet_resnet_generator_opts r = duet_resnet_generator_opts_default();
     r.use_dropout = true;
-    tu_expect_error(duet_resnet_generator_create(&g, &r, &init, NULL), DUET_EINVAL,
+    tu_expect_error(duet_resnet_generator_create(&r, &init, NULL, &g), DUET_EINVAL,
                     "ResnetGenerator", "dropout rng", NULL);
     duet_patch_discriminator_opts p = duet_patch_discriminator_opts_default();
     p.num_conv = 0;
-    tu_expect_error(duet_patch_discriminator_create(&g, &p, &init), DUET_EINVAL,
+    tu_expect_error(duet_patch_discriminator_create(&p, &init, &g), DUET_EINVAL,
                     "PatchDiscriminator", "num_conv 0", NULL);
     assert_null(g);
 }

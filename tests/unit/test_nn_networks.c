@@ -14,7 +14,7 @@ static duet_module *make_msr(int mid, int blocks, int scale, uint64_t seed) {
     o.upscale_factor = scale;
     duet_rng rng = duet_rng_make(seed, 0);
     duet_module *net = NULL;
-    TU_OK(duet_msrresnet_create(&net, &o, &rng));
+    TU_OK(duet_msrresnet_create(&o, &rng, &net));
     return net;
 }
 
@@ -24,7 +24,7 @@ static duet_module *make_vgg(int mid, int size, uint64_t seed) {
     o.input_size = size;
     duet_rng rng = duet_rng_make(seed, 0);
     duet_module *net = NULL;
-    TU_OK(duet_modified_vgg_create(&net, &o, &rng));
+    TU_OK(duet_modified_vgg_create(&o, &rng, &net));
     return net;
 }
 
@@ -50,7 +50,7 @@ static void test_msrresnet_names(void **state) {
     assert_int_equal(w->shape[0], 64);
     assert_int_equal(w->shape[1], 16);
     assert_int_equal(w->shape[2], 3);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     duet_module_destroy(net);
 
     /* x3: one PixelShufflePack of 3, no upsample2. */
@@ -62,7 +62,7 @@ static void test_msrresnet_names(void **state) {
     assert_int_equal(w->shape[0], 16 * 9);
     TU_OK(duet_module_state(net, &l));
     assert_int_equal(l.count, 16);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     duet_module_destroy(net);
 }
 
@@ -80,7 +80,7 @@ static void test_full_size_counts(void **state) {
     duet_named_tensors l;
     TU_OK(duet_module_state(net, &l));
     assert_int_equal(l.count, 60);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     duet_module_destroy(net);
 }
 
@@ -107,7 +107,7 @@ static void test_msrresnet_init(void **state) {
         if (fabs(std / want - 1.0) > tol)
             fail_msg("%s: std %g, want %g", l.items[i].name, std, want);
     }
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
     duet_module_destroy(net);
 }
 
@@ -125,7 +125,7 @@ static void test_vgg_names_and_init(void **state) {
     assert_string_equal(l.items[l.count - 4].name, "linear1.weight");
     assert_string_equal(l.items[l.count - 1].name, "linear2.bias");
     assert_true(l.items[7].is_integer);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 
     /* Shapes: 4x4 stride-2 convs without bias; linear1 takes mid*8*(64/32)^2. */
     duet_tensor *w = duet_module_param(duet_module_child(net, "conv3_1"), "weight");
@@ -172,7 +172,7 @@ static void test_msrresnet_forward_shapes_and_skip(void **state) {
         duet_named_tensors l;
         TU_OK(duet_module_named_parameters(net, false, &l));
         for (size_t i = 0; i < l.count; i++) duet_tensor_fill(l.items[i].tensor, 0.0f);
-        duet_named_tensors_free(&l);
+        duet_named_tensors_clear(&l);
         TU_OK(duet_module_forward(net, x, &y));
         assert_memory_equal(y->data, up->data, (size_t)y->numel * sizeof(float));
         duet_tensor_release(y);
@@ -210,9 +210,9 @@ static void test_seeding(void **state) {
     duet_tensor *wa = la.items[0].tensor, *wb = lb.items[0].tensor, *wc = lc.items[0].tensor;
     assert_memory_equal(wa->data, wb->data, (size_t)wa->numel * sizeof(float));
     assert_memory_not_equal(wa->data, wc->data, (size_t)wa->numel * sizeof(float));
-    duet_named_tensors_free(&la);
-    duet_named_tensors_free(&lb);
-    duet_named_tensors_free(&lc);
+    duet_named_tensors_clear(&la);
+    duet_named_tensors_clear(&lb);
+    duet_named_tensors_clear(&lc);
     duet_module_destroy(a);
     duet_module_destroy(b);
     duet_module_destroy(c);
@@ -224,12 +224,12 @@ static void test_errors(void **state) {
     duet_module *net = NULL;
     duet_msrresnet_opts mo = duet_msrresnet_opts_default();
     mo.upscale_factor = 5;
-    assert_int_equal(duet_msrresnet_create(&net, &mo, &rng), DUET_EINVAL);
+    assert_int_equal(duet_msrresnet_create(&mo, &rng, &net), DUET_EINVAL);
     assert_null(net);
     assert_non_null(strstr(duet_last_error(), "scale factor 5"));
     duet_modified_vgg_opts vo = duet_modified_vgg_opts_default();
     vo.input_size = 100;
-    assert_int_equal(duet_modified_vgg_create(&net, &vo, &rng), DUET_EINVAL);
+    assert_int_equal(duet_modified_vgg_create(&vo, &rng, &net), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "32"));
 
     net = make_msr(4, 1, 2, 1);

@@ -287,7 +287,7 @@ static void test_activation_values(void **state) {
     (void)state;
     const float v[8] = {-100.0f, -3.0f, -0.5f, 0.0f, 0.25f, 2.0f, 100.0f, -INFINITY};
     duet_tensor *x = NULL, *y = NULL;
-    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){8}, v));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){8}, v, &x));
     TU_OK(duet_relu(x, &y));
     for (int i = 0; i < 8; i++) ASSERT_NEAR(y->data[i], v[i] > 0 ? v[i] : 0.0f, 0.0f);
     duet_tensor_release(y);
@@ -309,7 +309,7 @@ static void test_activation_values(void **state) {
 
     /* NaN passes through every activation, as in PyTorch (a NaN that a
      * relu turned into 0 would hide a diverged run). */
-    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){2}, (float[]){NAN, -NAN}));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){2}, (float[]){NAN, -NAN}, &x));
     int (*acts[3])(duet_tensor *, duet_tensor **) = {duet_relu, duet_sigmoid, duet_tanh};
     for (int k = 0; k < 3; k++) {
         TU_OK(acts[k](x, &y));
@@ -326,7 +326,7 @@ static void test_activation_values(void **state) {
 static void test_relu_gradient_at_zero(void **state) {
     (void)state;
     duet_tensor *x = NULL, *y = NULL;
-    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){3}, (float[]){-1.0f, 0.0f, 2.0f}));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){3}, (float[]){-1.0f, 0.0f, 2.0f}, &x));
     x->requires_grad = true;
     TU_OK(duet_relu(x, &y));
     backward_sum(y);
@@ -346,7 +346,7 @@ static void test_saturated_gradients(void **state) {
     (void)state;
     const float v[4] = {-100.0f, -1.0f, 1.5f, 100.0f};
     duet_tensor *x = NULL, *y = NULL;
-    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){4}, v));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){4}, v, &x));
     x->requires_grad = true;
     TU_OK(duet_sigmoid(x, &y));
     backward_sum(y);
@@ -373,7 +373,7 @@ static void test_pixel_shuffle_layout(void **state) {
     const int r = 3;
     const int64_t N = 2, C = 2, H = 2, W = 3;
     duet_tensor *x = NULL, *y = NULL;
-    TU_OK(duet_tensor_create4(&x, N, C * r * r, H, W));
+    TU_OK(duet_tensor_create4(N, C * r * r, H, W, &x));
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < C * r * r; k++)
             for (int64_t p = 0; p < H * W; p++)
@@ -402,7 +402,7 @@ static void test_bilinear_values(void **state) {
     /* One row [0, 1], x2: PyTorch gives [0, 0.25, 0.75, 1] (both ends
      * clamped), and the same in every output row. */
     duet_tensor *x = NULL, *y = NULL;
-    TU_OK(duet_tensor_from_data(&x, 4, (int64_t[]){1, 1, 1, 2}, (float[]){0.0f, 1.0f}));
+    TU_OK(duet_tensor_from_data(4, (int64_t[]){1, 1, 1, 2}, (float[]){0.0f, 1.0f}, &x));
     TU_OK(duet_upsample_bilinear(x, 2, &y));
     assert_int_equal(y->shape[2], 2);
     assert_int_equal(y->shape[3], 4);
@@ -413,7 +413,7 @@ static void test_bilinear_values(void **state) {
 
     /* x4 of [0, 4]: source coordinates (o + 0.5)/4 - 0.5 clamped at 0:
      * 0, 0, 0.125, 0.375, 0.625, 0.875, then the far edge repeats 1. */
-    TU_OK(duet_tensor_from_data(&x, 4, (int64_t[]){1, 1, 1, 2}, (float[]){0.0f, 4.0f}));
+    TU_OK(duet_tensor_from_data(4, (int64_t[]){1, 1, 1, 2}, (float[]){0.0f, 4.0f}, &x));
     TU_OK(duet_upsample_bilinear(x, 4, &y));
     const float want4[8] = {0.0f, 0.0f, 0.5f, 1.5f, 2.5f, 3.5f, 4.0f, 4.0f};
     tu_assert_close(y->data, want4, 8, 0.0, 1e-6, "bilinear [0,4] x4 row 0");
@@ -446,8 +446,8 @@ static void test_bce_large_logits(void **state) {
     const float v[4] = {50.0f, -50.0f, 50.0f, -50.0f};
     const float t[4] = {1.0f, 0.0f, 0.0f, 1.0f};
     duet_tensor *x = NULL, *tt = NULL, *l = NULL;
-    TU_OK(duet_tensor_from_data(&x, 1, (int64_t[]){4}, v));
-    TU_OK(duet_tensor_from_data(&tt, 1, (int64_t[]){4}, t));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){4}, v, &x));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){4}, t, &tt));
     x->requires_grad = true;
     TU_OK(duet_bce_with_logits(x, tt, 2.0f, &l));
     /* mean(~0, ~0, 50, 50) * 2 = 50 */
@@ -479,8 +479,8 @@ static void test_bce_large_logits(void **state) {
 static void test_loss_values(void **state) {
     (void)state;
     duet_tensor *p = NULL, *t = NULL, *l = NULL;
-    TU_OK(duet_tensor_from_data(&p, 2, (int64_t[]){2, 2}, (float[]){1.0f, 2.0f, 3.0f, 4.0f}));
-    TU_OK(duet_tensor_from_data(&t, 2, (int64_t[]){2, 2}, (float[]){0.0f, 2.0f, 5.0f, 3.0f}));
+    TU_OK(duet_tensor_from_data(2, (int64_t[]){2, 2}, (float[]){1.0f, 2.0f, 3.0f, 4.0f}, &p));
+    TU_OK(duet_tensor_from_data(2, (int64_t[]){2, 2}, (float[]){0.0f, 2.0f, 5.0f, 3.0f}, &t));
     p->requires_grad = true;
     t->requires_grad = true;
     TU_OK(duet_l1_loss(p, t, 0.5f, &l)); /* 0.5 * (1 + 0 + 2 + 1) / 4 */
@@ -512,8 +512,8 @@ static void test_loss_values(void **state) {
 static void test_channel_affine_values(void **state) {
     (void)state;
     duet_tensor *x = NULL, *y = NULL;
-    TU_OK(duet_tensor_from_data(&x, 4, (int64_t[]){2, 2, 1, 2},
-                                (float[]){1, 2, 3, 4, 5, 6, 7, 8}));
+    TU_OK(duet_tensor_from_data(4, (int64_t[]){2, 2, 1, 2}, (float[]){1, 2, 3, 4, 5, 6, 7, 8},
+                                &x));
     TU_OK(duet_channel_affine(x, (float[]){2.0f, -1.0f}, (float[]){0.5f, 10.0f}, &y));
     const float want[8] = {2.5f, 4.5f, 7.0f, 6.0f, 10.5f, 12.5f, 3.0f, 2.0f};
     tu_assert_close(y->data, want, 8, 0, 0, "channel_affine");

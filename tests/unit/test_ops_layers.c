@@ -258,9 +258,9 @@ static void test_bn_sync_split_batch(void **state) {
     for (int part = 0; part < 2; part++) {
         const int64_t mine = part * hn, other = (1 - part) * hn;
         duet_tensor *xh = NULL, *wh = NULL, *bh = NULL, *yh = NULL;
-        TU_OK(duet_tensor_from_data(&xh, 4, (int64_t[]){half, BN_C, 3, 2}, x->data + mine));
-        TU_OK(duet_tensor_clone(&wh, w));
-        TU_OK(duet_tensor_clone(&bh, b));
+        TU_OK(duet_tensor_from_data(4, (int64_t[]){half, BN_C, 3, 2}, x->data + mine, &xh));
+        TU_OK(duet_tensor_clone(w, &wh));
+        TU_OK(duet_tensor_clone(b, &bh));
         xh->requires_grad = wh->requires_grad = bh->requires_grad = true;
         duet_tensor *rmh = tu_zeros(1, (int64_t[]){BN_C}), *rvh = tu_zeros(1, (int64_t[]){BN_C});
         duet_tensor_fill(rvh, 1.0f);

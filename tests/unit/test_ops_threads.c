@@ -19,7 +19,7 @@ static void set_threads(int n) {
 
 static duet_tensor *randn(duet_rng *rng, int64_t n, int64_t c, int64_t h, int64_t w, bool grad) {
     duet_tensor *t = NULL;
-    assert_int_equal(duet_tensor_create4(&t, n, c, h, w), DUET_OK);
+    assert_int_equal(duet_tensor_create4(n, c, h, w, &t), DUET_OK);
     for (int64_t i = 0; i < t->numel; i++) t->data[i] = duet_rng_normal(rng);
     t->requires_grad = grad;
     return t;
@@ -27,7 +27,7 @@ static duet_tensor *randn(duet_rng *rng, int64_t n, int64_t c, int64_t h, int64_
 
 static duet_tensor *vec(duet_rng *rng, int64_t c, bool grad) {
     duet_tensor *t = NULL;
-    assert_int_equal(duet_tensor_create(&t, 1, (int64_t[]){c}), DUET_OK);
+    assert_int_equal(duet_tensor_create(1, (int64_t[]){c}, &t), DUET_OK);
     for (int64_t i = 0; i < c; i++) t->data[i] = 1.0f + 0.1f * duet_rng_normal(rng);
     t->requires_grad = grad;
     return t;

@@ -16,7 +16,7 @@ typedef struct one_param {
 } one_param;
 
 static void one_param_init(one_param *o, int64_t n, const float *values, const float *grad) {
-    TU_OK(duet_tensor_from_data(&o->t, 1, (int64_t[]){n}, values));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){n}, values, &o->t));
     o->t->requires_grad = true;
     if (grad != NULL) {
         TU_OK(duet_tensor_ensure_grad(o->t));
@@ -39,7 +39,7 @@ static void test_adam_constant_gradient(void **state) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = 0.1f;
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &o.list, a));
+    TU_OK(duet_adam_create(&o.list, &a, &opt));
     assert_true(duet_optimizer_lr(opt) == 0.1f);
     TU_OK(duet_optimizer_step(opt));
     assert_values(o.t, (float[]){0.9f, -1.9f, 0.5f}, 1e-6, "adam step 1");
@@ -61,7 +61,7 @@ static void test_adam_eps_and_weight_decay(void **state) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = 0.1f;
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &o.list, a));
+    TU_OK(duet_adam_create(&o.list, &a, &opt));
     TU_OK(duet_optimizer_step(opt));
     assert_values(o.t, (float[]){-0.05f}, 1e-6, "adam eps");
     duet_optimizer_destroy(opt);
@@ -72,7 +72,7 @@ static void test_adam_eps_and_weight_decay(void **state) {
      * first step moves by lr. AdamW would give 1 - lr * wd = 0.95. */
     one_param_init(&o, 1, (float[]){1.0f}, (float[]){0.0f});
     a.weight_decay = 0.5f;
-    TU_OK(duet_adam_create(&opt, &o.list, a));
+    TU_OK(duet_adam_create(&o.list, &a, &opt));
     TU_OK(duet_optimizer_step(opt));
     assert_values(o.t, (float[]){0.9f}, 1e-6, "adam weight decay");
     duet_optimizer_destroy(opt);
@@ -103,7 +103,7 @@ static void test_adam_varying_gradients(void **state) {
     duet_adam_opts a = {.lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.99f, .eps = 1e-6f,
                         .weight_decay = 0.01f};
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &o.list, a));
+    TU_OK(duet_adam_create(&o.list, &a, &opt));
     for (int s = 1; s <= STEPS; s++) {
         for (int j = 0; j < N; j++) {
             o.t->grad[j] = duet_rng_normal(&rng) * (float)s;
@@ -122,9 +122,9 @@ static void test_adam_varying_gradients(void **state) {
 static void test_skipped_parameters(void **state) {
     tu_tmpdir *fx = *state;
     duet_tensor *a = NULL, *b = NULL, *c = NULL;
-    TU_OK(duet_tensor_from_data(&a, 1, (int64_t[]){2}, (float[]){1.0f, 1.0f}));
-    TU_OK(duet_tensor_from_data(&b, 1, (int64_t[]){2}, (float[]){1.0f, 1.0f}));
-    TU_OK(duet_tensor_from_data(&c, 1, (int64_t[]){2}, (float[]){1.0f, 1.0f}));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){2}, (float[]){1.0f, 1.0f}, &a));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){2}, (float[]){1.0f, 1.0f}, &b));
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){2}, (float[]){1.0f, 1.0f}, &c));
     a->requires_grad = b->requires_grad = true;
     TU_OK(duet_tensor_ensure_grad(a));
     TU_OK(duet_tensor_ensure_grad(c)); /* c is frozen but holds an old gradient */
@@ -133,7 +133,7 @@ static void test_skipped_parameters(void **state) {
     duet_named_tensor items[3] = {{"a", a, false}, {"b", b, false}, {"c", c, false}};
     duet_named_tensors list = {3, items};
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &list, duet_adam_opts_default()));
+    TU_OK(duet_adam_create(&list, NULL, &opt));
     TU_OK(duet_optimizer_step(opt));
     assert_true(fabsf(a->data[0] - 0.999f) < 1e-6f);
     assert_true(b->data[0] == 1.0f && c->data[0] == 1.0f);
@@ -180,7 +180,7 @@ static void sgd_case(duet_sgd_opts s, const float *want, int steps, const char *
     one_param o;
     one_param_init(&o, 1, (float[]){1.0f}, (float[]){1.0f});
     duet_optimizer *opt = NULL;
-    TU_OK(duet_sgd_create(&opt, &o.list, s));
+    TU_OK(duet_sgd_create(&o.list, &s, &opt));
     for (int i = 0; i < steps; i++) {
         TU_OK(duet_optimizer_step(opt));
         char label[64];
@@ -218,12 +218,12 @@ static void test_sgd_variants(void **state) {
     duet_optimizer *opt = NULL;
     s = duet_sgd_opts_default();
     s.nesterov = true;
-    assert_int_equal(duet_sgd_create(&opt, &o.list, s), DUET_EINVAL);
+    assert_int_equal(duet_sgd_create(&o.list, &s, &opt), DUET_EINVAL);
     assert_null(opt);
     assert_non_null(strstr(duet_last_error(), "Nesterov"));
     duet_adam_opts a = duet_adam_opts_default();
     a.beta2 = 1.0f;
-    assert_int_equal(duet_adam_create(&opt, &o.list, a), DUET_EINVAL);
+    assert_int_equal(duet_adam_create(&o.list, &a, &opt), DUET_EINVAL);
     duet_tensor_release(o.t);
 }
 
@@ -255,7 +255,7 @@ static void check_resume(bool adam, const char *dir) {
     so.momentum = 0.9f;
     so.dampening = 0.1f;
     duet_optimizer *a = NULL, *b = NULL;
-    TU_OK(adam ? duet_adam_create(&a, &la, ao) : duet_sgd_create(&a, &la, so));
+    TU_OK(adam ? duet_adam_create(&la, &ao, &a) : duet_sgd_create(&la, &so, &a));
     duet_rng grads = duet_rng_make(9, 0);
     run_steps(a, pa, 2, &grads, 3);
     assert_true(pa[0]->data[0] != first);
@@ -270,12 +270,12 @@ static void check_resume(bool adam, const char *dir) {
     duet_st_writer_destroy(w);
 
     /* A fresh optimizer over copies of the parameters, restored. */
-    TU_OK(duet_tensor_clone(&pb[0], pa[0]));
-    TU_OK(duet_tensor_clone(&pb[1], pa[1]));
+    TU_OK(duet_tensor_clone(pa[0], &pb[0]));
+    TU_OK(duet_tensor_clone(pa[1], &pb[1]));
     pb[0]->requires_grad = pb[1]->requires_grad = true;
     duet_named_tensor ib[2] = {{"w", pb[0], false}, {"b", pb[1], false}};
     duet_named_tensors lb = {2, ib};
-    TU_OK(adam ? duet_adam_create(&b, &lb, ao) : duet_sgd_create(&b, &lb, so));
+    TU_OK(adam ? duet_adam_create(&lb, &ao, &b) : duet_sgd_create(&lb, &so, &b));
     duet_st *st = NULL;
     TU_OK(duet_st_load(path, &st));
     TU_OK(duet_optimizer_load_state(b, st, "optimizers.generator."));
@@ -298,7 +298,7 @@ static void check_resume(bool adam, const char *dir) {
         duet_named_tensor iw[2] = {{"w", pb[0], false}, {"b", wrong, false}};
         duet_named_tensors lw = {2, iw};
         duet_optimizer *c = NULL;
-        TU_OK(duet_adam_create(&c, &lw, ao));
+        TU_OK(duet_adam_create(&lw, &ao, &c));
         assert_int_equal(duet_optimizer_load_state(c, st, "optimizers.generator."), DUET_ESHAPE);
         assert_int_equal(duet_optimizer_steps(c), 0);
         duet_optimizer_destroy(c);
@@ -328,7 +328,7 @@ static void test_zero_grad(void **state) {
     one_param o;
     one_param_init(&o, 2, (float[]){1.0f, 2.0f}, (float[]){3.0f, 4.0f});
     duet_optimizer *opt = NULL;
-    TU_OK(duet_sgd_create(&opt, &o.list, duet_sgd_opts_default()));
+    TU_OK(duet_sgd_create(&o.list, NULL, &opt));
     duet_optimizer_zero_grad(opt);
     assert_true(o.t->grad[0] == 0.0f && o.t->grad[1] == 0.0f);
     duet_optimizer_destroy(opt);

@@ -37,7 +37,7 @@ static void test_registry_pix2pix(void **state) {
     o.discriminator.base_channels = 4;
     o.discriminator.norm = DUET_GEN_NORM_IN;
     duet_model *direct = NULL;
-    TU_OK(duet_pix2pix_create(&direct, &o, &rng));
+    TU_OK(duet_pix2pix_create(&o, &rng, &direct));
     assert_int_equal(duet_module_num_parameters(duet_model_module(m), false),
                      duet_module_num_parameters(duet_model_module(direct), false));
     assert_non_null(duet_model_part(m, "pixel_loss"));

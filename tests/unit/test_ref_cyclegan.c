@@ -30,7 +30,7 @@ static duet_cyclegan_opts tiny_opts(void) {
 static duet_model *model_of(const duet_cyclegan_opts *o) {
     duet_rng rng = duet_rng_make(5, 0);
     duet_model *m = NULL;
-    TU_OK(duet_cyclegan_create(&m, o, &rng));
+    TU_OK(duet_cyclegan_create(o, &rng, &m));
     return m;
 }
 
@@ -45,8 +45,8 @@ static duet_optimizer_set *adam_pair(duet_model *m) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = (float)LR;
     a.beta1 = 0.5f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generators", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminators", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generators", &a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminators", &a));
     return s;
 }
 
@@ -98,7 +98,7 @@ static void compare_grads(duet_module *root, const duet_st *st, int step) {
     assert_int_equal(l.count, 48);
     assert_string_equal(l.items[0].name, "generators.a.model.0.conv.weight");
     assert_string_equal(l.items[47].name, "discriminators.b.model.3.bias");
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 }
 
 /* Every state-dict entry: rtol 1e-4, atol 1e-6, except elements whose
@@ -144,7 +144,7 @@ static void compare_state(duet_module *root, const duet_st *st, int step) {
         duet_tensor_release(want);
     }
     assert_true(noisy * 50 < total);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 }
 
 /* The model's save_state into a file, loaded back (borrowed by the caller:

@@ -39,7 +39,7 @@ static void test_imresize_float_matches_basicsr(void **state) {
 
         /* The (N, C, H, W) form resizes each sample alike. */
         duet_tensor *batch = NULL, *bout = NULL;
-        TU_OK(duet_tensor_create4(&batch, 2, in->shape[0], in->shape[1], in->shape[2]));
+        TU_OK(duet_tensor_create4(2, in->shape[0], in->shape[1], in->shape[2], &batch));
         memcpy(batch->data, in->data, sizeof(float) * (size_t)in->numel);
         memcpy(batch->data + in->numel, in->data, sizeof(float) * (size_t)in->numel);
         TU_OK(duet_imresize_tensor(batch, scale, &bout));
@@ -75,7 +75,7 @@ static void test_imresize_uint8_matches_basicsr(void **state) {
             duet_tensor_release(want);
             continue;
         }
-        TU_OK(duet_image_create(&img, h, w, (int)c));
+        TU_OK(duet_image_create(h, w, (int)c, &img));
         for (int64_t k = 0; k < c; k++)
             for (int64_t y = 0; y < h; y++)
                 for (int64_t x = 0; x < w; x++)

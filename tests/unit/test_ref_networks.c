@@ -78,7 +78,7 @@ static void compare_grads(duet_module *net, const char *name, double rtol) {
         if (ps.items[i].tensor->grad == NULL) fail_msg("%s: no gradient", ps.items[i].name);
         compare(key, ps.items[i].tensor->grad, ps.items[i].tensor->numel, rtol);
     }
-    duet_named_tensors_free(&ps);
+    duet_named_tensors_clear(&ps);
 }
 
 static duet_module *make_msr(int scale) {
@@ -88,7 +88,7 @@ static duet_module *make_msr(int scale) {
     o.upscale_factor = scale;
     duet_rng rng = duet_rng_make(7, 0);
     duet_module *net = NULL;
-    TU_OK(duet_msrresnet_create(&net, &o, &rng));
+    TU_OK(duet_msrresnet_create(&o, &rng, &net));
     return net;
 }
 
@@ -125,7 +125,7 @@ static void msr_case(const char *name, int scale) {
     duet_named_tensors ps;
     TU_OK(duet_module_named_parameters(net, true, &ps));
     duet_optimizer *opt = NULL;
-    TU_OK(duet_adam_create(&opt, &ps, duet_adam_opts_default()));
+    TU_OK(duet_adam_create(&ps, NULL, &opt));
     for (int s = 0; s < 5; s++) {
         duet_optimizer_zero_grad(opt);
         msr_loss(net, x, target, &y, &loss);
@@ -139,7 +139,7 @@ static void msr_case(const char *name, int scale) {
         compare(key, ps.items[i].tensor->data, ps.items[i].tensor->numel, 1e-5);
     }
     duet_optimizer_destroy(opt);
-    duet_named_tensors_free(&ps);
+    duet_named_tensors_clear(&ps);
     duet_tensor_release(x);
     duet_tensor_release(target);
     duet_module_destroy(net);
@@ -162,7 +162,7 @@ static void vgg_case(const char *name, int size) {
     o.input_size = size;
     duet_rng rng = duet_rng_make(8, 0);
     duet_module *net = NULL;
-    TU_OK(duet_modified_vgg_create(&net, &o, &rng));
+    TU_OK(duet_modified_vgg_create(&o, &rng, &net));
     load_weights(net, name);
     duet_module_train(net, true);
     snprintf(key, sizeof key, "%s.x", name);
@@ -187,7 +187,7 @@ static void vgg_case(const char *name, int size) {
         snprintf(key, sizeof key, "%s.after.%s", name, bs.items[i].name);
         compare(key, bs.items[i].tensor->data, bs.items[i].tensor->numel, 1e-4);
     }
-    duet_named_tensors_free(&bs);
+    duet_named_tensors_clear(&bs);
 
     /* A wrong input size is an error that names both sizes. */
     duet_tensor *bad = tu_zeros(4, (int64_t[]){1, 3, size + 32, size + 32}), *z = NULL;

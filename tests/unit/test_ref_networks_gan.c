@@ -126,7 +126,7 @@ static void run_case(const char *name, duet_module *net) {
         compare_floor(key, ps.items[i].tensor->grad, ps.items[i].tensor->numel,
                       weight_grad_scale(name, ps.items[i].name));
     }
-    duet_named_tensors_free(&ps);
+    duet_named_tensors_clear(&ps);
     duet_named_tensors bs;
     TU_OK(duet_module_named_buffers(net, &bs));
     snprintf(key, sizeof key, "%s.after.", name);
@@ -135,7 +135,7 @@ static void run_case(const char *name, duet_module *net) {
         snprintf(key, sizeof key, "%s.after.%s", name, bs.items[i].name);
         compare(key, bs.items[i].tensor->data, bs.items[i].tensor->numel);
     }
-    duet_named_tensors_free(&bs);
+    duet_named_tensors_clear(&bs);
     duet_tensor_release(r);
     duet_tensor_release(y);
     duet_tensor_release(x);
@@ -152,7 +152,7 @@ static void test_unet_generator(void **state) {
     o.base_channels = 4;
     o.use_dropout = true;
     duet_module *g = NULL;
-    TU_OK(duet_unet_generator_create(&g, &o, &init, &drop));
+    TU_OK(duet_unet_generator_create(&o, &init, &drop, &g));
     run_case("unet_bn_dropout", g);
     duet_module_destroy(g);
 
@@ -161,7 +161,7 @@ static void test_unet_generator(void **state) {
     o.num_down = 5;
     o.base_channels = 4;
     o.norm = DUET_GEN_NORM_IN;
-    TU_OK(duet_unet_generator_create(&g, &o, &init, NULL));
+    TU_OK(duet_unet_generator_create(&o, &init, NULL, &g));
     run_case("unet_in", g);
     duet_module_destroy(g);
 }
@@ -172,13 +172,13 @@ static void test_patch_discriminator(void **state) {
     duet_patch_discriminator_opts o = duet_patch_discriminator_opts_default();
     o.base_channels = 8;
     duet_module *d = NULL;
-    TU_OK(duet_patch_discriminator_create(&d, &o, &init));
+    TU_OK(duet_patch_discriminator_create(&o, &init, &d));
     run_case("patch_bn", d);
     duet_module_destroy(d);
 
     o = (duet_patch_discriminator_opts){.in_channels = 3, .base_channels = 4, .num_conv = 2,
                                         .norm = DUET_GEN_NORM_IN, .init_gain = 0.02f};
-    TU_OK(duet_patch_discriminator_create(&d, &o, &init));
+    TU_OK(duet_patch_discriminator_create(&o, &init, &d));
     run_case("patch_in", d);
     duet_module_destroy(d);
 }
@@ -191,7 +191,7 @@ static void test_resnet_generator(void **state) {
     o.num_blocks = 2;
     o.use_dropout = true;
     duet_module *g = NULL;
-    TU_OK(duet_resnet_generator_create(&g, &o, &init, &drop));
+    TU_OK(duet_resnet_generator_create(&o, &init, &drop, &g));
     run_case("resnet_in_dropout", g);
     duet_module_destroy(g);
 
@@ -200,7 +200,7 @@ static void test_resnet_generator(void **state) {
     o.base_channels = 4;
     o.num_blocks = 1;
     o.norm = DUET_GEN_NORM_BN;
-    TU_OK(duet_resnet_generator_create(&g, &o, &init, NULL));
+    TU_OK(duet_resnet_generator_create(&o, &init, NULL, &g));
     run_case("resnet_bn", g);
     duet_module_destroy(g);
 }

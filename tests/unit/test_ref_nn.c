@@ -41,11 +41,11 @@ static void run_case(const char *name, bool adam) {
     if (adam) {
         duet_adam_opts o = {.lr = hp->data[0], .beta1 = hp->data[1], .beta2 = hp->data[2],
                             .eps = hp->data[3], .weight_decay = hp->data[4]};
-        TU_OK(duet_adam_create(&opt, &list, o));
+        TU_OK(duet_adam_create(&list, &o, &opt));
     } else {
         duet_sgd_opts o = {.lr = hp->data[0], .momentum = hp->data[1], .dampening = hp->data[2],
                            .weight_decay = hp->data[3], .nesterov = hp->data[4] != 0.0f};
-        TU_OK(duet_sgd_create(&opt, &list, o));
+        TU_OK(duet_sgd_create(&list, &o, &opt));
     }
     for (int k = 1; k <= STEPS; k++) {
         for (int i = 0; i < NPARAM; i++) {

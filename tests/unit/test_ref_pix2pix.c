@@ -30,7 +30,7 @@ static duet_model *tiny_model(void) {
     duet_pix2pix_opts o = tiny_opts();
     duet_rng rng = duet_rng_make(5, 0);
     duet_model *m = NULL;
-    TU_OK(duet_pix2pix_create(&m, &o, &rng));
+    TU_OK(duet_pix2pix_create(&o, &rng, &m));
     return m;
 }
 
@@ -40,8 +40,8 @@ static duet_optimizer_set *adam_pair(duet_model *m) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = (float)LR;
     a.beta1 = 0.5f;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &a));
+    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", &a));
     return s;
 }
 
@@ -77,7 +77,7 @@ static void compare_grads(duet_module *root, const duet_st *st, int step) {
         duet_tensor_release(want);
     }
     assert_int_equal(l.count, 44);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 }
 
 /* Every state-dict entry: rtol 1e-4, atol 1e-6, except elements whose
@@ -122,7 +122,7 @@ static void compare_state(duet_module *root, const duet_st *st, int step) {
         duet_tensor_release(want);
     }
     assert_true(noisy * 50 < total);
-    duet_named_tensors_free(&l);
+    duet_named_tensors_clear(&l);
 }
 
 static void pair_batch(duet_batch *b, const duet_st *st) {
@@ -167,7 +167,7 @@ static void test_pix2pix_disc_init_steps(void **state) {
     o.disc_init_steps = 1;
     duet_rng rng = duet_rng_make(5, 0);
     duet_model *m = NULL;
-    TU_OK(duet_pix2pix_create(&m, &o, &rng));
+    TU_OK(duet_pix2pix_create(&o, &rng, &m));
     duet_module *gen = duet_model_part(m, "generator");
     /* Entry 0 is model.model.0.conv.weight (borrowed: it shows updates). */
     duet_named_tensors before = {0};
@@ -186,7 +186,7 @@ static void test_pix2pix_disc_init_steps(void **state) {
     TU_OK(duet_model_train_step(m, &b, opts, &log));
     assert_int_equal(log.count, 4);
     assert_true(before.items[0].tensor->data[0] != first);
-    duet_named_tensors_free(&before);
+    duet_named_tensors_clear(&before);
     duet_batch_clear(&b);
     duet_optimizer_set_destroy(opts);
     duet_model_destroy(m);

@@ -113,19 +113,19 @@ static duet_module *build_mirror(void) {
     duet_module *model, *gen, *up, *disc, *m;
     TU_OK(duet_sequential_create(&model));
     TU_OK(duet_sequential_create(&gen));
-    TU_OK(duet_conv2d_module_create(&m, 3, 4, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(3, 4, 3, 1, 1, true, &rng, &m));
     TU_OK(duet_module_add_child(gen, "conv_first", m));
     TU_OK(duet_sequential_create(&up));
-    TU_OK(duet_conv2d_module_create(&m, 4, 16, 3, 1, 1, true, &rng));
+    TU_OK(duet_conv2d_module_create(4, 16, 3, 1, 1, true, &rng, &m));
     TU_OK(duet_sequential_append(up, m));
     TU_OK(duet_module_add_child(gen, "upsample", up));
     TU_OK(duet_module_add_child(model, "generator", gen));
     TU_OK(duet_sequential_create(&disc));
-    TU_OK(duet_conv2d_module_create(&m, 3, 4, 3, 1, 1, false, &rng));
+    TU_OK(duet_conv2d_module_create(3, 4, 3, 1, 1, false, &rng, &m));
     TU_OK(duet_module_add_child(disc, "conv0_0", m));
-    TU_OK(duet_batchnorm2d_module_create(&m, 4, 1e-5f, 0.1f));
+    TU_OK(duet_batch_norm2d_module_create(4, 1e-5f, 0.1f, &m));
     TU_OK(duet_module_add_child(disc, "bn0_0", m));
-    TU_OK(duet_linear_module_create(&m, 8, 2, true, &rng));
+    TU_OK(duet_linear_module_create(8, 2, true, &rng, &m));
     TU_OK(duet_module_add_child(disc, "linear1", m));
     TU_OK(duet_module_add_child(model, "discriminator", disc));
     return model;
@@ -146,7 +146,7 @@ static void test_pytorch_file_as_checkpoint(void **state) {
     for (size_t i = 0; i < sd.count; i++)
         tu_assert_ref(st, sd.items[i].name, sd.items[i].tensor->data, sd.items[i].tensor->numel,
                       0, 0);
-    duet_named_tensors_free(&sd);
+    duet_named_tensors_clear(&sd);
     duet_module *bn = duet_module_child(duet_module_child(model, "discriminator"), "bn0_0");
     assert_true(duet_module_buffer(bn, "num_batches_tracked")->data[0] == 17.0f);
     int64_t iter;
@@ -156,8 +156,8 @@ static void test_pytorch_file_as_checkpoint(void **state) {
     duet_optimizer *opt = NULL;
     duet_named_tensors p;
     TU_OK(duet_module_named_parameters(model, true, &p));
-    TU_OK(duet_adam_create(&opt, &p, duet_adam_opts_default()));
-    duet_named_tensors_free(&p);
+    TU_OK(duet_adam_create(&p, NULL, &opt));
+    duet_named_tensors_clear(&p);
     duet_named_optimizer opts[] = {{"generator", opt}};
     assert_int_equal(duet_checkpoint_resume(path, model, opts, 1, NULL), DUET_ENOTFOUND);
     assert_non_null(strstr(duet_last_error(), "optimizer 'generator'"));

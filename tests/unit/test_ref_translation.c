@@ -30,7 +30,7 @@ static void test_pipeline_matches_numpy(void **state) {
         snprintf(key, sizeof key, "%s_pair", rc->name);
         duet_tensor *pair = tu_ref_tensor(st, key); /* (H, 2W, 3) bytes */
         duet_image *img = NULL;
-        TU_OK(duet_image_create(&img, pair->shape[0], pair->shape[1], 3));
+        TU_OK(duet_image_create(pair->shape[0], pair->shape[1], 3, &img));
         for (int64_t i = 0; i < pair->numel; i++) img->data[i] = (uint8_t)pair->data[i];
         snprintf(dir, sizeof dir, "%s/%s", fx->dir, rc->name);
         mkdir(dir, 0755);

@@ -27,7 +27,7 @@ static int build_scale(duet_config *cfg, const char *path, duet_rng *rng, duet_m
     float *impl = malloc(sizeof *impl);
     if (impl == NULL) return duet__error(DUET_ENOMEM, "out of memory");
     *impl = (float)f;
-    return duet_module_create(out, &scale_type, impl);
+    return duet_module_create(&scale_type, impl, out);
 }
 
 /* ---- a user model whose one part is built through the registry ---------------------- */
@@ -42,14 +42,14 @@ static int build_one(duet_config *cfg, const char *path, duet_rng *rng, duet_mod
     (void)path;
     duet_module *root = NULL, *g = NULL;
     DUET_TRY(duet_build_module(cfg, "generator", rng, &g));
-    int rc = duet_module_create(&root, &one_root, NULL);
+    int rc = duet_module_create(&one_root, NULL, &root);
     if (rc == DUET_OK) rc = duet_module_add_child(root, "generator", g);
     else duet_module_destroy(g);
     if (rc != DUET_OK) {
         duet_module_destroy(root);
         return rc;
     }
-    return duet_model_create(out, &one_ops, NULL, root);
+    return duet_model_create(&one_ops, NULL, root, out);
 }
 
 static int build_no_dataset(duet_config *cfg, const char *path, bool train, duet_dataset **out) {

@@ -257,14 +257,14 @@ static void test_repeat_overflow_message(void **state) {
         TU_OK(duet_image_save_png(img, tu_path(path, sizeof path, fx->dir, name)));
         duet_image_destroy(img);
     }
-    duet_sr_dataset_options o = duet_sr_dataset_options_default();
+    duet_sr_dataset_opts o = duet_sr_dataset_options_default();
     o.gt_dir = fx->dir;
     o.gt_size = 8;
     duet_dataset *ds = NULL, *rep = NULL;
-    TU_OK(duet_sr_train_dataset_create(&ds, &o));
+    TU_OK(duet_sr_train_dataset_create(&o, &ds));
     /* 2^62 x 3 does not fit: the message must give the inner size, read
      * before the inner dataset is freed. */
-    tu_expect_error(duet_repeat_dataset_create(&rep, ds, (int64_t)1 << 62), DUET_EINVAL,
+    tu_expect_error(duet_repeat_dataset_create(ds, (int64_t)1 << 62, &rep), DUET_EINVAL,
                     "3 samples", "4611686018427387904", NULL);
     assert_null(rep);
 }
@@ -272,10 +272,10 @@ static void test_repeat_overflow_message(void **state) {
 static void test_sampler_huge_batch(void **state) {
     (void)state;
     duet_sampler *s = NULL;
-    tu_expect_error(duet_sampler_create(&s, 10, 2, 0, (int64_t)1 << 62, 1, true), DUET_ESHAPE,
+    tu_expect_error(duet_sampler_create(10, 2, 0, (int64_t)1 << 62, 1, true, &s), DUET_ESHAPE,
                     "4611686018427387904", NULL);
     /* ceil(size / group) * group does not fit either. */
-    tu_expect_error(duet_sampler_create(&s, INT64_MAX, 3, 0, INT64_MAX / 3, 1, true),
+    tu_expect_error(duet_sampler_create(INT64_MAX, 3, 0, INT64_MAX / 3, 1, true, &s),
                     DUET_EINVAL, "overflow", NULL);
     assert_null(s);
 }

@@ -19,7 +19,7 @@ static void write_images(const char *dir, int n, int size, uint64_t seed) {
     duet_rng rng = duet_rng_make(seed, 0);
     for (int i = 0; i < n; i++) {
         duet_image *img = NULL;
-        TU_OK(duet_image_create(&img, size, size, 3));
+        TU_OK(duet_image_create(size, size, 3, &img));
         /* Smooth gradients plus noise: something to learn, nothing flat. */
         float a = duet_rng_uniform(&rng), b = duet_rng_uniform(&rng);
         for (int y = 0; y < size; y++)
@@ -462,7 +462,7 @@ static void test_test_and_infer(void **state) {
     /* infer: an 8x8 input becomes 32x32. */
     char in[300];
     snprintf(in, sizeof in, "%s/small.png", f->dir);
-    TU_OK(duet_image_create(&im, 8, 8, 3));
+    TU_OK(duet_image_create(8, 8, 3, &im));
     memset(im->data, 90, 8 * 8 * 3);
     TU_OK(duet_image_save_png(im, in));
     duet_image_destroy(im);

@@ -60,7 +60,7 @@ static void test_jsonl(void **state) {
     FILE *text = tmpfile();
     assert_non_null(text);
     duet__logger *lg = NULL;
-    TU_OK(duet__logger_open(&lg, dir, text));
+    TU_OK(duet__logger_open(dir, text, &lg));
     duet__kv lr[] = {{"generator", 2e-4}};
     duet__kv losses[] = {{"loss_pix", 0.25}, {"loss", NAN}};
     duet__train_record r = {.iter = 10, .max_iters = 20, .lr = lr, .nlr = 1, .losses = losses,
@@ -71,7 +71,7 @@ static void test_jsonl(void **state) {
     duet__logger_close(lg);
 
     /* Reopening appends. */
-    TU_OK(duet__logger_open(&lg, dir, NULL));
+    TU_OK(duet__logger_open(dir, NULL, &lg));
     r.iter = 20;
     TU_OK(duet__logger_train(lg, &r));
     duet__logger_close(lg);
@@ -140,7 +140,7 @@ static void test_val_without_metrics(void **state) {
     FILE *text = tmpfile();
     assert_non_null(text);
     duet__logger *lg = NULL;
-    TU_OK(duet__logger_open(&lg, dir, text));
+    TU_OK(duet__logger_open(dir, text, &lg));
     TU_OK(duet__logger_val(lg, 200, 6, NULL, 0));
     TU_OK(duet__logger_val(lg, 400, 1, NULL, 0));
     duet__logger_close(lg);
@@ -181,7 +181,7 @@ static void test_progress_bar(void **state) {
     char *dir = make_dir();
     FILE *text = tmpfile();
     duet__logger *lg = NULL;
-    TU_OK(duet__logger_open(&lg, dir, text));
+    TU_OK(duet__logger_open(dir, text, &lg));
     duet__logger_set_progress(lg, true);
     duet__logger_progress(lg, 5, 10, 65);
     duet__logger_text(lg, "hello");
@@ -205,7 +205,7 @@ static void test_progress_bar(void **state) {
 static void test_open_fails_cleanly(void **state) {
     (void)state;
     duet__logger *lg = NULL;
-    int rc = duet__logger_open(&lg, "/nonexistent/dir/for/duet", NULL);
+    int rc = duet__logger_open("/nonexistent/dir/for/duet", NULL, &lg);
     assert_int_equal(rc, DUET_EIO);
     assert_null(lg);
     assert_non_null(strstr(duet_last_error(), "/nonexistent/dir/for/duet/log.jsonl"));

@@ -14,7 +14,7 @@ static int64_t *gather_epoch(int64_t size, int world, int64_t per_gpu, uint64_t 
     int64_t *full = NULL;
     for (int r = 0; r < world; r++) {
         duet_sampler *s = NULL;
-        TU_OK(duet_sampler_create(&s, size, world, r, per_gpu, seed, shuffle));
+        TU_OK(duet_sampler_create(size, world, r, per_gpu, seed, shuffle, &s));
         if (r == 0) {
             num = duet_sampler_num_samples(s);
             total = num * world;
@@ -55,8 +55,8 @@ static void test_sizes_like_mmediting(void **state) {
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         duet_sampler *s = NULL;
-        TU_OK(duet_sampler_create(&s, cases[i].size, cases[i].world, 0, cases[i].per_gpu, 0,
-                                  true));
+        TU_OK(duet_sampler_create(cases[i].size, cases[i].world, 0, cases[i].per_gpu, 0, true,
+                                  &s));
         assert_int_equal(duet_sampler_num_samples(s), cases[i].num_samples);
         duet_sampler_destroy(s);
         int64_t total = 0;
@@ -73,7 +73,7 @@ static void test_disjoint_and_complete_without_padding(void **state) {
     int seen[24] = {0};
     for (int r = 0; r < 4; r++) {
         duet_sampler *s = NULL;
-        TU_OK(duet_sampler_create(&s, 24, 4, r, 3, 5, true));
+        TU_OK(duet_sampler_create(24, 4, r, 3, 5, true, &s));
         int64_t idx[6];
         TU_OK(duet_sampler_epoch_indices(s, 2, idx));
         for (int k = 0; k < 6; k++) seen[idx[k]]++;
@@ -102,7 +102,7 @@ static void test_seeded_per_epoch(void **state) {
     /* The world size does not change the permutation, only the striping:
      * world 1 with batch 1 sees the same order as the gathered stripes. */
     duet_sampler *one = NULL;
-    TU_OK(duet_sampler_create(&one, 50, 1, 0, 1, 11, true));
+    TU_OK(duet_sampler_create(50, 1, 0, 1, 11, true, &one));
     int64_t solo[50];
     TU_OK(duet_sampler_epoch_indices(one, 1, solo));
     assert_memory_equal(solo, c, sizeof(solo));
@@ -123,20 +123,20 @@ static void test_seeded_per_epoch(void **state) {
 static void test_too_small_dataset(void **state) {
     (void)state;
     duet_sampler *s = NULL;
-    int rc = duet_sampler_create(&s, 5, 3, 0, 2, 0, true);
+    int rc = duet_sampler_create(5, 3, 0, 2, 0, true, &s);
     assert_int_equal(rc, DUET_ESHAPE);
     assert_null(s);
     assert_non_null(strstr(duet_last_error(), "fewer processes"));
-    assert_int_equal(duet_sampler_create(&s, 5, 3, 3, 1, 0, true), DUET_EINVAL); /* rank */
-    assert_int_equal(duet_sampler_create(&s, 0, 1, 0, 1, 0, true), DUET_EINVAL);
-    assert_int_equal(duet_sampler_create(&s, 5, 1, 0, 0, 0, true), DUET_EINVAL);
+    assert_int_equal(duet_sampler_create(5, 3, 3, 1, 0, true, &s), DUET_EINVAL); /* rank */
+    assert_int_equal(duet_sampler_create(0, 1, 0, 1, 0, true, &s), DUET_EINVAL);
+    assert_int_equal(duet_sampler_create(5, 1, 0, 0, 0, true, &s), DUET_EINVAL);
 }
 
 static void test_batches_across_epochs_and_resume(void **state) {
     (void)state;
     /* 10 samples, 2 ranks, batch 2: 6 per rank per epoch, 3 batches. */
     duet_sampler *s = NULL;
-    TU_OK(duet_sampler_create(&s, 10, 2, 1, 2, 3, true));
+    TU_OK(duet_sampler_create(10, 2, 1, 2, 3, true, &s));
     assert_int_equal(duet_sampler_num_samples(s), 6);
     int64_t stream[4 * 6], epochs[4 * 3];
     for (int b = 0; b < 4 * 3; b++) duet_sampler_next_batch(s, stream + 2 * b, epochs + b);
@@ -152,7 +152,7 @@ static void test_batches_across_epochs_and_resume(void **state) {
 
     /* Resume in the middle of epoch 1 on a fresh sampler. */
     duet_sampler *r = NULL;
-    TU_OK(duet_sampler_create(&r, 10, 2, 1, 2, 3, true));
+    TU_OK(duet_sampler_create(10, 2, 1, 2, 3, true, &r));
     TU_OK(duet_sampler_set_state(r, (duet_sampler_state){1, 4}));
     for (int b = 5; b < 12; b++) {
         int64_t got[2], ep;

@@ -25,7 +25,7 @@ static void save(const char *dir, const char *sub, const char *name, const duet_
 /* An A|B image of two h x w halves; B is A when same. Caller frees. */
 static duet_image *pair_image(duet_rng *rng, int64_t h, int64_t w, bool same) {
     duet_image *a = tu_random_image(rng, h, w, 3), *b = tu_random_image(rng, h, w, 3), *p = NULL;
-    TU_OK(duet_image_create(&p, h, 2 * w, 3));
+    TU_OK(duet_image_create(h, 2 * w, 3, &p));
     for (int64_t y = 0; y < h; y++) {
         memcpy(p->data + y * 2 * w * 3, a->data + y * w * 3, (size_t)(w * 3));
         memcpy(p->data + (y * 2 * w + w) * 3, (same ? a : b)->data + y * w * 3, (size_t)(w * 3));
@@ -134,7 +134,7 @@ static void test_paired_one_window_one_flip(void **state) {
 static void test_paired_bgr_and_values(void **state) {
     tu_tmpdir *fx = *state;
     duet_image *p = NULL;
-    TU_OK(duet_image_create(&p, 1, 4, 3));
+    TU_OK(duet_image_create(1, 4, 3, &p));
     const uint8_t px[12] = {0, 128, 255, 10, 20, 30, 255, 0, 128, 40, 50, 60};
     memcpy(p->data, px, 12);
     save(fx->dir, "test", "p.png", p);
@@ -313,12 +313,12 @@ static void test_loader_batches(void **state) {
     duet_dataset *ds = build(fx->dir, "GenerationUnpairedDataset", "",
         UNPAIRED_LOAD "{ type = \"Crop\"; keys = [\"img_a\", \"img_b\"]; crop_size = [8, 8]; },"
         NORM_STEPS("[\"img_a\", \"img_b\"]", "true"));
-    duet_loader_options lo = duet_loader_options_default();
+    duet_loader_opts lo = duet_loader_options_default();
     lo.samples_per_gpu = 2;
     lo.seed = SEED;
     lo.prefetch = 0;
     duet_loader *l = NULL;
-    TU_OK(duet_loader_create(&l, ds, &lo));
+    TU_OK(duet_loader_create(ds, &lo, &l));
     duet_data_batch *db = NULL;
     TU_OK(duet_loader_next(l, &db));
     duet_tensor *ta = duet_batch_tensor_get(&db->batch, "img_a");
@@ -362,7 +362,7 @@ static void test_errors(void **state) {
     expect_build_error(fx->dir, P, PAIR_LOAD NORM_STEPS("[\"img_a\"]", "true"), DUET_ENOTFOUND,
                        "/train", NULL);
     duet_image *odd = NULL;
-    TU_OK(duet_image_create(&odd, 4, 7, 3));
+    TU_OK(duet_image_create(4, 7, 3, &odd));
     save(fx->dir, "train", "odd.png", odd);
     duet_image_destroy(odd);
     /* An A|B image of odd width fails when read, naming the file. */

@@ -55,23 +55,23 @@ static const duet_module_type toy_root = {"Toy", NULL, NULL};
 static duet_model *toy_model(void) {
     duet_rng rng = duet_rng_make(1, 0);
     duet_module *root = NULL, *m = NULL, *a = NULL, *b = NULL;
-    TU_OK(duet_module_create(&root, &toy_root, NULL));
-    TU_OK(duet_l1_loss_module_create(&m, 1.0f)); /* no parameters */
+    TU_OK(duet_module_create(&toy_root, NULL, &root));
+    TU_OK(duet_l1_loss_module_create(1.0f, &m)); /* no parameters */
     TU_OK(duet_module_add_child(root, "noparams", m));
-    TU_OK(duet_linear_module_create(&m, 4, 4, true, &rng)); /* all frozen */
+    TU_OK(duet_linear_module_create(4, 4, true, &rng, &m)); /* all frozen */
     duet_module_set_requires_grad(m, false);
     TU_OK(duet_module_add_child(root, "frozen", m));
     TU_OK(duet_sequential_create(&m)); /* some frozen, some trainable */
-    TU_OK(duet_linear_module_create(&a, 4, 4, true, &rng));
+    TU_OK(duet_linear_module_create(4, 4, true, &rng, &a));
     duet_module_set_requires_grad(a, false);
-    TU_OK(duet_linear_module_create(&b, 4, 4, false, &rng));
+    TU_OK(duet_linear_module_create(4, 4, false, &rng, &b));
     TU_OK(duet_sequential_append(m, a));
     TU_OK(duet_sequential_append(m, b));
     TU_OK(duet_module_add_child(root, "mixed", m));
-    TU_OK(duet_linear_module_create(&m, 4, 2, true, &rng)); /* all trainable */
+    TU_OK(duet_linear_module_create(4, 2, true, &rng, &m)); /* all trainable */
     TU_OK(duet_module_add_child(root, "trainable", m));
     duet_model *model = NULL;
-    TU_OK(duet_model_create(&model, &toy_ops, calloc(1, sizeof(toy)), root));
+    TU_OK(duet_model_create(&toy_ops, calloc(1, sizeof(toy)), root, &model));
     return model;
 }
 
@@ -81,7 +81,7 @@ static void test_wrapping_rule(void **state) {
     duet_named_tensors before = {0}, after = {0};
     TU_OK(duet_module_state(duet_model_module(model), &before));
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, model, tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(model, tu_comm, cpu, 1, NULL, &w));
     assert_ptr_equal(duet_wrapper_model(w), model);
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     assert_string_equal(duet_wrapper_ddp_name(w, 0), "mixed");
@@ -101,8 +101,8 @@ static void test_wrapping_rule(void **state) {
         assert_string_equal(before.items[i].name, after.items[i].name);
         assert_ptr_equal(before.items[i].tensor, after.items[i].tensor);
     }
-    duet_named_tensors_free(&before);
-    duet_named_tensors_free(&after);
+    duet_named_tensors_clear(&before);
+    duet_named_tensors_clear(&after);
     assert_ptr_equal(duet_model_comm(model), tu_comm);
     TU_OK(duet_wrapper_check_replicas(w));
     duet_wrapper_destroy(w);
@@ -111,28 +111,28 @@ static void test_wrapping_rule(void **state) {
 static void test_devices(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, cpu, 0, NULL), DUET_EINVAL);
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cpu, 0, NULL, &w), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "exactly one device"));
     const char *two[] = {"0", "1"};
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, two, 2, NULL), DUET_EINVAL);
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, two, 2, NULL, &w), DUET_EINVAL);
     assert_non_null(strstr(duet_last_error(), "got 2 ['0', '1']"));
     const char *cuda[] = {"cuda:0"};
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, cuda, 1, NULL),
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cuda, 1, NULL, &w),
                      DUET_EUNSUPPORTED);
     assert_non_null(strstr(duet_last_error(), "cuda:0"));
     assert_null(w);
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.dim = 1;
-    assert_int_equal(duet_wrapper_create(&w, toy_model(), tu_comm, cpu, 1, &o), DUET_EUNSUPPORTED);
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cpu, 1, &o, &w), DUET_EUNSUPPORTED);
     const char *zero[] = {"0"};
-    TU_OK(duet_wrapper_create(&w, toy_model(), tu_comm, zero, 1, NULL));
+    TU_OK(duet_wrapper_create(toy_model(), tu_comm, zero, 1, NULL, &w));
     duet_wrapper_destroy(w);
 }
 
 static void test_scatter_and_delegation(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, toy_model(), tu_comm, cpu, 1, NULL));
+    TU_OK(duet_wrapper_create(toy_model(), tu_comm, cpu, 1, NULL, &w));
     toy *t = duet_model_impl(duet_wrapper_model(w));
     duet_rng rng = duet_rng_make(2, 0);
     duet_tensor *lq = tu_randn(&rng, 2, (int64_t[]){3, 4}, 1);
@@ -177,7 +177,7 @@ static void test_srgan_wrapped_matches_plain(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.sync_bn = true;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, model, tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(model, tu_comm, cpu, 1, &o, &w));
     /* generator and discriminator wrapped; the losses and the frozen VGG not. */
     assert_int_equal(duet_wrapper_num_ddps(w), 2);
     assert_string_equal(duet_wrapper_ddp_name(w, 0), "generator");
@@ -206,8 +206,8 @@ static void test_srgan_wrapped_matches_plain(void **state) {
         tu_assert_close(sw.items[i].tensor->data, sp.items[i].tensor->data,
                         sp.items[i].tensor->numel, 0, 0, sp.items[i].name);
     }
-    duet_named_tensors_free(&sp);
-    duet_named_tensors_free(&sw);
+    duet_named_tensors_clear(&sp);
+    duet_named_tensors_clear(&sw);
     duet_val_output out = {0};
     TU_OK(duet_wrapper_val_step(w, &b, &out));
     assert_int_equal(out.metrics.count, 2);
@@ -225,7 +225,7 @@ static void test_whole_model_ddp_fails(void **state) {
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.kind = DUET_WRAPPER_WHOLE_MODEL;
     duet_wrapper *w = NULL;
-    TU_OK(duet_wrapper_create(&w, model, tu_comm, cpu, 1, &o));
+    TU_OK(duet_wrapper_create(model, tu_comm, cpu, 1, &o, &w));
     assert_int_equal(duet_wrapper_num_ddps(w), 1);
     /* The parts are still found, and the names do not change. */
     assert_non_null(duet_model_part(model, "generator"));
