@@ -15,6 +15,7 @@
 #ifndef DUET_BASE_H
 #define DUET_BASE_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -193,6 +194,16 @@ int duet_cpu_online_cores(void);
 char *duet__strdup(const char *s);
 /* "dir/name" in a malloc'd string (free with free); NULL when out of memory. */
 char *duet__path_join(const char *dir, const char *name);
+/* printf into a malloc'd string of the size it needs (free with free); NULL
+ * when out of memory. For names and paths built from a model's or a user's
+ * text, which no fixed buffer bounds. */
+char *duet__strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* printf into a fixed buffer (size >= 4) for a label that only messages
+ * print (a communicator's name, a pipeline step's place): one that does not
+ * fit ends in "...", so a reader sees it was cut. Never for a name that is
+ * looked up or compared. False when it was cut. */
+bool duet__label_set(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* The whole of the regular file at path in a 64-byte aligned buffer (free
  * with duet_aligned_free; one byte allocated for an empty file), its size in
  * *len. DUET_ENOTFOUND when path does not exist, DUET_EIO when it cannot be
@@ -210,6 +221,7 @@ typedef struct duet__str {
     bool failed;
 } duet__str;
 void duet__str_addf(duet__str *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void duet__str_vaddf(duet__str *b, const char *fmt, va_list ap);
 /* Appends sep first unless b is empty: for "a, b, c" lists. */
 void duet__str_add_item(duet__str *b, const char *sep, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -155,9 +155,10 @@ int duet_config_check_unused(const duet_config *cfg);
 int duet_config_text(const duet_config *cfg, char **out);
 
 /* Where the setting at `path` was defined, for messages about its value:
- * "configs/x.cfg:12", "--set a.b=1", or the config's name when absent.
+ * "configs/x.cfg:12", "--set a.b=1", or the config's name when absent, at its
+ * full length. Free *out with free(); NULL and DUET_ENOMEM when out of memory.
  * (Added by the runner.) */
-void duet_config_where(const duet_config *cfg, const char *path, char *buf, size_t size);
+int duet_config_where(const duet_config *cfg, const char *path, char **out);
 
 #ifdef __cplusplus
 }

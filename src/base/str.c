@@ -58,7 +58,7 @@ int duet__read_file(const char *path, unsigned char **out, size_t *len) {
     return DUET_OK;
 }
 
-static void str_vaddf(duet__str *b, const char *fmt, va_list ap) {
+void duet__str_vaddf(duet__str *b, const char *fmt, va_list ap) {
     if (b->failed) return;
     va_list ap2;
     va_copy(ap2, ap);
@@ -83,7 +83,7 @@ static void str_vaddf(duet__str *b, const char *fmt, va_list ap) {
 void duet__str_addf(duet__str *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    str_vaddf(b, fmt, ap);
+    duet__str_vaddf(b, fmt, ap);
     va_end(ap);
 }
 
@@ -91,8 +91,32 @@ void duet__str_add_item(duet__str *b, const char *sep, const char *fmt, ...) {
     if (b->len > 0) duet__str_addf(b, "%s", sep);
     va_list ap;
     va_start(ap, fmt);
-    str_vaddf(b, fmt, ap);
+    duet__str_vaddf(b, fmt, ap);
     va_end(ap);
+}
+
+char *duet__strf(const char *fmt, ...) {
+    duet__str b = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    duet__str_vaddf(&b, fmt, ap);
+    va_end(ap);
+    if (b.failed) {
+        duet__str_free(&b);
+        return NULL;
+    }
+    return b.s != NULL ? b.s : duet__strdup("");
+}
+
+bool duet__label_set(char *buf, size_t size, const char *fmt, ...) {
+    DUET_ASSERT(size >= 4);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < size) return true;
+    memcpy(buf + size - 4, "...", 4);
+    return false;
 }
 
 const char *duet__str_get(const duet__str *b) { return b->s != NULL ? b->s : ""; }

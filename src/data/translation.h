@@ -44,7 +44,8 @@ typedef struct duet__tstep {
     float mean[3], std[3];        /* NORMALIZE, in the order of the image's channels */
     bool to_rgb;                  /* NORMALIZE: BGR -> RGB first */
     bool meta_path[2];            /* COLLECT: meta_keys img_a_path, img_b_path */
-    char where[160];              /* for messages: "x.cfg:12: data.train.pipeline.[2]" */
+    char where[160]; /* a label for messages only ("x.cfg:12: data.train.pipeline.[2] (type)"),
+                        set by duet__label_set: a longer one ends in "..." */
 } duet__tstep;
 
 typedef struct duet__translation_opts {

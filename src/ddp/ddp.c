@@ -398,35 +398,32 @@ static void finish_buckets(ddp_state *d, size_t max_started) {
     d->next_complete = d->next_launch;
 }
 
-static int finalize(ddp_state *d) {
-    if (!d->armed) return d->stray != 0 ? report_stray(d) : DUET_OK;
-    double t0 = duet_time_now();
-    duet__ddp_agreement a;
-    DUET_TRY(agree(d, &a));
-    size_t max_started = a.max_started, min_started = a.min_started;
-    size_t max_ready = a.max_ready, min_ready = a.min_ready;
-    bool any_error = a.any_error;
-    finish_buckets(d, max_started);
-    double t1 = duet_time_now();
+/* What the agreed pass means for this DDP: an error (sticky, so that the
+ * next forward repeats it), a completed synchronisation, a frozen module's
+ * no-op, a half-reduced module (sticky DUET_EUNUSED for the next forward),
+ * or, with *stay_armed, a backward that did not reach the module. */
+static int judge_pass(ddp_state *d, const duet__ddp_agreement *a, double t0, bool *stay_armed) {
+    *stay_armed = false;
     int rc = DUET_OK;
     if (d->pass_error != 0) {
         rc = duet__error(d->pass_error, "%s", d->pass_error_msg ? d->pass_error_msg : "?");
         set_sticky(d, rc, duet_last_error());
-    } else if (any_error) {
+    } else if (a->any_error) {
         rc = duet__error(DUET_ESTATE,
                          "DDP '%s': another rank failed during this backward pass's gradient "
                          "synchronisation (its log says why); the gradients are not usable",
                          d->name);
         set_sticky(d, rc, duet_last_error());
-    } else if (max_started != min_started) {
+    } else if (a->max_started != a->min_started) {
         rc = duet__error(DUET_EMISMATCH,
                          "DDP '%s': the ranks disagree on which parameters got a gradient in this "
                          "backward pass (between %zu and %zu of %zu parameters were ready; %zu on "
                          "rank %d). Every rank must run the same graph through a DDP; with "
                          "data-dependent branches use find_unused_parameters = true",
-                         d->name, min_ready, max_ready, d->ntracked, d->nready, d->rank);
+                         d->name, a->min_ready, a->max_ready, d->ntracked,
+                         d->nready, d->rank);
         set_sticky(d, rc, duet_last_error());
-    } else if (max_ready == 0 && any_trainable(d)) {
+    } else if (a->max_ready == 0 && any_trainable(d)) {
         /* No tracked parameter got a gradient on any rank although some
          * could: this backward did not reach the module (Pix2Pix's
          * discriminator backward on a detached fake, between the
@@ -435,11 +432,10 @@ static int finalize(ddp_state *d) {
          * backward where its hooks fire. A frozen module (every parameter
          * requires_grad false, SRGAN's discriminator in the generator step)
          * is done with this pass, as below. */
-        duet__ddp_trace_add(d, "finalize", -1, 1, t0, t1);
-        return DUET_OK;
-    } else if (max_ready == 0) {
+        *stay_armed = true;
+    } else if (a->max_ready == 0) {
         /* A frozen module's pass: nothing to do. */
-    } else if (min_ready == d->ntracked) {
+    } else if (a->min_ready == d->ntracked) {
         d->stats.syncs++;
         d->stats.backward_s += t0 - d->t_backward0;
     } else {
@@ -453,6 +449,25 @@ static int finalize(ddp_state *d) {
             set_sticky(d, DUET_EUNUSED, msg);
             free(msg);
         }
+    }
+    return rc;
+}
+
+/* The end of an armed backward: agree with the other ranks, finish the
+ * buckets, judge the pass, trace it and disarm (unless it did not reach
+ * the module). */
+static int finalize(ddp_state *d) {
+    if (!d->armed) return d->stray != 0 ? report_stray(d) : DUET_OK;
+    double t0 = duet_time_now();
+    duet__ddp_agreement a;
+    DUET_TRY(agree(d, &a));
+    finish_buckets(d, a.max_started);
+    double t1 = duet_time_now();
+    bool stay_armed = false;
+    int rc = judge_pass(d, &a, t0, &stay_armed);
+    if (stay_armed) {
+        duet__ddp_trace_add(d, "finalize", -1, 1, t0, t1);
+        return DUET_OK;
     }
     if (d->t_backward0 > 0) duet__ddp_trace_add(d, "backward", -1, 0, d->t_backward0, t0);
     duet__ddp_trace_add(d, "finalize", -1, 1, t0, t1);

@@ -59,14 +59,18 @@ int duet__ddp_trace_flush(ddp_state *d) {
     json_t *events = json_array();
     json_t *root = json_pack("{s:o, s:s}", "traceEvents", events, "displayTimeUnit", "ms");
     if (root == NULL) return duet__error(DUET_ENOMEM, "DDP '%s': out of memory for the trace", d->name);
-    char pname[256];
-    snprintf(pname, sizeof pname, "rank %d (%s)", d->rank, d->name);
+    char *pname = duet__strf("rank %d (%s)", d->rank, d->name); /* the part's whole name */
+    if (pname == NULL) {
+        json_decref(root);
+        return duet__error(DUET_ENOMEM, "DDP '%s': out of memory for the trace", d->name);
+    }
     json_array_append_new(events, meta_event("process_name", d->rank, 0, pname));
+    free(pname);
     json_array_append_new(events, meta_event("thread_name", d->rank, 0, "compute"));
     json_array_append_new(events, meta_event("thread_name", d->rank, 1, "communication"));
     for (size_t i = 0; i < d->nevents; i++) {
         const ddp_trace_event *e = &d->events[i];
-        char name[64];
+        char name[64]; /* e->name is one of ddp's literals; arg an integer */
         if (e->arg >= 0 && strcmp(e->name, "allreduce") == 0)
             snprintf(name, sizeof name, "allreduce bucket %lld", (long long)e->arg);
         else

@@ -94,7 +94,12 @@ int duet__image_pool_query(duet__image_pool *p, const duet_tensor *images, duet_
     return DUET_OK;
 }
 
+/* key is the model's literal ("cyclegan.pool_a"): a longer one is a bug,
+ * caught here rather than cut into a wrong checkpoint name. */
+#define POOL_KEY_MAX 100
+
 int duet__image_pool_save(const duet__image_pool *p, duet_st_writer *w, const char *key) {
+    DUET_ASSERT(strlen(key) <= POOL_KEY_MAX);
     char name[160], v[32];
     snprintf(name, sizeof name, "%s.count", key);
     snprintf(v, sizeof v, "%" PRId64, p->count);
@@ -109,6 +114,7 @@ int duet__image_pool_save(const duet__image_pool *p, duet_st_writer *w, const ch
 }
 
 int duet__image_pool_load(duet__image_pool *p, const duet_st *st, const char *key) {
+    DUET_ASSERT(strlen(key) <= POOL_KEY_MAX);
     char name[160];
     snprintf(name, sizeof name, "%s.count", key);
     const char *s = duet_st_meta(st, name);

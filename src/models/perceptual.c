@@ -130,6 +130,8 @@ static int load_vgg_weights(duet_module *layers, const char *path) {
     for (size_t i = 0; i < duet_module_child_count(layers) && rc == DUET_OK; i++) {
         duet_module *m = duet_module_child_at(layers, i);
         for (size_t p = 0; p < duet_module_param_count(m) && rc == DUET_OK; p++) {
+            /* Bounded by construction: the children are the Sequential's
+             * indices ("34") and the parameters weight and bias. */
             char key[64];
             snprintf(key, sizeof key, "features.%s.%s", duet_module_child_name_at(layers, i),
                      duet_module_param_name_at(m, p));

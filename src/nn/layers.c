@@ -220,7 +220,7 @@ int duet_sequential_create(duet_module **out) {
 }
 
 int duet_sequential_append(duet_module *seq, duet_module *child) {
-    char name[32];
+    char name[32]; /* a size_t: 20 digits at most */
     snprintf(name, sizeof name, "%zu", duet_module_child_count(seq));
     return duet_module_add_child(seq, name, child);
 }

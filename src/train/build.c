@@ -16,14 +16,19 @@ static int bad_value_in(duet_config *cfg, const char *group, const char *path,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int bad_value_in(duet_config *cfg, const char *group, const char *path,
                         const char *fmt, ...) {
-    char where[512], msg[1024];
-    duet_config_where(cfg, path, where, sizeof where);
+    char *where = NULL;
+    DUET_TRY(duet_config_where(cfg, path, &where));
+    duet__str msg = {0};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    duet__str_vaddf(&msg, fmt, ap);
     va_end(ap);
-    return duet__error(DUET_ECONFIG, "%s: '%s%s%s' %s", where, group ? group : "",
-                       group ? "." : "", path, msg);
+    int rc = msg.failed ? duet__error(DUET_ENOMEM, "%s: out of memory for a message", where)
+                        : duet__error(DUET_ECONFIG, "%s: '%s%s%s' %s", where, group ? group : "",
+                                      group ? "." : "", path, duet__str_get(&msg));
+    free(where);
+    duet__str_free(&msg);
+    return rc;
 }
 #define bad_value(cfg, path, ...) bad_value_in(cfg, NULL, path, __VA_ARGS__)
 
@@ -34,7 +39,7 @@ static int get_interval(duet_config *cfg, const char *path, int64_t def, int64_t
 
 /* MMEditing's by_epoch flag: duet's runner counts iterations only. */
 static int check_by_epoch(duet_config *cfg, const char *group) {
-    char path[128];
+    char path[128]; /* group is one of this file's literals ("checkpoint_config") */
     snprintf(path, sizeof path, "%s.by_epoch", group);
     bool by_epoch = false;
     DUET_TRY(duet_config_get_bool_or(cfg, path, false, &by_epoch));
@@ -159,6 +164,8 @@ int duet__run_read_test_cfg(duet__run *r) {
  * any registered dataset can be repeated. */
 static int build_dataset(duet__run *r, const char *path, bool train, duet_dataset **out) {
     int64_t times = 1;
+    /* path is "data.train" or "data.val" (duet__run_build_data), so key, pix
+     * and set fit with room to spare. */
     char key[64];
     snprintf(key, sizeof key, "%s.times", path);
     if (train) DUET_TRY(duet_config_get_int_in_or(r->cfg, key, 1, 1, INT64_MAX, &times));

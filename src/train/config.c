@@ -133,10 +133,9 @@ int duet_config_sub(duet_config *cfg, const char *path, duet_config **out) {
     if (s->type != CONFIG_TYPE_GROUP && s->type != CONFIG_TYPE_LIST)
         return duet__cfg_wrong_type(cfg, s, "a group");
     duet_config *v = calloc(1, sizeof *v);
-    char where[CFG_PATH_MAX];
-    duet__cfg_setting_path(s, where, sizeof where - 1);
-    if (where[0] != '\0') strcat(where, ".");
-    char *prefix = duet__strdup(where);
+    char *where = duet__cfg_setting_path(s);
+    char *prefix = where == NULL ? NULL : where[0] != '\0' ? duet__strf("%s.", where) : duet__strdup("");
+    free(where);
     if (v == NULL || prefix == NULL) {
         free(v);
         free(prefix);

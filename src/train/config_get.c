@@ -102,11 +102,14 @@ int duet_config_get_double_or(duet_config *cfg, const char *path, double def, do
 
 static int out_of_range(duet_config *cfg, const char *path, const char *range, const char *got) {
     config_setting_t *s = NULL;
-    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-    duet__cfg_full_path(cfg, path, where, sizeof where);
-    if (duet__cfg_walk(cfg, path, &s) == DUET_OK && s != NULL) duet__cfg_setting_loc(cfg, s, loc, sizeof loc);
-    else snprintf(loc, sizeof loc, "%s", cfg->core->name);
-    return duet__error(DUET_ECONFIG, "%s: '%s' must be %s, got %s", loc, where, range, got);
+    char *where = duet__cfg_full_path(cfg, path), *loc = NULL;
+    if (duet__cfg_walk(cfg, path, &s) == DUET_OK && s != NULL) loc = duet__cfg_setting_loc(cfg, s);
+    int rc = duet__error(DUET_ECONFIG, "%s: '%s' must be %s, got %s",
+                         loc != NULL ? loc : cfg->core->name, where != NULL ? where : path, range,
+                         got);
+    free(where);
+    free(loc);
+    return rc;
 }
 
 static int check_int_range(duet_config *cfg, const char *path, int64_t min, int64_t max,
@@ -227,20 +230,20 @@ static int get_elems(duet_config *cfg, const char *path, size_t cap, const char 
     if ((*s)->type != CONFIG_TYPE_ARRAY && (*s)->type != CONFIG_TYPE_LIST)
         return duet__cfg_wrong_type(cfg, *s, desc);
     size_t len = (size_t)config_setting_length(*s);
-    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-    if (len > cap) {
-        duet__cfg_setting_path(*s, where, sizeof where);
-        duet__cfg_setting_loc(cfg, *s, loc, sizeof loc);
-        return duet__error(DUET_ECONFIG, "%s: '%s' has %zu elements; at most %zu are allowed",
-                           loc, where, len, cap);
-    }
+    if (len > cap)
+        return duet__cfg_error_at(cfg, *s, "has %zu elements; at most %zu are allowed", len, cap);
     for (size_t i = 0; i < len; i++) {
         const config_setting_t *e = config_setting_get_elem(*s, (unsigned)i);
         if (!ok(e->type)) {
-            duet__cfg_setting_path(*s, where, sizeof where);
-            duet__cfg_setting_loc(cfg, e, loc, sizeof loc);
-            return duet__error(DUET_ECONFIG, "%s: '%s' must be %s, but element %zu is %s", loc,
-                               where, desc, i, duet__cfg_kind_phrase(e->type));
+            /* The element's line, the array's name. */
+            char *loc = duet__cfg_setting_loc(cfg, e), *where = duet__cfg_setting_path(*s);
+            int rc = loc == NULL || where == NULL
+                         ? duet__error(DUET_ENOMEM, "config: out of memory for a message")
+                         : duet__error(DUET_ECONFIG, "%s: '%s' must be %s, but element %zu is %s",
+                                       loc, where, desc, i, duet__cfg_kind_phrase(e->type));
+            free(loc);
+            free(where);
+            return rc;
         }
     }
     *n = len;
@@ -298,10 +301,12 @@ int duet_config_member_name(duet_config *cfg, const char *path, size_t i, const 
     if (s == NULL) return duet__cfg_missing(cfg, path, "a group");
     if (s->type != CONFIG_TYPE_GROUP) return duet__cfg_wrong_type(cfg, s, "a group");
     if (i >= (size_t)config_setting_length(s)) {
-        char full[CFG_PATH_MAX];
-        duet__cfg_full_path(cfg, path, full, sizeof full);
-        return duet__error(DUET_EINVAL, "config %s: member %zu of '%s' requested; it has %d",
-                           cfg->core->name, i, full, config_setting_length(s));
+        char *full = duet__cfg_full_path(cfg, path);
+        int rc = duet__error(DUET_EINVAL, "config %s: member %zu of '%s' requested; it has %d",
+                             cfg->core->name, i, full != NULL ? full : path,
+                             config_setting_length(s));
+        free(full);
+        return rc;
     }
     *name = config_setting_name(config_setting_get_elem(s, (unsigned)i));
     return DUET_OK;

@@ -22,8 +22,9 @@ int duet__config_check_int_literals_file(const char *path, const char *include_d
 /* Each libconfig setting may carry a note (through its hook pointer) saying
  * whether a getter read it and, for settings created by --set, which
  * assignment made them. Notes and the paths getters asked for live in the
- * shared core; views (duet_config_sub) hold a reference to it. */
-#define CFG_PATH_MAX 1024
+ * shared core; views (duet_config_sub) hold a reference to it. Paths and
+ * locations are malloc'd strings of any length: a key path is as long and as
+ * deep as the config makes it. */
 
 typedef struct cfg_note {
     bool used;
@@ -51,8 +52,9 @@ struct duet_config {
 
 /* config_path.c */
 /* Canonical full path for messages and the asked-for set: the view prefix,
- * then the tokens of `path` with indices written "[i]". */
-void duet__cfg_full_path(const duet_config *cfg, const char *path, char *buf, size_t size);
+ * then the tokens of `path` with indices written "[i]". Free with free();
+ * NULL when out of memory (so for the next three). */
+char *duet__cfg_full_path(const duet_config *cfg, const char *path);
 bool duet__cfg_is_index_token(const char *tok, size_t len, long *index);
 bool duet__cfg_is_int_type(int type);
 const char *duet__cfg_kind_phrase(int type);
@@ -60,11 +62,14 @@ const char *duet__cfg_kind_phrase(int type);
 const char *duet__cfg_kind_plural(int type);
 /* Where a setting came from: "configs/x.cfg:12", "--set a.b=1" or the
  * config's name. */
-void duet__cfg_setting_loc(const duet_config *cfg, const config_setting_t *s, char *buf,
-                           size_t size);
+char *duet__cfg_setting_loc(const duet_config *cfg, const config_setting_t *s);
 /* Full dotted path of a setting from the config root ("model.generator",
  * "data.pipeline.[0].type"); "" for the root. */
-void duet__cfg_setting_path(const config_setting_t *s, char *buf, size_t size);
+char *duet__cfg_setting_path(const config_setting_t *s);
+/* DUET_ECONFIG "<where s came from>: '<s's full path>' <fmt...>" (DUET_ENOMEM
+ * when the message cannot be made). */
+int duet__cfg_error_at(const duet_config *cfg, const config_setting_t *s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 int duet__cfg_walk(const duet_config *cfg, const char *path, config_setting_t **out);
 /* Finds `path` under `root`. *out is NULL when absent; DUET_ECONFIG when the
  * path is malformed or runs through a scalar. */

@@ -52,23 +52,23 @@ static int scan_include(const char *p, const char *name, unsigned line, const ch
     if (depth >= MAX_INCLUDE_DEPTH)
         return duet__error(DUET_ECONFIG, "%s:%u: @include nested more than %d deep", name, line,
                            MAX_INCLUDE_DEPTH);
-    char path[4096];
     int len = (int)(e - q - 1);
-    if (q[1] != '/' && include_dir != NULL && include_dir[0] != '\0')
-        snprintf(path, sizeof path, "%s/%.*s", include_dir, len, q + 1);
-    else
-        snprintf(path, sizeof path, "%.*s", len, q + 1);
+    char *path = q[1] != '/' && include_dir != NULL && include_dir[0] != '\0'
+                     ? duet__strf("%s/%.*s", include_dir, len, q + 1)
+                     : duet__strf("%.*s", len, q + 1);
+    if (path == NULL) return duet__error(DUET_ENOMEM, "%s:%u: out of memory", name, line);
     char *sub = NULL;
-    DUET_TRY(read_text(path, &sub));
-    if (sub == NULL) return DUET_OK;
-    int rc = scan(sub, path, include_dir, depth + 1);
+    int rc = read_text(path, &sub);
+    if (rc == DUET_OK && sub != NULL) rc = scan(sub, path, include_dir, depth + 1);
     free(sub);
+    free(path);
     return rc;
 }
 
 /* A number token at *pp: checks a plain decimal or hex integer, skips
  * floats and L-suffixed integers. */
-static int check_number(const char **pp, const char *name, unsigned line, const char *key) {
+static int check_number(const char **pp, const char *name, unsigned line, const char *key,
+                        int keylen) {
     const char *start = *pp, *p = start;
     if (*p == '+' || *p == '-') p++;
     bool hex = p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
@@ -84,20 +84,29 @@ static int check_number(const char **pp, const char *name, unsigned line, const 
         end++;
     *pp = end;
     if (is_float || is_long || p == digits) return DUET_OK;
-    char lit[64];
-    int n = (int)(p - start);
-    snprintf(lit, sizeof lit, "%.*s", n < 63 ? n : 63, start);
+    /* The whole literal: leading zeros may make it any length. */
+    char *lit = duet__strf("%.*s", (int)(p - start), start);
+    if (lit == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", name);
     errno = 0;
     long long v = strtoll(lit, NULL, hex ? 16 : 10);
-    if (errno != ERANGE && v >= INT_MIN && v <= INT_MAX) return DUET_OK;
-    return duet__error(DUET_ECONFIG, "%s:%u: '%s' = %s does not fit in a 32-bit integer, which "
+    if (errno != ERANGE && v >= INT_MIN && v <= INT_MAX) {
+        free(lit);
+        return DUET_OK;
+    }
+    int rc = duet__error(DUET_ECONFIG, "%s:%u: '%.*s' = %s does not fit in a 32-bit integer, which "
                        "libconfig would silently read as another number; write %sL for a "
-                       "64-bit integer", name, line, key[0] ? key : "?", lit, lit);
+                       "64-bit integer", name, line, keylen > 0 ? keylen : 1,
+                       keylen > 0 ? key : "?", lit, lit);
+    free(lit);
+    return rc;
 }
 
 static int scan(const char *text, const char *name, const char *include_dir, int depth) {
     unsigned line = 1;
-    char key[128] = "";
+    /* The last key name seen, for messages: a pointer into text and its
+     * length, so no name is cut. */
+    const char *key = "";
+    int keylen = 0;
     bool line_start = true;
     for (const char *p = text; *p != '\0';) {
         int c = (unsigned char)*p;
@@ -128,11 +137,11 @@ static int scan(const char *text, const char *name, const char *include_dir, int
         } else if (name_start(c)) {
             const char *s = p;
             while (name_char((unsigned char)*p)) p++;
-            int n = (int)(p - s);
-            snprintf(key, sizeof key, "%.*s", n < 127 ? n : 127, s);
+            key = s;
+            keylen = (int)(p - s);
         } else if (isdigit(c) || c == '.' ||
                    ((c == '+' || c == '-') && (isdigit((unsigned char)p[1]) || p[1] == '.'))) {
-            DUET_TRY(check_number(&p, name, line, key));
+            DUET_TRY(check_number(&p, name, line, key, keylen));
         } else {
             p++;
         }

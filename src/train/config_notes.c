@@ -41,19 +41,26 @@ int duet__cfg_mark(duet_config *cfg, config_setting_t *s) {
 
 static void remember_asked(duet_config *cfg, const char *path) {
     cfg_core *core = cfg->core;
-    char full[CFG_PATH_MAX];
-    duet__cfg_full_path(cfg, path, full, sizeof full);
-    for (size_t i = 0; i < core->nasked; i++)
-        if (strcmp(core->asked[i], full) == 0) return;
+    /* Out of memory here only loses a did-you-mean hint. */
+    char *full = duet__cfg_full_path(cfg, path);
+    if (full == NULL) return;
+    for (size_t i = 0; i < core->nasked; i++) {
+        if (strcmp(core->asked[i], full) == 0) {
+            free(full);
+            return;
+        }
+    }
     if (core->nasked == core->capasked) {
         size_t cap = core->capasked > 0 ? 2 * core->capasked : 64;
         char **grown = realloc(core->asked, cap * sizeof *grown);
-        if (grown == NULL) return; /* only loses a did-you-mean hint */
+        if (grown == NULL) {
+            free(full);
+            return;
+        }
         core->asked = grown;
         core->capasked = cap;
     }
-    char *copy = duet__strdup(full);
-    if (copy != NULL) core->asked[core->nasked++] = copy;
+    core->asked[core->nasked++] = full;
 }
 
 /* Walks for a getter: remembers the path, then finds the setting. */
@@ -63,24 +70,19 @@ int duet__cfg_lookup(duet_config *cfg, const char *path, config_setting_t **s) {
 }
 
 int duet__cfg_missing(const duet_config *cfg, const char *path, const char *what) {
-    char full[CFG_PATH_MAX];
-    duet__cfg_full_path(cfg, path, full, sizeof full);
-    return duet__error(DUET_ECONFIG, "%s: missing key '%s' (%s)", cfg->core->name, full, what);
+    char *full = duet__cfg_full_path(cfg, path);
+    int rc = duet__error(DUET_ECONFIG, "%s: missing key '%s' (%s)", cfg->core->name,
+                         full != NULL ? full : path, what);
+    free(full);
+    return rc;
 }
 
 int duet__cfg_wrong_type(const duet_config *cfg, const config_setting_t *s, const char *what) {
-    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-    duet__cfg_setting_path(s, where, sizeof where);
-    duet__cfg_setting_loc(cfg, s, loc, sizeof loc);
-    return duet__error(DUET_ECONFIG, "%s: '%s' must be %s, got %s", loc, where, what,
-                       duet__cfg_kind_phrase(s->type));
+    return duet__cfg_error_at(cfg, s, "must be %s, got %s", what, duet__cfg_kind_phrase(s->type));
 }
 
 /* libconfig reads 1e999 as inf; no duet setting means inf or nan. */
 int duet__cfg_not_finite(const duet_config *cfg, const config_setting_t *s, double v) {
-    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-    duet__cfg_setting_path(s, where, sizeof where);
-    duet__cfg_setting_loc(cfg, s, loc, sizeof loc);
-    return duet__error(DUET_ECONFIG, "%s: '%s' must be a finite number, got %g (too large for "
-                       "a double?)", loc, where, v);
+    return duet__cfg_error_at(cfg, s, "must be a finite number, got %g (too large for a "
+                              "double?)", v);
 }

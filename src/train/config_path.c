@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <strings.h>
 
@@ -45,51 +46,57 @@ const char *duet__cfg_kind_plural(int type) {
 
 bool duet__cfg_is_int_type(int type) { return type == CONFIG_TYPE_INT || type == CONFIG_TYPE_INT64; }
 
-/* Appends to buf[at..size), keeping it terminated; returns the new length
- * (clamped). */
-static size_t append(char *buf, size_t size, size_t at, const char *s) {
-    size_t n = strlen(s);
-    if (at + n >= size) n = at < size - 1 ? size - 1 - at : 0;
-    memcpy(buf + at, s, n);
-    buf[at + n] = '\0';
-    return at + n;
-}
-
 /* Full dotted path of a setting from the config root ("model.generator",
- * "data.pipeline.[0].type"); "" for the root. */
-void duet__cfg_setting_path(const config_setting_t *s, char *buf, size_t size) {
-    const config_setting_t *chain[64];
-    int n = 0;
-    for (const config_setting_t *p = s; p != NULL && p->parent != NULL && n < 64; p = p->parent)
-        chain[n++] = p;
-    size_t at = 0;
-    buf[0] = '\0';
-    for (int i = n - 1; i >= 0; i--) {
-        if (at > 0) at = append(buf, size, at, ".");
-        if (chain[i]->name != NULL) {
-            at = append(buf, size, at, chain[i]->name);
-        } else {
-            char idx[32];
-            snprintf(idx, sizeof idx, "[%d]", config_setting_index(chain[i]));
-            at = append(buf, size, at, idx);
-        }
-    }
+ * "data.pipeline.[0].type"); "" for the root. Built on the way up, so no
+ * depth or length caps it. */
+static void add_setting_path(duet__str *b, const config_setting_t *s) {
+    if (s == NULL || s->parent == NULL) return;
+    add_setting_path(b, s->parent);
+    if (b->len > 0) duet__str_addf(b, ".");
+    if (s->name != NULL) duet__str_addf(b, "%s", s->name);
+    else duet__str_addf(b, "[%d]", config_setting_index(s));
 }
 
-/* Where a setting came from: "configs/x.cfg:12", "--set a.b=1" or the
- * config's name. */
-void duet__cfg_setting_loc(const duet_config *cfg, const config_setting_t *s, char *buf,
-                        size_t size) {
-    const cfg_note *note = config_setting_get_hook(s);
-    if (note != NULL && note->origin != NULL) {
-        snprintf(buf, size, "%s", note->origin);
-        return;
+static char *str_take(duet__str *b) {
+    if (b->failed) {
+        duet__str_free(b);
+        return NULL;
     }
+    char *s = b->s != NULL ? b->s : duet__strdup("");
+    *b = (duet__str){0};
+    return s;
+}
+
+char *duet__cfg_setting_path(const config_setting_t *s) {
+    duet__str b = {0};
+    add_setting_path(&b, s);
+    return str_take(&b);
+}
+
+char *duet__cfg_setting_loc(const duet_config *cfg, const config_setting_t *s) {
+    const cfg_note *note = config_setting_get_hook(s);
+    if (note != NULL && note->origin != NULL) return duet__strdup(note->origin);
     const char *file = config_setting_source_file(s);
     unsigned line = config_setting_source_line(s);
     if (file == NULL) file = cfg->core->name;
-    if (line > 0) snprintf(buf, size, "%s:%u", file, line);
-    else snprintf(buf, size, "%s", file);
+    if (line > 0) return duet__strf("%s:%u", file, line);
+    return duet__strdup(file);
+}
+
+int duet__cfg_error_at(const duet_config *cfg, const config_setting_t *s, const char *fmt, ...) {
+    char *loc = duet__cfg_setting_loc(cfg, s), *where = duet__cfg_setting_path(s);
+    duet__str b = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    duet__str_vaddf(&b, fmt, ap);
+    va_end(ap);
+    int rc = loc == NULL || where == NULL || b.failed
+                 ? duet__error(DUET_ENOMEM, "config: out of memory for a message")
+                 : duet__error(DUET_ECONFIG, "%s: '%s' %s", loc, where, duet__str_get(&b));
+    free(loc);
+    free(where);
+    duet__str_free(&b);
+    return rc;
 }
 
 bool duet__cfg_is_index_token(const char *tok, size_t len, long *index) {
@@ -109,30 +116,25 @@ bool duet__cfg_is_index_token(const char *tok, size_t len, long *index) {
 
 /* Canonical full path for messages and the asked-for set: the view prefix,
  * then the tokens of `path` with indices written "[i]". */
-void duet__cfg_full_path(const duet_config *cfg, const char *path, char *buf, size_t size) {
-    size_t at = append(buf, size, 0, cfg->prefix);
+char *duet__cfg_full_path(const duet_config *cfg, const char *path) {
+    duet__str b = {0};
+    duet__str_addf(&b, "%s", cfg->prefix);
     if (path[0] == '\0') {
-        if (at > 0 && buf[at - 1] == '.') buf[at - 1] = '\0';
-        return;
+        if (b.len > 0 && b.s[b.len - 1] == '.') b.s[--b.len] = '\0';
+        return str_take(&b);
     }
     const char *tok = path;
     for (;;) {
         const char *dot = strchr(tok, '.');
         size_t len = dot != NULL ? (size_t)(dot - tok) : strlen(tok);
         long idx;
-        char piece[CFG_PATH_MAX];
-        if (duet__cfg_is_index_token(tok, len, &idx)) {
-            snprintf(piece, sizeof piece, "[%ld]", idx);
-        } else {
-            if (len >= sizeof piece) len = sizeof piece - 1;
-            memcpy(piece, tok, len);
-            piece[len] = '\0';
-        }
-        at = append(buf, size, at, piece);
+        if (duet__cfg_is_index_token(tok, len, &idx)) duet__str_addf(&b, "[%ld]", idx);
+        else duet__str_addf(&b, "%.*s", (int)len, tok);
         if (dot == NULL) break;
-        at = append(buf, size, at, ".");
+        duet__str_addf(&b, ".");
         tok = dot + 1;
     }
+    return str_take(&b);
 }
 
 /* ---- path walking --------------------------------------------------------- */
@@ -151,35 +153,33 @@ int duet__cfg_walk_from(const duet_config *cfg, config_setting_t *root, const ch
     for (;;) {
         const char *dot = strchr(tok, '.');
         size_t len = dot != NULL ? (size_t)(dot - tok) : strlen(tok);
-        char full[CFG_PATH_MAX];
-        if (len == 0 || len >= 256) {
-            duet__cfg_full_path(cfg, path, full, sizeof full);
-            return duet__error(DUET_ECONFIG, "%s: malformed key path '%s'", cfg->core->name,
-                               full);
+        if (len == 0) {
+            char *full = duet__cfg_full_path(cfg, path);
+            int rc = duet__error(DUET_ECONFIG, "%s: malformed key path '%s'", cfg->core->name,
+                                 full != NULL ? full : path);
+            free(full);
+            return rc;
         }
         long idx;
         if (s->type == CONFIG_TYPE_GROUP) {
-            char name[256];
-            memcpy(name, tok, len);
-            name[len] = '\0';
+            /* A member name is as long as the config wrote it. */
+            char *name = duet__strf("%.*s", (int)len, tok);
+            if (name == NULL) return duet__error(DUET_ENOMEM, "config: out of memory");
             s = config_setting_get_member(s, name);
+            free(name);
         } else if (s->type == CONFIG_TYPE_LIST || s->type == CONFIG_TYPE_ARRAY) {
-            if (!duet__cfg_is_index_token(tok, len, &idx)) {
-                char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-                duet__cfg_setting_path(s, where, sizeof where);
-                duet__cfg_setting_loc(cfg, s, loc, sizeof loc);
-                return duet__error(DUET_ECONFIG, "%s: '%s' is %s: index it with [i], not "
-                                   "'%.*s'", loc, where, duet__cfg_kind_phrase(s->type), (int)len, tok);
-            }
+            if (!duet__cfg_is_index_token(tok, len, &idx))
+                return duet__cfg_error_at(cfg, s, "is %s: index it with [i], not '%.*s'",
+                                          duet__cfg_kind_phrase(s->type), (int)len, tok);
             s = idx < config_setting_length(s) ? config_setting_get_elem(s, (unsigned)idx)
                                                : NULL;
         } else {
-            char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-            duet__cfg_setting_path(s, where, sizeof where);
-            duet__cfg_setting_loc(cfg, s, loc, sizeof loc);
-            duet__cfg_full_path(cfg, path, full, sizeof full);
-            return duet__error(DUET_ECONFIG, "%s: '%s' is %s, not a group, so '%s' cannot "
-                               "exist", loc, where, duet__cfg_kind_phrase(s->type), full);
+            char *full = duet__cfg_full_path(cfg, path);
+            int rc = duet__cfg_error_at(cfg, s, "is %s, not a group, so '%s' cannot exist",
+                                        duet__cfg_kind_phrase(s->type),
+                                        full != NULL ? full : path);
+            free(full);
+            return rc;
         }
         if (s == NULL || dot == NULL) break;
         tok = dot + 1;

@@ -153,13 +153,30 @@ static void clear_elems(config_setting_t *s) {
         config_setting_remove_elem(s, (unsigned)i);
 }
 
+/* dst's path and location for a --set message, malloc'd; false (and both
+ * NULL) when out of memory. */
+static bool where_loc(const duet_config *cfg, const config_setting_t *dst, char **where,
+                      char **loc) {
+    *where = duet__cfg_setting_path(dst);
+    *loc = duet__cfg_setting_loc(cfg, dst);
+    if (*where != NULL && *loc != NULL) return true;
+    free(*where);
+    free(*loc);
+    *where = *loc = NULL;
+    return false;
+}
+
 static int cannot_set(const duet_config *cfg, const config_setting_t *dst,
                       const config_setting_t *src, const char *assignment) {
-    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-    duet__cfg_setting_path(dst, where, sizeof where);
-    duet__cfg_setting_loc(cfg, dst, loc, sizeof loc);
-    return duet__error(DUET_ECONFIG, "--set %s: '%s' is %s (%s); cannot set it to %s",
-                       assignment, where, duet__cfg_kind_phrase(dst->type), loc, duet__cfg_kind_phrase(src->type));
+    char *where, *loc;
+    if (!where_loc(cfg, dst, &where, &loc))
+        return duet__error(DUET_ENOMEM, "--set %s: out of memory", assignment);
+    int rc = duet__error(DUET_ECONFIG, "--set %s: '%s' is %s (%s); cannot set it to %s",
+                         assignment, where, duet__cfg_kind_phrase(dst->type), loc,
+                         duet__cfg_kind_phrase(src->type));
+    free(where);
+    free(loc);
+    return rc;
 }
 
 /* Assigns src to the existing setting dst, keeping dst's type. `text` is the
@@ -183,10 +200,12 @@ static int assign(duet_config *cfg, config_setting_t *dst, const config_setting_
         config_setting_t *parent = dst->parent;
         if (parent == NULL || parent->type != CONFIG_TYPE_GROUP || dst->name == NULL)
             return cannot_set(cfg, dst, src, assignment);
-        char name[256];
-        snprintf(name, sizeof name, "%s", dst->name);
+        char *name = duet__strdup(dst->name); /* remove frees dst->name */
+        if (name == NULL) return duet__error(DUET_ENOMEM, "--set %s: out of memory", assignment);
         config_setting_remove(parent, name);
-        return copy_new(core, parent, name, src, assignment, CONFIG_TYPE_INT64);
+        int rc = copy_new(core, parent, name, src, assignment, CONFIG_TYPE_INT64);
+        free(name);
+        return rc;
     }
     if ((duet__cfg_is_int_type(dt) && duet__cfg_is_int_type(st)) || (dt == CONFIG_TYPE_FLOAT && duet__cfg_ok_number(st)) ||
         (dt == CONFIG_TYPE_BOOL && st == CONFIG_TYPE_BOOL) ||
@@ -207,12 +226,15 @@ static int assign(duet_config *cfg, config_setting_t *dst, const config_setting_
         bool compatible = srct == et || (duet__cfg_is_int_type(et) && duet__cfg_is_int_type(srct)) ||
                           (et == CONFIG_TYPE_FLOAT && duet__cfg_is_int_type(srct));
         if (!compatible) {
-            char where[CFG_PATH_MAX], loc[CFG_PATH_MAX];
-            duet__cfg_setting_path(dst, where, sizeof where);
-            duet__cfg_setting_loc(cfg, dst, loc, sizeof loc);
-            return duet__error(DUET_ECONFIG, "--set %s: '%s' is an array of %s (%s); cannot "
-                               "set it to an array of %s", assignment, where,
-                               duet__cfg_kind_plural(et), loc, duet__cfg_kind_plural(srct));
+            char *where, *loc;
+            if (!where_loc(cfg, dst, &where, &loc))
+                return duet__error(DUET_ENOMEM, "--set %s: out of memory", assignment);
+            int rc = duet__error(DUET_ECONFIG, "--set %s: '%s' is an array of %s (%s); cannot "
+                                 "set it to an array of %s", assignment, where,
+                                 duet__cfg_kind_plural(et), loc, duet__cfg_kind_plural(srct));
+            free(where);
+            free(loc);
+            return rc;
         }
         bool wide = false;
         for (int i = 0; i < n && duet__cfg_is_int_type(et); i++)

@@ -104,10 +104,11 @@ int duet_config_text(const duet_config *cfg, char **out) {
 }
 
 /* Added for the runner's value checks (owner of this function: runner). */
-void duet_config_where(const duet_config *cfg, const char *path, char *buf, size_t size) {
+int duet_config_where(const duet_config *cfg, const char *path, char **out) {
     config_setting_t *s = NULL;
     if (duet__cfg_walk(cfg, path, &s) == DUET_OK && s != NULL)
-        duet__cfg_setting_loc(cfg, s, buf, size);
+        *out = duet__cfg_setting_loc(cfg, s);
     else
-        snprintf(buf, size, "%s", cfg->core->name);
+        *out = duet__strdup(cfg->core->name);
+    return *out != NULL ? DUET_OK : duet__error(DUET_ENOMEM, "config: out of memory");
 }

@@ -77,11 +77,18 @@ static const char *did_you_mean(const cfg_core *core, const char *path) {
 int duet_config_check_unused(const duet_config *cfg) {
     const config_setting_t *u = first_unused(cfg->root);
     if (u == NULL) return DUET_OK;
-    char where[CFG_PATH_MAX], loc[CFG_PATH_MAX], hint[300] = "";
-    duet__cfg_setting_path(u, where, sizeof where);
-    duet__cfg_setting_loc(cfg, u, loc, sizeof loc);
+    char *where = duet__cfg_setting_path(u), *loc = duet__cfg_setting_loc(cfg, u);
+    if (where == NULL || loc == NULL) {
+        free(where);
+        free(loc);
+        return duet__error(DUET_ENOMEM, "config: out of memory for a message");
+    }
     const char *alt = did_you_mean(cfg->core, where);
-    if (alt != NULL) snprintf(hint, sizeof hint, " (did you mean '%s'?)", alt);
-    return duet__error(DUET_ECONFIG, "%s: unknown key '%s'%s: no part of duet reads it; remove "
-                       "it or fix its name", loc, where, hint);
+    int rc = duet__error(DUET_ECONFIG, "%s: unknown key '%s'%s%s%s: no part of duet reads it; "
+                         "remove it or fix its name", loc, where,
+                         alt != NULL ? " (did you mean '" : "", alt != NULL ? alt : "",
+                         alt != NULL ? "'?)" : "");
+    free(where);
+    free(loc);
+    return rc;
 }

@@ -21,6 +21,10 @@ static const char *const wrapper_types[] = {"DistributedDataParallelWrapper",
 
 /* ---- the tables -------------------------------------------------------------- */
 
+/* Type names are a program's own (MMEditing's class names), not a model's:
+ * a longer name or a 65th type is refused with DUET_EINVAL / DUET_ENOMEM
+ * naming it (reg_add), never cut; fixed arrays keep the lists that
+ * duet_*_types() return valid while types are added. */
 #define REG_MAX 64
 #define REG_NAME_MAX 64
 
@@ -297,10 +301,12 @@ static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
                                    "layer index (conv34 = 1.0 for MMEditing's '34'), or use "
                                    "layer_ids = [34]; layer_weights = [1.0];",
                                    duet_config_name(c), name);
-            char key[96];
-            snprintf(key, sizeof key, "layer_weights.%s", name);
+            char *key = duet__strf("layer_weights.%s", name);
+            if (key == NULL) return duet__error(DUET_ENOMEM, "registry: out of memory");
             double w;
-            DUET_TRY(duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w));
+            int rc = duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w);
+            free(key);
+            DUET_TRY(rc);
             o->layer_ids[i] = atoi(digits);
             o->layer_weights[i] = (float)w;
         }
@@ -452,12 +458,13 @@ int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_mo
  * the options. */
 static int read_part(duet_config *m, const char *model_path, const char *part, const char *want,
                      int (*reader)(duet_config *, void *), void *opts) {
-    char path[256];
-    snprintf(path, sizeof path, "%s.%s", model_path, part);
     duet_config *c = NULL;
     const char *type = NULL;
     DUET_TRY(open_group(m, part, &c, &type));
-    int rc = expect_type(path, type, want);
+    char *path = duet__strf("%s.%s", model_path, part);
+    int rc = path != NULL ? expect_type(path, type, want)
+                          : duet__error(DUET_ENOMEM, "registry: out of memory");
+    free(path);
     if (rc == DUET_OK) rc = reader(c, opts);
     duet_config_destroy(c);
     return rc;
@@ -748,10 +755,12 @@ int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
         const char *part = NULL;
         rc = duet_config_member_name(cfg, path, i, &part);
         if (rc != DUET_OK) break;
-        char sub_path[256];
-        snprintf(sub_path, sizeof sub_path, "%s.%s", path, part);
+        /* part is a model part's name, as long as the model makes it. */
+        char *sub_path = duet__strf("%s.%s", path, part);
         duet_config *c = NULL;
-        rc = duet_config_sub(cfg, sub_path, &c);
+        rc = sub_path != NULL ? duet_config_sub(cfg, sub_path, &c)
+                              : duet__error(DUET_ENOMEM, "optimizers: out of memory");
+        free(sub_path);
         if (rc == DUET_OK) rc = build_one_optimizer(c, path, part, model, set);
         duet_config_destroy(c);
     }

@@ -21,11 +21,14 @@
 
 /* Error for a bad value at `key` of a step: "x.cfg:12: data.train.pipeline.[1].key: ...". */
 static int bad(duet_config *c, const char *key, const char *fmt, const char *value) {
-    char where[128];
-    duet_config_where(c, key, where, sizeof where);
-    char msg[256];
-    snprintf(msg, sizeof msg, fmt, value);
-    return duet__error(DUET_ECONFIG, "%s: '%s' %s", where, key, msg);
+    char *where = NULL;
+    DUET_TRY(duet_config_where(c, key, &where));
+    char *msg = duet__strf(fmt, value);
+    int rc = msg == NULL ? duet__error(DUET_ENOMEM, "%s: out of memory for a message", where)
+                         : duet__error(DUET_ECONFIG, "%s: '%s' %s", where, key, msg);
+    free(msg);
+    free(where);
+    return rc;
 }
 
 static int read_string_in(duet_config *c, const char *key, const char *def,
@@ -33,9 +36,12 @@ static int read_string_in(duet_config *c, const char *key, const char *def,
     DUET_TRY(duet_config_get_string_or(c, key, def, out));
     for (const char *const *a = allowed; *a != NULL; a++)
         if (strcmp(*a, *out) == 0) return DUET_OK;
-    char fmt[200];
-    snprintf(fmt, sizeof fmt, "= \"%%s\" is not supported (%s)", hint);
-    return bad(c, key, fmt, *out);
+    /* hint is one of this file's literals: no '%' of its own. */
+    char *fmt = duet__strf("= \"%%s\" is not supported (%s)", hint);
+    if (fmt == NULL) return duet__error(DUET_ENOMEM, "config: out of memory");
+    int rc = bad(c, key, fmt, *out);
+    free(fmt);
+    return rc;
 }
 
 static int slot_of(const char *name) {
@@ -219,10 +225,12 @@ static int read_pipeline(duet_config *d, const char *path, bool paired,
                          duet__tstep steps[MAX_STEPS], size_t *nsteps) {
     size_t n = 0;
     if (duet_config_kind(d, "pipeline") != DUET_CONFIG_LIST) {
-        char where[128];
-        duet_config_where(d, "pipeline", where, sizeof where);
-        return duet__error(DUET_ECONFIG, "%s: %s.pipeline must be a list of steps ( {type = "
-                           "\"...\"; ...}, ... ) as in MMEditing's configs", where, path);
+        char *where = NULL;
+        DUET_TRY(duet_config_where(d, "pipeline", &where));
+        int rc = duet__error(DUET_ECONFIG, "%s: %s.pipeline must be a list of steps ( {type = "
+                             "\"...\"; ...}, ... ) as in MMEditing's configs", where, path);
+        free(where);
+        return rc;
     }
     DUET_TRY(duet_config_length(d, "pipeline", &n));
     if (n == 0 || n > MAX_STEPS)
@@ -230,18 +238,20 @@ static int read_pipeline(duet_config *d, const char *path, bool paired,
                            duet_config_name(d), path, n, MAX_STEPS);
     memset(steps, 0, sizeof(duet__tstep) * MAX_STEPS);
     for (size_t i = 0; i < n; i++) {
-        char key[32];
+        char key[32]; /* "pipeline.[i]": 12 characters and a size_t's 20 digits at most */
         snprintf(key, sizeof key, "pipeline.[%zu]", i);
         duet_config *c = NULL;
         DUET_TRY(duet_config_sub(d, key, &c));
         const char *type = NULL;
         int rc = duet_config_get_string(c, "type", &type);
         if (rc == DUET_OK) {
-            char where[96];
-            duet_config_where(c, "type", where, sizeof where);
-            snprintf(steps[i].where, sizeof steps[i].where, "%s: %s.%s (%s)", where, path, key,
-                     type);
-            rc = read_step(c, type, paired, &steps[i]);
+            char *where = NULL;
+            rc = duet_config_where(c, "type", &where);
+            if (rc == DUET_OK)
+                duet__label_set(steps[i].where, sizeof steps[i].where, "%s: %s.%s (%s)", where,
+                                path, key, type);
+            free(where);
+            if (rc == DUET_OK) rc = read_step(c, type, paired, &steps[i]);
         }
         duet_config_destroy(c);
         DUET_TRY(rc);
@@ -285,11 +295,14 @@ int duet__translation_infer_input(duet_config *cfg, const char *key, const char 
     if (rc == DUET_OK) {
         paired = strcmp(type, "GenerationPairedDataset") == 0;
         if (!paired && strcmp(type, "GenerationUnpairedDataset") != 0) {
-            char where[128];
-            duet_config_where(d, "type", where, sizeof where);
-            rc = duet__error(DUET_ECONFIG, "%s: %s.type is \"%s\"; infer for a model that "
-                             "translates '%s' reads the pipeline of a GenerationPairedDataset "
-                             "or GenerationUnpairedDataset", where, path, type, key);
+            char *where = NULL;
+            rc = duet_config_where(d, "type", &where);
+            if (rc == DUET_OK)
+                rc = duet__error(DUET_ECONFIG, "%s: %s.type is \"%s\"; infer for a model that "
+                                 "translates '%s' reads the pipeline of a "
+                                 "GenerationPairedDataset or GenerationUnpairedDataset", where,
+                                 path, type, key);
+            free(where);
         }
     }
     duet__tstep steps[MAX_STEPS];

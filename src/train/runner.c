@@ -136,6 +136,7 @@ static void close_run(duet__run *r) {
     duet_dataset_destroy(r->val_set);
     duet_config_destroy(r->cfg);
     free(r->work_dir);
+    duet__run_clear_ema(r);
     duet_comm_destroy(r->comm);
     memset(r, 0, sizeof *r);
 }
@@ -180,16 +181,17 @@ static int resolve_work_dir(duet__run *r, const duet_runner_opts *o) {
     const char *wd = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "work_dir", NULL, &wd));
     if (o->work_dir != NULL) wd = o->work_dir;
-    char def[512];
     if (wd == NULL || wd[0] == '\0') {
         const char *base = strrchr(o->config, '/');
         base = base != NULL ? base + 1 : o->config;
         size_t n = strlen(base);
         if (n > 4 && strcmp(base + n - 4, ".cfg") == 0) n -= 4;
-        snprintf(def, sizeof def, "./work_dirs/%.*s", (int)(n < 400 ? n : 400), base);
-        wd = def;
+        /* The whole name: configs that differ only past some length must
+         * not share a work dir. (A file name is at most NAME_MAX bytes.) */
+        r->work_dir = duet__strf("./work_dirs/%.*s", (int)n, base);
+    } else {
+        r->work_dir = duet__strdup(wd);
     }
-    r->work_dir = strdup(wd);
     if (r->work_dir == NULL) return duet__error(DUET_ENOMEM, "out of memory");
     return DUET_OK;
 }
@@ -286,10 +288,13 @@ static void acc_add(interval_acc *a, const duet_log_vars *lv, double t, double d
 
 static int log_interval(duet__run *r, interval_acc *a, int64_t iter, double eta) {
     if (r->log == NULL || a->n == 0) return DUET_OK;
-    duet__kv lr[DUET__MAX_OPTIMIZERS], losses[DUET_LOG_VARS_MAX];
-    int nlr = 0;
+    duet__kv losses[DUET_LOG_VARS_MAX];
     size_t nopt = duet_optimizer_set_count(r->opts);
-    for (size_t i = 0; i < nopt && nlr < DUET__MAX_OPTIMIZERS; i++, nlr++) {
+    /* Every optimizer's lr, however many the model has. */
+    duet__kv *lr = malloc((nopt > 0 ? nopt : 1) * sizeof *lr);
+    if (lr == NULL) return duet__error(DUET_ENOMEM, "log: out of memory");
+    int nlr = 0;
+    for (size_t i = 0; i < nopt; i++, nlr++) {
         lr[nlr].name = duet_optimizer_set_name(r->opts, i);
         lr[nlr].value = duet_optimizer_lr(duet_optimizer_set_at(r->opts, i));
     }
@@ -301,7 +306,9 @@ static int log_interval(duet__run *r, interval_acc *a, int64_t iter, double eta)
                               .losses = losses, .nlosses = a->sum.count,
                               .time = a->time / a->n, .data_time = a->data_time / a->n,
                               .eta = eta, .memory_mb = peak_rss_mb()};
-    return duet__logger_train(r->log, &rec);
+    int rc = duet__logger_train(r->log, &rec);
+    free(lr);
+    return rc;
 }
 
 static int check_finite(duet__run *r, const duet_log_vars *lv, int64_t iter) {
@@ -317,7 +324,7 @@ static int check_finite(duet__run *r, const duet_log_vars *lv, int64_t iter) {
 }
 
 static int evaluate_hook(duet__run *r, int64_t iter) {
-    char name[64];
+    char name[64]; /* "val/iter_<int64>.png": 33 characters at most */
     snprintf(name, sizeof name, "val/iter_%" PRId64 ".png", iter);
     char *grid = NULL; /* every rank passes it; rank 0 writes it */
     if (r->save_image && r->eval_num_images > 0) {

@@ -4,26 +4,32 @@
  * (iteration, epoch and sampler position, seed, RNG, world size, batch,
  * config text, model type), and the model's own state through its hooks. Written by rank 0, atomically. */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/runner_ckpt.h"
 #include "train/runner_internal.h"
 
-/* The optimizer set as checkpoint names (borrowed). */
-static size_t named_optimizers(duet__run *r, duet_named_optimizer *out, size_t cap) {
-    size_t n = r->opts != NULL ? duet_optimizer_set_count(r->opts) : 0;
-    if (n > cap) n = cap;
-    for (size_t i = 0; i < n; i++) {
-        out[i].name = duet_optimizer_set_name(r->opts, i);
-        out[i].opt = duet_optimizer_set_at(r->opts, i);
+/* The whole optimizer set as checkpoint names, in a new array (free with
+ * free; its names and optimizers are borrowed); NULL, 0 when there is none. */
+static int named_optimizers(duet__run *r, duet_named_optimizer **out, size_t *n) {
+    *out = NULL;
+    *n = r->opts != NULL ? duet_optimizer_set_count(r->opts) : 0;
+    if (*n == 0) return DUET_OK;
+    duet_named_optimizer *o = malloc(*n * sizeof *o);
+    if (o == NULL) return duet__error(DUET_ENOMEM, "checkpoint: out of memory");
+    for (size_t i = 0; i < *n; i++) {
+        o[i].name = duet_optimizer_set_name(r->opts, i);
+        o[i].opt = duet_optimizer_set_at(r->opts, i);
     }
-    return n;
+    *out = o;
+    return DUET_OK;
 }
 
 enum { NMETA = 12 };
 
 int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
-    char v[NMETA][32];
+    char v[NMETA][32]; /* integers: 20 digits and a sign at most */
     snprintf(v[0], 32, "%" PRId64, s->iter);
     snprintf(v[1], 32, "%" PRId64, s->sampler.epoch);
     snprintf(v[2], 32, "%" PRId64, s->sampler.position);
@@ -33,8 +39,15 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     snprintf(v[6], 32, "%" PRIu64, r->rng.counter);
     snprintf(v[7], 32, "%d", r->world);
     snprintf(v[8], 32, "%" PRId64, r->samples_per_gpu);
+    duet_named_optimizer *opts = NULL;
+    size_t nopts = 0;
+    if (r->save_optimizer) DUET_TRY(named_optimizers(r, &opts, &nopts));
     char *text = NULL;
-    DUET_TRY(duet_config_text(r->cfg, &text));
+    int rc = duet_config_text(r->cfg, &text);
+    if (rc != DUET_OK) {
+        free(opts);
+        return rc;
+    }
     duet_meta_item meta[NMETA] = {
         {"iter", v[0]},          {"epoch", v[1]},        {"sampler_position", v[2]},
         {"seed", v[3]},          {"rng_seed", v[4]},     {"rng_stream", v[5]},
@@ -42,13 +55,11 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
         {"model_type", duet_model_type_name(r->model)},
         {"config", text},        {"format", "duet-checkpoint-1"},
     };
-    duet_named_optimizer opts[DUET__MAX_OPTIMIZERS];
-    size_t nopts = r->save_optimizer ? named_optimizers(r, opts, DUET__MAX_OPTIMIZERS) : 0;
-    char name[64];
+    char name[64]; /* "iter_<int64>.safetensors": 37 characters at most */
     snprintf(name, sizeof name, "iter_%" PRId64 ".safetensors", s->iter);
     char *path = duet__path_join(r->work_dir, name);
     char *latest = duet__path_join(r->work_dir, "latest.safetensors");
-    int rc = path == NULL || latest == NULL ? duet__error(DUET_ENOMEM, "checkpoint: out of memory")
+    rc = path == NULL || latest == NULL ? duet__error(DUET_ENOMEM, "checkpoint: out of memory")
                                             : DUET_OK;
     /* The model's own state (step counters, pools) goes in through its
      * save_state hook. */
@@ -58,6 +69,7 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     free(path);
     free(latest);
     free(text);
+    free(opts);
     return rc;
 }
 
@@ -111,10 +123,13 @@ static void adapt_sharding(duet__run *r, const char *path, int64_t world, int64_
 }
 
 int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s) {
-    duet_named_optimizer opts[DUET__MAX_OPTIMIZERS];
-    size_t nopts = named_optimizers(r, opts, DUET__MAX_OPTIMIZERS);
+    duet_named_optimizer *opts = NULL;
+    size_t nopts = 0;
+    DUET_TRY(named_optimizers(r, &opts, &nopts));
     duet_st *st = NULL;
-    DUET_TRY(duet_checkpoint_resume_model(path, r->model, opts, nopts, &st));
+    int rc0 = duet_checkpoint_resume_model(path, r->model, opts, nopts, &st);
+    free(opts);
+    DUET_TRY(rc0);
     int64_t world = 0, per_gpu = r->samples_per_gpu;
     uint64_t seed = 0, rs = 0, rstream = 0, rcounter = 0;
     /* iter is checked against 0 here and against total_iters below, with a

@@ -12,10 +12,6 @@
 #include "duet/wrapper.h"
 #include "train/logger.h"
 
-/* One optimizer's settings as the config gives them (built after the model). */
-#define DUET__MAX_OPTIMIZERS 8
-#define DUET__MAX_EMA 4
-
 typedef struct duet__run {
     duet_comm *comm; /* the job */
     int rank, world;
@@ -47,10 +43,11 @@ typedef struct duet__run {
 
     duet__logger *log; /* rank 0 while training; NULL elsewhere */
 
-    /* custom_hooks: MMEditing's ExponentialMovingAverageHook (nema 0: none). */
+    /* custom_hooks: MMEditing's ExponentialMovingAverageHook (nema 0: none);
+     * as many module_keys as the config gives, of any length. */
     int nema;
-    char ema_keys[DUET__MAX_EMA][64];  /* "generator_ema" */
-    bool ema_created[DUET__MAX_EMA];   /* the runner made the copy (not the model) */
+    char **ema_keys;    /* [nema], owned: "generator_ema" */
+    bool *ema_created;  /* [nema]: the runner made the copy (not the model) */
     float ema_momentum, ema_momentum_nontrainable;
     int64_t ema_interval, ema_start_iter;
 } duet__run;
@@ -112,6 +109,8 @@ void duet__run_apply_lr(duet__run *r, int64_t iter);
 /* ---- ema.c: MMEditing's ExponentialMovingAverageHook ---- */
 /* custom_hooks from the config (marking them read). */
 int duet__run_read_ema(duet__run *r);
+/* Frees what read_ema kept (nema 0 after). */
+void duet__run_clear_ema(duet__run *r);
 /* Gives the model each configured P_ema it lacks: a frozen copy of part P,
  * built from the config group model.P and loaded with P's state. Before
  * the wrapper, so that it is checkpointed with the model. */
