@@ -22,19 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/srgan_models.h"
 #include "duet/duet.h"
 
-typedef struct mp_model {
-    const char *name;
-    int mid, blocks, dmid, crop, batch, ncfg, cfg[24], layer;
-} mp_model;
-
-static const mp_model models[] = {
-    {"tiny", 32, 4, 16, 64, 8, 8, {16, 16, 0, 32, 32, 0, 64, 64}, 12},
-    {"full", 64, 16, 64, 128, 16, 21,
-     {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512,
-      0}, 34},
-};
 
 #define NLOSS 5
 static const char *loss_names[NLOSS] = {"loss_pix", "loss_perceptual", "loss_gan", "loss_d_real",
@@ -83,21 +73,12 @@ typedef struct run_result {
     char kernels[256];
 } run_result;
 
-static run_result run(const mp_model *bm, bool bf16, int threads, int iters) {
+static run_result run(const bench_model *bm, bool bf16, int threads, int iters) {
     duet_kernel_opts ko = duet_kernel_opts_default();
     ko.bf16 = bf16;
     ko.num_threads = threads;
     CHECK(duet_kernels_configure(&ko));
-    duet_srgan_opts so = duet_srgan_opts_default();
-    so.generator.mid_channels = bm->mid;
-    so.generator.num_blocks = bm->blocks;
-    so.discriminator.mid_channels = bm->dmid;
-    so.discriminator.input_size = bm->crop;
-    so.perceptual_loss.ncfg = bm->ncfg;
-    memcpy(so.perceptual_loss.cfg, bm->cfg, sizeof bm->cfg);
-    so.perceptual_loss.nlayer_weights = 1;
-    so.perceptual_loss.layer_ids[0] = bm->layer;
-    so.perceptual_loss.layer_weights[0] = 1.0f;
+    duet_srgan_opts so = bench_srgan_opts(bm);
     so.pixel_loss_weight = 1.0f;
     duet_rng rng = duet_rng_make(0, 0);
     duet_model *model = NULL;
@@ -162,9 +143,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    const mp_model *bm = NULL;
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        if (strcmp(models[i].name, name) == 0) bm = &models[i];
+    const bench_model *bm = bench_find_model(name);
     if (bm == NULL || iters < 2 || every < 1 || threads < 0) {
         fprintf(stderr, "bench_mixed_precision: model tiny or full, iters >= 2, every >= 1\n");
         return 2;

@@ -31,29 +31,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/srgan_models.h"
 #include "duet/duet.h"
-
-typedef struct bench_model {
-    const char *name;
-    int mid, blocks, dmid, crop, batch; /* batch: per process */
-    int ncfg;
-    int cfg[24];                        /* perceptual VGG, 0 = max pool */
-    int layer;                          /* perceptual feature layer */
-} bench_model;
-
-static const bench_model models[] = {
-    {"tiny", 32, 4, 16, 64, 8, 8, {16, 16, 0, 32, 32, 0, 64, 64}, 12},
-    /* MMEditing's srgan_x4c64b16: vgg19 features up to conv5_4 (layer 34). */
-    {"full", 64, 16, 64, 128, 16, 21,
-     {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512,
-      0}, 34},
-};
-
-static const bench_model *find_model(const char *name) {
-    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++)
-        if (strcmp(models[i].name, name) == 0) return &models[i];
-    return NULL;
-}
 
 static double peak_rss_mb(void) {
     struct rusage ru;
@@ -77,16 +56,7 @@ static int worker(const bench_model *bm, int steps, int warmup) {
     duet_log_set_rank(rank, false);
     duet_log_set_level(DUET_LOG_ERROR); /* no random-VGG warning */
 
-    duet_srgan_opts so = duet_srgan_opts_default();
-    so.generator.mid_channels = bm->mid;
-    so.generator.num_blocks = bm->blocks;
-    so.discriminator.mid_channels = bm->dmid;
-    so.discriminator.input_size = bm->crop;
-    so.perceptual_loss.ncfg = bm->ncfg;
-    memcpy(so.perceptual_loss.cfg, bm->cfg, sizeof bm->cfg);
-    so.perceptual_loss.nlayer_weights = 1;
-    so.perceptual_loss.layer_ids[0] = bm->layer;
-    so.perceptual_loss.layer_weights[0] = 1.0f;
+    duet_srgan_opts so = bench_srgan_opts(bm);
     duet_rng rng = duet_rng_make(0, 0);
     duet_model *model = NULL;
     CHECK(duet_srgan_create(&so, &rng, &model));
@@ -231,7 +201,7 @@ int main(int argc, char **argv) {
         }
     }
     if (is_worker) {
-        const bench_model *bm = find_model(model_list);
+        const bench_model *bm = bench_find_model(model_list);
         if (bm == NULL) {
             usage();
             return 2;
@@ -286,7 +256,7 @@ int main(int argc, char **argv) {
     char mlist[256];
     snprintf(mlist, sizeof mlist, "%s", model_list);
     for (char *save = NULL, *m = strtok_r(mlist, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-        const bench_model *bm = find_model(m);
+        const bench_model *bm = bench_find_model(m);
         if (bm == NULL) {
             fprintf(stderr, "bench_train: unknown model %s (tiny, full)\n", m);
             return 2;

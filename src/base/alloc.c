@@ -137,6 +137,18 @@ static void *cache_take(size_t bytes) {
     return found;
 }
 
+/* Gives back the block that waited longest; returns its slot, now free.
+ * The cache's lock is held and the cache is not empty. */
+static int evict_oldest(void) {
+    int old = -1;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache.blocks[i] != NULL && (old < 0 || cache.stamps[i] < cache.stamps[old])) old = i;
+    release_block(cache.blocks[old]);
+    cache.total -= cache.sizes[old];
+    cache.blocks[old] = NULL;
+    return old;
+}
+
 /* How far the cache may take the footprint above the most ever live. The
  * blocks a step frees are not always the sizes its next allocations ask
  * for (the generator step's and the discriminator step's activations
@@ -161,15 +173,7 @@ static void cache_trim_for(size_t bytes) {
     size_t cap = atomic_load_explicit(&most_live_bytes, memory_order_relaxed);
     if (cap < live) cap = live;
     cap = cap > SIZE_MAX - CACHE_HEADROOM_BYTES ? SIZE_MAX : cap + CACHE_HEADROOM_BYTES;
-    while (cache.total > 0 && live + cache.total > cap) {
-        int old = -1;
-        for (int i = 0; i < CACHE_SLOTS; i++)
-            if (cache.blocks[i] != NULL && (old < 0 || cache.stamps[i] < cache.stamps[old]))
-                old = i;
-        release_block(cache.blocks[old]);
-        cache.total -= cache.sizes[old];
-        cache.blocks[old] = NULL;
-    }
+    while (cache.total > 0 && live + cache.total > cap) evict_oldest();
     pthread_mutex_unlock(&cache.lock);
 }
 
@@ -184,16 +188,8 @@ static bool cache_put(void *p, size_t size) {
     /* Full: give back the blocks that waited longest (the shapes the
      * program stopped using), not the largest ones, which are the most
      * expensive to fault in again. */
-    while ((slot < 0 || cache.total + size > limit) && cache.total > 0 && size <= limit) {
-        int old = -1;
-        for (int i = 0; i < CACHE_SLOTS; i++)
-            if (cache.blocks[i] != NULL && (old < 0 || cache.stamps[i] < cache.stamps[old]))
-                old = i;
-        release_block(cache.blocks[old]);
-        cache.total -= cache.sizes[old];
-        cache.blocks[old] = NULL;
-        slot = old;
-    }
+    while ((slot < 0 || cache.total + size > limit) && cache.total > 0 && size <= limit)
+        slot = evict_oldest();
     if (slot >= 0 && cache.total + size <= limit) {
         cache.blocks[slot] = p;
         cache.sizes[slot] = size;
