@@ -157,6 +157,37 @@ static double assert_grads_close(duet_model *got, duet_model *want, int it, doub
     return worst;
 }
 
+/* Evaluation, as the runner shares out validation images: image i on rank
+ * i % size, so rank 0 may evaluate more images than the others. val_step
+ * runs the generator in training mode (test-time batch statistics): each
+ * rank's output for its image must be what one process gives for that image
+ * alone (SyncBatchNorm does not mix the ranks' images there), and a rank
+ * with one image more must not wait for the others. The model's parameters
+ * match the reference's to float tolerance only, hence 1e-4. */
+static void assert_val_steps_local(duet_model *m, duet_model *ref) {
+    enum { NVAL = 4 };
+    duet_batch all = {0};
+    batch_per_iter(&all, 99);
+    for (int64_t i = tu_rank; i < NVAL + (tu_rank == 0); i += tu_size) {
+        duet_batch one = {0};
+        TU_OK(duet_batch_slice(&one, &all, i % B, 1));
+        duet_val_output got = {0}, want = {0};
+        TU_OK(duet_model_val_step(m, &one, &got));
+        TU_OK(duet_model_val_step(ref, &one, &want));
+        assert_int_equal(got.output->numel, want.output->numel);
+        char what[64];
+        snprintf(what, sizeof what, "rank %d: val_step output of image %lld", tu_rank,
+                 (long long)i);
+        tu_assert_close(got.output->data, want.output->data, got.output->numel, 1e-4, 1e-5,
+                        what);
+        duet_val_output_clear(&got);
+        duet_val_output_clear(&want);
+        duet_batch_clear(&one);
+    }
+    duet_batch_clear(&all);
+    TU_OK(duet_comm_barrier(tu_comm));
+}
+
 /* The shipped config's setup (configs/pix2pix_tiny.cfg: BatchNorm in both
  * networks) with SyncBatchNorm and without dropout: N ranks with 6/N samples
  * each match one process with the whole batch: every log value and every
@@ -165,7 +196,8 @@ static double assert_grads_close(duet_model *got, duet_model *want, int it, doub
  * bit-identical replicas. The discriminator sees the fake and the real
  * pairs in two forwards, each normalised over its own global batch, and its
  * frozen forward in the generator step still reduces its statistics'
- * gradients for the generator's backward. */
+ * gradients for the generator's backward. Then evaluation
+ * (assert_val_steps_local). */
 static void test_batchnorm_syncbn_matches_one_process(void **state) {
     (void)state;
     const tu_gan_run run = {batch_per_iter, 2e-4f, ITERS, B, 1e-6};
@@ -206,6 +238,7 @@ static void test_batchnorm_syncbn_matches_one_process(void **state) {
     tu_gan_assert_model_close(m, ref, &nm, &run);
     tu_gan_assert_params_identical(m);
     TU_OK(duet_wrapper_check_replicas(w));
+    assert_val_steps_local(m, ref);
     tu_noise_masks_free(&nm);
     duet_optimizer_set_destroy(o);
     duet_optimizer_set_destroy(ro);
