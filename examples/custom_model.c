@@ -1,14 +1,21 @@
-/* A model written outside duet, trained by duet's runner like a built-in.
+/* A model written outside duet, trained by duet's command line like a
+ * built-in.
  *
  * The program registers, by name, its own networks (ToyGenerator: x2
  * super-resolution by a residual pixel-shuffle net; ToyDiscriminator: a
  * patch discriminator), its own loss (ToyL1Loss), its own dataset
  * (ToyImages: named tensors "lq" and "gt" made on the fly) and its own
  * two-network model (ToyGAN: generator step with the discriminator frozen,
- * then the discriminator step). The config below names those types; duet_runner_train
- * builds them through the registry, wraps each network in its own DDP
- * (DistributedDataParallelWrapper), builds the optimizers from the config
- * and trains.
+ * then the discriminator step), then hands its arguments to duet_cli_main:
+ * it is `duet` with these types added, `train | test | infer | info`.
+ * `train` builds them through the registry from a config that names them,
+ * wraps each network in its own DDP (DistributedDataParallelWrapper),
+ * builds the optimizers from the config and trains:
+ *
+ *   mpiexec -n 2 ./example_custom_model train toy.cfg --work-dir work
+ *
+ * Without arguments (as CTest runs it) it checks itself: it writes the
+ * config below as toy.cfg and runs `train toy.cfg` through duet_cli_main,
  *
  *   mpiexec -n 2 ./example_custom_model
  *
@@ -25,6 +32,7 @@
 #include <string.h>
 #include <ftw.h>
 #include <math.h>
+#include <unistd.h>
 
 #include "duet/duet.h"
 
@@ -334,7 +342,7 @@ static const char *config_text =
     "  module_keys = [\"generator_ema\"]; interval = 1; interp_cfg = { momentum = 0.9; }; } );\n"
     "total_iters = 80;\n"
     "log_config = { interval = 20; };\n"
-    "checkpoint_config = { interval = 0; };\n"
+    "checkpoint_config = { interval = 40; };\n"
     "seed = 3;\n"
     "work_dir = \"%s/work\";\n";
 
@@ -354,37 +362,39 @@ static int make_dir(duet_comm *comm, char *dir, size_t size) {
     return duet_comm_bcast(comm, dir, size, DUET_DTYPE_U8, 0);
 }
 
-int main(void) {
+/* The self-check: `train` of the config above through duet_cli_main, in a
+ * fresh folder. This program initialises MPI itself, so duet_cli_main leaves
+ * it initialised (duet finalizes only what it initialised) and the checks
+ * after training can still talk to the other ranks. */
+static int train_and_check(const char *prog) {
+    int provided = 0;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) return 1;
     duet_comm *comm = NULL;
     CHECK(duet_comm_world(&comm));
     int rank = duet_comm_rank(comm), world = duet_comm_size(comm);
 
-    /* The open contract: every type the config names is ours. */
-    CHECK(duet_registry_register_module("ToyGenerator", build_toy_generator));
-    CHECK(duet_registry_register_module("ToyDiscriminator", build_toy_discriminator));
-    CHECK(duet_registry_register_loss("ToyL1Loss", build_toy_l1));
-    CHECK(duet_registry_register_model("ToyGAN", build_toy_gan));
-    CHECK(duet_registry_register_dataset("ToyImages", build_toy_images));
-
-    char dir[256], path[512];
+    char dir[256], path[600], work[300];
     CHECK(make_dir(comm, dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/toy.cfg", dir);
+    snprintf(work, sizeof work, "%s/work", dir);
     if (rank == 0) {
-        snprintf(path, sizeof path, "%s/toy.cfg", dir);
         FILE *f = fopen(path, "w");
         if (f == NULL) return fprintf(stderr, "cannot write %s\n", path), 1;
         fprintf(f, config_text, dir);
         fclose(f);
     }
     CHECK(duet_comm_barrier(comm));
-    snprintf(path, sizeof path, "%s/toy.cfg", dir);
 
-    duet_runner_opts o = duet_runner_opts_default();
-    o.config = path;
-    o.quiet = rank != 0;
-    CHECK(duet_runner_train(&o));
+    char *args[] = {(char *)prog, "train", path, "--work-dir", work, NULL};
+    int status = duet_cli_main(5, args);
+    if (status != 0) {
+        fprintf(stderr, "rank %d: `%s train %s` exited with %d\n", rank, prog, path, status);
+        return status;
+    }
 
-    /* The loss dropped (the mean of the first and last ten steps), and the
-     * parameters are the same bits on every rank. */
+    /* The loss dropped (the mean of the first and last ten steps), the
+     * parameters are the same bits on every rank, and the run wrote its
+     * checkpoint. */
     int bad = 0;
     double first = 0, last = 0;
     for (int i = 0; i < 10; i++) {
@@ -394,6 +404,11 @@ int main(void) {
     if (steps_done != 80 || !(last < 0.8 * first)) {
         fprintf(stderr, "rank %d: %d steps, loss_pix %.4f -> %.4f: did not learn\n", rank,
                 steps_done, first, last);
+        bad = 1;
+    }
+    snprintf(path, sizeof path, "%s/latest.safetensors", work);
+    if (rank == 0 && access(path, R_OK) != 0) {
+        fprintf(stderr, "no checkpoint %s\n", path);
         bad = 1;
     }
     uint64_t *all = calloc((size_t)world, sizeof *all);
@@ -411,8 +426,21 @@ int main(void) {
                world == 1 ? "" : "es", bad ? "no" : "yes");
     int any_bad = bad;
     CHECK(duet_comm_allreduce(comm, &any_bad, 1, DUET_DTYPE_I32, DUET_REDUCE_MAX));
+    CHECK(duet_comm_barrier(comm));
     if (rank == 0) nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); /* the run's files */
     duet_comm_destroy(comm);
-    duet_comm_finalize();
+    MPI_Finalize();
     return any_bad ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    /* The open contract: every type the config names is ours. */
+    CHECK(duet_registry_register_module("ToyGenerator", build_toy_generator));
+    CHECK(duet_registry_register_module("ToyDiscriminator", build_toy_discriminator));
+    CHECK(duet_registry_register_loss("ToyL1Loss", build_toy_l1));
+    CHECK(duet_registry_register_model("ToyGAN", build_toy_gan));
+    CHECK(duet_registry_register_dataset("ToyImages", build_toy_images));
+    /* duet's command line, for our types as for the built-ins. */
+    if (argc > 1) return duet_cli_main(argc, argv);
+    return train_and_check(argv[0]);
 }

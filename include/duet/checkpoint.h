@@ -88,6 +88,17 @@ int duet_checkpoint_resume_model(const char *path, duet_model *model,
 int duet_checkpoint_load_weights(const char *path, duet_module *model, bool strict,
                                  const char *require_prefix, size_t *nmissing,
                                  size_t *nunexpected);
+/* DUET_ENOTFOUND when ckpt lacks a state-dict entry of model whose name
+ * starts with prefix ("generators."), naming the file, the prefix and the
+ * entries, else DUET_OK. */
+int duet_checkpoint_require(const duet_st *ckpt, duet_module *model, const char *prefix);
+/* test / infer: opens path and loads the model's weights non-strictly
+ * (duet_checkpoint_load_model), after checking that the file holds every
+ * state-dict entry of the parts evaluation uses (duet_model_eval_part_at:
+ * P.*, and P_ema.* when the model has a part P_ema); a checkpoint without
+ * them is DUET_ENOTFOUND naming the file and the missing prefix, so that a
+ * wrong checkpoint never runs random weights. */
+int duet_checkpoint_load_eval(const char *path, duet_model *model);
 /* Integer metadata: DUET_ENOTFOUND when absent ("<file> has no metadata
  * 'iter': not a duet training checkpoint"), DUET_EFORMAT when not a decimal
  * integer. */

@@ -216,8 +216,14 @@ int duet_ddp_trace_write(duet_module *ddp);
 
 /* Makes every BatchNorm2d in the module tree compute its batch statistics
  * over all ranks of comm (an allreduce inside forward and backward: every rank
- * must run the same BatchNorm layers). comm is borrowed and must outlive the
- * module. */
+ * must run the same BatchNorm layers). Only forwards with grad mode on are
+ * synchronised: a training-mode forward without grad is evaluation (Pix2Pix's
+ * and CycleGAN's val_step use test-time batch statistics, MMEditing's
+ * forward_test), where each rank evaluates its own share of the images, as
+ * many as it has: it uses its own batch's statistics, as one process
+ * evaluating that image would, and never waits for the other ranks
+ * (PyTorch's SyncBatchNorm synchronises there too, which MMEditing's padded
+ * test sampler makes safe). comm is borrowed and must outlive the module. */
 int duet_convert_sync_batchnorm(duet_module *module, duet_comm *comm);
 
 #ifdef __cplusplus

@@ -259,6 +259,12 @@ typedef struct duet_model_ops {
      * image-to-image model, after its direction settings); may be NULL:
      * "lq" (super-resolution). */
     const char *(*input_key)(duet_model *m);
+    /* The parts forward and val_step use, as a NULL-terminated list of
+     * child names ({"generator", NULL}; CycleGAN: {"generators", NULL}):
+     * `duet test` and `duet infer` refuse a checkpoint that lacks any of
+     * their state-dict entries (duet_checkpoint_load_eval). May be NULL:
+     * every part with a parameter that requires grad. */
+    const char *const *eval_parts;
 } duet_model_ops;
 
 /* Names of the tensors a save_state hook writes start with this. */
@@ -284,6 +290,11 @@ void *duet_model_impl(duet_model *m);
 const char *duet_model_type_name(const duet_model *m);
 /* Borrowed part, or NULL. */
 duet_module *duet_model_part(duet_model *m, const char *name);
+/* The parts evaluation uses (the ops' eval_parts, or by default every part
+ * with a parameter that requires grad), in order: their count, and the
+ * name of part i (borrowed; NULL when i is out of range). */
+size_t duet_model_eval_part_count(duet_model *m);
+const char *duet_model_eval_part_at(duet_model *m, size_t i);
 /* The process group to average log values over (borrowed; NULL: this
  * process only, the default). The wrapper sets it. duet_model_train_step
  * averages the log values over it after the model's train_step; while that

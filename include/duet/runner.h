@@ -32,6 +32,22 @@ extern "C" {
  *   if (duet_runner_train(&o) != DUET_OK) ...   // message already printed
  *   duet_comm_finalize();
  */
+/* The `duet` command line as a call: argc and argv as main() gets them
+ * (argv[0] the program, argv[1] the command: train, test, infer, info,
+ * --help or --version), parsed and run exactly as `duet` does, usage
+ * errors and results printed, MPI finalized when duet initialised it.
+ * Returns the exit status (0, 1, 2 usage, DUET_EXIT_STOPPED,
+ * DUET_EXIT_TIMEOUT). A program that registers its own types
+ * (duet/registry.h) gets `train | test | infer | info` for configs that
+ * name them (examples/custom_model.c):
+ *
+ *   int main(int argc, char **argv) {
+ *       if (duet_registry_register_model("ToyGAN", build_toy_gan) != DUET_OK) return 1;
+ *       return duet_cli_main(argc, argv);   // ./toy train toy.cfg --work-dir w
+ *   }
+ */
+int duet_cli_main(int argc, char **argv);
+
 /* Exit statuses of `duet` (and of the whole job under mpirun / srun):
  * 0 done, 1 error, 2 usage; DUET_EXIT_STOPPED: stopped by SIGTERM or SIGINT
  * at an iteration boundary with a checkpoint written (continue with

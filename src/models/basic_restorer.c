@@ -64,12 +64,16 @@ static int restorer_val_step(duet_model *m, const duet_batch *batch, duet_val_ou
     return duet__restorer_val_step(m, &r->test_cfg, batch, out);
 }
 
+/* forward and val_step use the generator only (or its moving average). */
+static const char *const eval_parts[] = {"generator", NULL};
+
 static const duet_model_ops restorer_ops = {
     .name = "BasicRestorer",
     .forward = restorer_forward,
     .train_step = restorer_train_step,
     .val_step = restorer_val_step,
     .destroy = free,
+    .eval_parts = eval_parts,
 };
 
 /* Takes over `generator` (destroyed on failure). */

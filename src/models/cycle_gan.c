@@ -381,6 +381,9 @@ static const char *cyclegan_input_key(duet_model *m) {
     return p->test_b2a != p->b2a ? "img_b" : "img_a";
 }
 
+/* forward and val_step use the generators (a and b) only. */
+static const char *const eval_parts[] = {"generators", NULL};
+
 static const duet_model_ops cyclegan_ops = {
     .name = "CycleGAN",
     .forward = cyclegan_forward,
@@ -390,6 +393,7 @@ static const duet_model_ops cyclegan_ops = {
     .save_state = cyclegan_save_state,
     .load_state = cyclegan_load_state,
     .input_key = cyclegan_input_key,
+    .eval_parts = eval_parts,
 };
 
 /* ---- construction -------------------------------------------------------------- */

@@ -120,6 +120,9 @@ static int esrgan_train_step(duet_model *m, const duet_batch *batch, duet_optimi
                                   esrgan_discriminator_step);
 }
 
+/* forward and val_step use the generator only (or its moving average). */
+static const char *const eval_parts[] = {"generator", NULL};
+
 static const duet_model_ops esrgan_ops = {
     .name = "ESRGAN",
     .forward = duet__srgan_forward,
@@ -128,6 +131,7 @@ static const duet_model_ops esrgan_ops = {
     .destroy = free,
     .save_state = duet__srgan_save_state,
     .load_state = duet__srgan_load_state,
+    .eval_parts = eval_parts,
 };
 
 int duet_esrgan_create(const duet_esrgan_opts *opts, duet_rng *rng, duet_model **out) {

@@ -249,6 +249,42 @@ duet_module *duet_model_part(duet_model *m, const char *name) {
     return m->root != NULL ? duet_module_child(m->root, name) : NULL;
 }
 
+static bool has_trainable_param(duet_module *part) {
+    for (size_t i = 0; i < duet_module_param_count(part); i++)
+        if (duet_module_param_at(part, i)->requires_grad) return true;
+    for (size_t i = 0; i < duet_module_child_count(part); i++)
+        if (has_trainable_param(duet_module_child_at(part, i))) return true;
+    return false;
+}
+
+/* Part i of the evaluation parts, or NULL past the end; *count gets their
+ * number when i is out of range. */
+static const char *eval_part(duet_model *m, size_t i, size_t *count) {
+    size_t n = 0;
+    if (m->ops->eval_parts != NULL) {
+        for (; m->ops->eval_parts[n] != NULL; n++)
+            if (n == i) return m->ops->eval_parts[n];
+    } else if (m->root != NULL) {
+        for (size_t c = 0; c < duet_module_child_count(m->root); c++) {
+            if (!has_trainable_param(duet_module_child_at(m->root, c))) continue;
+            if (n++ == i) return duet_module_child_name_at(m->root, c);
+        }
+    }
+    *count = n;
+    return NULL;
+}
+
+size_t duet_model_eval_part_count(duet_model *m) {
+    size_t n = 0;
+    eval_part(m, SIZE_MAX, &n);
+    return n;
+}
+
+const char *duet_model_eval_part_at(duet_model *m, size_t i) {
+    size_t n = 0;
+    return eval_part(m, i, &n);
+}
+
 void duet_model_set_comm(duet_model *m, duet_comm *comm) { m->comm = comm; }
 /* Inside train_step the dispatcher owns the averaging: a model that still
  * averages its log values itself gets NULL, so its call does nothing and

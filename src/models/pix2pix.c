@@ -145,7 +145,7 @@ static int pix2pix_train_step(duet_model *m, const duet_batch *batch, duet_optim
     duet_tape_clear();
     DUET_TRY(rc);
     p->step_counter++;
-    return duet_log_vars_average(log, duet_model_comm(m));
+    return DUET_OK; /* duet_model_train_step averages the log values over the ranks */
 }
 
 static int pix2pix_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
@@ -225,6 +225,9 @@ static const char *pix2pix_input_key(duet_model *m) {
     return p->b2a ? "img_b" : "img_a";
 }
 
+/* forward and val_step use the generator only (or its moving average). */
+static const char *const eval_parts[] = {"generator", NULL};
+
 static const duet_model_ops pix2pix_ops = {
     .name = "Pix2Pix",
     .forward = pix2pix_forward,
@@ -234,6 +237,7 @@ static const duet_model_ops pix2pix_ops = {
     .save_state = pix2pix_save_state,
     .load_state = pix2pix_load_state,
     .input_key = pix2pix_input_key,
+    .eval_parts = eval_parts,
 };
 
 int duet_pix2pix_create(const duet_pix2pix_opts *opts, duet_rng *rng, duet_model **out) {

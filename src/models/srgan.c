@@ -255,6 +255,9 @@ int duet__srgan_load_state(duet_model *m, const duet_st *ckpt) {
     return DUET_OK;
 }
 
+/* forward and val_step use the generator only (or its moving average). */
+static const char *const eval_parts[] = {"generator", NULL};
+
 static const duet_model_ops srgan_ops = {
     .name = "SRGAN",
     .forward = duet__srgan_forward,
@@ -263,6 +266,7 @@ static const duet_model_ops srgan_ops = {
     .destroy = free,
     .save_state = duet__srgan_save_state,
     .load_state = duet__srgan_load_state,
+    .eval_parts = eval_parts,
 };
 
 int duet__srgan_create(const duet_model_ops *ops, const duet_module_type *root_type,

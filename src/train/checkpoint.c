@@ -37,7 +37,7 @@ static void opt_prefix(char *buf, size_t size, const char *name) {
 
 /* duet_st_load verified the checksums of a file that has them; say so when
  * it has none (PyTorch's files, or duet's before checksums). */
-static void note_unchecked(const duet_st *ck) {
+void duet__checkpoint_note_unchecked(const duet_st *ck) {
     if (!duet_st_has_checksums(ck))
         duet_log(DUET_LOG_INFO, "note: %s has no checksums (not written by duet, or by an older "
                  "duet): its data could not be verified", duet_st_path(ck));
@@ -93,6 +93,17 @@ static int missing_required(const duet_st *weights, duet_module *model, const ch
     return DUET_OK;
 }
 
+int duet_checkpoint_require(const duet_st *ckpt, duet_module *model, const char *prefix) {
+    char list[1024];
+    size_t count = 0;
+    DUET_TRY(missing_required(ckpt, model, prefix, list, sizeof list, &count));
+    if (count == 0) return DUET_OK;
+    return duet__error(DUET_ENOTFOUND, "%s lacks %zu weight%s the model needs (%s*): %s%s; is "
+                       "it a checkpoint of this model?", duet_st_path(ckpt), count,
+                       count == 1 ? "" : "s", prefix, list,
+                       strlen(list) >= sizeof list - 1 ? "..." : "");
+}
+
 int duet_checkpoint_load_model(const duet_st *ckpt, duet_module *model, bool strict,
                                const char *require_prefix, size_t *nmissing,
                                size_t *nunexpected) {
@@ -105,16 +116,8 @@ int duet_checkpoint_load_model(const duet_st *ckpt, duet_module *model, bool str
     duet_st_destroy(no_opt); /* the view shares the file, not the entries */
     DUET_TRY(vrc);
     int rc = DUET_OK;
-    if (!strict && require_prefix != NULL && require_prefix[0] != '\0') {
-        char list[1024];
-        size_t count = 0;
-        rc = missing_required(weights, model, require_prefix, list, sizeof list, &count);
-        if (rc == DUET_OK && count > 0)
-            rc = duet__error(DUET_ENOTFOUND, "%s lacks %zu weight%s the model needs (%s*): %s%s; "
-                             "is it a checkpoint of this model?", path, count,
-                             count == 1 ? "" : "s", require_prefix, list,
-                             strlen(list) >= sizeof list - 1 ? "..." : "");
-    }
+    if (!strict && require_prefix != NULL && require_prefix[0] != '\0')
+        rc = duet_checkpoint_require(weights, model, require_prefix);
     if (rc == DUET_OK) {
         rc = duet_module_load_state(model, weights, "", strict, nmissing, nunexpected);
         if (rc != DUET_OK) duet__error_context(rc, "%s", path);
@@ -173,7 +176,7 @@ int duet_checkpoint_resume(const char *path, duet_module *model,
     if (ckpt_out != NULL) *ckpt_out = NULL;
     duet_st *ck = NULL;
     DUET_TRY(duet_st_load(path, &ck));
-    note_unchecked(ck);
+    duet__checkpoint_note_unchecked(ck);
     int rc = DUET_OK;
     /* Optimizer presence first: a checkpoint without them changes nothing. */
     for (size_t i = 0; i < nopts && rc == DUET_OK; i++) {
@@ -197,7 +200,7 @@ int duet_checkpoint_load_weights(const char *path, duet_module *model, bool stri
                                  size_t *nunexpected) {
     duet_st *ck = NULL;
     DUET_TRY(duet_st_load(path, &ck));
-    note_unchecked(ck);
+    duet__checkpoint_note_unchecked(ck);
     int rc = duet_checkpoint_load_model(ck, model, strict, require_prefix, nmissing, nunexpected);
     duet_st_destroy(ck);
     return rc;

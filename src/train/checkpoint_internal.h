@@ -11,4 +11,7 @@ int duet__checkpoint_save_ex(const char *path, duet_module *model,
                              const duet_meta_item *meta, size_t nmeta,
                              int (*extra)(void *ctx, duet_st_writer *w), void *ctx);
 
+/* An INFO note when ck has no checksums (its data could not be verified). */
+void duet__checkpoint_note_unchecked(const duet_st *ck);
+
 #endif

@@ -4,6 +4,9 @@
  * pools), so that the runner never needs to know a model type. */
 #include "train/checkpoint_internal.h"
 
+#include <stdio.h>
+#include <string.h>
+
 static int save_hook(void *ctx, duet_st_writer *w) { return duet_model_save_state(ctx, w); }
 
 int duet_checkpoint_save_model(const char *path, duet_model *model,
@@ -23,5 +26,34 @@ int duet_checkpoint_resume_model(const char *path, duet_model *model,
     if (rc != DUET_OK) duet__error_context(rc, "%s", path);
     if (rc != DUET_OK || ckpt_out == NULL) duet_st_destroy(ck);
     else *ckpt_out = ck;
+    return rc;
+}
+
+/* The parts evaluation uses, and the moving average of each that the model
+ * has (the runner's EMA hook adds P_ema before loading): every one of their
+ * entries must be in the file. */
+static int require_eval_parts(const duet_st *ck, duet_model *model) {
+    const size_t n = duet_model_eval_part_count(model);
+    for (size_t i = 0; i < n; i++) {
+        const char *part = duet_model_eval_part_at(model, i);
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "%s.", part);
+        DUET_TRY(duet_checkpoint_require(ck, duet_model_module(model), prefix));
+        snprintf(prefix, sizeof prefix, "%s_ema", part);
+        if (duet_model_part(model, prefix) == NULL) continue;
+        strcat(prefix, ".");
+        DUET_TRY(duet_checkpoint_require(ck, duet_model_module(model), prefix));
+    }
+    return DUET_OK;
+}
+
+int duet_checkpoint_load_eval(const char *path, duet_model *model) {
+    duet_st *ck = NULL;
+    DUET_TRY(duet_st_load(path, &ck));
+    duet__checkpoint_note_unchecked(ck);
+    int rc = require_eval_parts(ck, model);
+    if (rc == DUET_OK) rc = duet_checkpoint_load_model(ck, duet_model_module(model), false, NULL,
+                                                       NULL, NULL);
+    duet_st_destroy(ck);
     return rc;
 }

@@ -159,10 +159,11 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
     r->rng = duet_rng_make(r->seed, 0);
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &r->model));
     /* With an EMA hook the checkpoint's generator_ema.* are used (and must
-     * be there, as the generator's: the prefix "generator" covers both). */
+     * be there, as the generator's are: the parts evaluation uses, which the
+     * model names, and their moving averages). */
     DUET_TRY(duet__run_read_ema(r));
     DUET_TRY(duet__run_add_ema(r, r->model));
-    DUET_TRY(duet__ckpt_load_weights(r, ckpt, false, r->nema > 0 ? "generator" : "generator."));
+    DUET_TRY(duet_checkpoint_load_eval(ckpt, r->model));
     duet_module_train(duet_model_module(r->model), false);
     return DUET_OK;
 }

@@ -5,7 +5,8 @@
 # each test pair; CycleGAN a2b and b2a: the testA or testB images) must
 # write exactly the PNG `duet test --out` writes for that sample: the input
 # goes through data.val.pipeline (Resize, RescaleToZeroOne, Normalize to
-# [-1, 1]) and the output is mapped back from [-1, 1] to [0, 255].
+# [-1, 1]) and the output is mapped back from [-1, 1] to [0, 255]. Both
+# refuse a checkpoint of another model (CycleGAN's with Pix2Pix's weights).
 # Needs DUET_EXE (set by CTest) and python3 with numpy.
 set -euo pipefail
 DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
@@ -89,4 +90,20 @@ check cyclegan_a2b "$CC" "$C/testA" "${CS[@]}"
 # (test sample i pairs testA[i] with testB[i % 4], under testA[i]'s name,
 # which is testB[i]'s for i < 4).
 check cyclegan_b2a "$CC" "$C/testB" "${CS[@]}" --set 'model.test_cfg.test_direction="b2a"'
+
+# A checkpoint of another model is refused, naming the file and the part
+# the model evaluates with (CycleGAN's "generators"), rather than run with
+# random weights: duet test and duet infer of CycleGAN with Pix2Pix's.
+wrong() {
+  local what=$1; shift
+  if "$DUET" "$@" > "$T/wrong.out" 2>&1; then
+    cat "$T/wrong.out"; fail "$what: ran CycleGAN with a Pix2Pix checkpoint"
+  fi
+  grep -q "pix2pix_a2b/latest.safetensors lacks .*(generators\.\*)" "$T/wrong.out" \
+    || { cat "$T/wrong.out"; fail "$what: no error naming the file and generators.*"; }
+  echo "test_translation_infer_e2e: $what refuses a Pix2Pix checkpoint for CycleGAN"
+}
+wrong "duet test" test "$CC" "$T/pix2pix_a2b/latest.safetensors" "${CS[@]}"
+wrong "duet infer" infer "$CC" "$T/pix2pix_a2b/latest.safetensors" "$C/testA"/*.png \
+  --out "$T/wrong.infer" "${CS[@]}"
 echo "test_translation_infer_e2e: OK"

@@ -23,8 +23,9 @@ enum { B = 6, ITERS = 3 };
 static const float LR = 1e-4f;
 /* Parameters to rtol 1e-4 and this atol, 1e-6 + 1% of Adam's reach in
  * ITERS steps: the discriminator's relativistic gradients are known to
- * ~1e-3 of their largest only (its real and fake terms nearly cancel;
- * test_ref_esrgan measures PyTorch float32 against float64 the same), so
+ * ~1e-3 of their largest only after a step (its real and fake terms nearly
+ * cancel, amplifying the noise-level Adam moves; PyTorch's float32 run
+ * differs from its float64 run the same), so
  * an element with a gradient of a few percent of the largest has its Adam
  * step known to ~1% of lr. (test_srgan.c: 1e-6.) */
 static const double PARAM_ATOL = 1e-6 + 0.01 * 1e-4 * ITERS;

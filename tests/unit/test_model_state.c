@@ -1,7 +1,8 @@
 /* Model-specific state in checkpoints through the save_state / load_state
  * hooks of duet_model_ops: metadata and "state." tensors are written,
  * restored on resume, and never taken for weights; SRGAN keeps its step
- * counter this way. */
+ * counter this way. test / infer require the weights of the parts the
+ * model evaluates with. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,7 +50,7 @@ static const duet_model_ops pooled_ops = {
 };
 static const duet_module_type pooled_root = {"Pooled", NULL, NULL};
 
-static duet_model *pooled_model(uint64_t seed) {
+static duet_model *pooled_model_named(const char *part, uint64_t seed) {
     duet_rng rng = duet_rng_make(seed, 0);
     pooled *s = calloc(1, sizeof *s);
     assert_non_null(s);
@@ -57,11 +58,13 @@ static duet_model *pooled_model(uint64_t seed) {
     duet_module *root = NULL, *lin = NULL;
     TU_OK(duet_module_create(&pooled_root, NULL, &root));
     TU_OK(duet_linear_module_create(2, 3, true, &rng, &lin));
-    TU_OK(duet_module_add_child(root, "generator", lin));
+    TU_OK(duet_module_add_child(root, part, lin));
     duet_model *m = NULL;
     TU_OK(duet_model_create(&pooled_ops, s, root, &m));
     return m;
 }
+
+static duet_model *pooled_model(uint64_t seed) { return pooled_model_named("generator", seed); }
 
 static void test_hooks_round_trip(void **state) {
     const char *dir = *state;
@@ -131,8 +134,68 @@ static void test_srgan_step_counter(void **state) {
     duet_model_destroy(b);
 }
 
+/* test / infer load the parts evaluation uses, which the model names (its
+ * ops' eval_parts, or every part with a trainable parameter): a
+ * checkpoint without them fails, naming the file and the part, for any
+ * part name (CycleGAN's "generators", a user model's "net"). */
+static void test_eval_weights_required(void **state) {
+    const char *dir = *state;
+    char mine[512], other[512], p2p[512];
+    tu_path(mine, sizeof mine, dir, "net.safetensors");
+    tu_path(other, sizeof other, dir, "other.safetensors");
+    tu_path(p2p, sizeof p2p, dir, "pix2pix.safetensors");
+
+    /* A user model without eval_parts: its trainable part. */
+    duet_model *a = pooled_model_named("net", 1), *b = pooled_model_named("net", 2);
+    duet_model *c = pooled_model_named("other", 3);
+    assert_int_equal(duet_model_eval_part_count(a), 1);
+    assert_string_equal(duet_model_eval_part_at(a, 0), "net");
+    assert_null(duet_model_eval_part_at(a, 1));
+    TU_OK(duet_checkpoint_save_model(mine, a, NULL, 0, NULL, 0));
+    TU_OK(duet_checkpoint_save_model(other, c, NULL, 0, NULL, 0));
+    TU_OK(duet_checkpoint_load_eval(mine, b));
+    tu_assert_same_state(duet_model_module(a), duet_model_module(b), true);
+    tu_expect_error(duet_checkpoint_load_eval(other, b), DUET_ENOTFOUND, other, "(net.*)",
+                    "net.weight", NULL);
+    /* A frozen part is not evaluation's. */
+    duet_module_set_requires_grad(duet_model_part(a, "net"), false);
+    assert_int_equal(duet_model_eval_part_count(a), 0);
+
+    /* CycleGAN names "generators"; a Pix2Pix checkpoint ("generator.*")
+     * is not one of it, and the other way round. */
+    duet_cyclegan_opts co = duet_cyclegan_opts_default();
+    co.generator.base_channels = 4;
+    co.generator.num_blocks = 1;
+    co.discriminator.base_channels = 4;
+    co.discriminator.num_conv = 2;
+    duet_pix2pix_opts po = duet_pix2pix_opts_default();
+    po.generator.num_down = 5;
+    po.generator.base_channels = 4;
+    po.discriminator.base_channels = 4;
+    po.discriminator.num_conv = 2;
+    duet_rng rng = duet_rng_make(4, 0);
+    duet_model *cg = NULL, *pp = NULL;
+    TU_OK(duet_cyclegan_create(&co, &rng, &cg));
+    TU_OK(duet_pix2pix_create(&po, &rng, &pp));
+    assert_int_equal(duet_model_eval_part_count(cg), 1);
+    assert_string_equal(duet_model_eval_part_at(cg, 0), "generators");
+    TU_OK(duet_checkpoint_save_model(p2p, pp, NULL, 0, NULL, 0));
+    tu_expect_error(duet_checkpoint_load_eval(p2p, cg), DUET_ENOTFOUND, p2p, "(generators.*)",
+                    "is it a checkpoint of this model?", NULL);
+    TU_OK(duet_checkpoint_load_eval(p2p, pp));
+    TU_OK(duet_checkpoint_save_model(p2p, cg, NULL, 0, NULL, 0));
+    tu_expect_error(duet_checkpoint_load_eval(p2p, pp), DUET_ENOTFOUND, p2p, "(generator.*)",
+                    NULL);
+    duet_model_destroy(cg);
+    duet_model_destroy(pp);
+    duet_model_destroy(a);
+    duet_model_destroy(b);
+    duet_model_destroy(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        TU_TMPDIR_TEST(test_eval_weights_required),
         TU_TMPDIR_TEST(test_hooks_round_trip),
         TU_TMPDIR_TEST(test_srgan_step_counter),
     };

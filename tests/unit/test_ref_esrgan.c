@@ -3,8 +3,9 @@
  * resize, Gram matrix, a - mean(b) per group of samples), GANLoss of every type in every
  * (target, is_disc) combination with its gradient, PerceptualLoss with the
  * style term for both criteria, and two full ESRGAN train_steps from the
- * same weights: log values, every gradient and every state entry, at the
- * tolerances of test_ref_srgan.c. */
+ * same weights (the second from PyTorch's state after the first): log
+ * values, every gradient and every state entry, at the tolerances of
+ * test_ref_srgan.c. */
 #include "testutil.h"
 
 #include <math.h>
@@ -163,11 +164,14 @@ static duet_model *ref_esrgan_model(void) {
     return m;
 }
 
-/* As test_ref_srgan.c: every state entry to rtol 1e-4 / atol 1e-6 (or PyTorch's
- * own float32 error, below), except
- * elements whose reference gradient was ever at float32 noise level
- * (nonzero, below 3e-4 of the tensor's largest), where Adam's normalised
- * first steps may go either way: within 2.1 lr per step, a small minority. */
+/* As test_ref_srgan.c: every state entry after step `step` to rtol 1e-4 /
+ * atol 1e-6, except elements whose reference gradient was ever at float32
+ * noise level (nonzero, below 3e-4 of the tensor's largest), where Adam's
+ * normalised steps may go either way: within 2.1 lr of the reference (the
+ * model starts each step from the reference's state, so only this step's
+ * move can differ), a small minority. No tolerance here depends on PyTorch's
+ * own float32 error: a skipped step (lr) or a wrong move of any element
+ * outside the noise mask fails. */
 static void compare_state(duet_module *root, const duet_st *st, int step, double lr) {
     duet_named_tensors l = {0};
     TU_OK(duet_module_state(root, &l));
@@ -178,15 +182,6 @@ static void compare_state(duet_module *root, const duet_st *st, int step, double
         snprintf(key, sizeof key, "step%d.%s", step, l.items[i].name);
         duet_tensor *want = tu_ref_tensor(st, key), *t = l.items[i].tensor;
         assert_int_equal(t->numel, want->numel);
-        /* Besides 1e-6: 3 times PyTorch's own float32 error for the entry
-         * (sdev: max |float32 - float64|, see compare_grads). */
-        double atol = 1e-6;
-        snprintf(key, sizeof key, "sdev%d.%s", step, l.items[i].name);
-        if (duet_st_has(st, key)) {
-            duet_tensor *dev = tu_ref_tensor(st, key);
-            atol = fmax(atol, 3.0 * dev->data[0]);
-            duet_tensor_release(dev);
-        }
         bool *mask = calloc((size_t)t->numel, sizeof *mask);
         for (int s = 1; s <= step; s++) {
             snprintf(key, sizeof key, "grad%d.%s", s, l.items[i].name);
@@ -203,22 +198,23 @@ static void compare_state(duet_module *root, const duet_st *st, int step, double
             total++;
             if (mask[k]) {
                 noisy++;
-                if (d > 2.1 * lr * step)
+                if (d > 2.1 * lr)
                     fail_msg("step%d.%s[%lld]: got %.8g, want %.8g: more than Adam can move",
                              step, l.items[i].name, (long long)k, t->data[k], want->data[k]);
                 continue;
             }
-            double tol = atol + 1e-4 * fabs((double)want->data[k]);
+            double tol = 1e-6 + 1e-4 * fabs((double)want->data[k]);
             worst = fmax(worst, d / tol);
             if (d > tol)
-                fail_msg("step%d.%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol %.3g)", step,
-                         l.items[i].name, (long long)k, t->data[k], want->data[k], atol);
+                fail_msg("step%d.%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol 1e-6)", step,
+                         l.items[i].name, (long long)k, t->data[k], want->data[k]);
         }
         free(mask);
         duet_tensor_release(want);
     }
-    printf("    step%d.*: %zu entries, %lld values, largest difference %.3g of the tolerance; "
-           "%lld noise-level\n", step, l.count, (long long)total, worst, (long long)noisy);
+    printf("    step%d.*: %zu entries, %lld values, largest difference %.3g of the tolerance "
+           "1e-6 + 1e-4 |want|; %lld noise-level\n", step, l.count, (long long)total, worst,
+           (long long)noisy);
     assert_true(noisy * 50 < total);
     duet_named_tensors_clear(&l);
 }
@@ -238,11 +234,17 @@ static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
 }
 
 /* The gradients before Adam: the generator's from its step, the
- * discriminator's summed over its real and fake backward passes. */
+ * discriminator's summed over its real and fake backward passes; as
+ * test_ref_srgan.c, to rtol 1e-3 and 1e-4 of the tensor's largest, with a
+ * floor of 6e-8 (two float32 ulps of 0.25): the last discriminator bias's
+ * gradient is the real pass's mean(sigmoid(r - mean f) - 1) / 2 plus the
+ * fake pass's mean(sigmoid(f - mean r)) / 2, terms of about 0.25 that
+ * cancel to ~1e-6, so only their absolute precision is left. */
 static void compare_grads(duet_module *root, const duet_st *st, const char *prefix) {
     duet_named_tensors l = {0};
     TU_OK(duet_module_named_parameters(root, false, &l));
     size_t ngrads = 0;
+    double worst = 0;
     for (size_t i = 0; i < l.count; i++) {
         char key[256];
         snprintf(key, sizeof key, "%s%s", prefix, l.items[i].name);
@@ -256,25 +258,16 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
         double scale = 0;
         for (int64_t k = 0; k < want->numel; k++) scale = fmax(scale, fabs(want->data[k]));
         assert_non_null(t->grad);
-        /* Besides test_ref_srgan's 1e-4 of the largest: PyTorch's own
-         * float32 error, 3 * max |grad32 - grad64| (gdev). In step 2 that
-         * reaches 2e-3 of the largest (step 1's noise-level Adam moves,
-         * amplified by the relativistic losses, whose real and fake terms
-         * nearly cancel); duet may be that far from float32 PyTorch too.
-         * And a floor of 6e-8 (two float32 ulps of 0.25): the last
-         * discriminator bias's gradient is the real pass's
-         * mean(sigmoid(r - mean f) - 1) / 2 plus the fake pass's
-         * mean(sigmoid(f - mean r)) / 2, terms of about 0.25 that cancel to
-         * ~1e-6, so only their absolute precision is left. */
-        snprintf(key, sizeof key, "gdev%s%s", prefix + 4, l.items[i].name);
-        duet_tensor *dev = tu_ref_tensor(st, key);
-        double atol = fmax(fmax(1e-4 * scale, 3.0 * dev->data[0]), 6e-8);
-        duet_tensor_release(dev);
-        snprintf(key, sizeof key, "%s%s", prefix, l.items[i].name);
+        const double atol = fmax(1e-4 * scale, 6e-8);
+        for (int64_t k = 0; k < t->numel; k++)
+            worst = fmax(worst, fabs((double)t->grad[k] - want->data[k]) /
+                                    (atol + 1e-3 * fabs((double)want->data[k])));
         tu_assert_ref(st, key, t->grad, t->numel, 1e-3, atol);
         ngrads++;
         duet_tensor_release(want);
     }
+    printf("    %s*: %zu gradients, largest difference %.3g of the tolerance 1e-3 |want| + "
+           "max(1e-4 max|want|, 6e-8)\n", prefix, ngrads, worst);
     /* RRDBNet: conv_first + 2 RRDB x 3 RDB x 5 convs + 5 convs, weight and
      * bias each; ModifiedVGG: 33 tensors. */
     assert_int_equal(ngrads, 2 * (1 + 2 * 3 * 5 + 5) + 33);
@@ -300,6 +293,15 @@ static void test_esrgan_train_step_vs_pytorch(void **state) {
     TU_OK(duet_batch_add_tensor(&b, "gt", gt));
     duet_log_vars log;
     for (int step = 1; step <= 2; step++) {
+        /* Step 2 starts from PyTorch's weights and statistics after step 1
+         * (the optimizers' moments stay the model's own). From its own step
+         * 1 it would differ by the noise-level elements' moves (up to 2 lr
+         * either way), which the relativistic losses, differences of
+         * near-equal terms, amplify to 2e-3 of the largest gradient in step
+         * 2 (PyTorch's float32 run against its float64 run shows the same):
+         * tolerances that allow that cannot see a wrong step. */
+        if (step == 2)
+            TU_OK(duet_module_load_state(root, st, "step1.", true, &missing, &unexpected));
         TU_OK(duet_model_train_step(m, &b, opts, &log));
         char prefix[16];
         snprintf(prefix, sizeof prefix, "grad%d.", step);

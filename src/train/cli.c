@@ -1,0 +1,285 @@
+/* The command line, `duet train | test | infer | info`, as a library call
+ * (duet_cli_main, duet/runner.h): tools/duet.c is main() calling it, and a
+ * program that registers its own models, networks, losses or datasets
+ * (duet/registry.h) calls it the same way to get the same commands for
+ * them. Nothing here but argument parsing; the work is duet_runner_train /
+ * _test / _infer, which also print the results and their errors. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "duet/train.h"
+
+#define EXIT_USAGE 2
+
+static const char main_usage[] =
+    "usage: duet <command> [options]\n"
+    "\n"
+    "Trains and runs the models of a config (MMEditing's SRGAN, ESRGAN,\n"
+    "Pix2Pix, CycleGAN, BasicRestorer, and any model the program registered)\n"
+    "with data parallelism over MPI. Every command runs as one process, or as\n"
+    "many under `mpirun -n N duet ...` (or Slurm's srun).\n"
+    "\n"
+    "commands:\n"
+    "  train   train a model from a config file\n"
+    "  test    PSNR/SSIM of a checkpoint on the validation set, next to bicubic\n"
+    "  infer   upscale (or translate) images with a checkpoint\n"
+    "  info    version, CPU features, kernel path, library versions, threads\n"
+    "\n"
+    "`duet <command> --help` describes each one; `duet --version` prints the version.\n";
+
+static const char train_usage[] =
+    "usage: duet train CONFIG [--work-dir DIR] [--resume[=CKPT]] [--set KEY=VALUE]...\n"
+    "\n"
+    "Trains the model of CONFIG (a libconfig file, see configs/) for total_iters\n"
+    "iterations: logs every log_config.interval iterations (also to\n"
+    "WORK_DIR/log.jsonl), evaluates every evaluation.interval and writes\n"
+    "WORK_DIR/iter_N.safetensors and latest.safetensors every\n"
+    "checkpoint_config.interval.\n"
+    "\n"
+    "options:\n"
+    "  --work-dir DIR     where logs, checkpoints and images go (default: the\n"
+    "                     config's work_dir)\n"
+    "  --resume           continue from WORK_DIR/latest.safetensors: weights,\n"
+    "                     optimizers, schedule, data order and RNG (on the same\n"
+    "                     number of processes the result is bitwise the same)\n"
+    "  --resume=CKPT      continue from CKPT (also `--resume CKPT.safetensors`)\n"
+    "  --set KEY=VALUE    override a config key, e.g. --set total_iters=100 or\n"
+    "                     --set model.generator.num_blocks=8 (repeatable; VALUE in\n"
+    "                     libconfig syntax: 1e-4, true, \"text\", [1, 2])\n"
+    "  -h, --help         this text\n"
+    "\n"
+    "\n"
+    "Stopping and hangs (docs/reliability.md): on SIGTERM or SIGINT every process\n"
+    "stops at the next iteration boundary, a checkpoint is written and duet exits\n"
+    "with status 75 (continue with --resume); a second signal stops at once. A\n"
+    "collective that makes no progress for dist.timeout seconds (default 600;\n"
+    "DUET_TIMEOUT in the environment overrides it) aborts the job with status 76,\n"
+    "naming the operation and the processes that did not take part.\n"
+    "\n"
+    "example:\n"
+    "  mpirun -n 2 --oversubscribe duet train configs/msrresnet_x4_tiny.cfg\n";
+
+static const char test_usage[] =
+    "usage: duet test CONFIG CKPT [--out DIR] [--json] [--set KEY=VALUE]...\n"
+    "\n"
+    "Evaluates the generator of checkpoint CKPT on the config's validation set\n"
+    "(data.val): mean PSNR and SSIM over its images (with test_cfg's\n"
+    "crop_border), next to MATLAB bicubic upscaling of the same inputs.\n"
+    "\n"
+    "options:\n"
+    "  --out DIR          also save each output as DIR/<name>.png (not the\n"
+    "                     validation folder itself: refused)\n"
+    "  --json             print one JSON object {\"PSNR\", \"SSIM\", \"PSNR_bicubic\",\n"
+    "                     \"SSIM_bicubic\", \"images\"} instead of the table\n"
+    "  --set KEY=VALUE    override a config key (repeatable)\n"
+    "  -h, --help         this text\n";
+
+static const char infer_usage[] =
+    "usage: duet infer CONFIG CKPT IMAGE... --out DIR [--set KEY=VALUE]...\n"
+    "\n"
+    "Upscales each IMAGE (PNG or JPEG) with the generator of checkpoint CKPT and\n"
+    "writes DIR/<name>.png. Under mpirun the images are shared out between the\n"
+    "processes. Outputs never replace an input or each other: before anything is\n"
+    "written, the run is refused when an output would be one of the IMAGEs, when\n"
+    "two IMAGEs have one name (a.png and a.jpg), or when an output path is a\n"
+    "symlink. Each output is written to a temporary file and renamed into place.\n"
+    "\n"
+    "Image-to-image models (Pix2Pix, CycleGAN) translate each IMAGE, which is the\n"
+    "model's input alone (Pix2Pix: the A half of a pair, or B with direction b2a):\n"
+    "it goes through the steps of data.val.pipeline for that key (Resize,\n"
+    "Normalize to [-1, 1], ...) and the output is mapped back from [-1, 1] to\n"
+    "[0, 255], so that infer writes what `duet test --out` writes.\n"
+    "\n"
+    "options:\n"
+    "  --out DIR          output folder, created when missing (required)\n"
+    "  --set KEY=VALUE    override a config key (repeatable)\n"
+    "  -h, --help         this text\n";
+
+enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8 };
+
+static int usage_error(const char *usage, const char *msg, const char *arg) {
+    fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
+    return EXIT_USAGE;
+}
+
+/* Matches "--name" and "--name=...". */
+static bool is_option(const char *a, const char *name) {
+    size_t n = strlen(name);
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
+}
+
+/* The value of "--name=value" or "--name value" (advancing *i); NULL when
+ * missing. */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (a[n] == '=') return a + n + 1;
+    if (*i + 1 >= argc) return NULL;
+    return argv[++*i];
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Parses argv (after the command name) into o, the positional arguments into
+ * pos (room for argc) and --set values into sets (room for argc). Returns -1
+ * to go on, else the exit code (0 after --help). */
+static int parse(int argc, char **argv, const char *usage, unsigned allowed,
+                 duet_runner_opts *o, const char **pos, int *npos, const char **sets,
+                 bool *json) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return EXIT_SUCCESS;
+        } else if (is_option(a, "--set")) {
+            const char *v = option_value(argc, argv, &i, "--set");
+            if (v == NULL || strchr(v, '=') == NULL || v[0] == '=')
+                return usage_error(usage, "--set needs KEY=VALUE, got ", v ? v : "nothing");
+            sets[o->nsets++] = v;
+        } else if ((allowed & OPT_WORK_DIR) && is_option(a, "--work-dir")) {
+            if ((o->work_dir = option_value(argc, argv, &i, "--work-dir")) == NULL)
+                return usage_error(usage, "--work-dir needs a folder", "");
+        } else if ((allowed & OPT_RESUME) && is_option(a, "--resume")) {
+            o->resume = true;
+            if (a[strlen("--resume")] == '=')
+                o->resume_from = a + strlen("--resume=");
+            else if (i + 1 < argc && ends_with(argv[i + 1], ".safetensors"))
+                o->resume_from = argv[++i];
+        } else if ((allowed & OPT_OUT) && is_option(a, "--out")) {
+            if ((o->out_dir = option_value(argc, argv, &i, "--out")) == NULL)
+                return usage_error(usage, "--out needs a folder", "");
+        } else if ((allowed & OPT_JSON) && strcmp(a, "--json") == 0) {
+            *json = true;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return usage_error(usage, "unknown option ", a);
+        } else {
+            pos[(*npos)++] = a;
+        }
+    }
+    o->sets = sets;
+    return -1;
+}
+
+/* `duet test`'s answer: one JSON object, or a table next to bicubic, of the
+ * metrics model.test_cfg.metrics names (none for a translation model, whose
+ * outputs are the answer; bicubic only where the data is super-resolution). */
+static void print_test_result(const duet_runner_opts *o, const duet_test_result *r, bool json) {
+    const duet_log_vars *m = &r->metrics, *b = &r->metrics_bicubic;
+    if (json) {
+        printf("{");
+        for (int i = 0; i < m->count; i++) printf("\"%s\": %.4f, ", m->names[i], m->values[i]);
+        for (int i = 0; i < b->count; i++)
+            printf("\"%s_bicubic\": %.4f, ", b->names[i], b->values[i]);
+        printf("\"images\": %" PRId64 "}\n", r->images);
+    } else {
+        printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
+               o->checkpoint, r->images, r->crop_border);
+        if (m->count > 0) {
+            printf("         ");
+            for (int i = 0; i < m->count; i++) printf(" %9s", m->names[i]);
+            printf("\n  model  ");
+            for (int i = 0; i < m->count; i++) printf(" %9.4f", m->values[i]);
+            printf("\n");
+        }
+        if (b->count > 0) {
+            printf("  bicubic");
+            for (int i = 0; i < b->count; i++) printf(" %9.4f", b->values[i]);
+            printf("\n");
+        }
+        if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
+    }
+    fflush(stdout);
+}
+
+/* The runner has printed its error already (once per job). */
+static int finish(int rc) {
+    duet_comm_finalize();
+    if (rc == DUET_ESTOPPED) return DUET_EXIT_STOPPED;
+    if (rc == DUET_ETIMEOUT) return DUET_EXIT_TIMEOUT;
+    return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+static int run(const char *cmd, int argc, char **argv) {
+    duet_runner_opts o = duet_runner_opts_default();
+    const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+    const char **sets = calloc((size_t)argc + 1, sizeof *sets);
+    int npos = 0, rc = EXIT_FAILURE;
+    bool json = false;
+    if (pos == NULL || sets == NULL) {
+        fprintf(stderr, "duet: out of memory\n");
+        goto done;
+    }
+    if (strcmp(cmd, "train") == 0) {
+        rc = parse(argc, argv, train_usage, OPT_WORK_DIR | OPT_RESUME, &o, pos, &npos, sets,
+                   &json);
+        if (rc >= 0) goto done;
+        if (npos != 1) {
+            rc = usage_error(train_usage, npos ? "train takes one CONFIG" : "missing CONFIG",
+                             "");
+            goto done;
+        }
+        o.config = pos[0];
+        rc = finish(duet_runner_train(&o));
+    } else if (strcmp(cmd, "test") == 0) {
+        rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets, &json);
+        if (rc >= 0) goto done;
+        if (npos != 2) {
+            rc = usage_error(test_usage, "test takes CONFIG and CKPT", "");
+            goto done;
+        }
+        o.config = pos[0];
+        o.checkpoint = pos[1];
+        duet_test_result res;
+        int trc = duet_runner_test(&o, &res);
+        if (trc == DUET_OK && res.rank == 0) print_test_result(&o, &res, json);
+        rc = finish(trc);
+    } else if (strcmp(cmd, "infer") == 0) {
+        rc = parse(argc, argv, infer_usage, OPT_OUT, &o, pos, &npos, sets, &json);
+        if (rc >= 0) goto done;
+        if (npos < 3) {
+            rc = usage_error(infer_usage, "infer takes CONFIG, CKPT and at least one IMAGE", "");
+            goto done;
+        }
+        if (o.out_dir == NULL) {
+            rc = usage_error(infer_usage, "infer needs --out DIR", "");
+            goto done;
+        }
+        o.config = pos[0];
+        o.checkpoint = pos[1];
+        o.images = pos + 2;
+        o.nimages = (size_t)(npos - 2);
+        rc = finish(duet_runner_infer(&o));
+    } else {
+        rc = usage_error(main_usage, "unknown command ", cmd);
+    }
+done:
+    free(pos);
+    free(sets);
+    return rc;
+}
+
+int duet_cli_main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(main_usage, stderr);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(main_usage, stdout);
+        return EXIT_SUCCESS;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("duet %s\n", DUET_VERSION_STRING);
+        return EXIT_SUCCESS;
+    }
+    if (strcmp(argv[1], "info") == 0) {
+        if (argc > 2) return usage_error(main_usage, "info takes no arguments", "");
+        return duet_info_print(stdout) == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+    }
+    return run(argv[1], argc - 2, argv + 2);
+}
