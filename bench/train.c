@@ -280,6 +280,10 @@ int main(int argc, char **argv) {
                          "--threads %d --steps %d --warmup %d",
                          wait_env, thr, timeout_s, python, script, m, np, thr, nsteps, warmup);
                 tok = run_json(cmd, tline, sizeof tline);
+                if (!tok) { /* gloo's rendezvous has failed now and then: once more */
+                    fprintf(stderr, "bench_train: the PyTorch side failed; running it again\n");
+                    tok = run_json(cmd, tline, sizeof tline);
+                }
             }
             double di = dok ? json_num(dline, "images_per_s") : 0.0 / 0.0;
             double ti = tok ? json_num(tline, "images_per_s") : 0.0 / 0.0;

@@ -11,6 +11,7 @@ Prints one JSON line: {"framework": "torch", "model", "nproc", "batch",
 over the processes).
 """
 import argparse
+import datetime
 import json
 import os
 import resource
@@ -42,7 +43,11 @@ MODELS = {
 
 def worker(rank, world, model_name, steps, warmup, initfile, queue, threads):
     torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"file://{initfile}", rank=rank, world_size=world)
+    # A rendezvous that does not complete fails in a minute instead of
+    # leaving bench_train to its 20-minute child timeout (seen once in ~10
+    # runs at --nproc 2, both ranks asleep in gloo's connect).
+    dist.init_process_group("gloo", init_method=f"file://{initfile}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     m = MODELS[model_name]
     torch.manual_seed(0)
     # PyTorch's default init, out-of-place activations (as this bench always had).
@@ -96,7 +101,9 @@ def worker(rank, world, model_name, steps, warmup, initfile, queue, threads):
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     if rank == 0:
         queue.put((t[0].item(), t[1].item()))
-    dist.destroy_process_group()
+    # No destroy_process_group(): now and then one rank stayed in it after
+    # the other had left (both done, the parent waiting on join for ever);
+    # the process's exit closes gloo's connections as well.
 
 
 def main():
@@ -119,6 +126,9 @@ def main():
                           "cpu_capability": isa[0] if isa else None,
                           "threads": torch.get_num_threads()}))
         return
+    # gloo on the loopback: one host, and no dependence on how the host name
+    # resolves (an address that does not answer leaves the connect waiting).
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     fd, initfile = tempfile.mkstemp(prefix="duet_bench_gloo_")
