@@ -215,6 +215,73 @@ static const float *chunk_columns(float *col, const float *x0, int64_t cnt, cons
     return col;
 }
 
+/* How many threads take whole samples, each running its own products on
+ * one thread (a GEMM inside the team's region runs single-threaded), or 1.
+ * When a sample is a chunk of its own and its columns are small, a GEMM
+ * split across threads costs more in hand-offs than it gains: the tiny
+ * SRGAN's 32x256x288 products ran slower on 2 threads than on 1. Whole
+ * samples per thread do not, and every output element is the same
+ * single-threaded sum for any thread count. Each thread holds its own
+ * columns, hence the size limit (it keeps the full SRGAN's large VGG
+ * layers on the threaded GEMM and its memory where it was). */
+#define CONV_SAMPLE_TEAM_MAX_FLOATS ((int64_t)1 << 20)
+
+static int sample_team(const conv_geom *g) {
+    if (g->nb != 1 || g->k * g->p > CONV_SAMPLE_TEAM_MAX_FLOATS) return 1;
+    int t = duet__par_threads(g->n * DUET__PAR_MIN_WORK);
+    return t <= g->n ? t : (int)g->n;
+}
+
+/* dX for every sample, samples spread over `team` threads. */
+static int conv_dx_by_sample(float *dx, const float *w, const float *dy, const conv_geom *g,
+                             int team) {
+    const bool pointwise = is_pointwise(g);
+    const int64_t chw = g->c * g->h * g->w;
+    bool failed = false;
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int64_t n = 0; n < g->n; n++) {
+        const float *dyn = dy + n * g->o * g->p;
+        if (pointwise) {
+            /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
+            duet_sgemm(true, false, g->k, g->p, g->o, 1.0f, w, g->k, dyn, g->p, 1.0f,
+                       dx + n * chw, g->p);
+            continue;
+        }
+        float *dcol = duet__scratch(1, (size_t)(g->k * g->p));
+        if (dcol == NULL) {
+            failed = true;
+            continue;
+        }
+        duet_sgemm(true, false, g->k, g->p, g->o, 1.0f, w, g->k, dyn, g->p, 0.0f, dcol, g->p);
+        col2im(dx + n * chw, dcol, g->p, g);
+    }
+    return failed ? DUET_ENOMEM : DUET_OK;
+}
+
+/* Y for every sample, samples spread over `team` threads. */
+static int conv_forward_by_sample(float *y, const float *x, const float *w, const float *bias,
+                                  const conv_geom *g, int team) {
+    const int64_t chw = g->c * g->h * g->w;
+    const bool pointwise = is_pointwise(g);
+    bool failed = false;
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int64_t n = 0; n < g->n; n++) {
+        float *col = pointwise ? NULL : duet__scratch(0, (size_t)(g->k * g->p));
+        if (!pointwise && col == NULL) {
+            failed = true;
+            continue;
+        }
+        const float *cols = chunk_columns(col, x + n * chw, 1, g);
+        float *yn = y + n * g->o * g->p;
+        if (bias != NULL)
+            for (int64_t o = 0; o < g->o; o++)
+                for (int64_t q = 0; q < g->p; q++) yn[o * g->p + q] = bias[o];
+        duet_sgemm(false, false, g->o, g->p, g->k, 1.0f, w, g->k, cols, g->p,
+                   bias != NULL ? 1.0f : 0.0f, yn, g->p);
+    }
+    return failed ? DUET_ENOMEM : DUET_OK;
+}
+
 static int conv2d_backward(duet_node *node) {
     const conv_ctx *cc = node->ctx;
     duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
@@ -235,6 +302,10 @@ static int conv2d_backward(duet_node *node) {
                 s += duet__sum_f32(dy + (n * g.o + o) * g.p, g.p);
             db[o] += (float)s;
         }
+    }
+    if (dx != NULL && sample_team(&g) > 1) {
+        DUET_TRY(conv_dx_by_sample(dx, w->data, dy, &g, sample_team(&g)));
+        dx = NULL; /* done: the loop below makes dW */
     }
     if (dw == NULL && dx == NULL) return DUET_OK;
 
@@ -283,6 +354,25 @@ static int conv2d_backward(duet_node *node) {
     return DUET_OK;
 }
 
+/* Records y = conv2d(x, w, b) on the tape when needed; *out = y. */
+static int record_conv(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
+                       duet_tensor *y, duet_tensor **out) {
+    duet_tensor *ins[3] = {x, w, b};
+    conv_ctx *cc = NULL;
+    if (duet_autograd_needs_record(3, ins)) {
+        cc = malloc(sizeof *cc);
+        if (cc == NULL) {
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "conv2d: out of memory recording the op");
+        }
+        cc->stride = stride;
+        cc->pad = padding;
+    }
+    DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
+    duet__op_output_unread(*out);
+    return DUET_OK;
+}
+
 int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
                 duet_tensor **out) {
     *out = NULL;
@@ -290,6 +380,16 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
+    const int team = sample_team(&g);
+    if (team > 1) {
+        int rc = conv_forward_by_sample(y->data, x->data, w->data, b != NULL ? b->data : NULL,
+                                        &g, team);
+        if (rc != DUET_OK) {
+            duet_tensor_release(y);
+            return duet__error(rc, "conv2d: out of memory for the columns");
+        }
+        return record_conv(x, w, b, stride, padding, y, out);
+    }
     const bool pointwise = is_pointwise(&g);
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
     float *col = NULL, *tmp = NULL;
@@ -333,18 +433,5 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
             }
         }
     }
-    duet_tensor *ins[3] = {x, w, b};
-    conv_ctx *cc = NULL;
-    if (duet_autograd_needs_record(3, ins)) {
-        cc = malloc(sizeof *cc);
-        if (cc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "conv2d: out of memory recording the op");
-        }
-        cc->stride = stride;
-        cc->pad = padding;
-    }
-    DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
-    duet__op_output_unread(*out);
-    return DUET_OK;
+    return record_conv(x, w, b, stride, padding, y, out);
 }

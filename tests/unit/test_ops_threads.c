@@ -144,6 +144,26 @@ static void test_conv_agrees_to_rounding(void **state) {
     set_threads(1);
 }
 
+/* Where a sample is a GEMM of its own and its columns are small, the
+ * threads take whole samples and each product runs on one thread
+ * (sample_team in src/ops/conv.c): the outputs and dX are then the same
+ * bits as with one thread. (dW sums over samples in one threaded GEMM and
+ * agrees to rounding, above.) */
+static void test_conv_by_sample_is_bitwise(void **state) {
+    (void)state;
+    result a = run_conv(1), b = run_conv(3);
+    /* keep() order: y1, y3, then x's gradient. */
+    const int64_t n = 4 * 16 * 32 * 32 + 4 * 8 * 16 * 16 + 4 * 16 * 32 * 32;
+    assert_true(a.n >= n && b.n == a.n);
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a.v[i], &b.v[i], sizeof(float)) != 0)
+            fail_msg("value %lld differs: %.9g with 1 thread, %.9g with 3", (long long)i,
+                     (double)a.v[i], (double)b.v[i]);
+    free(a.v);
+    free(b.v);
+    set_threads(1);
+}
+
 static void test_par_threads_rule(void **state) {
     (void)state;
     set_threads(4);
@@ -158,6 +178,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_non_gemm_ops_are_bitwise_the_same),
         cmocka_unit_test(test_conv_agrees_to_rounding),
+        cmocka_unit_test(test_conv_by_sample_is_bitwise),
         cmocka_unit_test(test_par_threads_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
