@@ -121,14 +121,19 @@ static result run_conv(int threads) {
     return res;
 }
 
+/* The first n values of a (1 thread) and b (3 threads) are the same bits. */
+static void assert_same_bits(const result *a, const result *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a->v[i], &b->v[i], sizeof(float)) != 0)
+            fail_msg("value %lld differs: %.9g with 1 thread, %.9g with 3", (long long)i,
+                     (double)a->v[i], (double)b->v[i]);
+}
+
 static void test_non_gemm_ops_are_bitwise_the_same(void **state) {
     (void)state;
     result a = run_no_gemm(1), b = run_no_gemm(3);
     assert_int_equal(a.n, b.n);
-    for (int64_t i = 0; i < a.n; i++)
-        if (memcmp(&a.v[i], &b.v[i], sizeof(float)) != 0)
-            fail_msg("value %lld differs: %.9g with 1 thread, %.9g with 3", (long long)i,
-                     (double)a.v[i], (double)b.v[i]);
+    assert_same_bits(&a, &b, a.n);
     free(a.v);
     free(b.v);
     set_threads(1);
@@ -155,10 +160,7 @@ static void test_conv_by_sample_is_bitwise(void **state) {
     /* keep() order: y1, y3, then x's gradient. */
     const int64_t n = 4 * 16 * 32 * 32 + 4 * 8 * 16 * 16 + 4 * 16 * 32 * 32;
     assert_true(a.n >= n && b.n == a.n);
-    for (int64_t i = 0; i < n; i++)
-        if (memcmp(&a.v[i], &b.v[i], sizeof(float)) != 0)
-            fail_msg("value %lld differs: %.9g with 1 thread, %.9g with 3", (long long)i,
-                     (double)a.v[i], (double)b.v[i]);
+    assert_same_bits(&a, &b, n);
     free(a.v);
     free(b.v);
     set_threads(1);
