@@ -159,6 +159,12 @@ int duet_config_text(const duet_config *cfg, char **out);
  * full length. Free *out with free(); NULL and DUET_ENOMEM when out of memory.
  * (Added by the runner.) */
 int duet_config_where(const duet_config *cfg, const char *path, char **out);
+/* DUET_ECONFIG with the message "<where path was set>: <fmt, ...>" (as
+ * duet_config_where); DUET_ENOMEM when there is no memory for it. For
+ * errors about a value that the config layer read correctly but its user
+ * cannot take. */
+int duet_config_error(const duet_config *cfg, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #ifdef __cplusplus
 }

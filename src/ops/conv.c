@@ -215,6 +215,18 @@ static const float *chunk_columns(float *col, const float *x0, int64_t cnt, cons
     return col;
 }
 
+/* Y_n (O, P) = W (O, K) col (K, P) + bias. The bias goes in first so that
+ * the GEMM adds onto it (beta = 1). */
+static void sample_forward(float *yn, const float *cols, const float *w, const float *bias,
+                           const conv_geom *g) {
+    if (bias != NULL)
+#pragma omp parallel for num_threads(duet__par_threads(g->o * g->p)) schedule(static)
+        for (int64_t o = 0; o < g->o; o++)
+            for (int64_t q = 0; q < g->p; q++) yn[o * g->p + q] = bias[o];
+    duet_sgemm(false, false, g->o, g->p, g->k, 1.0f, w, g->k, cols, g->p,
+               bias != NULL ? 1.0f : 0.0f, yn, g->p);
+}
+
 /* How many threads take whole samples, each running its own products on
  * one thread (a GEMM inside the team's region runs single-threaded), or 1.
  * When a sample is a chunk of its own and its columns are small, a GEMM
@@ -271,13 +283,7 @@ static int conv_forward_by_sample(float *y, const float *x, const float *w, cons
             failed = true;
             continue;
         }
-        const float *cols = chunk_columns(col, x + n * chw, 1, g);
-        float *yn = y + n * g->o * g->p;
-        if (bias != NULL)
-            for (int64_t o = 0; o < g->o; o++)
-                for (int64_t q = 0; q < g->p; q++) yn[o * g->p + q] = bias[o];
-        duet_sgemm(false, false, g->o, g->p, g->k, 1.0f, w, g->k, cols, g->p,
-                   bias != NULL ? 1.0f : 0.0f, yn, g->p);
+        sample_forward(y + n * g->o * g->p, chunk_columns(col, x + n * chw, 1, g), w, bias, g);
     }
     return failed ? DUET_ENOMEM : DUET_OK;
 }
@@ -303,8 +309,9 @@ static int conv2d_backward(duet_node *node) {
             db[o] += (float)s;
         }
     }
-    if (dx != NULL && sample_team(&g) > 1) {
-        DUET_TRY(conv_dx_by_sample(dx, w->data, dy, &g, sample_team(&g)));
+    const int team = dx != NULL ? sample_team(&g) : 1;
+    if (team > 1) {
+        DUET_TRY(conv_dx_by_sample(dx, w->data, dy, &g, team));
         dx = NULL; /* done: the loop below makes dW */
     }
     if (dw == NULL && dx == NULL) return DUET_OK;
@@ -406,14 +413,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         const float *cols = chunk_columns(col, x->data + n0 * chw, cnt, &g);
         float *y0 = y->data + n0 * g.o * g.p;
         if (cnt == 1) {
-            /* The bias goes in first so the GEMM adds onto it (beta = 1). */
-            if (b != NULL)
-#pragma omp parallel for num_threads(duet__par_threads(g.o * g.p)) schedule(static)
-                for (int64_t o = 0; o < g.o; o++)
-                    for (int64_t q = 0; q < g.p; q++) y0[o * g.p + q] = b->data[o];
-            /* Y_n (O, P) = W (O, K) col (K, P) */
-            duet_sgemm(false, false, g.o, g.p, g.k, 1.0f, w->data, g.k, cols, g.p,
-                       b != NULL ? 1.0f : 0.0f, y0, g.p);
+            sample_forward(y0, cols, w->data, b != NULL ? b->data : NULL, &g);
             continue;
         }
         /* tmp (O, cnt*P) = W (O, K) col (K, cnt*P), then each sample's

@@ -16,17 +16,14 @@ static int bad_value_in(duet_config *cfg, const char *group, const char *path,
                         const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int bad_value_in(duet_config *cfg, const char *group, const char *path,
                         const char *fmt, ...) {
-    char *where = NULL;
-    DUET_TRY(duet_config_where(cfg, path, &where));
     duet__str msg = {0};
     va_list ap;
     va_start(ap, fmt);
     duet__str_vaddf(&msg, fmt, ap);
     va_end(ap);
-    int rc = msg.failed ? duet__error(DUET_ENOMEM, "%s: out of memory for a message", where)
-                        : duet__error(DUET_ECONFIG, "%s: '%s%s%s' %s", where, group ? group : "",
-                                      group ? "." : "", path, duet__str_get(&msg));
-    free(where);
+    int rc = msg.failed ? duet__error(DUET_ENOMEM, "config: out of memory for a message")
+                        : duet_config_error(cfg, path, "'%s%s%s' %s", group ? group : "",
+                                            group ? "." : "", path, duet__str_get(&msg));
     duet__str_free(&msg);
     return rc;
 }

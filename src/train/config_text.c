@@ -3,13 +3,14 @@
 #include "duet/config.h"
 
 #include <ctype.h>
-#include <float.h>
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <libconfig.h>
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <string.h>
 #include <strings.h>
 
@@ -104,6 +105,21 @@ int duet_config_text(const duet_config *cfg, char **out) {
 }
 
 /* Added for the runner's value checks (owner of this function: runner). */
+int duet_config_error(const duet_config *cfg, const char *path, const char *fmt, ...) {
+    char *where = NULL;
+    DUET_TRY(duet_config_where(cfg, path, &where));
+    duet__str msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    duet__str_vaddf(&msg, fmt, ap);
+    va_end(ap);
+    int rc = msg.failed ? duet__error(DUET_ENOMEM, "%s: out of memory for a message", where)
+                        : duet__error(DUET_ECONFIG, "%s: %s", where, duet__str_get(&msg));
+    free(where);
+    duet__str_free(&msg);
+    return rc;
+}
+
 int duet_config_where(const duet_config *cfg, const char *path, char **out) {
     config_setting_t *s = NULL;
     if (duet__cfg_walk(cfg, path, &s) == DUET_OK && s != NULL)

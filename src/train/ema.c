@@ -21,11 +21,7 @@
 #include "train/runner_internal.h"
 
 static int bad_hook(duet__run *r, const char *path, const char *what) {
-    char *where = NULL;
-    DUET_TRY(duet_config_where(r->cfg, path, &where));
-    int rc = duet__error(DUET_ECONFIG, "%s: '%s' %s", where, path, what);
-    free(where);
-    return rc;
+    return duet_config_error(r->cfg, path, "'%s' %s", path, what);
 }
 
 void duet__run_clear_ema(duet__run *r) {

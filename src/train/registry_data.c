@@ -21,13 +21,10 @@
 
 /* Error for a bad value at `key` of a step: "x.cfg:12: data.train.pipeline.[1].key: ...". */
 static int bad(duet_config *c, const char *key, const char *fmt, const char *value) {
-    char *where = NULL;
-    DUET_TRY(duet_config_where(c, key, &where));
     char *msg = duet__strf(fmt, value);
-    int rc = msg == NULL ? duet__error(DUET_ENOMEM, "%s: out of memory for a message", where)
-                         : duet__error(DUET_ECONFIG, "%s: '%s' %s", where, key, msg);
+    if (msg == NULL) return duet__error(DUET_ENOMEM, "config: out of memory for a message");
+    int rc = duet_config_error(c, key, "'%s' %s", key, msg);
     free(msg);
-    free(where);
     return rc;
 }
 

@@ -6,7 +6,6 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <stdarg.h>
 #include <string.h>
 
 /* The 1-minute load average, or -1 when /proc/loadavg cannot be read. */
@@ -36,32 +35,15 @@ static void warn_busy_machine(int threads) {
                  "environment, or num_threads = 1", load, online, threads);
 }
 
-/* DUET_ECONFIG "<where key was set>: <fmt...>". */
-static int bad_key(duet__run *r, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad_key(duet__run *r, const char *key, const char *fmt, ...) {
-    char *where = NULL;
-    DUET_TRY(duet_config_where(r->cfg, key, &where));
-    duet__str msg = {0};
-    va_list ap;
-    va_start(ap, fmt);
-    duet__str_vaddf(&msg, fmt, ap);
-    va_end(ap);
-    int rc = msg.failed ? duet__error(DUET_ENOMEM, "%s: out of memory for a message", where)
-                        : duet__error(DUET_ECONFIG, "%s: %s", where, duet__str_get(&msg));
-    free(where);
-    duet__str_free(&msg);
-    return rc;
-}
-
 int duet__run_setup_kernels(duet__run *r) {
     duet_kernel_opts ko = duet_kernel_opts_default();
     int64_t threads = 0;
     DUET_TRY(duet_config_get_int_or(r->cfg, "num_threads", 0, &threads));
     if (threads < 0 || threads > 1024)
-        return bad_key(r, "num_threads", "num_threads = %lld is not in 0..1024 (0: the cores "
-                       "this process may use, shared among the ranks on its node)",
-                       (long long)threads);
+        return duet_config_error(r->cfg, "num_threads",
+                                 "num_threads = %lld is not in 0..1024 (0: the cores "
+                                 "this process may use, shared among the ranks on its node)",
+                                 (long long)threads);
     const char *gemm = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "gemm", "auto", &gemm));
     int rc = duet_gemm_backend_parse(gemm, &ko.gemm);
@@ -75,8 +57,10 @@ int duet__run_setup_kernels(duet__run *r) {
     const char *mp = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "mixed_precision", "none", &mp));
     if (strcmp(mp, "bf16") != 0 && strcmp(mp, "none") != 0)
-        return bad_key(r, "mixed_precision", "mixed_precision = \"%s\" is not known (use "
-                       "\"none\" for float32 or \"bf16\")", mp);
+        return duet_config_error(r->cfg, "mixed_precision",
+                                 "mixed_precision = \"%s\" is not known (use "
+                                 "\"none\" for float32 or \"bf16\")",
+                                 mp);
     ko.bf16 = strcmp(mp, "bf16") == 0;
     ko.num_threads = (int)threads;
     DUET_TRY(duet_comm_local_size(r->comm, &ko.local_ranks));

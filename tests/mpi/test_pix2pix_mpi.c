@@ -41,8 +41,9 @@ static duet_model *tiny_pix2pix_norm(duet_gen_norm norm) {
 
 static duet_model *tiny_pix2pix(void) { return tiny_pix2pix_norm(DUET_GEN_NORM_IN); }
 
-static void global_batch(duet_batch *b) {
-    duet_rng r = duet_rng_make(77, 0);
+/* A global batch of B random image pairs drawn from stream `seed`. */
+static void random_batch(duet_batch *b, uint64_t seed) {
+    duet_rng r = duet_rng_make(seed, 0);
     duet_tensor *a = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -1, 1);
     duet_tensor *c = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -1, 1);
     TU_OK(duet_batch_add_tensor(b, "img_a", a));
@@ -50,6 +51,8 @@ static void global_batch(duet_batch *b) {
     duet_tensor_release(a);
     duet_tensor_release(c);
 }
+
+static void global_batch(duet_batch *b) { random_batch(b, 77); }
 
 /* True when t is the bias of a conv that an InstanceNorm follows: its
  * gradient is zero in exact arithmetic (the norm removes any per-channel
@@ -110,15 +113,7 @@ static void batch_of(duet_batch *b, int it) {
 }
 
 /* A new global batch per iteration (the same on every rank). */
-static void batch_per_iter(duet_batch *b, int it) {
-    duet_rng r = duet_rng_make(500 + (uint64_t)it, 0);
-    duet_tensor *a = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -1, 1);
-    duet_tensor *c = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -1, 1);
-    TU_OK(duet_batch_add_tensor(b, "img_a", a));
-    TU_OK(duet_batch_add_tensor(b, "img_b", c));
-    duet_tensor_release(a);
-    duet_tensor_release(c);
-}
+static void batch_per_iter(duet_batch *b, int it) { random_batch(b, 500 + (uint64_t)it); }
 
 /* Every parameter's gradient (the last backward that reached it: the
  * discriminator step's for the discriminator, the generator step's for the
