@@ -17,6 +17,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <omp.h>
 #include <string.h>
 
 #define CONV_COLS_TARGET 256
@@ -63,10 +64,22 @@ static void valid_rows(const conv_geom *g, int64_t i, int64_t *lo, int64_t *hi) 
     *hi = b;
 }
 
-/* col (C*KH*KW rows with leading dimension ld, OH*OW columns) from one
- * sample x (C, H, W): row (c, i, j), column (oh, ow) holds
- * x[c, oh*s - p + i, ow*s - p + j], or 0 in the padding. */
-static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
+/* [*lo, *hi) cut to the tile [r0, r1), possibly empty (then *lo == *hi). */
+static void clamp_rows(int64_t *lo, int64_t *hi, int64_t r0, int64_t r1) {
+    if (*lo < r0)
+        *lo = r0;
+    if (*hi > r1)
+        *hi = r1;
+    if (*hi < *lo)
+        *hi = *lo;
+}
+
+/* Output rows [r0, r1) of the columns of one sample x (C, H, W): col has
+ * C*KH*KW rows with leading dimension ld, and row (c, i, j), column
+ * (oh - r0)*OW + ow holds x[c, oh*s - p + i, ow*s - p + j], or 0 in the
+ * padding. */
+static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g, int64_t r0,
+                   int64_t r1) {
     const int64_t s = g->stride, pad = g->pad, ow_n = g->ow;
     /* Stride 1 with "same" width: output row oh of kernel tap (i, j) is input
      * row oh - p + i shifted by j - p, so the valid rows are one shifted copy
@@ -74,23 +87,25 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
      * neighbouring row are zeroed. */
     const bool shifted_plane = s == 1 && g->ow == g->w;
     /* Channels fill disjoint rows: threads split them. */
-#pragma omp parallel for num_threads(duet__par_threads(g->k * g->p)) schedule(static)
+#pragma omp parallel for num_threads(duet__par_threads(g->k * (r1 - r0) * ow_n)) \
+    schedule(static)
     for (int64_t c = 0; c < g->c; c++) {
         const float *plane = x + c * g->h * g->w;
         for (int64_t i = 0; i < g->kh; i++) {
             int64_t rlo, rhi;
             valid_rows(g, i, &rlo, &rhi);
+            clamp_rows(&rlo, &rhi, r0, r1);
             for (int64_t j = 0; j < g->kw; j++) {
                 float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
-                memset(row, 0, (size_t)(rlo * ow_n) * sizeof(float));
-                memset(row + rhi * ow_n, 0, (size_t)((g->oh - rhi) * ow_n) * sizeof(float));
+                memset(row, 0, (size_t)((rlo - r0) * ow_n) * sizeof(float));
+                memset(row + (rhi - r0) * ow_n, 0, (size_t)((r1 - rhi) * ow_n) * sizeof(float));
                 const int64_t off = j - pad;
                 if (shifted_plane && rhi > rlo) {
                     /* Elements [lo, n - (OW - hi)) of the block read inside
                      * the plane; the rest are zeroed below. */
-                    float *dst = row + rlo * ow_n;
+                    float *dst = row + (rlo - r0) * ow_n;
                     const float *src = plane + (rlo - pad + i) * g->w + off;
                     const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
                     if (end > lo) memcpy(dst + lo, src + lo, (size_t)(end - lo) * sizeof(float));
@@ -102,7 +117,7 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
                     continue;
                 }
                 for (int64_t oh = rlo; oh < rhi; oh++) {
-                    float *dst = row + oh * ow_n;
+                    float *dst = row + (oh - r0) * ow_n;
                     /* Input column of output column ow: ow*s + off. */
                     const float *src = plane + (oh * s - pad + i) * g->w;
                     for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
@@ -123,24 +138,28 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g) {
     }
 }
 
-/* The adjoint of im2col: dx (C, H, W) += every column entry back at the
- * input position it was read from (padding entries are dropped). */
-static void col2im(float *dx, const float *col, int64_t ld, const conv_geom *g) {
+/* The adjoint of im2col for output rows [r0, r1): dx (C, H, W) += every
+ * column entry back at the input position it was read from (padding entries
+ * are dropped). */
+static void col2im(float *dx, const float *col, int64_t ld, const conv_geom *g, int64_t r0,
+                   int64_t r1) {
     const int64_t s = g->stride, pad = g->pad;
     /* A channel's rows add only into its own plane of dx: threads split
      * channels, and each sum keeps its order whatever their number. */
-#pragma omp parallel for num_threads(duet__par_threads(g->k * g->p)) schedule(static)
+#pragma omp parallel for num_threads(duet__par_threads(g->k * (r1 - r0) * g->ow)) \
+    schedule(static)
     for (int64_t c = 0; c < g->c; c++) {
         for (int64_t i = 0; i < g->kh; i++) {
             int64_t rlo, rhi;
             valid_rows(g, i, &rlo, &rhi);
+            clamp_rows(&rlo, &rhi, r0, r1);
             for (int64_t j = 0; j < g->kw; j++) {
                 const float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
                 const int64_t off = j - pad;
                 for (int64_t oh = rlo; oh < rhi; oh++) {
-                    const float *src = row + oh * g->ow;
+                    const float *src = row + (oh - r0) * g->ow;
                     float *dst = dx + (c * g->h + oh * s - pad + i) * g->w;
                     if (s == 1) {
                         /* Unit stride: a plain vectorisable add of rows. */
@@ -211,80 +230,165 @@ static int conv_geometry(const duet_tensor *x, const duet_tensor *w, const duet_
 static const float *chunk_columns(float *col, const float *x0, int64_t cnt, const conv_geom *g) {
     if (is_pointwise(g) && cnt == 1) return x0;
     for (int64_t j = 0; j < cnt; j++)
-        im2col(col + j * g->p, cnt * g->p, x0 + j * g->c * g->h * g->w, g);
+        im2col(col + j * g->p, cnt * g->p, x0 + j * g->c * g->h * g->w, g, 0, g->oh);
     return col;
 }
 
-/* Y_n (O, P) = W (O, K) col (K, P) + bias. The bias goes in first so that
- * the GEMM adds onto it (beta = 1). */
-static void sample_forward(float *yn, const float *cols, const float *w, const float *bias,
-                           const conv_geom *g) {
-    if (bias != NULL)
-#pragma omp parallel for num_threads(duet__par_threads(g->o * g->p)) schedule(static)
-        for (int64_t o = 0; o < g->o; o++)
-            for (int64_t q = 0; q < g->p; q++) yn[o * g->p + q] = bias[o];
-    duet_sgemm(false, false, g->o, g->p, g->k, 1.0f, w, g->k, cols, g->p,
-               bias != NULL ? 1.0f : 0.0f, yn, g->p);
+/* ---- one sample per GEMM: column tiles, samples over threads ------------
+ *
+ * Where a sample is a GEMM of its own (nb == 1), its columns are built a
+ * tile of output rows at a time, at most CONV_TILE_MAX_FLOATS of them: the
+ * scratch no longer grows with the image (a 64-channel 3x3 conv at 128x128
+ * needed 38 MB of columns per thread), and a tile of 2M floats still gives
+ * the GEMM thousands of columns. Threads take whole samples, each running
+ * its products on one thread (a GEMM inside the team's region runs
+ * single-threaded): splitting one GEMM across threads cost more in
+ * hand-offs than it gained (the tiny SRGAN ran slower on 2 threads than on
+ * 1, the full generator's backward gained 1.2x), while whole samples per
+ * thread scale like processes. Outputs and dX are then the same
+ * single-threaded sums for any thread count; the weight gradient is summed
+ * per thread and the threads' sums added in thread order, so it depends on
+ * the thread count only through that order. */
+#define CONV_TILE_MAX_FLOATS ((int64_t)2 << 20)
+
+/* Output rows per column tile. */
+static int64_t tile_rows(const conv_geom *g) {
+    if (is_pointwise(g))
+        return g->oh; /* no columns to build */
+    int64_t tiles = (g->k * g->p + CONV_TILE_MAX_FLOATS - 1) / CONV_TILE_MAX_FLOATS;
+    if (tiles > g->oh)
+        tiles = g->oh;
+    if (tiles < 1)
+        tiles = 1;
+    return (g->oh + tiles - 1) / tiles;
 }
 
-/* How many threads take whole samples, each running its own products on
- * one thread (a GEMM inside the team's region runs single-threaded), or 1.
- * When a sample is a chunk of its own and its columns are small, a GEMM
- * split across threads costs more in hand-offs than it gains: the tiny
- * SRGAN's 32x256x288 products ran slower on 2 threads than on 1. Whole
- * samples per thread do not, and every output element is the same
- * single-threaded sum for any thread count. Each thread holds its own
- * columns, hence the size limit (it keeps the full SRGAN's large VGG
- * layers on the threaded GEMM and its memory where it was). */
-#define CONV_SAMPLE_TEAM_MAX_FLOATS ((int64_t)1 << 20)
-
+/* Threads that take whole samples: up to duet's count, at most one per
+ * sample; 1 runs the samples in turn, each GEMM on all threads. */
 static int sample_team(const conv_geom *g) {
-    if (g->nb != 1 || g->k * g->p > CONV_SAMPLE_TEAM_MAX_FLOATS) return 1;
     int t = duet__par_threads(g->n * DUET__PAR_MIN_WORK);
     return t <= g->n ? t : (int)g->n;
 }
 
-/* dX for every sample, samples spread over `team` threads. */
-static int conv_dx_by_sample(float *dx, const float *w, const float *dy, const conv_geom *g,
-                             int team) {
+/* The first sample of thread t's share when `team` threads split n. */
+static int64_t share_start(int64_t n, int team, int t) { return n * t / team; }
+
+/* Y (O, P) of samples [n0, n1) = W (O, K) col (K, P) + bias, a tile at a
+ * time. The bias goes in first so that the GEMM adds onto it (beta = 1). */
+static int forward_samples(float *y, const float *x, const float *w, const float *bias,
+                           const conv_geom *g, int64_t n0, int64_t n1) {
     const bool pointwise = is_pointwise(g);
-    const int64_t chw = g->c * g->h * g->w;
-    bool failed = false;
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int64_t n = 0; n < g->n; n++) {
-        const float *dyn = dy + n * g->o * g->p;
-        if (pointwise) {
-            /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
-            duet_sgemm(true, false, g->k, g->p, g->o, 1.0f, w, g->k, dyn, g->p, 1.0f,
-                       dx + n * chw, g->p);
-            continue;
+    const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g);
+    float *col = pointwise ? NULL : duet__scratch(0, (size_t)(g->k * rows * g->ow));
+    if (!pointwise && col == NULL)
+        return DUET_ENOMEM;
+    for (int64_t n = n0; n < n1; n++) {
+        float *yn = y + n * g->o * g->p;
+        const float *xn = x + n * chw;
+        if (bias != NULL)
+#pragma omp parallel for num_threads(duet__par_threads(g->o * g->p)) schedule(static)
+            for (int64_t o = 0; o < g->o; o++)
+                for (int64_t q = 0; q < g->p; q++)
+                    yn[o * g->p + q] = bias[o];
+        for (int64_t r0 = 0; r0 < g->oh; r0 += rows) {
+            const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
+            if (!pointwise)
+                im2col(col, t, xn, g, r0, r1);
+            duet_sgemm(false, false, g->o, t, g->k, 1.0f, w, g->k, pointwise ? xn : col,
+                       pointwise ? g->p : t, bias != NULL ? 1.0f : 0.0f, yn + r0 * g->ow, g->p);
         }
-        float *dcol = duet__scratch(1, (size_t)(g->k * g->p));
-        if (dcol == NULL) {
-            failed = true;
-            continue;
+    }
+    return DUET_OK;
+}
+
+/* For samples [n0, n1): dw (O, K) += dY col^T when dw is not NULL, and
+ * dx += col2im(W^T dY) when dx is not NULL, a tile at a time. */
+static int backward_samples(float *dx, float *dw, const float *x, const float *w, const float *dy,
+                            const conv_geom *g, int64_t n0, int64_t n1) {
+    const bool pointwise = is_pointwise(g);
+    const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g), tmax = rows * g->ow;
+    float *col = NULL, *dcol = NULL;
+    if (!pointwise && dw != NULL && (col = duet__scratch(0, (size_t)(g->k * tmax))) == NULL)
+        return DUET_ENOMEM;
+    if (!pointwise && dx != NULL && (dcol = duet__scratch(1, (size_t)(g->k * tmax))) == NULL)
+        return DUET_ENOMEM;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *xn = x + n * chw;
+        float *dxn = dx != NULL ? dx + n * chw : NULL;
+        for (int64_t r0 = 0; r0 < g->oh; r0 += rows) {
+            const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
+            const float *dyt = dy + n * g->o * g->p + r0 * g->ow; /* (O, t), ld P */
+            if (dw != NULL) {
+                if (!pointwise)
+                    im2col(col, t, xn, g, r0, r1);
+                /* dW (O, K) += dY (O, t) col^T (t, K) */
+                duet_sgemm(false, true, g->o, g->k, t, 1.0f, dyt, g->p, pointwise ? xn : col,
+                           pointwise ? g->p : t, 1.0f, dw, g->k);
+            }
+            if (dxn == NULL)
+                continue;
+            if (pointwise) {
+                /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
+                duet_sgemm(true, false, g->k, g->p, g->o, 1.0f, w, g->k, dyt, g->p, 1.0f, dxn,
+                           g->p);
+                continue;
+            }
+            /* dcol (K, t) = W^T (K, O) dY (O, t), scattered back into dX_n. */
+            duet_sgemm(true, false, g->k, t, g->o, 1.0f, w, g->k, dyt, g->p, 0.0f, dcol, t);
+            col2im(dxn, dcol, t, g, r0, r1);
         }
-        duet_sgemm(true, false, g->k, g->p, g->o, 1.0f, w, g->k, dyn, g->p, 0.0f, dcol, g->p);
-        col2im(dx + n * chw, dcol, g->p, g);
+    }
+    return DUET_OK;
+}
+
+/* Y for every sample, samples spread over the team. */
+static int conv_forward_by_sample(float *y, const float *x, const float *w, const float *bias,
+                                  const conv_geom *g) {
+    const int team = sample_team(g);
+    if (team == 1)
+        return forward_samples(y, x, w, bias, g, 0, g->n);
+    int failed = 0;
+#pragma omp parallel num_threads(team) reduction(| : failed)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        failed = forward_samples(y, x, w, bias, g, share_start(g->n, nt, t),
+                                 share_start(g->n, nt, t + 1)) != DUET_OK;
     }
     return failed ? DUET_ENOMEM : DUET_OK;
 }
 
-/* Y for every sample, samples spread over `team` threads. */
-static int conv_forward_by_sample(float *y, const float *x, const float *w, const float *bias,
-                                  const conv_geom *g, int team) {
-    const int64_t chw = g->c * g->h * g->w;
-    const bool pointwise = is_pointwise(g);
-    bool failed = false;
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int64_t n = 0; n < g->n; n++) {
-        float *col = pointwise ? NULL : duet__scratch(0, (size_t)(g->k * g->p));
-        if (!pointwise && col == NULL) {
-            failed = true;
-            continue;
-        }
-        sample_forward(y + n * g->o * g->p, chunk_columns(col, x + n * chw, 1, g), w, bias, g);
+/* dX and dW for every sample, samples spread over the team. Thread 0 adds
+ * into dw itself, the others into zeroed partial sums that are added to dw
+ * afterwards in thread order. */
+static int conv_backward_by_sample(float *dx, float *dw, const float *x, const float *w,
+                                   const float *dy, const conv_geom *g) {
+    const int team = sample_team(g);
+    if (team == 1)
+        return backward_samples(dx, dw, x, w, dy, g, 0, g->n);
+    const int64_t wn = g->o * g->k;
+    float *parts = NULL;
+    if (dw != NULL &&
+        (parts = duet_aligned_calloc((size_t)((team - 1) * wn) * sizeof(float))) == NULL)
+        return DUET_ENOMEM;
+    int failed = 0, used = team;
+#pragma omp parallel num_threads(team) reduction(| : failed)
+    {
+        const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        if (t == 0)
+            used = nt; /* the runtime may give fewer threads */
+        float *dwt = dw == NULL ? NULL : t == 0 ? dw : parts + (t - 1) * wn;
+        failed = backward_samples(dx, dwt, x, w, dy, g, share_start(g->n, nt, t),
+                                  share_start(g->n, nt, t + 1)) != DUET_OK;
     }
+    if (dw != NULL && !failed) {
+#pragma omp parallel for num_threads(duet__par_threads(wn * used)) schedule(static)
+        for (int64_t i = 0; i < wn; i++) {
+            float s = dw[i];
+            for (int t = 1; t < used; t++) s += parts[(t - 1) * wn + i];
+            dw[i] = s;
+        }
+    }
+    duet_aligned_free(parts);
     return failed ? DUET_ENOMEM : DUET_OK;
 }
 
@@ -301,7 +405,7 @@ static int conv2d_backward(duet_node *node) {
     const int64_t chw = g.c * g.h * g.w;
 
     if (db != NULL) {
-#pragma omp parallel for num_threads(duet__par_threads(g.n * g.o * g.p)) schedule(static)
+#pragma omp parallel for num_threads(duet__par_threads(g.n *g.o *g.p)) schedule(static)
         for (int64_t o = 0; o < g.o; o++) {
             double s = 0.0;
             for (int64_t n = 0; n < g.n; n++)
@@ -309,22 +413,18 @@ static int conv2d_backward(duet_node *node) {
             db[o] += (float)s;
         }
     }
-    const int team = dx != NULL ? sample_team(&g) : 1;
-    if (team > 1) {
-        DUET_TRY(conv_dx_by_sample(dx, w->data, dy, &g, team));
-        dx = NULL; /* done: the loop below makes dW */
-    }
     if (dw == NULL && dx == NULL) return DUET_OK;
+    if (g.nb == 1) {
+        int rc = conv_backward_by_sample(dx, dw, x->data, w->data, dy, &g);
+        return rc == DUET_OK ? DUET_OK : duet__error(rc, "conv2d: out of memory for the columns");
+    }
 
+    /* Chunks of several samples per GEMM (few output pixels per sample). */
     const int64_t ldmax = g.nb * g.p;
     float *col = NULL, *dcol = NULL, *dyt = NULL;
-    if (dw != NULL && !(pointwise && g.nb == 1) &&
-        (col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL)
-        return DUET_ENOMEM;
-    if (dx != NULL && !(pointwise && g.nb == 1) &&
-        (dcol = duet__scratch(1, (size_t)(g.k * ldmax))) == NULL)
-        return DUET_ENOMEM;
-    if (g.nb > 1 && (dyt = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) return DUET_ENOMEM;
+    if (dw != NULL && (col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL) return DUET_ENOMEM;
+    if (dx != NULL && (dcol = duet__scratch(1, (size_t)(g.k * ldmax))) == NULL) return DUET_ENOMEM;
+    if ((dyt = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) return DUET_ENOMEM;
     for (int64_t n0 = 0; n0 < g.n; n0 += g.nb) {
         const int64_t cnt = g.n - n0 < g.nb ? g.n - n0 : g.nb, ld = cnt * g.p;
         const float *x0 = x->data + n0 * chw;
@@ -354,7 +454,8 @@ static int conv2d_backward(duet_node *node) {
                  * col2im sample by sample. */
                 duet_sgemm(true, false, g.k, ld, g.o, 1.0f, w->data, g.k, dyc, ld, 0.0f, dcol,
                            ld);
-                for (int64_t j = 0; j < cnt; j++) col2im(dx0 + j * chw, dcol + j * g.p, ld, &g);
+                for (int64_t j = 0; j < cnt; j++)
+                    col2im(dx0 + j * chw, dcol + j * g.p, ld, &g, 0, g.oh);
             }
         }
     }
@@ -387,24 +488,20 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
-    const int team = sample_team(&g);
-    if (team > 1) {
+    if (g.nb == 1) {
         int rc = conv_forward_by_sample(y->data, x->data, w->data, b != NULL ? b->data : NULL,
-                                        &g, team);
+                                        &g);
         if (rc != DUET_OK) {
             duet_tensor_release(y);
             return duet__error(rc, "conv2d: out of memory for the columns");
         }
         return record_conv(x, w, b, stride, padding, y, out);
     }
-    const bool pointwise = is_pointwise(&g);
+    /* Chunks of several samples per GEMM (few output pixels per sample). */
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
     float *col = NULL, *tmp = NULL;
-    if (!(pointwise && g.nb == 1) && (col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL) {
-        duet_tensor_release(y);
-        return DUET_ENOMEM;
-    }
-    if (g.nb > 1 && (tmp = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) {
+    if ((col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL ||
+        (tmp = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) {
         duet_tensor_release(y);
         return DUET_ENOMEM;
     }
@@ -412,10 +509,6 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         const int64_t cnt = g.n - n0 < g.nb ? g.n - n0 : g.nb, ld = cnt * g.p;
         const float *cols = chunk_columns(col, x->data + n0 * chw, cnt, &g);
         float *y0 = y->data + n0 * g.o * g.p;
-        if (cnt == 1) {
-            sample_forward(y0, cols, w->data, b != NULL ? b->data : NULL, &g);
-            continue;
-        }
         /* tmp (O, cnt*P) = W (O, K) col (K, cnt*P), then each sample's
          * (O, P) block out to y with the bias. */
         duet_sgemm(false, false, g.o, ld, g.k, 1.0f, w->data, g.k, cols, ld, 0.0f, tmp, ld);

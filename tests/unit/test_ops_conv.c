@@ -77,13 +77,13 @@ static void assert_close_d(const float *got, const double *want, int64_t n, doub
 }
 
 static const cfg configs[] = {
-    {2, 3, 8, 8, 4, 3, 3, 1, 1, true},    /* 3x3 s1 p1, the generator's conv */
-    {2, 3, 8, 8, 5, 4, 4, 2, 1, true},    /* 4x4 s2 p1, the discriminator's */
-    {2, 4, 7, 5, 3, 3, 3, 2, 0, false},   /* stride 2, no padding, odd non-square */
-    {1, 5, 6, 4, 6, 1, 1, 1, 0, true},    /* 1x1: no columns needed */
-    {3, 2, 5, 9, 2, 3, 5, 1, 2, false},   /* non-square kernel, padding 2 */
-    {2, 2, 4, 4, 3, 4, 4, 3, 1, true},    /* stride 3 leaves input unread */
-    {1, 3, 3, 3, 2, 3, 3, 1, 1, true},    /* output as small as the input */
+    {2, 3, 8, 8, 4, 3, 3, 1, 1, true},  /* 3x3 s1 p1, the generator's conv */
+    {2, 3, 8, 8, 5, 4, 4, 2, 1, true},  /* 4x4 s2 p1, the discriminator's */
+    {2, 4, 7, 5, 3, 3, 3, 2, 0, false}, /* stride 2, no padding, odd non-square */
+    {1, 5, 6, 4, 6, 1, 1, 1, 0, true},  /* 1x1: no columns needed */
+    {3, 2, 5, 9, 2, 3, 5, 1, 2, false}, /* non-square kernel, padding 2 */
+    {2, 2, 4, 4, 3, 4, 4, 3, 1, true},  /* stride 3 leaves input unread */
+    {1, 3, 3, 3, 2, 3, 3, 1, 1, true},  /* output as small as the input */
     /* The conv runs samples in chunks that share one GEMM (about 256
      * output pixels per chunk): a chunk of two and a last chunk of one,
      * one sample per chunk, and 1x1 convs in one chunk. */
@@ -91,6 +91,11 @@ static const cfg configs[] = {
     {2, 2, 48, 48, 3, 3, 3, 1, 1, false},
     {3, 4, 6, 6, 5, 1, 1, 1, 0, false},
     {3, 3, 64, 64, 2, 4, 4, 2, 1, true},
+    /* Columns over CONV_TILE_MAX_FLOATS (2M) are built a tile of output
+     * rows at a time: two tiles of 65 and 64 rows; and at stride 2, 64 and
+     * 63 rows, where a tile's first row reads padding. */
+    {2, 16, 129, 127, 3, 3, 3, 1, 1, true},
+    {2, 16, 255, 200, 2, 4, 4, 2, 1, false},
 };
 
 /* ---- tests ----------------------------------------------------------------- */

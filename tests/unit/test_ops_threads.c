@@ -149,11 +149,11 @@ static void test_conv_agrees_to_rounding(void **state) {
     set_threads(1);
 }
 
-/* Where a sample is a GEMM of its own and its columns are small, the
- * threads take whole samples and each product runs on one thread
- * (sample_team in src/ops/conv.c): the outputs and dX are then the same
- * bits as with one thread. (dW sums over samples in one threaded GEMM and
- * agrees to rounding, above.) */
+/* Where a sample is a GEMM of its own, the threads take whole samples and
+ * each product runs on one thread (sample_team in src/ops/conv.c): the
+ * outputs and dX are then the same bits as with one thread. (dW is summed
+ * per thread and the sums added in thread order: it agrees to rounding,
+ * above, and would miss or double a thread's share if that went wrong.) */
 static void test_conv_by_sample_is_bitwise(void **state) {
     (void)state;
     result a = run_conv(1), b = run_conv(3);
