@@ -3,9 +3,9 @@
  * Why a cache: glibc serves blocks of a few MB and more with fresh mmap()s
  * and returns them to the system on free, so every new activation tensor of
  * a training step pays first-touch page faults (measured ~13 ms per 4 MB on
- * the development VM, more than the convolution that fills it). Freed large
- * blocks are kept here and handed back to a later request of about the same
- * size: a training step allocates the same shapes every iteration. */
+ * the development VM, more than the convolution that fills it). The pages
+ * of freed large blocks are kept here and serve later requests: a training
+ * step allocates the same shapes every iteration. */
 #include "duet/base.h"
 
 #include <pthread.h>
@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Each block starts with this header, placed just before the aligned
  * pointer handed out. */
@@ -29,11 +30,18 @@ typedef struct block_header {
  * page fault. */
 #define CACHE_SLOTS 512
 
+/* The cache holds mapped ranges of pages, not blocks: a request takes the
+ * front of the smallest range that holds it and leaves the rest cached, and
+ * a range given back merges with the cached ranges next to it. */
+typedef struct cached_range {
+    char *start; /* NULL: a free slot */
+    size_t len;
+    uint64_t stamp; /* when it was put back */
+} cached_range;
+
 typedef struct block_cache {
     pthread_mutex_t lock;
-    void *blocks[CACHE_SLOTS];
-    size_t sizes[CACHE_SLOTS];
-    uint64_t stamps[CACHE_SLOTS]; /* when the block was put back */
+    cached_range r[CACHE_SLOTS];
     uint64_t clock;
     size_t total, limit;
     bool limit_read;
@@ -99,6 +107,33 @@ static void release_block(void *p) {
     else free(h->raw);
 }
 
+/* The block at the start of a mapped range of len bytes. */
+static void *block_at(char *start, size_t len, size_t bytes) {
+    /* mmap is page aligned: the header sits in the first DUET_ALIGNMENT. */
+    _Static_assert(sizeof(block_header) <= DUET_ALIGNMENT, "header fits before the block");
+    char *p = start + DUET_ALIGNMENT;
+    header_of(p)->raw = start;
+    header_of(p)->mapped = len;
+    header_of(p)->size = bytes;
+    return p;
+}
+
+static size_t page_bytes(void) {
+    static size_t page;
+    if (page == 0) {
+        long v = sysconf(_SC_PAGESIZE);
+        page = v > 0 ? (size_t)v : 4096;
+    }
+    return page;
+}
+
+/* The mapped length for a block of `bytes`: header room, whole pages. */
+static size_t range_len(size_t bytes) {
+    size_t pg = page_bytes(), len = bytes + DUET_ALIGNMENT;
+    if (len < bytes || len > SIZE_MAX - pg) return 0;
+    return (len + pg - 1) / pg * pg;
+}
+
 /* Large blocks are mapped directly rather than through malloc: glibc raises
  * its mmap threshold after the first large free and then serves blocks of
  * up to 32 MB from its heap, where a freed block often stays resident (the
@@ -115,8 +150,8 @@ static void release_block(void *p) {
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
 
 static void *map_block(size_t bytes) {
-    size_t len = bytes + DUET_ALIGNMENT;
-    if (len < bytes) return NULL;
+    size_t len = range_len(bytes);
+    if (len == 0) return NULL;
     const bool huge = len >= HUGE_PAGE_BYTES;
     size_t span = len;
     if (huge) {
@@ -138,63 +173,75 @@ static void *map_block(size_t bytes) {
         madvise(raw, len, MADV_HUGEPAGE);
 #endif
     }
-    /* mmap is page aligned: the header sits in the first DUET_ALIGNMENT. */
-    _Static_assert(sizeof(block_header) <= DUET_ALIGNMENT, "header fits before the block");
-    char *p = raw + DUET_ALIGNMENT;
-    header_of(p)->raw = raw;
-    header_of(p)->mapped = len;
-    header_of(p)->size = bytes;
-    return p;
+    return block_at(raw, len, bytes);
 }
 
-/* A cached block of at least `bytes` and at most 25% more, or NULL. */
+/* A block of `bytes` from the cache, or NULL. The smallest cached range
+ * that holds it serves: whole when the rest would be small (under a quarter
+ * of the request, or under a huge page), else its front, and the rest stays
+ * cached. So the pages one phase of a step faulted in serve the next
+ * phase's differently sized tensors: with whole blocks matched by size
+ * only, the full SRGAN step mapped (and the kernel zeroed) 1.4 GB of fresh
+ * pages every step. */
 static void *cache_take(size_t bytes) {
+    size_t need = range_len(bytes);
+    if (need == 0) return NULL;
     void *found = NULL;
     pthread_mutex_lock(&cache.lock);
     int best = -1;
     for (int i = 0; i < CACHE_SLOTS; i++) {
-        if (cache.blocks[i] == NULL || cache.sizes[i] < bytes) continue;
-        if (cache.sizes[i] - bytes > bytes / 4) continue;
-        if (best < 0 || cache.sizes[i] < cache.sizes[best]) best = i;
+        const cached_range *r = &cache.r[i];
+        if (r->start == NULL || r->len < need) continue;
+        if (best < 0 || r->len < cache.r[best].len) best = i;
     }
     if (best >= 0) {
-        found = cache.blocks[best];
-        cache.total -= cache.sizes[best];
-        cache.blocks[best] = NULL;
+        cached_range *r = &cache.r[best];
+        size_t rest = r->len - need;
+        if (rest <= need / 4 || rest < HUGE_PAGE_BYTES) {
+            found = block_at(r->start, r->len, bytes);
+            cache.total -= r->len;
+            r->start = NULL;
+        } else {
+            found = block_at(r->start, need, bytes);
+            cache.total -= need;
+            r->start += need;
+            r->len = rest;
+        }
     }
     pthread_mutex_unlock(&cache.lock);
     return found;
 }
 
-/* Gives back the block that waited longest; returns its slot, now free.
+/* Gives back the range that waited longest; returns its slot, now free.
  * The cache's lock is held and the cache is not empty. */
 static int evict_oldest(void) {
     int old = -1;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        if (cache.blocks[i] != NULL && (old < 0 || cache.stamps[i] < cache.stamps[old])) old = i;
-    release_block(cache.blocks[old]);
-    cache.total -= cache.sizes[old];
-    cache.blocks[old] = NULL;
+        if (cache.r[i].start != NULL && (old < 0 || cache.r[i].stamp < cache.r[old].stamp))
+            old = i;
+    munmap(cache.r[old].start, cache.r[old].len);
+    cache.total -= cache.r[old].len;
+    cache.r[old].start = NULL;
     return old;
 }
 
 /* How far the cache may take the footprint above the most ever live. The
- * blocks a step frees are not always the sizes its next allocations ask
- * for (the generator step's and the discriminator step's activations
- * differ), so with no headroom at all the cache gives back blocks that the
- * next phase of the step maps and faults in again: the tiny SRGAN step
- * then spent half its time in page faults and munmap (283k minor faults
- * in 21 steps against 21k with 64 MB of headroom), the full step ~2.7 GB
- * of fresh pages per step. 64 MB is most of a small model's working set
- * and under a tenth of the full SRGAN step's (~860 MB). */
+ * ranges a step frees do not always line up with what its next allocations
+ * ask for (the generator step's and the discriminator step's activations
+ * differ), so with no headroom at all the cache gives back pages that the
+ * next phase of the step maps and faults in again: before ranges were
+ * split and merged, the tiny SRGAN step then spent half its time in page
+ * faults and munmap (283k minor faults in 21 steps against 21k with 64 MB
+ * of headroom). 64 MB is most of a small model's working set and under a
+ * tenth of the full SRGAN step's (~860 MB). */
 #define CACHE_HEADROOM_BYTES ((size_t)64 << 20)
 
-/* Before a fresh block of `bytes` (a cache miss): gives back the blocks that
+/* Before a fresh block of `bytes` (a cache miss): gives back the ranges that
  * waited longest until the live bytes, the new block and the cache together
  * are no more than the most that was ever live plus the headroom above. A
- * step's freed activations wait here for the next step's allocations of
- * the same sizes, but a block that nothing of its size asks for goes back
- * as soon as the memory is wanted for something else (without a cap, the
+ * step's freed activations wait here for the next step's allocations, but
+ * pages that nothing asks for go back as soon as the memory is wanted for
+ * something else (without a cap, the
  * cache held ~260 MB on top of the live peak of the full SRGAN step). */
 static void cache_trim_for(size_t bytes) {
     pthread_mutex_lock(&cache.lock);
@@ -206,24 +253,45 @@ static void cache_trim_for(size_t bytes) {
     pthread_mutex_unlock(&cache.lock);
 }
 
-/* Keeps p for reuse; false when it does not fit (the caller frees it). */
-static bool cache_put(void *p, size_t size) {
+/* Keeps the mapped range of p for reuse, merged with the cached ranges
+ * next to it; false when it does not fit (the caller frees it). */
+static bool cache_put(void *p) {
+    char *start = header_of(p)->raw;
+    size_t len = header_of(p)->mapped;
     bool kept = false;
     pthread_mutex_lock(&cache.lock);
     size_t limit = cache_limit();
+    /* Neighbours first: a merged range takes one slot. Ranges from
+     * different mmap calls that happen to touch merge too; munmap takes a
+     * range across mappings. */
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        cached_range *r = &cache.r[i];
+        if (r->start == NULL) continue;
+        if (r->start + r->len == start) {
+            start = r->start;
+            len += r->len;
+        } else if (start + len == r->start) {
+            len += r->len;
+        } else {
+            continue;
+        }
+        cache.total -= r->len;
+        r->start = NULL;
+    }
     int slot = -1;
     for (int i = 0; i < CACHE_SLOTS && slot < 0; i++)
-        if (cache.blocks[i] == NULL) slot = i;
-    /* Full: give back the blocks that waited longest (the shapes the
+        if (cache.r[i].start == NULL) slot = i;
+    /* Full: give back the ranges that waited longest (the shapes the
      * program stopped using), not the largest ones, which are the most
      * expensive to fault in again. */
-    while ((slot < 0 || cache.total + size > limit) && cache.total > 0 && size <= limit)
+    while ((slot < 0 || cache.total + len > limit) && cache.total > 0 && len <= limit)
         slot = evict_oldest();
-    if (slot >= 0 && cache.total + size <= limit) {
-        cache.blocks[slot] = p;
-        cache.sizes[slot] = size;
-        cache.stamps[slot] = ++cache.clock;
-        cache.total += size;
+    if (slot >= 0 && cache.total + len <= limit) {
+        cache.r[slot] = (cached_range){.start = start, .len = len, .stamp = ++cache.clock};
+        cache.total += len;
+        kept = true;
+    } else if (start != header_of(p)->raw || len != header_of(p)->mapped) {
+        munmap(start, len); /* merged with cached neighbours: all of it goes */
         kept = true;
     }
     pthread_mutex_unlock(&cache.lock);
@@ -267,7 +335,7 @@ void duet_aligned_free(void *p) {
     if (p == NULL) return;
     size_t size = header_of(p)->size;
     atomic_fetch_sub_explicit(&live_bytes, size, memory_order_relaxed);
-    if (CACHE_ENABLED && size >= CACHE_MIN_BYTES && cache_put(p, size)) return;
+    if (CACHE_ENABLED && size >= CACHE_MIN_BYTES && cache_put(p)) return;
     release_block(p);
 }
 
