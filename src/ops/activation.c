@@ -23,19 +23,35 @@ static void leaky_relu_forward(float *out, const float *x, float slope, int64_t 
     for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] > 0.0f, x[i], slope * x[i]);
 }
 
-/* bits: bit j of word w is x[64w + j] > 0 (false for NaN). */
-static void positive_mask(uint64_t *bits, const float *x, int64_t n) {
-    int64_t w = 0;
-    for (; (w + 1) * 64 <= n; w++) {
-        const float *p = x + w * 64;
-        uint64_t m = 0;
-        for (int j = 0; j < 64; j++) m |= (uint64_t)(p[j] > 0.0f) << j;
-        bits[w] = m;
+/* The mask word of x[0, len), len <= 64: bit j is x[j] > 0 (false for
+ * NaN). */
+static uint64_t positive_word(const float *x, int64_t len) {
+    uint64_t m = 0;
+    if (len == 64) {
+        for (int j = 0; j < 64; j++)
+            m |= (uint64_t)(x[j] > 0.0f) << j;
+        return m;
     }
-    if (w * 64 < n) {
-        uint64_t m = 0;
-        for (int64_t j = 0; w * 64 + j < n; j++) m |= (uint64_t)(x[w * 64 + j] > 0.0f) << j;
-        bits[w] = m;
+    for (int64_t j = 0; j < len; j++)
+        m |= (uint64_t)(x[j] > 0.0f) << j;
+    return m;
+}
+
+/* out = relu(x) (is_relu) or leaky_relu(x, slope), and, when bits is not
+ * NULL, the mask bits[w] = positive_word(x + 64w) in the same pass; out may
+ * be x (the mask word is read before its elements are overwritten).
+ * Threads take whole words. */
+static void rectify_kernel(float *out, const float *x, uint64_t *bits, float slope, bool is_relu,
+                           int64_t n) {
+    const int64_t words = (n + 63) / 64;
+#pragma omp parallel for num_threads(duet__par_threads(n)) schedule(static)
+    for (int64_t w = 0; w < words; w++) {
+        const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
+        if (bits != NULL)
+            bits[w] = positive_word(x + base, len);
+        if (is_relu)
+            relu_forward(out + base, x + base, len);
+        else leaky_relu_forward(out + base, x + base, slope, len);
     }
 }
 
@@ -43,7 +59,8 @@ static void positive_mask(uint64_t *bits, const float *x, int64_t n) {
  * masked off, as the float-mask version did) */
 static void masked_backward(float *gx, const float *gout, const uint64_t *bits, float slope,
                             int64_t n) {
-    for (int64_t w = 0; w * 64 < n; w++) {
+#pragma omp parallel for num_threads(duet__par_threads(n)) schedule(static)
+    for (int64_t w = 0; w < (n + 63) / 64; w++) {
         const uint64_t m = bits[w];
         const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
         for (int64_t j = 0; j < len; j++) {
@@ -81,7 +98,7 @@ static void tanh_backward(float *gx, const float *gout, const float *y, int64_t 
 /* What relu (slope 0) and leaky_relu keep for backward. */
 typedef struct mask_ctx {
     float slope;
-    uint64_t *bits; /* positive_mask of the input */
+    uint64_t *bits; /* positive_word of each 64 elements of the input */
 } mask_ctx;
 
 static void mask_ctx_free(void *p) {
@@ -91,8 +108,8 @@ static void mask_ctx_free(void *p) {
     free(c);
 }
 
-/* The mask of x for a node to be recorded, or NULL with *rc set when
- * nothing is recorded (rc DUET_OK) or memory ran out. */
+/* The context of a node to be recorded for x, its mask not yet filled (the
+ * forward does that), or NULL with *rc set when memory ran out. */
 static mask_ctx *mask_make(const duet_tensor *x, float slope, int *rc) {
     *rc = DUET_OK;
     mask_ctx *c = calloc(1, sizeof *c);
@@ -106,7 +123,6 @@ static mask_ctx *mask_make(const duet_tensor *x, float slope, int *rc) {
         return NULL;
     }
     c->slope = slope;
-    positive_mask(c->bits, x->data, x->numel);
     return c;
 }
 
@@ -124,8 +140,6 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
     *out = NULL;
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
-    if (is_relu) relu_forward(y->data, x->data, y->numel);
-    else leaky_relu_forward(y->data, x->data, slope, y->numel);
     mask_ctx *c = NULL;
     if (duet_autograd_needs_record(1, &x)) {
         int rc = DUET_OK;
@@ -134,6 +148,7 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
             return rc;
         }
     }
+    rectify_kernel(y->data, x->data, c != NULL ? c->bits : NULL, slope, is_relu, y->numel);
     return duet__op_finish_unread(
         duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
 }
@@ -184,8 +199,7 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
             return rc;
         }
     }
-    if (is_relu) relu_forward(x->data, x->data, x->numel);
-    else leaky_relu_forward(x->data, x->data, slope, x->numel);
+    rectify_kernel(x->data, x->data, c != NULL ? c->bits : NULL, slope, is_relu, x->numel);
     if (y == x) {
         *out = y;
         return DUET_OK;

@@ -65,15 +65,17 @@ static result run_no_gemm(int threads) {
     duet_tensor *x = randn(&rng, 8, 16, 32, 32, true), *r = randn(&rng, 8, 16, 32, 32, true);
     duet_tensor *gamma = vec(&rng, 16, true), *beta = vec(&rng, 16, true);
     duet_tensor *rm = vec(&rng, 16, false), *rv = vec(&rng, 16, false);
-    duet_tensor *bn = NULL, *sum = NULL, *pool = NULL, *ps = NULL, *near = NULL, *bil = NULL,
-                *prod = NULL;
+    duet_tensor *bn = NULL, *sum = NULL, *lrelu = NULL, *pool = NULL, *ps = NULL, *psr = NULL,
+                *near = NULL, *bil = NULL, *prod = NULL;
     duet_batch_norm_opts bo = duet_batch_norm_opts_default();
     assert_int_equal(duet_batch_norm2d(x, gamma, beta, rm, rv, NULL, &bo, &bn), DUET_OK);
     assert_int_equal(duet_add(bn, r, &sum), DUET_OK);
-    assert_int_equal(duet_max_pool2d(sum, 2, 2, &pool), DUET_OK);     /* (8,16,16,16) */
+    assert_int_equal(duet_leaky_relu(sum, 0.2f, &lrelu), DUET_OK);
+    assert_int_equal(duet_max_pool2d(lrelu, 2, 2, &pool), DUET_OK);    /* (8,16,16,16) */
     assert_int_equal(duet_pixel_shuffle(pool, 2, &ps), DUET_OK);       /* (8,4,32,32) */
-    assert_int_equal(duet_upsample_nearest(ps, 2, &near), DUET_OK);    /* (8,4,64,64) */
-    assert_int_equal(duet_upsample_bilinear(ps, 2, &bil), DUET_OK);    /* (8,4,64,64) */
+    assert_int_equal(duet_relu_inplace(ps, &psr), DUET_OK);
+    assert_int_equal(duet_upsample_nearest(psr, 2, &near), DUET_OK); /* (8,4,64,64) */
+    assert_int_equal(duet_upsample_bilinear(psr, 2, &bil), DUET_OK); /* (8,4,64,64) */
     assert_int_equal(duet_mul(near, bil, &prod), DUET_OK);
     duet_tensor *l1 = NULL, *mse = NULL, *bce = NULL;
     assert_int_equal(duet_l1_loss(prod, bil, 0.5f, &l1), DUET_OK);
@@ -90,7 +92,8 @@ static result run_no_gemm(int threads) {
     keep(&res, r->grad, r->numel);
     keep(&res, gamma->grad, gamma->numel);
     keep(&res, beta->grad, beta->numel);
-    duet_tensor *all[] = {loss, prod, bil, near, ps, pool, sum, bn, x, r, gamma, beta, rm, rv};
+    duet_tensor *all[] = {loss, prod, bil, near, psr,   ps,   pool, lrelu,
+                          sum,  bn,   x,   r,    gamma, beta, rm,   rv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) duet_tensor_release(all[i]);
     return res;
 }
