@@ -6,6 +6,11 @@
  *
  *   bench_mixed_precision [--model tiny|full] [--iters N] [--every E]
  *                         [--threads T]
+ *   bench_mixed_precision --gemm [--threads T]
+ *
+ * --gemm measures duet_sgemm alone in float32 and in bf16 (the rounding of
+ * both inputs included, as the step pays it) on the GEMM shapes that the
+ * full SRGAN step's convolutions issue, best of 5 runs of 10 calls each.
  *
  * Defaults: tiny, 200 iterations, every 20. The models are bench_train's
  * (tiny: MSRResNet 32x4, ModifiedVGG 16, a small VGG for the perceptual
@@ -128,21 +133,99 @@ static run_result run(const bench_model *bm, bool bf16, int threads, int iters) 
     return r;
 }
 
+/* The conv GEMMs of the full step: per column tile of one sample (at most
+ * 2M floats of columns), forward W col, dX W^T dY, dW dY col^T. */
+typedef struct gemm_shape {
+    const char *name;
+    bool ta, tb;
+    int64_t m, n, k;
+} gemm_shape;
+
+static const gemm_shape gemm_shapes[] = {
+    {"64->64 3x3 @128, forward", false, false, 64, 1792, 576},
+    {"64->64 3x3 @128, dX", true, false, 576, 1792, 64},
+    {"64->64 3x3 @128, dW", false, true, 64, 576, 1792},
+    {"128->128 3x3 @64, forward", false, false, 128, 1792, 1152},
+    {"256->256 3x3 @32, forward", false, false, 256, 1024, 2304},
+    {"256->256 3x3 @32, dX", true, false, 2304, 1024, 256},
+    {"512->512 3x3 @16, forward", false, false, 512, 256, 4608},
+    {"512->512 3x3 @16, dW", false, true, 512, 4608, 256},
+};
+
+/* GF/s of duet_sgemm on shape g, best of 5 runs of 10 calls. */
+static double gemm_gflops(const gemm_shape *g, const float *a, const float *b, float *c) {
+    const int64_t lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+    double best = 0.0;
+    duet_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, 0.0f, c, g->n);
+    for (int run = 0; run < 5; run++) {
+        double t0 = duet_time_now();
+        for (int r = 0; r < 10; r++)
+            duet_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, 0.0f, c, g->n);
+        double gf = 20.0 * (double)g->m * (double)g->n * (double)g->k /
+                    (duet_time_now() - t0) / 1e9;
+        if (gf > best) best = gf;
+    }
+    return best;
+}
+
+static int gemm_table(int threads) {
+    const size_t most = (size_t)4608 * 1792; /* the largest operand, in floats */
+    float *a = malloc(most * sizeof(float)), *b = malloc(most * sizeof(float));
+    float *c = malloc(most * sizeof(float));
+    if (a == NULL || b == NULL || c == NULL) {
+        fprintf(stderr, "bench_mixed_precision: out of memory\n");
+        return 1;
+    }
+    duet_rng rng = duet_rng_make(3, 0);
+    for (size_t i = 0; i < most; i++) {
+        a[i] = duet_rng_normal(&rng);
+        b[i] = duet_rng_normal(&rng);
+    }
+    const size_t ns = sizeof gemm_shapes / sizeof gemm_shapes[0];
+    double gf[2][sizeof gemm_shapes / sizeof gemm_shapes[0]];
+    char kernels[2][256];
+    for (int bf = 0; bf < 2; bf++) {
+        duet_kernel_opts ko = duet_kernel_opts_default();
+        ko.num_threads = threads;
+        ko.bf16 = bf != 0;
+        CHECK(duet_kernels_configure(&ko));
+        duet_kernels_info ki;
+        CHECK(duet_kernels_info_get(&ki));
+        snprintf(kernels[bf], sizeof kernels[bf], "%s", ki.summary);
+        for (size_t i = 0; i < ns; i++) gf[bf][i] = gemm_gflops(&gemm_shapes[i], a, b, c);
+    }
+    printf("float32: %s\nbf16: %s\n\n", kernels[0], kernels[1]);
+    printf("| GEMM | m x n x k | float32 GF/s | bf16 GF/s | bf16 / float32 |\n");
+    printf("|---|---|---:|---:|---:|\n");
+    for (size_t i = 0; i < ns; i++) {
+        const gemm_shape *g = &gemm_shapes[i];
+        printf("| %s | %" PRId64 " x %" PRId64 " x %" PRId64 " | %.1f | %.1f | %.2f |\n",
+               g->name, g->m, g->n, g->k, gf[0][i], gf[1][i], gf[1][i] / gf[0][i]);
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *name = "tiny";
     int iters = 200, every = 20, threads = 0;
+    bool gemm = false;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(argv[i], "--model") == 0 && v) name = argv[++i];
         else if (strcmp(argv[i], "--iters") == 0 && v) iters = atoi(argv[++i]);
         else if (strcmp(argv[i], "--every") == 0 && v) every = atoi(argv[++i]);
         else if (strcmp(argv[i], "--threads") == 0 && v) threads = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--gemm") == 0) gemm = true;
         else {
             fprintf(stderr, "usage: bench_mixed_precision [--model tiny|full] [--iters N] "
-                            "[--every E] [--threads T]\n");
+                            "[--every E] [--threads T] | --gemm [--threads T]\n");
             return 2;
         }
     }
+    if (gemm) return threads < 0 ? 2 : gemm_table(threads);
     const bench_model *bm = bench_find_model(name);
     if (bm == NULL || iters < 2 || every < 1 || threads < 0) {
         fprintf(stderr, "bench_mixed_precision: model tiny or full, iters >= 2, every >= 1\n");
