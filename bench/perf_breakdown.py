@@ -10,8 +10,10 @@ sample counts once) and sums the shares into: GEMM (oneDNN's JIT code and
 libdnnl), conv outside the GEMM (im2col, col2im, bias and layout copies),
 batch norm, pooling, other duet ops (activations, pixel shuffle, upsampling,
 elementwise, losses), the optimizer, libc memset/memmove (zeroed gradients,
-copies), the kernel (page faults and the hypervisor's interrupt accounting),
-and the rest. Prints a Markdown table."""
+copies), the kernel (page faults; pvm_irq_enable, where a paravirtualised
+guest re-enables interrupts, mostly at the end of a page fault or a futex
+wake-up: `perf record -g` shows which), and the rest. Prints a Markdown
+table."""
 import re
 import subprocess
 import sys
@@ -19,10 +21,12 @@ import sys
 GROUPS = [
     ("GEMM (oneDNN sgemm JIT)", lambda d, s: d.startswith("[JIT]") or "libdnnl" in d),
     ("conv outside the GEMM (im2col, col2im, bias, layout copies)",
-     lambda d, s: re.search(r"im2col|col2im|chunk_columns|conv2d", s) is not None),
+     lambda d, s: re.search(r"im2col|col2im|chunk_columns|conv2d|_samples|sample_forward",
+                            s) is not None),
     ("batch norm", lambda d, s: re.search(r"bn_|batch_norm|batch_stats", s) is not None),
     ("max pooling", lambda d, s: "pool" in s),
-    ("activations (ReLU, leaky ReLU)", lambda d, s: "relu" in s),
+    ("activations (ReLU, leaky ReLU)",
+     lambda d, s: re.search(r"relu|rectify|mask_make|masked_backward", s) is not None),
     ("other ops (pixel shuffle, upsampling, elementwise, losses)",
      lambda d, s: re.search(r"pixel_shuffle|upsample|nearest|bilinear|axpy|add_|mul_|sub_|"
                             r"l1_|mse_|bce_|scale|affine", s) is not None),
@@ -30,8 +34,9 @@ GROUPS = [
     ("libc memset / memmove", lambda d, s: "libc" in d and re.search(r"mem(set|move|cpy)", s)),
     ("kernel: page faults", lambda d, s: "kernel" in d and re.search(
         r"clear_page|fault|folio|lru|mm_|mas_|page|pte|zap|alloc|cgroup", s) is not None),
-    ("kernel: other (hypervisor interrupt accounting, scheduler)",
-     lambda d, s: "kernel" in d),
+    ("kernel: pvm_irq_enable (end of page faults, futex wake-ups)",
+     lambda d, s: "kernel" in d and "pvm_irq_enable" in s),
+    ("kernel: other (scheduler, system calls)", lambda d, s: "kernel" in d),
 ]
 
 
