@@ -72,6 +72,13 @@ void duet_f16_to_f32(float *out, const uint16_t *in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = f16_to_f32(in[i]);
 }
 
+/* The bf16 GEMM rounds both of its inputs on every call (a fifth of a bf16
+ * training step went here with the baseline's 16-byte vectors): the loop
+ * is also compiled for AVX2 and AVX-512, picked at load time by the CPU
+ * (the same exact rounding in every version). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 void duet_f32_to_bf16(uint16_t *out, const float *in, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(in[i]);
 }
