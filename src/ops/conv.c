@@ -301,6 +301,7 @@ static int64_t share_start(int64_t n, int team, int t) { return n * t / team; }
  * time. The bias goes in first so that the GEMM adds onto it (beta = 1). */
 static int forward_samples(float *y, const float *x, const float *w, const float *bias,
                            const conv_geom *g, int64_t n0, int64_t n1) {
+    duet__gemm_release_a(); /* w is held only within this call */
     const bool pointwise = is_pointwise(g);
     const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g);
     float *col = pointwise ? NULL : duet__scratch(0, (size_t)(g->k * rows * g->ow));
@@ -318,10 +319,12 @@ static int forward_samples(float *y, const float *x, const float *w, const float
             const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
             if (!pointwise)
                 im2col(col, t, xn, g, r0, r1);
-            duet_sgemm(false, false, g->o, t, g->k, 1.0f, w, g->k, pointwise ? xn : col,
-                       pointwise ? g->p : t, bias != NULL ? 1.0f : 0.0f, yn + r0 * g->ow, g->p);
+            duet__sgemm_held_a(false, false, g->o, t, g->k, w, g->k, pointwise ? xn : col,
+                               pointwise ? g->p : t, bias != NULL ? 1.0f : 0.0f, yn + r0 * g->ow,
+                               g->p);
         }
     }
+    duet__gemm_release_a();
     return DUET_OK;
 }
 
@@ -329,6 +332,7 @@ static int forward_samples(float *y, const float *x, const float *w, const float
  * dx += col2im(W^T dY) when dx is not NULL, a tile at a time. */
 static int backward_samples(float *dx, float *dw, const float *x, const float *w, const float *dy,
                             const conv_geom *g, int64_t n0, int64_t n1) {
+    duet__gemm_release_a(); /* w is held only within this call */
     const bool pointwise = is_pointwise(g);
     const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g), tmax = rows * g->ow;
     float *col = NULL, *dcol = NULL;
@@ -353,15 +357,16 @@ static int backward_samples(float *dx, float *dw, const float *x, const float *w
                 continue;
             if (pointwise) {
                 /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
-                duet_sgemm(true, false, g->k, g->p, g->o, 1.0f, w, g->k, dyt, g->p, 1.0f, dxn,
-                           g->p);
+                duet__sgemm_held_a(true, false, g->k, g->p, g->o, w, g->k, dyt, g->p, 1.0f, dxn,
+                                   g->p);
                 continue;
             }
             /* dcol (K, t) = W^T (K, O) dY (O, t), scattered back into dX_n. */
-            duet_sgemm(true, false, g->k, t, g->o, 1.0f, w, g->k, dyt, g->p, 0.0f, dcol, t);
+            duet__sgemm_held_a(true, false, g->k, t, g->o, w, g->k, dyt, g->p, 0.0f, dcol, t);
             col2im(dxn, dcol, t, g, r0, r1);
         }
     }
+    duet__gemm_release_a();
     return DUET_OK;
 }
 

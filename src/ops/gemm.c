@@ -234,9 +234,9 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     return DUET_OK;
 }
 
-void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                float *c, int64_t ldc) {
+static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                  int64_t ldc, bool held_a) {
     /* BLAS takes int sizes; every op's shapes are checked well below this. */
     DUET_ASSERT(m >= 0 && n >= 0 && k >= 0);
     DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
@@ -253,7 +253,8 @@ void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
     }
     if (atomic_load_explicit(&use_bf16, memory_order_relaxed) && alpha == 1.0f &&
         (beta == 0.0f || beta == 1.0f)) {
-        if (duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc) == DUET_OK)
+        if (duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, held_a) ==
+            DUET_OK)
             return;
         /* Out of memory for the rounded copies (the primitive itself was
          * checked when bf16 was switched on): this product runs in float32. */
@@ -270,6 +271,18 @@ void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                 (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                int64_t ldc) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+}
+
+void duet__sgemm_held_a(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                        int64_t ldc) {
+    sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, true);
 }
 
 /* ---- per-thread scratch ------------------------------------------------- */

@@ -140,24 +140,47 @@ static void to_bf16(uint16_t *dst, const float *src, int64_t rows, int64_t cols,
     for (int64_t r = 0; r < rows; r++) duet_f32_to_bf16(dst + r * cols, src + r * ld, (size_t)cols);
 }
 
-int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                     float *c, int64_t ldc) {
+/* The rounded copy of the A that duet__sgemm_held_a names, on this thread
+ * (scratch slot 4), until duet__gemm_release_a. */
+static _Thread_local struct {
+    const float *a;
+    int64_t rows, cols, ld;
+    bool valid;
+} held;
+
+void duet__gemm_release_a(void) { held.valid = false; }
+
+int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+                     bool held_a) {
     DUET_ASSERT(beta == 0.0f || beta == 1.0f);
     pthread_once(&bf.once, bf16_init);
     if (bf.init_rc != DUET_OK) return bf.init_rc;
     /* Compact bf16 copies of A and B as stored: A is (m, k), or (k, m) when
-     * transposed; likewise B. The scratch slots 3 is the GEMM's own (the
-     * conv code uses 0..2 for its columns). */
+     * transposed; likewise B. Both go to scratch slot 3 (the conv code uses
+     * 0..2 for its columns), except a held A, which stays in slot 4. */
     const int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
     const int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
-    const size_t halves = (size_t)(ar * ac + br * bc);
-    uint16_t *buf = (uint16_t *)duet__scratch(3, (halves + 1) / 2 + 32);
+    const size_t a_halves = held_a ? 0 : ((size_t)(ar * ac) + 31) & ~(size_t)31;
+    uint16_t *buf = (uint16_t *)duet__scratch(3, (a_halves + (size_t)(br * bc) + 1) / 2);
     if (buf == NULL) return DUET_ENOMEM;
-    uint16_t *ah = buf;
-    /* B starts 64-byte aligned. */
-    uint16_t *bh = buf + (((size_t)(ar * ac) + 31) & ~(size_t)31);
-    to_bf16(ah, a, ar, ac, lda);
+    uint16_t *ah = buf, *bh = buf + a_halves; /* B starts 64-byte aligned */
+    if (held_a) {
+        const bool reuse =
+            held.valid && held.a == a && held.rows == ar && held.cols == ac && held.ld == lda;
+        held.valid = false;
+        if ((ah = (uint16_t *)duet__scratch(4, ((size_t)(ar * ac) + 1) / 2)) == NULL)
+            return DUET_ENOMEM;
+        if (!reuse)
+            to_bf16(ah, a, ar, ac, lda);
+        held.a = a;
+        held.rows = ar;
+        held.cols = ac;
+        held.ld = lda;
+        held.valid = true;
+    } else {
+        to_bf16(ah, a, ar, ac, lda);
+    }
     to_bf16(bh, b, br, bc, ldb);
 
     bf16_key key;
@@ -190,8 +213,9 @@ int duet__bf16_check(char *impl, size_t size) {
     /* A small product through the real path: it makes the engine and a
      * primitive, and tells which implementation oneDNN picked. */
     float a[4 * 8], b[8 * 4], c[4 * 4];
-    for (int i = 0; i < 32; i++) a[i] = b[i] = (float)(i % 5) - 2.0f;
-    DUET_TRY(duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, 4, 0.0f, c, 4));
+    for (int i = 0; i < 32; i++)
+        a[i] = b[i] = (float)(i % 5) - 2.0f;
+    DUET_TRY(duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, 4, 0.0f, c, 4, false));
     pthread_mutex_lock(&bf.lock);
     snprintf(impl, size, "%s", bf.impl[0] ? bf.impl : "?");
     pthread_mutex_unlock(&bf.lock);

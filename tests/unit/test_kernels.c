@@ -229,6 +229,81 @@ static void test_bf16_gemm(void **state) {
     TU_OK(duet_kernels_configure(&o));
 }
 
+/* A held A (duet__sgemm_held_a: a conv's weight) is rounded once and
+ * reused until duet__gemm_release_a: a changed A under the same pointer is
+ * not seen before the release and is seen after it. A convolution releases
+ * its weight itself: after an in-place weight update (what the optimizer
+ * does) the next conv uses the new weight. */
+static void test_bf16_held_weight(void **state) {
+    (void)state;
+    duet_cpu_info ci = duet_cpu_info_get();
+    if (!ci.avx512_bf16 && !ci.amx_bf16)
+        skip();
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.bf16 = true;
+    o.num_threads = 1;
+    TU_OK(duet_kernels_configure(&o));
+    duet_rng rng = duet_rng_make(12, 0);
+    const int64_t m = 16, n = 24, k = 40;
+    float a[16 * 40], b[40 * 24], c0[16 * 24], c1[16 * 24], c2[16 * 24];
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = duet_rng_normal(&rng);
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = duet_rng_normal(&rng);
+    duet__gemm_release_a();
+    duet__sgemm_held_a(false, false, m, n, k, a, k, b, n, 0.0f, c0, n);
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = -2.0f * a[i];
+    duet__sgemm_held_a(false, false, m, n, k, a, k, b, n, 0.0f, c1, n);
+    assert_memory_equal(c1, c0, sizeof c0); /* held: the old rounding */
+    duet__gemm_release_a();
+    duet__sgemm_held_a(false, false, m, n, k, a, k, b, n, 0.0f, c2, n);
+    duet__gemm_release_a();
+    for (int64_t i = 0; i < m * n; i++)
+        assert_true(c2[i] == -2.0f * c0[i]); /* exact: x(-2) */
+
+    /* A convolution after an in-place weight update (what the optimizer
+     * does between steps): forward and dX use the new weight. (Backward
+     * runs the whole tape, so two backward passes always have a forward
+     * between them.) */
+    o.num_threads = 2;
+    TU_OK(duet_kernels_configure(&o));
+    /* 16x16: one sample per GEMM (the held path; smaller images batch samples). */
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){3, 8, 16, 16}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){6, 8, 3, 3}, 0.5f);
+    duet_tensor *y0 = NULL, *y1 = NULL;
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y0)); /* forward after forward */
+    for (int64_t i = 0; i < w->numel; i++)
+        w->data[i] = -2.0f * w->data[i];
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y1));
+    for (int64_t i = 0; i < y0->numel; i++)
+        assert_true(y1->data[i] == -2.0f * y0->data[i]);
+    duet_tensor_release(y0);
+    duet_tensor_release(y1);
+    x->requires_grad = true; /* forward and backward, update, forward and backward */
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y0));
+    tu_backprop_with(y0, y0->data);
+    float *dx0 = malloc(sizeof(float) * (size_t)x->numel);
+    memcpy(dx0, x->grad, sizeof(float) * (size_t)x->numel);
+    for (int64_t i = 0; i < w->numel; i++)
+        w->data[i] = -2.0f * w->data[i];
+    TU_OK(duet_conv2d(x, w, NULL, 1, 1, &y1));
+    for (int64_t i = 0; i < y0->numel; i++)
+        assert_true(y1->data[i] == -2.0f * y0->data[i]);
+    memset(x->grad, 0, sizeof(float) * (size_t)x->numel);
+    tu_backprop_with(y1, y0->data);
+    for (int64_t i = 0; i < x->numel; i++)
+        assert_true(x->grad[i] == -2.0f * dx0[i]);
+    free(dx0);
+    duet_tensor_release(y0);
+    duet_tensor_release(y1);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    o.bf16 = false;
+    o.num_threads = 1;
+    TU_OK(duet_kernels_configure(&o));
+}
+
 /* ---- the choice and the threads ------------------------------------------------ */
 
 static void test_backend_choice(void **state) {
@@ -322,6 +397,7 @@ int main(void) {
         cmocka_unit_test(test_sgemm_openblas),
         cmocka_unit_test(test_sgemm_threads_agree),
         cmocka_unit_test(test_bf16_gemm),
+        cmocka_unit_test(test_bf16_held_weight),
         cmocka_unit_test(test_backend_choice),
         cmocka_unit_test(test_thread_count),
     };
