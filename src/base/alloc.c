@@ -119,12 +119,8 @@ static void *block_at(char *start, size_t len, size_t bytes) {
 }
 
 static size_t page_bytes(void) {
-    static size_t page;
-    if (page == 0) {
-        long v = sysconf(_SC_PAGESIZE);
-        page = v > 0 ? (size_t)v : 4096;
-    }
-    return page;
+    long v = sysconf(_SC_PAGESIZE); /* read each time: threads allocate concurrently */
+    return v > 0 ? (size_t)v : 4096;
 }
 
 /* The mapped length for a block of `bytes`: header room, whole pages. */

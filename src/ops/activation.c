@@ -47,10 +47,8 @@ static void rectify_kernel(float *out, const float *x, uint64_t *bits, float slo
 #pragma omp parallel for num_threads(duet__par_threads(n)) schedule(static)
     for (int64_t w = 0; w < words; w++) {
         const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
-        if (bits != NULL)
-            bits[w] = positive_word(x + base, len);
-        if (is_relu)
-            relu_forward(out + base, x + base, len);
+        if (bits != NULL) bits[w] = positive_word(x + base, len);
+        if (is_relu) relu_forward(out + base, x + base, len);
         else leaky_relu_forward(out + base, x + base, slope, len);
     }
 }

@@ -66,12 +66,19 @@ static void valid_rows(const conv_geom *g, int64_t i, int64_t *lo, int64_t *hi) 
 
 /* [*lo, *hi) cut to the tile [r0, r1), possibly empty (then *lo == *hi). */
 static void clamp_rows(int64_t *lo, int64_t *hi, int64_t r0, int64_t r1) {
-    if (*lo < r0)
-        *lo = r0;
-    if (*hi > r1)
-        *hi = r1;
-    if (*hi < *lo)
-        *hi = *lo;
+    if (*lo < r0) *lo = r0;
+    if (*hi > r1) *hi = r1;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* In rows [0, nrows) of a tap's columns (OW entries each), the entries
+ * outside [lo, hi) read padding: zero them. */
+static void zero_outside_cols(float *rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
+    for (int64_t oh = 0; oh < nrows; oh++) {
+        float *d = rows + oh * ow_n;
+        for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0.0f;
+        for (int64_t ow = hi; ow < ow_n; ow++) d[ow] = 0.0f;
+    }
 }
 
 /* Output rows [r0, r1) of the columns of one sample x (C, H, W): col has
@@ -109,11 +116,7 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g, i
                     const float *src = plane + (rlo - pad + i) * g->w + off;
                     const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
                     if (end > lo) memcpy(dst + lo, src + lo, (size_t)(end - lo) * sizeof(float));
-                    for (int64_t oh = 0; oh < rhi - rlo; oh++) {
-                        float *d = dst + oh * ow_n;
-                        for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0.0f;
-                        for (int64_t ow = hi; ow < ow_n; ow++) d[ow] = 0.0f;
-                    }
+                    zero_outside_cols(dst, rhi - rlo, ow_n, lo, hi);
                     continue;
                 }
                 for (int64_t oh = rlo; oh < rhi; oh++) {
@@ -167,11 +170,7 @@ static void col2im(float *dx, float *col, int64_t ld, const conv_geom *g, int64_
                 if (shifted_plane && rhi > rlo) {
                     float *src = row + (rlo - r0) * ow_n;
                     const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
-                    for (int64_t oh = 0; oh < rhi - rlo; oh++) {
-                        float *d = src + oh * ow_n;
-                        for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0.0f;
-                        for (int64_t ow = hi; ow < ow_n; ow++) d[ow] = 0.0f;
-                    }
+                    zero_outside_cols(src, rhi - rlo, ow_n, lo, hi);
                     /* Entry e of the run lands at plane index base + e. */
                     float *dst = dx + (c * g->h + rlo - pad + i) * g->w;
                     if (off >= 0) {
@@ -277,13 +276,10 @@ static const float *chunk_columns(float *col, const float *x0, int64_t cnt, cons
 
 /* Output rows per column tile. */
 static int64_t tile_rows(const conv_geom *g) {
-    if (is_pointwise(g))
-        return g->oh; /* no columns to build */
+    if (is_pointwise(g)) return g->oh; /* no columns to build */
     int64_t tiles = (g->k * g->p + CONV_TILE_MAX_FLOATS - 1) / CONV_TILE_MAX_FLOATS;
-    if (tiles > g->oh)
-        tiles = g->oh;
-    if (tiles < 1)
-        tiles = 1;
+    if (tiles > g->oh) tiles = g->oh;
+    if (tiles < 1) tiles = 1;
     return (g->oh + tiles - 1) / tiles;
 }
 
@@ -305,8 +301,7 @@ static int forward_samples(float *y, const float *x, const float *w, const float
     const bool pointwise = is_pointwise(g);
     const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g);
     float *col = pointwise ? NULL : duet__scratch(0, (size_t)(g->k * rows * g->ow));
-    if (!pointwise && col == NULL)
-        return DUET_ENOMEM;
+    if (!pointwise && col == NULL) return DUET_ENOMEM;
     for (int64_t n = n0; n < n1; n++) {
         float *yn = y + n * g->o * g->p;
         const float *xn = x + n * chw;
@@ -317,8 +312,7 @@ static int forward_samples(float *y, const float *x, const float *w, const float
                     yn[o * g->p + q] = bias[o];
         for (int64_t r0 = 0; r0 < g->oh; r0 += rows) {
             const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
-            if (!pointwise)
-                im2col(col, t, xn, g, r0, r1);
+            if (!pointwise) im2col(col, t, xn, g, r0, r1);
             duet__sgemm_held_a(false, false, g->o, t, g->k, w, g->k, pointwise ? xn : col,
                                pointwise ? g->p : t, bias != NULL ? 1.0f : 0.0f, yn + r0 * g->ow,
                                g->p);
@@ -347,14 +341,12 @@ static int backward_samples(float *dx, float *dw, const float *x, const float *w
             const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
             const float *dyt = dy + n * g->o * g->p + r0 * g->ow; /* (O, t), ld P */
             if (dw != NULL) {
-                if (!pointwise)
-                    im2col(col, t, xn, g, r0, r1);
+                if (!pointwise) im2col(col, t, xn, g, r0, r1);
                 /* dW (O, K) += dY (O, t) col^T (t, K) */
                 duet_sgemm(false, true, g->o, g->k, t, 1.0f, dyt, g->p, pointwise ? xn : col,
                            pointwise ? g->p : t, 1.0f, dw, g->k);
             }
-            if (dxn == NULL)
-                continue;
+            if (dxn == NULL) continue;
             if (pointwise) {
                 /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
                 duet__sgemm_held_a(true, false, g->k, g->p, g->o, w, g->k, dyt, g->p, 1.0f, dxn,
@@ -374,8 +366,7 @@ static int backward_samples(float *dx, float *dw, const float *x, const float *w
 static int conv_forward_by_sample(float *y, const float *x, const float *w, const float *bias,
                                   const conv_geom *g) {
     const int team = sample_team(g);
-    if (team == 1)
-        return forward_samples(y, x, w, bias, g, 0, g->n);
+    if (team == 1) return forward_samples(y, x, w, bias, g, 0, g->n);
     int failed = 0;
 #pragma omp parallel num_threads(team) reduction(| : failed)
     {
@@ -392,8 +383,7 @@ static int conv_forward_by_sample(float *y, const float *x, const float *w, cons
 static int conv_backward_by_sample(float *dx, float *dw, const float *x, const float *w,
                                    const float *dy, const conv_geom *g) {
     const int team = sample_team(g);
-    if (team == 1)
-        return backward_samples(dx, dw, x, w, dy, g, 0, g->n);
+    if (team == 1) return backward_samples(dx, dw, x, w, dy, g, 0, g->n);
     const int64_t wn = g->o * g->k;
     float *parts = NULL;
     if (dw != NULL &&
@@ -403,8 +393,7 @@ static int conv_backward_by_sample(float *dx, float *dw, const float *x, const f
 #pragma omp parallel num_threads(team) reduction(| : failed)
     {
         const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        if (t == 0)
-            used = nt; /* the runtime may give fewer threads */
+        if (t == 0) used = nt; /* the runtime may give fewer threads */
         float *dwt = dw == NULL ? NULL : t == 0 ? dw : parts + (t - 1) * wn;
         failed = backward_samples(dx, dwt, x, w, dy, g, share_start(g->n, nt, t),
                                   share_start(g->n, nt, t + 1)) != DUET_OK;
@@ -434,7 +423,7 @@ static int conv2d_backward(duet_node *node) {
     const int64_t chw = g.c * g.h * g.w;
 
     if (db != NULL) {
-#pragma omp parallel for num_threads(duet__par_threads(g.n *g.o *g.p)) schedule(static)
+#pragma omp parallel for num_threads(duet__par_threads(g.n * g.o * g.p)) schedule(static)
         for (int64_t o = 0; o < g.o; o++) {
             double s = 0.0;
             for (int64_t n = 0; n < g.n; n++)

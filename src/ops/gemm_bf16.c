@@ -171,8 +171,7 @@ int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
         held.valid = false;
         if ((ah = (uint16_t *)duet__scratch(4, ((size_t)(ar * ac) + 1) / 2)) == NULL)
             return DUET_ENOMEM;
-        if (!reuse)
-            to_bf16(ah, a, ar, ac, lda);
+        if (!reuse) to_bf16(ah, a, ar, ac, lda);
         held.a = a;
         held.rows = ar;
         held.cols = ac;
