@@ -7,7 +7,14 @@
  *
  * A matmul primitive is made for one shape, so made ones are kept in a small
  * table keyed by (m, n, k, transposes, ldc, beta): a training step repeats
- * the same few dozen GEMM shapes every iteration. */
+ * the same few dozen GEMM shapes every iteration.
+ *
+ * Threads run their products at the same time (a convolution gives each
+ * thread whole samples): the table's lock covers only finding an entry.
+ * Each call binds its own memory objects, runs on its thread's stream and
+ * gives the primitive its thread's scratchpad (user-managed scratchpads:
+ * oneDNN's own may be shared between primitives and is then not safe to
+ * use from two threads at once). An entry in use is not evicted. */
 #include "ops/ops_internal.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -24,7 +31,9 @@ typedef struct bf16_key {
 typedef struct bf16_entry {
     bf16_key key;
     dnnl_primitive_t prim;
-    dnnl_memory_t a, b, c; /* descriptors bound to the primitive; handles set per call */
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    size_t scratch_bytes; /* the scratchpad it asks for */
+    int users;            /* threads running it now */
     uint64_t last_use;
 } bf16_entry;
 
@@ -33,15 +42,17 @@ static struct {
     pthread_once_t once;
     int init_rc;
     dnnl_engine_t engine;
-    dnnl_stream_t stream;
+    pthread_key_t stream_key; /* each thread's dnnl_stream_t, destroyed at its exit */
     bf16_entry slots[BF16_CACHE_SLOTS];
     uint64_t clock;
     char impl[96]; /* the implementation oneDNN chose, for the log and `duet info` */
 } bf = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
+static void stream_destroy(void *stream) { dnnl_stream_destroy(stream); }
+
 static void bf16_init(void) {
     if (dnnl_engine_create(&bf.engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&bf.stream, bf.engine, dnnl_stream_default_flags) != dnnl_success)
+        pthread_key_create(&bf.stream_key, stream_destroy) != 0)
         bf.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16: cannot create a oneDNN CPU engine");
 }
 
@@ -58,9 +69,6 @@ static int dnnl_fail(dnnl_status_t st, const char *what) {
 
 static void entry_free(bf16_entry *e) {
     if (e->prim != NULL) dnnl_primitive_destroy(e->prim);
-    if (e->a != NULL) dnnl_memory_destroy(e->a);
-    if (e->b != NULL) dnnl_memory_destroy(e->b);
-    if (e->c != NULL) dnnl_memory_destroy(e->c);
     memset(e, 0, sizeof *e);
 }
 
@@ -83,6 +91,10 @@ static int entry_make(bf16_entry *e, const bf16_key *key) {
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     DNNL_TRY(dnnl_primitive_attr_create(&attr), "attr");
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return dnnl_fail(dnnl_runtime_error, "user scratchpad");
+    }
     if (key->accumulate) {
         /* beta = 1: C += A B as the post-op "sum". */
         if (dnnl_post_ops_create(&po) != dnnl_success ||
@@ -103,10 +115,12 @@ static int entry_make(bf16_entry *e, const bf16_key *key) {
         impl != NULL)
         snprintf(bf.impl, sizeof bf.impl, "%s", impl);
     e->key = *key;
+    e->a_md = a_md;
+    e->b_md = b_md;
+    e->c_md = c_md;
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    e->scratch_bytes = sp != NULL ? dnnl_memory_desc_get_size(sp) : 0;
     st = dnnl_primitive_create(&e->prim, pd);
-    if (st == dnnl_success) st = dnnl_memory_create(&e->a, &a_md, bf.engine, DNNL_MEMORY_NONE);
-    if (st == dnnl_success) st = dnnl_memory_create(&e->b, &b_md, bf.engine, DNNL_MEMORY_NONE);
-    if (st == dnnl_success) st = dnnl_memory_create(&e->c, &c_md, bf.engine, DNNL_MEMORY_NONE);
     dnnl_primitive_desc_destroy(pd);
     if (st != dnnl_success) {
         entry_free(e);
@@ -115,24 +129,73 @@ static int entry_make(bf16_entry *e, const bf16_key *key) {
     return DUET_OK;
 }
 
-/* The entry for key, made (evicting the least recently used) when missing.
- * Called with the lock held. */
+/* The entry for key, made (evicting the least recently used one that no
+ * thread is running) when missing, its users count raised. Called with the
+ * lock held. */
 static int entry_get(const bf16_key *key, bf16_entry **out) {
-    bf16_entry *lru = &bf.slots[0];
+    bf16_entry *victim = NULL; /* an empty slot, else the least recently used idle one */
     for (int i = 0; i < BF16_CACHE_SLOTS; i++) {
         bf16_entry *e = &bf.slots[i];
         if (e->prim != NULL && memcmp(&e->key, key, sizeof *key) == 0) {
             e->last_use = ++bf.clock;
+            e->users++;
             *out = e;
             return DUET_OK;
         }
-        if (e->prim == NULL || e->last_use < lru->last_use) lru = e;
+        if (e->users > 0 || (victim != NULL && victim->prim == NULL)) continue;
+        if (victim == NULL || e->prim == NULL || e->last_use < victim->last_use) victim = e;
     }
-    entry_free(lru);
-    DUET_TRY(entry_make(lru, key));
-    lru->last_use = ++bf.clock;
-    *out = lru;
+    if (victim == NULL)
+        return duet__error(DUET_EUNSUPPORTED, "bf16 GEMM: all %d matmul slots are in use",
+                           BF16_CACHE_SLOTS);
+    entry_free(victim);
+    DUET_TRY(entry_make(victim, key));
+    victim->last_use = ++bf.clock;
+    victim->users = 1;
+    *out = victim;
     return DUET_OK;
+}
+
+/* This thread's stream, made on its first product. */
+static int thread_stream(dnnl_stream_t *out) {
+    *out = pthread_getspecific(bf.stream_key);
+    if (*out != NULL) return DUET_OK;
+    DNNL_TRY(dnnl_stream_create(out, bf.engine, dnnl_stream_default_flags), "stream");
+    if (pthread_setspecific(bf.stream_key, *out) != 0) {
+        dnnl_stream_destroy(*out);
+        return duet__error(DUET_ENOMEM, "bf16 GEMM: cannot keep a thread's oneDNN stream");
+    }
+    return DUET_OK;
+}
+
+/* Runs e on a (bf16), b (bf16) into c on this thread. */
+static int entry_run(const bf16_entry *e, void *a, void *b, float *c) {
+    dnnl_stream_t stream;
+    DUET_TRY(thread_stream(&stream));
+    void *scratch = NULL;
+    if (e->scratch_bytes > 0 &&
+        (scratch = duet__scratch(5, (e->scratch_bytes + sizeof(float) - 1) / sizeof(float))) ==
+            NULL)
+        return DUET_ENOMEM;
+    dnnl_memory_desc_t s_md;
+    dnnl_dims_t s_dims = {(int64_t)e->scratch_bytes};
+    dnnl_memory_desc_init_by_tag(&s_md, 1, s_dims, dnnl_u8, dnnl_a);
+    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+    dnnl_status_t st = dnnl_memory_create(&mem[0], &e->a_md, bf.engine, a);
+    if (st == dnnl_success) st = dnnl_memory_create(&mem[1], &e->b_md, bf.engine, b);
+    if (st == dnnl_success) st = dnnl_memory_create(&mem[2], &e->c_md, bf.engine, c);
+    if (st == dnnl_success) st = dnnl_memory_create(&mem[3], &s_md, bf.engine, scratch);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]},
+                                   {DNNL_ARG_WEIGHTS, mem[1]},
+                                   {DNNL_ARG_DST, mem[2]},
+                                   {DNNL_ARG_SCRATCHPAD, mem[3]}};
+        st = dnnl_primitive_execute(e->prim, stream, e->scratch_bytes > 0 ? 4 : 3, args);
+        if (st == dnnl_success) st = dnnl_stream_wait(stream);
+    }
+    for (int i = 0; i < 4; i++)
+        if (mem[i] != NULL) dnnl_memory_destroy(mem[i]);
+    return st == dnnl_success ? DUET_OK : dnnl_fail(st, "matmul execution");
 }
 
 /* rows x cols of src (leading dimension ld) into a compact bf16 copy. */
@@ -194,16 +257,11 @@ int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     pthread_mutex_lock(&bf.lock);
     bf16_entry *e = NULL;
     int rc = entry_get(&key, &e);
-    if (rc == DUET_OK) {
-        dnnl_memory_set_data_handle(e->a, ah);
-        dnnl_memory_set_data_handle(e->b, bh);
-        dnnl_memory_set_data_handle(e->c, c);
-        dnnl_exec_arg_t args[3] = {
-            {DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c}};
-        dnnl_status_t st = dnnl_primitive_execute(e->prim, bf.stream, 3, args);
-        if (st == dnnl_success) st = dnnl_stream_wait(bf.stream);
-        if (st != dnnl_success) rc = dnnl_fail(st, "matmul execution");
-    }
+    pthread_mutex_unlock(&bf.lock);
+    if (rc != DUET_OK) return rc;
+    rc = entry_run(e, ah, bh, c);
+    pthread_mutex_lock(&bf.lock);
+    e->users--;
     pthread_mutex_unlock(&bf.lock);
     return rc;
 }

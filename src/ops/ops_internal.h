@@ -74,7 +74,7 @@ int duet__par_threads(int64_t work);
 
 /* gemm_bf16.c: duet_sgemm's mixed-precision path (alpha 1, beta 0 or 1);
  * DUET_EUNSUPPORTED when oneDNN cannot make the matmul, DUET_ENOMEM. Uses
- * scratch slots 3 and 4. held_a: A is the operand duet__sgemm_held_a names
+ * scratch slots 3 to 5. held_a: A is the operand duet__sgemm_held_a names
  * (its rounded copy is kept until duet__gemm_release_a). duet__bf16_check
  * runs a small product and names the implementation oneDNN chose. */
 int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
@@ -93,11 +93,11 @@ int duet__bf16_check(char *impl, size_t size);
 
 /* Per-thread scratch buffers, reused across calls so that an op does not
  * allocate its im2col columns on every call (slots 0-2: conv; 3 and 4: the
- * bf16 GEMM's rounded inputs). Slot i in
+ * bf16 GEMM's rounded inputs, 5: its oneDNN scratchpad). Slot i in
  * [0, DUET__SCRATCH_SLOTS) holds at least nfloats floats (64-byte aligned,
  * uninitialised) until the next call for the same slot on this thread, which
  * may move it. NULL when out of memory (message set). Freed at thread exit. */
-#define DUET__SCRATCH_SLOTS 5
+#define DUET__SCRATCH_SLOTS 6
 float *duet__scratch(int slot, size_t nfloats);
 
 /* Sum of n floats in eight independent double lanes: the loop vectorises

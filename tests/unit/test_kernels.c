@@ -304,6 +304,61 @@ static void test_bf16_held_weight(void **state) {
     TU_OK(duet_kernels_configure(&o));
 }
 
+/* Threads run bf16 GEMMs at the same time (a convolution gives each thread
+ * whole samples): every product made inside a parallel region, on shapes
+ * each thread meets for the first time and on shapes all share, equals the
+ * same product made alone (each runs on one thread either way, so equal to
+ * the bit). A shared memory object, stream or scratchpad between threads
+ * shows as wrong results here. */
+static void test_bf16_gemm_from_threads(void **state) {
+    (void)state;
+    duet_cpu_info ci = duet_cpu_info_get();
+    if (!ci.avx512_bf16 && !ci.amx_bf16)
+        skip();
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.bf16 = true;
+    o.num_threads = 1;
+    TU_OK(duet_kernels_configure(&o));
+    enum { THREADS = 4, CALLS = 12 };
+    const int64_t m = 48, k = 160, nmax = 96 + THREADS * CALLS;
+    duet_rng rng = duet_rng_make(13, 0);
+    float *a = malloc(sizeof(float) * (size_t)(m * k));
+    float *b = malloc(sizeof(float) * (size_t)(k * nmax));
+    float *want = malloc(sizeof(float) * (size_t)(THREADS * CALLS * m * nmax));
+    float *got = malloc(sizeof(float) * (size_t)(THREADS * CALLS * m * nmax));
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = duet_rng_normal(&rng);
+    for (int64_t i = 0; i < k * nmax; i++)
+        b[i] = duet_rng_normal(&rng);
+    /* Call (t, j): odd j share one shape between threads, even j are the
+     * thread's own. */
+#define CALL_N(t, j) ((j) % 2 ? (int64_t)96 : (int64_t)(97 + (t) * CALLS + (j)))
+#define CALL_C(buf, t, j) ((buf) + ((int64_t)(t) * CALLS + (j)) * m * nmax)
+    for (int t = 0; t < THREADS; t++)
+        for (int j = 0; j < CALLS; j++)
+            duet_sgemm(false, false, m, CALL_N(t, j), k, 1.0f, a, k, b, nmax, 0.0f,
+                       CALL_C(want, t, j), CALL_N(t, j));
+    for (int round = 0; round < 3; round++) {
+        memset(got, 0, sizeof(float) * (size_t)(THREADS * CALLS * m * nmax));
+#pragma omp parallel num_threads(THREADS)
+        {
+            const int t = omp_get_thread_num();
+            for (int j = 0; j < CALLS; j++)
+                duet_sgemm(false, false, m, CALL_N(t, j), k, 1.0f, a, k, b, nmax, 0.0f,
+                           CALL_C(got, t, j), CALL_N(t, j));
+        }
+        for (int t = 0; t < THREADS; t++)
+            for (int j = 0; j < CALLS; j++)
+                assert_memory_equal(CALL_C(got, t, j), CALL_C(want, t, j),
+                                    sizeof(float) * (size_t)(m * CALL_N(t, j)));
+    }
+#undef CALL_N
+#undef CALL_C
+    free(a), free(b), free(want), free(got);
+    o.bf16 = false;
+    TU_OK(duet_kernels_configure(&o));
+}
+
 /* ---- the choice and the threads ------------------------------------------------ */
 
 static void test_backend_choice(void **state) {
@@ -398,6 +453,7 @@ int main(void) {
         cmocka_unit_test(test_sgemm_threads_agree),
         cmocka_unit_test(test_bf16_gemm),
         cmocka_unit_test(test_bf16_held_weight),
+        cmocka_unit_test(test_bf16_gemm_from_threads),
         cmocka_unit_test(test_backend_choice),
         cmocka_unit_test(test_thread_count),
     };
