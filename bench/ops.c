@@ -2,7 +2,7 @@
  * SRGAN shapes, next to plain single-thread cblas_sgemm on the same GEMM
  * shapes measured in the same run, and the ratio. Medians over repetitions.
  *
- *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall]
+ *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall] [--bf16]
  *
  * The sgemm baseline runs the GEMMs the conv issues, with the same sizes and
  * the same count, on fixed buffers: forward (O x P x K) once per sample;
@@ -12,7 +12,8 @@
  *
  * Times are this thread's CPU time (BLAS runs single-threaded here), so that
  * other processes sharing the cores disturb the numbers less; --wall uses
- * the wall clock instead. */
+ * the wall clock instead. --bf16 runs the convs in bf16 mixed precision
+ * (the sgemm baseline stays float32). */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,10 @@ static const shape shapes[] = {
     {"d 128->128 4x4 s2 @64", 128, 128, 64, 4, 2, 1},
     {"d 256->256 4x4 s2 @32", 256, 256, 32, 4, 2, 1},
     {"d 512->512 4x4 s2 @16", 512, 512, 16, 4, 2, 1},
+    {"vgg 64->64 3x3 @128", 64, 64, 128, 3, 1, 1},
+    {"vgg 128->128 3x3 @64", 128, 128, 64, 3, 1, 1},
+    {"vgg 256->256 3x3 @32", 256, 256, 32, 3, 1, 1},
+    {"vgg 512->512 3x3 @16", 512, 512, 16, 3, 1, 1},
 };
 
 static int cmp_double(const void *a, const void *b) {
@@ -79,19 +84,28 @@ int main(int argc, char **argv) {
     int64_t batch = 16;
     int reps = 3;
     const char *only = NULL;
+    bool bf16 = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoll(argv[++i]);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--wall") == 0) use_wall = true;
+        else if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
         else {
-            fprintf(stderr, "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall] [--bf16]\n",
+                    argv[0]);
             return 2;
         }
     }
     if (batch < 1 || reps < 1) {
         fprintf(stderr, "bench_ops: --batch and --reps must be >= 1\n");
         return 2;
+    }
+    if (bf16) {
+        duet_kernel_opts o = duet_kernel_opts_default();
+        o.bf16 = true;
+        check(duet_kernels_configure(&o), "bf16 kernels");
     }
     duet_kernels_info ki;
     check(duet_kernels_info_get(&ki), "kernels");

@@ -71,21 +71,73 @@ static void clamp_rows(int64_t *lo, int64_t *hi, int64_t r0, int64_t r1) {
     if (*hi < *lo) *hi = *lo;
 }
 
-/* In rows [0, nrows) of a tap's columns (OW entries each), the entries
- * outside [lo, hi) read padding: zero them. */
-static void zero_outside_cols(float *rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
-    for (int64_t oh = 0; oh < nrows; oh++) {
-        float *d = rows + oh * ow_n;
-        for (int64_t ow = 0; ow < lo; ow++) d[ow] = 0.0f;
-        for (int64_t ow = hi; ow < ow_n; ow++) d[ow] = 0.0f;
+/* Where im2col writes: float32 columns (f), or bf16 ones (h) rounded as
+ * they are written, which the bf16 GEMM reads as they are (mixed
+ * precision: no float32 copy to write, read back and round). One of the
+ * two is set. */
+typedef struct col_dst {
+    float *f;
+    uint16_t *h;
+} col_dst;
+
+static col_dst col_dst_of(float *buf, bool bf16) {
+    return bf16 ? (col_dst){NULL, (uint16_t *)buf} : (col_dst){buf, NULL};
+}
+
+/* d moved on by i entries. */
+static col_dst col_at(col_dst d, int64_t i) {
+    return d.h != NULL ? (col_dst){NULL, d.h + i} : (col_dst){d.f + i, NULL};
+}
+
+static void col_zero(col_dst d, int64_t n) {
+    if (d.h != NULL) {
+        for (int64_t i = 0; i < n; i++) d.h[i] = 0;
+    } else {
+        for (int64_t i = 0; i < n; i++) d.f[i] = 0.0f;
     }
 }
+
+/* d[i] = src[i * s] for i in [0, n) */
+static void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
+    if (n <= 0) return;
+    if (s == 1) {
+        if (d.h != NULL) duet_f32_to_bf16(d.h, src, (size_t)n);
+        else memcpy(d.f, src, (size_t)n * sizeof(float));
+    } else if (d.h != NULL) {
+        float buf[256]; /* gathered, then rounded in runs */
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            const int64_t len = n - i0 < 256 ? n - i0 : 256;
+            for (int64_t i = 0; i < len; i++) buf[i] = src[(i0 + i) * s];
+            duet_f32_to_bf16(d.h + i0, buf, (size_t)len);
+        }
+    } else if (s == 2) {
+        /* The discriminator's stride: a constant stride lets the compiler
+         * vectorise the gather with shuffles. */
+        for (int64_t i = 0; i < n; i++) d.f[i] = src[2 * i];
+    } else {
+        for (int64_t i = 0; i < n; i++) d.f[i] = src[i * s];
+    }
+}
+
+/* In rows [0, nrows) of a tap's columns (OW entries each), the entries
+ * outside [lo, hi) read padding: zero them. */
+static void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
+    for (int64_t oh = 0; oh < nrows; oh++) {
+        const col_dst d = col_at(rows, oh * ow_n);
+        col_zero(d, lo);
+        col_zero(col_at(d, hi), ow_n - hi);
+    }
+}
+
+/* Floats of strided bf16 columns that im2col gathers before rounding them
+ * (16 KB of stack per thread). */
+#define IM2COL_STAGE 4096
 
 /* Output rows [r0, r1) of the columns of one sample x (C, H, W): col has
  * C*KH*KW rows with leading dimension ld, and row (c, i, j), column
  * (oh - r0)*OW + ow holds x[c, oh*s - p + i, ow*s - p + j], or 0 in the
  * padding. */
-static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g, int64_t r0,
+static void im2col(col_dst col, int64_t ld, const float *x, const conv_geom *g, int64_t r0,
                    int64_t r1) {
     const int64_t s = g->stride, pad = g->pad, ow_n = g->ow;
     /* Stride 1 with "same" width: output row oh of kernel tap (i, j) is input
@@ -98,43 +150,48 @@ static void im2col(float *col, int64_t ld, const float *x, const conv_geom *g, i
     schedule(static)
     for (int64_t c = 0; c < g->c; c++) {
         const float *plane = x + c * g->h * g->w;
+        float stage[IM2COL_STAGE];
         for (int64_t i = 0; i < g->kh; i++) {
             int64_t rlo, rhi;
             valid_rows(g, i, &rlo, &rhi);
             clamp_rows(&rlo, &rhi, r0, r1);
             for (int64_t j = 0; j < g->kw; j++) {
-                float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
+                const col_dst row = col_at(col, ((c * g->kh + i) * g->kw + j) * ld);
                 int64_t lo, hi;
                 valid_cols(g, j, &lo, &hi);
-                memset(row, 0, (size_t)((rlo - r0) * ow_n) * sizeof(float));
-                memset(row + (rhi - r0) * ow_n, 0, (size_t)((r1 - rhi) * ow_n) * sizeof(float));
+                col_zero(row, (rlo - r0) * ow_n);
+                col_zero(col_at(row, (rhi - r0) * ow_n), (r1 - rhi) * ow_n);
                 const int64_t off = j - pad;
                 if (shifted_plane && rhi > rlo) {
                     /* Elements [lo, n - (OW - hi)) of the block read inside
                      * the plane; the rest are zeroed below. */
-                    float *dst = row + (rlo - r0) * ow_n;
+                    const col_dst dst = col_at(row, (rlo - r0) * ow_n);
                     const float *src = plane + (rlo - pad + i) * g->w + off;
                     const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
-                    if (end > lo) memcpy(dst + lo, src + lo, (size_t)(end - lo) * sizeof(float));
+                    col_gather(col_at(dst, lo), src + lo, 1, end - lo);
                     zero_outside_cols(dst, rhi - rlo, ow_n, lo, hi);
                     continue;
                 }
-                for (int64_t oh = rlo; oh < rhi; oh++) {
-                    float *dst = row + (oh - r0) * ow_n;
-                    /* Input column of output column ow: ow*s + off. */
-                    const float *src = plane + (oh * s - pad + i) * g->w;
-                    for (int64_t ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
-                    if (s == 1) {
-                        if (hi > lo)
-                            memcpy(dst + lo, src + lo + off, (size_t)(hi - lo) * sizeof(float));
-                    } else if (s == 2) {
-                        /* The discriminator's stride: a constant stride lets
-                         * the compiler vectorise the gather with shuffles. */
-                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[2 * ow + off];
-                    } else {
-                        for (int64_t ow = lo; ow < hi; ow++) dst[ow] = src[ow * s + off];
+                /* bf16 at a stride: whole rows gathered in float32 on the
+                 * stack, then rounded in one run (a rounding call per
+                 * gathered row made the discriminator's convs slower than
+                 * rounding the float32 columns afterwards). */
+                const int64_t staged =
+                    row.h != NULL && s != 1 && ow_n <= IM2COL_STAGE ? IM2COL_STAGE / ow_n : 0;
+                for (int64_t oh = rlo; oh < rhi;) {
+                    const int64_t nrows = staged == 0 ? 1 : staged < rhi - oh ? staged : rhi - oh;
+                    const col_dst out = col_at(row, (oh - r0) * ow_n);
+                    const col_dst put = staged == 0 ? out : col_dst_of(stage, false);
+                    for (int64_t q = 0; q < nrows; q++) {
+                        const col_dst dst = col_at(put, q * ow_n);
+                        /* Input column of output column ow: ow*s + off. */
+                        const float *src = plane + ((oh + q) * s - pad + i) * g->w + off;
+                        col_zero(dst, lo);
+                        col_gather(col_at(dst, lo), src + lo * s, s, hi - lo);
+                        col_zero(col_at(dst, hi), ow_n - hi);
                     }
-                    for (int64_t ow = hi; ow < ow_n; ow++) dst[ow] = 0.0f;
+                    if (staged != 0) duet_f32_to_bf16(out.h, stage, (size_t)(nrows * ow_n));
+                    oh += nrows;
                 }
             }
         }
@@ -170,7 +227,7 @@ static void col2im(float *dx, float *col, int64_t ld, const conv_geom *g, int64_
                 if (shifted_plane && rhi > rlo) {
                     float *src = row + (rlo - r0) * ow_n;
                     const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
-                    zero_outside_cols(src, rhi - rlo, ow_n, lo, hi);
+                    zero_outside_cols(col_dst_of(src, false), rhi - rlo, ow_n, lo, hi);
                     /* Entry e of the run lands at plane index base + e. */
                     float *dst = dx + (c * g->h + rlo - pad + i) * g->w;
                     if (off >= 0) {
@@ -248,13 +305,28 @@ static int conv_geometry(const duet_tensor *x, const duet_tensor *w, const duet_
     return DUET_OK;
 }
 
-/* The chunk's columns (K, cnt*P) into col (leading dimension cnt*P), or the
- * sample itself when a 1x1 conv has a chunk of one. */
-static const float *chunk_columns(float *col, const float *x0, int64_t cnt, const conv_geom *g) {
+/* The chunk's columns (K, cnt*P) into col (leading dimension cnt*P; bf16
+ * when bf16), or the sample itself when a 1x1 conv has a chunk of one (never
+ * with bf16). */
+static const float *chunk_columns(float *col, bool bf16, const float *x0, int64_t cnt,
+                                  const conv_geom *g) {
     if (is_pointwise(g) && cnt == 1) return x0;
     for (int64_t j = 0; j < cnt; j++)
-        im2col(col + j * g->p, cnt * g->p, x0 + j * g->c * g->h * g->w, g, 0, g->oh);
+        im2col(col_at(col_dst_of(col, bf16), j * g->p), cnt * g->p, x0 + j * g->c * g->h * g->w,
+               g, 0, g->oh);
     return col;
+}
+
+/* Whether the columns are built in bf16 for the GEMM: in bf16 mixed
+ * precision, except for a 1x1 conv, whose GEMM reads the sample itself. */
+static bool bf16_columns(const conv_geom *g) {
+    return !is_pointwise(g) && duet__gemm_bf16_on();
+}
+
+/* Scratch slot `slot` for `entries` column entries (half as many floats in
+ * bf16). */
+static float *col_scratch(int slot, int64_t entries, bool bf16) {
+    return duet__scratch(slot, bf16 ? (size_t)(entries + 1) / 2 : (size_t)entries);
 }
 
 /* ---- one sample per GEMM: column tiles, samples over threads ------------
@@ -298,11 +370,12 @@ static int64_t share_start(int64_t n, int team, int t) { return n * t / team; }
 static int forward_samples(float *y, const float *x, const float *w, const float *bias,
                            const conv_geom *g, int64_t n0, int64_t n1) {
     duet__gemm_release_a(); /* w is held only within this call */
-    const bool pointwise = is_pointwise(g);
+    const bool pointwise = is_pointwise(g), bf16 = bf16_columns(g);
     const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g);
-    float *col = pointwise ? NULL : duet__scratch(0, (size_t)(g->k * rows * g->ow));
+    float *col = pointwise ? NULL : col_scratch(0, g->k * rows * g->ow, bf16);
     if (!pointwise && col == NULL) return DUET_ENOMEM;
-    for (int64_t n = n0; n < n1; n++) {
+    int rc = DUET_OK;
+    for (int64_t n = n0; n < n1 && rc == DUET_OK; n++) {
         float *yn = y + n * g->o * g->p;
         const float *xn = x + n * chw;
         if (bias != NULL)
@@ -310,16 +383,21 @@ static int forward_samples(float *y, const float *x, const float *w, const float
             for (int64_t o = 0; o < g->o; o++)
                 for (int64_t q = 0; q < g->p; q++)
                     yn[o * g->p + q] = bias[o];
-        for (int64_t r0 = 0; r0 < g->oh; r0 += rows) {
+        const float beta = bias != NULL ? 1.0f : 0.0f;
+        for (int64_t r0 = 0; r0 < g->oh && rc == DUET_OK; r0 += rows) {
             const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
-            if (!pointwise) im2col(col, t, xn, g, r0, r1);
-            duet__sgemm_held_a(false, false, g->o, t, g->k, w, g->k, pointwise ? xn : col,
-                               pointwise ? g->p : t, bias != NULL ? 1.0f : 0.0f, yn + r0 * g->ow,
-                               g->p);
+            if (!pointwise) im2col(col_dst_of(col, bf16), t, xn, g, r0, r1);
+            if (bf16)
+                rc = duet__sgemm_rounded_b(false, false, g->o, t, g->k, w, g->k,
+                                           (const uint16_t *)col, beta, yn + r0 * g->ow, g->p,
+                                           true);
+            else
+                duet__sgemm_held_a(false, false, g->o, t, g->k, w, g->k, pointwise ? xn : col,
+                                   pointwise ? g->p : t, beta, yn + r0 * g->ow, g->p);
         }
     }
     duet__gemm_release_a();
-    return DUET_OK;
+    return rc;
 }
 
 /* For samples [n0, n1): dw (O, K) += dY col^T when dw is not NULL, and
@@ -327,26 +405,31 @@ static int forward_samples(float *y, const float *x, const float *w, const float
 static int backward_samples(float *dx, float *dw, const float *x, const float *w, const float *dy,
                             const conv_geom *g, int64_t n0, int64_t n1) {
     duet__gemm_release_a(); /* w is held only within this call */
-    const bool pointwise = is_pointwise(g);
+    const bool pointwise = is_pointwise(g), bf16 = bf16_columns(g);
     const int64_t chw = g->c * g->h * g->w, rows = tile_rows(g), tmax = rows * g->ow;
     float *col = NULL, *dcol = NULL;
-    if (!pointwise && dw != NULL && (col = duet__scratch(0, (size_t)(g->k * tmax))) == NULL)
+    if (!pointwise && dw != NULL && (col = col_scratch(0, g->k * tmax, bf16)) == NULL)
         return DUET_ENOMEM;
     if (!pointwise && dx != NULL && (dcol = duet__scratch(1, (size_t)(g->k * tmax))) == NULL)
         return DUET_ENOMEM;
-    for (int64_t n = n0; n < n1; n++) {
+    int rc = DUET_OK;
+    for (int64_t n = n0; n < n1 && rc == DUET_OK; n++) {
         const float *xn = x + n * chw;
         float *dxn = dx != NULL ? dx + n * chw : NULL;
-        for (int64_t r0 = 0; r0 < g->oh; r0 += rows) {
+        for (int64_t r0 = 0; r0 < g->oh && rc == DUET_OK; r0 += rows) {
             const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
             const float *dyt = dy + n * g->o * g->p + r0 * g->ow; /* (O, t), ld P */
             if (dw != NULL) {
-                if (!pointwise) im2col(col, t, xn, g, r0, r1);
+                if (!pointwise) im2col(col_dst_of(col, bf16), t, xn, g, r0, r1);
                 /* dW (O, K) += dY (O, t) col^T (t, K) */
-                duet_sgemm(false, true, g->o, g->k, t, 1.0f, dyt, g->p, pointwise ? xn : col,
-                           pointwise ? g->p : t, 1.0f, dw, g->k);
+                if (bf16)
+                    rc = duet__sgemm_rounded_b(false, true, g->o, g->k, t, dyt, g->p,
+                                               (const uint16_t *)col, 1.0f, dw, g->k, false);
+                else
+                    duet_sgemm(false, true, g->o, g->k, t, 1.0f, dyt, g->p, pointwise ? xn : col,
+                               pointwise ? g->p : t, 1.0f, dw, g->k);
             }
-            if (dxn == NULL) continue;
+            if (dxn == NULL || rc != DUET_OK) continue;
             if (pointwise) {
                 /* dX_n (C, P) += W^T (C, O) dY_n (O, P) */
                 duet__sgemm_held_a(true, false, g->k, g->p, g->o, w, g->k, dyt, g->p, 1.0f, dxn,
@@ -359,7 +442,7 @@ static int backward_samples(float *dx, float *dw, const float *x, const float *w
         }
     }
     duet__gemm_release_a();
-    return DUET_OK;
+    return rc;
 }
 
 /* Y for every sample, samples spread over the team. */
@@ -439,8 +522,9 @@ static int conv2d_backward(duet_node *node) {
 
     /* Chunks of several samples per GEMM (few output pixels per sample). */
     const int64_t ldmax = g.nb * g.p;
+    const bool bf16 = bf16_columns(&g);
     float *col = NULL, *dcol = NULL, *dyt = NULL;
-    if (dw != NULL && (col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL) return DUET_ENOMEM;
+    if (dw != NULL && (col = col_scratch(0, g.k * ldmax, bf16)) == NULL) return DUET_ENOMEM;
     if (dx != NULL && (dcol = duet__scratch(1, (size_t)(g.k * ldmax))) == NULL) return DUET_ENOMEM;
     if ((dyt = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) return DUET_ENOMEM;
     for (int64_t n0 = 0; n0 < g.n; n0 += g.nb) {
@@ -458,8 +542,12 @@ static int conv2d_backward(duet_node *node) {
         }
         if (dw != NULL) {
             /* dW (O, K) += dY (O, cnt*P) col^T (cnt*P, K) */
-            const float *cols = chunk_columns(col, x0, cnt, &g);
-            duet_sgemm(false, true, g.o, g.k, ld, 1.0f, dyc, ld, cols, ld, 1.0f, dw, g.k);
+            const float *cols = chunk_columns(col, bf16, x0, cnt, &g);
+            if (bf16)
+                DUET_TRY(duet__sgemm_rounded_b(false, true, g.o, g.k, ld, dyc, ld,
+                                               (const uint16_t *)cols, 1.0f, dw, g.k, false));
+            else
+                duet_sgemm(false, true, g.o, g.k, ld, 1.0f, dyc, ld, cols, ld, 1.0f, dw, g.k);
         }
         if (dx != NULL) {
             float *dx0 = dx + n0 * chw;
@@ -517,19 +605,29 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     }
     /* Chunks of several samples per GEMM (few output pixels per sample). */
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
+    const bool bf16 = bf16_columns(&g);
     float *col = NULL, *tmp = NULL;
-    if ((col = duet__scratch(0, (size_t)(g.k * ldmax))) == NULL ||
+    if ((col = col_scratch(0, g.k * ldmax, bf16)) == NULL ||
         (tmp = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) {
         duet_tensor_release(y);
         return DUET_ENOMEM;
     }
     for (int64_t n0 = 0; n0 < g.n; n0 += g.nb) {
         const int64_t cnt = g.n - n0 < g.nb ? g.n - n0 : g.nb, ld = cnt * g.p;
-        const float *cols = chunk_columns(col, x->data + n0 * chw, cnt, &g);
+        const float *cols = chunk_columns(col, bf16, x->data + n0 * chw, cnt, &g);
         float *y0 = y->data + n0 * g.o * g.p;
         /* tmp (O, cnt*P) = W (O, K) col (K, cnt*P), then each sample's
          * (O, P) block out to y with the bias. */
-        duet_sgemm(false, false, g.o, ld, g.k, 1.0f, w->data, g.k, cols, ld, 0.0f, tmp, ld);
+        if (bf16) {
+            int rc = duet__sgemm_rounded_b(false, false, g.o, ld, g.k, w->data, g.k,
+                                           (const uint16_t *)cols, 0.0f, tmp, ld, false);
+            if (rc != DUET_OK) {
+                duet_tensor_release(y);
+                return rc;
+            }
+        } else {
+            duet_sgemm(false, false, g.o, ld, g.k, 1.0f, w->data, g.k, cols, ld, 0.0f, tmp, ld);
+        }
 #pragma omp parallel for collapse(2) num_threads(duet__par_threads(g.o * ld)) schedule(static)
         for (int64_t j = 0; j < cnt; j++) {
             for (int64_t o = 0; o < g.o; o++) {

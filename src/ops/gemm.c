@@ -253,8 +253,8 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
     }
     if (atomic_load_explicit(&use_bf16, memory_order_relaxed) && alpha == 1.0f &&
         (beta == 0.0f || beta == 1.0f)) {
-        if (duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc, held_a) ==
-            DUET_OK)
+        if (duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, NULL, ldb, beta, c, ldc,
+                             held_a) == DUET_OK)
             return;
         /* Out of memory for the rounded copies (the primitive itself was
          * checked when bf16 was switched on): this product runs in float32. */
@@ -283,6 +283,29 @@ void duet__sgemm_held_a(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                         int64_t ldc) {
     sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, true);
+}
+
+bool duet__gemm_bf16_on(void) {
+    kernels_ensure();
+    return atomic_load_explicit(&use_bf16, memory_order_relaxed);
+}
+
+int duet__sgemm_rounded_b(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          const float *a, int64_t lda, const uint16_t *b, float beta, float *c,
+                          int64_t ldc, bool held_a) {
+    DUET_ASSERT(m >= 0 && n >= 0 && k >= 0);
+    DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldc <= INT_MAX);
+    DUET_ASSERT(atomic_load_explicit(&use_bf16, memory_order_relaxed));
+    if (m == 0 || n == 0) return DUET_OK;
+    atomic_fetch_add_explicit(&gemm_flops, 2u * (uint64_t)m * (uint64_t)n * (uint64_t)k,
+                              memory_order_relaxed);
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : c[i * ldc + j];
+        return DUET_OK;
+    }
+    return duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, NULL, b, trans_b ? k : n, beta, c,
+                            ldc, held_a);
 }
 
 /* ---- per-thread scratch ------------------------------------------------- */

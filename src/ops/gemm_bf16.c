@@ -214,20 +214,25 @@ static _Thread_local struct {
 void duet__gemm_release_a(void) { held.valid = false; }
 
 int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
-                     bool held_a) {
+                     int64_t lda, const float *b, const uint16_t *b_bf16, int64_t ldb, float beta,
+                     float *c, int64_t ldc, bool held_a) {
     DUET_ASSERT(beta == 0.0f || beta == 1.0f);
+    DUET_ASSERT((b == NULL) != (b_bf16 == NULL));
     pthread_once(&bf.once, bf16_init);
     if (bf.init_rc != DUET_OK) return bf.init_rc;
     /* Compact bf16 copies of A and B as stored: A is (m, k), or (k, m) when
      * transposed; likewise B. Both go to scratch slot 3 (the conv code uses
-     * 0..2 for its columns), except a held A, which stays in slot 4. */
+     * 0..2 for its columns), except a held A, which stays in slot 4, and a
+     * B given rounded, used as it is. */
     const int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
     const int64_t br = trans_b ? n : k, bc = trans_b ? k : n;
     const size_t a_halves = held_a ? 0 : ((size_t)(ar * ac) + 31) & ~(size_t)31;
-    uint16_t *buf = (uint16_t *)duet__scratch(3, (a_halves + (size_t)(br * bc) + 1) / 2);
-    if (buf == NULL) return DUET_ENOMEM;
-    uint16_t *ah = buf, *bh = buf + a_halves; /* B starts 64-byte aligned */
+    const size_t b_halves = b_bf16 != NULL ? 0 : (size_t)(br * bc);
+    uint16_t *buf = NULL;
+    if (a_halves + b_halves > 0 &&
+        (buf = (uint16_t *)duet__scratch(3, (a_halves + b_halves + 1) / 2)) == NULL)
+        return DUET_ENOMEM;
+    uint16_t *ah = buf, *bh = NULL;
     if (held_a) {
         const bool reuse =
             held.valid && held.a == a && held.rows == ar && held.cols == ac && held.ld == lda;
@@ -243,7 +248,13 @@ int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     } else {
         to_bf16(ah, a, ar, ac, lda);
     }
-    to_bf16(bh, b, br, bc, ldb);
+    if (b_bf16 != NULL) {
+        DUET_ASSERT(ldb == bc); /* compact */
+        bh = (uint16_t *)b_bf16;
+    } else {
+        bh = buf + a_halves; /* 64-byte aligned */
+        to_bf16(bh, b, br, bc, ldb);
+    }
 
     bf16_key key;
     memset(&key, 0, sizeof key); /* padding too: the key is compared by memcmp */
@@ -272,7 +283,7 @@ int duet__bf16_check(char *impl, size_t size) {
     float a[4 * 8], b[8 * 4], c[4 * 4];
     for (int i = 0; i < 32; i++)
         a[i] = b[i] = (float)(i % 5) - 2.0f;
-    DUET_TRY(duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, 4, 0.0f, c, 4, false));
+    DUET_TRY(duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, NULL, 4, 0.0f, c, 4, false));
     pthread_mutex_lock(&bf.lock);
     snprintf(impl, size, "%s", bf.impl[0] ? bf.impl : "?");
     pthread_mutex_unlock(&bf.lock);

@@ -74,12 +74,29 @@ int duet__par_threads(int64_t work);
 
 /* gemm_bf16.c: duet_sgemm's mixed-precision path (alpha 1, beta 0 or 1);
  * DUET_EUNSUPPORTED when oneDNN cannot make the matmul, DUET_ENOMEM. Uses
- * scratch slots 3 to 5. held_a: A is the operand duet__sgemm_held_a names
- * (its rounded copy is kept until duet__gemm_release_a). duet__bf16_check
- * runs a small product and names the implementation oneDNN chose. */
+ * scratch slots 3 to 5. B is b (float32, leading dimension ldb, rounded
+ * here) or b_bf16 (already rounded, compact: ldb is its row length); the
+ * other is NULL. held_a: A is the operand duet__sgemm_held_a names (its
+ * rounded copy is kept until duet__gemm_release_a). duet__bf16_check runs a
+ * small product and names the implementation oneDNN chose. */
 int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
-                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
-                     bool held_a);
+                     int64_t lda, const float *b, const uint16_t *b_bf16, int64_t ldb, float beta,
+                     float *c, int64_t ldc, bool held_a);
+
+/* Whether duet_sgemm runs its products on bf16 inputs (mixed precision
+ * "bf16" configured). */
+bool duet__gemm_bf16_on(void);
+
+/* duet_sgemm (alpha 1, beta 0 or 1) in bf16 mixed precision with B built
+ * already rounded (a convolution's columns, written in bf16 by im2col: no
+ * float32 copy to write, read and round), compact as stored: (k, n), or
+ * (n, k) when trans_b. A is held as by duet__sgemm_held_a when held_a.
+ * Only while duet__gemm_bf16_on(). DUET_ENOMEM or DUET_EUNSUPPORTED
+ * (message set) when the product cannot run: there is no float32 B to fall
+ * back on. */
+int duet__sgemm_rounded_b(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                          const float *a, int64_t lda, const uint16_t *b, float beta, float *c,
+                          int64_t ldc, bool held_a);
 
 /* duet_sgemm for an A (a weight) that stays the same until this thread
  * calls duet__gemm_release_a: in bf16 mixed precision its rounded copy is

@@ -151,6 +151,94 @@ static void test_forward_backward_vs_direct(void **state) {
     }
 }
 
+/* x rounded to bf16 (round to nearest even), as a new float array. */
+static float *rounded(const float *x, int64_t n) {
+    uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+    float *r = malloc((size_t)n * sizeof(float));
+    assert_non_null(h);
+    assert_non_null(r);
+    duet_f32_to_bf16(h, x, (size_t)n);
+    duet_bf16_to_f32(r, h, (size_t)n);
+    free(h);
+    return r;
+}
+
+/* In bf16 mixed precision (where the CPU has it), on 2 threads: y is the
+ * direct convolution of the bf16-rounded x and w; dx that of the rounded
+ * dY and w; dw that of the rounded dY and x; db the float32 sum of the
+ * unrounded dY. Every GEMM sums in float32, so 1e-4 holds; the float32
+ * convolution of the unrounded inputs is visibly further away. Covers the
+ * columns written in bf16 by im2col for every kernel, stride and padding
+ * above, the chunks of several samples and the row tiles. */
+static void test_bf16_vs_direct_on_rounded_inputs(void **state) {
+    (void)state;
+    duet_cpu_info ci = duet_cpu_info_get();
+    if (!ci.avx512_bf16 && !ci.amx_bf16)
+        skip();
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.bf16 = true;
+    o.num_threads = 2;
+    TU_OK(duet_kernels_configure(&o));
+    duet_rng rng = duet_rng_make(12, 0);
+    double worst_unrounded = 0.0;
+    for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+        const cfg *c = &configs[k];
+        duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){c->n, c->c, c->h, c->w}, 1.0f);
+        duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){c->o, c->c, c->kh, c->kw}, 0.5f);
+        duet_tensor *b = c->bias ? tu_randn(&rng, 1, (int64_t[]){c->o}, 1.0f) : NULL;
+        x->requires_grad = w->requires_grad = true;
+        if (b != NULL) b->requires_grad = true;
+        duet_tensor *y = NULL;
+        TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
+        float *xr = rounded(x->data, x->numel), *wr = rounded(w->data, w->numel);
+        double *want = calloc((size_t)y->numel, sizeof(double));
+        naive_forward(want, xr, wr, b ? b->data : NULL, c);
+        char what[64];
+        snprintf(what, sizeof what, "bf16 config %zu forward", k);
+        assert_close_d(y->data, want, y->numel, 1e-4, what);
+        double *plain = calloc((size_t)y->numel, sizeof(double));
+        naive_forward(plain, x->data, w->data, b ? b->data : NULL, c);
+        for (int64_t i = 0; i < y->numel; i++)
+            worst_unrounded = fmax(worst_unrounded, fabs(y->data[i] - plain[i]));
+
+        duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+        float *rr = rounded(r->data, r->numel);
+        tu_backprop_with(y, r->data);
+        double *dx = calloc((size_t)x->numel, sizeof(double));
+        double *dw = calloc((size_t)w->numel, sizeof(double));
+        double *db = calloc((size_t)c->o, sizeof(double));
+        double *db_r = calloc((size_t)c->o, sizeof(double));
+        naive_backward(dx, dw, db_r, xr, wr, rr, c);
+        snprintf(what, sizeof what, "bf16 config %zu dx", k);
+        assert_close_d(x->grad, dx, x->numel, 1e-4, what);
+        snprintf(what, sizeof what, "bf16 config %zu dw", k);
+        assert_close_d(w->grad, dw, w->numel, 1e-4, what);
+        if (b != NULL) {
+            memset(dx, 0, (size_t)x->numel * sizeof(double));
+            memset(dw, 0, (size_t)w->numel * sizeof(double));
+            naive_backward(dx, dw, db, x->data, w->data, r->data, c);
+            snprintf(what, sizeof what, "bf16 config %zu db", k);
+            assert_close_d(b->grad, db, c->o, 1e-4, what);
+        }
+        free(xr), free(wr), free(rr), free(want), free(plain);
+        free(dx), free(dw), free(db), free(db_r);
+        duet_tensor_release(r);
+        duet_tensor_release(y);
+        duet_tensor_release(x);
+        duet_tensor_release(w);
+        duet_tensor_release(b);
+    }
+    assert_true(worst_unrounded > 1e-2); /* bf16 did run */
+}
+
+/* Back to the default kernels (float32), also when the test above failed
+ * midway. */
+static int float32_again(void **state) {
+    (void)state;
+    duet_kernel_opts o = duet_kernel_opts_default();
+    return duet_kernels_configure(&o) == DUET_OK ? 0 : -1;
+}
+
 typedef struct conv_args {
     int stride, pad;
 } conv_args;
@@ -323,6 +411,7 @@ static void test_other_thread(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_vs_direct),
+        cmocka_unit_test_teardown(test_bf16_vs_direct_on_rounded_inputs, float32_again),
         cmocka_unit_test(test_gradcheck_3x3_s1_p1),
         cmocka_unit_test(test_gradcheck_4x4_s2_p1),
         cmocka_unit_test(test_gradcheck_no_bias_p0),
