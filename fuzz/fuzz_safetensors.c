@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const void *bytes;
         size_t nbytes;
         int ndim;
-        int64_t shape[DUET_MAX_DIMS];
+        int64_t shape[DUET_ST_MAX_DIMS];
         duet_st_raw(st, name, &dtype, &bytes, &nbytes, &ndim, shape);
     }
     duet_st *view = NULL;

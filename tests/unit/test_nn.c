@@ -295,7 +295,7 @@ static void test_state_round_trip(void **state) {
     const void *bytes;
     size_t nbytes;
     int ndim;
-    int64_t shape[DUET_MAX_DIMS];
+    int64_t shape[DUET_ST_MAX_DIMS];
     TU_OK(duet_st_raw(st, "net.body.1.num_batches_tracked", &dtype, &bytes, &nbytes, &ndim, shape));
     assert_string_equal(dtype, "I64");
     assert_int_equal(ndim, 0);

@@ -34,7 +34,7 @@ static void test_dtypes_match_torch(void **state) {
     const void *bytes;
     size_t nbytes;
     int ndim;
-    int64_t shape[DUET_MAX_DIMS];
+    int64_t shape[DUET_ST_MAX_DIMS];
     TU_OK(duet_st_raw(st, "f16", &dtype, &bytes, &nbytes, &ndim, shape));
     assert_string_equal(dtype, "F16");
     assert_int_equal(nbytes, 34 * 2);

@@ -197,7 +197,7 @@ static void assert_same_checkpoint(const char *a, const char *b) {
         const void *ba, *bb;
         size_t na, nb;
         int nda, ndb;
-        int64_t sha[8], shb[8];
+        int64_t sha[DUET_ST_MAX_DIMS], shb[DUET_ST_MAX_DIMS];
         TU_OK(duet_st_raw(sa, name, &da, &ba, &na, &nda, sha));
         TU_OK(duet_st_raw(sb, name, &db, &bb, &nb, &ndb, shb));
         assert_string_equal(da, db);
