@@ -334,6 +334,21 @@ static int backprop_dot_backward(duet_node *node) {
     return DUET_OK;
 }
 
+void tu_bf16_or_skip(int num_threads) {
+    duet_cpu_info ci = duet_cpu_info_get();
+    if (!ci.avx512_bf16 && !ci.amx_bf16) skip();
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.bf16 = true;
+    o.num_threads = num_threads;
+    TU_OK(duet_kernels_configure(&o));
+}
+
+int tu_kernels_default(void **state) {
+    (void)state;
+    duet_kernel_opts o = duet_kernel_opts_default();
+    return duet_kernels_configure(&o) == DUET_OK ? 0 : -1;
+}
+
 void tu_backprop_with(duet_tensor *out, const float *r) {
     duet_tensor *loss = tu_zeros(1, (int64_t[]){1});
     float *rc = malloc((size_t)out->numel * sizeof(float));

@@ -110,6 +110,15 @@ unsigned char *tu_read_file(const char *path, size_t *n);
  * "[3, 6]", NULL). */
 void tu_expect_error(int rc, int want, ...) __attribute__((sentinel));
 
+/* ---- kernels -------------------------------------------------------------- */
+
+/* Switches the kernels to bf16 mixed precision on num_threads threads, or
+ * skips the calling test where the CPU has neither AVX512_BF16 nor AMX-BF16.
+ * tu_kernels_default goes back to the default kernels (float32); as a
+ * cmocka teardown it also runs when the test failed midway. */
+void tu_bf16_or_skip(int num_threads);
+int tu_kernels_default(void **state);
+
 /* ---- autograd and modules ----------------------------------------------- */
 
 /* Backpropagates L = sum(out * r) through its own recorded op, so that the

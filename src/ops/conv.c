@@ -329,6 +329,21 @@ static float *col_scratch(int slot, int64_t entries, bool bf16) {
     return duet__scratch(slot, bf16 ? (size_t)(entries + 1) / 2 : (size_t)entries);
 }
 
+/* C (m, n) = A op(cols) + beta C, cols as im2col built them (K rows of
+ * ldcols entries, bf16 when bf16; compact then): forward is A = W,
+ * cols (K, n); the weight gradient is A = dY, cols^T (trans_cols). held_a
+ * as for duet__sgemm_held_a. DUET_OK, or the bf16 product's error. */
+static int gemm_cols(bool trans_cols, int64_t m, int64_t n, int64_t k, const float *a,
+                     int64_t lda, const float *cols, int64_t ldcols, bool bf16, float beta,
+                     float *c, int64_t ldc, bool held_a) {
+    if (bf16)
+        return duet__sgemm_rounded_b(false, trans_cols, m, n, k, a, lda, (const uint16_t *)cols,
+                                     beta, c, ldc, held_a);
+    if (held_a) duet__sgemm_held_a(false, trans_cols, m, n, k, a, lda, cols, ldcols, beta, c, ldc);
+    else duet_sgemm(false, trans_cols, m, n, k, 1.0f, a, lda, cols, ldcols, beta, c, ldc);
+    return DUET_OK;
+}
+
 /* ---- one sample per GEMM: column tiles, samples over threads ------------
  *
  * Where a sample is a GEMM of its own (nb == 1), its columns are built a
@@ -387,13 +402,8 @@ static int forward_samples(float *y, const float *x, const float *w, const float
         for (int64_t r0 = 0; r0 < g->oh && rc == DUET_OK; r0 += rows) {
             const int64_t r1 = r0 + rows < g->oh ? r0 + rows : g->oh, t = (r1 - r0) * g->ow;
             if (!pointwise) im2col(col_dst_of(col, bf16), t, xn, g, r0, r1);
-            if (bf16)
-                rc = duet__sgemm_rounded_b(false, false, g->o, t, g->k, w, g->k,
-                                           (const uint16_t *)col, beta, yn + r0 * g->ow, g->p,
-                                           true);
-            else
-                duet__sgemm_held_a(false, false, g->o, t, g->k, w, g->k, pointwise ? xn : col,
-                                   pointwise ? g->p : t, beta, yn + r0 * g->ow, g->p);
+            rc = gemm_cols(false, g->o, t, g->k, w, g->k, pointwise ? xn : col,
+                           pointwise ? g->p : t, bf16, beta, yn + r0 * g->ow, g->p, true);
         }
     }
     duet__gemm_release_a();
@@ -422,12 +432,8 @@ static int backward_samples(float *dx, float *dw, const float *x, const float *w
             if (dw != NULL) {
                 if (!pointwise) im2col(col_dst_of(col, bf16), t, xn, g, r0, r1);
                 /* dW (O, K) += dY (O, t) col^T (t, K) */
-                if (bf16)
-                    rc = duet__sgemm_rounded_b(false, true, g->o, g->k, t, dyt, g->p,
-                                               (const uint16_t *)col, 1.0f, dw, g->k, false);
-                else
-                    duet_sgemm(false, true, g->o, g->k, t, 1.0f, dyt, g->p, pointwise ? xn : col,
-                               pointwise ? g->p : t, 1.0f, dw, g->k);
+                rc = gemm_cols(true, g->o, g->k, t, dyt, g->p, pointwise ? xn : col,
+                               pointwise ? g->p : t, bf16, 1.0f, dw, g->k, false);
             }
             if (dxn == NULL || rc != DUET_OK) continue;
             if (pointwise) {
@@ -543,11 +549,7 @@ static int conv2d_backward(duet_node *node) {
         if (dw != NULL) {
             /* dW (O, K) += dY (O, cnt*P) col^T (cnt*P, K) */
             const float *cols = chunk_columns(col, bf16, x0, cnt, &g);
-            if (bf16)
-                DUET_TRY(duet__sgemm_rounded_b(false, true, g.o, g.k, ld, dyc, ld,
-                                               (const uint16_t *)cols, 1.0f, dw, g.k, false));
-            else
-                duet_sgemm(false, true, g.o, g.k, ld, 1.0f, dyc, ld, cols, ld, 1.0f, dw, g.k);
+            DUET_TRY(gemm_cols(true, g.o, g.k, ld, dyc, ld, cols, ld, bf16, 1.0f, dw, g.k, false));
         }
         if (dx != NULL) {
             float *dx0 = dx + n0 * chw;
@@ -618,15 +620,11 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
         float *y0 = y->data + n0 * g.o * g.p;
         /* tmp (O, cnt*P) = W (O, K) col (K, cnt*P), then each sample's
          * (O, P) block out to y with the bias. */
-        if (bf16) {
-            int rc = duet__sgemm_rounded_b(false, false, g.o, ld, g.k, w->data, g.k,
-                                           (const uint16_t *)cols, 0.0f, tmp, ld, false);
-            if (rc != DUET_OK) {
-                duet_tensor_release(y);
-                return rc;
-            }
-        } else {
-            duet_sgemm(false, false, g.o, ld, g.k, 1.0f, w->data, g.k, cols, ld, 0.0f, tmp, ld);
+        int rc = gemm_cols(false, g.o, ld, g.k, w->data, g.k, cols, ld, bf16, 0.0f, tmp, ld,
+                           false);
+        if (rc != DUET_OK) {
+            duet_tensor_release(y);
+            return rc;
         }
 #pragma omp parallel for collapse(2) num_threads(duet__par_threads(g.o * ld)) schedule(static)
         for (int64_t j = 0; j < cnt; j++) {

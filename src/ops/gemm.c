@@ -234,14 +234,17 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     return DUET_OK;
 }
 
-static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                  int64_t ldc, bool held_a) {
+/* The one GEMM behind duet_sgemm and the internal variants: B is b (float32,
+ * leading dimension ldb) or b_bf16 (already rounded, compact; bf16 mixed
+ * precision only, alpha 1, and then the only case that can fail). */
+static int sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
+                 int64_t ldb, float beta, float *c, int64_t ldc, bool held_a) {
     /* BLAS takes int sizes; every op's shapes are checked well below this. */
     DUET_ASSERT(m >= 0 && n >= 0 && k >= 0);
     DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
     DUET_ASSERT(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
-    if (m == 0 || n == 0) return;
+    if (m == 0 || n == 0) return DUET_OK;
     kernels_ensure();
     atomic_fetch_add_explicit(&gemm_flops, 2u * (uint64_t)m * (uint64_t)n * (uint64_t)k,
                               memory_order_relaxed);
@@ -249,13 +252,19 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
         /* op(A) op(B) is empty: C = beta C (beta 0 clears, as BLAS does). */
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-        return;
+        return DUET_OK;
+    }
+    if (b_bf16 != NULL) {
+        /* No float32 B to fall back on: a failure goes to the caller. */
+        DUET_ASSERT(atomic_load_explicit(&use_bf16, memory_order_relaxed) && alpha == 1.0f);
+        return duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, NULL, b_bf16, ldb, beta, c,
+                                ldc, held_a);
     }
     if (atomic_load_explicit(&use_bf16, memory_order_relaxed) && alpha == 1.0f &&
         (beta == 0.0f || beta == 1.0f)) {
         if (duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, b, NULL, ldb, beta, c, ldc,
                              held_a) == DUET_OK)
-            return;
+            return DUET_OK;
         /* Out of memory for the rounded copies (the primitive itself was
          * checked when bf16 was switched on): this product runs in float32. */
         duet_log(DUET_LOG_WARN, "bf16 GEMM: %s; running it in float32", duet_last_error());
@@ -266,23 +275,24 @@ static void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, f
         dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
                                       a, lda, b, ldb, beta, c, ldc);
         DUET_ASSERT(st == dnnl_success);
-        return;
+        return DUET_OK;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                 (int)lda, b, (int)ldb, beta, c, (int)ldc);
+    return DUET_OK;
 }
 
 void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                 int64_t ldc) {
-    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, NULL, ldb, beta, c, ldc, false);
 }
 
 void duet__sgemm_held_a(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                         int64_t ldc) {
-    sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, ldb, beta, c, ldc, true);
+    sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, b, NULL, ldb, beta, c, ldc, true);
 }
 
 bool duet__gemm_bf16_on(void) {
@@ -293,19 +303,8 @@ bool duet__gemm_bf16_on(void) {
 int duet__sgemm_rounded_b(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                           const float *a, int64_t lda, const uint16_t *b, float beta, float *c,
                           int64_t ldc, bool held_a) {
-    DUET_ASSERT(m >= 0 && n >= 0 && k >= 0);
-    DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldc <= INT_MAX);
-    DUET_ASSERT(atomic_load_explicit(&use_bf16, memory_order_relaxed));
-    if (m == 0 || n == 0) return DUET_OK;
-    atomic_fetch_add_explicit(&gemm_flops, 2u * (uint64_t)m * (uint64_t)n * (uint64_t)k,
-                              memory_order_relaxed);
-    if (k == 0) {
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : c[i * ldc + j];
-        return DUET_OK;
-    }
-    return duet__sgemm_bf16(trans_a, trans_b, m, n, k, a, lda, NULL, b, trans_b ? k : n, beta, c,
-                            ldc, held_a);
+    return sgemm(trans_a, trans_b, m, n, k, 1.0f, a, lda, NULL, b, trans_b ? k : n, beta, c, ldc,
+                 held_a);
 }
 
 /* ---- per-thread scratch ------------------------------------------------- */

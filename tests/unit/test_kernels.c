@@ -236,13 +236,7 @@ static void test_bf16_gemm(void **state) {
  * does) the next conv uses the new weight. */
 static void test_bf16_held_weight(void **state) {
     (void)state;
-    duet_cpu_info ci = duet_cpu_info_get();
-    if (!ci.avx512_bf16 && !ci.amx_bf16)
-        skip();
-    duet_kernel_opts o = duet_kernel_opts_default();
-    o.bf16 = true;
-    o.num_threads = 1;
-    TU_OK(duet_kernels_configure(&o));
+    tu_bf16_or_skip(1);
     duet_rng rng = duet_rng_make(12, 0);
     const int64_t m = 16, n = 24, k = 40;
     float a[16 * 40], b[40 * 24], c0[16 * 24], c1[16 * 24], c2[16 * 24];
@@ -266,8 +260,7 @@ static void test_bf16_held_weight(void **state) {
      * does between steps): forward and dX use the new weight. (Backward
      * runs the whole tape, so two backward passes always have a forward
      * between them.) */
-    o.num_threads = 2;
-    TU_OK(duet_kernels_configure(&o));
+    tu_bf16_or_skip(2);
     /* 16x16: one sample per GEMM (the held path; smaller images batch samples). */
     duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){3, 8, 16, 16}, 1.0f);
     duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){6, 8, 3, 3}, 0.5f);
@@ -299,7 +292,7 @@ static void test_bf16_held_weight(void **state) {
     duet_tensor_release(y1);
     duet_tensor_release(x);
     duet_tensor_release(w);
-    o.bf16 = false;
+    duet_kernel_opts o = duet_kernel_opts_default();
     o.num_threads = 1;
     TU_OK(duet_kernels_configure(&o));
 }
@@ -312,13 +305,7 @@ static void test_bf16_held_weight(void **state) {
  * shows as wrong results here. */
 static void test_bf16_gemm_from_threads(void **state) {
     (void)state;
-    duet_cpu_info ci = duet_cpu_info_get();
-    if (!ci.avx512_bf16 && !ci.amx_bf16)
-        skip();
-    duet_kernel_opts o = duet_kernel_opts_default();
-    o.bf16 = true;
-    o.num_threads = 1;
-    TU_OK(duet_kernels_configure(&o));
+    tu_bf16_or_skip(1);
     enum { THREADS = 4, CALLS = 12 };
     const int64_t m = 48, k = 160, nmax = 96 + THREADS * CALLS;
     duet_rng rng = duet_rng_make(13, 0);
@@ -355,7 +342,8 @@ static void test_bf16_gemm_from_threads(void **state) {
 #undef CALL_N
 #undef CALL_C
     free(a), free(b), free(want), free(got);
-    o.bf16 = false;
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.num_threads = 1;
     TU_OK(duet_kernels_configure(&o));
 }
 

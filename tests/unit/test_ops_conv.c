@@ -96,7 +96,20 @@ static const cfg configs[] = {
      * 63 rows, where a tile's first row reads padding. */
     {2, 16, 129, 127, 3, 3, 3, 1, 1, true},
     {2, 16, 255, 200, 2, 4, 4, 2, 1, false},
+    /* Output rows wider than im2col's bf16 stage (4096): at a stride each
+     * row is gathered and rounded on its own. */
+    {1, 2, 2, 8200, 2, 4, 4, 2, 1, true},
 };
+
+/* Random x, w and (when c->bias) b for config c, all requiring gradients. */
+static void conv_inputs(duet_rng *rng, const cfg *c, duet_tensor **x, duet_tensor **w,
+                        duet_tensor **b) {
+    *x = tu_randn(rng, 4, (int64_t[]){c->n, c->c, c->h, c->w}, 1.0f);
+    *w = tu_randn(rng, 4, (int64_t[]){c->o, c->c, c->kh, c->kw}, 0.5f);
+    *b = c->bias ? tu_randn(rng, 1, (int64_t[]){c->o}, 1.0f) : NULL;
+    (*x)->requires_grad = (*w)->requires_grad = true;
+    if (*b != NULL) (*b)->requires_grad = true;
+}
 
 /* ---- tests ----------------------------------------------------------------- */
 
@@ -105,11 +118,8 @@ static void test_forward_backward_vs_direct(void **state) {
     duet_rng rng = duet_rng_make(11, 0);
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
         const cfg *c = &configs[k];
-        duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){c->n, c->c, c->h, c->w}, 1.0f);
-        duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){c->o, c->c, c->kh, c->kw}, 0.5f);
-        duet_tensor *b = c->bias ? tu_randn(&rng, 1, (int64_t[]){c->o}, 1.0f) : NULL;
-        x->requires_grad = w->requires_grad = true;
-        if (b != NULL) b->requires_grad = true;
+        duet_tensor *x, *w, *b;
+        conv_inputs(&rng, c, &x, &w, &b);
         duet_tensor *y = NULL;
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         int64_t oh = out_size(c->h, c->kh, c->stride, c->pad),
@@ -172,22 +182,13 @@ static float *rounded(const float *x, int64_t n) {
  * above, the chunks of several samples and the row tiles. */
 static void test_bf16_vs_direct_on_rounded_inputs(void **state) {
     (void)state;
-    duet_cpu_info ci = duet_cpu_info_get();
-    if (!ci.avx512_bf16 && !ci.amx_bf16)
-        skip();
-    duet_kernel_opts o = duet_kernel_opts_default();
-    o.bf16 = true;
-    o.num_threads = 2;
-    TU_OK(duet_kernels_configure(&o));
+    tu_bf16_or_skip(2);
     duet_rng rng = duet_rng_make(12, 0);
     double worst_unrounded = 0.0;
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
         const cfg *c = &configs[k];
-        duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){c->n, c->c, c->h, c->w}, 1.0f);
-        duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){c->o, c->c, c->kh, c->kw}, 0.5f);
-        duet_tensor *b = c->bias ? tu_randn(&rng, 1, (int64_t[]){c->o}, 1.0f) : NULL;
-        x->requires_grad = w->requires_grad = true;
-        if (b != NULL) b->requires_grad = true;
+        duet_tensor *x, *w, *b;
+        conv_inputs(&rng, c, &x, &w, &b);
         duet_tensor *y = NULL;
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         float *xr = rounded(x->data, x->numel), *wr = rounded(w->data, w->numel);
@@ -229,14 +230,6 @@ static void test_bf16_vs_direct_on_rounded_inputs(void **state) {
         duet_tensor_release(b);
     }
     assert_true(worst_unrounded > 1e-2); /* bf16 did run */
-}
-
-/* Back to the default kernels (float32), also when the test above failed
- * midway. */
-static int float32_again(void **state) {
-    (void)state;
-    duet_kernel_opts o = duet_kernel_opts_default();
-    return duet_kernels_configure(&o) == DUET_OK ? 0 : -1;
 }
 
 typedef struct conv_args {
@@ -411,7 +404,7 @@ static void test_other_thread(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_vs_direct),
-        cmocka_unit_test_teardown(test_bf16_vs_direct_on_rounded_inputs, float32_again),
+        cmocka_unit_test_teardown(test_bf16_vs_direct_on_rounded_inputs, tu_kernels_default),
         cmocka_unit_test(test_gradcheck_3x3_s1_p1),
         cmocka_unit_test(test_gradcheck_4x4_s2_p1),
         cmocka_unit_test(test_gradcheck_no_bias_p0),
