@@ -63,6 +63,21 @@ void duet_config_destroy(duet_config *cfg) {
 
 const char *duet_config_name(const duet_config *cfg) { return cfg->core->name; }
 
+/* After libconfig has read the text: takes its new root and refuses inf and
+ * nan (1e999 reads as inf), naming the key and line, so that no value duet
+ * keeps is one it could not write back. cfg is destroyed on error. */
+static int finish_read(duet_config *cfg, duet_config **out) {
+    cfg->root = config_root_setting(&cfg->core->lc); /* reading replaces the root */
+    const config_setting_t *bad = duet__cfg_first_not_finite(cfg->root);
+    if (bad != NULL) {
+        int rc = duet__cfg_not_finite(cfg, bad, config_setting_get_float(bad));
+        duet_config_destroy(cfg);
+        return rc;
+    }
+    *out = cfg;
+    return DUET_OK;
+}
+
 int duet_config_load(const char *path, duet_config **out) {
     DUET_ASSERT(path != NULL && out != NULL);
     *out = NULL;
@@ -98,8 +113,7 @@ int duet_config_load(const char *path, duet_config **out) {
         duet_config_destroy(cfg);
         return rc;
     }
-    cfg->root = config_root_setting(&cfg->core->lc); /* reading replaces the root */
-    *out = cfg;
+    DUET_TRY(finish_read(cfg, out));
     return DUET_OK;
 }
 
@@ -120,8 +134,7 @@ int duet_config_load_string(const char *text, const char *name, duet_config **ou
         duet_config_destroy(cfg);
         return rc;
     }
-    cfg->root = config_root_setting(&cfg->core->lc);
-    *out = cfg;
+    DUET_TRY(finish_read(cfg, out));
     return DUET_OK;
 }
 

@@ -83,6 +83,10 @@ int duet__cfg_mark(duet_config *cfg, config_setting_t *s);
 int duet__cfg_missing(const duet_config *cfg, const char *path, const char *what);
 /* libconfig reads 1e999 as inf; no duet setting means inf or nan. */
 int duet__cfg_not_finite(const duet_config *cfg, const config_setting_t *s, double v);
+/* The first float setting at or under s that is inf or nan, or NULL: a
+ * config is checked when it is read, since what duet writes back of it must
+ * read again and libconfig has no literal for either. */
+const config_setting_t *duet__cfg_first_not_finite(const config_setting_t *s);
 cfg_note *duet__cfg_note_of(cfg_core *core, config_setting_t *s);
 int duet__cfg_wrong_type(const duet_config *cfg, const config_setting_t *s, const char *what);
 

@@ -86,3 +86,15 @@ int duet__cfg_not_finite(const duet_config *cfg, const config_setting_t *s, doub
     return duet__cfg_error_at(cfg, s, "must be a finite number, got %g (too large for a "
                               "double?)", v);
 }
+
+const config_setting_t *duet__cfg_first_not_finite(const config_setting_t *s) {
+    if (s->type == CONFIG_TYPE_FLOAT) return isfinite(config_setting_get_float(s)) ? NULL : s;
+    if (!config_setting_is_aggregate(s)) return NULL;
+    const int n = config_setting_length(s);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *bad =
+            duet__cfg_first_not_finite(config_setting_get_elem(s, (unsigned)i));
+        if (bad != NULL) return bad;
+    }
+    return NULL;
+}

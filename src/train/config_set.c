@@ -78,6 +78,9 @@ static int parse_value(const char *text, const char *assignment, config_t *tmp, 
             return duet__error(DUET_ECONFIG, "--set %s: cannot parse the value: %s",
                                assignment, config_error_text(tmp));
         v = config_setting_get_member(config_root_setting(tmp), "v");
+        if (v != NULL && duet__cfg_first_not_finite(v) != NULL)
+            return duet__error(DUET_ECONFIG, "--set %s: every number must be finite (1e999 reads "
+                               "as inf)", assignment);
     } else if (strcasecmp(text, "true") == 0 || strcasecmp(text, "false") == 0) {
         v = config_setting_add(root, "v", CONFIG_TYPE_BOOL);
         if (v != NULL) config_setting_set_bool(v, strcasecmp(text, "true") == 0);
@@ -268,9 +271,14 @@ static void trim(char *s) {
     memmove(s, s + k, n - k + 1);
 }
 
-/* libconfig's names: a letter or '*', then letters, digits, '_', '-', '*'. */
+/* libconfig's names: a letter or '*', then letters, digits, '_', '-', '*';
+ * not its booleans (true, false in any case), which its reader takes as
+ * values, so that a config holding such a key could not be read back. */
 static bool valid_name(const char *tok, size_t len) {
     if (len == 0 || !(isalpha((unsigned char)tok[0]) || tok[0] == '*')) return false;
+    if ((len == 4 && strncasecmp(tok, "true", 4) == 0) ||
+        (len == 5 && strncasecmp(tok, "false", 5) == 0))
+        return false;
     for (size_t i = 1; i < len; i++)
         if (!isalnum((unsigned char)tok[i]) && !strchr("_-*", tok[i])) return false;
     return true;
@@ -286,9 +294,10 @@ static int apply_set(duet_config *cfg, const char *assignment, char *key, const 
         size_t len = dot != NULL ? (size_t)(dot - tok) : strlen(tok);
         long idx;
         if (!duet__cfg_is_index_token(tok, len, &idx) && !valid_name(tok, len))
-            return duet__error(DUET_ECONFIG, "--set %s: '%.*s' is not a valid key name (a "
-                               "letter, then letters, digits, '_' or '-')", assignment,
-                               (int)len, tok);
+            return duet__error(DUET_ECONFIG,
+                               "--set %s: '%.*s' is not a valid key name (a letter, then "
+                               "letters, digits, '_' or '-'; not true or false)",
+                               assignment, (int)len, tok);
         if (dot == NULL) break;
         tok = dot + 1;
     }

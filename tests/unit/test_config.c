@@ -273,6 +273,12 @@ static void test_overrides(void **state) {
     tu_expect_error(duet_config_set(cfg, "=3"), DUET_ECONFIG, "empty key", NULL);
     tu_expect_error(duet_config_set(cfg, "new.9bad=3"), DUET_ECONFIG,
                     "'9bad' is not a valid", NULL);
+    /* libconfig reads true/false as values, never as names: such a key would
+     * make a config that cannot be read back (found by fuzz_config). */
+    tu_expect_error(duet_config_set(cfg, "new.True=3"), DUET_ECONFIG,
+                    "'True' is not a valid", NULL);
+    tu_expect_error(duet_config_set(cfg, "false=1"), DUET_ECONFIG, "'false' is not a valid",
+                    NULL);
     assert_false(duet_config_has(cfg, "new")); /* a failed --set changes nothing */
     TU_OK(duet_config_get_int(cfg, "total_iters", &i)); /* unchanged by the failures */
     assert_true(i == INT64_C(10000000000));

@@ -294,15 +294,13 @@ static void test_config_ranges(void **state) {
     tu_tmpdir *fx = *state;
     duet_config *cfg = load_text(fx, "r.cfg",
                                  "data = {\n  prefetch = -1;\n  scale = 4294967300L;\n};\n"
-                                 "lr = 1e999;\ngamma = -1.0;\nbucket_cap_mb = 0;\nok = 3;\n");
+                                 "lr = 2e-4;\ngamma = -1.0;\nbucket_cap_mb = 0;\nok = 3;\n");
     int64_t v = 0;
     double d = 0;
     tu_expect_error(duet_config_get_int_in_or(cfg, "data.prefetch", 2, 0, 64, &v), DUET_ECONFIG,
                     "r.cfg:2", "'data.prefetch'", "[0, 64]", "-1", NULL);
     tu_expect_error(duet_config_get_int_in(cfg, "data.scale", 1, 64, &v), DUET_ECONFIG,
                     "r.cfg:3", "4294967300", NULL);
-    tu_expect_error(duet_config_get_double(cfg, "lr", &d), DUET_ECONFIG, "r.cfg:5", "'lr'",
-                    "finite", NULL);
     tu_expect_error(duet_config_get_double_in_or(cfg, "gamma", 0.1, 0, FLT_MAX, &d),
                     DUET_ECONFIG, "r.cfg:6", ">= 0", NULL);
     tu_expect_error(duet_config_get_double_in_or(cfg, "bucket_cap_mb", 0, DBL_TRUE_MIN, 1e6, &d),
@@ -312,6 +310,25 @@ static void test_config_ranges(void **state) {
     /* An absent key gives the default, unchecked. */
     TU_OK(duet_config_get_int_in_or(cfg, "absent", -7, 0, 1, &v));
     assert_int_equal(v, -7);
+    duet_config_destroy(cfg);
+
+    /* libconfig reads 1e999 as inf, for which it has no literal: refused
+     * at load (a config duet keeps must write back and read again), with
+     * the key and line, however deep. */
+    char path[512];
+    tu_write_text(tu_path(path, sizeof path, fx->dir, "inf.cfg"),
+                  "ok = 1.5;\nopt = {\n  lr = 1e999;\n};\n");
+    cfg = (duet_config *)(uintptr_t)1;
+    tu_expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, "inf.cfg:3", "'opt.lr'",
+                    "finite", NULL);
+    assert_null(cfg);
+    tu_expect_error(duet_config_load_string("a = (1, { b = [2.0, -1e400]; });\n", "<s>", &cfg),
+                    DUET_ECONFIG, "'a.[1].b.[1]'", "finite", NULL);
+    assert_null(cfg);
+    TU_OK(duet_config_load_string("lr = 1e-3;\n", "<s>", &cfg));
+    tu_expect_error(duet_config_set(cfg, "lr=1e999"), DUET_ECONFIG, NULL);
+    tu_expect_error(duet_config_set(cfg, "lrs=[1.0, 1e999]"), DUET_ECONFIG, "finite", NULL);
+    assert_false(duet_config_has(cfg, "lrs"));
     duet_config_destroy(cfg);
 }
 
