@@ -75,7 +75,7 @@ static void make_batch(duet_rng *rng, duet_tensor *gt, duet_tensor *lq) {
 typedef struct run_result {
     double *loss; /* (iters, NLOSS) */
     double images_per_s;
-    char kernels[256];
+    char kernels[384];
 } run_result;
 
 static run_result run(const bench_model *bm, bool bf16, int threads, int iters) {
@@ -183,7 +183,7 @@ static int gemm_table(int threads) {
     }
     const size_t ns = sizeof gemm_shapes / sizeof gemm_shapes[0];
     double gf[2][sizeof gemm_shapes / sizeof gemm_shapes[0]];
-    char kernels[2][256];
+    char kernels[2][384];
     for (int bf = 0; bf < 2; bf++) {
         duet_kernel_opts ko = duet_kernel_opts_default();
         ko.num_threads = threads;

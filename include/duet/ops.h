@@ -194,7 +194,9 @@ typedef struct duet_kernels_info {
     char openblas[96]; /* "OpenBLAS 0.3.21 Cooperlake" (+ OPENBLAS_CORETYPE when set) */
     bool bf16;         /* mixed precision on */
     char bf16_impl[96]; /* oneDNN's matmul implementation for it ("brg:avx512_core_bf16") */
-    char summary[256]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" (+ ", bf16 ...") */
+    char bf16_conv_impl[96]; /* its convolutions' ("jit_bf16:avx512_core_bf16", or
+                              * "im2col + matmul") */
+    char summary[384]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" (+ ", bf16 ...") */
 } duet_kernels_info;
 int duet_kernels_info_get(duet_kernels_info *out);
 /* Floating-point operations (2 m n k per call) this process has sent

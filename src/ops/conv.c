@@ -12,7 +12,11 @@
  *
  * The columns live in per-thread scratch and are rebuilt in backward rather
  * than kept, which costs one im2col per sample but no N*K*P floats of saved
- * state. */
+ * state.
+ *
+ * In bf16 mixed precision, convolutions go to oneDNN's bf16 convolution
+ * primitives (conv_bf16.c) where it has JIT kernels for the shape; the
+ * others build bf16 columns here for the bf16 matmul. */
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -499,6 +503,12 @@ static int conv_backward_by_sample(float *dx, float *dw, const float *x, const f
     return failed ? DUET_ENOMEM : DUET_OK;
 }
 
+static duet__conv_dims conv_dims(const conv_geom *g) {
+    return (duet__conv_dims){.n = g->n, .c = g->c, .h = g->h, .w = g->w, .o = g->o, .kh = g->kh,
+                             .kw = g->kw, .oh = g->oh, .ow = g->ow, .stride = g->stride,
+                             .pad = g->pad};
+}
+
 static int conv2d_backward(duet_node *node) {
     const conv_ctx *cc = node->ctx;
     duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
@@ -521,6 +531,12 @@ static int conv2d_backward(duet_node *node) {
         }
     }
     if (dw == NULL && dx == NULL) return DUET_OK;
+    if (duet__gemm_bf16_on()) {
+        const duet__conv_dims d = conv_dims(&g);
+        bool done;
+        DUET_TRY(duet__conv_bf16_backward(&d, x->data, w->data, dy, dx, dw, &done));
+        if (done) return DUET_OK;
+    }
     if (g.nb == 1) {
         int rc = conv_backward_by_sample(dx, dw, x->data, w->data, dy, &g);
         return rc == DUET_OK ? DUET_OK : duet__error(rc, "conv2d: out of memory for the columns");
@@ -596,6 +612,17 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
+    if (duet__gemm_bf16_on()) {
+        const duet__conv_dims d = conv_dims(&g);
+        bool done;
+        int rc = duet__conv_bf16_forward(&d, x->data, w->data, b != NULL ? b->data : NULL,
+                                         y->data, &done);
+        if (rc != DUET_OK) {
+            duet_tensor_release(y);
+            return rc;
+        }
+        if (done) return record_conv(x, w, b, stride, padding, y, out);
+    }
     if (g.nb == 1) {
         int rc = conv_forward_by_sample(y->data, x->data, w->data, b != NULL ? b->data : NULL,
                                         &g);

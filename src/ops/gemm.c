@@ -33,7 +33,7 @@ static _Atomic int kernels_ready;                 /* configured at least once */
 static _Atomic int gemm_backend = DUET_GEMM_ONEDNN; /* resolved: never AUTO */
 static _Atomic int kernel_threads = 1;
 static _Atomic bool use_bf16;
-static char bf16_impl[96]; /* under kernels_lock */
+static char bf16_impl[96], bf16_conv_impl[96]; /* under kernels_lock */
 static _Atomic uint64_t gemm_flops; /* 2 m n k summed over duet_sgemm calls */
 
 duet_kernel_opts duet_kernel_opts_default(void) {
@@ -118,7 +118,7 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                                getenv("DUET_NUM_THREADS"));
         n = v > 0 ? (int)v : duet_default_num_threads(o->local_ranks);
     }
-    char impl[96] = "";
+    char impl[96] = "", conv_impl[96] = "";
     if (o->bf16) {
         duet_cpu_info ci = duet_cpu_info_get();
         if (!ci.avx512_bf16 && !ci.amx_bf16) {
@@ -130,6 +130,7 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                                ci.brand[0] ? ci.brand : ci.vendor, f[0] ? f : "no AVX");
         }
         DUET_TRY(duet__bf16_check(impl, sizeof impl));
+        DUET_TRY(duet__conv_bf16_check(conv_impl, sizeof conv_impl));
     }
     int avail = duet_cpu_available_cores();
     if (n > avail)
@@ -140,6 +141,7 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                  n, avail, avail == 1 ? "" : "s", n);
     pthread_mutex_lock(&kernels_lock);
     snprintf(bf16_impl, sizeof bf16_impl, "%s", impl);
+    snprintf(bf16_conv_impl, sizeof bf16_conv_impl, "%s", conv_impl);
     atomic_store(&use_bf16, o->bf16);
     /* Both libraries get the count: oneDNN runs on OpenMP, and OpenBLAS
      * would otherwise start a thread per core of its own. */
@@ -225,9 +227,12 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     pthread_mutex_lock(&kernels_lock);
     out->bf16 = atomic_load(&use_bf16);
     snprintf(out->bf16_impl, sizeof out->bf16_impl, "%s", bf16_impl);
+    snprintf(out->bf16_conv_impl, sizeof out->bf16_conv_impl, "%s", bf16_conv_impl);
     pthread_mutex_unlock(&kernels_lock);
-    char mp[128] = "";
-    if (out->bf16) snprintf(mp, sizeof mp, ", bf16 inputs on oneDNN matmul %s", out->bf16_impl);
+    char mp[256] = "";
+    if (out->bf16)
+        snprintf(mp, sizeof mp, ", bf16 inputs on oneDNN matmul %s and convolution %s",
+                 out->bf16_impl, out->bf16_conv_impl);
     snprintf(out->summary, sizeof out->summary, "GEMM: %s%s, %d thread%s",
              out->gemm == DUET_GEMM_ONEDNN ? out->onednn : out->openblas, mp, out->num_threads,
              out->num_threads == 1 ? "" : "s");

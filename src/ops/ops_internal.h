@@ -108,6 +108,39 @@ void duet__sgemm_held_a(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
 void duet__gemm_release_a(void);
 int duet__bf16_check(char *impl, size_t size);
 
+/* ---- bf16 convolutions on oneDNN's primitives (conv_bf16.c) -------------- */
+
+/* A 2-D convolution's sizes: x (n, c, h, w), weight (o, c, kh, kw), y (n, o,
+ * oh, ow), one stride and one zero padding for both dimensions. */
+typedef struct duet__conv_dims {
+    int64_t n, c, h, w, o, kh, kw, oh, ow, stride, pad;
+} duet__conv_dims;
+
+/* In bf16 mixed precision (duet__gemm_bf16_on()): y = conv2d(x, w, bias)
+ * (bias may be NULL) on bf16-rounded x and w with float32 sums, y float32
+ * NCHW. *done is false (and DUET_OK returned) when oneDNN has no JIT kernel
+ * for the shape: the caller runs its own path. DUET_ENOMEM or
+ * DUET_EUNSUPPORTED (message set) when it fails. Uses scratch slots 0-3 and
+ * 5; runs on all of duet's threads. */
+int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const float *w,
+                            const float *bias, float *y, bool *done);
+/* Its backward: dx += conv2d's input gradient for dY (when dx is not NULL),
+ * dw += its weight gradient (when dw is not NULL), both from bf16-rounded
+ * operands (dY and w; x and dY). The bias gradient is the caller's. *done
+ * and the status as for the forward. */
+int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const float *w,
+                             const float *dy, float *dx, float *dw, bool *done);
+/* Runs a small bf16 convolution and names the implementation oneDNN chose
+ * ("jit_bf16:avx512_core_bf16"), or says that convolutions use im2col and
+ * the bf16 matmul. */
+int duet__conv_bf16_check(char *impl, size_t size);
+/* For tests and benchmarks: whether bf16 convolutions may use oneDNN's
+ * (true by default; false: conv.c's im2col and the bf16 matmul), returning
+ * the previous setting; and how many passes (forward or backward) ran on
+ * oneDNN's so far. */
+bool duet__conv_bf16_enable(bool on);
+uint64_t duet__conv_bf16_runs(void);
+
 /* Per-thread scratch buffers, reused across calls so that an op does not
  * allocate its im2col columns on every call (slots 0-2: conv; 3 and 4: the
  * bf16 GEMM's rounded inputs, 5: its oneDNN scratchpad). Slot i in

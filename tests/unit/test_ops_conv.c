@@ -1,9 +1,11 @@
 /* conv2d: forward and backward against a direct (loop) convolution in
  * double for several kernels, strides, paddings and non-square inputs;
- * finite-difference gradient checks of x, w and b; accumulation into
- * existing gradients; skipped work for inputs that need no gradient; shape
- * errors. */
+ * finite-difference gradient checks of x, w and b; the same in bf16 mixed
+ * precision against the rounded inputs, on oneDNN's convolutions and on
+ * im2col's bf16 columns; accumulation into existing gradients; skipped work
+ * for inputs that need no gradient; shape errors. */
 #include "testutil.h"
+#include "ops/ops_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -99,6 +101,10 @@ static const cfg configs[] = {
     /* Output rows wider than im2col's bf16 stage (4096): at a stride each
      * row is gathered and rounded on its own. */
     {1, 2, 2, 8200, 2, 4, 4, 2, 1, true},
+    /* 16 channels and more, as in a network's inner layers, where bf16
+     * mixed precision uses oneDNN's JIT convolutions: 3x3 s1 and 4x4 s2. */
+    {3, 16, 10, 9, 32, 3, 3, 1, 1, true},
+    {2, 32, 12, 12, 16, 4, 4, 2, 1, false},
 };
 
 /* Random x, w and (when c->bias) b for config c, all requiring gradients. */
@@ -176,19 +182,26 @@ static float *rounded(const float *x, int64_t n) {
 /* In bf16 mixed precision (where the CPU has it), on 2 threads: y is the
  * direct convolution of the bf16-rounded x and w; dx that of the rounded
  * dY and w; dw that of the rounded dY and x; db the float32 sum of the
- * unrounded dY. Every GEMM sums in float32, so 1e-4 holds; the float32
- * convolution of the unrounded inputs is visibly further away. Covers the
- * columns written in bf16 by im2col for every kernel, stride and padding
- * above, the chunks of several samples and the row tiles. */
-static void test_bf16_vs_direct_on_rounded_inputs(void **state) {
-    (void)state;
+ * unrounded dY. Every product sums in float32, so 1e-4 holds; the float32
+ * convolution of the unrounded inputs is visibly further away. Two passes
+ * through the same tensors: the gradients must be twice one pass's (the op
+ * adds into dx, dw and db).
+ *
+ * onednn: through oneDNN's bf16 convolution primitives where it has JIT
+ * kernels, which it must for 16 channels and more (3-channel inputs and
+ * odd strides may fall back to conv.c's path). Otherwise through conv.c's columns written in bf16 by
+ * im2col, for every kernel, stride and padding above, the chunks of
+ * several samples and the row tiles. */
+static void bf16_vs_direct(bool onednn) {
     tu_bf16_or_skip(2);
+    duet__conv_bf16_enable(onednn);
     duet_rng rng = duet_rng_make(12, 0);
     double worst_unrounded = 0.0;
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
         const cfg *c = &configs[k];
         duet_tensor *x, *w, *b;
         conv_inputs(&rng, c, &x, &w, &b);
+        const uint64_t runs = duet__conv_bf16_runs();
         duet_tensor *y = NULL;
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         float *xr = rounded(x->data, x->numel), *wr = rounded(w->data, w->numel);
@@ -205,21 +218,30 @@ static void test_bf16_vs_direct_on_rounded_inputs(void **state) {
         duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
         float *rr = rounded(r->data, r->numel);
         tu_backprop_with(y, r->data);
+        duet_tensor_release(y);
+        TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
+        tu_backprop_with(y, r->data);
+        const uint64_t ran = duet__conv_bf16_runs() - runs;
+        if (!onednn) assert_int_equal(ran, 0);
+        else if (ran != 0 || c->c >= 16) assert_int_equal(ran, 4); /* 2 forwards, 2 backwards */
         double *dx = calloc((size_t)x->numel, sizeof(double));
         double *dw = calloc((size_t)w->numel, sizeof(double));
         double *db = calloc((size_t)c->o, sizeof(double));
         double *db_r = calloc((size_t)c->o, sizeof(double));
         naive_backward(dx, dw, db_r, xr, wr, rr, c);
-        snprintf(what, sizeof what, "bf16 config %zu dx", k);
-        assert_close_d(x->grad, dx, x->numel, 1e-4, what);
-        snprintf(what, sizeof what, "bf16 config %zu dw", k);
-        assert_close_d(w->grad, dw, w->numel, 1e-4, what);
+        for (int64_t i = 0; i < x->numel; i++) dx[i] *= 2.0;
+        for (int64_t i = 0; i < w->numel; i++) dw[i] *= 2.0;
+        snprintf(what, sizeof what, "bf16 config %zu dx, two passes", k);
+        assert_close_d(x->grad, dx, x->numel, 2e-4, what);
+        snprintf(what, sizeof what, "bf16 config %zu dw, two passes", k);
+        assert_close_d(w->grad, dw, w->numel, 2e-4, what);
         if (b != NULL) {
             memset(dx, 0, (size_t)x->numel * sizeof(double));
             memset(dw, 0, (size_t)w->numel * sizeof(double));
             naive_backward(dx, dw, db, x->data, w->data, r->data, c);
-            snprintf(what, sizeof what, "bf16 config %zu db", k);
-            assert_close_d(b->grad, db, c->o, 1e-4, what);
+            for (int64_t o = 0; o < c->o; o++) db[o] *= 2.0;
+            snprintf(what, sizeof what, "bf16 config %zu db, two passes", k);
+            assert_close_d(b->grad, db, c->o, 2e-4, what);
         }
         free(xr), free(wr), free(rr), free(want), free(plain);
         free(dx), free(dw), free(db), free(db_r);
@@ -230,6 +252,22 @@ static void test_bf16_vs_direct_on_rounded_inputs(void **state) {
         duet_tensor_release(b);
     }
     assert_true(worst_unrounded > 1e-2); /* bf16 did run */
+}
+
+static void test_bf16_onednn_vs_direct_on_rounded_inputs(void **state) {
+    (void)state;
+    bf16_vs_direct(true);
+}
+
+static void test_bf16_im2col_vs_direct_on_rounded_inputs(void **state) {
+    (void)state;
+    bf16_vs_direct(false);
+}
+
+/* Back to float32 on the default threads, oneDNN's bf16 convs allowed. */
+static int bf16_teardown(void **state) {
+    duet__conv_bf16_enable(true);
+    return tu_kernels_default(state);
 }
 
 typedef struct conv_args {
@@ -404,7 +442,8 @@ static void test_other_thread(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_vs_direct),
-        cmocka_unit_test_teardown(test_bf16_vs_direct_on_rounded_inputs, tu_kernels_default),
+        cmocka_unit_test_teardown(test_bf16_onednn_vs_direct_on_rounded_inputs, bf16_teardown),
+        cmocka_unit_test_teardown(test_bf16_im2col_vs_direct_on_rounded_inputs, bf16_teardown),
         cmocka_unit_test(test_gradcheck_3x3_s1_p1),
         cmocka_unit_test(test_gradcheck_4x4_s2_p1),
         cmocka_unit_test(test_gradcheck_no_bias_p0),

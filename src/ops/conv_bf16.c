@@ -1,0 +1,431 @@
+/* The convolutions of bf16 mixed precision on oneDNN's bf16 convolution
+ * primitives: inputs rounded to bfloat16, products summed in float32,
+ * outputs and gradients float32, as in the im2col path of conv.c, but
+ * without columns. oneDNN's direct JIT kernels read the input once where
+ * im2col writes and the GEMM reads K = C*KH*KW values per output pixel; in
+ * bf16 the GEMM is twice as fast and the columns became a third of a conv's
+ * time.
+ *
+ * The primitives want blocked layouts (nChw16c), so each call reorders:
+ * x, w and dY from duet's NCHW float32 into the primitive's bf16 layout (the
+ * reorder is the rounding), the float32 result back into NCHW, adding into
+ * dX and dW where the op accumulates (the reorder's "sum" post-op). The
+ * blocked copies live in conv.c's scratch slots 0-3 and the primitives'
+ * scratchpad in slot 5, reused from call to call.
+ *
+ * A shape's primitives (forward, backward data, backward weights and the
+ * reorders) are made once and kept in a small table: a training step
+ * repeats the same few dozen conv shapes. Where oneDNN has no JIT kernel
+ * for a shape (its reference or GEMM-based implementations would be slower
+ * than duet's own im2col), the entry says so and conv.c keeps its path.
+ * Calls take the table's lock for their whole run: convolutions are run by
+ * one thread at a time, each on all of duet's threads (oneDNN's OpenMP
+ * team), so the scratch, the stream and the entries are never shared. */
+#include "ops/ops_internal.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define CONV_BF16_SLOTS 64
+
+
+/* A primitive and the scratchpad it asks for (user-managed). */
+typedef struct prim {
+    dnnl_primitive_t p;
+    size_t scratch;
+} prim;
+
+typedef struct conv_entry {
+    duet__conv_dims key;
+    bool made, usable; /* usable: JIT kernels for all three passes */
+    uint64_t last_use;
+    prim fwd[2], bwd_data, bwd_weights; /* fwd[1] adds the bias */
+    /* Reorders: user float32 -> the primitives' bf16 layouts, and their
+     * float32 results -> user NCHW / OIHW (dx and dw adding). */
+    prim x_fwd, w_fwd, y_out, dy_data, w_data, dx_out, x_wei, dy_wei, dw_out;
+    dnnl_memory_desc_t user_x, user_w, user_y, bias;
+    dnnl_memory_desc_t x_fwd_md, w_fwd_md, y_md;        /* forward */
+    dnnl_memory_desc_t dy_data_md, w_data_md, dx_md;    /* backward data */
+    dnnl_memory_desc_t x_wei_md, dy_wei_md, dw_md;      /* backward weights */
+    bool dy_shared; /* backward weights reads dY in backward data's layout */
+} conv_entry;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_once_t once;
+    int init_rc;
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    conv_entry slots[CONV_BF16_SLOTS];
+    uint64_t clock;
+    char impl[96]; /* the forward implementation of the last shape made */
+} cb = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+
+static _Atomic bool enabled = true;
+static _Atomic uint64_t runs;
+
+bool duet__conv_bf16_enable(bool on) { return atomic_exchange(&enabled, on); }
+
+uint64_t duet__conv_bf16_runs(void) { return atomic_load(&runs); }
+
+static void conv_bf16_init(void) {
+    if (dnnl_engine_create(&cb.engine, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&cb.stream, cb.engine, dnnl_stream_default_flags) != dnnl_success)
+        cb.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16 conv: cannot create a oneDNN engine");
+}
+
+static int dnnl_fail(dnnl_status_t st, const char *what) {
+    return duet__error(DUET_EUNSUPPORTED, "bf16 conv: oneDNN %s failed (status %d)", what,
+                       (int)st);
+}
+
+#define DNNL_TRY(call, what)                                  \
+    do {                                                      \
+        dnnl_status_t st_ = (call);                           \
+        if (st_ != dnnl_success) return dnnl_fail(st_, what); \
+    } while (0)
+
+static void prim_free(prim *p) {
+    if (p->p != NULL) dnnl_primitive_destroy(p->p);
+    p->p = NULL;
+}
+
+static void entry_free(conv_entry *e) {
+    prim *all[] = {&e->fwd[0],  &e->fwd[1],   &e->bwd_data,    &e->bwd_weights, &e->x_fwd, &e->w_fwd,
+                   &e->y_out,   &e->dy_data,  &e->w_data,      &e->dx_out, &e->x_wei,
+                   &e->dy_wei,  &e->dw_out};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) prim_free(all[i]);
+    memset(e, 0, sizeof *e);
+}
+
+/* An attribute with a user-managed scratchpad, and the "sum" post-op when
+ * adding into the destination. */
+static int attr_make(bool add, dnnl_primitive_attr_t *out) {
+    dnnl_post_ops_t po = NULL;
+    DNNL_TRY(dnnl_primitive_attr_create(out), "attr");
+    dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(*out, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success && add) {
+        st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success) st = dnnl_post_ops_append_sum(po, 1.0f);
+        if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(*out, po);
+        dnnl_post_ops_destroy(po);
+    }
+    if (st != dnnl_success) {
+        dnnl_primitive_attr_destroy(*out);
+        return dnnl_fail(st, "primitive attributes");
+    }
+    return DUET_OK;
+}
+
+/* The primitive of pd into *p, with its scratchpad size; pd is destroyed. */
+static int prim_from(dnnl_primitive_desc_t pd, prim *p, const char *what) {
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    p->scratch = sp != NULL ? dnnl_memory_desc_get_size(sp) : 0;
+    dnnl_status_t st = dnnl_primitive_create(&p->p, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st == dnnl_success ? DUET_OK : dnnl_fail(st, what);
+}
+
+static int reorder_make(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, bool add,
+                        prim *p) {
+    dnnl_primitive_attr_t attr;
+    DUET_TRY(attr_make(add, &attr));
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, cb.engine, to, cb.engine, attr);
+    dnnl_primitive_attr_destroy(attr);
+    if (st != dnnl_success) return dnnl_fail(st, "reorder");
+    return prim_from(pd, p, "reorder");
+}
+
+/* Whether oneDNN chose one of its JIT kernels (direct or brgemm-based). */
+static bool is_jit(const_dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+        impl == NULL)
+        return false;
+    return strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0;
+}
+
+static const dnnl_memory_desc_t *md_query(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+    return dnnl_primitive_desc_query_md(pd, what, 0);
+}
+
+/* Makes e's primitives for d: the forward without and with a bias (the
+ * backward does not know which the forward had), the backward passes and
+ * the reorders. e->usable stays false (and DUET_OK is returned) when oneDNN
+ * has no JIT kernel for one of them. */
+static int entry_make(conv_entry *e, const duet__conv_dims *d) {
+    e->key = *d;
+    e->made = true;
+    const int64_t pad_r_h = (d->oh - 1) * d->stride + d->kh - d->h - d->pad;
+    const int64_t pad_r_w = (d->ow - 1) * d->stride + d->kw - d->w - d->pad;
+    if (pad_r_h < 0 || pad_r_w < 0) return DUET_OK; /* rows or columns never read */
+    dnnl_dims_t xd = {d->n, d->c, d->h, d->w}, wd = {d->o, d->c, d->kh, d->kw};
+    dnnl_dims_t yd = {d->n, d->o, d->oh, d->ow}, bd = {d->o};
+    dnnl_dims_t strides = {d->stride, d->stride}, pl = {d->pad, d->pad}, pr = {pad_r_h, pad_r_w};
+    dnnl_memory_desc_init_by_tag(&e->user_x, 4, xd, dnnl_f32, dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&e->user_w, 4, wd, dnnl_f32, dnnl_oihw);
+    dnnl_memory_desc_init_by_tag(&e->user_y, 4, yd, dnnl_f32, dnnl_nchw);
+    dnnl_memory_desc_init_by_tag(&e->bias, 1, bd, dnnl_f32, dnnl_a);
+    dnnl_memory_desc_t x_any, w_any, y_any, dy_any, dx_any, dw_any;
+    dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dx_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, dnnl_f32, dnnl_format_tag_any);
+
+    dnnl_convolution_desc_t fd, fbd, bdd, bwd;
+    DNNL_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training,
+                                                dnnl_convolution_direct, &x_any, &w_any, NULL,
+                                                &y_any, strides, pl, pr),
+             "forward desc");
+    DNNL_TRY(dnnl_convolution_forward_desc_init(&fbd, dnnl_forward_training,
+                                                dnnl_convolution_direct, &x_any, &w_any, &e->bias,
+                                                &y_any, strides, pl, pr),
+             "forward desc");
+    DNNL_TRY(dnnl_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct, &dx_any,
+                                                      &w_any, &dy_any, strides, pl, pr),
+             "backward data desc");
+    DNNL_TRY(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &x_any,
+                                                         &dw_any, NULL, &dy_any, strides, pl, pr),
+             "backward weights desc");
+    dnnl_primitive_attr_t attr;
+    DUET_TRY(attr_make(false, &attr));
+    dnnl_primitive_desc_t fpd = NULL, fbpd = NULL, dpd = NULL, wpd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &fd, attr, cb.engine, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&fbpd, &fbd, attr, cb.engine, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&dpd, &bdd, attr, cb.engine, fpd);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(&wpd, &bwd, attr, cb.engine, fpd);
+    dnnl_primitive_attr_destroy(attr);
+    /* Unimplemented, not a JIT kernel, or the bias changing the layouts:
+     * conv.c's own path. */
+    if (st != dnnl_success || !is_jit(fpd) || !is_jit(fbpd) || !is_jit(dpd) || !is_jit(wpd) ||
+        !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_src_md),
+                                md_query(fbpd, dnnl_query_src_md)) ||
+        !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_weights_md),
+                                md_query(fbpd, dnnl_query_weights_md)) ||
+        !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_dst_md),
+                                md_query(fbpd, dnnl_query_dst_md))) {
+        dnnl_primitive_desc_destroy(fpd);
+        dnnl_primitive_desc_destroy(fbpd);
+        dnnl_primitive_desc_destroy(dpd);
+        dnnl_primitive_desc_destroy(wpd);
+        return DUET_OK;
+    }
+    const char *impl = NULL;
+    if (dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
+        snprintf(cb.impl, sizeof cb.impl, "%s", impl);
+    e->x_fwd_md = *md_query(fpd, dnnl_query_src_md);
+    e->w_fwd_md = *md_query(fpd, dnnl_query_weights_md);
+    e->y_md = *md_query(fpd, dnnl_query_dst_md);
+    e->dy_data_md = *md_query(dpd, dnnl_query_diff_dst_md);
+    e->w_data_md = *md_query(dpd, dnnl_query_weights_md);
+    e->dx_md = *md_query(dpd, dnnl_query_diff_src_md);
+    e->x_wei_md = *md_query(wpd, dnnl_query_src_md);
+    e->dy_wei_md = *md_query(wpd, dnnl_query_diff_dst_md);
+    e->dw_md = *md_query(wpd, dnnl_query_diff_weights_md);
+    e->dy_shared = dnnl_memory_desc_equal(&e->dy_wei_md, &e->dy_data_md) != 0;
+    int rc = prim_from(fpd, &e->fwd[0], "forward convolution");
+    int rc_b = prim_from(fbpd, &e->fwd[1], "forward convolution with bias");
+    int rc_d = prim_from(dpd, &e->bwd_data, "backward-data convolution");
+    int rc_w = prim_from(wpd, &e->bwd_weights, "backward-weights convolution");
+    DUET_TRY(rc);
+    DUET_TRY(rc_b);
+    DUET_TRY(rc_d);
+    DUET_TRY(rc_w);
+    DUET_TRY(reorder_make(&e->user_x, &e->x_fwd_md, false, &e->x_fwd));
+    DUET_TRY(reorder_make(&e->user_w, &e->w_fwd_md, false, &e->w_fwd));
+    DUET_TRY(reorder_make(&e->y_md, &e->user_y, false, &e->y_out));
+    DUET_TRY(reorder_make(&e->user_y, &e->dy_data_md, false, &e->dy_data));
+    DUET_TRY(reorder_make(&e->user_w, &e->w_data_md, false, &e->w_data));
+    DUET_TRY(reorder_make(&e->dx_md, &e->user_x, true, &e->dx_out));
+    DUET_TRY(reorder_make(&e->user_x, &e->x_wei_md, false, &e->x_wei));
+    if (!e->dy_shared) DUET_TRY(reorder_make(&e->user_y, &e->dy_wei_md, false, &e->dy_wei));
+    DUET_TRY(reorder_make(&e->dw_md, &e->user_w, true, &e->dw_out));
+    e->usable = true;
+    return DUET_OK;
+}
+
+/* The entry for key, made when missing (evicting the least recently used).
+ * With the lock held. */
+static int entry_get(const duet__conv_dims *key, conv_entry **out) {
+    conv_entry *victim = &cb.slots[0];
+    for (int i = 0; i < CONV_BF16_SLOTS; i++) {
+        conv_entry *e = &cb.slots[i];
+        if (e->made && memcmp(&e->key, key, sizeof *key) == 0) {
+            e->last_use = ++cb.clock;
+            *out = e;
+            return DUET_OK;
+        }
+        if (victim->made && (!e->made || e->last_use < victim->last_use)) victim = e;
+    }
+    entry_free(victim);
+    int rc = entry_make(victim, key);
+    if (rc != DUET_OK) {
+        entry_free(victim);
+        return rc;
+    }
+    victim->last_use = ++cb.clock;
+    *out = victim;
+    return DUET_OK;
+}
+
+/* Memory of md over buf (dnnl_memory_destroy it after use). */
+static int mem_of(const dnnl_memory_desc_t *md, const void *buf, dnnl_memory_t *out) {
+    DNNL_TRY(dnnl_memory_create(out, md, cb.engine, (void *)buf), "memory");
+    return DUET_OK;
+}
+
+/* Runs p with the n arguments of args (memory descs and buffers) and its
+ * scratchpad (scratch slot 5). */
+typedef struct arg {
+    int kind;
+    const dnnl_memory_desc_t *md;
+    const void *buf;
+} arg;
+
+static int run(const prim *p, int n, const arg *args) {
+    dnnl_exec_arg_t ex[6];
+    dnnl_memory_t mem[6] = {NULL};
+    DUET_ASSERT(n + 1 <= 6);
+    int rc = DUET_OK;
+    void *scratch = NULL;
+    if (p->scratch > 0 &&
+        (scratch = duet__scratch(5, (p->scratch + sizeof(float) - 1) / sizeof(float))) == NULL)
+        return DUET_ENOMEM;
+    int used = 0;
+    for (; used < n && rc == DUET_OK; used++) {
+        rc = mem_of(args[used].md, args[used].buf, &mem[used]);
+        ex[used] = (dnnl_exec_arg_t){args[used].kind, mem[used]};
+    }
+    if (rc == DUET_OK && p->scratch > 0) {
+        dnnl_memory_desc_t s_md;
+        dnnl_dims_t s_dims = {(int64_t)p->scratch};
+        dnnl_memory_desc_init_by_tag(&s_md, 1, s_dims, dnnl_u8, dnnl_a);
+        rc = mem_of(&s_md, scratch, &mem[used]);
+        ex[used] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mem[used]};
+        used++;
+    }
+    if (rc == DUET_OK) {
+        dnnl_status_t st = dnnl_primitive_execute(p->p, cb.stream, used, ex);
+        if (st == dnnl_success) st = dnnl_stream_wait(cb.stream);
+        if (st != dnnl_success) rc = dnnl_fail(st, "execution");
+    }
+    for (int i = 0; i < 6; i++)
+        if (mem[i] != NULL) dnnl_memory_destroy(mem[i]);
+    return rc;
+}
+
+static int reorder(const prim *p, const dnnl_memory_desc_t *from_md, const void *from,
+                   const dnnl_memory_desc_t *to_md, void *to) {
+    const arg a[2] = {{DNNL_ARG_FROM, from_md, from}, {DNNL_ARG_TO, to_md, to}};
+    return run(p, 2, a);
+}
+
+/* Scratch slot `slot` large enough for md (NULL when out of memory). */
+static void *buffer(int slot, const dnnl_memory_desc_t *md) {
+    return duet__scratch(slot, (dnnl_memory_desc_get_size(md) + sizeof(float) - 1) / sizeof(float));
+}
+
+/* Looks the entry up with the lock taken; on DUET_OK with *e NULL the shape
+ * is conv.c's (lock released); otherwise the caller unlocks. */
+static int begin(const duet__conv_dims *d, conv_entry **e) {
+    *e = NULL;
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return DUET_OK;
+    pthread_once(&cb.once, conv_bf16_init);
+    if (cb.init_rc != DUET_OK) return cb.init_rc;
+    pthread_mutex_lock(&cb.lock);
+    int rc = entry_get(d, e); /* all int64_t: no padding for memcmp */
+    if (rc != DUET_OK || !(*e)->usable) {
+        *e = NULL;
+        pthread_mutex_unlock(&cb.lock);
+    }
+    return rc;
+}
+
+int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const float *w,
+                            const float *bias, float *y, bool *done) {
+    conv_entry *e;
+    *done = false;
+    DUET_TRY(begin(d, &e));
+    if (e == NULL) return DUET_OK;
+    void *xs = buffer(0, &e->x_fwd_md), *ws = buffer(2, &e->w_fwd_md), *yb = buffer(1, &e->y_md);
+    int rc = xs != NULL && ws != NULL && yb != NULL ? DUET_OK : DUET_ENOMEM;
+    if (rc == DUET_OK) rc = reorder(&e->x_fwd, &e->user_x, x, &e->x_fwd_md, xs);
+    if (rc == DUET_OK) rc = reorder(&e->w_fwd, &e->user_w, w, &e->w_fwd_md, ws);
+    if (rc == DUET_OK) {
+        const arg a[4] = {{DNNL_ARG_SRC, &e->x_fwd_md, xs},
+                          {DNNL_ARG_WEIGHTS, &e->w_fwd_md, ws},
+                          {DNNL_ARG_DST, &e->y_md, yb},
+                          {DNNL_ARG_BIAS, &e->bias, bias}};
+        rc = run(&e->fwd[bias != NULL], bias != NULL ? 4 : 3, a);
+    }
+    if (rc == DUET_OK) rc = reorder(&e->y_out, &e->y_md, yb, &e->user_y, y);
+    pthread_mutex_unlock(&cb.lock);
+    *done = rc == DUET_OK;
+    if (*done) atomic_fetch_add(&runs, 1);
+    return rc;
+}
+
+int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const float *w,
+                             const float *dy, float *dx, float *dw, bool *done) {
+    conv_entry *e;
+    *done = false;
+    DUET_TRY(begin(d, &e));
+    if (e == NULL) return DUET_OK;
+    int rc = DUET_OK;
+    void *dyb = NULL; /* dY in backward data's layout, when made */
+    if (dx != NULL) {
+        void *ws = buffer(2, &e->w_data_md), *dxb = buffer(1, &e->dx_md);
+        dyb = buffer(3, &e->dy_data_md);
+        rc = ws != NULL && dxb != NULL && dyb != NULL ? DUET_OK : DUET_ENOMEM;
+        if (rc == DUET_OK) rc = reorder(&e->dy_data, &e->user_y, dy, &e->dy_data_md, dyb);
+        if (rc == DUET_OK) rc = reorder(&e->w_data, &e->user_w, w, &e->w_data_md, ws);
+        if (rc == DUET_OK) {
+            const arg a[3] = {{DNNL_ARG_DIFF_DST, &e->dy_data_md, dyb},
+                              {DNNL_ARG_WEIGHTS, &e->w_data_md, ws},
+                              {DNNL_ARG_DIFF_SRC, &e->dx_md, dxb}};
+            rc = run(&e->bwd_data, 3, a);
+        }
+        if (rc == DUET_OK) rc = reorder(&e->dx_out, &e->dx_md, dxb, &e->user_x, dx);
+    }
+    if (dw != NULL && rc == DUET_OK) {
+        void *xs = buffer(0, &e->x_wei_md), *dwb = buffer(1, &e->dw_md);
+        void *dyw = e->dy_shared && dyb != NULL ? dyb : buffer(3, &e->dy_wei_md);
+        rc = xs != NULL && dwb != NULL && dyw != NULL ? DUET_OK : DUET_ENOMEM;
+        if (rc == DUET_OK) rc = reorder(&e->x_wei, &e->user_x, x, &e->x_wei_md, xs);
+        if (rc == DUET_OK && dyw != dyb)
+            rc = reorder(e->dy_shared ? &e->dy_data : &e->dy_wei, &e->user_y, dy, &e->dy_wei_md,
+                         dyw);
+        if (rc == DUET_OK) {
+            const arg a[3] = {{DNNL_ARG_SRC, &e->x_wei_md, xs},
+                              {DNNL_ARG_DIFF_DST, &e->dy_wei_md, dyw},
+                              {DNNL_ARG_DIFF_WEIGHTS, &e->dw_md, dwb}};
+            rc = run(&e->bwd_weights, 3, a);
+        }
+        if (rc == DUET_OK) rc = reorder(&e->dw_out, &e->dw_md, dwb, &e->user_w, dw);
+    }
+    pthread_mutex_unlock(&cb.lock);
+    *done = rc == DUET_OK;
+    if (*done) atomic_fetch_add(&runs, 1);
+    return rc;
+}
+
+int duet__conv_bf16_check(char *impl, size_t size) {
+    /* 16 channels at 8x8, 3x3: the shape of a network's inner layers. */
+    enum { C = 16, H = 8, K = 3 };
+    float x[C * H * H], w[C * C * K * K], y[C * H * H];
+    for (int i = 0; i < C * H * H; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < C * C * K * K; i++) w[i] = (float)(i % 5) - 2.0f;
+    const duet__conv_dims d = {.n = 1, .c = C, .h = H, .w = H, .o = C, .kh = K, .kw = K,
+                               .oh = H, .ow = H, .stride = 1, .pad = 1};
+    bool done;
+    DUET_TRY(duet__conv_bf16_forward(&d, x, w, NULL, y, &done));
+    pthread_mutex_lock(&cb.lock);
+    snprintf(impl, size, "%s", done && cb.impl[0] ? cb.impl : "im2col + matmul");
+    pthread_mutex_unlock(&cb.lock);
+    return DUET_OK;
+}
