@@ -2,7 +2,7 @@
  * SRGAN shapes, next to plain single-thread cblas_sgemm on the same GEMM
  * shapes measured in the same run, and the ratio. Medians over repetitions.
  *
- *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall] [--bf16]
+ *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall] [--bf16 | --bf16-im2col]
  *
  * The sgemm baseline runs the GEMMs the conv issues, with the same sizes and
  * the same count, on fixed buffers: forward (O x P x K) once per sample;
@@ -13,7 +13,9 @@
  * Times are this thread's CPU time (BLAS runs single-threaded here), so that
  * other processes sharing the cores disturb the numbers less; --wall uses
  * the wall clock instead. --bf16 runs the convs in bf16 mixed precision
- * (the sgemm baseline stays float32). */
+ * (the sgemm baseline stays float32): on oneDNN's bf16 convolutions where
+ * it has JIT kernels for the shape, or with --bf16-im2col always on
+ * im2col's bf16 columns and the bf16 matmul. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include <time.h>
 
 #include "duet/duet.h"
+#include "ops/ops_internal.h"
 
 typedef struct shape {
     const char *name;
@@ -33,10 +36,13 @@ static const shape shapes[] = {
     {"g.first 3->64 3x3 @32", 3, 64, 32, 3, 1, 1},
     {"g.up 64->256 3x3 @32", 64, 256, 32, 3, 1, 1},
     {"g.up 64->256 3x3 @64", 64, 256, 64, 3, 1, 1},
+    {"g.last 64->3 3x3 @128", 64, 3, 128, 3, 1, 1},
+    {"d.first 3->64 3x3 @128", 3, 64, 128, 3, 1, 1},
     {"d 64->64 4x4 s2 @128", 64, 64, 128, 4, 2, 1},
     {"d 128->128 4x4 s2 @64", 128, 128, 64, 4, 2, 1},
     {"d 256->256 4x4 s2 @32", 256, 256, 32, 4, 2, 1},
     {"d 512->512 4x4 s2 @16", 512, 512, 16, 4, 2, 1},
+    {"vgg 3->64 3x3 @128", 3, 64, 128, 3, 1, 1},
     {"vgg 64->64 3x3 @128", 64, 64, 128, 3, 1, 1},
     {"vgg 128->128 3x3 @64", 128, 128, 64, 3, 1, 1},
     {"vgg 256->256 3x3 @32", 256, 256, 32, 3, 1, 1},
@@ -84,16 +90,18 @@ int main(int argc, char **argv) {
     int64_t batch = 16;
     int reps = 3;
     const char *only = NULL;
-    bool bf16 = false;
+    bool bf16 = false, im2col = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoll(argv[++i]);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
         else if (strcmp(argv[i], "--wall") == 0) use_wall = true;
         else if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
+        else if (strcmp(argv[i], "--bf16-im2col") == 0) bf16 = im2col = true;
         else {
             fprintf(stderr,
-                    "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall] [--bf16]\n",
+                    "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall] "
+                    "[--bf16 | --bf16-im2col]\n",
                     argv[0]);
             return 2;
         }
@@ -111,6 +119,10 @@ int main(int argc, char **argv) {
     check(duet_kernels_info_get(&ki), "kernels");
     printf("bench_ops: batch %lld, median of %d reps, %s time, %s\n", (long long)batch, reps,
            use_wall ? "wall" : "thread CPU", ki.summary);
+    if (im2col) {
+        duet__conv_bf16_enable(false);
+        printf("(--bf16-im2col: every conv on im2col's bf16 columns and the bf16 matmul)\n");
+    }
     printf("(fwd includes creating the output tensor)\n");
     printf("%-24s %8s %7s %7s %6s | %8s %7s %7s %6s\n", "conv", "fwd ms", "GF/s", "sgemm",
            "ratio", "bwd ms", "GF/s", "sgemm", "ratio");

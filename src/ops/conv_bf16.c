@@ -17,7 +17,8 @@
  * reorders) are made once and kept in a small table: a training step
  * repeats the same few dozen conv shapes. Where oneDNN has no JIT kernel
  * for a shape (its reference or GEMM-based implementations would be slower
- * than duet's own im2col), the entry says so and conv.c keeps its path.
+ * than duet's own im2col), or the input has fewer than 16 channels, the
+ * entry says so and conv.c keeps its path.
  * Calls take the table's lock for their whole run: convolutions are run by
  * one thread at a time, each on all of duet's threads (oneDNN's OpenMP
  * team), so the scratch, the stream and the entries are never shared. */
@@ -162,6 +163,11 @@ static int entry_make(conv_entry *e, const duet__conv_dims *d) {
     const int64_t pad_r_h = (d->oh - 1) * d->stride + d->kh - d->h - d->pad;
     const int64_t pad_r_w = (d->ow - 1) * d->stride + d->kw - d->w - d->pad;
     if (pad_r_h < 0 || pad_r_w < 0) return DUET_OK; /* rows or columns never read */
+    /* Fewer input channels than oneDNN's block of 16 (an image's 3): its
+     * kernels pad the channels and lose to im2col, the backward most
+     * (bench_ops --bf16 against --bf16-im2col, 3->64 3x3 @128, 1 thread:
+     * backward 61 against 87 GF/s). */
+    if (d->c < 16) return DUET_OK;
     dnnl_dims_t xd = {d->n, d->c, d->h, d->w}, wd = {d->o, d->c, d->kh, d->kw};
     dnnl_dims_t yd = {d->n, d->o, d->oh, d->ow}, bd = {d->o};
     dnnl_dims_t strides = {d->stride, d->stride}, pl = {d->pad, d->pad}, pr = {pad_r_h, pad_r_w};
