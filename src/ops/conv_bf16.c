@@ -285,14 +285,15 @@ static int mem_of(const dnnl_memory_desc_t *md, const void *buf, dnnl_memory_t *
     return DUET_OK;
 }
 
-/* Runs p with the n arguments of args (memory descs and buffers) and its
- * scratchpad (scratch slot 5). */
+/* A primitive's argument: its kind (DNNL_ARG_SRC, ...), layout and buffer. */
 typedef struct arg {
     int kind;
     const dnnl_memory_desc_t *md;
     const void *buf;
 } arg;
 
+/* Runs p on this module's stream with the n arguments of args and its
+ * scratchpad (scratch slot 5), and waits for it. */
 static int run(const prim *p, int n, const arg *args) {
     dnnl_exec_arg_t ex[6];
     dnnl_memory_t mem[6] = {NULL};
