@@ -353,8 +353,8 @@ static int begin(const duet__conv_dims *d, conv_entry **e) {
     return rc;
 }
 
-int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const float *w,
-                            const float *bias, float *y, bool *done) {
+static int forward_held(const duet__conv_dims *d, const float *x, const float *w,
+                        const float *bias, float *y, bool *done) {
     conv_entry *e;
     *done = false;
     DUET_TRY(begin(d, &e));
@@ -377,8 +377,8 @@ int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const floa
     return rc;
 }
 
-int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const float *w,
-                             const float *dy, float *dx, float *dw, bool *done) {
+static int backward_held(const duet__conv_dims *d, const float *x, const float *w,
+                         const float *dy, float *dx, float *dw, bool *done) {
     conv_entry *e;
     *done = false;
     DUET_TRY(begin(d, &e));
@@ -418,6 +418,25 @@ int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const flo
     pthread_mutex_unlock(&cb.lock);
     *done = rc == DUET_OK;
     if (*done) atomic_fetch_add(&runs, 1);
+    return rc;
+}
+
+/* The passes run with the signals held (see duet__signals_hold). */
+int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const float *w,
+                            const float *bias, float *y, bool *done) {
+    sigset_t old;
+    duet__signals_hold(&old);
+    int rc = forward_held(d, x, w, bias, y, done);
+    duet__signals_release(&old);
+    return rc;
+}
+
+int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const float *w,
+                             const float *dy, float *dx, float *dw, bool *done) {
+    sigset_t old;
+    duet__signals_hold(&old);
+    int rc = backward_held(d, x, w, dy, dx, dw, done);
+    duet__signals_release(&old);
     return rc;
 }
 

@@ -20,6 +20,7 @@
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -35,6 +36,45 @@ static _Atomic int kernel_threads = 1;
 static _Atomic bool use_bf16;
 static char bf16_impl[96], bf16_conv_impl[96]; /* under kernels_lock */
 static _Atomic uint64_t gemm_flops; /* 2 m n k summed over duet_sgemm calls */
+
+/* ---- signals and the libraries' kernels ------------------------------------
+ *
+ * oneDNN 2.6.3's JIT sgemm corrupts the heap when a signal handler runs on
+ * its thread in the middle of a call: a program calling dnnl_sgemm in a
+ * loop while a second process sent it SIGUSR1 every 20 us (the handler only
+ * counted) aborted with glibc's "corrupted size vs. prev_size" within
+ * seconds in every run, and never without the signals. A SIGTERM to a
+ * training rank (duet's graceful stop) did the same once in a few runs. So
+ * every call into a kernel library runs with the asynchronous signals held
+ * on the calling thread, which takes them when the call returns, and the
+ * OpenMP threads that run parts of those kernels hold them for good
+ * (duet_kernels_configure). Faults (SIGSEGV, SIGBUS, ...) are not held. */
+static void async_signals(sigset_t *s) {
+    sigfillset(s);
+    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(s, faults[i]);
+}
+
+void duet__signals_hold(sigset_t *old) {
+    sigset_t s;
+    async_signals(&s);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
+void duet__signals_release(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+/* The OpenMP team of n threads: every thread but the caller holds the
+ * asynchronous signals from now on. */
+static void hold_signals_in_team(int n) {
+#pragma omp parallel num_threads(n)
+    {
+        if (omp_get_thread_num() != 0) {
+            sigset_t s;
+            async_signals(&s);
+            pthread_sigmask(SIG_BLOCK, &s, NULL);
+        }
+    }
+}
 
 duet_kernel_opts duet_kernel_opts_default(void) {
     duet_kernel_opts o;
@@ -146,6 +186,7 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
     /* Both libraries get the count: oneDNN runs on OpenMP, and OpenBLAS
      * would otherwise start a thread per core of its own. */
     omp_set_num_threads(n);
+    hold_signals_in_team(n);
     openblas_set_num_threads(n);
     atomic_store(&gemm_backend, (int)b);
     atomic_store(&kernel_threads, n);
@@ -242,6 +283,10 @@ int duet_kernels_info_get(duet_kernels_info *out) {
 /* The one GEMM behind duet_sgemm and the internal variants: B is b (float32,
  * leading dimension ldb) or b_bf16 (already rounded, compact; bf16 mixed
  * precision only, alpha 1, and then the only case that can fail). */
+static int sgemm_run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
+                     int64_t ldb, float beta, float *c, int64_t ldc, bool held_a);
+
 static int sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
                  int64_t ldb, float beta, float *c, int64_t ldc, bool held_a) {
@@ -259,6 +304,18 @@ static int sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, fl
             for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return DUET_OK;
     }
+    sigset_t old;
+    duet__signals_hold(&old);
+    int rc = sgemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, b_bf16, ldb, beta, c, ldc,
+                       held_a);
+    duet__signals_release(&old);
+    return rc;
+}
+
+/* sgemm's product, with the signals held. */
+static int sgemm_run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
+                     int64_t ldb, float beta, float *c, int64_t ldc, bool held_a) {
     if (b_bf16 != NULL) {
         /* No float32 B to fall back on: a failure goes to the caller. */
         DUET_ASSERT(atomic_load_explicit(&use_bf16, memory_order_relaxed) && alpha == 1.0f);

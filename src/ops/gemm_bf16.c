@@ -283,7 +283,11 @@ int duet__bf16_check(char *impl, size_t size) {
     float a[4 * 8], b[8 * 4], c[4 * 4];
     for (int i = 0; i < 32; i++)
         a[i] = b[i] = (float)(i % 5) - 2.0f;
-    DUET_TRY(duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, NULL, 4, 0.0f, c, 4, false));
+    sigset_t old;
+    duet__signals_hold(&old);
+    int rc = duet__sgemm_bf16(false, false, 4, 4, 8, a, 8, b, NULL, 4, 0.0f, c, 4, false);
+    duet__signals_release(&old);
+    DUET_TRY(rc);
     pthread_mutex_lock(&bf.lock);
     snprintf(impl, size, "%s", bf.impl[0] ? bf.impl : "?");
     pthread_mutex_unlock(&bf.lock);

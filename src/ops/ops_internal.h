@@ -7,6 +7,7 @@
 
 #include "duet/ops.h"
 
+#include <signal.h>
 #include <string.h>
 
 /* ---- recording and checks (elementwise.c) ------------------------------- */
@@ -82,6 +83,14 @@ int duet__par_threads(int64_t work);
 int duet__sgemm_bf16(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const float *a,
                      int64_t lda, const float *b, const uint16_t *b_bf16, int64_t ldb, float beta,
                      float *c, int64_t ldc, bool held_a);
+
+/* Every call into a kernel library (oneDNN, OpenBLAS) runs between these:
+ * the calling thread holds the asynchronous signals (SIGTERM, SIGINT,
+ * SIGUSR1, ...; not faults) and takes any that arrived when released.
+ * oneDNN's JIT kernels corrupt memory when a signal handler runs on their
+ * thread mid-call (see gemm.c). Nests. */
+void duet__signals_hold(sigset_t *old);
+void duet__signals_release(const sigset_t *old);
 
 /* Whether duet_sgemm runs its products on bf16 inputs (mixed precision
  * "bf16" configured). */
