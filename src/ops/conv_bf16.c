@@ -94,9 +94,9 @@ static void prim_free(prim *p) {
 }
 
 static void entry_free(conv_entry *e) {
-    prim *all[] = {&e->fwd[0],  &e->fwd[1],   &e->bwd_data,    &e->bwd_weights, &e->x_fwd, &e->w_fwd,
-                   &e->y_out,   &e->dy_data,  &e->w_data,      &e->dx_out, &e->x_wei,
-                   &e->dy_wei,  &e->dw_out};
+    prim *all[] = {&e->fwd[0], &e->fwd[1], &e->bwd_data, &e->bwd_weights, &e->x_fwd,
+                   &e->w_fwd,  &e->y_out,  &e->dy_data,  &e->w_data,      &e->dx_out,
+                   &e->x_wei,  &e->dy_wei, &e->dw_out};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) prim_free(all[i]);
     memset(e, 0, sizeof *e);
 }
@@ -134,7 +134,8 @@ static int reorder_make(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t
     dnnl_primitive_attr_t attr;
     DUET_TRY(attr_make(add, &attr));
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, cb.engine, to, cb.engine, attr);
+    dnnl_status_t st =
+        dnnl_reorder_primitive_desc_create(&pd, from, cb.engine, to, cb.engine, attr);
     dnnl_primitive_attr_destroy(attr);
     if (st != dnnl_success) return dnnl_fail(st, "reorder");
     return prim_from(pd, p, "reorder");

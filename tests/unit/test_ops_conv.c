@@ -188,10 +188,10 @@ static float *rounded(const float *x, int64_t n) {
  * adds into dx, dw and db).
  *
  * onednn: through oneDNN's bf16 convolution primitives where it has JIT
- * kernels, which it must for 16 channels and more (3-channel inputs and
- * odd strides may fall back to conv.c's path). Otherwise through conv.c's columns written in bf16 by
- * im2col, for every kernel, stride and padding above, the chunks of
- * several samples and the row tiles. */
+ * kernels, which it must for 16 input channels and more (fewer channels
+ * and odd strides go to conv.c's path). Otherwise through conv.c's
+ * columns written in bf16 by im2col, for every kernel, stride and padding
+ * above, the chunks of several samples and the row tiles. */
 static void bf16_vs_direct(bool onednn) {
     tu_bf16_or_skip(2);
     duet__conv_bf16_enable(onednn);
@@ -262,6 +262,55 @@ static void test_bf16_onednn_vs_direct_on_rounded_inputs(void **state) {
 static void test_bf16_im2col_vs_direct_on_rounded_inputs(void **state) {
     (void)state;
     bf16_vs_direct(false);
+}
+
+/* oneDNN's bf16 backward with only one of dx and dw wanted (a frozen
+ * network's weights, or an image input): the one computed equals that of
+ * the backward that computes both, and the other stays absent. */
+static void test_bf16_onednn_one_gradient(void **state) {
+    (void)state;
+    tu_bf16_or_skip(2);
+    const cfg c = {2, 16, 10, 9, 32, 3, 3, 1, 1, true};
+    duet_rng rng = duet_rng_make(14, 0);
+    duet_tensor *x, *w, *b;
+    conv_inputs(&rng, &c, &x, &w, &b);
+    duet_tensor *y = NULL;
+    TU_OK(duet_conv2d(x, w, b, c.stride, c.pad, &y));
+    duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+    tu_backprop_with(y, r->data);
+    duet_tensor_release(y);
+    float *dx = malloc((size_t)x->numel * sizeof(float));
+    float *dw = malloc((size_t)w->numel * sizeof(float));
+    memcpy(dx, x->grad, (size_t)x->numel * sizeof(float));
+    memcpy(dw, w->grad, (size_t)w->numel * sizeof(float));
+    for (int only_dx = 0; only_dx < 2; only_dx++) {
+        duet_tensor *x1 = tu_randn(&rng, 4, x->shape, 1.0f);
+        duet_tensor *w1 = tu_randn(&rng, 4, w->shape, 1.0f);
+        memcpy(x1->data, x->data, (size_t)x->numel * sizeof(float));
+        memcpy(w1->data, w->data, (size_t)w->numel * sizeof(float));
+        x1->requires_grad = only_dx;
+        w1->requires_grad = !only_dx;
+        const uint64_t runs = duet__conv_bf16_runs();
+        TU_OK(duet_conv2d(x1, w1, b, c.stride, c.pad, &y));
+        tu_backprop_with(y, r->data);
+        duet_tensor_release(y);
+        assert_int_equal(duet__conv_bf16_runs() - runs, 2);
+        if (only_dx) {
+            assert_null(w1->grad);
+            assert_memory_equal(x1->grad, dx, (size_t)x->numel * sizeof(float));
+        } else {
+            assert_null(x1->grad);
+            assert_memory_equal(w1->grad, dw, (size_t)w->numel * sizeof(float));
+        }
+        duet_tensor_release(x1);
+        duet_tensor_release(w1);
+    }
+    free(dx);
+    free(dw);
+    duet_tensor_release(r);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
 }
 
 /* Back to float32 on the default threads, oneDNN's bf16 convs allowed. */
@@ -444,6 +493,7 @@ int main(void) {
         cmocka_unit_test(test_forward_backward_vs_direct),
         cmocka_unit_test_teardown(test_bf16_onednn_vs_direct_on_rounded_inputs, bf16_teardown),
         cmocka_unit_test_teardown(test_bf16_im2col_vs_direct_on_rounded_inputs, bf16_teardown),
+        cmocka_unit_test_teardown(test_bf16_onednn_one_gradient, bf16_teardown),
         cmocka_unit_test(test_gradcheck_3x3_s1_p1),
         cmocka_unit_test(test_gradcheck_4x4_s2_p1),
         cmocka_unit_test(test_gradcheck_no_bias_p0),
