@@ -22,9 +22,8 @@
  * Calls take the table's lock for their whole run: convolutions are run by
  * one thread at a time, each on all of duet's threads (oneDNN's OpenMP
  * team), so the scratch, the stream and the entries are never shared. */
-#include "ops/ops_internal.h"
+#include "ops/onednn_internal.h"
 
-#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -71,22 +70,18 @@ bool duet__conv_bf16_enable(bool on) { return atomic_exchange(&enabled, on); }
 
 uint64_t duet__conv_bf16_runs(void) { return atomic_load(&runs); }
 
-static void conv_bf16_init(void) {
-    if (dnnl_engine_create(&cb.engine, dnnl_cpu, 0) != dnnl_success ||
-        dnnl_stream_create(&cb.stream, cb.engine, dnnl_stream_default_flags) != dnnl_success)
-        cb.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16 conv: cannot create a oneDNN engine");
-}
+#define DNNL_TRY(call, what) DUET__DNNL_TRY("bf16 conv", call, what)
 
 static int dnnl_fail(dnnl_status_t st, const char *what) {
-    return duet__error(DUET_EUNSUPPORTED, "bf16 conv: oneDNN %s failed (status %d)", what,
-                       (int)st);
+    return duet__dnnl_fail("bf16 conv", st, what);
 }
 
-#define DNNL_TRY(call, what)                                  \
-    do {                                                      \
-        dnnl_status_t st_ = (call);                           \
-        if (st_ != dnnl_success) return dnnl_fail(st_, what); \
-    } while (0)
+static void conv_bf16_init(void) {
+    cb.init_rc = duet__dnnl_engine(&cb.engine);
+    if (cb.init_rc == DUET_OK &&
+        dnnl_stream_create(&cb.stream, cb.engine, dnnl_stream_default_flags) != dnnl_success)
+        cb.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16 conv: cannot create a oneDNN stream");
+}
 
 static void prim_free(prim *p) {
     if (p->p != NULL) dnnl_primitive_destroy(p->p);

@@ -49,15 +49,11 @@ static _Atomic uint64_t gemm_flops; /* 2 m n k summed over duet_sgemm calls */
  * on the calling thread, which takes them when the call returns, and the
  * OpenMP threads that run parts of those kernels hold them for good
  * (duet_kernels_configure). Faults (SIGSEGV, SIGBUS, ...) are not held. */
-static void async_signals(sigset_t *s) {
-    sigfillset(s);
-    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
-    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(s, faults[i]);
-}
-
 void duet__signals_hold(sigset_t *old) {
     sigset_t s;
-    async_signals(&s);
+    sigfillset(&s);
+    const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&s, faults[i]);
     pthread_sigmask(SIG_BLOCK, &s, old);
 }
 
@@ -68,11 +64,8 @@ void duet__signals_release(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, o
 static void hold_signals_in_team(int n) {
 #pragma omp parallel num_threads(n)
     {
-        if (omp_get_thread_num() != 0) {
-            sigset_t s;
-            async_signals(&s);
-            pthread_sigmask(SIG_BLOCK, &s, NULL);
-        }
+        sigset_t before; /* kept: the team holds them for good */
+        if (omp_get_thread_num() != 0) duet__signals_hold(&before);
     }
 }
 
@@ -280,39 +273,7 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     return DUET_OK;
 }
 
-/* The one GEMM behind duet_sgemm and the internal variants: B is b (float32,
- * leading dimension ldb) or b_bf16 (already rounded, compact; bf16 mixed
- * precision only, alpha 1, and then the only case that can fail). */
-static int sgemm_run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                     const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
-                     int64_t ldb, float beta, float *c, int64_t ldc, bool held_a);
-
-static int sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
-                 int64_t ldb, float beta, float *c, int64_t ldc, bool held_a) {
-    /* BLAS takes int sizes; every op's shapes are checked well below this. */
-    DUET_ASSERT(m >= 0 && n >= 0 && k >= 0);
-    DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
-    DUET_ASSERT(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
-    if (m == 0 || n == 0) return DUET_OK;
-    kernels_ensure();
-    atomic_fetch_add_explicit(&gemm_flops, 2u * (uint64_t)m * (uint64_t)n * (uint64_t)k,
-                              memory_order_relaxed);
-    if (k == 0) {
-        /* op(A) op(B) is empty: C = beta C (beta 0 clears, as BLAS does). */
-        for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-        return DUET_OK;
-    }
-    sigset_t old;
-    duet__signals_hold(&old);
-    int rc = sgemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, b_bf16, ldb, beta, c, ldc,
-                       held_a);
-    duet__signals_release(&old);
-    return rc;
-}
-
-/* sgemm's product, with the signals held. */
+/* sgemm's product; sgemm holds the signals around it. */
 static int sgemm_run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
                      int64_t ldb, float beta, float *c, int64_t ldc, bool held_a) {
@@ -343,6 +304,34 @@ static int sgemm_run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                 trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
                 (int)lda, b, (int)ldb, beta, c, (int)ldc);
     return DUET_OK;
+}
+
+/* The one GEMM behind duet_sgemm and the internal variants: B is b (float32,
+ * leading dimension ldb) or b_bf16 (already rounded, compact; bf16 mixed
+ * precision only, alpha 1, and then the only case that can fail). */
+static int sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, const uint16_t *b_bf16,
+                 int64_t ldb, float beta, float *c, int64_t ldc, bool held_a) {
+    /* BLAS takes int sizes; every op's shapes are checked well below this. */
+    DUET_ASSERT(m >= 0 && n >= 0 && k >= 0);
+    DUET_ASSERT(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
+    DUET_ASSERT(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
+    if (m == 0 || n == 0) return DUET_OK;
+    kernels_ensure();
+    atomic_fetch_add_explicit(&gemm_flops, 2u * (uint64_t)m * (uint64_t)n * (uint64_t)k,
+                              memory_order_relaxed);
+    if (k == 0) {
+        /* op(A) op(B) is empty: C = beta C (beta 0 clears, as BLAS does). */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return DUET_OK;
+    }
+    sigset_t old;
+    duet__signals_hold(&old);
+    int rc = sgemm_run(trans_a, trans_b, m, n, k, alpha, a, lda, b, b_bf16, ldb, beta, c, ldc,
+                       held_a);
+    duet__signals_release(&old);
+    return rc;
 }
 
 void duet_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

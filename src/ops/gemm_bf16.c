@@ -15,9 +15,8 @@
  * gives the primitive its thread's scratchpad (user-managed scratchpads:
  * oneDNN's own may be shared between primitives and is then not safe to
  * use from two threads at once). An entry in use is not evicted. */
-#include "ops/ops_internal.h"
+#include "ops/onednn_internal.h"
 
-#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -50,22 +49,38 @@ static struct {
 
 static void stream_destroy(void *stream) { dnnl_stream_destroy(stream); }
 
-static void bf16_init(void) {
-    if (dnnl_engine_create(&bf.engine, dnnl_cpu, 0) != dnnl_success ||
-        pthread_key_create(&bf.stream_key, stream_destroy) != 0)
-        bf.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16: cannot create a oneDNN CPU engine");
+static struct {
+    pthread_once_t once;
+    int rc;
+    dnnl_engine_t engine;
+} cpu = {.once = PTHREAD_ONCE_INIT};
+
+static void engine_make(void) {
+    if (dnnl_engine_create(&cpu.engine, dnnl_cpu, 0) != dnnl_success)
+        cpu.rc = duet__error(DUET_EUNSUPPORTED, "oneDNN: cannot create a CPU engine");
 }
+
+int duet__dnnl_engine(dnnl_engine_t *out) {
+    pthread_once(&cpu.once, engine_make);
+    *out = cpu.engine;
+    return cpu.rc;
+}
+
+int duet__dnnl_fail(const char *who, dnnl_status_t st, const char *what) {
+    return duet__error(DUET_EUNSUPPORTED, "%s: oneDNN %s failed (status %d)", who, what, (int)st);
+}
+
+#define DNNL_TRY(call, what) DUET__DNNL_TRY("bf16 GEMM", call, what)
 
 static int dnnl_fail(dnnl_status_t st, const char *what) {
-    return duet__error(DUET_EUNSUPPORTED, "bf16 GEMM: oneDNN %s failed (status %d)", what,
-                       (int)st);
+    return duet__dnnl_fail("bf16 GEMM", st, what);
 }
 
-#define DNNL_TRY(call, what)                              \
-    do {                                                  \
-        dnnl_status_t st_ = (call);                       \
-        if (st_ != dnnl_success) return dnnl_fail(st_, what); \
-    } while (0)
+static void bf16_init(void) {
+    bf.init_rc = duet__dnnl_engine(&bf.engine);
+    if (bf.init_rc == DUET_OK && pthread_key_create(&bf.stream_key, stream_destroy) != 0)
+        bf.init_rc = duet__error(DUET_ENOMEM, "bf16 GEMM: cannot create the streams' thread key");
+}
 
 static void entry_free(bf16_entry *e) {
     if (e->prim != NULL) dnnl_primitive_destroy(e->prim);
