@@ -30,68 +30,41 @@ numbers are kept as metadata "mmedit.<key>".
   /usr/bin/python3 scripts/convert-pth.py srgan_iter_1000000.pth -o srgan.safetensors
   /usr/bin/python3 scripts/convert-pth.py vgg19-dcbb9e9d.pth -o data/vgg19_features.safetensors
 
-Needs torch (any version that reads the file); nothing else.
+Needs only Python's standard library: the file is parsed by scripts/pth_safe.py, which runs no
+code from it (a pickle that asks for anything but tensors, dicts, lists,
+numbers and strings is refused, naming what it asked for). --trusted reads
+it with torch.load instead (any pickle, so any code: only for files you
+trust; needs torch).
 """
 import argparse
 import collections
 import json
 import os
-import pickle
 import re
 import struct
 import sys
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pth_safe  # noqa: E402
+from pth_safe import Refused  # noqa: E402
 
 MMEDIT_PARTS = ("generator", "discriminator", "perceptual_loss", "gan_loss", "pixel_loss")
 MMEDIT_TOP = ("state_dict", "meta", "optimizer")
-FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-
-
-class Refused(Exception):
-    pass
-
-
-# What a checkpoint of tensors, dicts, lists, numbers and strings needs from
-# pickle: torch's tensor rebuilders and storages, OrderedDict, and numpy's
-# scalars (MMEditing's meta may hold some). Any other global would run code
-# from the file, so it is refused unless --trusted. (torch's own
-# weights_only=True cannot be used: torch 1.13's rejects floats.)
-SAFE_GLOBALS = {
-    ("collections", "OrderedDict"),
-    ("torch._utils", "_rebuild_tensor"), ("torch._utils", "_rebuild_tensor_v2"),
-    ("torch._utils", "_rebuild_parameter"), ("torch._utils", "_rebuild_parameter_with_state"),
-    ("torch._tensor", "_rebuild_from_type_v2"), ("torch", "Tensor"), ("torch", "Size"),
-    ("torch.nn.parameter", "Parameter"), ("torch", "device"),
-    ("numpy.core.multiarray", "scalar"), ("numpy", "dtype"),
-}
-
-
-class SafeUnpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        if (module, name) in SAFE_GLOBALS or (module == "torch" and name.endswith("Storage")):
-            return super().find_class(module, name)
-        raise Refused("the file's pickle asks for %s.%s, which is not a tensor, dict, list, "
-                      "number or string: loading it would run code from the file; pass "
-                      "--trusted if you trust the file" % (module, name))
-
-
-class SafePickle:
-    """A pickle module for torch.load that only rebuilds data."""
-    __name__ = "convert_pth_safe_pickle"
-    Unpickler = SafeUnpickler
-    UnpicklingError = pickle.UnpicklingError
-
-    @staticmethod
-    def load(f, **kw):
-        return SafeUnpickler(f, **kw).load()
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def load(path, trusted):
+    """The file's object with tensors as pth_safe.Tensor. Without --trusted it
+    is parsed by pth_safe, which runs nothing from the file; with it,
+    torch.load (any pickle, so any code) reads it."""
+    if not trusted:
+        return pth_safe.load(path)
     try:
-        if trusted:
-            return torch.load(path, map_location="cpu")
-        return torch.load(path, map_location="cpu", pickle_module=SafePickle)
+        import torch
+    except ImportError:
+        raise Refused("--trusted reads the file with torch.load, and this Python has no torch")
+    try:
+        return pth_safe.from_torch(torch.load(path, map_location="cpu"))
     except Refused:
         raise
     except Exception as e:  # noqa: BLE001 - torch raises many kinds
@@ -136,18 +109,15 @@ def detect_layout(names):
 
 
 def check_tensor(key, t):
-    if not isinstance(t, torch.Tensor):
+    if not isinstance(t, pth_safe.Tensor):
         raise Refused("key '%s': a %s, not a tensor" % (key, type(t).__name__))
-    if t.is_sparse or t.is_quantized:
-        raise Refused("key '%s': a sparse or quantized tensor; duet reads dense float32"
-                      % key)
     if t.dtype in FLOAT_DTYPES:
         return "F32"
-    if t.dtype == torch.int64 and key.endswith(".num_batches_tracked"):
+    if t.dtype == "int64" and key.endswith(".num_batches_tracked"):
         return "I64"
     raise Refused("key '%s': dtype %s is not a floating-point type (duet's weights are "
                   "float32; only BatchNorm's num_batches_tracked may be int64)"
-                  % (key, str(t.dtype).replace("torch.", "")))
+                  % (key, t.dtype))
 
 
 def convert(sd, layout, notes):
@@ -177,14 +147,14 @@ def convert(sd, layout, notes):
                 raise Refused("key '%s': a batch-norm VGG (vgg*_bn); duet's perceptual VGG "
                               "has no batch norm: convert vgg19 (vgg19-dcbb9e9d.pth)" % key)
             dims = 4 if m.group(2) == "weight" else 1
-            if isinstance(t, torch.Tensor) and t.dim() != dims:
+            if isinstance(t, pth_safe.Tensor) and t.dim() != dims:
                 raise Refused("key '%s': %d-d; a VGG conv %s is %d-d"
                               % (key, t.dim(), m.group(2), dims))
         elif head not in MMEDIT_PARTS:
             raise Refused("key '%s': unknown prefix '%s' (an MMEditing SRGAN / BasicRestorer "
                           "checkpoint has %s)" % (key, head, ", ".join(MMEDIT_PARTS)))
         dtype = check_tensor(key, t)
-        if dtype == "F32" and t.dtype != torch.float32:
+        if dtype == "F32" and t.dtype != "float32":
             converted += 1
         if name in out:
             raise Refused("key '%s': '%s' twice once 'module.' is removed" % (key, name))
@@ -197,16 +167,14 @@ def convert(sd, layout, notes):
         notes.append("dropped %d classifier entries (the perceptual loss uses the features "
                      "only)" % len(dropped))
     if converted:
-        notes.append("wrote %d half/double tensors as float32" % converted)
+        notes.append("wrote %d half/bfloat16/double tensors as float32" % converted)
     return out
 
 
 def write_safetensors(path, tensors, metadata):
     header, blobs, offset = {}, [], 0
     for name, (dtype, t) in tensors.items():
-        t = t.detach().contiguous().cpu()
-        t = t.to(torch.float32) if dtype == "F32" else t.to(torch.int64)
-        data = t.numpy().tobytes() if t.numel() else b""
+        data = t.data("float32" if dtype == "F32" else "int64")
         header[name] = {"dtype": dtype, "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
@@ -228,8 +196,9 @@ def main():
     ap.add_argument("input", help="a .pth file (MMEditing checkpoint or torchvision VGG)")
     ap.add_argument("-o", "--output", help="the .safetensors to write (default: the input's "
                     "name with .safetensors)")
-    ap.add_argument("--trusted", action="store_true", help="let torch.load run the file's "
-                    "pickled code (only for files you trust)")
+    ap.add_argument("--trusted", action="store_true", help="read the file with torch.load, "
+                    "which runs any code its pickle holds (only for files you trust; needs "
+                    "torch)")
     args = ap.parse_args()
     out = args.output or os.path.splitext(args.input)[0] + ".safetensors"
     notes = []
@@ -237,7 +206,7 @@ def main():
         sd, meta = split_checkpoint(load(args.input, args.trusted), notes)
         layout = detect_layout([strip_module(k) for k in sd if isinstance(k, str)])
         tensors = convert(sd, layout, notes)
-    except Refused as e:
+    except (Refused, OSError) as e:
         print("convert-pth: %s: %s" % (args.input, e), file=sys.stderr)
         return 2
     metadata = {"format": "pt", "converted_by": "scripts/convert-pth.py",

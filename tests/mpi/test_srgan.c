@@ -105,7 +105,9 @@ int main(void) {
      * gradient's float noise into up to lr per step: OpenBLAS keeps the
      * order of each dot product the same for batch B and B/N, oneDNN's
      * sgemm splits it differently (measured: 5e-6 apart after 3 steps at
-     * lr 1e-4). The GEMM itself is tested in test_kernels. */
+     * lr 1e-4); so do OpenBLAS's AVX-512 kernels, so CTest runs this test
+     * with OPENBLAS_CORETYPE=Haswell (cmake/DuetTests.cmake). The GEMM
+     * itself is tested in test_kernels. */
     duet_kernel_opts ko = duet_kernel_opts_default();
     ko.gemm = DUET_GEMM_OPENBLAS;
     ko.num_threads = 1;

@@ -1,0 +1,489 @@
+"""Reads PyTorch .pth files as data, without running any code from them.
+
+A .pth file is a pickle, and a pickle is a program: its GLOBAL opcodes name
+any callable in any module (os.system, builtins.eval, subprocess.Popen) and
+its REDUCE opcodes call them. torch.load trusts the file; so does Debian's
+torch 1.13 even when it is handed a restricted unpickler (it builds its own
+from it and still resolved os.system for a crafted file). This module never
+calls torch.load. It parses both of torch's formats itself:
+
+  zip     (torch >= 1.6): <archive>/data.pkl, the tensors' bytes in
+          <archive>/data/<key>, optionally <archive>/byteorder;
+  legacy  (torch.save(..., _use_new_zipfile_serialization=False), and old
+          files such as torchvision's vgg19-dcbb9e9d.pth): three small
+          pickles (magic number, protocol, system info), the object pickle,
+          the list of storage keys, then each storage's bytes;
+
+with an unpickler whose find_class maps the few names a state dict needs to
+functions of this module (never to torch's or numpy's own) and refuses every
+other name, and whose persistent_load accepts only storages. Every argument
+those functions get from the file is checked (types, ranks, that a tensor's
+strided view stays inside its storage, that a storage's bytes are all
+there), so a hostile file gets a Refused naming what it asked for, and the
+reader needs nothing but Python's standard library.
+
+  obj = pth_safe.load("srgan.pth")   # dicts, lists, numbers, strings, Tensor
+  t = obj["state_dict"]["generator.conv_first.weight"]
+  t.dtype, t.shape, t.data("float32") # "float32", (64, 3, 3, 3), bytes
+"""
+import _compat_pickle
+import collections
+import io
+import itertools
+import pickle
+import struct
+import zipfile
+
+
+
+class Refused(Exception):
+    """The file is not a plain checkpoint of tensors, or is malformed."""
+
+
+# torch's dtype names (as pickled: torch.float32 is GLOBAL 'torch float32')
+# and storage classes, to the canonical dtype name, and each one's size.
+TORCH_DTYPES = {
+    "float32": "float32", "float": "float32", "float64": "float64", "double": "float64",
+    "float16": "float16", "half": "float16", "bfloat16": "bfloat16",
+    "int64": "int64", "long": "int64", "int32": "int32", "int": "int32",
+    "int16": "int16", "short": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool",
+    "complex64": "complex64", "cfloat": "complex64", "complex128": "complex128",
+    "cdouble": "complex128",
+}
+STORAGES = {
+    "FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
+    "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8",
+    "BoolStorage": "bool", "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128", "UntypedStorage": "uint8",
+}
+ITEMSIZE = {
+    "float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+    "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16,
+}
+# struct's code for each dtype that converts to float32 or int64.
+STRUCT = {"float32": "f", "float64": "d", "float16": "e", "int64": "q", "int32": "i",
+          "int16": "h", "int8": "b", "uint8": "B", "bool": "?"}
+LEGACY_MAGIC = 0x1950a86a20f9469cfc6c
+MAX_DIMS = 16
+# A compressed zip entry may expand this much (torch writes them stored, so a
+# real checkpoint's ratio is 1): anything more is refused as a zip bomb.
+MAX_EXPANSION = 64
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class DType:
+    """torch.<dtype> as pickled (torch >= 2 names a tensor's dtype so)."""
+    def __init__(self, name):
+        self.name = name
+
+
+class StorageType:
+    """torch.<X>Storage as pickled: only ever a tag inside a persistent id."""
+    def __init__(self, name):
+        self.dtype = STORAGES[name]
+
+
+class Storage:
+    """A storage's bytes: `numel` elements of `dtype` (bytes come later in
+    the legacy format, so tensors are views resolved when first read)."""
+    def __init__(self, dtype, numel, base=None, offset=0):
+        self.dtype, self.numel, self.base, self.offset = dtype, numel, base, offset
+        self.data = None
+        self.byteorder = "<"
+
+    def buffer(self):
+        if self.base is not None:
+            return self.base.buffer()
+        if self.data is None:
+            raise Refused("a storage's bytes are missing from the file")
+        return self.data
+
+    def element_offset(self):
+        return self.offset + (self.base.element_offset() if self.base is not None else 0)
+
+
+class Tensor:
+    """A dense tensor read from the file: dtype (canonical name), shape, and
+    its values through data() (contiguous little-endian bytes, converted to
+    float32 or int64 on request)."""
+    def __init__(self, storage, offset, size, stride, dtype):
+        self.storage, self.offset, self.shape, self.stride = storage, offset, size, stride
+        self.dtype = dtype
+
+    def dim(self):
+        return len(self.shape)
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def raw(self):
+        """The elements in C order, in the file's dtype and byte order."""
+        st, item = self.storage, ITEMSIZE[self.dtype]
+        buf = st.buffer()
+        start = st.element_offset() * ITEMSIZE[st.dtype] // item + self.offset
+        _check_view(start, self.shape, self.stride, len(buf) // item)
+        n = self.numel()
+        if n == 0:
+            return b""
+        expect, contiguous = 1, True
+        for size, stride in reversed(list(zip(self.shape, self.stride))):
+            if size != 1 and stride != expect:
+                contiguous = False
+            expect *= size
+        if contiguous:
+            return bytes(buf[start * item:(start + n) * item])
+        out = bytearray()
+        for idx in itertools.product(*(range(size) for size in self.shape)):
+            at = (start + sum(i * s for i, s in zip(idx, self.stride))) * item
+            out += buf[at:at + item]
+        return bytes(out)
+
+    def data(self, as_dtype):
+        """Little-endian bytes of the values as "float32" (from any float
+        dtype) or "int64" (from any integer dtype)."""
+        raw = self.raw()
+        big = self.storage.byteorder == ">"
+        item = ITEMSIZE[self.dtype]
+        if big and item > 1:
+            raw = b"".join(raw[i:i + item][::-1] for i in range(0, len(raw), item))
+        if as_dtype == "float32" and self.dtype == "bfloat16":
+            out = bytearray(2 * len(raw))
+            out[2::4], out[3::4] = raw[0::2], raw[1::2]
+            return bytes(out)
+        kind = "float32" if as_dtype == "float32" else "int64"
+        if (kind == "float32") != (self.dtype in ("float16", "float32", "float64")):
+            raise Refused("a %s tensor read as %s" % (self.dtype, as_dtype))
+        code = STRUCT[self.dtype]
+        if self.dtype == kind:
+            return raw
+        values = struct.unpack("<%d%s" % (len(raw) // item, code), raw)
+        return struct.pack("<%d%s" % (len(values), "f" if kind == "float32" else "q"), *values)
+
+
+def _check_view(offset, size, stride, numel):
+    """The elements a strided view reads lie inside a storage of numel."""
+    if any(s == 0 for s in size):
+        return
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride))
+    if offset < 0 or last >= numel:
+        raise Refused("a tensor of shape %s, stride %s at offset %d reads past its storage of "
+                      "%d elements" % (tuple(size), tuple(stride), offset, numel))
+
+
+def _tensor(storage, offset, size, stride, dtype=None):
+    if not isinstance(storage, Storage):
+        raise Refused("a tensor's storage is a %s, not a storage" % type(storage).__name__)
+    if not _is_int(offset) or offset < 0:
+        raise Refused("a tensor's storage offset %r is not a non-negative integer" % (offset,))
+    if not isinstance(size, tuple) or not isinstance(stride, tuple) or len(size) != len(stride) \
+            or len(size) > MAX_DIMS:
+        raise Refused("a tensor's shape %r and stride %r are not two tuples of the same length "
+                      "(at most %d)" % (size, stride, MAX_DIMS))
+    if not all(_is_int(v) and v >= 0 for v in size + stride):
+        raise Refused("a tensor's shape %r or stride %r holds a value that is not a "
+                      "non-negative integer" % (size, stride))
+    dtype = dtype.name if isinstance(dtype, DType) else storage.dtype
+    _check_view(offset, size, stride, storage.numel * ITEMSIZE[storage.dtype] // ITEMSIZE[dtype])
+    return Tensor(storage, offset, size, stride, dtype)
+
+
+def _hooks_ok(hooks):
+    if hooks is not None and not isinstance(hooks, dict):
+        raise Refused("a tensor's backward hooks are a %s" % type(hooks).__name__)
+    if hooks:
+        raise Refused("a tensor carries backward hooks (code); save a plain state dict")
+
+
+# The callables a pickle of tensors may name, as the file names them, to
+# this module's own versions.
+def _rebuild_tensor(storage, offset, size, stride):
+    return _tensor(storage, offset, size, stride)
+
+
+def _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, hooks, metadata=None):
+    _hooks_ok(hooks)
+    return _tensor(storage, offset, size, stride)
+
+
+def _rebuild_tensor_v3(storage, offset, size, stride, requires_grad, hooks, dtype,
+                       metadata=None):
+    _hooks_ok(hooks)
+    if not isinstance(dtype, DType):
+        raise Refused("a tensor's dtype is a %s, not a torch dtype" % type(dtype).__name__)
+    return _tensor(storage, offset, size, stride, dtype)
+
+
+def _rebuild_parameter(data, requires_grad, hooks, state=None):
+    _hooks_ok(hooks)
+    if not isinstance(data, Tensor):
+        raise Refused("a parameter holds a %s, not a tensor" % type(data).__name__)
+    return data
+
+
+class _TensorClass:
+    """torch.Tensor / torch.nn.Parameter, only as _rebuild_from_type's tag."""
+
+
+def _rebuild_from_type(func, new_type, args, state):
+    if func not in (_rebuild_tensor, _rebuild_tensor_v2, _rebuild_tensor_v3) \
+            or not isinstance(new_type, _TensorClass) or not isinstance(args, tuple):
+        raise Refused("a tensor subclass rebuilt through something other than a tensor")
+    return func(*args)
+
+
+def _size(*args):
+    if len(args) != 1 or not isinstance(args[0], (tuple, list)) \
+            or not all(_is_int(v) for v in args[0]):
+        raise Refused("torch.Size of %r" % (args,))
+    return tuple(args[0])
+
+
+def _device(*args):
+    if not all(isinstance(a, (str, int)) for a in args):
+        raise Refused("torch.device of %r" % (args,))
+    return ":".join(str(a) for a in args)
+
+
+# numpy's type codes of plain numbers, to struct's.
+NUMPY_SCALARS = {"b1": "?", "i1": "b", "i2": "h", "i4": "i", "i8": "q", "u1": "B", "u2": "H",
+                 "u4": "I", "u8": "Q", "f2": "e", "f4": "f", "f8": "d"}
+
+
+class _NumpyDType:
+    """numpy.dtype as pickled for a numpy scalar: only plain numbers."""
+    def __init__(self, name, align=False, copy=True):
+        if not isinstance(name, str) or name.lstrip("<>=|") not in NUMPY_SCALARS:
+            raise Refused("a numpy dtype %r (only plain numbers can be read)" % (name,))
+        self.code, self.order = NUMPY_SCALARS[name.lstrip("<>=|")], "<"
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) > 1 and state[1] == ">":
+            self.order = ">"
+
+
+def _numpy_scalar(dtype, data=None):
+    if not isinstance(dtype, _NumpyDType) or not isinstance(data, bytes) \
+            or len(data) != struct.calcsize(dtype.code):
+        raise Refused("a numpy scalar of %r (only plain numbers can be read)" % (dtype,))
+    return struct.unpack(dtype.order + dtype.code, data)[0]
+
+
+def _codecs_encode(text, encoding=None):
+    """How protocol 2 pickles bytes (a numpy scalar's data): the bytes as a
+    latin-1 string."""
+    if not isinstance(text, str) or encoding != "latin1":
+        raise Refused("_codecs.encode of %r (only latin-1 bytes can be read)" % (encoding,))
+    return text.encode("latin1")
+
+
+ALLOWED = {
+    ("_codecs", "encode"): _codecs_encode,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
+    ("torch._tensor", "_rebuild_from_type"): _rebuild_from_type,
+    ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
+    ("torch", "Tensor"): _TensorClass(),
+    ("torch.nn.parameter", "Parameter"): _TensorClass(),
+    ("torch", "Size"): _size,
+    ("torch", "device"): _device,
+    ("numpy.core.multiarray", "scalar"): _numpy_scalar,
+    ("numpy._core.multiarray", "scalar"): _numpy_scalar,
+    ("numpy", "dtype"): _NumpyDType,
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f, storage):
+        super().__init__(f)
+        self._storage = storage
+
+    def find_class(self, module, name):
+        if (module, name) in ALLOWED:
+            return ALLOWED[(module, name)]
+        if module == "torch" and name in TORCH_DTYPES:
+            return DType(TORCH_DTYPES[name])
+        if module == "torch" and name in STORAGES:
+            return StorageType(name)
+        # Named as Python 3 names it (protocol 2 writes builtins.eval as
+        # __builtin__.eval, subprocess.Popen as commands.Popen).
+        module, name = _compat_pickle.NAME_MAPPING.get(
+            (module, name), (_compat_pickle.IMPORT_MAPPING.get(module, module), name))
+        raise Refused("the file's pickle asks for %s.%s, which is not part of a checkpoint of "
+                      "tensors, dicts, lists, numbers and strings: loading it would run code "
+                      "from the file (pass --trusted only if you trust it)" % (module, name))
+
+    def persistent_load(self, pid):
+        if not isinstance(pid, tuple) or not pid or pid[0] not in ("storage", b"storage"):
+            what = pid[0] if isinstance(pid, tuple) and pid else pid
+            raise Refused("the file's pickle refers to a %r, not a storage (a pickled module? "
+                          "save model.state_dict() instead)" % (what,))
+        return self._storage(pid[1:])
+
+
+def _storage_args(args, n):
+    if len(args) != n or not isinstance(args[0], StorageType) \
+            or not isinstance(args[1], (str, bytes)) or not _is_int(args[3]) or args[3] < 0:
+        raise Refused("a malformed storage reference %r" % (args,))
+    key = args[1].decode("ascii", "replace") if isinstance(args[1], bytes) else args[1]
+    return args[0].dtype, key, args[3]
+
+
+def _load_zip(zf):
+    pkls = [n for n in zf.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
+    if len(pkls) != 1:
+        raise Refused("a zip file without exactly one <archive>/data.pkl: not a torch.save file")
+    prefix = pkls[0][:-len("data.pkl")]
+    order = "<"
+    if prefix + "byteorder" in zf.namelist():
+        text = zf.read(prefix + "byteorder").strip()
+        if text not in (b"little", b"big"):
+            raise Refused("byteorder record %r" % text[:20])
+        order = "<" if text == b"little" else ">"
+    storages = {}
+
+    def storage(args):
+        dtype, key, numel = _storage_args(args, 4)
+        if key in storages:
+            return storages[key]
+        name = prefix + "data/" + key
+        try:
+            info = zf.getinfo(name)
+        except KeyError:
+            raise Refused("storage '%s' (%d elements) has no %s in the file" % (key, numel, name))
+        want = numel * ITEMSIZE[dtype]
+        if info.file_size != want:
+            raise Refused("storage '%s': %s holds %d bytes, %d %s elements need %d"
+                          % (key, name, info.file_size, numel, dtype, want))
+        if info.compress_type != zipfile.ZIP_STORED and \
+                info.file_size > MAX_EXPANSION * max(info.compress_size, 1 << 20):
+            raise Refused("storage '%s': %s expands from %d to %d bytes" % (key, name,
+                          info.compress_size, info.file_size))
+        s = Storage(dtype, numel)
+        s.data, s.byteorder = zf.read(name), order
+        storages[key] = s
+        return s
+
+    with zf.open(pkls[0]) as f:
+        return _Unpickler(io.BytesIO(f.read()), storage).load()
+
+
+def _load_legacy(f, size):
+    def no_storage(args):
+        raise Refused("a storage reference outside the object pickle")
+
+    def plain(what):
+        try:
+            return _Unpickler(f, no_storage).load()
+        except (pickle.UnpicklingError, EOFError) as e:
+            raise Refused("the %s: %s" % (what, e))
+    magic = plain("magic number")
+    if magic != LEGACY_MAGIC:
+        raise Refused("neither a zip archive nor torch's legacy format (magic number %r)"
+                      % (magic,))
+    if plain("protocol version") != 1001:
+        raise Refused("torch legacy format with an unknown protocol version")
+    info = plain("system information")
+    if not isinstance(info, dict) or info.get("little_endian") is not True:
+        raise Refused("a legacy file written on a big-endian machine, or without system "
+                      "information")
+    storages = {}
+
+    def storage(args):
+        if len(args) != 5:
+            raise Refused("a malformed storage reference %r" % (args,))
+        dtype, key, numel = _storage_args(args[:4], 4)
+        view = args[4]
+        root = storages.get(key)
+        if root is None:
+            root = storages[key] = Storage(dtype, numel)
+        elif root.dtype != dtype or root.numel != numel:
+            raise Refused("storage '%s' declared twice with different types" % key)
+        if view is None:
+            return root
+        if not isinstance(view, tuple) or len(view) != 3 or not _is_int(view[1]) \
+                or not _is_int(view[2]) or view[1] < 0 or view[2] < 0 \
+                or view[1] + view[2] > numel:
+            raise Refused("storage '%s': a malformed view %r" % (key, view))
+        return Storage(dtype, view[2], base=root, offset=view[1])
+
+    obj = _Unpickler(f, storage).load()
+    keys = plain("storage key list")
+    if not isinstance(keys, list) or sorted(map(str, keys)) != sorted(storages):
+        raise Refused("the storage key list does not match the storages the objects use")
+    for key in keys:
+        s = storages[str(key)]
+        head = f.read(8)
+        if len(head) != 8:
+            raise Refused("the file ends before storage '%s'" % key)
+        (numel,) = struct.unpack("<q", head)
+        if numel != s.numel:
+            raise Refused("storage '%s' holds %d elements, its tensors declared %d"
+                          % (key, numel, s.numel))
+        nbytes = numel * ITEMSIZE[s.dtype]
+        if nbytes > size - f.tell():
+            raise Refused("the file ends inside storage '%s' (%d bytes missing)"
+                          % (key, nbytes - (size - f.tell())))
+        s.data = f.read(nbytes)
+    return obj
+
+
+def load(path):
+    """The object a torch.save file holds, with tensors as Tensor. Raises
+    Refused (naming what is wrong) for anything but data, OSError if the file
+    cannot be read."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                return _load_zip(zf)
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(0)
+            if size >= 512 and f.read(512)[257:262] == b"ustar":
+                raise Refused("torch's tar format (before PyTorch 0.4) is not read: load and "
+                              "save it again with a newer torch")
+            f.seek(0)
+            return _load_legacy(f, size)
+    except Refused:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
+            AttributeError, zipfile.BadZipFile, struct.error, OverflowError,
+            MemoryError, RecursionError) as e:
+        raise Refused("not a readable torch.save file: %s: %s"
+                      % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
+
+
+def from_torch(obj):
+    """The same structure with torch tensors replaced by Tensor (for files
+    read with torch.load under --trusted)."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        if obj.is_sparse or obj.is_quantized:
+            raise Refused("a sparse or quantized tensor; duet reads dense tensors")
+        t = obj.detach().cpu().contiguous()
+        name = str(t.dtype).replace("torch.", "")
+        if name not in ITEMSIZE:
+            raise Refused("a tensor of dtype %s" % name)
+        s = Storage(name, t.numel())
+        s.data = t.flatten().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        stride, n = [], 1
+        for size in reversed(t.shape):
+            stride.insert(0, n)
+            n *= size
+        return Tensor(s, 0, tuple(t.shape), tuple(stride), name)
+    if isinstance(obj, dict):
+        return type(obj)((k, from_torch(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(from_torch(v) for v in obj)
+    return obj
