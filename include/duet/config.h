@@ -123,6 +123,10 @@ int duet_config_get_bool_or(duet_config *cfg, const char *path, bool def, bool *
 int duet_config_get_string(duet_config *cfg, const char *path, const char **out);
 int duet_config_get_string_or(duet_config *cfg, const char *path, const char *def,
                               const char **out);
+/* The string at `path` without marking it used (NULL when absent or not a
+ * string): for a check that looks at keys another reader owns, so that the
+ * unused-key check still sees whether that reader took them. */
+int duet_config_peek_string(const duet_config *cfg, const char *path, const char **out);
 
 /* An array or list of numbers / strings into out[0..*n). More than `cap`
  * elements, an absent key or a wrong element type fail with DUET_ECONFIG.

@@ -214,6 +214,13 @@ int duet_config_get_string(duet_config *cfg, const char *path, const char **out)
     return get_string_impl(cfg, path, false, NULL, out);
 }
 
+int duet_config_peek_string(const duet_config *cfg, const char *path, const char **out) {
+    config_setting_t *s = NULL;
+    DUET_TRY(duet__cfg_walk(cfg, path, &s));
+    *out = s != NULL && s->type == CONFIG_TYPE_STRING ? config_setting_get_string(s) : NULL;
+    return DUET_OK;
+}
+
 int duet_config_get_string_or(duet_config *cfg, const char *path, const char *def,
                               const char **out) {
     return get_string_impl(cfg, path, true, def, out);

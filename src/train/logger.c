@@ -3,6 +3,7 @@
 #include "train/logger.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,11 +30,17 @@ int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out) {
         return duet__error(DUET_ENOMEM, "logger: out of memory");
     }
     snprintf(lg->path, n, "%s/log.jsonl", work_dir);
-    lg->jsonl = fopen(lg->path, "a");
+    /* Never through a link left at the path (it would append to whatever
+     * file the link names): O_NOFOLLOW refuses one with ELOOP. */
+    int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    lg->jsonl = fd >= 0 ? fdopen(fd, "a") : NULL;
     if (lg->jsonl == NULL) {
         int e = errno;
-        int rc = duet__error(DUET_EIO, "cannot open %s for appending: %s (is the work dir writable?)",
-                             lg->path, strerror(e));
+        if (fd >= 0) close(fd);
+        int rc = duet__error(DUET_EIO, "cannot open %s for appending: %s", lg->path,
+                             e == ELOOP ? "it is a symbolic link (duet writes its log only to a "
+                                          "file of its own in the work dir; remove the link)"
+                                        : strerror(e));
         free(lg->path);
         free(lg);
         return rc;

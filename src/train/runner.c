@@ -197,18 +197,26 @@ static int resolve_work_dir(duet__run *r, const duet_runner_opts *o) {
     return DUET_OK;
 }
 
-/* The config as run (after --set), next to the logs. */
-static int dump_config(duet__run *r) {
-    char *text = NULL, *path = duet__path_join(r->work_dir, "config.cfg");
-    int rc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory")
-                          : duet_config_text(r->cfg, &text);
-    if (rc == DUET_OK) {
-        FILE *f = fopen(path, "w");
-        if (f == NULL || fputs(text, f) < 0 || fclose(f) != 0)
-            rc = duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(errno));
+/* The config as run (after --set), next to the logs: WORK_DIR/config.cfg,
+ * or config.run.cfg when config.cfg is the very file this run was started
+ * from (`duet train W/config.cfg --work-dir W`), which is the user's and
+ * keeps its comments. The config was read before anything is written. */
+static int dump_config(duet__run *r, const char *source) {
+    const char *name = "config.cfg";
+    char *path = duet__path_join(r->work_dir, name);
+    if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    struct stat a, b;
+    if (stat(source, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+        a.st_ino == b.st_ino) {
+        name = "config.run.cfg";
+        duet_log(DUET_LOG_INFO, "%s is this run's own config: left as it is; the config as run "
+                 "goes to %s/%s", path, r->work_dir, name);
     }
-    free(text);
     free(path);
+    char *text = NULL;
+    int rc = duet_config_text(r->cfg, &text);
+    if (rc == DUET_OK) rc = duet__workdir_write_file(r, name, text);
+    free(text);
     return rc;
 }
 
@@ -489,6 +497,7 @@ static void describe(duet__run *r, int64_t start_iter) {
  * empty work dir behind. */
 static int claim_work_dir(duet__run *r, const duet_runner_opts *o) {
     DUET_TRY(resolve_work_dir(r, o));
+    DUET_TRY(duet__workdir_check_data(r));
     struct stat st;
     if (r->rank == 0 && stat(r->work_dir, &st) == 0 && S_ISDIR(st.st_mode))
         return duet__workdir_lock(r);
@@ -507,7 +516,7 @@ int duet_runner_train(const duet_runner_opts *o) {
             /* Before anything in the work dir is written. */
             if (mrc == DUET_OK && r.lock_fd == -1) mrc = duet__workdir_lock(&r);
             if (mrc == DUET_OK) mrc = duet__workdir_clean_temps(&r);
-            if (mrc == DUET_OK) mrc = dump_config(&r);
+            if (mrc == DUET_OK) mrc = dump_config(&r, o->config);
             if (mrc == DUET_OK)
                 mrc = duet__logger_open(r.work_dir, r.quiet ? NULL : stdout, &r.log);
             if (mrc == DUET_OK) setup_progress_bar(&r);

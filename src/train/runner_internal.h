@@ -90,6 +90,14 @@ void duet__workdir_unlock(duet__run *r);
  * ("<name>.safetensors.tmp.<pid>.<n>") a killed write left in the work dir.
  * Only regular files of that pattern, only in the work dir itself. */
 int duet__workdir_clean_temps(duet__run *r);
+/* Writes WORK_DIR/name anew: a temporary created exclusively (never through
+ * a link left at a path), renamed over the name. */
+int duet__workdir_write_file(const duet__run *r, const char *name, const char *text);
+/* A work dir that is, contains or lies inside one of the config's data
+ * folders (data.*.dataroot, data.*.*_folder, however deep) is refused
+ * (DUET_ECONFIG naming both and the key's file and line): the run's
+ * pictures would be read back as data. Links are resolved first. */
+int duet__workdir_check_data(duet__run *r);
 
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */

@@ -2,8 +2,10 @@
  * graceful stop on SIGTERM / SIGINT (as Slurm sends before it kills a job),
  * the per-iteration agreement on errors and stops, and checkpoints that no
  * rank's error path can cut short. */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -12,17 +14,34 @@
 
 /* ---- dist.timeout ---------------------------------------------------------- */
 
+/* The watchdog must outlast a collective's ordinary jitter: below a second a
+ * busy machine's scheduling alone would abort healthy jobs. */
+#define MIN_TIMEOUT_S 1.0
+#define MAX_TIMEOUT_S 1e9
+
 int duet__run_set_timeout(duet__run *r) {
     duet_comm_opts o = duet_comm_get_opts(r->comm);
     double t = DUET_COMM_DEFAULT_TIMEOUT_S;
     DUET_TRY(duet_config_get_double_or(r->cfg, "dist.timeout", DUET_COMM_DEFAULT_TIMEOUT_S, &t));
-    if (!(t > 0 && t <= 1e9))
-        return duet__error(DUET_ECONFIG, "%s: dist.timeout = %g: it must be a number of seconds "
-                           "in (0, 1e9] (default %g)", duet_config_name(r->cfg), t,
-                           DUET_COMM_DEFAULT_TIMEOUT_S);
-    /* The environment overrides the config (comm's default reads it). */
+    if (!(t >= MIN_TIMEOUT_S && t <= MAX_TIMEOUT_S))
+        return duet_config_error(r->cfg, "dist.timeout", "dist.timeout = %g: it must be a number "
+                                 "of seconds in [%g, %g] (default %g)", t, MIN_TIMEOUT_S,
+                                 MAX_TIMEOUT_S, DUET_COMM_DEFAULT_TIMEOUT_S);
+    /* The environment overrides the config, and is checked like it: a value
+     * that is not a timeout is an error, not a silent 600 s. */
     const char *env = getenv("DUET_TIMEOUT");
-    if (env == NULL || env[0] == '\0') o.timeout_s = t;
+    if (env != NULL && env[0] != '\0') {
+        char *end = NULL;
+        errno = 0;
+        double v = strtod(env, &end);
+        if (end == env || *end != '\0' || errno != 0 || !(v >= MIN_TIMEOUT_S && v <= MAX_TIMEOUT_S))
+            return duet__error(DUET_ECONFIG, "DUET_TIMEOUT='%s' in the environment: it must be a "
+                               "number of seconds in [%g, %g] (it overrides dist.timeout; unset "
+                               "it to use the config's %g s)", env, MIN_TIMEOUT_S, MAX_TIMEOUT_S,
+                               t);
+        t = v;
+    }
+    o.timeout_s = t;
     return duet_comm_set_opts(r->comm, &o);
 }
 
