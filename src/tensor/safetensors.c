@@ -103,6 +103,7 @@ static bool convert_to_f32(float *dst, const unsigned char *src, const char *dty
 /* ---- checksums ------------------------------------------------------------ */
 
 #define ST_CK_PREFIX "checksum/"
+#define ST_CK_META_PREFIX "checksum_meta/"
 #define ST_CK_ALGO_KEY "checksum_algorithm"
 #define ST_CK_ALGO "duet-h64"
 
@@ -118,6 +119,26 @@ static uint64_t checksum(const unsigned char *p, size_t n) {
     for (; i < n; i++) h = (h ^ p[i]) * prime;
     h = (h ^ (uint64_t)n) * prime;
     return h ^ (h >> 32);
+}
+
+/* A metadata entry's checksum: over "key" NUL "value", so that a value
+ * moved to another key fails too. */
+static uint64_t meta_checksum(const char *key, const char *value) {
+    size_t kn = strlen(key), vn = strlen(value);
+    unsigned char *buf = malloc(kn + vn + 1);
+    if (buf == NULL) return 0; /* callers treat 0 as "cannot tell" */
+    memcpy(buf, key, kn + 1);
+    memcpy(buf + kn + 1, value, vn);
+    uint64_t h = checksum(buf, kn + vn + 1);
+    free(buf);
+    return h != 0 ? h : 1;
+}
+
+/* Whether a metadata key is one of the checksums themselves. */
+static bool is_checksum_key(const char *k) {
+    return strncmp(k, ST_CK_PREFIX, strlen(ST_CK_PREFIX)) == 0 ||
+           strncmp(k, ST_CK_META_PREFIX, strlen(ST_CK_META_PREFIX)) == 0 ||
+           strcmp(k, ST_CK_ALGO_KEY) == 0;
 }
 
 /* ---- reader ------------------------------------------------------------- */
@@ -363,6 +384,50 @@ bool duet_st_has_checksums(const duet_st *st) { return duet_st_meta(st, ST_CK_AL
 
 static const st_entry *find(const duet_st *st, const char *name);
 
+/* Every metadata entry (iter, rng_counter, the sampler's position, ...)
+ * against its "checksum_meta/<key>"; an entry without one was added, a
+ * checksum without its entry means one was removed. Files that record no
+ * metadata checksums at all (duet before they existed) pass. */
+static int verify_meta_checksums(const duet_st *st) {
+    bool any = false;
+    for (size_t i = 0; i < st->meta_count && !any; i++)
+        any = strncmp(st->meta[i].key, ST_CK_META_PREFIX, strlen(ST_CK_META_PREFIX)) == 0;
+    if (!any) return DUET_OK;
+    for (size_t i = 0; i < st->meta_count; i++) {
+        const char *k = st->meta[i].key;
+        if (strncmp(k, ST_CK_META_PREFIX, strlen(ST_CK_META_PREFIX)) == 0) {
+            const char *entry = k + strlen(ST_CK_META_PREFIX);
+            if (duet_st_meta(st, entry) == NULL)
+                return duet__error(DUET_EFORMAT, "%s: corrupt file: the metadata has a checksum "
+                                   "for entry '%s', which the file lacks (removed after duet "
+                                   "wrote it)", st->path, entry);
+            continue;
+        }
+        if (is_checksum_key(k)) continue;
+        duet__str key = {0};
+        duet__str_addf(&key, ST_CK_META_PREFIX "%s", k);
+        if (key.failed) return duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+        const char *want = duet_st_meta(st, duet__str_get(&key));
+        duet__str_free(&key);
+        char *end = NULL;
+        uint64_t w = want != NULL ? strtoull(want, &end, 16) : 0;
+        if (want == NULL || strlen(want) != 16 || *end != '\0')
+            return duet__error(DUET_EFORMAT, "%s: corrupt file: metadata entry '%s' has %s "
+                               "checksum (added or edited after duet wrote the file)", st->path,
+                               k, want == NULL ? "no" : "a malformed");
+        uint64_t got = meta_checksum(k, st->meta[i].value);
+        if (got == 0) return duet__error(DUET_ENOMEM, "%s: out of memory", st->path);
+        if (got != w)
+            return duet__error(DUET_EFORMAT, "%s: corrupt file: metadata entry '%s' = '%.64s' "
+                               "fails its checksum (recorded %016" PRIx64 ", computed %016"
+                               PRIx64 "); it was changed after duet wrote it, and resuming "
+                               "from it would not continue the run that wrote it: use another "
+                               "checkpoint (e.g. an earlier iter_N.safetensors)", st->path, k,
+                               st->meta[i].value, w, got);
+    }
+    return DUET_OK;
+}
+
 /* Every tensor against its recorded checksum, in file order; a file
  * without "checksum_algorithm" passes (PyTorch's, older duet's). */
 static int verify_checksums(const duet_st *st) {
@@ -397,6 +462,7 @@ static int verify_checksums(const duet_st *st) {
                                "duet wrote it: use another checkpoint (e.g. an earlier "
                                "iter_N.safetensors)", st->path, e->name, e->begin, e->end, w, got);
     }
+    DUET_TRY(verify_meta_checksums(st));
     /* A checksum for a tensor the file lacks: entries were removed. */
     for (size_t i = 0; i < st->meta_count; i++) {
         const char *k = st->meta[i].key;
@@ -709,6 +775,9 @@ int duet_st_writer_add(duet_st_writer *w, const char *name, const duet_tensor *t
 int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *value) {
     if (key == NULL || value == NULL)
         return duet__error(DUET_EINVAL, "safetensors writer: NULL metadata key or value");
+    if (is_checksum_key(key))
+        return duet__error(DUET_EINVAL, "safetensors writer: metadata key '%s' is reserved for "
+                           "the checksums the writer records", key);
     char *v = duet__strdup(value);
     if (v == NULL) return duet__error(DUET_ENOMEM, "safetensors writer: out of memory");
     for (size_t i = 0; i < w->meta_count; i++) {
@@ -749,6 +818,18 @@ static int build_header(const duet_st_writer *w, char **out, size_t *len) {
     bad |= m == NULL || json_object_set_new(root, "__metadata__", m) != 0;
     for (size_t i = 0; !bad && i < w->meta_count; i++)
         bad |= json_object_set_new(m, w->meta[i].key, json_string(w->meta[i].value)) != 0;
+    /* And every metadata entry's (the run's position lives there). */
+    for (size_t i = 0; !bad && i < w->meta_count; i++) {
+        if (is_checksum_key(w->meta[i].key)) continue;
+        char *key = duet__strf(ST_CK_META_PREFIX "%s", w->meta[i].key), hex[17];
+        uint64_t h = meta_checksum(w->meta[i].key, w->meta[i].value);
+        bad |= key == NULL || h == 0;
+        if (!bad) {
+            snprintf(hex, sizeof hex, "%016" PRIx64, h);
+            bad |= json_object_set_new(m, key, json_string(hex)) != 0;
+        }
+        free(key);
+    }
     /* Every tensor's checksum (the reader verifies them). */
     if (!bad) bad |= json_object_set_new(m, ST_CK_ALGO_KEY, json_string(ST_CK_ALGO)) != 0;
     for (size_t i = 0; !bad && i < w->count; i++) {

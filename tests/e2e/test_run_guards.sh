@@ -111,15 +111,31 @@ touch "$T/w6/iter_2.safetensors.tmp.4242.0" "$T/w6/latest.safetensors.tmp.4242.1
 # ---- 7: resume metadata ----
 "${MPI[@]}" "$DUET" train "$T/tiny.cfg" --work-dir "$T/r" > "$T/r.out" 2>&1 \
   || { cat "$T/r.out"; fail "train"; }
-# A copy of latest.safetensors with metadata KEY set to VALUE.
+# A copy of latest.safetensors with metadata KEY set to VALUE, and its
+# checksum_meta/KEY recomputed (duet-h64 of "key\0value", docs/reliability.md)
+# unless RAW=1: the range checks below are for values a file's checksums
+# vouch for (or a file without metadata checksums); an edit that leaves the
+# checksum is caught before them.
 edit_meta() {
-  "$PY" - "$T/r/latest.safetensors" "$T/r/$1.safetensors" "$2" "$3" <<'PY_META'
+  "$PY" - "$T/r/latest.safetensors" "$T/r/$1.safetensors" "$2" "$3" "${RAW:-0}" <<'PY_META'
 import json, struct, sys
-src, dst, key, value = sys.argv[1:]
+src, dst, key, value, raw = sys.argv[1:]
+def h64(data):
+    M, P = (1 << 64) - 1, 0x100000001b3
+    h, i = 0xcbf29ce484222325, 0
+    while i + 8 <= len(data):
+        h = ((h ^ struct.unpack("<Q", data[i:i + 8])[0]) * P) & M
+        i += 8
+    for c in data[i:]:
+        h = ((h ^ c) * P) & M
+    h = ((h ^ len(data)) * P) & M
+    return h ^ (h >> 32)
 b = open(src, "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
 h["__metadata__"][key] = value
+if raw != "1":
+    h["__metadata__"]["checksum_meta/" + key] = "%016x" % h64(key.encode() + b"\0" + value.encode())
 t = json.dumps(h).encode()
 t += b" " * (-len(t) % 8)
 open(dst, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
@@ -137,6 +153,7 @@ resume_fails() {  # NAME KEY VALUE EXPECTED-TEXT [--set ...]
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$T/$name.out"; fail "$key = $value must fail (rc $rc)"; return 0; }
   grep -qF "$want" "$T/$name.out" || { cat "$T/$name.out"; fail "$key = $value: no '$want'"; }
 }
+RAW=1 resume_fails raw_iter iter 3 "metadata entry 'iter' = '3' fails its checksum"
 resume_fails neg_iter iter -5 "metadata 'iter' = -5 is out of range"
 resume_fails big_iter iter 999999999999 "saved at iteration 999999999999, beyond total_iters = 6"
 resume_fails world0 world_size 0 "metadata 'world_size' = 0 is out of range"

@@ -163,6 +163,79 @@ static void test_missing_checksum(void **state) {
         fail_msg("%s", duet_last_error());
 }
 
+/* Every metadata entry of a real checkpoint, edited in place (same length,
+ * so the JSON stays valid): the load fails naming that entry. Also an entry
+ * removed (its checksum left) and one added (no checksum). */
+static void test_metadata_edits(void **state) {
+    tu_tmpdir *fx = *state;
+    char path[512];
+    tu_path(path, sizeof path, fx->dir, "ckpt.safetensors");
+    duet_rng rng = duet_rng_make(9, 0);
+    duet_tensor *a = tu_randn(&rng, 1, (int64_t[]){5}, 1.0f);
+    duet_st_writer *w = NULL;
+    TU_OK(duet_st_writer_create(&w));
+    TU_OK(duet_st_writer_add(w, "gen.a", a));
+    /* The runner's resume position (src/train/runner_ckpt.c's names). */
+    enum { NKEYS = 9 };
+    static const char *keys[NKEYS] = {"iter", "epoch", "sampler_position", "seed", "rng_seed",
+                                      "rng_stream", "rng_counter", "world_size",
+                                      "samples_per_gpu"};
+    static const char *vals[NKEYS] = {"1200", "3", "48", "2026", "2026", "0", "987654", "2",
+                                      "16"};
+    for (size_t i = 0; i < NKEYS; i++) TU_OK(duet_st_writer_set_meta(w, keys[i], vals[i]));
+    assert_int_equal(duet_st_writer_set_meta(w, "checksum_meta/iter", "0"), DUET_EINVAL);
+    assert_int_equal(duet_st_writer_set_meta(w, "checksum/gen.a", "0"), DUET_EINVAL);
+    TU_OK(duet_st_writer_save(w, path));
+    duet_st_writer_destroy(w);
+    duet_tensor_release(a);
+    duet_st *st = NULL;
+    TU_OK(duet_st_load(path, &st));
+    duet_st_destroy(st);
+    size_t n;
+    unsigned char *orig = read_all(path, &n);
+    for (size_t i = 0; i < NKEYS; i++) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "\"%s\":\"%s\"", keys[i], vals[i]);
+        unsigned char *buf = malloc(n);
+        memcpy(buf, orig, n);
+        unsigned char *at = NULL;
+        for (size_t j = 0; j + strlen(needle) <= n && at == NULL; j++)
+            if (memcmp(buf + j, needle, strlen(needle)) == 0) at = buf + j;
+        assert_non_null(at);
+        /* The value's first digit, one up (9 wraps to 1). */
+        unsigned char *d = at + strlen(keys[i]) + 4;
+        *d = *d == '9' ? '1' : (unsigned char)(*d + 1);
+        tu_write_file(path, buf, n);
+        free(buf);
+        assert_int_equal(duet_st_load(path, &st), DUET_EFORMAT);
+        char want[64];
+        snprintf(want, sizeof want, "metadata entry '%s' = ", keys[i]);
+        if (strstr(duet_last_error(), want) == NULL ||
+            strstr(duet_last_error(), "fails its checksum") == NULL)
+            fail_msg("edit of %s: %s", keys[i], duet_last_error());
+    }
+    /* Renaming "iter" to "itex" (same length): a checksum for an entry the
+     * file lacks; the renamed entry itself has none. */
+    unsigned char *buf = malloc(n);
+    memcpy(buf, orig, n);
+    unsigned char *at = NULL;
+    for (size_t j = 0; j + 7 <= n && at == NULL; j++)
+        if (memcmp(buf + j, "\"iter\":", 7) == 0) at = buf + j;
+    assert_non_null(at);
+    at[4] = 'x';
+    tu_write_file(path, buf, n);
+    assert_int_equal(duet_st_load(path, &st), DUET_EFORMAT);
+    if (strstr(duet_last_error(), "'itex' has no checksum") == NULL &&
+        strstr(duet_last_error(), "entry 'iter', which the file lacks") == NULL)
+        fail_msg("%s", duet_last_error());
+    free(buf);
+    /* The untouched file still loads. */
+    tu_write_file(path, orig, n);
+    TU_OK(duet_st_load(path, &st));
+    duet_st_destroy(st);
+    free(orig);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         TU_TMPDIR_TEST(test_written_files_verify),
@@ -170,6 +243,7 @@ int main(void) {
         TU_TMPDIR_TEST(test_nan_and_swap),
         TU_TMPDIR_TEST(test_file_without_checksums_loads),
         TU_TMPDIR_TEST(test_missing_checksum),
+        TU_TMPDIR_TEST(test_metadata_edits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
