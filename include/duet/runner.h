@@ -49,7 +49,7 @@ extern "C" {
 int duet_cli_main(int argc, char **argv);
 
 /* Exit statuses of `duet` (and of the whole job under mpirun / srun):
- * 0 done, 1 error, 2 usage; DUET_EXIT_STOPPED: stopped by SIGTERM or SIGINT
+ * 0 done, 1 error, 2 usage; DUET_EXIT_STOPPED: stopped by SIGTERM, SIGINT or SIGUSR1
  * at an iteration boundary with a checkpoint written (continue with
  * --resume; duet_runner_train returned DUET_ESTOPPED); DUET_EXIT_TIMEOUT: a
  * collective made no progress for dist.timeout seconds (a stalled or dead
@@ -69,6 +69,12 @@ typedef struct duet_runner_opts {
     const char *const *images;      /* infer: nimages PNG/JPEG files */
     size_t nimages;
     bool quiet;                     /* print nothing on stdout (tests) */
+    /* train: leave the stop-signal handlers (SIGTERM, SIGINT, SIGUSR1) and
+     * the ignored SIGPIPE in place when duet_runner_train returns, so that
+     * a signal during the rest of the process (MPI_Finalize) is recorded,
+     * not fatal. The CLI sets it; a library caller usually wants its own
+     * handlers back (the default). */
+    bool keep_signal_handlers;
 } duet_runner_opts;
 duet_runner_opts duet_runner_opts_default(void);
 

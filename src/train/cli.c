@@ -51,9 +51,11 @@ static const char train_usage[] =
     "  -h, --help         this text\n"
     "\n"
     "\n"
-    "Stopping and hangs (docs/reliability.md): on SIGTERM or SIGINT every process\n"
-    "stops at the next iteration boundary, a checkpoint is written and duet exits\n"
-    "with status 75 (continue with --resume); a second signal stops at once. A\n"
+    "Stopping and hangs (docs/reliability.md): on SIGTERM, SIGINT or SIGUSR1 every\n"
+    "process stops at the next iteration boundary, a checkpoint is written and duet\n"
+    "exits with status 75 (continue with --resume); a second signal stops at once.\n"
+    "Under mpirun send SIGUSR1 (forwarded to the ranks), or give SIGTERM a grace\n"
+    "with OMPI_MCA_odls_base_sigkill_timeout=60. A\n"
     "collective that makes no progress for dist.timeout seconds (default 600;\n"
     "DUET_TIMEOUT in the environment overrides it) aborts the job with status 76,\n"
     "naming the operation and the processes that did not take part.\n"
@@ -224,6 +226,7 @@ static int run(const char *cmd, int argc, char **argv) {
             goto done;
         }
         o.config = pos[0];
+        o.keep_signal_handlers = true; /* until the process exits */
         rc = finish(duet_runner_train(&o));
     } else if (strcmp(cmd, "test") == 0) {
         rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets, &json);

@@ -19,6 +19,7 @@
  * can run while a checkpoint is being written: it finishes, or fails and
  * the previous one stays. On a stop signal, rank 0 writes a checkpoint and
  * every rank returns DUET_ESTOPPED (`duet` exits with DUET_EXIT_STOPPED). */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -504,6 +505,40 @@ static int claim_work_dir(duet__run *r, const duet_runner_opts *o) {
     return DUET_OK;
 }
 
+/* What --resume without a path continues from: WORK_DIR/latest.safetensors,
+ * or, when a crash or a preemption left none, the newest iter_N.safetensors
+ * there (checkpoints are renamed into place whole, so every iter_N is
+ * complete; its checksums are verified when it loads). NULL when out of
+ * memory; the latest path when there is no checkpoint at all (its load then
+ * says so). */
+static char *resume_path(const duet__run *r) {
+    char *latest = duet__path_join(r->work_dir, "latest.safetensors");
+    struct stat st;
+    if (latest == NULL || stat(latest, &st) == 0) return latest;
+    DIR *d = opendir(r->work_dir);
+    if (d == NULL) return latest;
+    long long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long n = -1;
+        int end = 0;
+        if (sscanf(e->d_name, "iter_%lld.safetensors%n", &n, &end) == 1 && end > 0 &&
+            e->d_name[end] == '\0' && n > best &&
+            fstatat(dirfd(d), e->d_name, &st, 0) == 0 && S_ISREG(st.st_mode))
+            best = n;
+    }
+    closedir(d);
+    if (best < 0) return latest;
+    char *newest = duet__strf("%s/iter_%lld.safetensors", r->work_dir, best);
+    if (newest == NULL) return latest;
+    if (r->rank == 0)
+        duet_log(DUET_LOG_WARN, "--resume: %s is missing (a run stopped before it was written, "
+                 "or it was removed); resuming from %s, the newest checkpoint there", latest,
+                 newest);
+    free(latest);
+    return newest;
+}
+
 int duet_runner_train(const duet_runner_opts *o) {
     duet__run r;
     int rc = agree(&r, open_run(&r, o));
@@ -529,7 +564,7 @@ int duet_runner_train(const duet_runner_opts *o) {
         char *latest = NULL;
         const char *path = o->resume_from;
         if (path == NULL) {
-            latest = duet__path_join(r.work_dir, "latest.safetensors");
+            latest = resume_path(&r);
             path = latest;
         }
         duet__ckpt_state s;
@@ -551,7 +586,6 @@ int duet_runner_train(const duet_runner_opts *o) {
         bool agreed = false;
         duet__stop_install();
         int lrc = train_loop(&r, start_iter, &agreed);
-        duet__stop_restore();
         if (lrc == DUET_ENUMERIC) {
             if (r.rank == 0) print_error(lrc);
             rc = lrc;
@@ -565,6 +599,9 @@ int duet_runner_train(const duet_runner_opts *o) {
         }
     }
     close_run(&r);
+    /* A stop signal after the last iteration is recorded and changes
+     * nothing: the run is complete. */
+    if (!o->keep_signal_handlers) duet__stop_restore();
     return rc;
 }
 

@@ -148,8 +148,9 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
 /* dist.timeout (seconds, default 600; DUET_TIMEOUT in the environment
  * overrides it) onto r->comm, before any DDP dups it. */
 int duet__run_set_timeout(duet__run *r);
-/* SIGTERM / SIGINT handlers for the training loop: the first signal asks
- * for a stop at the next iteration boundary, a second one stops at once. */
+/* SIGTERM / SIGINT / SIGUSR1 handlers for the training loop (and SIGPIPE
+ * ignored): the first signal asks for a stop at the next iteration
+ * boundary, a second one stops at once. */
 void duet__stop_install(void);
 void duet__stop_restore(void);
 /* After iteration `iter`: every rank agrees on whether one failed

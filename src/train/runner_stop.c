@@ -3,6 +3,7 @@
  * the per-iteration agreement on errors and stops, and checkpoints that no
  * rank's error path can cut short. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -49,8 +50,13 @@ int duet__run_set_timeout(duet__run *r) {
 
 /* Written by the handler only; read at iteration boundaries. */
 static volatile sig_atomic_t stop_count, stop_signo;
-static struct sigaction saved_term, saved_int;
+static struct sigaction saved_term, saved_int, saved_usr1, saved_pipe;
 static bool installed;
+
+/* stdout and stderr's file status flags at install, and whether a stop
+ * signal makes them non-blocking (see on_stop_signal). */
+static int out_flags[2] = {-1, -1};
+static bool unblock_outputs;
 
 static void on_stop_signal(int sig) {
     if (stop_count++ > 0) {
@@ -63,11 +69,23 @@ static void on_stop_signal(int sig) {
         return;
     }
     stop_signo = sig;
+    /* A launcher that is shutting down (mpirun after its own SIGTERM) stops
+     * reading the ranks' output; a rank blocked writing a log line to a
+     * full pipe would never reach the boundary and be killed without its
+     * checkpoint. From now on such writes fail instead (the text log
+     * ignores them; log.jsonl is a file). fcntl is async-signal-safe. */
+    if (unblock_outputs)
+        for (int fd = 1; fd <= 2; fd++)
+            if (out_flags[fd - 1] >= 0) fcntl(fd, F_SETFL, out_flags[fd - 1] | O_NONBLOCK);
 }
 
 void duet__stop_install(void) {
     stop_count = 0;
     stop_signo = 0;
+    /* Not a user's terminal (whose flags the shell shares): output that goes
+     * to a launcher, a pipe or a file. */
+    unblock_outputs = getenv("OMPI_COMM_WORLD_SIZE") != NULL || !isatty(STDOUT_FILENO);
+    for (int fd = 1; fd <= 2; fd++) out_flags[fd - 1] = fcntl(fd, F_GETFL);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
@@ -75,17 +93,35 @@ void duet__stop_install(void) {
     sa.sa_flags = SA_RESTART; /* reads and writes go on; the loop checks */
     installed = sigaction(SIGTERM, &sa, &saved_term) == 0;
     installed = sigaction(SIGINT, &sa, &saved_int) == 0 && installed;
+    /* mpirun forwards SIGUSR1 to every rank and lets the job end by itself
+     * (it answers SIGTERM by killing the ranks after a grace period and
+     * exits 1 whatever they return): `kill -USR1 <mpirun>`, or Slurm's
+     * --signal=USR1@120, stops a launched job with exit 75. */
+    installed = sigaction(SIGUSR1, &sa, &saved_usr1) == 0 && installed;
+    /* A launcher that is shutting down closes the ranks' stdout; a log line
+     * then must not kill a rank that is writing its stop checkpoint. */
+    struct sigaction ign;
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
+    installed = sigaction(SIGPIPE, &ign, &saved_pipe) == 0 && installed;
 }
 
 void duet__stop_restore(void) {
     if (!installed) return;
     sigaction(SIGTERM, &saved_term, NULL);
     sigaction(SIGINT, &saved_int, NULL);
+    sigaction(SIGUSR1, &saved_usr1, NULL);
+    sigaction(SIGPIPE, &saved_pipe, NULL);
+    for (int fd = 1; fd <= 2; fd++)
+        if (stop_signo != 0 && unblock_outputs && out_flags[fd - 1] >= 0)
+            fcntl(fd, F_SETFL, out_flags[fd - 1]);
     installed = false;
 }
 
 static const char *signal_name(int sig) {
-    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal";
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1"
+                                                                                   : "a signal";
 }
 
 /* ---- the boundary ---------------------------------------------------------- */
