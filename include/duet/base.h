@@ -110,6 +110,9 @@ int duet_log_get_level(void);
  * "[rank r]" prefix. */
 void duet_log_set_rank(int rank, bool all_ranks);
 void duet_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs on this rank whatever the rank filter, with the "[rank r]" prefix:
+ * for what only this rank can see (its own wait for a stalled peer). */
+void duet_log_local(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define DUET_LOG_DEBUG_(...) duet_log(DUET_LOG_DEBUG, __VA_ARGS__)
 
 /* ---- aligned allocation -------------------------------------------------- */

@@ -123,6 +123,12 @@ void duet_comm_set_name(duet_comm *c, const char *name);
 /* True once a wait on c or on a comm duplicated with it timed out (every
  * later wait fails at once): a runner then exits with the timeout code. */
 bool duet_comm_timed_out(const duet_comm *c);
+/* Answers the watchdog's questions from the other ranks ("are you alive,
+ * what are you waiting for?") that have arrived. Call it now and then
+ * during long work outside collectives that other ranks wait for without
+ * a timeout (rank 0 writing a checkpoint): a rank that answers is alive;
+ * one that has not answered for dist.timeout (stopped, hung) ends the job. */
+void duet_comm_serve(duet_comm *c);
 
 /* ---- blocking collectives ------------------------------------------------ */
 

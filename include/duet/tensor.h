@@ -162,6 +162,10 @@ int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *valu
 /* Writes atomically: temporary file in the same folder, fsync, rename; with
  * every tensor's checksum in the metadata (see duet_st_has_checksums). */
 int duet_st_writer_save(duet_st_writer *w, const char *path);
+/* fn(ctx) is called by duet_st_writer_save between pieces of at most 8 MiB
+ * of the file, and after its sync: a long write can show it is alive (the
+ * runner answers the other ranks' watchdog there). NULL: none. */
+void duet_st_writer_set_progress(duet_st_writer *w, void (*fn)(void *ctx), void *ctx);
 
 #ifdef __cplusplus
 }

@@ -45,10 +45,10 @@ void duet_log_set_rank(int rank, bool all_ranks) {
     log_all_ranks = all_ranks;
 }
 
-void duet_log(int level, const char *fmt, ...) {
+static void vlog(int level, bool local, const char *fmt, va_list ap) {
     if (level < duet_log_get_level()) return;
     int rank = log_rank;
-    bool all_ranks = log_all_ranks;
+    bool all_ranks = log_all_ranks || local;
     if (level < DUET_LOG_ERROR && rank != 0 && !all_ranks) return;
     static const char *names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
     FILE *f = level >= DUET_LOG_WARN ? stderr : stdout;
@@ -58,13 +58,24 @@ void duet_log(int level, const char *fmt, ...) {
     localtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
     char msg[4096];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (all_ranks || level >= DUET_LOG_ERROR)
         fprintf(f, "%s - duet - %s - [rank %d] %s\n", stamp, names[level], rank, msg);
     else
         fprintf(f, "%s - duet - %s - %s\n", stamp, names[level], msg);
     fflush(f);
+}
+
+void duet_log(int level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, false, fmt, ap);
+    va_end(ap);
+}
+
+void duet_log_local(int level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, true, fmt, ap);
+    va_end(ap);
 }

@@ -86,8 +86,13 @@ typedef struct duet__wait {
     char label[160];  /* "DDP 'generator' bucket 2 of 5" */
     uint64_t seq;     /* the operation's number on c */
     double t_start, t_progress, sleep_s;
-    bool no_timeout;  /* waits for rank 0's checkpoint: never time out */
-    double t_warned;
+    bool no_timeout;  /* waits for rank 0's checkpoint: times out only when a
+                       * rank stops answering (check_alive in watchdog.c) */
+    /* no_timeout: the liveness question in flight, asked at t_asked, and
+     * which ranks answered (c->size entries; NULL until asked). */
+    bool asking;
+    double t_asked;
+    bool *answered;
     /* Fills buf with the peers this rank is still waiting for (may be NULL). */
     void (*peers)(void *ctx, char *buf, size_t size);
     void *peers_ctx;

@@ -131,13 +131,15 @@ void duet__wait_begin(duet__wait *w, duet_comm *c, const char *op, uint64_t seq,
     w->op = op;
     w->seq = seq;
     snprintf(w->label, sizeof w->label, "%s", label != NULL ? label : c->name);
-    w->t_start = w->t_progress = w->t_warned = duet_time_now();
+    w->t_start = w->t_progress = duet_time_now();
     w->prev = current;
     current = w;
 }
 
 void duet__wait_end(duet__wait *w) {
     if (current == w) current = w->prev;
+    free(w->answered);
+    w->answered = NULL;
 }
 
 static void describe(const duet__wait *w, double now, char *buf, size_t size) {
@@ -265,6 +267,81 @@ static void roll_call(duet__wait *w, char *msg, size_t size, size_t at) {
     free(sends);
 }
 
+void duet_comm_serve(duet_comm *c) {
+    if (c != NULL && c->size > 1 && c->family != NULL) serve(c->family);
+}
+
+/* A wait without a timeout of its own (the other ranks' wait for rank 0's
+ * checkpoint: a slow file system is not a hung peer) still ends when a rank
+ * shows no sign of life. Each time it has seen no progress for the timeout
+ * it asks every other rank whether it runs (the roll call's question);
+ * ranks in a collective answer from their wait loops, rank 0 from between
+ * the chunks it writes (duet_comm_serve). All answered: the wait goes on,
+ * as if it had progressed. A rank silent for another timeout is stopped or
+ * hung (or its file system is): DUET_ETIMEOUT naming it, from this rank. */
+static int check_alive(duet__wait *w, double now) {
+    duet_comm *c = w->c;
+    duet__family *f = c->family;
+    int n = c->size;
+    if (!w->asking) {
+        if (w->answered == NULL) w->answered = calloc((size_t)n, sizeof *w->answered);
+        if (w->answered == NULL) return DUET_OK; /* keep waiting, as before */
+        memset(w->answered, 0, (size_t)n * sizeof *w->answered);
+        /* Static: the sends are freed unfinished and complete later. */
+        static int64_t q[2];
+        q[0] = c->id;
+        q[1] = (int64_t)w->seq;
+        for (int p = 0; p < n; p++) {
+            if (p == c->rank) continue;
+            MPI_Request req;
+            if (MPI_Isend(q, 2, MPI_INT64_T, p, TAG_QUERY, f->watch, &req) == MPI_SUCCESS)
+                MPI_Request_free(&req);
+        }
+        w->asking = true;
+        w->t_asked = now;
+        duet_log_local(DUET_LOG_WARN, "still waiting in %s on '%s' after %.0f s (this wait "
+                       "does not time out while every rank answers; asking them now)", w->op,
+                       w->label, now - w->t_start);
+        return DUET_OK;
+    }
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_ANSWER, f->watch, &flag, &st) != MPI_SUCCESS || !flag)
+            break;
+        roll_answer a;
+        if (MPI_Recv(&a, (int)sizeof a, MPI_BYTE, st.MPI_SOURCE, TAG_ANSWER, f->watch,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            break;
+        if (st.MPI_SOURCE >= 0 && st.MPI_SOURCE < n) w->answered[st.MPI_SOURCE] = true;
+    }
+    int silent = 0;
+    for (int p = 0; p < n; p++) silent += p != c->rank && !w->answered[p];
+    if (silent == 0) {
+        w->asking = false;
+        w->t_progress = now; /* alive, if slow: wait another timeout */
+        return DUET_OK;
+    }
+    if (now - w->t_asked <= c->timeout_s) return DUET_OK;
+    char msg[3072];
+    size_t at = append(msg, sizeof msg, 0,
+                       "watchdog: %s #%llu on '%s' on rank %d of %d: waited %.1f s; this wait "
+                       "has no timeout of its own, but rank%s", w->op,
+                       (unsigned long long)w->seq, w->label, c->rank, n, now - w->t_start,
+                       silent > 1 ? "s" : "");
+    int listed = 0;
+    for (int p = 0; p < n; p++)
+        if (p != c->rank && !w->answered[p]) at = append(msg, sizeof msg, at, "%s %d",
+                                                         listed++ ? "," : "", p);
+    append(msg, sizeof msg, at, " gave no sign of life for %.1f s (dist.timeout / DUET_TIMEOUT "
+           "= %g s): stopped (SIGSTOP), hung, or blocked on a file system that no longer "
+           "answers", now - w->t_asked, c->timeout_s);
+    f->broken = 1;
+    free(f->broken_msg);
+    f->broken_msg = strdup(msg);
+    return duet__error(DUET_ETIMEOUT, "%s", msg);
+}
+
 static int timed_out(duet__wait *w, double now) {
     duet_comm *c = w->c;
     char msg[3072];
@@ -295,13 +372,9 @@ int duet__wait_idle(duet__wait *w, bool progressed) {
         return DUET_OK;
     }
     if (w->c->size > 1) serve(w->c->family);
-    if (now - w->t_progress > w->c->timeout_s) {
+    if (now - w->t_progress > w->c->timeout_s || w->asking) {
         if (!w->no_timeout) return timed_out(w, now);
-        if (now - w->t_warned > w->c->timeout_s) {
-            w->t_warned = now;
-            duet_log(DUET_LOG_WARN, "still waiting in %s on '%s' after %.0f s (this wait does "
-                     "not time out)", w->op, w->label, now - w->t_start);
-        }
+        if (w->c->size > 1) DUET_TRY(check_alive(w, now));
     }
     if (now - w->t_progress < SPIN_S) return DUET_OK;
     w->sleep_s = w->sleep_s < SLEEP_MIN_S ? SLEEP_MIN_S : w->sleep_s * 2;

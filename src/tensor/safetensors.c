@@ -691,7 +691,28 @@ struct duet_st_writer {
     size_t count, cap;
     st_meta *meta;
     size_t meta_count, meta_cap;
+    void (*progress)(void *ctx);
+    void *progress_ctx;
 };
+
+void duet_st_writer_set_progress(duet_st_writer *w, void (*fn)(void *ctx), void *ctx) {
+    w->progress = fn;
+    w->progress_ctx = ctx;
+}
+
+/* Writes n bytes in pieces of at most 8 MiB, reporting progress between
+ * them. */
+#define ST_WRITE_PIECE ((size_t)8 << 20)
+static bool write_pieces(duet_st_writer *w, FILE *f, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        size_t k = n < ST_WRITE_PIECE ? n : ST_WRITE_PIECE;
+        if (fwrite(p, 1, k, f) != k) return false;
+        p += k;
+        n -= k;
+        if (w->progress != NULL) w->progress(w->progress_ctx);
+    }
+    return true;
+}
 
 int duet_st_writer_create(duet_st_writer **out) {
     *out = calloc(1, sizeof **out);
@@ -940,10 +961,10 @@ int duet_st_writer_save(duet_st_writer *w, const char *path) {
     uint64_t hlen64 = hlen;
     bool ok = fwrite(&hlen64, 8, 1, f) == 1 && fwrite(header, 1, hlen, f) == hlen;
     for (size_t i = 0; ok && i < w->count; i++)
-        ok = w->entries[i].nbytes == 0 ||
-             fwrite(w->entries[i].bytes, 1, w->entries[i].nbytes, f) == w->entries[i].nbytes;
+        ok = write_pieces(w, f, w->entries[i].bytes, w->entries[i].nbytes);
     free(header);
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (w->progress != NULL) w->progress(w->progress_ctx);
     int err = errno;
     if (fclose(f) != 0 && ok) {
         ok = false;

@@ -7,13 +7,31 @@
 #include <stdio.h>
 #include <string.h>
 
-static int save_hook(void *ctx, duet_st_writer *w) { return duet_model_save_state(ctx, w); }
+typedef struct save_ctx {
+    duet_model *model;
+    void (*progress)(void *ctx);
+    void *pctx;
+} save_ctx;
+
+static int save_hook(void *ctx, duet_st_writer *w) {
+    save_ctx *s = ctx;
+    duet_st_writer_set_progress(w, s->progress, s->pctx);
+    return duet_model_save_state(s->model, w);
+}
+
+int duet__checkpoint_save_model_ex(const char *path, duet_model *model,
+                                   const duet_named_optimizer *opts, size_t nopts,
+                                   const duet_meta_item *meta, size_t nmeta,
+                                   void (*progress)(void *ctx), void *pctx) {
+    save_ctx s = {model, progress, pctx};
+    return duet__checkpoint_save_ex(path, duet_model_module(model), opts, nopts, meta, nmeta,
+                                    save_hook, &s);
+}
 
 int duet_checkpoint_save_model(const char *path, duet_model *model,
                                const duet_named_optimizer *opts, size_t nopts,
                                const duet_meta_item *meta, size_t nmeta) {
-    return duet__checkpoint_save_ex(path, duet_model_module(model), opts, nopts, meta, nmeta,
-                                    save_hook, model);
+    return duet__checkpoint_save_model_ex(path, model, opts, nopts, meta, nmeta, NULL, NULL);
 }
 
 int duet_checkpoint_resume_model(const char *path, duet_model *model,

@@ -3,12 +3,42 @@
  * state under optimizer.<part>., and the metadata a resume needs
  * (iteration, epoch and sampler position, seed, RNG, world size, batch,
  * config text, model type), and the model's own state through its hooks. Written by rank 0, atomically. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "train/checkpoint_internal.h"
 #include "train/runner_ckpt.h"
 #include "train/runner_internal.h"
+
+static void serve_watchdog(void *comm) { duet_comm_serve(comm); }
+
+/* `latest` becomes another name of the finished file `path`: a hard link
+ * under a new temporary name (the pattern workdir.c removes when a crash
+ * leaves one), renamed over latest. DUET_EUNSUPPORTED when the file system
+ * cannot link (the caller writes latest itself). */
+static int link_latest(const char *path, const char *latest) {
+    for (unsigned k = 0; k < 100; k++) {
+        char *tmp = duet__strf("%s.tmp.%ld.%u", latest, (long)getpid(), 1000000u + k);
+        if (tmp == NULL) return duet__error(DUET_ENOMEM, "checkpoint: out of memory");
+        if (link(path, tmp) != 0) {
+            int e = errno;
+            free(tmp);
+            if (e == EEXIST) continue;
+            return duet__error(DUET_EUNSUPPORTED, "cannot link %s: %s", path, strerror(e));
+        }
+        int rc = DUET_OK;
+        if (rename(tmp, latest) != 0) {
+            rc = duet__error(DUET_EUNSUPPORTED, "cannot rename %s: %s", tmp, strerror(errno));
+            unlink(tmp);
+        }
+        free(tmp);
+        return rc;
+    }
+    return duet__error(DUET_EUNSUPPORTED, "no free temporary name next to %s", latest);
+}
 
 /* The whole optimizer set as checkpoint names, in a new array (free with
  * free; its names and optimizers are borrowed); NULL, 0 when there is none. */
@@ -62,10 +92,17 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     rc = path == NULL || latest == NULL ? duet__error(DUET_ENOMEM, "checkpoint: out of memory")
                                             : DUET_OK;
     /* The model's own state (step counters, pools) goes in through its
-     * save_state hook. */
-    if (rc == DUET_OK) rc = duet_checkpoint_save_model(path, r->model, opts, nopts, meta, NMETA);
+     * save_state hook; between pieces of the write rank 0 answers the other
+     * ranks' watchdog, which waits for it without a timeout of its own. */
     if (rc == DUET_OK)
-        rc = duet_checkpoint_save_model(latest, r->model, opts, nopts, meta, NMETA);
+        rc = duet__checkpoint_save_model_ex(path, r->model, opts, nopts, meta, NMETA,
+                                            serve_watchdog, r->comm);
+    /* latest is the same file: a second name for it (a stop checkpoint
+     * costs one write, not two), or a second write where the file system
+     * has no hard links. */
+    if (rc == DUET_OK && link_latest(path, latest) != DUET_OK)
+        rc = duet__checkpoint_save_model_ex(latest, r->model, opts, nopts, meta, NMETA,
+                                            serve_watchdog, r->comm);
     free(path);
     free(latest);
     free(text);
