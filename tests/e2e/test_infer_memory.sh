@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `duet infer` bounds its memory by what the output needs (issue 20,
+# finding 8): a 9000 x 9000 PNG (a few hundred KB, under the pixel limit)
+# given to an x4 MSRResNet would need tens of GB for its forward; with the
+# process held to 6 GB (`ulimit -d`, as a batch system's memory limit) it is
+# refused before the forward, naming the image, its size, the estimate and
+# the limit; a 300 x 200 image under the same limit is upscaled.
+# Needs DUET_EXE (set by CTest) and python3 (standard library only).
+set -euo pipefail
+DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
+PY=${PYTHON:-python3}
+T=$(mktemp -d /tmp/duet_infer_mem_XXXXXX)
+[ -d "$T" ] || exit 1
+trap 'rm -rf "$T"' EXIT
+export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
+fail() { echo "test_infer_memory: FAIL: $*" >&2; exit 1; }
+
+"$PY" - "$T" <<'PY_IMAGES'
+import os, random, struct, sys, zlib
+T = sys.argv[1]
+def png(path, w, h, row_of):
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    z = zlib.compressobj(9)
+    idat = b"".join(z.compress(b"\x00" + row_of(y)) for y in range(h)) + z.flush()
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+rng = random.Random(0)
+os.makedirs(T + "/data/train")
+for i in range(2):
+    png(T + "/data/train/%02d.png" % i, 16, 16, lambda y: bytes(rng.randint(0, 255) for _ in range(48)))
+png(T + "/big.png", 9000, 9000, lambda y, row=bytes([90, 140, 200]) * 9000: row)
+png(T + "/small.png", 300, 200, lambda y: bytes((x * 7 + y) % 256 for x in range(900)))
+PY_IMAGES
+[ "$(stat -c %s "$T/big.png")" -lt 1000000 ] || fail "the big PNG is not small on disk"
+
+cat > "$T/tiny.cfg" <<CFG_END
+model = {
+  type = "BasicRestorer";
+  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
+                mid_channels = 8; num_blocks = 1; upscale_factor = 4; };
+  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
+};
+data = {
+  samples_per_gpu = 2;
+  train = { type = "SRFolderGTDataset"; gt_folder = "$T/data/train"; scale = 4; gt_patch_size = 8; };
+};
+optimizers = { generator = { type = "Adam"; lr = 1e-3; }; };
+total_iters = 1;
+checkpoint_config = { interval = 1; };
+seed = 1;
+CFG_END
+"$DUET" train "$T/tiny.cfg" --work-dir "$T/w" > "$T/train.out" 2>&1 || { cat "$T/train.out"; fail "train"; }
+
+set +e
+(ulimit -d 6000000; exec "$DUET" infer "$T/tiny.cfg" "$T/w/latest.safetensors" "$T/big.png" \
+  --out "$T/out_big") > "$T/big.out" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] || fail "the 9000 x 9000 image was accepted under a 6 GB limit"
+grep -q "big.png: 9000 x 9000 pixels: the forward over the whole image would need about" \
+  "$T/big.out" || { cat "$T/big.out"; fail "no size estimate in the refusal"; }
+grep -q "more than the 6.1 GB this process may use" "$T/big.out" \
+  || { cat "$T/big.out"; fail "the refusal does not name the limit"; }
+[ ! -e "$T/out_big/big.png" ] || fail "an output was written"
+(ulimit -d 6000000; exec "$DUET" infer "$T/tiny.cfg" "$T/w/latest.safetensors" "$T/small.png" \
+  --out "$T/out_small") > "$T/small.out" 2>&1 || { cat "$T/small.out"; fail "the small image under the same limit"; }
+[ -s "$T/out_small/small.png" ] || fail "no output for the small image"
+echo "test_infer_memory: $(grep -o 'would need about [0-9.]* GB' "$T/big.out") for 9000 x 9000:" \
+  "refused under 6 GB; 300 x 200 upscaled"
+echo "test_infer_memory: ok"
