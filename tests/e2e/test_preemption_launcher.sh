@@ -11,7 +11,8 @@
 #     checkpoint is written before the kill. (mpiexec itself exits 1 then,
 #     whatever the ranks return: Open MPI's choice, documented.)
 #   - --resume in a work dir whose latest.safetensors is gone continues from
-#     the newest iter_N.safetensors, saying so.
+#     the newest iter_N.safetensors, saying so;
+#   - a SIGTERM after the last iteration (one process) exits 0.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
 DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
@@ -124,4 +125,19 @@ h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
 assert h["__metadata__"]["iter"] == sys.argv[2], h["__metadata__"]["iter"]
 PY
 echo "test_preemption_launcher: --resume without latest continued from iter_$n to $((n + 5))"
+# ---- a stop signal after the last iteration: the run is complete, exit 0 ----
+# (SIGTERM as soon as the run logs "done:", while it closes and finalizes;
+# before, the handlers were gone by then and the process died with 143.)
+for i in 1 2 3; do
+  coproc RUN { DUET_LOG=info exec "$DUET" train "$T/tiny.cfg" --work-dir "$T/late$i" \
+                 --set total_iters=20 --set checkpoint_config.interval=10 2>&1; }
+  pid=$RUN_PID
+  while read -r line <&"${RUN[0]}"; do
+    case "$line" in *"done: 20 iterations"*) kill -TERM "$pid"; break ;; esac
+  done
+  cat <&"${RUN[0]}" > /dev/null || true
+  set +e; wait "$pid"; rc=$?; set -e
+  [ "$rc" -eq 0 ] || fail "SIGTERM after the last iteration: exit $rc, want 0"
+done
+echo "test_preemption_launcher: SIGTERM after the last iteration: exit 0 (3 of 3)"
 echo "test_preemption_launcher: ok"
