@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Converts PyTorch weights into a safetensors file that duet loads by name.
 
-Two layouts are understood:
+From a .pth, two layouts are understood:
 
   mmedit       an MMEditing checkpoint: a dict with "state_dict" (model
                weights under the model's part names, "generator.conv_first.
@@ -19,6 +19,12 @@ Two layouts are understood:
                their names, which is what the perceptual loss reads
                (model.perceptual_loss.pretrained = "file.safetensors").
 
+Back the other way, a duet checkpoint (`x.safetensors`) becomes an MMEditing
+checkpoint (`x.pth`: "meta" with iter and epoch, "state_dict" with every
+entry under a part name; the optimizer state is left out, said so) that
+torch.load and MMEditing's load_checkpoint read; it is written by
+scripts/pth_safe.py in torch's zip format, without torch.
+
 Anything else is refused, naming the key and the reason: entries that are
 not tensors, names outside the layout, integer or complex tensors (duet's
 weights are float32; only BatchNorm's num_batches_tracked may be int64),
@@ -29,6 +35,7 @@ numbers are kept as metadata "mmedit.<key>".
 
   /usr/bin/python3 scripts/convert-pth.py srgan_iter_1000000.pth -o srgan.safetensors
   /usr/bin/python3 scripts/convert-pth.py vgg19-dcbb9e9d.pth -o data/vgg19_features.safetensors
+  python3 scripts/convert-pth.py work_dirs/srgan_x4_tiny/latest.safetensors -o srgan_duet.pth
 
 Needs only Python's standard library: the file is parsed by scripts/pth_safe.py, which runs no
 code from it (a pickle that asks for anything but tensors, dicts, lists,
@@ -48,7 +55,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pth_safe  # noqa: E402
 from pth_safe import Refused  # noqa: E402
 
-MMEDIT_PARTS = ("generator", "discriminator", "perceptual_loss", "gan_loss", "pixel_loss")
+# An MMEditing model's top-level children: SR and Pix2Pix (generator,
+# discriminator, losses), CycleGAN's ModuleDicts (generators.a/b,
+# discriminators.a/b), the EMA hook's copy (generator_ema).
+MMEDIT_PARTS = ("generator", "discriminator", "generators", "discriminators", "generator_ema",
+                "perceptual_loss", "gan_loss", "pixel_loss")
 MMEDIT_TOP = ("state_dict", "meta", "optimizer")
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -151,8 +162,8 @@ def convert(sd, layout, notes):
                 raise Refused("key '%s': %d-d; a VGG conv %s is %d-d"
                               % (key, t.dim(), m.group(2), dims))
         elif head not in MMEDIT_PARTS:
-            raise Refused("key '%s': unknown prefix '%s' (an MMEditing SRGAN / BasicRestorer "
-                          "checkpoint has %s)" % (key, head, ", ".join(MMEDIT_PARTS)))
+            raise Refused("key '%s': unknown prefix '%s' (an MMEditing checkpoint's parts are "
+                          "%s)" % (key, head, ", ".join(MMEDIT_PARTS)))
         dtype = check_tensor(key, t)
         if dtype == "F32" and t.dtype != "float32":
             converted += 1
@@ -191,17 +202,96 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
+def read_safetensors(path):
+    """(tensors {name: pth_safe.Tensor} in file order, metadata) of a
+    safetensors file, checked as far as the converter relies on it."""
+    with open(path, "rb") as f:
+        b = f.read()
+    if len(b) < 8:
+        raise Refused("not a safetensors file: %d bytes" % len(b))
+    n = struct.unpack("<Q", b[:8])[0]
+    if n > len(b) - 8:
+        raise Refused("not a safetensors file: its header length %d runs past the end" % n)
+    try:
+        header = json.loads(b[8:8 + n], object_pairs_hook=collections.OrderedDict)
+    except ValueError as e:
+        raise Refused("not a safetensors file: its header is not JSON (%s)" % e)
+    meta = header.pop("__metadata__", {}) or {}
+    body = b[8 + n:]
+    kinds = {"F32": "float32", "F64": "float64", "F16": "float16", "BF16": "bfloat16",
+             "I64": "int64", "I32": "int32"}
+    out = collections.OrderedDict()
+    for name, e in header.items():
+        if e.get("dtype") not in kinds:
+            raise Refused("tensor '%s': dtype %s is not converted" % (name, e.get("dtype")))
+        lo, hi = e["data_offsets"]
+        if not 0 <= lo <= hi <= len(body):
+            raise Refused("tensor '%s': its bytes [%d, %d) lie outside the file" % (name, lo, hi))
+        try:
+            out[name] = pth_safe.tensor_from_bytes(kinds[e["dtype"]], tuple(e["shape"]),
+                                                   body[lo:hi])
+        except ValueError as err:
+            raise Refused("tensor '%s': %s" % (name, err))
+    return out, meta
+
+
+def to_pth(inp, out, notes):
+    """A duet checkpoint (or any safetensors of MMEditing names) as an
+    MMEditing checkpoint: {"meta": ..., "state_dict": OrderedDict}."""
+    tensors, meta = read_safetensors(inp)
+    sd, dropped = collections.OrderedDict(), collections.Counter()
+    for name, t in tensors.items():
+        head = name.split(".")[0]
+        if head in MMEDIT_PARTS:
+            sd[name] = t
+        else:
+            dropped[head] += 1
+    if not sd:
+        raise Refused("no weights under an MMEditing part name (%s)" % ", ".join(MMEDIT_PARTS))
+    for head, k in sorted(dropped.items()):
+        notes.append("left out %d '%s.*' entries (%s)" % (
+            k, head, "optimizer state: MMEditing's needs its parameter order; resume in duet"
+            if head == "optimizer" else "not part of an MMEditing state dict"))
+    m = collections.OrderedDict()
+    for key in ("iter", "epoch"):
+        if key in meta:
+            try:
+                m[key] = int(meta[key])
+            except ValueError:
+                pass
+    m["converted_by"] = "scripts/convert-pth.py"
+    m["source"] = os.path.basename(inp)
+    for key in ("duet_version", "model_type", "config"):
+        if key in meta:
+            m["duet_" + key if not key.startswith("duet") else key] = meta[key]
+    pth_safe.save({"meta": m, "state_dict": sd}, out)
+    return len(sd)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("input", help="a .pth file (MMEditing checkpoint or torchvision VGG)")
-    ap.add_argument("-o", "--output", help="the .safetensors to write (default: the input's "
-                    "name with .safetensors)")
+    ap.add_argument("input", help="a .pth file (MMEditing checkpoint or torchvision VGG), or a "
+                    "duet .safetensors checkpoint to write as an MMEditing .pth")
+    ap.add_argument("-o", "--output", help="the file to write (default: the input's name with "
+                    ".safetensors, or .pth for a .safetensors input)")
     ap.add_argument("--trusted", action="store_true", help="read the file with torch.load, "
                     "which runs any code its pickle holds (only for files you trust; needs "
                     "torch)")
     args = ap.parse_args()
-    out = args.output or os.path.splitext(args.input)[0] + ".safetensors"
     notes = []
+    if args.input.endswith(".safetensors"):
+        out = args.output or os.path.splitext(args.input)[0] + ".pth"
+        try:
+            n = to_pth(args.input, out, notes)
+        except (Refused, OSError, KeyError, TypeError) as e:
+            print("convert-pth: %s: %s" % (args.input, e), file=sys.stderr)
+            return 2
+        print("convert-pth: %s -> %s: %d tensors (MMEditing checkpoint: meta, state_dict)"
+              % (args.input, out, n))
+        for note in notes:
+            print("convert-pth:   " + note)
+        return 0
+    out = args.output or os.path.splitext(args.input)[0] + ".safetensors"
     try:
         sd, meta = split_checkpoint(load(args.input, args.trusted), notes)
         layout = detect_layout([strip_module(k) for k in sd if isinstance(k, str)])

@@ -30,6 +30,7 @@ import _compat_pickle
 import collections
 import io
 import itertools
+import os
 import pickle
 import struct
 import zipfile
@@ -487,3 +488,127 @@ def from_torch(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(from_torch(v) for v in obj)
     return obj
+
+
+# ---- writing: torch's zip format, without torch ----------------------------
+#
+# The pickle is written opcode by opcode (protocol 2, as torch.save writes
+# it): dicts, OrderedDicts, lists, tuples, strings, ints, floats, bools,
+# None, and Tensor as torch._utils._rebuild_tensor_v2 over a storage that the
+# persistent id ('storage', torch.<X>Storage, key, 'cpu', numel) names, its
+# bytes in <archive>/data/<key>. torch.load (any version since 1.6) and
+# MMEditing's load_checkpoint read the result.
+
+STORAGE_OF = {"float32": "FloatStorage", "float64": "DoubleStorage", "float16": "HalfStorage",
+              "bfloat16": "BFloat16Storage", "int64": "LongStorage", "int32": "IntStorage",
+              "int16": "ShortStorage", "int8": "CharStorage", "uint8": "ByteStorage",
+              "bool": "BoolStorage"}
+
+
+def tensor_from_bytes(dtype, shape, data):
+    """A contiguous Tensor of `dtype` (a TORCH_DTYPES value) over little-endian
+    `data`."""
+    n = 1
+    for s in shape:
+        n *= s
+    if len(data) != n * ITEMSIZE[dtype]:
+        raise ValueError("%d bytes for %d %s elements" % (len(data), n, dtype))
+    st = Storage(dtype, n)
+    st.data = bytes(data)
+    stride, k = [], 1
+    for s in reversed(shape):
+        stride.insert(0, k)
+        k *= s
+    return Tensor(st, 0, tuple(shape), tuple(stride), dtype)
+
+
+class _Writer:
+    def __init__(self):
+        self.out = bytearray(b"\x80\x02")      # PROTO 2
+        self.blobs = []                        # (key, bytes) of the storages
+
+    def glob(self, module, name):
+        self.out += b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+    def obj(self, v):
+        o = self.out
+        if v is None:
+            o += b"N"
+        elif v is True or v is False:
+            o += b"\x88" if v else b"\x89"
+        elif isinstance(v, int):
+            if -(1 << 31) <= v < (1 << 31):
+                o += b"J" + struct.pack("<i", v)
+            else:
+                raw = v.to_bytes((v.bit_length() + 8) // 8, "little", signed=True)
+                o += b"\x8a" + bytes([len(raw)]) + raw
+        elif isinstance(v, float):
+            o += b"G" + struct.pack(">d", v)
+        elif isinstance(v, str):
+            raw = v.encode("utf-8")
+            o += b"X" + struct.pack("<I", len(raw)) + raw
+        elif isinstance(v, Tensor):
+            self.tensor(v)
+        elif isinstance(v, tuple):
+            o += b"("
+            for x in v:
+                self.obj(x)
+            o += b"t"
+        elif isinstance(v, list):
+            o += b"]("
+            for x in v:
+                self.obj(x)
+            o += b"e"
+        elif isinstance(v, dict):
+            if isinstance(v, collections.OrderedDict):
+                self.glob("collections", "OrderedDict")
+                o += b")R"                     # OrderedDict()
+            else:
+                o += b"}"
+            if v:
+                o += b"("
+                for k, x in v.items():
+                    self.obj(k)
+                    self.obj(x)
+                o += b"u"
+        else:
+            raise TypeError("cannot write a %s into a .pth" % type(v).__name__)
+
+    def tensor(self, t):
+        key = str(len(self.blobs))
+        self.blobs.append((key, t.raw()))
+        o = self.out
+        self.glob("torch._utils", "_rebuild_tensor_v2")
+        o += b"("                              # the arguments' tuple
+        o += b"("                              # the persistent id
+        self.obj("storage")
+        self.glob("torch", STORAGE_OF[t.dtype])
+        self.obj(key)
+        self.obj("cpu")
+        self.obj(t.numel())
+        o += b"tQ"                             # TUPLE, BINPERSID
+        self.obj(0)
+        self.obj(tuple(t.shape))
+        stride, k = [], 1
+        for s in reversed(t.shape):
+            stride.insert(0, k)
+            k *= s
+        self.obj(tuple(stride))
+        self.obj(False)
+        self.obj(collections.OrderedDict())
+        o += b"tR"                             # TUPLE, REDUCE
+
+
+def save(obj, path, archive="archive"):
+    """Writes obj (see _Writer) as torch.save's zip format, atomically."""
+    w = _Writer()
+    w.obj(obj)
+    w.out += b"."
+    tmp = path + ".tmp"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(archive + "/data.pkl", bytes(w.out))
+        z.writestr(archive + "/byteorder", "little")
+        for key, data in w.blobs:
+            z.writestr(archive + "/data/" + key, data)
+        z.writestr(archive + "/version", "3\n")
+    os.replace(tmp, path)

@@ -19,7 +19,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 CONVERT="$SRC/scripts/convert-pth.py"
 T=$(mktemp -d /tmp/duet_convert_XXXXXX)
 [ -d "$T" ] || exit 1
-trap 'rm -rf "$T"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 DUET_LOG=warn
 fail() { echo "test_convert_pth: FAIL: $*" >&2; exit 1; }
 "$PY" -c "import torch" 2>/dev/null || fail "$PY has no torch (apt-get install python3-torch)"
@@ -245,6 +245,70 @@ if "$DUET" test "$T/srgan_wrong.cfg" "$T/mmedit.safetensors" > /dev/null 2> "$T/
 fi
 grep -q "features.0.weight" "$T/wrong.err" || fail "the VGG error does not name the key: $(cat "$T/wrong.err")"
 echo "test_convert_pth: duet's perceptual loss loads the converted VGG (and refuses other names)"
+
+# ---- back to PyTorch: duet checkpoints as MMEditing .pth files ----
+# The converted MMEditing checkpoint, back again: torch.load gives the
+# original weights bit for bit, and PyTorch's MSRResNet loads them strictly.
+"$PY" "$CONVERT" "$T/mmedit.safetensors" -o "$T/back.pth" > "$T/back.out" \
+  || { cat "$T/back.out"; fail "safetensors -> pth"; }
+# A duet training checkpoint (with optimizer state): weights and meta kept,
+# the optimizer left out and said so.
+"$DUET" train "$T/msrresnet.cfg" --work-dir "$T/w" --set total_iters=2 --set data.train.gt_patch_size=32 --set checkpoint_config.interval=2 \
+  > "$T/train.out" 2>&1 || { cat "$T/train.out"; fail "duet train for a checkpoint"; }
+"$PY" "$CONVERT" "$T/w/latest.safetensors" -o "$T/trained.pth" > "$T/trained.out" \
+  || { cat "$T/trained.out"; fail "duet checkpoint -> pth"; }
+grep -q "left out [0-9]* 'optimizer.\*' entries" "$T/trained.out" || fail "no optimizer note: $(cat "$T/trained.out")"
+"$PY" - "$T" "$SRC/tests/ref" <<'PY_BACK'
+import collections, json, struct, sys
+T, REF = sys.argv[1], sys.argv[2]
+sys.path.insert(0, REF)
+import torch
+from mmedit_torch import MSRResNet
+orig = torch.load(T + "/mmedit.pth")["state_dict"]
+back = torch.load(T + "/back.pth")
+assert set(back) == {"meta", "state_dict"}, back.keys()
+sd = back["state_dict"]
+want = collections.OrderedDict((k.replace("module.", ""), v) for k, v in orig.items())
+assert list(sd) == list(want), (list(sd)[:4], list(want)[:4])
+for k, v in want.items():
+    assert sd[k].dtype == v.dtype and torch.equal(sd[k], v), k
+g = MSRResNet(3, 3, mid_channels=8, num_blocks=2, upscale_factor=4, mmedit_init=False,
+              inplace=False)
+g.load_state_dict({k[len("generator."):]: v for k, v in sd.items()}, strict=True)
+t = torch.load(T + "/trained.pth")
+b = open(T + "/w/latest.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert t["meta"]["iter"] == int(h["__metadata__"]["iter"]) == 2, t["meta"]
+for k, v in t["state_dict"].items():
+    e = h[k]
+    raw = b[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]
+    assert v.numpy().tobytes() == raw and list(v.shape) == e["shape"], k
+assert not any(k.startswith("optimizer") for k in t["state_dict"])
+g.load_state_dict({k[len("generator."):]: v for k, v in t["state_dict"].items()}, strict=True)
+# CycleGAN's dict parts and the EMA copy convert (under their MMEditing names).
+torch.save({"state_dict": collections.OrderedDict([
+    ("generators.module.a.conv.weight", torch.ones(2, 2)), ("generators.module.b.conv.weight", torch.zeros(2)),
+    ("discriminators.module.a.w", torch.ones(1)), ("generator_ema.conv.weight", torch.ones(3))])},
+    T + "/cyclegan_ema.pth")
+print("test_convert_pth: duet -> .pth: torch.load gives the weights bit for bit, PyTorch's "
+      "MSRResNet loads them strictly (a converted and a trained checkpoint)")
+PY_BACK
+"$PY" "$CONVERT" "$T/cyclegan_ema.pth" -o "$T/cyclegan_ema.safetensors" > "$T/cg.out" \
+  || { cat "$T/cg.out"; fail "CycleGAN / EMA names"; }
+"$PY" -c "
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read(); h = json.loads(b[8:8 + struct.unpack('<Q', b[:8])[0]]); h.pop('__metadata__')
+assert sorted(h) == ['discriminators.a.w', 'generator_ema.conv.weight', 'generators.a.conv.weight',
+                     'generators.b.conv.weight'], sorted(h)" "$T/cyclegan_ema.safetensors" \
+  || fail "CycleGAN / EMA names not kept"
+
+# A .pth handed to duet itself says what to do with it.
+if "$DUET" test "$T/msrresnet.cfg" "$T/mmedit.pth" > /dev/null 2> "$T/pth.err"; then
+  fail "duet test accepted a .pth"
+fi
+grep -q "mmedit.pth: a PyTorch file (torch.save's zip format), not safetensors: convert it first with .python3 scripts/convert-pth.py" \
+  "$T/pth.err" || fail "no converter hint for a .pth: $(cat "$T/pth.err")"
 
 # ---- refusals: the key and the reason, exit status 2, no file ----
 refuse() {  # file, then strings the message must hold
