@@ -392,6 +392,20 @@ static int train_and_check(const char *prog) {
         return status;
     }
 
+    /* ToyGAN has no val_step: asking for evaluation is refused at start-up,
+     * before a single step (not after all of them, at the first
+     * evaluation). */
+    char work2[320];
+    snprintf(work2, sizeof work2, "%s/work_eval", dir);
+    int steps_before = steps_done;
+    char *eval_args[] = {(char *)prog, "train", path, "--work-dir", work2, "--set",
+                         "evaluation={interval=10;}", NULL};
+    if (duet_cli_main(7, eval_args) == 0 || steps_done != steps_before) {
+        fprintf(stderr, "rank %d: evaluation of a model without val_step was not refused at "
+                "start-up (%d steps ran)\n", rank, steps_done - steps_before);
+        return 1;
+    }
+
     /* The loss dropped (the mean of the first and last ten steps), the
      * parameters are the same bits on every rank, and the run wrote its
      * checkpoint. */

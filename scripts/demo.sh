@@ -17,8 +17,10 @@ MPIRUN=(mpirun -n "$NP" --oversubscribe)
 # One BLAS thread per process: the processes are the parallelism.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
-G=work_dirs/msrresnet_x4_tiny
-S=work_dirs/srgan_x4_tiny
+# The demo's own work dirs: each demo starts afresh there, and runs a user
+# made with the README's commands (work_dirs/<config name>) are left alone.
+G=work_dirs/demo/msrresnet_x4_tiny
+S=work_dirs/demo/srgan_x4_tiny
 rm -rf "$G" "$S"
 
 echo "== demo: 1/2 train the tiny MSRResNet (PSNR-oriented) on $NP processes"

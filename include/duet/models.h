@@ -338,6 +338,9 @@ int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer
  * the call and back to its previous mode after. *out must be zeroed or
  * cleared; fill it. */
 int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out);
+/* Whether the model has a val_step (a runner refuses evaluation at start-up
+ * for one that has not, instead of failing at the first evaluation). */
+bool duet_model_can_validate(const duet_model *m);
 
 /* ---- losses (MMEditing's mmedit/models/losses) ---------------------------- */
 

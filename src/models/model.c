@@ -394,6 +394,8 @@ int duet_model_train_step(duet_model *m, const duet_batch *batch, duet_optimizer
     return rc;
 }
 
+bool duet_model_can_validate(const duet_model *m) { return m->ops->val_step != NULL; }
+
 int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output *out) {
     duet_val_output_clear(out);
     if (m->ops->val_step == NULL)

@@ -245,6 +245,12 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
     duet_model *model = NULL;
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &model));
     r->model = model; /* owned until the wrapper takes it */
+    /* Known now, not after total_iters at the first evaluation. */
+    if (r->eval_interval > 0 && !duet_model_can_validate(model))
+        return duet_config_error(r->cfg, "evaluation", "evaluation.interval = %lld, but a %s "
+                                 "has no val_step to evaluate with: remove the evaluation "
+                                 "group", (long long)r->eval_interval,
+                                 duet_model_type_name(model));
     if (load_from[0] != '\0' && !o->resume) {
         int rc = duet__ckpt_load_weights(r, load_from, false, NULL);
         if (rc != DUET_OK) return duet__error_context(rc, "load_from");
