@@ -109,6 +109,9 @@ int duet_log_get_level(void);
  * (errors print on every rank); all_ranks=true prints on every rank with a
  * "[rank r]" prefix. */
 void duet_log_set_rank(int rank, bool all_ranks);
+/* Info and debug lines go to stdout (default), or to stderr with false:
+ * for a program whose stdout is data (`duet test --json > result.json`). */
+void duet_log_set_stdout(bool info_to_stdout);
 void duet_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs on this rank whatever the rank filter, with the "[rank r]" prefix:
  * for what only this rank can see (its own wait for a stalled peer). */

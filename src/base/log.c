@@ -13,6 +13,7 @@
 static atomic_int log_level = -1;
 static atomic_int log_rank = 0;
 static atomic_bool log_all_ranks = false;
+static atomic_bool log_info_stdout = true;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static int level_from_env(void) {
@@ -40,6 +41,8 @@ int duet_log_get_level(void) {
     return log_level;
 }
 
+void duet_log_set_stdout(bool info_to_stdout) { log_info_stdout = info_to_stdout; }
+
 void duet_log_set_rank(int rank, bool all_ranks) {
     log_rank = rank;
     log_all_ranks = all_ranks;
@@ -51,7 +54,7 @@ static void vlog(int level, bool local, const char *fmt, va_list ap) {
     bool all_ranks = log_all_ranks || local;
     if (level < DUET_LOG_ERROR && rank != 0 && !all_ranks) return;
     static const char *names[] = {"DEBUG", "INFO", "WARNING", "ERROR"};
-    FILE *f = level >= DUET_LOG_WARN ? stderr : stdout;
+    FILE *f = level >= DUET_LOG_WARN || !log_info_stdout ? stderr : stdout;
     char stamp[32];
     time_t now = time(NULL);
     struct tm tm;

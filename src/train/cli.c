@@ -230,6 +230,8 @@ static int run(const char *cmd, int argc, char **argv) {
         rc = finish(duet_runner_train(&o));
     } else if (strcmp(cmd, "test") == 0) {
         rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets, &json);
+        /* stdout is the JSON object alone: the log's info lines go to stderr. */
+        if (json) duet_log_set_stdout(false);
         if (rc >= 0) goto done;
         if (npos != 2) {
             rc = usage_error(test_usage, "test takes CONFIG and CKPT", "");

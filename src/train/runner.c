@@ -223,7 +223,10 @@ static int dump_config(duet__run *r, const char *source) {
 
 /* The progress bar needs a terminal. Under mpirun, stdout is a pseudo
  * terminal whatever it ends in (a file, a pipe), so launched processes draw
- * no bar; DUET_PROGRESS=1 or 0 overrides. */
+ * no bar; DUET_PROGRESS=1 or 0 overrides. A launcher is told by what it
+ * sets: Open MPI's OMPI_COMM_WORLD_SIZE, MPICH's PMI_RANK, Slurm's
+ * SLURM_PROCID; not PMIX_RANK, which Open MPI sets in a process started
+ * without a launcher too (a singleton), where the bar belongs. */
 static void setup_progress_bar(duet__run *r) {
     const char *env = getenv("DUET_PROGRESS");
     if (env != NULL && env[0] != '\0') {
@@ -231,7 +234,7 @@ static void setup_progress_bar(duet__run *r) {
         return;
     }
     if (r->world > 1 || getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_RANK") != NULL ||
-        getenv("PMIX_RANK") != NULL || getenv("SLURM_PROCID") != NULL)
+        getenv("SLURM_PROCID") != NULL)
         duet__logger_set_progress(r->log, false);
 }
 

@@ -137,6 +137,14 @@ CFG_END
 "$DUET" test "$T/msrresnet.cfg" "$T/mmedit.safetensors" --json --out "$T/sr" \
   > "$T/test.json" 2> "$T/test.err" || { cat "$T/test.err"; fail "duet test on the converted checkpoint"; }
 
+# With info logging on, stdout is still the JSON object alone (the log's
+# "kernels:" line goes to stderr).
+DUET_LOG=info "$DUET" test "$T/msrresnet.cfg" "$T/mmedit.safetensors" --json > "$T/test_info.json" \
+  2> "$T/test_info.err" || { cat "$T/test_info.err"; fail "duet test --json with DUET_LOG=info"; }
+"$PY" -c "import json, sys; json.load(open(sys.argv[1]))" "$T/test_info.json" \
+  || fail "duet test --json > file is not JSON: $(head -c 300 "$T/test_info.json")"
+grep -q "kernels:" "$T/test_info.err" || fail "the info lines went missing: $(cat "$T/test_info.err")"
+
 "$PY" - "$T" <<'PY_COMPARE'
 import json, struct, sys, zlib
 T = sys.argv[1]

@@ -35,22 +35,9 @@ png(T + "/small.png", 300, 200, lambda y: bytes((x * 7 + y) % 256 for x in range
 PY_IMAGES
 [ "$(stat -c %s "$T/big.png")" -lt 1000000 ] || fail "the big PNG is not small on disk"
 
-cat > "$T/tiny.cfg" <<CFG_END
-model = {
-  type = "BasicRestorer";
-  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
-                mid_channels = 8; num_blocks = 1; upscale_factor = 4; };
-  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
-};
-data = {
-  samples_per_gpu = 2;
-  train = { type = "SRFolderGTDataset"; gt_folder = "$T/data/train"; scale = 4; gt_patch_size = 8; };
-};
-optimizers = { generator = { type = "Adam"; lr = 1e-3; }; };
-total_iters = 1;
-checkpoint_config = { interval = 1; };
-seed = 1;
-CFG_END
+. "$(dirname "$0")/common.sh"
+e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 8 1 "total_iters = 1;
+checkpoint_config = { interval = 1; };"
 "$DUET" train "$T/tiny.cfg" --work-dir "$T/w" > "$T/train.out" 2>&1 || { cat "$T/train.out"; fail "train"; }
 
 set +e

@@ -31,38 +31,12 @@ export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
 unset DUET_TIMEOUT
 fail() { echo "test_preemption_launcher: FAIL: $*" >&2; exit 1; }
 
-"$PY" - "$T/data/train" <<'PY_IMAGES'
-import os, random, struct, sys, zlib
-def png(path, w, h, rng):
-    raw = b"".join(b"\x00" + bytes(rng.randint(0, 255) for _ in range(w * 3)) for _ in range(h))
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-rng = random.Random(0)
-os.makedirs(sys.argv[1])
-for i in range(4):
-    png(os.path.join(sys.argv[1], "%02d.png" % i), 16, 16, rng)
-PY_IMAGES
+. "$(dirname "$0")/common.sh"
+e2e_pngs "$T/data/train" 4
 
-cat > "$T/tiny.cfg" <<CFG_END
-model = {
-  type = "BasicRestorer";
-  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
-                mid_channels = 4; num_blocks = 1; upscale_factor = 4; };
-  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
-};
-data = {
-  samples_per_gpu = 1;
-  train = { type = "SRFolderGTDataset"; gt_folder = "$T/data/train"; scale = 4; gt_patch_size = 8; };
-};
-optimizers = { generator = { type = "Adam"; lr = 1e-3; }; };
-total_iters = 100000000;
+e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 4 1 "total_iters = 100000000;
 checkpoint_config = { interval = 50; };
-log_config = { interval = 10; };
-seed = 1;
-CFG_END
+log_config = { interval = 10; };"
 
 # Waits until WORK_DIR has iter_50.safetensors (training is under way).
 started() {

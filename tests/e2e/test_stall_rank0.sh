@@ -21,41 +21,15 @@ export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
 unset DUET_TIMEOUT
 fail() { echo "test_stall_rank0: FAIL: $*" >&2; exit 1; }
 
-"$PY" - "$T/data/train" <<'PY_IMAGES'
-import os, random, struct, sys, zlib
-def png(path, w, h, rng):
-    raw = b"".join(b"\x00" + bytes(rng.randint(0, 255) for _ in range(w * 3)) for _ in range(h))
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-rng = random.Random(0)
-os.makedirs(sys.argv[1])
-for i in range(4):
-    png(os.path.join(sys.argv[1], "%02d.png" % i), 16, 16, rng)
-PY_IMAGES
+. "$(dirname "$0")/common.sh"
+e2e_pngs "$T/data/train" 4
 
 # A 16-block MSRResNet: an 18 MB checkpoint (weights + Adam's moments), so
 # that a write lasts long enough to be caught in the act.
-cat > "$T/tiny.cfg" <<CFG_END
-model = {
-  type = "BasicRestorer";
-  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
-                mid_channels = 64; num_blocks = 16; upscale_factor = 4; };
-  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
-};
-data = {
-  samples_per_gpu = 1;
-  train = { type = "SRFolderGTDataset"; gt_folder = "$T/data/train"; scale = 4; gt_patch_size = 8; };
-};
-optimizers = { generator = { type = "Adam"; lr = 1e-4; }; };
-total_iters = 15;
+e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 64 16 "total_iters = 15;
 checkpoint_config = { interval = 1; };
 log_config = { interval = 100; };
-dist = { timeout = 3.0; };
-seed = 1;
-CFG_END
+dist = { timeout = 3.0; };"
 
 # Starts the job, SIGSTOPs rank 0 as soon as a checkpoint temporary exists,
 # SIGCONTs it after $pause s (never when 0), reports how the job ended.

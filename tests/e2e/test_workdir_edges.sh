@@ -10,7 +10,8 @@
 #   - a work dir that is, lies inside or contains a data folder: refused
 #     before anything is written, naming both and the key's line;
 #   - DUET_TIMEOUT=abc, DUET_TIMEOUT=0.01, dist.timeout = 1e-300: refused
-#     naming the variable or the key.
+#     naming the variable or the key;
+#   - on a terminal, without a launcher, the progress bar is drawn.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
 DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
@@ -22,39 +23,12 @@ export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
 unset DUET_TIMEOUT
 fail() { echo "test_workdir_edges: FAIL: $*" >&2; exit 1; }
 
-"$PY" - "$T/data/train" <<'PY_IMAGES'
-import os, random, struct, sys, zlib
-def png(path, w, h, rng):
-    raw = b"".join(b"\x00" + bytes(rng.randint(0, 255) for _ in range(w * 3)) for _ in range(h))
-    def chunk(t, d):
-        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-rng = random.Random(0)
-os.makedirs(sys.argv[1])
-for i in range(2):
-    png(os.path.join(sys.argv[1], "%02d.png" % i), 16, 16, rng)
-PY_IMAGES
+. "$(dirname "$0")/common.sh"
+e2e_pngs "$T/data/train" 2
 
-cat > "$T/tiny.cfg" <<CFG_END
-# the user's comment, which must survive
-model = {
-  type = "BasicRestorer";
-  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
-                mid_channels = 4; num_blocks = 1; upscale_factor = 4; };
-  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
-};
-data = {
-  samples_per_gpu = 2;
-  train = { type = "SRFolderGTDataset"; gt_folder = "$T/data/train"; scale = 4; gt_patch_size = 8; };
-};
-optimizers = { generator = { type = "Adam"; lr = 1e-3; }; };
-total_iters = 1;
+e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 4 1 "total_iters = 1;
 checkpoint_config = { interval = 1; };
-log_config = { interval = 1000; };
-seed = 1;
-CFG_END
+log_config = { interval = 1000; };"
 
 # ---- a link at config.cfg ----
 echo "victim" > "$T/victim.txt"
@@ -115,4 +89,14 @@ bad_timeout env_small DUET_TIMEOUT=0.01 "" "DUET_TIMEOUT='0.01'"
 bad_timeout cfg_tiny "" "dist.timeout=1e-300" "dist.timeout = 1e-300: it must be a number of seconds in [1, 1e+09]"
 DUET_TIMEOUT=5 "$DUET" train "$T/tiny.cfg" --work-dir "$T/w_env_ok" > "$T/env_ok.out" 2>&1 \
   || fail "DUET_TIMEOUT=5: $(cat "$T/env_ok.out")"
+# ---- the progress bar: drawn on a terminal without a launcher ----
+# (Open MPI sets PMIX_RANK in such a singleton too; taking it for "under
+# mpirun" hid the bar.) `script` gives the run a terminal.
+if command -v script > /dev/null; then
+  script -qc "env -u DUET_PROGRESS DUET_LOG=warn '$DUET' train '$T/tiny.cfg' --work-dir '$T/w_bar' \
+    --set total_iters=20" /dev/null > "$T/bar.out" 2>&1 || { cat "$T/bar.out"; fail "run on a terminal"; }
+  grep -aq "/20, eta" "$T/bar.out" || { cat "$T/bar.out"; fail "no progress bar on a terminal"; }
+else
+  echo "test_workdir_edges: the progress bar check skipped: no 'script' command"
+fi
 echo "test_workdir_edges: ok"

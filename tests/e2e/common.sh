@@ -1,0 +1,44 @@
+# Shared by the e2e scripts (sourced, not a test): random RGB PNGs and a tiny
+# x4 MSRResNet config on them. Needs python3 (standard library only).
+
+# e2e_pngs DIR COUNT [SIZE]: COUNT random SIZE x SIZE (default 16) PNGs,
+# 00.png, 01.png, ..., seeded (the same bytes every run).
+e2e_pngs() {
+  "${PY:-python3}" - "$1" "$2" "${3:-16}" <<'PY_PNGS'
+import os, random, struct, sys, zlib
+folder, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(0)
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+os.makedirs(folder, exist_ok=True)
+for i in range(count):
+    raw = b"".join(b"\x00" + bytes(rng.randint(0, 255) for _ in range(size * 3))
+                   for _ in range(size))
+    with open(os.path.join(folder, "%02d.png" % i), "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n"
+                + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY_PNGS
+}
+
+# e2e_tiny_cfg FILE GT_FOLDER MID BLOCKS [MORE]: a BasicRestorer config
+# (MSRResNet x4 of MID channels and BLOCKS blocks, L1, Adam, one image per
+# process, 8 px crops), then MORE (more top-level settings) verbatim.
+e2e_tiny_cfg() {
+  cat > "$1" <<CFG_END
+# written by tests/e2e/common.sh
+model = {
+  type = "BasicRestorer";
+  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3;
+                mid_channels = $3; num_blocks = $4; upscale_factor = 4; };
+  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; };
+};
+data = {
+  samples_per_gpu = 1;
+  train = { type = "SRFolderGTDataset"; gt_folder = "$2"; scale = 4; gt_patch_size = 8; };
+};
+optimizers = { generator = { type = "Adam"; lr = 1e-3; }; };
+seed = 1;
+${5:-}
+CFG_END
+}
