@@ -1,5 +1,21 @@
-# Shared by the e2e scripts (sourced, not a test): random RGB PNGs and a tiny
-# x4 MSRResNet config on them. Needs python3 (standard library only).
+# Shared by the e2e scripts (sourced, not a test): the set-up every script
+# makes, random RGB PNGs and a tiny x4 MSRResNet config on them. Needs
+# python3 (standard library only).
+
+# e2e_begin NAME: DUET (from DUET_EXE, set by CTest), PY, a fresh folder T
+# (removed on exit unless KEEP=1), fail() that names the test, one BLAS
+# thread, warnings only, no progress bar, no DUET_TIMEOUT from outside.
+e2e_begin() {
+  E2E_NAME=$1
+  DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
+  PY=${PYTHON:-python3}
+  T=$(mktemp -d "/tmp/duet_${1}_XXXXXX")
+  [ -d "$T" ] || exit 1
+  trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+  export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
+  unset DUET_TIMEOUT
+}
+fail() { echo "${E2E_NAME:-e2e}: FAIL: $*" >&2; exit 1; }
 
 # e2e_pngs DIR COUNT [SIZE]: COUNT random SIZE x SIZE (default 16) PNGs,
 # 00.png, 01.png, ..., seeded (the same bytes every run).

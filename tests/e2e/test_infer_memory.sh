@@ -7,13 +7,8 @@
 # the limit; a 300 x 200 image under the same limit is upscaled.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
-DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
-PY=${PYTHON:-python3}
-T=$(mktemp -d /tmp/duet_infer_mem_XXXXXX)
-[ -d "$T" ] || exit 1
-trap 'rm -rf "$T"' EXIT
-export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
-fail() { echo "test_infer_memory: FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/common.sh"
+e2e_begin test_infer_memory
 
 "$PY" - "$T" <<'PY_IMAGES'
 import os, random, struct, sys, zlib
@@ -35,7 +30,6 @@ png(T + "/small.png", 300, 200, lambda y: bytes((x * 7 + y) % 256 for x in range
 PY_IMAGES
 [ "$(stat -c %s "$T/big.png")" -lt 1000000 ] || fail "the big PNG is not small on disk"
 
-. "$(dirname "$0")/common.sh"
 e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 8 1 "total_iters = 1;
 checkpoint_config = { interval = 1; };"
 "$DUET" train "$T/tiny.cfg" --work-dir "$T/w" > "$T/train.out" 2>&1 || { cat "$T/train.out"; fail "train"; }

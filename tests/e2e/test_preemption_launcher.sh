@@ -15,10 +15,8 @@
 #   - a SIGTERM after the last iteration (one process) exits 0.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
-DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
-PY=${PYTHON:-python3}
-T=$(mktemp -d /tmp/duet_preempt_XXXXXX)
-[ -d "$T" ] || exit 1
+. "$(dirname "$0")/common.sh"
+e2e_begin test_preemption_launcher
 JOB=""
 cleanup() {
   if [ -n "$JOB" ] && kill -0 "$JOB" 2> /dev/null; then kill -KILL "$JOB" 2> /dev/null || true; fi
@@ -27,11 +25,7 @@ cleanup() {
 trap cleanup EXIT
 MPIX=(mpiexec -n 2 --oversubscribe)
 [ "$(id -u)" -eq 0 ] && MPIX+=(--allow-run-as-root)
-export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
-unset DUET_TIMEOUT
-fail() { echo "test_preemption_launcher: FAIL: $*" >&2; exit 1; }
 
-. "$(dirname "$0")/common.sh"
 e2e_pngs "$T/data/train" 4
 
 e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 4 1 "total_iters = 100000000;

@@ -12,16 +12,9 @@
 #     finishes.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
-DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
-PY=${PYTHON:-python3}
-T=$(mktemp -d /tmp/duet_stall0_XXXXXX)
-[ -d "$T" ] || exit 1
-trap 'rm -rf "$T"' EXIT
-export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
-unset DUET_TIMEOUT
-fail() { echo "test_stall_rank0: FAIL: $*" >&2; exit 1; }
-
 . "$(dirname "$0")/common.sh"
+e2e_begin test_stall_rank0
+
 e2e_pngs "$T/data/train" 4
 
 # A 16-block MSRResNet: an 18 MB checkpoint (weights + Adam's moments), so

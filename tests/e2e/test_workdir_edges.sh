@@ -14,16 +14,9 @@
 #   - on a terminal, without a launcher, the progress bar is drawn.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
-DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
-PY=${PYTHON:-python3}
-T=$(mktemp -d /tmp/duet_workdir_XXXXXX)
-[ -d "$T" ] || exit 1
-trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
-export OPENBLAS_NUM_THREADS=1 DUET_LOG=warn DUET_PROGRESS=0
-unset DUET_TIMEOUT
-fail() { echo "test_workdir_edges: FAIL: $*" >&2; exit 1; }
-
 . "$(dirname "$0")/common.sh"
+e2e_begin test_workdir_edges
+
 e2e_pngs "$T/data/train" 2
 
 e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 4 1 "total_iters = 1;

@@ -20,6 +20,15 @@ static unsigned char *read_all(const char *path, size_t *n) {
     return buf;
 }
 
+/* The first occurrence of the string `needle` in buf[0, n) (must exist). */
+static unsigned char *find_text(unsigned char *buf, size_t n, const char *needle) {
+    size_t k = strlen(needle);
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(buf + i, needle, k) == 0) return buf + i;
+    fail_msg("'%s' is not in the file", needle);
+    return NULL;
+}
+
 /* Writes a, b, c (b and c of the same shape) and returns the body offset. */
 static size_t write_three(const char *path) {
     duet_rng rng = duet_rng_make(5, 0);
@@ -150,11 +159,7 @@ static void test_missing_checksum(void **state) {
     size_t n;
     unsigned char *buf = read_all(path, &n);
     /* Rename the key "checksum/gen.b" to "checksum/gen.x" (same length). */
-    unsigned char *at = NULL;
-    for (size_t i = 0; i + 14 <= n && at == NULL; i++)
-        if (memcmp(buf + i, "checksum/gen.b", 14) == 0) at = buf + i;
-    assert_non_null(at);
-    at[13] = 'x';
+    find_text(buf, n, "checksum/gen.b")[13] = 'x';
     tu_write_file(path, buf, n);
     free(buf);
     duet_st *st = NULL;
@@ -198,12 +203,8 @@ static void test_metadata_edits(void **state) {
         snprintf(needle, sizeof needle, "\"%s\":\"%s\"", keys[i], vals[i]);
         unsigned char *buf = malloc(n);
         memcpy(buf, orig, n);
-        unsigned char *at = NULL;
-        for (size_t j = 0; j + strlen(needle) <= n && at == NULL; j++)
-            if (memcmp(buf + j, needle, strlen(needle)) == 0) at = buf + j;
-        assert_non_null(at);
         /* The value's first digit, one up (9 wraps to 1). */
-        unsigned char *d = at + strlen(keys[i]) + 4;
+        unsigned char *d = find_text(buf, n, needle) + strlen(keys[i]) + 4;
         *d = *d == '9' ? '1' : (unsigned char)(*d + 1);
         tu_write_file(path, buf, n);
         free(buf);
@@ -218,11 +219,7 @@ static void test_metadata_edits(void **state) {
      * file lacks; the renamed entry itself has none. */
     unsigned char *buf = malloc(n);
     memcpy(buf, orig, n);
-    unsigned char *at = NULL;
-    for (size_t j = 0; j + 7 <= n && at == NULL; j++)
-        if (memcmp(buf + j, "\"iter\":", 7) == 0) at = buf + j;
-    assert_non_null(at);
-    at[4] = 'x';
+    find_text(buf, n, "\"iter\":")[4] = 'x';
     tu_write_file(path, buf, n);
     assert_int_equal(duet_st_load(path, &st), DUET_EFORMAT);
     if (strstr(duet_last_error(), "'itex' has no checksum") == NULL &&
