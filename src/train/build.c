@@ -200,8 +200,17 @@ int duet__run_read_pixel_limit(duet__run *r) {
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
     DUET_TRY(duet__run_read_pixel_limit(r));
     if (with_train) {
-        DUET_TRY(duet_config_get_int_in(r->cfg, "data.samples_per_gpu", 1, INT32_MAX,
-                                        &r->samples_per_gpu));
+        /* MMEditing's build_dataloader: train_dataloader's samples_per_gpu
+         * overrides data's. */
+        if (duet_config_has(r->cfg, "data.train_dataloader.samples_per_gpu")) {
+            DUET_TRY(duet_config_get_int_in(r->cfg, "data.train_dataloader.samples_per_gpu", 1,
+                                            INT32_MAX, &r->samples_per_gpu));
+            if (duet_config_has(r->cfg, "data.samples_per_gpu"))
+                duet_config_mark_used(r->cfg, "data.samples_per_gpu");
+        } else {
+            DUET_TRY(duet_config_get_int_in(r->cfg, "data.samples_per_gpu", 1, INT32_MAX,
+                                            &r->samples_per_gpu));
+        }
         int64_t prefetch = 2;
         DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.prefetch", 2, 0, 64, &prefetch));
         r->prefetch = (int)prefetch;
@@ -209,9 +218,10 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
     } else {
         /* test / infer read no training data: those keys are not typos. */
         if (duet_config_has(r->cfg, "data.train")) duet_config_mark_used(r->cfg, "data.train");
-        if (duet_config_has(r->cfg, "data.samples_per_gpu"))
-            duet_config_mark_used(r->cfg, "data.samples_per_gpu");
-        if (duet_config_has(r->cfg, "data.prefetch")) duet_config_mark_used(r->cfg, "data.prefetch");
+        static const char *const unread[] = {"data.samples_per_gpu", "data.prefetch",
+                                             "data.train_dataloader"};
+        for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++)
+            if (duet_config_has(r->cfg, unread[i])) duet_config_mark_used(r->cfg, unread[i]);
     }
     if (need_val)
         DUET_TRY(build_dataset(r, "data.val", false, &r->val_set));

@@ -147,7 +147,8 @@ static void close_run(duet__run *r) {
 static void mark_training_keys(duet_config *cfg) {
     static const char *const keys[] = {"optimizers", "lr_config", "total_iters",
                                        "checkpoint_config", "evaluation", "log_config", "wrapper",
-                                       "seed", "work_dir", "load_from"};
+                                       "seed", "work_dir", "load_from", "resume_from",
+                                       "exp_name", "custom_hooks"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (duet_config_has(cfg, keys[i])) duet_config_mark_used(cfg, keys[i]);
 }
@@ -180,10 +181,19 @@ static double peak_rss_mb(void) {
 /* The work dir: --work-dir, else the config's work_dir, else
  * ./work_dirs/<config name without .cfg>. */
 static int resolve_work_dir(duet__run *r, const duet_runner_opts *o) {
-    const char *wd = NULL;
+    const char *wd = NULL, *exp_name = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "work_dir", NULL, &wd));
+    /* MMEditing's work_dir default: ./work_dirs/<exp_name>. */
+    DUET_TRY(duet_config_get_string_or(r->cfg, "exp_name", NULL, &exp_name));
     if (o->work_dir != NULL) wd = o->work_dir;
-    if (wd == NULL || wd[0] == '\0') {
+    if ((wd == NULL || wd[0] == '\0') && exp_name != NULL && exp_name[0] != '\0') {
+        if (strchr(exp_name, '/') != NULL || strcmp(exp_name, ".") == 0 ||
+            strcmp(exp_name, "..") == 0)
+            return duet_config_error(r->cfg, "exp_name", "exp_name = \"%s\" names the work "
+                                     "dir ./work_dirs/<exp_name>: it must be one folder name",
+                                     exp_name);
+        r->work_dir = duet__strf("./work_dirs/%s", exp_name);
+    } else if (wd == NULL || wd[0] == '\0') {
         const char *base = strrchr(o->config, '/');
         base = base != NULL ? base + 1 : o->config;
         size_t n = strlen(base);
@@ -239,6 +249,7 @@ static void setup_progress_bar(duet__run *r) {
 }
 
 static int setup_train(duet__run *r, const duet_runner_opts *o) {
+    DUET_TRY(duet__run_read_mmedit_keys(r, true));
     DUET_TRY(duet__run_read_settings(r));
     DUET_TRY(duet__run_read_test_cfg(r));
     r->rng = duet_rng_make(r->seed, 0);
@@ -548,9 +559,24 @@ static char *resume_path(const duet__run *r) {
     return newest;
 }
 
-int duet_runner_train(const duet_runner_opts *o) {
+/* MMEditing's resume_from: a checkpoint to resume from, as --resume=PATH
+ * (which wins when given). */
+static int read_resume_from(duet__run *r, duet_runner_opts *o) {
+    const char *path = NULL;
+    DUET_TRY(duet_config_get_string_or(r->cfg, "resume_from", NULL, &path));
+    if (!o->resume && path != NULL && path[0] != '\0') {
+        o->resume = true;
+        o->resume_from = path;
+    }
+    return DUET_OK;
+}
+
+int duet_runner_train(const duet_runner_opts *opts) {
     duet__run r;
+    duet_runner_opts eff = *opts;
+    const duet_runner_opts *o = &eff;
     int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK) rc = agree(&r, read_resume_from(&r, &eff));
     if (rc == DUET_OK) rc = agree(&r, claim_work_dir(&r, o));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
     if (rc == DUET_OK) {
@@ -642,6 +668,7 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
         if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
         if (src == DUET_OK) src = duet__run_build_data(&r, false, true);
         mark_training_keys(r.cfg);
+        if (src == DUET_OK) src = duet__run_read_mmedit_keys(&r, false);
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
         if (src == DUET_OK && o->out_dir != NULL) src = check_test_outputs(&r, o->out_dir);
         rc = agree(&r, src);
@@ -805,6 +832,7 @@ int duet_runner_infer(const duet_runner_opts *o) {
         if (src == DUET_OK)
             src = duet__check_outputs(o->out_dir, o->images, o->nimages, NULL, 0);
         mark_training_keys(r.cfg);
+        if (src == DUET_OK) src = duet__run_read_mmedit_keys(&r, false);
         if (duet_config_has(r.cfg, "data")) duet_config_mark_used(r.cfg, "data");
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
         rc = agree(&r, src);

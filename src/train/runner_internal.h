@@ -102,6 +102,10 @@ int duet__workdir_check_data(duet__run *r);
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
 int duet__run_read_settings(duet__run *r);
+/* mmedit_keys.c: MMEditing's run-level keys (log_level, log_config.hooks,
+ * and those without effect in duet, marked used and, with notes, named on
+ * rank 0 with the reason). */
+int duet__run_read_mmedit_keys(duet__run *r, bool notes);
 /* data.train (with_train) and data.val (need_val; else it is only marked
  * read) into datasets. */
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val);

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# An MMEditing 0.16 config's run-level keys (issue 23), one process:
+#   - exp_name, log_level, workflow, dist_params, gpu_ids, cudnn_benchmark,
+#     find_unused_parameters, mp_start_method, opencv_num_threads,
+#     visual_config, data.workers_per_gpu / val_* / *_dataloader,
+#     log_config.hooks (TextLoggerHook, TensorboardLoggerHook),
+#     evaluation.gpu_collect: accepted; those without effect named once with
+#     the reason; exp_name names the default work dir (./work_dirs/<exp_name>);
+#     data.train_dataloader.samples_per_gpu wins over data.samples_per_gpu,
+#     as in MMEditing's build_dataloader;
+#   - resume_from resumes as --resume=PATH does;
+#   - log_level = "WARNING" silences duet's info messages;
+#   - a bad log_level, a by_epoch TextLoggerHook and a misspelt key are
+#     still errors naming the key.
+# Needs DUET_EXE (set by CTest) and python3 (standard library only).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+e2e_begin test_mmedit_config
+export DUET_LOG=   # the config's log_level decides (DUET_LOG would win)
+e2e_pngs "$T/data/train" 2
+e2e_pngs "$T/data/val" 1 48
+e2e_tiny_cfg "$T/mm.cfg" "$T/data/train" 4 1 'total_iters = 2;
+exp_name = "mm_exp";
+log_level = "INFO";
+workflow = ( ("train", 1) );
+dist_params = { backend = "nccl"; };
+gpu_ids = [0];
+cudnn_benchmark = true;
+find_unused_parameters = false;
+mp_start_method = "fork";
+opencv_num_threads = 0;
+visual_config = "";
+log_config = { interval = 1; hooks = ( { type = "TextLoggerHook"; by_epoch = false; },
+                                       { type = "TensorboardLoggerHook"; } ); };
+checkpoint_config = { interval = 1; by_epoch = false; save_optimizer = true; };
+evaluation = { interval = 5000; gpu_collect = true; };'
+sed -i "s|^  train = {.*|&\n  val = { type = \"SRFolderGTDataset\"; gt_folder = \"$T/data/val\"; scale = 4; };\n  workers_per_gpu = 4; val_samples_per_gpu = 1; val_workers_per_gpu = 1;\n  train_dataloader = { samples_per_gpu = 2; drop_last = true; }; val_dataloader = { samples_per_gpu = 1; };|" "$T/mm.cfg"
+
+cd "$T"
+"$DUET" train mm.cfg > run.out 2>&1 || { cat run.out; fail "an MMEditing config's keys"; }
+for k in workflow dist_params gpu_ids cudnn_benchmark find_unused_parameters mp_start_method \
+         opencv_num_threads visual_config data.workers_per_gpu data.val_workers_per_gpu \
+         data.val_samples_per_gpu data.val_dataloader data.train_dataloader.drop_last \
+         evaluation.gpu_collect "log_config.hooks.\[1\] (TensorboardLoggerHook)"; do
+  grep -q "config: $k has no effect in duet: " run.out || { cat run.out; fail "no note for $k"; }
+done
+grep -q "2 images per process" run.out || { cat run.out; fail "train_dataloader.samples_per_gpu was not used"; }
+[ -e work_dirs/mm_exp/latest.safetensors ] || fail "exp_name did not name the work dir"
+
+# resume_from: continue work_dirs/mm_exp's run to 4 iterations.
+"$DUET" train mm.cfg --set total_iters=4 --set 'resume_from="work_dirs/mm_exp/iter_2.safetensors"' \
+  > resume.out 2>&1 || { cat resume.out; fail "resume_from"; }
+grep -q "resumed from work_dirs/mm_exp/iter_2.safetensors at iteration 2" resume.out \
+  || { cat resume.out; fail "resume_from did not resume"; }
+
+# log_level = "WARNING": duet's info messages (the notes above) are not
+# printed (the training log's own lines follow log_config).
+"$DUET" train mm.cfg --set 'log_level="WARNING"' --set 'exp_name="quiet"' > quiet.out 2>&1 \
+  || { cat quiet.out; fail "log_level WARNING"; }
+! grep -q "has no effect in duet" quiet.out || { cat quiet.out; fail "log_level = WARNING printed info notes"; }
+
+# Still errors, naming the key.
+bad() {  # name, --set, message
+  if "$DUET" train mm.cfg --set 'exp_name="bad"' --set "$2" > "$1.out" 2>&1; then fail "$1 accepted"; fi
+  grep -qF -- "$3" "$1.out" || { cat "$1.out"; fail "$1: no '$3'"; }
+}
+bad level 'log_level="LOUD"' "log_level = \"LOUD\": use DEBUG, INFO, WARNING or ERROR"
+bad epoch 'log_config.hooks.[0].by_epoch=true' "by_epoch = true: duet's runner counts iterations only"
+bad typo 'exp_nme="x"' "unknown key 'exp_nme'"
+echo "test_mmedit_config: ok"
