@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 /* ---- registry: building parts, models, wrappers and optimizers from a
- * config by type name (src/train/registry.c) ----------------------------
+ * config by type name (src/runner/registry.c) ----------------------------
  * Each builder reads the group at `path` (its `type` and the options it
  * knows, each marked used, so duet_config_check_unused catches typos) and
  * fails with DUET_ECONFIG naming the path and the known type names when the

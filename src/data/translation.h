@@ -1,7 +1,7 @@
 /* Image-to-image translation data (internal): MMEditing 0.x's
  * GenerationPairedDataset and GenerationUnpairedDataset, the pipeline steps
  * their configs use, and OpenCV's bicubic resize that mmcv.imresize runs.
- * Configs reach them through the registry (src/train/registry_data.c),
+ * Configs reach them through the registry (src/runner/registry_data.c),
  * which turns a `pipeline = ( {type = ...}, ... )` list into steps.
  *
  * A sample is built as MMEditing builds it: images are kept as 8-bit HWC

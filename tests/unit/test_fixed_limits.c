@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ddp/ddp_internal.h"
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 static const duet_model_ops part_ops = {.name = "LongNames"};
 static const duet_module_type root_type = {"LongNames", NULL, NULL};

@@ -1,4 +1,4 @@
-/* Private to src/train/config*.c. */
+/* Private to src/config/config*.c. */
 #ifndef DUET_TRAIN_CONFIG_INTERNAL_H
 #define DUET_TRAIN_CONFIG_INTERNAL_H
 
@@ -17,7 +17,7 @@ int duet__config_check_int_literals(const char *text, const char *name,
 /* The same for a file (an unreadable file is left to libconfig to report). */
 int duet__config_check_int_literals_file(const char *path, const char *include_dir);
 
-/* ---- the config object, shared by src/train/config*.c ---------------------- */
+/* ---- the config object, shared by src/config/config*.c ---------------------- */
 
 /* Each libconfig setting may carry a note (through its hook pointer) saying
  * whether a getter read it and, for settings created by --set, which

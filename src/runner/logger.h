@@ -1,4 +1,4 @@
-/* The runner's training log (private to src/train/): MMEditing's text lines
+/* The runner's training log (private to src/runner/): MMEditing's text lines
  * on stdout, a progress bar when stdout is a terminal, and one JSON object
  * per line appended to <work_dir>/log.jsonl.
  *

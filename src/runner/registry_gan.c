@@ -1,7 +1,7 @@
 /* Builders for the image-to-image GAN models from MMEditing's config keys
  * (the pix2pix configs of MMEditing 0.x): every key read is marked used,
  * so duet_config_check_unused reports the others. */
-#include "train/registry_gan.h"
+#include "runner/registry_gan.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/runner_ckpt.h"
-#include "train/runner_internal.h"
+#include "runner/runner_ckpt.h"
+#include "runner/runner_internal.h"
 
 /* The whole optimizer set as checkpoint names, in a new array (free with
  * free; its names and optimizers are borrowed); NULL, 0 when there is none. */

@@ -7,7 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "train/checkpoint_internal.h"
+#include "runner/checkpoint_internal.h"
 
 #define CKPT_OPT_PREFIX "optimizer."
 #define CKPT_NAME_MAX 256

@@ -1,8 +1,8 @@
-/* The runner's checkpoint files (private to src/train/). */
+/* The runner's checkpoint files (private to src/runner/). */
 #ifndef DUET_TRAIN_RUNNER_CKPT_H
 #define DUET_TRAIN_RUNNER_CKPT_H
 
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 typedef struct duet__ckpt_state {
     int64_t iter;                 /* iterations done */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "duet/wrapper.h"
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 /* DUET_ECONFIG "configs/x.cfg:12: 'lr_config.policy' ...": a bad value,
  * with where it was set. `path` is relative to cfg (full paths in messages

@@ -4,8 +4,8 @@
  * output | ground truth. */
 #include <string.h>
 
-#include "train/grid.h"
-#include "train/runner_internal.h"
+#include "runner/grid.h"
+#include "runner/runner_internal.h"
 
 int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name) {
     char *path = duet__output_path(dir, name);

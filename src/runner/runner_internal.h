@@ -1,5 +1,5 @@
 /* The runner's private state and the helpers its files share
- * (src/train/runner.c: setup and the training loop; build.c: data,
+ * (src/runner/runner.c: setup and the training loop; build.c: data,
  * optimizers and schedules from the config; evaluate.c: validation, test and
  * infer). */
 #ifndef DUET_TRAIN_RUNNER_INTERNAL_H
@@ -10,7 +10,7 @@
 #include "duet/models.h"
 #include "duet/train.h"
 #include "duet/wrapper.h"
-#include "train/logger.h"
+#include "runner/logger.h"
 
 typedef struct duet__run {
     duet_comm *comm; /* the job */

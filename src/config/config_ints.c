@@ -5,7 +5,7 @@
  * literals before libconfig sees it and refuses them with file, line and
  * key. Strings and comments (#, //, block comments) are skipped as
  * libconfig's scanner does. */
-#include "train/config_internal.h"
+#include "config/config_internal.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* Evaluation pictures: input | output | ground truth grids. */
-#include "train/grid.h"
+#include "runner/grid.h"
 
 #include <string.h>
 

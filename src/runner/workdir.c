@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 #define LOCK_NAME "duet.lock"
 

@@ -2,7 +2,7 @@
  * `mixed_precision` keys,
  * the startup line that says what runs) and `duet info`: what a bug report
  * or a benchmark needs to know about this machine and build. */
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

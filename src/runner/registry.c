@@ -6,8 +6,8 @@
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
 #include "duet/train.h"
-#include "train/registry_data.h"
-#include "train/registry_gan.h"
+#include "runner/registry_data.h"
+#include "runner/registry_gan.h"
 
 #include <float.h>
 #include <limits.h>

@@ -18,7 +18,7 @@
  * so the copies are too, without communication. */
 #include <string.h>
 
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 static int bad_hook(duet__run *r, const char *path, const char *what) {
     return duet_config_error(r->cfg, path, "'%s' %s", path, what);

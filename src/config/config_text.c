@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "train/config_internal.h"
+#include "config/config_internal.h"
 
 /* ---- text ------------------------------------------------------------------ */
 

@@ -1,6 +1,6 @@
 /* The runner's training log: MMEditing's text lines, a terminal progress bar
  * and log.jsonl (one JSON object per line, through jansson). */
-#include "train/logger.h"
+#include "runner/logger.h"
 
 #include <errno.h>
 #include <jansson.h>

@@ -26,9 +26,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
-#include "train/runner_ckpt.h"
-#include "train/registry_data.h"
-#include "train/runner_internal.h"
+#include "runner/runner_ckpt.h"
+#include "runner/registry_data.h"
+#include "runner/runner_internal.h"
 
 duet_runner_opts duet_runner_opts_default(void) {
     duet_runner_opts o;

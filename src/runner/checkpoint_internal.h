@@ -1,4 +1,4 @@
-/* Checkpoint helpers shared inside src/train/ (checkpoint.c, checkpoint_model.c). */
+/* Checkpoint helpers shared inside src/runner/ (checkpoint.c, checkpoint_model.c). */
 #ifndef DUET_TRAIN_CHECKPOINT_INTERNAL_H
 #define DUET_TRAIN_CHECKPOINT_INTERNAL_H
 

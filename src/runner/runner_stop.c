@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "train/runner_ckpt.h"
-#include "train/runner_internal.h"
+#include "runner/runner_ckpt.h"
+#include "runner/runner_internal.h"
 
 /* ---- dist.timeout ---------------------------------------------------------- */
 

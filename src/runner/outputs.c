@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 char *duet__output_path(const char *dir, const char *name) {
     const char *base = strrchr(name, '/');

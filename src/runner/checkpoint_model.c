@@ -2,7 +2,7 @@
  * duet_checkpoint_save writes them, plus the model's own state through the
  * save_state / load_state hooks of its ops (SRGAN's step counter, image
  * pools), so that the runner never needs to know a model type. */
-#include "train/checkpoint_internal.h"
+#include "runner/checkpoint_internal.h"
 
 #include <stdio.h>
 #include <string.h>
