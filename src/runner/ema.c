@@ -25,24 +25,24 @@ static int bad_hook(duet__run *r, const char *path, const char *what) {
 }
 
 void duet__run_clear_ema(duet__run *r) {
-    for (int i = 0; i < r->nema; i++) free(r->ema_keys[i]);
-    free(r->ema_keys);
-    free(r->ema_created);
-    r->ema_keys = NULL;
-    r->ema_created = NULL;
-    r->nema = 0;
+    for (int i = 0; i < r->ema.n; i++) free(r->ema.keys[i]);
+    free(r->ema.keys);
+    free(r->ema.created);
+    r->ema.keys = NULL;
+    r->ema.created = NULL;
+    r->ema.n = 0;
 }
 
-/* module_keys (a string or an array of them) into r->ema_keys. */
+/* module_keys (a string or an array of them) into r->ema.keys. */
 static int read_keys(duet__run *r, duet_config *h, const char *path) {
     const char **keys = NULL;
     size_t n = 1;
     if (duet_config_kind(h, "module_keys") != DUET_CONFIG_STRING)
         DUET_TRY(duet_config_length(h, "module_keys", &n));
     keys = calloc(n > 0 ? n : 1, sizeof *keys);
-    r->ema_keys = calloc(n > 0 ? n : 1, sizeof *r->ema_keys);
-    r->ema_created = calloc(n > 0 ? n : 1, sizeof *r->ema_created);
-    int rc = keys != NULL && r->ema_keys != NULL && r->ema_created != NULL
+    r->ema.keys = calloc(n > 0 ? n : 1, sizeof *r->ema.keys);
+    r->ema.created = calloc(n > 0 ? n : 1, sizeof *r->ema.created);
+    int rc = keys != NULL && r->ema.keys != NULL && r->ema.created != NULL
                  ? DUET_OK
                  : duet__error(DUET_ENOMEM, "custom_hooks: out of memory");
     if (rc == DUET_OK && duet_config_kind(h, "module_keys") == DUET_CONFIG_STRING)
@@ -54,10 +54,10 @@ static int read_keys(duet__run *r, duet_config *h, const char *path) {
         if (len <= 4 || strcmp(keys[i] + len - 4, "_ema") != 0) {
             rc = bad_hook(r, path, "module_keys: give names that end with \"_ema\" "
                           "(generator_ema: the average of generator)");
-        } else if ((r->ema_keys[i] = duet__strdup(keys[i])) == NULL) {
+        } else if ((r->ema.keys[i] = duet__strdup(keys[i])) == NULL) {
             rc = duet__error(DUET_ENOMEM, "custom_hooks: out of memory");
         } else {
-            r->nema = (int)i + 1; /* so that clear frees what is there */
+            r->ema.n = (int)i + 1; /* so that clear frees what is there */
         }
     }
     free(keys);
@@ -75,7 +75,7 @@ static int read_one(duet__run *r, duet_config *h, const char *path) {
         free(p);
         return rc;
     }
-    if (r->nema > 0)
+    if (r->ema.n > 0)
         return bad_hook(r, path, "is a second ExponentialMovingAverageHook: give all "
                         "module_keys to one");
     DUET_TRY(read_keys(r, h, path));
@@ -86,10 +86,10 @@ static int read_one(duet__run *r, duet_config *h, const char *path) {
     double mom = 0.999, mom_nt = 0.0;
     DUET_TRY(duet_config_get_double_or(h, "interp_cfg.momentum", 0.999, &mom));
     DUET_TRY(duet_config_get_double_or(h, "interp_cfg.momentum_nontrainable", 0.0, &mom_nt));
-    DUET_TRY(duet_config_get_int_or(h, "interval", -1, &r->ema_interval));
-    DUET_TRY(duet_config_get_int_or(h, "start_iter", 0, &r->ema_start_iter));
-    r->ema_momentum = (float)mom;
-    r->ema_momentum_nontrainable = (float)mom_nt;
+    DUET_TRY(duet_config_get_int_or(h, "interval", -1, &r->ema.interval));
+    DUET_TRY(duet_config_get_int_or(h, "start_iter", 0, &r->ema.start_iter));
+    r->ema.momentum = (float)mom;
+    r->ema.momentum_nontrainable = (float)mom_nt;
     return DUET_OK;
 }
 
@@ -121,7 +121,7 @@ static int copy_state(duet_module *dst, duet_module *src) {
 /* Model part ema_keys[i] as a frozen copy of the part it averages, unless
  * the model has its own. */
 static int add_one(duet__run *r, duet_model *model, int i, char *base) {
-    const char *key = r->ema_keys[i];
+    const char *key = r->ema.keys[i];
     if (duet_model_part(model, key) != NULL) return DUET_OK; /* the model's own */
     duet_module *net = duet_model_part(model, base);
     if (net == NULL)
@@ -147,14 +147,14 @@ static int add_one(duet__run *r, duet_model *model, int i, char *base) {
         duet_module_destroy(copy);
     }
     DUET_TRY(rc);
-    r->ema_created[i] = true;
+    r->ema.created[i] = true;
     return DUET_OK;
 }
 
 int duet__run_add_ema(duet__run *r, duet_model *model) {
-    for (int i = 0; i < r->nema; i++) {
-        r->ema_created[i] = false;
-        char *base = base_name(r->ema_keys[i]);
+    for (int i = 0; i < r->ema.n; i++) {
+        r->ema.created[i] = false;
+        char *base = base_name(r->ema.keys[i]);
         int rc = base != NULL ? add_one(r, model, i, base)
                               : duet__error(DUET_ENOMEM, "custom_hooks: out of memory");
         free(base);
@@ -164,10 +164,10 @@ int duet__run_add_ema(duet__run *r, duet_model *model) {
 }
 
 int duet__run_ema_sync(duet__run *r) {
-    for (int i = 0; i < r->nema; i++) {
-        if (!r->ema_created[i]) continue;
-        char *base = base_name(r->ema_keys[i]);
-        int rc = base != NULL ? copy_state(duet_model_part(r->model, r->ema_keys[i]),
+    for (int i = 0; i < r->ema.n; i++) {
+        if (!r->ema.created[i]) continue;
+        char *base = base_name(r->ema.keys[i]);
+        int rc = base != NULL ? copy_state(duet_model_part(r->model, r->ema.keys[i]),
                                            duet_model_part(r->model, base))
                               : duet__error(DUET_ENOMEM, "custom_hooks: out of memory");
         free(base);
@@ -177,20 +177,20 @@ int duet__run_ema_sync(duet__run *r) {
 }
 
 int duet__run_ema_after_iter(duet__run *r, int64_t iter) {
-    if (r->nema == 0) return DUET_OK;
-    bool before = iter < r->ema_start_iter;
-    if (!before && (r->ema_interval <= 0 || (iter + 1 - r->ema_start_iter) % r->ema_interval != 0))
+    if (r->ema.n == 0) return DUET_OK;
+    bool before = iter < r->ema.start_iter;
+    if (!before && (r->ema.interval <= 0 || (iter + 1 - r->ema.start_iter) % r->ema.interval != 0))
         return DUET_OK;
-    for (int i = 0; i < r->nema; i++) {
-        char *base = base_name(r->ema_keys[i]);
-        if (base == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", r->ema_keys[i]);
-        duet_module *ema = duet_model_part(r->model, r->ema_keys[i]);
+    for (int i = 0; i < r->ema.n; i++) {
+        char *base = base_name(r->ema.keys[i]);
+        if (base == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", r->ema.keys[i]);
+        duet_module *ema = duet_model_part(r->model, r->ema.keys[i]);
         duet_module *net = duet_model_part(r->model, base);
         free(base);
         int rc = before ? copy_state(ema, net)
-                        : duet_ema_update(ema, net, r->ema_momentum,
-                                          r->ema_momentum_nontrainable);
-        if (rc != DUET_OK) return duet__error_context(rc, "%s", r->ema_keys[i]);
+                        : duet_ema_update(ema, net, r->ema.momentum,
+                                          r->ema.momentum_nontrainable);
+        if (rc != DUET_OK) return duet__error_context(rc, "%s", r->ema.keys[i]);
     }
     return DUET_OK;
 }

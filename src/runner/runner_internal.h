@@ -12,6 +12,16 @@
 #include "duet/wrapper.h"
 #include "runner/logger.h"
 
+/* custom_hooks: MMEditing's ExponentialMovingAverageHook (ema.c; n 0: none),
+ * with as many module_keys as the config gives, of any length. */
+typedef struct duet__ema_hook {
+    int n;
+    char **keys;    /* [n], owned: "generator_ema" */
+    bool *created;  /* [n]: the runner made the copy (not the model) */
+    float momentum, momentum_nontrainable;
+    int64_t interval, start_iter;
+} duet__ema_hook;
+
 typedef struct duet__run {
     duet_comm *comm; /* the job */
     int rank, world;
@@ -25,7 +35,6 @@ typedef struct duet__run {
     duet_model *model;        /* borrowed from the wrapper, or owned (test, infer) */
     duet_optimizer_set *opts; /* training only */
     duet_lr_schedule sched;
-    int scale;
 
     duet_dataset *train_set, *val_set; /* owned */
     duet_loader *loader;               /* training */
@@ -43,13 +52,7 @@ typedef struct duet__run {
 
     duet__logger *log; /* rank 0 while training; NULL elsewhere */
 
-    /* custom_hooks: MMEditing's ExponentialMovingAverageHook (nema 0: none);
-     * as many module_keys as the config gives, of any length. */
-    int nema;
-    char **ema_keys;    /* [nema], owned: "generator_ema" */
-    bool *ema_created;  /* [nema]: the runner made the copy (not the model) */
-    float ema_momentum, ema_momentum_nontrainable;
-    int64_t ema_interval, ema_start_iter;
+    duet__ema_hook ema;
 } duet__run;
 
 /* mkdir -p; DUET_EIO naming the folder. */
@@ -109,7 +112,7 @@ void duet__run_apply_lr(duet__run *r, int64_t iter);
 /* ---- ema.c: MMEditing's ExponentialMovingAverageHook ---- */
 /* custom_hooks from the config (marking them read). */
 int duet__run_read_ema(duet__run *r);
-/* Frees what read_ema kept (nema 0 after). */
+/* Frees what read_ema kept (ema.n 0 after). */
 void duet__run_clear_ema(duet__run *r);
 /* Gives the model each configured P_ema it lacks: a frozen copy of part P,
  * built from the config group model.P and loaded with P's state. Before
