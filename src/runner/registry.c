@@ -5,9 +5,8 @@
  * as a user's own, so a model written in C outside duet trains like SRGAN.
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
-#include "duet/train.h"
 #include "runner/registry_data.h"
-#include "runner/registry_gan.h"
+#include "runner/registry_internal.h"
 
 #include <float.h>
 #include <limits.h>
@@ -162,281 +161,28 @@ static int unknown_type(const char *what, const char *path, const char *type,
     return rc;
 }
 
-/* Typed getters with defaults, narrowing to the types of the option structs. */
-static int get_int_in(duet_config *c, const char *key, int def, int min, int *out) {
-    int64_t v;
-    DUET_TRY(duet_config_get_int_in_or(c, key, def, min, INT_MAX, &v));
-    *out = (int)v;
-    return DUET_OK;
-}
+/* ---- building from the rows (registry_internal.h) ----------------------------------- */
 
-static int get_int(duet_config *c, const char *key, int def, int *out) {
-    return get_int_in(c, key, def, INT_MIN, out);
-}
-
-static int get_float(duet_config *c, const char *key, float def, float *out) {
-    double v;
-    DUET_TRY(duet_config_get_double_in_or(c, key, def, -FLT_MAX, FLT_MAX, &v));
-    *out = (float)v;
-    return DUET_OK;
-}
-
-/* The group at path as a view, and its type. */
-static int open_group(duet_config *cfg, const char *path, duet_config **sub, const char **type) {
-    *sub = NULL;
-    DUET_TRY(duet_config_sub(cfg, path, sub));
-    int rc = duet_config_get_string(*sub, "type", type);
-    if (rc != DUET_OK) {
-        duet_config_destroy(*sub);
-        *sub = NULL;
-    }
+/* A built-in network or loss: its row's defaults, reader and create. */
+static int build_module_row(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
+    const char *type = NULL;
+    DUET_TRY(duet_config_get_string(c, "type", &type));
+    const duet__module_row *row = duet__module_row_find(type);
+    DUET_ASSERT(row != NULL); /* registered from the rows under their names only */
+    void *opts = malloc(row->opts_size);
+    if (opts == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", path);
+    row->defaults(opts);
+    int rc = row->read(c, opts);
+    if (rc == DUET_OK) rc = row->create(opts, rng, out);
+    free(opts);
     return rc;
 }
-
-static int expect_type(const char *path, const char *type, const char *want) {
-    if (strcmp(type, want) == 0) return DUET_OK;
-    return duet__error(DUET_EUNSUPPORTED, "%s.type: '%s' is not supported here (duet has %s)",
-                       path, type, want);
-}
-
-/* ---- option readers ------------------------------------------------------------- */
-
-static int read_msrresnet(duet_config *c, duet_msrresnet_opts *o) {
-    *o = duet_msrresnet_opts_default();
-    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
-    DUET_TRY(get_int(c, "out_channels", o->out_channels, &o->out_channels));
-    DUET_TRY(get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
-    DUET_TRY(get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
-    return get_int(c, "upscale_factor", o->upscale_factor, &o->upscale_factor);
-}
-
-static int read_modified_vgg(duet_config *c, duet_modified_vgg_opts *o) {
-    *o = duet_modified_vgg_opts_default();
-    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
-    DUET_TRY(get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
-    return get_int(c, "input_size", o->input_size, &o->input_size);
-}
-
-static int read_pixel_loss(duet_config *c, float *weight) {
-    const char *red;
-    DUET_TRY(get_float(c, "loss_weight", 1.0f, weight));
-    DUET_TRY(duet_config_get_string_or(c, "reduction", "mean", &red));
-    if (strcmp(red, "mean") != 0)
-        return duet__error(DUET_EUNSUPPORTED, "%s: reduction '%s' is not supported (only 'mean')",
-                           duet_config_name(c), red);
-    return DUET_OK;
-}
-
-static int read_gan_loss(duet_config *c, duet_gan_loss_opts *o) {
-    *o = duet_gan_loss_opts_default();
-    DUET_TRY(duet_config_get_string_or(c, "gan_type", "vanilla", &o->gan_type));
-    DUET_TRY(get_float(c, "real_label_val", o->real_label_val, &o->real_label_val));
-    DUET_TRY(get_float(c, "fake_label_val", o->fake_label_val, &o->fake_label_val));
-    return get_float(c, "loss_weight", o->loss_weight, &o->loss_weight);
-}
-
-/* torchvision's VGG configurations, 0 = max pool. */
-static int vgg_cfg(const char *vgg_type, int *cfg, int *n) {
-    static const int v11[] = {64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
-    static const int v13[] = {64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
-    static const int v16[] = {64,  64,  0,   128, 128, 0,   256, 256, 256,
-                              0,   512, 512, 512, 0,   512, 512, 512, 0};
-    static const int v19[] = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
-                              512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
-    const int *src;
-    size_t len;
-    if (strcmp(vgg_type, "vgg11") == 0) src = v11, len = sizeof v11 / sizeof *v11;
-    else if (strcmp(vgg_type, "vgg13") == 0) src = v13, len = sizeof v13 / sizeof *v13;
-    else if (strcmp(vgg_type, "vgg16") == 0) src = v16, len = sizeof v16 / sizeof *v16;
-    else if (strcmp(vgg_type, "vgg19") == 0) src = v19, len = sizeof v19 / sizeof *v19;
-    else
-        return duet__error(DUET_ECONFIG, "PerceptualLoss: vgg_type '%s' (use vgg11, vgg13, vgg16, "
-                           "vgg19, or give cfg = [...])", vgg_type);
-    for (size_t i = 0; i < len; i++) cfg[i] = src[i];
-    *n = (int)len;
-    return DUET_OK;
-}
-
-static int read_perceptual(duet_config *c, duet_perceptual_loss_opts *o) {
-    *o = duet_perceptual_loss_opts_default();
-    /* MMEditing writes layer_weights = {'34': 1.0}; libconfig names cannot
-     * be numbers, so duet reads layer_ids = [34]; layer_weights = [1.0];
-     * or a group whose member names end in the index: { conv34 = 1.0; }. */
-    int kind = duet_config_kind(c, "layer_weights");
-    if (kind == DUET_CONFIG_ARRAY || kind == DUET_CONFIG_LIST) {
-        int64_t ids[DUET_PERCEPTUAL_MAX_LAYERS];
-        double w[DUET_PERCEPTUAL_MAX_LAYERS];
-        size_t nids = 0, nw = 0;
-        DUET_TRY(duet_config_get_double_array(c, "layer_weights", w, DUET_PERCEPTUAL_MAX_LAYERS,
-                                              &nw));
-        DUET_TRY(duet_config_get_int_array(c, "layer_ids", ids, DUET_PERCEPTUAL_MAX_LAYERS,
-                                           &nids));
-        if (nids != nw || nw == 0)
-            return duet__error(DUET_ECONFIG, "%s: layer_ids has %zu entries and layer_weights "
-                               "%zu; give one weight per layer index", duet_config_name(c),
-                               nids, nw);
-        o->nlayer_weights = (int)nw;
-        for (size_t i = 0; i < nw; i++) {
-            if (ids[i] < 0 || ids[i] > INT_MAX || !(fabs(w[i]) <= FLT_MAX))
-                return duet__error(DUET_ECONFIG, "%s: layer_ids[%zu] = %lld / layer_weights[%zu] "
-                                   "= %g is out of range", duet_config_name(c), i,
-                                   (long long)ids[i], i, w[i]);
-            o->layer_ids[i] = (int)ids[i];
-            o->layer_weights[i] = (float)w[i];
-        }
-    } else if (kind != DUET_CONFIG_NONE) {
-        size_t n = 0;
-        DUET_TRY(duet_config_length(c, "layer_weights", &n));
-        if (n < 1 || n > DUET_PERCEPTUAL_MAX_LAYERS)
-            return duet__error(DUET_ECONFIG, "%s: layer_weights has %zu entries (1 to %d)",
-                               duet_config_name(c), n, DUET_PERCEPTUAL_MAX_LAYERS);
-        o->nlayer_weights = (int)n;
-        for (size_t i = 0; i < n; i++) {
-            const char *name;
-            DUET_TRY(duet_config_member_name(c, "layer_weights", i, &name));
-            const char *digits = name + strlen(name);
-            while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') digits--;
-            if (*digits == '\0')
-                return duet__error(DUET_ECONFIG, "%s: layer_weights member '%s' must end in a "
-                                   "layer index (conv34 = 1.0 for MMEditing's '34'), or use "
-                                   "layer_ids = [34]; layer_weights = [1.0];",
-                                   duet_config_name(c), name);
-            char *key = duet__strf("layer_weights.%s", name);
-            if (key == NULL) return duet__error(DUET_ENOMEM, "registry: out of memory");
-            double w;
-            int rc = duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w);
-            free(key);
-            DUET_TRY(rc);
-            o->layer_ids[i] = atoi(digits);
-            o->layer_weights[i] = (float)w;
-        }
-    }
-    const char *vgg_type;
-    DUET_TRY(duet_config_get_string_or(c, "vgg_type", "vgg19", &vgg_type));
-    if (duet_config_has(c, "cfg")) {
-        int64_t v[DUET_VGG_MAX_CFG];
-        size_t n = 0;
-        DUET_TRY(duet_config_get_int_array(c, "cfg", v, DUET_VGG_MAX_CFG, &n));
-        for (size_t i = 0; i < n; i++) {
-            if (v[i] < 0 || v[i] > INT_MAX)
-                return duet__error(DUET_ECONFIG, "%s: cfg[%zu] = %lld is out of range (channels, "
-                                   "or 0 for a max pool)", duet_config_name(c), i,
-                                   (long long)v[i]);
-            o->cfg[i] = (int)v[i];
-        }
-        o->ncfg = (int)n;
-    } else {
-        DUET_TRY(vgg_cfg(vgg_type, o->cfg, &o->ncfg));
-    }
-    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
-    DUET_TRY(duet_config_get_bool_or(c, "use_input_norm", o->use_input_norm, &o->use_input_norm));
-    DUET_TRY(duet_config_get_bool_or(c, "norm_img", o->norm_img, &o->norm_img));
-    DUET_TRY(get_float(c, "perceptual_weight", o->perceptual_weight, &o->perceptual_weight));
-    DUET_TRY(get_float(c, "style_weight", o->style_weight, &o->style_weight));
-    DUET_TRY(duet_config_get_string_or(c, "criterion", "l1", &o->criterion));
-    DUET_TRY(duet_config_get_string_or(c, "pretrained", "", &o->weights_path));
-    if (strncmp(o->weights_path, "torchvision://", 14) == 0)
-        return duet__error(DUET_ECONFIG, "%s: pretrained = '%s': duet reads VGG weights from a "
-                           "safetensors file (torchvision's state dict converted, keys "
-                           "features.<i>.weight); give its path", duet_config_name(c),
-                           o->weights_path);
-    return DUET_OK;
-}
-
-static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int crop_default) {
-    *o = duet_test_cfg_default();
-    o->crop_border = crop_default;
-    if (!duet_config_has(c, path)) return DUET_OK;
-    duet_config *t = NULL;
-    DUET_TRY(duet_config_sub(c, path, &t));
-    int rc = DUET_OK;
-    if (duet_config_has(t, "metrics")) {
-        size_t n = 0;
-        const char *names[DUET_MAX_METRICS];
-        rc = duet_config_get_string_array(t, "metrics", names, DUET_MAX_METRICS, &n);
-        for (size_t i = 0; i < n && rc == DUET_OK; i++) {
-            /* Static names, so that the settings outlive the config. */
-            if (strcmp(names[i], "PSNR") == 0) o->metrics[i] = "PSNR";
-            else if (strcmp(names[i], "SSIM") == 0) o->metrics[i] = "SSIM";
-            else
-                rc = duet__error(DUET_ECONFIG, "%s.metrics: '%s' is not supported (PSNR, SSIM)",
-                                 path, names[i]);
-        }
-        o->nmetrics = (int)n;
-    }
-    if (rc == DUET_OK) rc = get_int_in(t, "crop_border", o->crop_border, 0, &o->crop_border);
-    const char *conv = "";
-    if (rc == DUET_OK) rc = duet_config_get_string_or(t, "convert_to", "", &conv);
-    if (rc == DUET_OK && conv[0] != '\0') {
-        if (strcmp(conv, "y") == 0 || strcmp(conv, "Y") == 0) o->convert_to = "y";
-        else rc = duet__error(DUET_ECONFIG, "%s.convert_to: '%s' (use \"y\" or leave it out)",
-                              path, conv);
-    }
-    duet_config_destroy(t);
-    return rc;
-}
-
-/* ---- networks and losses -------------------------------------------------------- */
-
-static int build_msrresnet(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
-    (void)path;
-    duet_msrresnet_opts o;
-    DUET_TRY(read_msrresnet(c, &o));
-    return duet_msrresnet_create(&o, rng, out);
-}
-
-static int build_modified_vgg(duet_config *c, const char *path, duet_rng *rng,
-                              duet_module **out) {
-    (void)path;
-    duet_modified_vgg_opts o;
-    DUET_TRY(read_modified_vgg(c, &o));
-    return duet_modified_vgg_create(&o, rng, out);
-}
-
-static int build_l1_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
-    (void)path, (void)rng;
-    float w;
-    DUET_TRY(read_pixel_loss(c, &w));
-    return duet_l1_loss_module_create(w, out);
-}
-
-static int build_mse_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
-    (void)path, (void)rng;
-    float w;
-    DUET_TRY(read_pixel_loss(c, &w));
-    return duet_mse_loss_module_create(w, out);
-}
-
-static int build_gan_loss(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
-    (void)path, (void)rng;
-    duet_gan_loss_opts o;
-    DUET_TRY(read_gan_loss(c, &o));
-    return duet_gan_loss_create(&o, out);
-}
-
-static int build_perceptual(duet_config *c, const char *path, duet_rng *rng,
-                            duet_module **out) {
-    (void)path;
-    duet_perceptual_loss_opts o;
-    DUET_TRY(read_perceptual(c, &o));
-    return duet_perceptual_loss_create(&o, rng, out);
-}
-/* ESRGAN's block, at the end of this file. */
-static int build_rrdbnet_module(duet_config *c, duet_rng *rng, duet_module **out);
-static int build_rrdbnet(duet_config *c, const char *path, duet_rng *rng, duet_module **out) {
-    (void)path;
-    return build_rrdbnet_module(c, rng, out);
-}
-static int build_esrgan(duet_config *m, const char *path, duet_rng *rng, duet_model **out);
-static bool generator_is_rrdbnet(duet_config *m);
-static int build_basic_restorer_rrdbnet(duet_config *m, const char *path, duet_rng *rng,
-                                        duet_model **out);
 
 int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out) {
     *out = NULL;
     duet_config *c = NULL;
     const char *type = NULL;
-    DUET_TRY(open_group(cfg, path, &c, &type));
+    DUET_TRY(duet__reg_open_group(cfg, path, &c, &type));
     size_t i = 0;
     int rc;
     if (reg_lookup(&modules, type, &i) < 0)
@@ -452,96 +198,97 @@ int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_mo
     return rc;
 }
 
-/* ---- models ---------------------------------------------------------------------- */
+static bool part_allows(const duet__part_row *p, const char *type) {
+    for (int i = 0; i < DUET__MAX_PART_TYPES && p->types[i] != NULL; i++)
+        if (strcmp(p->types[i], type) == 0) return true;
+    return false;
+}
 
-/* A part's group at "<model>.<part>": its type must be `want`; reader fills
- * the options. */
-static int read_part(duet_config *m, const char *model_path, const char *part, const char *want,
-                     int (*reader)(duet_config *, void *), void *opts) {
-    duet_config *c = NULL;
-    const char *type = NULL;
-    DUET_TRY(open_group(m, part, &c, &type));
-    char *path = duet__strf("%s.%s", model_path, part);
-    int rc = path != NULL ? expect_type(path, type, want)
-                          : duet__error(DUET_ENOMEM, "registry: out of memory");
-    free(path);
-    if (rc == DUET_OK) rc = reader(c, opts);
-    duet_config_destroy(c);
+/* DUET_EUNSUPPORTED naming the types that part `key` of the model type
+ * may name, over every row of that type. */
+static int part_refused(const char *model, const char *path, const char *key, const char *type) {
+    duet__str list = {0};
+    for (size_t r = 0; r < duet__model_row_count; r++) {
+        if (strcmp(duet__model_rows[r].type, model) != 0) continue;
+        for (const duet__part_row *p = duet__model_rows[r].parts; p->key != NULL; p++)
+            for (int i = 0; strcmp(p->key, key) == 0 && i < DUET__MAX_PART_TYPES &&
+                            p->types[i] != NULL; i++)
+                duet__str_add_item(&list, ", ", "%s", p->types[i]);
+    }
+    int rc = duet__error(DUET_EUNSUPPORTED, "%s.%s.type: '%s' is not supported here (duet has %s)",
+                         path, key, type, duet__str_get(&list));
+    duet__str_free(&list);
     return rc;
 }
 
-static int rd_msrresnet(duet_config *c, void *o) { return read_msrresnet(c, o); }
-static int rd_vgg(duet_config *c, void *o) { return read_modified_vgg(c, o); }
-static int rd_gan(duet_config *c, void *o) { return read_gan_loss(c, o); }
-static int rd_percep(duet_config *c, void *o) { return read_perceptual(c, o); }
-static int rd_l1(duet_config *c, void *o) { return read_pixel_loss(c, o); }
-
-/* `train_cfg = {};` holds nothing to read; any key in it is reported as
- * unknown by duet_config_check_unused. */
-static int mark_empty_group(duet_config *m, const char *key) {
-    if (!duet_config_has(m, key)) return DUET_OK;
-    size_t n = 0;
-    DUET_TRY(duet_config_length(m, key, &n));
-    return n == 0 ? duet_config_mark_used(m, key) : DUET_OK;
+/* Whether every part of row that m holds names one of the part's types. */
+static bool row_fits(const duet__model_row *row, duet_config *m) {
+    for (const duet__part_row *p = row->parts; p->key != NULL; p++) {
+        char key[96]; /* "<part>.type": the rows' part names are short */
+        snprintf(key, sizeof key, "%s.type", p->key);
+        const char *type = NULL;
+        if (duet_config_kind(m, key) != DUET_CONFIG_STRING) continue; /* read_parts reports it */
+        if (duet_config_get_string(m, key, &type) != DUET_OK || !part_allows(p, type))
+            return false;
+    }
+    return true;
 }
 
-static int check_pretrained(duet_config *m, const char *path) {
-    const char *pre = "";
-    DUET_TRY(duet_config_get_string_or(m, "pretrained", "", &pre));
-    if (pre[0] != '\0')
-        return duet__error(DUET_EUNSUPPORTED, "%s.pretrained = '%s': start from a checkpoint with "
-                           "load_from instead", path, pre);
+/* The first row of model type `type`, or NULL. */
+static const duet__model_row *first_model_row(const char *type) {
+    for (size_t r = 0; r < duet__model_row_count; r++)
+        if (strcmp(duet__model_rows[r].type, type) == 0) return &duet__model_rows[r];
+    return NULL;
+}
+
+/* The row of model type `type` that fits m: the first whose parts' types
+ * fit, else the first of that name (whose reader reports the misfit). */
+static const duet__model_row *find_model_row(duet_config *m, const char *type) {
+    for (size_t r = 0; r < duet__model_row_count; r++) {
+        const duet__model_row *row = &duet__model_rows[r];
+        if (strcmp(row->type, type) == 0 && row_fits(row, m)) return row;
+    }
+    return first_model_row(type);
+}
+
+/* The part groups of row from m into opts, in order, each through the
+ * module row of its type. */
+static int read_parts(const duet__model_row *row, duet_config *m, const char *path, void *opts) {
+    for (const duet__part_row *p = row->parts; p->key != NULL; p++) {
+        if (p->optional && !duet_config_has(m, p->key)) continue;
+        duet_config *c = NULL;
+        const char *type = NULL;
+        DUET_TRY(duet__reg_open_group(m, p->key, &c, &type));
+        int rc = part_allows(p, type)
+                     ? duet__module_row_find(type)->read(c, (char *)opts + p->at)
+                     : part_refused(row->type, path, p->key, type);
+        duet_config_destroy(c);
+        DUET_TRY(rc);
+    }
     return DUET_OK;
 }
 
-static int build_srgan(duet_config *m, const char *path, duet_rng *rng, duet_model **out) {
-    duet_srgan_opts o = duet_srgan_opts_default();
-    DUET_TRY(read_part(m, path, "generator", "MSRResNet", rd_msrresnet, &o.generator));
-    DUET_TRY(read_part(m, path, "discriminator", "ModifiedVGG", rd_vgg, &o.discriminator));
-    DUET_TRY(read_part(m, path, "gan_loss", "GANLoss", rd_gan, &o.gan_loss));
-    o.pixel_loss_weight = 0.0f;
-    if (duet_config_has(m, "pixel_loss"))
-        DUET_TRY(read_part(m, path, "pixel_loss", "L1Loss", rd_l1, &o.pixel_loss_weight));
-    o.perceptual = duet_config_has(m, "perceptual_loss");
-    if (o.perceptual)
-        DUET_TRY(read_part(m, path, "perceptual_loss", "PerceptualLoss", rd_percep,
-                           &o.perceptual_loss));
-    DUET_TRY(get_int(m, "train_cfg.disc_steps", 1, &o.disc_steps));
-    DUET_TRY(get_int(m, "train_cfg.disc_init_steps", 0, &o.disc_init_steps));
-    DUET_TRY(mark_empty_group(m, "train_cfg"));
-    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
-    DUET_TRY(check_pretrained(m, path));
-    return duet_srgan_create(&o, rng, out);
-}
-
-static int build_basic_restorer(duet_config *m, const char *path, duet_rng *rng,
-                                duet_model **out) {
-    /* MMEditing's PSNR stage of ESRGAN is a BasicRestorer around RRDBNet. */
-    if (generator_is_rrdbnet(m)) return build_basic_restorer_rrdbnet(m, path, rng, out);
-    duet_basic_restorer_opts o = duet_basic_restorer_opts_default();
-    DUET_TRY(read_part(m, path, "generator", "MSRResNet", rd_msrresnet, &o.generator));
-    duet_config *c = NULL;
+/* A built-in model: its row's defaults, parts, own keys and create. */
+static int build_model_row(duet_config *m, const char *path, duet_rng *rng, duet_model **out) {
     const char *type = NULL;
-    DUET_TRY(open_group(m, "pixel_loss", &c, &type));
-    int rc = DUET_OK;
-    if (strcmp(type, "L1Loss") == 0) o.pixel_loss = "L1Loss";
-    else if (strcmp(type, "MSELoss") == 0) o.pixel_loss = "MSELoss";
-    else rc = duet__error(DUET_ECONFIG, "%s.pixel_loss.type: '%s' (use L1Loss or MSELoss)", path,
-                          type);
-    if (rc == DUET_OK) rc = read_pixel_loss(c, &o.pixel_loss_weight);
-    duet_config_destroy(c);
-    DUET_TRY(rc);
-    DUET_TRY(mark_empty_group(m, "train_cfg"));
-    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
-    DUET_TRY(check_pretrained(m, path));
-    return duet_basic_restorer_create(&o, rng, out);
+    DUET_TRY(duet_config_get_string(m, "type", &type));
+    const duet__model_row *row = find_model_row(m, type);
+    DUET_ASSERT(row != NULL); /* registered from the rows under their names only */
+    void *opts = malloc(row->opts_size);
+    if (opts == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", path);
+    row->defaults(opts);
+    int rc = read_parts(row, m, path, opts);
+    if (rc == DUET_OK) rc = row->read(m, path, rng, opts);
+    if (rc == DUET_OK) rc = row->create(opts, rng, out);
+    free(opts);
+    return rc;
 }
 
 int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out) {
     *out = NULL;
     duet_config *m = NULL;
     const char *type = NULL;
-    DUET_TRY(open_group(cfg, path, &m, &type));
+    DUET_TRY(duet__reg_open_group(cfg, path, &m, &type));
     size_t i = 0;
     int rc;
     if (reg_lookup(&models, type, &i) < 0)
@@ -599,7 +346,7 @@ int duet_build_dataset(duet_config *cfg, const char *path, bool train, duet_data
     *out = NULL;
     duet_config *d = NULL;
     const char *type = NULL;
-    DUET_TRY(open_group(cfg, path, &d, &type));
+    DUET_TRY(duet__reg_open_group(cfg, path, &d, &type));
     size_t i = 0;
     int rc;
     if (reg_lookup(&datasets, type, &i) < 0)
@@ -623,18 +370,14 @@ static void register_one(int rc) {
 
 static void register_builtins(void) {
     in_builtins = true;
-    register_one(duet_registry_register_module("MSRResNet", build_msrresnet));
-    register_one(duet_registry_register_module("ModifiedVGG", build_modified_vgg));
-    register_one(duet_registry_register_loss("L1Loss", build_l1_loss));
-    register_one(duet_registry_register_loss("MSELoss", build_mse_loss));
-    register_one(duet_registry_register_loss("GANLoss", build_gan_loss));
-    register_one(duet_registry_register_loss("PerceptualLoss", build_perceptual));
-    register_one(duet_registry_register_module("RRDBNet", build_rrdbnet));
-    register_one(duet_registry_register_model("SRGAN", build_srgan));
-    register_one(duet_registry_register_model("ESRGAN", build_esrgan));
-    register_one(duet_registry_register_model("BasicRestorer", build_basic_restorer));
-    register_one(duet_registry_register_model("Pix2Pix", duet__build_pix2pix));
-    register_one(duet_registry_register_model("CycleGAN", duet__build_cyclegan));
+    for (size_t i = 0; i < duet__module_row_count; i++)
+        register_one(duet_registry_register_module(duet__module_rows[i].type, build_module_row));
+    for (size_t i = 0; i < duet__model_row_count; i++) {
+        /* Rows sharing a name are one type: registered at the first. */
+        const char *type = duet__model_rows[i].type;
+        if (first_model_row(type) == &duet__model_rows[i])
+            register_one(duet_registry_register_model(type, build_model_row));
+    }
     register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
     register_one(duet_registry_register_dataset("GenerationPairedDataset",
@@ -653,7 +396,7 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
     *out = NULL;
     duet_config *c = NULL;
     const char *type = NULL;
-    int rc = open_group(cfg, path, &c, &type);
+    int rc = duet__reg_open_group(cfg, path, &c, &type);
     if (rc != DUET_OK) {
         duet_model_destroy(model);
         return rc;
@@ -669,12 +412,12 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
                                                     &o.broadcast_buffers);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "find_unused_parameters", false,
                                                     &o.find_unused_parameters);
-    /* Absent: 0.0, the wrapper's default (25 MB); given: must be > 0. */
+    /* Absent: 0.0, the DDP's default (1 MiB, duet_ddp_opts); given: must be > 0. */
     if (rc == DUET_OK)
         rc = duet_config_get_double_in_or(c, "bucket_cap_mb", 0.0, DBL_TRUE_MIN, 1e6,
                                           &o.bucket_cap_mb);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "sync_bn", false, &o.sync_bn);
-    if (rc == DUET_OK) rc = get_int(c, "dim", 0, &o.dim);
+    if (rc == DUET_OK) rc = duet__reg_get_int(c, "dim", 0, &o.dim);
     if (rc == DUET_OK) rc = duet_config_get_string_or(c, "comm_hook", "allreduce", &hook);
     if (rc == DUET_OK && duet_config_has(c, "device_ids"))
         rc = duet_config_get_string_array(c, "device_ids", devices, 4, &ndevices);
@@ -726,16 +469,16 @@ static int build_one_optimizer(duet_config *c, const char *path, const char *par
             o.beta1 = (float)b[0];
             o.beta2 = (float)b[1];
         }
-        DUET_TRY(get_float(c, "eps", o.eps, &o.eps));
-        DUET_TRY(get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
+        DUET_TRY(duet__reg_get_float(c, "eps", o.eps, &o.eps));
+        DUET_TRY(duet__reg_get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
         return duet_optimizer_set_add_adam(set, model, part, &o);
     }
     if (strcmp(type, "SGD") == 0) {
         duet_sgd_opts o = duet_sgd_opts_default();
         o.lr = (float)lr;
-        DUET_TRY(get_float(c, "momentum", o.momentum, &o.momentum));
-        DUET_TRY(get_float(c, "dampening", o.dampening, &o.dampening));
-        DUET_TRY(get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
+        DUET_TRY(duet__reg_get_float(c, "momentum", o.momentum, &o.momentum));
+        DUET_TRY(duet__reg_get_float(c, "dampening", o.dampening, &o.dampening));
+        DUET_TRY(duet__reg_get_float(c, "weight_decay", o.weight_decay, &o.weight_decay));
         DUET_TRY(duet_config_get_bool_or(c, "nesterov", o.nesterov, &o.nesterov));
         return duet_optimizer_set_add_sgd(set, model, part, &o);
     }
@@ -770,76 +513,4 @@ int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
     }
     *out = set;
     return DUET_OK;
-}
-
-/* ---- ESRGAN (issue 9): RRDBNet, ESRGAN, BasicRestorer with RRDBNet ---------------- */
-
-/* MMEditing's RRDBNet arguments; `scale` is the later 0.x name of the
- * factor (default 4, the only one duet builds). */
-static int read_rrdbnet(duet_config *c, duet_rrdbnet_opts *o) {
-    *o = duet_rrdbnet_opts_default();
-    DUET_TRY(get_int(c, "in_channels", o->in_channels, &o->in_channels));
-    DUET_TRY(get_int(c, "out_channels", o->out_channels, &o->out_channels));
-    DUET_TRY(get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
-    DUET_TRY(get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
-    DUET_TRY(get_int(c, "growth_channels", o->growth_channels, &o->growth_channels));
-    return get_int(c, "scale", o->upscale_factor, &o->upscale_factor);
-}
-
-static int rd_rrdbnet(duet_config *c, void *o) { return read_rrdbnet(c, o); }
-
-static int build_rrdbnet_module(duet_config *c, duet_rng *rng, duet_module **out) {
-    duet_rrdbnet_opts o;
-    DUET_TRY(read_rrdbnet(c, &o));
-    return duet_rrdbnet_create(&o, rng, out);
-}
-
-static bool generator_is_rrdbnet(duet_config *m) {
-    const char *type = NULL;
-    return duet_config_get_string_or(m, "generator.type", "", &type) == DUET_OK &&
-           strcmp(type, "RRDBNet") == 0;
-}
-
-/* As build_srgan, with an RRDBNet generator. */
-static int build_esrgan(duet_config *m, const char *path, duet_rng *rng, duet_model **out) {
-    duet_esrgan_opts o = duet_esrgan_opts_default();
-    DUET_TRY(read_part(m, path, "generator", "RRDBNet", rd_rrdbnet, &o.generator));
-    DUET_TRY(read_part(m, path, "discriminator", "ModifiedVGG", rd_vgg, &o.discriminator));
-    DUET_TRY(read_part(m, path, "gan_loss", "GANLoss", rd_gan, &o.gan_loss));
-    o.pixel_loss_weight = 0.0f;
-    if (duet_config_has(m, "pixel_loss"))
-        DUET_TRY(read_part(m, path, "pixel_loss", "L1Loss", rd_l1, &o.pixel_loss_weight));
-    o.perceptual = duet_config_has(m, "perceptual_loss");
-    if (o.perceptual)
-        DUET_TRY(read_part(m, path, "perceptual_loss", "PerceptualLoss", rd_percep,
-                           &o.perceptual_loss));
-    DUET_TRY(get_int(m, "train_cfg.disc_steps", 1, &o.disc_steps));
-    DUET_TRY(get_int(m, "train_cfg.disc_init_steps", 0, &o.disc_init_steps));
-    DUET_TRY(mark_empty_group(m, "train_cfg"));
-    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, o.generator.upscale_factor));
-    DUET_TRY(check_pretrained(m, path));
-    return duet_esrgan_create(&o, rng, out);
-}
-
-/* MMEditing's esrgan_psnr config: a BasicRestorer around an RRDBNet. */
-static int build_basic_restorer_rrdbnet(duet_config *m, const char *path, duet_rng *rng,
-                                        duet_model **out) {
-    duet_basic_restorer_opts o = duet_basic_restorer_opts_default();
-    duet_rrdbnet_opts g;
-    DUET_TRY(read_part(m, path, "generator", "RRDBNet", rd_rrdbnet, &g));
-    duet_config *c = NULL;
-    const char *type = NULL;
-    DUET_TRY(open_group(m, "pixel_loss", &c, &type));
-    int rc = DUET_OK;
-    if (strcmp(type, "L1Loss") == 0) o.pixel_loss = "L1Loss";
-    else if (strcmp(type, "MSELoss") == 0) o.pixel_loss = "MSELoss";
-    else rc = duet__error(DUET_ECONFIG, "%s.pixel_loss.type: '%s' (use L1Loss or MSELoss)", path,
-                          type);
-    if (rc == DUET_OK) rc = read_pixel_loss(c, &o.pixel_loss_weight);
-    duet_config_destroy(c);
-    DUET_TRY(rc);
-    DUET_TRY(mark_empty_group(m, "train_cfg"));
-    DUET_TRY(read_test_cfg(m, "test_cfg", &o.test_cfg, g.upscale_factor));
-    DUET_TRY(check_pretrained(m, path));
-    return duet_basic_restorer_rrdbnet_create(&g, &o, rng, out);
 }
