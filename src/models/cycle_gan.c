@@ -4,8 +4,7 @@
  * image history pools (image_pool.c). The networks are always forwarded
  * through their container's DDP when the wrapper made one
  * (duet_ddp_forward_child), where MMEditing's get_module reaches around it. */
-#include "models/image_pool.h"
-#include "models_internal.h"
+#include "models/models_internal.h"
 
 #include "duet/comm.h"
 #include "duet/ddp.h"

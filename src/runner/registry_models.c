@@ -32,7 +32,8 @@ static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int
         }
         o->nmetrics = (int)n;
     }
-    if (rc == DUET_OK) rc = duet__reg_get_int_in(t, "crop_border", o->crop_border, 0, &o->crop_border);
+    if (rc == DUET_OK)
+        rc = duet__reg_get_int_in(t, "crop_border", o->crop_border, 0, &o->crop_border);
     const char *conv = "";
     if (rc == DUET_OK) rc = duet_config_get_string_or(t, "convert_to", "", &conv);
     if (rc == DUET_OK && conv[0] != '\0') {

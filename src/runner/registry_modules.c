@@ -179,7 +179,8 @@ static int read_perceptual(duet_config *c, void *opts) {
     DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
     DUET_TRY(duet_config_get_bool_or(c, "use_input_norm", o->use_input_norm, &o->use_input_norm));
     DUET_TRY(duet_config_get_bool_or(c, "norm_img", o->norm_img, &o->norm_img));
-    DUET_TRY(duet__reg_get_float(c, "perceptual_weight", o->perceptual_weight, &o->perceptual_weight));
+    DUET_TRY(duet__reg_get_float(c, "perceptual_weight", o->perceptual_weight,
+                                 &o->perceptual_weight));
     DUET_TRY(duet__reg_get_float(c, "style_weight", o->style_weight, &o->style_weight));
     DUET_TRY(duet_config_get_string_or(c, "criterion", "l1", &o->criterion));
     DUET_TRY(duet_config_get_string_or(c, "pretrained", "", &o->weights_path));
