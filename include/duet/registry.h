@@ -55,7 +55,6 @@ int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
  * (a later registration extends the same list). */
 const char *const *duet_registry_module_types(void);
 const char *const *duet_registry_model_types(void);
-const char *const *duet_registry_wrapper_types(void);
 const char *const *duet_registry_dataset_types(void);
 
 /* ---- registering a type: the open model contract -------------------------

@@ -149,7 +149,6 @@ const char *const *duet_registry_dataset_types(void) {
     ensure_builtins();
     return datasets.names;
 }
-const char *const *duet_registry_wrapper_types(void) { return wrapper_types; }
 
 static int unknown_type(const char *what, const char *path, const char *type,
                         const char *const *known) {
