@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "data/translation.h"
 
 #define MAX_STEPS 32
 
@@ -42,13 +41,13 @@ static int read_string_in(duet_config *c, const char *key, const char *def,
 }
 
 static int slot_of(const char *name) {
-    if (strcmp(name, "img_a") == 0) return DUET__SLOT_A;
-    if (strcmp(name, "img_b") == 0) return DUET__SLOT_B;
-    if (strcmp(name, "pair") == 0) return DUET__SLOT_PAIR;
+    if (strcmp(name, "img_a") == 0) return DUET_TSLOT_A;
+    if (strcmp(name, "img_b") == 0) return DUET_TSLOT_B;
+    if (strcmp(name, "pair") == 0) return DUET_TSLOT_PAIR;
     return -1;
 }
 
-static int read_keys(duet_config *c, duet__tstep *st) {
+static int read_keys(duet_config *c, duet_tstep *st) {
     const char *names[8];
     size_t n = 0;
     DUET_TRY(duet_config_get_string_array(c, "keys", names, 8, &n));
@@ -86,7 +85,7 @@ static const char *const only_disk[] = {"disk", NULL};
 static const char *const only_color[] = {"color", NULL};
 static const char *const orders[] = {"bgr", "rgb", NULL};
 
-static int read_load(duet_config *c, bool paired, duet__tstep *st) {
+static int read_load(duet_config *c, bool paired, duet_tstep *st) {
     const char *s = NULL, *key = NULL;
     bool keep = false;
     DUET_TRY(read_string_in(c, "io_backend", "disk", only_disk, "duet reads files: \"disk\"", &s));
@@ -99,15 +98,15 @@ static int read_load(duet_config *c, bool paired, duet__tstep *st) {
         if (strcmp(key, "pair") != 0)
             return bad(c, "key", "= \"%s\": LoadPairedImageFromFile reads the dataset's "
                        "pair_path: key = \"pair\"", key);
-        st->kind = DUET__T_LOAD_PAIRED;
-        st->keys[0] = DUET__SLOT_PAIR;
+        st->kind = DUET_TSTEP_LOAD_PAIRED;
+        st->keys[0] = DUET_TSLOT_PAIR;
         st->bgr = true; /* mmcv.imfrombytes' default, whatever channel_order says */
     } else {
         int id = slot_of(key);
-        if (id != DUET__SLOT_A && id != DUET__SLOT_B)
+        if (id != DUET_TSLOT_A && id != DUET_TSLOT_B)
             return bad(c, "key", "= \"%s\": give \"img_a\" or \"img_b\"", key);
         DUET_TRY(read_string_in(c, "channel_order", "bgr", orders, "\"bgr\" or \"rgb\"", &s));
-        st->kind = DUET__T_LOAD;
+        st->kind = DUET_TSTEP_LOAD;
         st->keys[0] = id;
         st->bgr = strcmp(s, "bgr") == 0;
     }
@@ -115,7 +114,7 @@ static int read_load(duet_config *c, bool paired, duet__tstep *st) {
     return DUET_OK;
 }
 
-static int read_step(duet_config *c, const char *type, bool paired, duet__tstep *st) {
+static int read_step(duet_config *c, const char *type, bool paired, duet_tstep *st) {
     if (strcmp(type, "LoadImageFromFile") == 0 || strcmp(type, "LoadPairedImageFromFile") == 0) {
         if ((strcmp(type, "LoadPairedImageFromFile") == 0) != paired)
             return bad(c, "type", "= \"%s\" belongs to the other dataset (paired: "
@@ -129,7 +128,7 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
         const char *s = NULL;
         bool keep_ratio = false;
         int64_t wh[2];
-        st->kind = DUET__T_RESIZE;
+        st->kind = DUET_TSTEP_RESIZE;
         /* mmcv.imresize takes the tuple as (w, h); MMEditing passes it on as is. */
         DUET_TRY(read_pair(c, "scale", 1, wh));
         st->width = wh[0];
@@ -145,7 +144,7 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
         st->height = hw[0];
         st->width = hw[1];
         if (type[0] == 'F') {
-            st->kind = DUET__T_FIXED_CROP;
+            st->kind = DUET_TSTEP_FIXED_CROP;
             if (duet_config_has(c, "crop_pos")) {
                 int64_t xy[2];
                 DUET_TRY(read_pair(c, "crop_pos", 0, xy)); /* (x, y) */
@@ -154,7 +153,7 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
                 st->pos_y = xy[1];
             }
         } else {
-            st->kind = DUET__T_CROP;
+            st->kind = DUET_TSTEP_CROP;
             DUET_TRY(duet_config_get_bool_or(c, "random_crop", true, &st->random_crop));
         }
         return DUET_OK;
@@ -162,7 +161,7 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
     if (strcmp(type, "Flip") == 0) {
         static const char *const dirs[] = {"horizontal", "vertical", NULL};
         const char *d = NULL;
-        st->kind = DUET__T_FLIP;
+        st->kind = DUET_TSTEP_FLIP;
         DUET_TRY(duet_config_get_double_in_or(c, "flip_ratio", 0.5, 0.0, 1.0, &st->flip_ratio));
         DUET_TRY(read_string_in(c, "direction", "horizontal", dirs,
                                 "\"horizontal\" or \"vertical\"", &d));
@@ -170,14 +169,14 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
         return DUET_OK;
     }
     if (strcmp(type, "RescaleToZeroOne") == 0) {
-        st->kind = DUET__T_RESCALE;
+        st->kind = DUET_TSTEP_RESCALE;
         return DUET_OK;
     }
     if (strcmp(type, "Normalize") == 0) {
         double m[4], s[4];
         size_t nm = 0, ns = 0;
         bool save = false;
-        st->kind = DUET__T_NORMALIZE;
+        st->kind = DUET_TSTEP_NORMALIZE;
         DUET_TRY(duet_config_get_double_array(c, "mean", m, 4, &nm));
         DUET_TRY(duet_config_get_double_array(c, "std", s, 4, &ns));
         if (nm != 3 && nm != 1) return bad(c, "mean", "%smust have 3 values (or 1)", "");
@@ -195,13 +194,13 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
     }
     if (strcmp(type, "ImageToTensor") == 0) {
         bool f32 = true;
-        st->kind = DUET__T_TO_TENSOR;
+        st->kind = DUET_TSTEP_TO_TENSOR;
         return duet_config_get_bool_or(c, "to_float32", true, &f32); /* duet's are float */
     }
     if (strcmp(type, "Collect") == 0) {
         const char *mk[4];
         size_t n = 0;
-        st->kind = DUET__T_COLLECT;
+        st->kind = DUET_TSTEP_COLLECT;
         if (duet_config_has(c, "meta_keys"))
             DUET_TRY(duet_config_get_string_array(c, "meta_keys", mk, 4, &n));
         for (size_t i = 0; i < n; i++) {
@@ -219,7 +218,7 @@ static int read_step(duet_config *c, const char *type, bool paired, duet__tstep 
 
 /* The `pipeline` list of the dataset group d (at `path`) into steps[n]. */
 static int read_pipeline(duet_config *d, const char *path, bool paired,
-                         duet__tstep steps[MAX_STEPS], size_t *nsteps) {
+                         duet_tstep steps[MAX_STEPS], size_t *nsteps) {
     size_t n = 0;
     if (duet_config_kind(d, "pipeline") != DUET_CONFIG_LIST) {
         char *where = NULL;
@@ -233,7 +232,7 @@ static int read_pipeline(duet_config *d, const char *path, bool paired,
     if (n == 0 || n > MAX_STEPS)
         return duet__error(DUET_ECONFIG, "%s: %s.pipeline has %zu steps (1 to %d)",
                            duet_config_name(d), path, n, MAX_STEPS);
-    memset(steps, 0, sizeof(duet__tstep) * MAX_STEPS);
+    memset(steps, 0, sizeof(duet_tstep) * MAX_STEPS);
     for (size_t i = 0; i < n; i++) {
         char key[32]; /* "pipeline.[i]": 12 characters and a size_t's 20 digits at most */
         snprintf(key, sizeof key, "pipeline.[%zu]", i);
@@ -258,7 +257,7 @@ static int read_pipeline(duet_config *d, const char *path, bool paired,
 }
 
 static int build_translation(duet_config *d, const char *path, bool paired, duet_dataset **out) {
-    duet__translation_opts o = {0};
+    duet_translation_opts o = {0};
     o.paired = paired;
     DUET_TRY(duet_config_get_string(d, "dataroot", &o.dataroot));
     DUET_TRY(duet_config_get_bool_or(d, "test_mode", false, &o.test_mode));
@@ -266,10 +265,10 @@ static int build_translation(duet_config *d, const char *path, bool paired, duet
     DUET_TRY(duet_config_get_int_in_or(d, "max_image_pixels", DUET_IMAGE_MAX_PIXELS_DEFAULT, 0,
                                        INT64_MAX, &max_pixels));
     DUET_TRY(duet_image_pixel_limit(max_pixels, &o.max_pixels));
-    duet__tstep steps[MAX_STEPS];
+    duet_tstep steps[MAX_STEPS];
     DUET_TRY(read_pipeline(d, path, paired, steps, &o.nsteps));
     o.steps = steps;
-    return duet__translation_dataset_create(&o, out);
+    return duet_translation_dataset_create(&o, out);
 }
 
 int duet__translation_infer_input(duet_config *cfg, const char *key, const char *image,
@@ -277,7 +276,7 @@ int duet__translation_infer_input(duet_config *cfg, const char *key, const char 
     *out = NULL;
     static const char path[] = "data.val";
     const int slot = slot_of(key);
-    if (slot != DUET__SLOT_A && slot != DUET__SLOT_B)
+    if (slot != DUET_TSLOT_A && slot != DUET_TSLOT_B)
         return duet__error(DUET_EINVAL, "infer: the model takes '%s', not an image of a "
                            "translation sample (img_a, img_b)", key);
     if (!duet_config_has(cfg, path))
@@ -302,11 +301,11 @@ int duet__translation_infer_input(duet_config *cfg, const char *key, const char 
             free(where);
         }
     }
-    duet__tstep steps[MAX_STEPS];
+    duet_tstep steps[MAX_STEPS];
     size_t n = 0;
     if (rc == DUET_OK) rc = read_pipeline(d, path, paired, steps, &n);
     if (rc == DUET_OK)
-        rc = duet__translation_one_image(steps, n, paired, slot, image, max_pixels, out);
+        rc = duet_translation_one_image(steps, n, paired, slot, image, max_pixels, out);
     duet_config_destroy(d);
     return rc;
 }

@@ -14,7 +14,7 @@ int duet__build_generation_unpaired(duet_config *d, const char *path, bool train
 
 /* duet infer's input for a model whose forward takes `key` ("img_a" or
  * "img_b"): the image file `image` through the steps of cfg's
- * data.val.pipeline for that key (see duet__translation_one_image), a
+ * data.val.pipeline for that key (see duet_translation_one_image), a
  * (1, 3, H, W) tensor as duet test would give the model. Errors name the
  * config key. */
 int duet__translation_infer_input(duet_config *cfg, const char *key, const char *image,

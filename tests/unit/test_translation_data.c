@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "data/translation.h"
+#include "data/translation.h" /* duet__cv_resize_cubic_u8 (white-box) */
 #include "duet/train.h"
 #include "testutil.h"
 
