@@ -1,5 +1,5 @@
-/* The image history pool (image_pool.h): buffer_size images of one shape
- * in one contiguous array, filled in arrival order. */
+/* MMEditing's GANImageBuffer (models_internal.h): buffer_size images of one
+ * shape in one contiguous array, filled in arrival order. */
 #include "models/models_internal.h"
 
 #include <errno.h>

@@ -104,61 +104,64 @@ static int vgg_cfg(const char *vgg_type, int *cfg, int *n) {
     return DUET_OK;
 }
 
-static int read_perceptual(duet_config *c, void *opts) {
-    duet_perceptual_loss_opts *o = opts;
-    *o = duet_perceptual_loss_opts_default();
-    /* MMEditing writes layer_weights = {'34': 1.0}; libconfig names cannot
-     * be numbers, so duet reads layer_ids = [34]; layer_weights = [1.0];
-     * or a group whose member names end in the index: { conv34 = 1.0; }. */
-    int kind = duet_config_kind(c, "layer_weights");
-    if (kind == DUET_CONFIG_ARRAY || kind == DUET_CONFIG_LIST) {
-        int64_t ids[DUET_PERCEPTUAL_MAX_LAYERS];
-        double w[DUET_PERCEPTUAL_MAX_LAYERS];
-        size_t nids = 0, nw = 0;
-        DUET_TRY(duet_config_get_double_array(c, "layer_weights", w, DUET_PERCEPTUAL_MAX_LAYERS,
-                                              &nw));
-        DUET_TRY(duet_config_get_int_array(c, "layer_ids", ids, DUET_PERCEPTUAL_MAX_LAYERS,
-                                           &nids));
-        if (nids != nw || nw == 0)
-            return duet__error(DUET_ECONFIG, "%s: layer_ids has %zu entries and layer_weights "
-                               "%zu; give one weight per layer index", duet_config_name(c),
-                               nids, nw);
-        o->nlayer_weights = (int)nw;
-        for (size_t i = 0; i < nw; i++) {
-            if (ids[i] < 0 || ids[i] > INT_MAX || !(fabs(w[i]) <= FLT_MAX))
-                return duet__error(DUET_ECONFIG, "%s: layer_ids[%zu] = %lld / layer_weights[%zu] "
-                                   "= %g is out of range", duet_config_name(c), i,
-                                   (long long)ids[i], i, w[i]);
-            o->layer_ids[i] = (int)ids[i];
-            o->layer_weights[i] = (float)w[i];
-        }
-    } else if (kind != DUET_CONFIG_NONE) {
-        size_t n = 0;
-        DUET_TRY(duet_config_length(c, "layer_weights", &n));
-        if (n < 1 || n > DUET_PERCEPTUAL_MAX_LAYERS)
-            return duet__error(DUET_ECONFIG, "%s: layer_weights has %zu entries (1 to %d)",
-                               duet_config_name(c), n, DUET_PERCEPTUAL_MAX_LAYERS);
-        o->nlayer_weights = (int)n;
-        for (size_t i = 0; i < n; i++) {
-            const char *name;
-            DUET_TRY(duet_config_member_name(c, "layer_weights", i, &name));
-            const char *digits = name + strlen(name);
-            while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') digits--;
-            if (*digits == '\0')
-                return duet__error(DUET_ECONFIG, "%s: layer_weights member '%s' must end in a "
-                                   "layer index (conv34 = 1.0 for MMEditing's '34'), or use "
-                                   "layer_ids = [34]; layer_weights = [1.0];",
-                                   duet_config_name(c), name);
-            char *key = duet__strf("layer_weights.%s", name);
-            if (key == NULL) return duet__error(DUET_ENOMEM, "registry: out of memory");
-            double w;
-            int rc = duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w);
-            free(key);
-            DUET_TRY(rc);
-            o->layer_ids[i] = atoi(digits);
-            o->layer_weights[i] = (float)w;
-        }
+/* layer_weights as two arrays: layer_ids = [34]; layer_weights = [1.0]; */
+static int read_layer_arrays(duet_config *c, duet_perceptual_loss_opts *o) {
+    int64_t ids[DUET_PERCEPTUAL_MAX_LAYERS];
+    double w[DUET_PERCEPTUAL_MAX_LAYERS];
+    size_t nids = 0, nw = 0;
+    DUET_TRY(duet_config_get_double_array(c, "layer_weights", w, DUET_PERCEPTUAL_MAX_LAYERS,
+                                          &nw));
+    DUET_TRY(duet_config_get_int_array(c, "layer_ids", ids, DUET_PERCEPTUAL_MAX_LAYERS,
+                                       &nids));
+    if (nids != nw || nw == 0)
+        return duet__error(DUET_ECONFIG, "%s: layer_ids has %zu entries and layer_weights "
+                           "%zu; give one weight per layer index", duet_config_name(c),
+                           nids, nw);
+    o->nlayer_weights = (int)nw;
+    for (size_t i = 0; i < nw; i++) {
+        if (ids[i] < 0 || ids[i] > INT_MAX || !(fabs(w[i]) <= FLT_MAX))
+            return duet__error(DUET_ECONFIG, "%s: layer_ids[%zu] = %lld / layer_weights[%zu] "
+                               "= %g is out of range", duet_config_name(c), i,
+                               (long long)ids[i], i, w[i]);
+        o->layer_ids[i] = (int)ids[i];
+        o->layer_weights[i] = (float)w[i];
     }
+    return DUET_OK;
+}
+
+/* layer_weights as a group whose member names end in the layer index:
+ * { conv34 = 1.0; }. */
+static int read_layer_group(duet_config *c, duet_perceptual_loss_opts *o) {
+    size_t n = 0;
+    DUET_TRY(duet_config_length(c, "layer_weights", &n));
+    if (n < 1 || n > DUET_PERCEPTUAL_MAX_LAYERS)
+        return duet__error(DUET_ECONFIG, "%s: layer_weights has %zu entries (1 to %d)",
+                           duet_config_name(c), n, DUET_PERCEPTUAL_MAX_LAYERS);
+    o->nlayer_weights = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        DUET_TRY(duet_config_member_name(c, "layer_weights", i, &name));
+        const char *digits = name + strlen(name);
+        while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') digits--;
+        if (*digits == '\0')
+            return duet__error(DUET_ECONFIG, "%s: layer_weights member '%s' must end in a "
+                               "layer index (conv34 = 1.0 for MMEditing's '34'), or use "
+                               "layer_ids = [34]; layer_weights = [1.0];",
+                               duet_config_name(c), name);
+        char *key = duet__strf("layer_weights.%s", name);
+        if (key == NULL) return duet__error(DUET_ENOMEM, "registry: out of memory");
+        double w;
+        int rc = duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w);
+        free(key);
+        DUET_TRY(rc);
+        o->layer_ids[i] = atoi(digits);
+        o->layer_weights[i] = (float)w;
+    }
+    return DUET_OK;
+}
+
+/* vgg_type or an explicit cfg = [64, 64, 0, ...] (0: a max pool). */
+static int read_vgg_stack(duet_config *c, duet_perceptual_loss_opts *o) {
     const char *vgg_type;
     DUET_TRY(duet_config_get_string_or(c, "vgg_type", "vgg19", &vgg_type));
     if (duet_config_has(c, "cfg")) {
@@ -176,6 +179,21 @@ static int read_perceptual(duet_config *c, void *opts) {
     } else {
         DUET_TRY(vgg_cfg(vgg_type, o->cfg, &o->ncfg));
     }
+    return DUET_OK;
+}
+
+static int read_perceptual(duet_config *c, void *opts) {
+    duet_perceptual_loss_opts *o = opts;
+    *o = duet_perceptual_loss_opts_default();
+    /* MMEditing writes layer_weights = {'34': 1.0}; libconfig names cannot
+     * be numbers, so duet reads layer_ids = [34]; layer_weights = [1.0];
+     * or a group whose member names end in the index: { conv34 = 1.0; }. */
+    int kind = duet_config_kind(c, "layer_weights");
+    if (kind == DUET_CONFIG_ARRAY || kind == DUET_CONFIG_LIST)
+        DUET_TRY(read_layer_arrays(c, o));
+    else if (kind != DUET_CONFIG_NONE)
+        DUET_TRY(read_layer_group(c, o));
+    DUET_TRY(read_vgg_stack(c, o));
     DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
     DUET_TRY(duet_config_get_bool_or(c, "use_input_norm", o->use_input_norm, &o->use_input_norm));
     DUET_TRY(duet_config_get_bool_or(c, "norm_img", o->norm_img, &o->norm_img));
