@@ -11,7 +11,7 @@ From a .pth, two layouts are understood:
                left by DistributedDataParallel or MMEditing's
                DistributedDataParallelWrapper ("module.generator.x",
                "generator.module.x") are removed. The result is what
-               `duet train` writes (src/train/checkpoint.c) without the
+               `duet train` writes (src/runner/checkpoint.c) without the
                optimizer state: give it to `duet test` / `duet infer`, or as
                `load_from` to start training from it.
   torchvision  a torchvision VGG state dict (vgg19-dcbb9e9d.pth: features.<i>.

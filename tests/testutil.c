@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -334,9 +335,24 @@ static int backprop_dot_backward(duet_node *node) {
     return DUET_OK;
 }
 
+static int skipped;
+
+void tu_skip_note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("SKIPPED: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    skipped++;
+}
+
+int tu_exit(int failed) { return failed != 0 ? failed : skipped > 0 ? TU_SKIP_CODE : 0; }
+
 void tu_bf16_or_skip(int num_threads) {
     duet_cpu_info ci = duet_cpu_info_get();
-    if (!ci.avx512_bf16 && !ci.amx_bf16) skip();
+    if (!ci.avx512_bf16 && !ci.amx_bf16) tu_skip("bf16: this CPU has neither AVX512_BF16 nor AMX-BF16");
     duet_kernel_opts o = duet_kernel_opts_default();
     o.bf16 = true;
     o.num_threads = num_threads;

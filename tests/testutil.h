@@ -110,6 +110,19 @@ unsigned char *tu_read_file(const char *path, size_t *n);
  * "[3, 6]", NULL). */
 void tu_expect_error(int rc, int want, ...) __attribute__((sentinel));
 
+/* ---- skipping ------------------------------------------------------------- */
+
+/* Skips the calling test case for a reason of this machine (a CPU feature, a
+ * kernel setting, a sanitizer): prints "SKIPPED: <reason>" and makes tu_exit
+ * return TU_SKIP_CODE, which CTest reports as a skipped test (the tests'
+ * SKIP_RETURN_CODE), so that a skip shows in ctest's output. */
+#define TU_SKIP_CODE 77
+#define tu_skip(...) (tu_skip_note(__VA_ARGS__), skip())
+void tu_skip_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A test program's exit status from cmocka's count of failed tests: that
+ * count when nonzero, else TU_SKIP_CODE when a case called tu_skip, else 0. */
+int tu_exit(int failed);
+
 /* ---- kernels -------------------------------------------------------------- */
 
 /* Switches the kernels to bf16 mixed precision on num_threads threads, or

@@ -146,7 +146,8 @@ void tu_gan_whole_model_fails_everywhere(duet_model *m, const tu_gan_run *run, i
     assert_int_equal(it, want_iter);
     if (strstr(msg, needle) == NULL || strstr(msg, "got no gradient") == NULL)
         fail_msg("rank %d: \"%s\" lacks \"%s\" or \"got no gradient\"", tu_rank, msg, needle);
-    assert_true(elapsed < 60.0);
+    /* No time bound: a rank left hanging is CTest's timeout (and the
+     * watchdog's error), not a clock reading on a shared machine. */
     /* Every rank saw the same failure (this collective would hang, and the
      * test time out, if one rank were left inside a reduction). */
     int all = rc == DUET_EUNUSED;

@@ -46,7 +46,9 @@ typedef struct duet_node {
     duet_tensor *inputs[DUET_NODE_MAX_INPUTS]; /* retained */
     duet_tensor *output;            /* retained */
     /* Set by ops whose backward never reads output->data (conv2d, linear,
-     * batch_norm2d, add), so that an in-place op may overwrite the output. */
+     * batch_norm2d, add), so that an in-place op may overwrite the output:
+     * written and read through duet_autograd_mark_output_unread and
+     * duet_autograd_output_unread. */
     bool output_unread;
     uint64_t mark;                  /* private: reachability pass */
 } duet_node;
@@ -123,6 +125,22 @@ typedef struct duet_backward_observer {
 } duet_backward_observer;
 int duet_autograd_add_observer(const duet_backward_observer *obs, int *id);
 void duet_autograd_remove_observer(int id);
+
+/* A leaf's gradient-ready hook (one slot; the DDP's): fn(ctx, t) runs once
+ * t's gradient for this backward is final. Setting replaces the hook; fn
+ * NULL clears it. Code outside autograd reaches the hook only through these. */
+void duet_autograd_set_grad_hook(duet_tensor *t, duet_grad_hook_fn fn, void *ctx);
+/* The ctx given with fn when fn is t's hook; NULL otherwise. */
+void *duet_autograd_grad_hook_ctx(const duet_tensor *t, duet_grad_hook_fn fn);
+bool duet_autograd_has_grad_hook(const duet_tensor *t);
+
+/* For an op whose backward never reads its output's values (conv2d, linear,
+ * add, relu, ...): marks y, when it is its node's output, so that the
+ * in-place ops may overwrite it and duet_autograd_release may free it. No-op
+ * for NULL or an unrecorded y. */
+void duet_autograd_mark_output_unread(duet_tensor *y);
+/* Whether y is its node's output and that node's backward does not read it. */
+bool duet_autograd_output_unread(const duet_tensor *y);
 
 #ifdef __cplusplus
 }

@@ -346,6 +346,76 @@ duet_sampler_state duet_loader_get_state(const duet_loader *l);
  * duet_sampler_set_state. */
 int duet_loader_set_state(duet_loader *l, duet_sampler_state state);
 
+/* ---- image-to-image translation datasets -------------------------------------
+ * MMEditing 0.x's GenerationPairedDataset and GenerationUnpairedDataset and
+ * the pipeline steps their configs use. Configs reach them through the
+ * registry (src/runner/registry_data.c), which turns a `pipeline = ( {type
+ * = ...}, ... )` list into steps.
+ *
+ * A sample is built as MMEditing builds it: images are kept as 8-bit HWC
+ * until RescaleToZeroOne or Normalize turns them into float, in the channel
+ * order MMEditing would have them (its loaders give BGR; Normalize's to_rgb
+ * swaps), and every random choice is drawn from the sample's rng in
+ * MMEditing's order of np.random calls. */
+
+/* The images a pipeline works on ("keys" in MMEditing's steps). */
+enum { DUET_TSLOT_A, DUET_TSLOT_B, DUET_TSLOT_PAIR, DUET_TSLOT_COUNT };
+
+typedef enum duet_tstep_kind {
+    DUET_TSTEP_LOAD,        /* LoadImageFromFile: key img_a or img_b */
+    DUET_TSTEP_LOAD_PAIRED, /* LoadPairedImageFromFile: key pair, split into img_a | img_b */
+    DUET_TSTEP_RESIZE,      /* Resize to (width, height), mmcv's bicubic */
+    DUET_TSTEP_FIXED_CROP,  /* FixedCrop: one window for all keys */
+    DUET_TSTEP_CROP,        /* Crop: a window per key (random or centred) */
+    DUET_TSTEP_FLIP,        /* Flip: one draw for all keys */
+    DUET_TSTEP_RESCALE,     /* RescaleToZeroOne */
+    DUET_TSTEP_NORMALIZE,   /* Normalize (mean, std, to_rgb) */
+    DUET_TSTEP_TO_TENSOR,   /* ImageToTensor */
+    DUET_TSTEP_COLLECT      /* Collect: the sample's tensors and meta columns */
+} duet_tstep_kind;
+
+typedef struct duet_tstep {
+    duet_tstep_kind kind;
+    int nkeys;
+    int keys[DUET_TSLOT_COUNT];   /* DUET_TSLOT_* */
+    bool bgr;                     /* LOAD: channel_order 'bgr' (MMEditing's default) */
+    int64_t width, height;        /* RESIZE: output size; crops: crop size */
+    bool random_crop;             /* CROP: random (true) or centred window */
+    bool has_pos;                 /* FIXED_CROP: crop_pos given */
+    int64_t pos_x, pos_y;
+    double flip_ratio;            /* FLIP */
+    bool vertical;                /* FLIP: direction 'vertical' */
+    float mean[3], std[3];        /* NORMALIZE, in the order of the image's channels */
+    bool to_rgb;                  /* NORMALIZE: BGR -> RGB first */
+    bool meta_path[2];            /* COLLECT: meta_keys img_a_path, img_b_path */
+    char where[160]; /* a label for messages only ("x.cfg:12: data.train.pipeline.[2] (type)"),
+                        cut with "..." when longer */
+} duet_tstep;
+
+typedef struct duet_translation_opts {
+    const char *dataroot;   /* train/ test/ (paired) or trainA ... testB (unpaired) */
+    bool paired;
+    bool test_mode;         /* test folders; unpaired: img_b by index, not at random */
+    const duet_tstep *steps;
+    size_t nsteps;
+    int64_t max_pixels;     /* decompression-bomb limit, 0: none */
+} duet_translation_opts;
+
+/* Checks the pipeline (every key loaded before use, Resize on 8-bit images,
+ * Collect last with tensors), lists the folders and makes the dataset. Errors
+ * name the step (its `where`) or the folder. Steps are copied. */
+int duet_translation_dataset_create(const duet_translation_opts *o, duet_dataset **out);
+
+/* duet infer's input: the image at `path` as image `slot` (DUET_TSLOT_A or
+ * _B) of a sample, through the pipeline's steps for that key. The file is
+ * that image alone (for a paired pipeline the A or B half, loaded as
+ * LoadPairedImageFromFile loads a pair, without the split); steps on other
+ * keys are skipped, random steps draw from a fixed rng (a test pipeline has
+ * none). The pipeline is checked as the dataset checks it; *out is (1, 3,
+ * H, W) as Collect gives it. */
+int duet_translation_one_image(const duet_tstep *steps, size_t nsteps, bool paired, int slot,
+                               const char *path, int64_t max_pixels, duet_tensor **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -91,11 +91,10 @@ typedef struct duet_ddp_opts {
      * armed forward. Default true (PyTorch); MMEditing sets false. */
     bool broadcast_buffers;
     /* Bucket size cap in MiB (1 MiB = 2^20 bytes of float32 gradient). A
-     * parameter larger than the cap gets a bucket of its own. Default 1: on
-     * the 2-rank shared-memory machine allreduce bandwidth saturates from
-     * about 256 KiB, and 1 MiB buckets leave under 10% of the communication
-     * exposed after the backward where 4 MiB ones leave about half; see
-     * docs/ddp.md for the measurement. */
+     * parameter larger than the cap gets a bucket of its own. Default 1,
+     * chosen by measurement (docs/ddp.md): large enough to reach the
+     * allreduce's bandwidth, small enough that most of the communication
+     * overlaps the backward. */
     double bucket_cap_mb;
     /* Cap of the first bucket, which holds the last layers' gradients and
      * should start while most of the backward is still to run. Default 1. */
@@ -207,7 +206,6 @@ typedef struct duet_ddp_stats {
 } duet_ddp_stats;
 /* Zeroed when ddp is not a DDP. */
 duet_ddp_stats duet_ddp_get_stats(duet_module *ddp);
-void duet_ddp_reset_stats(duet_module *ddp);
 
 /* Writes the trace now (when opts.trace_path was set); keeps recording. */
 int duet_ddp_trace_write(duet_module *ddp);

@@ -106,7 +106,6 @@ bool duet_module_buffer_is_integer_at(const duet_module *m, size_t i);
 /* A transparent module (a DDP around a child) adds no component to the
  * dotted names below it: "generator.module.conv.weight" reads
  * "generator.conv.weight". */
-bool duet_module_is_transparent(const duet_module *m);
 void duet_module_set_transparent(duet_module *m, bool transparent);
 
 int duet_module_forward(duet_module *m, duet_tensor *x, duet_tensor **out);

@@ -15,22 +15,27 @@ extern "C" {
 #endif
 
 /* ---- registry: building parts, models, wrappers and optimizers from a
- * config by type name (src/train/registry.c) ----------------------------
+ * config by type name (src/runner/registry.c) ----------------------------
  * Each builder reads the group at `path` (its `type` and the options it
  * knows, each marked used, so duet_config_check_unused catches typos) and
  * fails with DUET_ECONFIG naming the path and the known type names when the
  * type is unknown. Option names and defaults are MMEditing's. */
 
-/* Networks and losses: MSRResNet, ModifiedVGG, L1Loss, MSELoss, GANLoss,
- * PerceptualLoss, and any registered type. MMEditing's layer_weights = {'34': 1.0} is written
+/* Networks and losses: MSRResNet, RRDBNet, ModifiedVGG, UnetGenerator,
+ * PatchDiscriminator, ResnetGenerator (without use_dropout: its Dropout
+ * layers borrow a model's rng), L1Loss, MSELoss, GANLoss, PerceptualLoss,
+ * and any registered type. MMEditing's layer_weights = {'34': 1.0} is written
  * `layer_ids = [34]; layer_weights = [1.0];` or `layer_weights = { conv34 =
  * 1.0; };` (libconfig names cannot be numbers: the index is the trailing
  * digits); vgg_type vgg11, vgg13, vgg16, vgg19, or cfg = [64, 64, 0, 128]
  * for a custom stack with 0 for a max pool; pretrained = a safetensors path
  * (torchvision's VGG state dict, keys features.<i>.weight) or "". */
 int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_module **out);
-/* Models: SRGAN, BasicRestorer, or a registered type (parts as groups, train_cfg {disc_steps,
- * disc_init_steps}, test_cfg {metrics, crop_border, convert_to}). */
+/* Models: SRGAN, ESRGAN, BasicRestorer (around MSRResNet or RRDBNet),
+ * Pix2Pix, CycleGAN, or a registered type. Parts are groups whose type
+ * the model must allow (SRGAN's generator an MSRResNet, ...); train_cfg
+ * {disc_steps, disc_init_steps, ...}, test_cfg {metrics, crop_border,
+ * convert_to, ...} as MMEditing's. */
 int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out);
 /* Wrappers: DistributedDataParallelWrapper, DistributedDataParallel (keys
  * broadcast_buffers, find_unused_parameters, bucket_cap_mb, comm_hook
@@ -50,7 +55,6 @@ int duet_build_optimizers(duet_config *cfg, const char *path, duet_model *model,
  * (a later registration extends the same list). */
 const char *const *duet_registry_module_types(void);
 const char *const *duet_registry_model_types(void);
-const char *const *duet_registry_wrapper_types(void);
 const char *const *duet_registry_dataset_types(void);
 
 /* ---- registering a type: the open model contract -------------------------

@@ -1,6 +1,6 @@
-/* duet/train.h — the train layer, one header per subsystem; this one
- * includes them all, so that code written against the former single header
- * keeps compiling:
+/* duet/train.h — the config and runner layers, one header per subsystem;
+ * this one includes them all, so that code written against the former
+ * single header keeps compiling:
  *
  *   duet/config.h      config files, paths, getters, overrides, unused keys
  *   duet/checkpoint.h  checkpoint files (state dicts, optimizer states, metadata)

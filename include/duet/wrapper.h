@@ -81,7 +81,6 @@ void duet_wrapper_destroy(duet_wrapper *w);
 /* The wrapped model (borrowed): its parts are DDPs where wrapped
  * (duet_is_ddp), its state dict names are unchanged. */
 duet_model *duet_wrapper_model(duet_wrapper *w);
-duet_comm *duet_wrapper_comm(duet_wrapper *w);
 /* Names of the wrapped parts in child order (borrowed), e.g. generator,
  * discriminator. For DUET_WRAPPER_WHOLE_MODEL: one entry, "" (the root). */
 size_t duet_wrapper_num_ddps(const duet_wrapper *w);

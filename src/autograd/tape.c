@@ -162,8 +162,9 @@ static bool input_wants_grad(const duet_node *n, int i) {
 
 /* Whether n's backward reads the values of input `slot` (SLOT_OUTPUT: of its
  * output), given which inputs need a gradient now. The output's answer is
- * the op's own (duet__op_output_unread in src/ops/ops_internal.h, which the
- * in-place ops rely on too); the inputs' answers mirror the backwards in
+ * the op's own (duet_autograd_mark_output_unread, through
+ * duet__op_output_unread in src/ops/ops_internal.h; the in-place ops rely on
+ * it too); the inputs' answers mirror the backwards in
  * src/ops/ and must change with them. An op not listed reads every input
  * (never wrong, only less lean). */
 static bool node_reads(const duet_node *n, int slot) {
@@ -478,4 +479,26 @@ int duet_autograd_add_observer(const duet_backward_observer *obs, int *id) {
 
 void duet_autograd_remove_observer(int id) {
     if (id >= 0 && id < MAX_OBSERVERS) observer_used[id] = false;
+}
+
+/* ---- hooks and output reads ----------------------------------------------------- */
+
+void duet_autograd_set_grad_hook(duet_tensor *t, duet_grad_hook_fn fn, void *ctx) {
+    t->grad_hook = fn;
+    t->grad_hook_ctx = fn != NULL ? ctx : NULL;
+}
+
+void *duet_autograd_grad_hook_ctx(const duet_tensor *t, duet_grad_hook_fn fn) {
+    return fn != NULL && t->grad_hook == fn ? t->grad_hook_ctx : NULL;
+}
+
+bool duet_autograd_has_grad_hook(const duet_tensor *t) { return t->grad_hook != NULL; }
+
+void duet_autograd_mark_output_unread(duet_tensor *y) {
+    if (y != NULL && y->grad_fn != NULL && y->grad_fn->output == y)
+        y->grad_fn->output_unread = true;
+}
+
+bool duet_autograd_output_unread(const duet_tensor *y) {
+    return y->grad_fn != NULL && y->grad_fn->output == y && y->grad_fn->output_unread;
 }

@@ -1,4 +1,4 @@
-/* Aligned allocation with a cache of large blocks, and the wall clock.
+/* Aligned allocation with a cache of large blocks.
  *
  * Why a cache: glibc serves blocks of a few MB and more with fresh mmap()s
  * and returns them to the system on free, so every new activation tensor of
@@ -12,7 +12,6 @@
 #include <sys/mman.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Each block starts with this header, placed just before the aligned
@@ -333,10 +332,4 @@ void duet_aligned_free(void *p) {
     atomic_fetch_sub_explicit(&live_bytes, size, memory_order_relaxed);
     if (CACHE_ENABLED && size >= CACHE_MIN_BYTES && cache_put(p)) return;
     release_block(p);
-}
-
-double duet_time_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

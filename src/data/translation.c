@@ -16,7 +16,7 @@
 
 #include "data/translation.h"
 
-static const char *const slot_names[DUET__NSLOTS] = {"img_a", "img_b", "pair"};
+static const char *const slot_names[DUET_TSLOT_COUNT] = {"img_a", "img_b", "pair"};
 
 typedef struct files {
     char **paths; /* sorted */
@@ -27,7 +27,7 @@ typedef struct translation {
     bool paired, test_mode;
     char *root; /* dataroot/phase (paired) */
     files a, b; /* unpaired: A and B; paired: the pairs in a */
-    duet__tstep *steps;
+    duet_tstep *steps;
     size_t nsteps;
     int64_t max_pixels;
 } translation;
@@ -142,54 +142,54 @@ typedef struct slot_state {
     bool loaded, is_float, tensor;
 } slot_state;
 
-static int check_pipeline(const duet__translation_opts *o) {
-    slot_state s[DUET__NSLOTS] = {{0}};
+static int check_pipeline(const duet_translation_opts *o) {
+    slot_state s[DUET_TSLOT_COUNT] = {{0}};
     bool collected = false;
     for (size_t i = 0; i < o->nsteps; i++) {
-        const duet__tstep *st = &o->steps[i];
+        const duet_tstep *st = &o->steps[i];
         if (collected)
             return duet__error(DUET_ECONFIG, "%s: no step may follow Collect", st->where);
-        if (st->kind == DUET__T_LOAD_PAIRED && !o->paired)
+        if (st->kind == DUET_TSTEP_LOAD_PAIRED && !o->paired)
             return duet__error(DUET_ECONFIG, "%s: LoadPairedImageFromFile belongs to "
                                "GenerationPairedDataset; use LoadImageFromFile with key "
                                "img_a and img_b here", st->where);
-        if (st->kind == DUET__T_LOAD && o->paired)
+        if (st->kind == DUET_TSTEP_LOAD && o->paired)
             return duet__error(DUET_ECONFIG, "%s: GenerationPairedDataset loads its A|B images "
                                "with LoadPairedImageFromFile (key \"pair\")", st->where);
         for (int k = 0; k < st->nkeys; k++) {
             int id = st->keys[k];
             slot_state *ss = &s[id];
-            bool loads = st->kind == DUET__T_LOAD || st->kind == DUET__T_LOAD_PAIRED;
+            bool loads = st->kind == DUET_TSTEP_LOAD || st->kind == DUET_TSTEP_LOAD_PAIRED;
             if (loads) {
-                if (ss->loaded || (st->kind == DUET__T_LOAD_PAIRED && s[DUET__SLOT_A].loaded))
+                if (ss->loaded || (st->kind == DUET_TSTEP_LOAD_PAIRED && s[DUET_TSLOT_A].loaded))
                     return duet__error(DUET_ECONFIG, "%s: '%s' is loaded twice", st->where,
                                        slot_names[id]);
                 /* The pair itself is not kept: only its halves. */
-                if (st->kind == DUET__T_LOAD_PAIRED)
-                    s[DUET__SLOT_A].loaded = s[DUET__SLOT_B].loaded = true;
+                if (st->kind == DUET_TSTEP_LOAD_PAIRED)
+                    s[DUET_TSLOT_A].loaded = s[DUET_TSLOT_B].loaded = true;
                 else ss->loaded = true;
                 continue;
             }
-            if (id == DUET__SLOT_PAIR)
+            if (id == DUET_TSLOT_PAIR)
                 return duet__error(DUET_EUNSUPPORTED, "%s: duet keeps only the halves img_a and "
                                    "img_b of a pair: name those in keys", st->where);
             if (!ss->loaded)
                 return duet__error(DUET_ECONFIG, "%s: '%s' is not loaded by an earlier step",
                                    st->where, slot_names[id]);
-            if (ss->tensor && st->kind != DUET__T_COLLECT)
+            if (ss->tensor && st->kind != DUET_TSTEP_COLLECT)
                 return duet__error(DUET_ECONFIG, "%s: '%s' is already a tensor (ImageToTensor "
                                    "comes after the image steps)", st->where, slot_names[id]);
             switch (st->kind) {
-            case DUET__T_RESIZE:
+            case DUET_TSTEP_RESIZE:
                 if (ss->is_float)
                     return duet__error(DUET_EUNSUPPORTED, "%s: duet resizes 8-bit images only: "
                                        "put Resize before RescaleToZeroOne and Normalize",
                                        st->where);
                 break;
-            case DUET__T_RESCALE:
-            case DUET__T_NORMALIZE: ss->is_float = true; break;
-            case DUET__T_TO_TENSOR: ss->tensor = true; break;
-            case DUET__T_COLLECT:
+            case DUET_TSTEP_RESCALE:
+            case DUET_TSTEP_NORMALIZE: ss->is_float = true; break;
+            case DUET_TSTEP_TO_TENSOR: ss->tensor = true; break;
+            case DUET_TSTEP_COLLECT:
                 if (!ss->tensor)
                     return duet__error(DUET_ECONFIG, "%s: Collect takes '%s', which no "
                                        "ImageToTensor step converted", st->where,
@@ -198,7 +198,7 @@ static int check_pipeline(const duet__translation_opts *o) {
             default: break;
             }
         }
-        if (st->kind == DUET__T_COLLECT) collected = true;
+        if (st->kind == DUET_TSTEP_COLLECT) collected = true;
     }
     if (!collected)
         return duet__error(DUET_ECONFIG, "%s: the pipeline must end with Collect (keys = "
@@ -242,7 +242,7 @@ static const duet_dataset_ops unpaired_ops = {
     .destroy = translation_destroy,
 };
 
-int duet__translation_dataset_create(const duet__translation_opts *o, duet_dataset **out) {
+int duet_translation_dataset_create(const duet_translation_opts *o, duet_dataset **out) {
     *out = NULL;
     const char *what = o->paired ? "GenerationPairedDataset" : "GenerationUnpairedDataset";
     if (o->dataroot == NULL)
@@ -254,9 +254,9 @@ int duet__translation_dataset_create(const duet__translation_opts *o, duet_datas
     t->test_mode = o->test_mode;
     t->max_pixels = o->max_pixels;
     t->nsteps = o->nsteps;
-    t->steps = malloc(sizeof(duet__tstep) * (o->nsteps ? o->nsteps : 1));
+    t->steps = malloc(sizeof(duet_tstep) * (o->nsteps ? o->nsteps : 1));
     int rc = t->steps ? DUET_OK : duet__error(DUET_ENOMEM, "%s: out of memory", what);
-    if (rc == DUET_OK) memcpy(t->steps, o->steps, sizeof(duet__tstep) * o->nsteps);
+    if (rc == DUET_OK) memcpy(t->steps, o->steps, sizeof(duet_tstep) * o->nsteps);
     const char *phase = o->test_mode ? "test" : "train";
     if (rc == DUET_OK && o->paired) {
         rc = list_folder(o->dataroot, phase, &t->root, &t->a);
@@ -376,7 +376,7 @@ static int load(const translation *t, const char *path, bool bgr, img *m) {
 }
 
 /* LoadPairedImageFromFile: A is the left half, B the right one. */
-static int load_pair(const translation *t, const char *path, img s[DUET__NSLOTS]) {
+static int load_pair(const translation *t, const char *path, img s[DUET_TSLOT_COUNT]) {
     img pair = {0};
     DUET_TRY(load(t, path, true, &pair));
     if (pair.w % 2 != 0) {
@@ -387,7 +387,7 @@ static int load_pair(const translation *t, const char *path, img s[DUET__NSLOTS]
                            (long long)w, (long long)h);
     }
     int64_t half = pair.w / 2;
-    img *a = &s[DUET__SLOT_A], *b = &s[DUET__SLOT_B];
+    img *a = &s[DUET_TSLOT_A], *b = &s[DUET_TSLOT_B];
     *a = pair;
     *b = pair;
     b->u8 = malloc((size_t)(pair.h * pair.w * 3));
@@ -400,14 +400,14 @@ static int load_pair(const translation *t, const char *path, img s[DUET__NSLOTS]
     return rc;
 }
 
-static int run_step(const translation *t, const duet__tstep *st, duet_rng *rng,
-                    const char *paths[2], img s[DUET__NSLOTS]) {
+static int run_step(const translation *t, const duet_tstep *st, duet_rng *rng,
+                    const char *paths[2], img s[DUET_TSLOT_COUNT]) {
     switch (st->kind) {
-    case DUET__T_LOAD:
+    case DUET_TSTEP_LOAD:
         return load(t, paths[st->keys[0]], st->bgr, &s[st->keys[0]]);
-    case DUET__T_LOAD_PAIRED:
+    case DUET_TSTEP_LOAD_PAIRED:
         return load_pair(t, paths[0], s);
-    case DUET__T_RESIZE:
+    case DUET_TSTEP_RESIZE:
         for (int k = 0; k < st->nkeys; k++) {
             img *m = &s[st->keys[k]];
             uint8_t *d = malloc((size_t)(st->width * st->height * 3));
@@ -423,7 +423,7 @@ static int run_step(const translation *t, const duet__tstep *st, duet_rng *rng,
             m->w = st->width;
         }
         return DUET_OK;
-    case DUET__T_FIXED_CROP: {
+    case DUET_TSTEP_FIXED_CROP: {
         img *m0 = &s[st->keys[0]];
         int64_t dh = m0->h, dw = m0->w;
         int64_t ch = st->height < dh ? st->height : dh, cw = st->width < dw ? st->width : dw;
@@ -454,7 +454,7 @@ static int run_step(const translation *t, const duet__tstep *st, duet_rng *rng,
         }
         return DUET_OK;
     }
-    case DUET__T_CROP:
+    case DUET_TSTEP_CROP:
         for (int k = 0; k < st->nkeys; k++) {
             img *m = &s[st->keys[k]];
             int64_t ch = st->height < m->h ? st->height : m->h;
@@ -467,19 +467,19 @@ static int run_step(const translation *t, const duet__tstep *st, duet_rng *rng,
             DUET_TRY(crop(m, x, y, cw, ch));
         }
         return DUET_OK;
-    case DUET__T_FLIP:
+    case DUET_TSTEP_FLIP:
         /* np.random.random() < flip_ratio: one draw for all keys */
         if (duet_rng_uniform_double(rng) < st->flip_ratio)
             for (int k = 0; k < st->nkeys; k++) flip(&s[st->keys[k]], st->vertical);
         return DUET_OK;
-    case DUET__T_RESCALE:
+    case DUET_TSTEP_RESCALE:
         for (int k = 0; k < st->nkeys; k++) {
             img *m = &s[st->keys[k]];
             DUET_TRY(to_float(m));
             for (int64_t i = 0; i < m->h * m->w * 3; i++) m->f[i] = m->f[i] / 255.0f;
         }
         return DUET_OK;
-    case DUET__T_NORMALIZE:
+    case DUET_TSTEP_NORMALIZE:
         /* mmcv.imnormalize: float32, BGR -> RGB when to_rgb, then
          * (x - mean) * (1 / std) with both as float32 scalars (cv2's). */
         for (int k = 0; k < st->nkeys; k++) {
@@ -493,17 +493,17 @@ static int run_step(const translation *t, const duet__tstep *st, duet_rng *rng,
                     m->f[i * 3 + c] = (m->f[i * 3 + c] - st->mean[c]) * inv[c];
         }
         return DUET_OK;
-    case DUET__T_TO_TENSOR:
+    case DUET_TSTEP_TO_TENSOR:
         for (int k = 0; k < st->nkeys; k++) DUET_TRY(to_float(&s[st->keys[k]]));
         return DUET_OK;
-    case DUET__T_COLLECT:
+    case DUET_TSTEP_COLLECT:
         return DUET_OK; /* read by build_batch */
     }
     return DUET_OK;
 }
 
 /* Collect: each key as a (1, 3, H, W) tensor, meta columns of the paths. */
-static int build_batch(const duet__tstep *col, const char *paths[2], img s[DUET__NSLOTS],
+static int build_batch(const duet_tstep *col, const char *paths[2], img s[DUET_TSLOT_COUNT],
                        duet_batch *out) {
     for (int k = 0; k < col->nkeys; k++) {
         img *m = &s[col->keys[k]];
@@ -533,42 +533,42 @@ static int translation_get(const void *impl, int64_t index, duet_rng *rng, duet_
         int64_t ib = t->test_mode ? index % t->b.n : duet_rng_int(rng, 0, t->b.n - 1);
         paths[1] = t->b.paths[ib];
     }
-    img s[DUET__NSLOTS];
+    img s[DUET_TSLOT_COUNT];
     memset(s, 0, sizeof s);
     int rc = DUET_OK;
     for (size_t i = 0; i < t->nsteps && rc == DUET_OK; i++) {
         rc = run_step(t, &t->steps[i], rng, paths, s);
-        if (rc == DUET_OK && t->steps[i].kind == DUET__T_COLLECT)
+        if (rc == DUET_OK && t->steps[i].kind == DUET_TSTEP_COLLECT)
             rc = build_batch(&t->steps[i], paths, s, out);
     }
-    for (int k = 0; k < DUET__NSLOTS; k++) img_free(&s[k]);
+    for (int k = 0; k < DUET_TSLOT_COUNT; k++) img_free(&s[k]);
     return rc;
 }
 
 /* ---- one image (duet infer) -------------------------------------------------- */
 
-int duet__translation_one_image(const duet__tstep *steps, size_t nsteps, bool paired, int slot,
-                                const char *path, int64_t max_pixels, duet_tensor **out) {
+int duet_translation_one_image(const duet_tstep *steps, size_t nsteps, bool paired, int slot,
+                               const char *path, int64_t max_pixels, duet_tensor **out) {
     *out = NULL;
-    duet__translation_opts o = {.paired = paired, .steps = steps, .nsteps = nsteps};
+    duet_translation_opts o = {.paired = paired, .steps = steps, .nsteps = nsteps};
     DUET_TRY(check_pipeline(&o));
     translation t = {.paired = paired, .max_pixels = max_pixels};
     /* A test pipeline draws nothing; a random step draws from a fixed rng. */
     duet_rng rng = duet_rng_make(0, 0);
     const char *paths[2] = {path, path};
-    img s[DUET__NSLOTS];
+    img s[DUET_TSLOT_COUNT];
     memset(s, 0, sizeof s);
     duet_batch batch = {0};
     bool collected = false;
     int rc = DUET_OK;
     for (size_t i = 0; i < nsteps && rc == DUET_OK && !collected; i++) {
-        duet__tstep st = steps[i];
+        duet_tstep st = steps[i];
         /* The file is the image the model takes: the half of a pair (so
          * loaded as LoadPairedImageFromFile loads, in BGR, without the
          * split) or the unpaired image of that key. */
-        if (st.kind == DUET__T_LOAD_PAIRED || st.kind == DUET__T_LOAD) {
-            if (st.kind == DUET__T_LOAD_PAIRED || st.keys[0] == slot)
-                rc = load(&t, path, st.kind == DUET__T_LOAD_PAIRED || st.bgr, &s[slot]);
+        if (st.kind == DUET_TSTEP_LOAD_PAIRED || st.kind == DUET_TSTEP_LOAD) {
+            if (st.kind == DUET_TSTEP_LOAD_PAIRED || st.keys[0] == slot)
+                rc = load(&t, path, st.kind == DUET_TSTEP_LOAD_PAIRED || st.bgr, &s[slot]);
             continue;
         }
         bool has = false;
@@ -577,7 +577,7 @@ int duet__translation_one_image(const duet__tstep *steps, size_t nsteps, bool pa
         st.nkeys = 1;
         st.keys[0] = slot;
         st.meta_path[0] = st.meta_path[1] = false;
-        if (st.kind == DUET__T_COLLECT) {
+        if (st.kind == DUET_TSTEP_COLLECT) {
             rc = build_batch(&st, paths, s, &batch);
             collected = true;
         } else {
@@ -590,6 +590,6 @@ int duet__translation_one_image(const duet__tstep *steps, size_t nsteps, bool pa
                                                               : "pipeline", slot_names[slot]);
     if (rc == DUET_OK) *out = duet_tensor_retain(duet_batch_tensor_get(&batch, slot_names[slot]));
     duet_batch_clear(&batch);
-    for (int k = 0; k < DUET__NSLOTS; k++) img_free(&s[k]);
+    for (int k = 0; k < DUET_TSLOT_COUNT; k++) img_free(&s[k]);
     return rc;
 }

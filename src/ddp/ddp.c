@@ -45,6 +45,10 @@ bool duet_is_ddp(const duet_module *m) { return m != NULL && duet_module_get_typ
 
 /* ---- destruction ------------------------------------------------------------ */
 
+/* Every tracked parameter's gradient-ready hook (defined with the backward
+ * machinery below); its ctx is the parameter's slot. */
+static void grad_hook(void *ctx, duet_tensor *t);
+
 static void ddp_destroy_impl(void *impl) {
     ddp_state *d = impl;
     if (d == NULL) return;
@@ -62,10 +66,8 @@ static void ddp_destroy_impl(void *impl) {
         ddp_slot *s = &d->slots[i];
         duet_tensor *p = s->param;
         if (p == NULL) continue;
-        if (p->grad_hook_ctx == s) {
-            p->grad_hook = NULL;
-            p->grad_hook_ctx = NULL;
-        }
+        if (duet_autograd_grad_hook_ctx(p, grad_hook) == s)
+            duet_autograd_set_grad_hook(p, NULL, NULL);
         /* Give the parameter its own gradient storage back, keeping values,
          * so that an unwrapped module still has its gradients. */
         if (d->grad != NULL && p->grad == d->grad + s->offset && duet_tensor_own_grad(p) != DUET_OK)
@@ -514,9 +516,8 @@ static int broadcast_buffers(ddp_state *d) {
 
 static void visit_reachable(void *ctx, duet_tensor *leaf) {
     ddp_state *d = ctx;
-    if (leaf->grad_hook != grad_hook) return;
-    ddp_slot *s = leaf->grad_hook_ctx;
-    if (s->ddp == d) s->reachable = true;
+    ddp_slot *s = duet_autograd_grad_hook_ctx(leaf, grad_hook);
+    if (s != NULL && s->ddp == d) s->reachable = true;
 }
 
 static int arm(ddp_state *d) {
@@ -635,7 +636,7 @@ static int build_layout(ddp_state *d, const duet_named_tensors *params) {
     for (size_t i = 0; i < params->count; i++) {
         duet_tensor *t = params->items[i].tensor;
         if (!t->requires_grad) continue;
-        if (t->grad_hook != NULL)
+        if (duet_autograd_has_grad_hook(t))
             return duet__error(DUET_EINVAL,
                                "DDP '%s': parameter '%s' already has a gradient-ready hook (is it "
                                "tracked by another DDP, or shared between modules?)",
@@ -694,8 +695,7 @@ static int build_layout(ddp_state *d, const duet_named_tensors *params) {
         ddp_slot *s = &d->slots[i];
         /* Gradients accumulated before wrapping are kept. */
         duet_tensor_set_grad_storage(s->param, d->grad + s->offset);
-        s->param->grad_hook = grad_hook;
-        s->param->grad_hook_ctx = s;
+        duet_autograd_set_grad_hook(s->param, grad_hook, s);
     }
     return DUET_OK;
 }
@@ -900,11 +900,6 @@ duet_ddp_stats duet_ddp_get_stats(duet_module *m) {
     duet_ddp_stats s;
     memset(&s, 0, sizeof s);
     return d != NULL ? d->stats : s;
-}
-
-void duet_ddp_reset_stats(duet_module *m) {
-    ddp_state *d = duet__ddp_state(m);
-    if (d != NULL) memset(&d->stats, 0, sizeof d->stats);
 }
 
 int duet_ddp_trace_write(duet_module *m) {

@@ -1,7 +1,7 @@
 /* MMEditing's BasicRestorer (mmedit/models/restorers/basic_restorer.py): a
  * generator and a pixel loss, for PSNR-oriented training (MSRResNet before
  * SRGAN). */
-#include "models_internal.h"
+#include "models/models_internal.h"
 
 #include <string.h>
 
@@ -20,13 +20,8 @@ duet_basic_restorer_opts duet_basic_restorer_opts_default(void) {
     return o;
 }
 
-static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
-    duet_module *g = duet_module_child(self, "generator");
-    if (g == NULL) return duet__error(DUET_ESTATE, "BasicRestorer has no generator");
-    return duet_module_forwardn(g, nin, in, out);
-}
-
-static const duet_module_type restorer_module_type = {"BasicRestorer", root_forward, NULL};
+static const duet_module_type restorer_module_type = {"BasicRestorer", duet__generator_forward,
+                                                     NULL};
 
 static int restorer_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     return duet_module_forward(duet_model_module(m), lq, out);

@@ -5,7 +5,7 @@
  * norm. The activations make fresh tensors; mmcv's in-place ReLU changes
  * only what the caller sees of its input, which UnetSkipConnectionBlock
  * reproduces explicitly (duet__conv_module_act). */
-#include "models/gan_internal.h"
+#include "models/models_internal.h"
 
 typedef struct cm_impl {
     duet__cm_opts o;

@@ -4,8 +4,7 @@
  * image history pools (image_pool.c). The networks are always forwarded
  * through their container's DDP when the wrapper made one
  * (duet_ddp_forward_child), where MMEditing's get_module reaches around it. */
-#include "models/image_pool.h"
-#include "models_internal.h"
+#include "models/models_internal.h"
 
 #include "duet/comm.h"
 #include "duet/ddp.h"
@@ -328,7 +327,8 @@ static int cyclegan_val_step(duet_model *m, const duet_batch *batch, duet_val_ou
 /* ---- checkpoint state ---------------------------------------------------------- */
 
 /* Metadata keys: the step counter, then seed, stream, counter of each rng.
- * The pools: see image_pool.h ("cyclegan.pool_a", "cyclegan.pool_b"). */
+ * The pools: duet__image_pool_save in models_internal.h ("cyclegan.pool_a",
+ * "cyclegan.pool_b"). */
 static const char *const state_keys[7] = {
     "cyclegan.step_counter", "cyclegan.pool_rng_seed", "cyclegan.pool_rng_stream",
     "cyclegan.pool_rng_counter", "cyclegan.dropout_rng_seed", "cyclegan.dropout_rng_stream",

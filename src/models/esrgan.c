@@ -4,7 +4,7 @@
  * discriminator step; disc_steps / disc_init_steps and the step counter),
  * forward and val_step are SRGAN's (srgan.c); only the two adversarial
  * computations below are ESRGAN's own. */
-#include "models_internal.h"
+#include "models/models_internal.h"
 
 #include <string.h>
 

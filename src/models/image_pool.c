@@ -1,6 +1,6 @@
-/* The image history pool (image_pool.h): buffer_size images of one shape
- * in one contiguous array, filled in arrival order. */
-#include "models/image_pool.h"
+/* MMEditing's GANImageBuffer (models_internal.h): buffer_size images of one
+ * shape in one contiguous array, filled in arrival order. */
+#include "models/models_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,7 +32,6 @@ void duet__image_pool_destroy(duet__image_pool *p) {
     free(p);
 }
 
-int64_t duet__image_pool_size(const duet__image_pool *p) { return p->size; }
 int64_t duet__image_pool_count(const duet__image_pool *p) { return p->count; }
 
 /* Fixes the image shape (and allocates) on first use; checks it after. */

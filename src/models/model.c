@@ -1,7 +1,7 @@
 /* The model contract: batches, named log values, the optimizer set keyed by
  * part, and the model handle that dispatches forward / train_step /
  * val_step to its type. */
-#include "models_internal.h"
+#include "models/models_internal.h"
 #include "duet/comm.h"
 
 #include <inttypes.h>
@@ -413,4 +413,22 @@ int duet_model_val_step(duet_model *m, const duet_batch *batch, duet_val_output 
         duet_val_output_clear(out);
     }
     return rc;
+}
+
+/* ---- helpers every model shares (models_internal.h) ------------------------------ */
+
+int duet__need_part(duet_model *m, const char *name, duet_module **out) {
+    *out = duet_model_part(m, name);
+    if (*out == NULL)
+        return duet__error(DUET_ESTATE, "%s: the model has no part '%s'",
+                           duet_model_type_name(m), name);
+    return DUET_OK;
+}
+
+int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,
+                            duet_tensor **out) {
+    duet_module *g = duet_module_child(self, "generator");
+    if (g == NULL)
+        return duet__error(DUET_ESTATE, "%s has no generator", duet_module_type_name(self));
+    return duet_module_forwardn(g, nin, in, out);
 }

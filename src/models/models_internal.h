@@ -1,8 +1,20 @@
-/* Helpers shared by the restorers in src/models/. */
+/* The private helpers of src/models/, one header for the layer: what every
+ * model shares (model.c), SRGAN's structure (srgan.c, esrgan.c), mmcv's
+ * ConvModule for the generation backbones (conv_module.c) and MMEditing's
+ * GANImageBuffer (image_pool.c). */
 #ifndef DUET_MODELS_INTERNAL_H
 #define DUET_MODELS_INTERNAL_H
 
 #include "duet/models.h"
+
+/* ---- every model (model.c) --------------------------------------------------- */
+
+/* The part `name` of m, or DUET_ESTATE naming the model type and the part. */
+int duet__need_part(duet_model *m, const char *name, duet_module **out);
+/* A model's root module forward (a duet_module_type's forward): its child
+ * "generator"'s, the test-mode output of the restorers and Pix2Pix. */
+int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,
+                            duet_tensor **out);
 
 /* MMEditing's forward_test: out->output = the model's forward(lq); with a
  * "gt" in the batch, the mean of each metric of cfg over the samples. */
@@ -10,9 +22,6 @@ int duet__restorer_val_step(duet_model *m, const duet_test_cfg *cfg, const duet_
                             duet_val_output *out);
 
 /* ---- SRGAN's structure, shared with ESRGAN (srgan.c, esrgan.c) ------------- */
-
-/* The part `name` of m, or DUET_ESTATE naming it. */
-int duet__need_part(duet_model *m, const char *name, duet_module **out);
 
 /* The generator's adversarial term on the generator's output fake (the
  * discriminator frozen): one new reference in *out, logged as loss_gan. */
@@ -52,5 +61,69 @@ void duet__esrgan_set_mean_groups(duet_model *m, int groups);
 int duet__srgan_mean_groups(duet_model *m);
 /* The root module type of ESRGAN ("ESRGAN"; forward = the generator's). */
 extern const duet_module_type duet__esrgan_module_type;
+
+/* ---- mmcv's ConvModule (conv_module.c): unet_generator.c,
+ * patch_discriminator.c, resnet_generator.c ---------------------------------- */
+
+typedef enum duet__cm_act {
+    DUET__CM_ACT_NONE,
+    DUET__CM_ACT_RELU,
+    DUET__CM_ACT_LRELU, /* LeakyReLU(0.2) */
+    DUET__CM_ACT_TANH
+} duet__cm_act;
+
+typedef struct duet__cm_opts {
+    int in_channels, out_channels, kernel, stride, padding;
+    bool bias;
+    bool deconv;        /* conv_cfg=dict(type='Deconv'): ConvTranspose2d */
+    int output_padding; /* deconv only */
+    bool reflect;       /* padding_mode='reflect': ReflectionPad2d, conv padding 0 */
+    bool with_norm;
+    duet_gen_norm norm;
+    duet__cm_act act;
+    bool act_first;     /* order=('act', 'conv', 'norm'), else conv-norm-act */
+} duet__cm_opts;
+
+/* A "ConvModule" with children padding_layer, conv, bn or in, activate as
+ * enabled, with PyTorch's default init from rng. */
+int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module **out);
+/* Its forward; skip_act leaves the activation out (the caller applied it
+ * already, see UnetSkipConnectionBlock). */
+int duet__conv_module_forward(duet_module *m, duet_tensor *x, bool skip_act, duet_tensor **out);
+/* Applies the ConvModule's activation alone (x retained when it has none). */
+int duet__conv_module_act(duet_module *m, duet_tensor *x, duet_tensor **out);
+
+/* Replaces *cur by m(*cur) (releasing the old tensor, also on failure). */
+int duet__gan_step(duet_module *m, duet_tensor **cur);
+
+/* ---- MMEditing's GANImageBuffer (image_pool.c) --------------------------------
+ * (mmedit/models/common/generation_model_utils.py): a history of generated
+ * images that CycleGAN's discriminators train on, with its randomness drawn
+ * from an rng the caller owns (so that every rank draws the same, and a
+ * checkpoint can save it). */
+
+typedef struct duet__image_pool duet__image_pool;
+
+/* An empty pool of buffer_size images (0: query returns its input).
+ * Free with duet__image_pool_destroy (NULL ok). */
+int duet__image_pool_create(int64_t buffer_size, duet__image_pool **out);
+void duet__image_pool_destroy(duet__image_pool *p);
+int64_t duet__image_pool_count(const duet__image_pool *p); /* images held */
+
+/* GANImageBuffer.query on images (N, C, H, W), sample by sample in order:
+ * while the pool is not full the sample is stored and returned; then with
+ * probability 0.5 (duet_rng_uniform(rng) < 0.5) a stored image chosen by
+ * duet_rng_int(rng, 0, buffer_size - 1) is returned and the sample takes
+ * its place, else the sample itself is returned. *out is a new tensor
+ * (N, C, H, W) without autograd history (MMEditing stores image.data).
+ * Every image must have the shape of the first one stored (DUET_ESHAPE). */
+int duet__image_pool_query(duet__image_pool *p, const duet_tensor *images, duet_rng *rng,
+                           duet_tensor **out);
+
+/* Checkpoint: metadata "<key>.count" and, when not empty, the tensor
+ * DUET_MODEL_STATE_PREFIX "<key>" of shape (count, C, H, W). load checks
+ * the count against buffer_size (DUET_EFORMAT naming the key). */
+int duet__image_pool_save(const duet__image_pool *p, duet_st_writer *w, const char *key);
+int duet__image_pool_load(duet__image_pool *p, const duet_st *st, const char *key);
 
 #endif

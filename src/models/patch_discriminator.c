@@ -1,7 +1,7 @@
 /* MMEditing's PatchDiscriminator (mmedit/models/components/discriminators/
  * patch_disc.py): a Sequential "model" of ConvModules (4x4 convs, LeakyReLU
  * 0.2) ending in a plain Conv2d to a one-channel map of patch logits. */
-#include "models/gan_internal.h"
+#include "models/models_internal.h"
 
 duet_patch_discriminator_opts duet_patch_discriminator_opts_default(void) {
     return (duet_patch_discriminator_opts){.in_channels = 6, .base_channels = 64, .num_conv = 3,

@@ -4,7 +4,6 @@
  * the (detached) ground truth compared layer by layer with L1 or MSE. */
 #include "duet/models.h"
 #include "duet/ops.h"
-#include "ops/ops_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
  * Log keys as MMEditing: loss_gan_d_fake, loss_gan_d_real, loss_gan_g,
  * loss_pixel. The generator's dropout masks come from the model's own rng
  * (duet_pix2pix_dropout_rng), which a checkpoint saves. */
-#include "models_internal.h"
+#include "models/models_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,21 +41,8 @@ duet_pix2pix_opts duet_pix2pix_opts_default(void) {
     return o;
 }
 
-static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
-    duet_module *g = duet_module_child(self, "generator");
-    if (g == NULL)
-        return duet__error(DUET_ESTATE, "%s has no generator", duet_module_type_name(self));
-    return duet_module_forwardn(g, nin, in, out);
-}
-
-static const duet_module_type pix2pix_module_type = {"Pix2Pix", root_forward, NULL};
-
-static int need_part(duet_model *m, const char *name, duet_module **out) {
-    *out = duet_model_part(m, name);
-    if (*out == NULL)
-        return duet__error(DUET_ESTATE, "Pix2Pix: the model has no part '%s'", name);
-    return DUET_OK;
-}
+static const duet_module_type pix2pix_module_type = {"Pix2Pix", duet__generator_forward,
+                                                    NULL};
 
 /* D(cat(a, b)) */
 static int disc_on_pair(duet_module *disc, duet_tensor *a, duet_tensor *b, duet_tensor **pred) {
@@ -69,8 +56,8 @@ static int disc_on_pair(duet_module *disc, duet_tensor *a, duet_tensor *b, duet_
 static int discriminator_step(duet_model *m, duet_tensor *real_a, duet_tensor *real_b,
                               duet_tensor *fake_b, duet_optimizer *opt_d, duet_log_vars *log) {
     duet_module *disc = NULL, *gan = NULL;
-    DUET_TRY(need_part(m, "discriminator", &disc));
-    DUET_TRY(need_part(m, "gan_loss", &gan));
+    DUET_TRY(duet__need_part(m, "discriminator", &disc));
+    DUET_TRY(duet__need_part(m, "gan_loss", &gan));
     duet_tensor *fake_d = NULL, *fake_pred = NULL, *real_pred = NULL, *l_fake = NULL,
                 *l_real = NULL, *sum = NULL, *loss = NULL;
     duet_module_set_requires_grad(disc, true);
@@ -95,8 +82,8 @@ static int discriminator_step(duet_model *m, duet_tensor *real_a, duet_tensor *r
 static int generator_step(duet_model *m, duet_tensor *real_a, duet_tensor *real_b,
                           duet_tensor *fake_b, duet_optimizer *opt_g, duet_log_vars *log) {
     duet_module *disc = NULL, *gan = NULL;
-    DUET_TRY(need_part(m, "discriminator", &disc));
-    DUET_TRY(need_part(m, "gan_loss", &gan));
+    DUET_TRY(duet__need_part(m, "discriminator", &disc));
+    DUET_TRY(duet__need_part(m, "gan_loss", &gan));
     duet_module *pix = duet_model_part(m, "pixel_loss");
     duet_tensor *pred = NULL, *l_gan = NULL, *l_pix = NULL, *loss = NULL;
     /* No updates to the discriminator's parameters in the generator step. */
@@ -129,8 +116,8 @@ static int pix2pix_train_step(duet_model *m, const duet_batch *batch, duet_optim
     DUET_TRY(duet_batch_require(batch, "img_b", &img_b));
     DUET_TRY(duet_optimizer_set_require(opts, "generator", &opt_g));
     DUET_TRY(duet_optimizer_set_require(opts, "discriminator", &opt_d));
-    DUET_TRY(need_part(m, "generator", &gen));
-    DUET_TRY(need_part(m, "discriminator", &disc));
+    DUET_TRY(duet__need_part(m, "generator", &gen));
+    DUET_TRY(duet__need_part(m, "discriminator", &disc));
     duet_tensor *real_a = p->b2a ? img_b : img_a, *real_b = p->b2a ? img_a : img_b;
 
     int rc = duet_module_forward(gen, real_a, &fake_b);
@@ -150,7 +137,7 @@ static int pix2pix_train_step(duet_model *m, const duet_batch *batch, duet_optim
 
 static int pix2pix_forward(duet_model *m, duet_tensor *lq, duet_tensor **out) {
     duet_module *gen = NULL;
-    DUET_TRY(need_part(m, "generator", &gen));
+    DUET_TRY(duet__need_part(m, "generator", &gen));
     return duet_module_forward(gen, lq, out);
 }
 
@@ -165,7 +152,7 @@ static int pix2pix_val_step(duet_model *m, const duet_batch *batch, duet_val_out
     duet_module *gen = NULL;
     DUET_TRY(duet_batch_require(batch, "img_a", &img_a));
     DUET_TRY(duet_batch_require(batch, "img_b", &img_b));
-    DUET_TRY(need_part(m, "generator", &gen));
+    DUET_TRY(duet__need_part(m, "generator", &gen));
     const bool was_training = duet_module_is_training(gen);
     const duet_rng saved = p->dropout_rng;
     duet_module_train(gen, true);

@@ -4,7 +4,7 @@
  * model = Sequential of a 7x7 ConvModule, two stride-2 downsampling
  * ConvModules, num_blocks residual blocks, two stride-2 ConvTranspose2d
  * ConvModules and a 7x7 ConvModule with Tanh. */
-#include "models/gan_internal.h"
+#include "models/models_internal.h"
 
 /* ---- ResidualBlockWithDropout: x + block(x) ----------------------------------- */
 

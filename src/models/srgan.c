@@ -2,7 +2,7 @@
  * parts generator, discriminator, gan_loss, pixel_loss, perceptual_loss;
  * train_step alternates a generator step (discriminator frozen) and a
  * discriminator step on real and detached fake images. */
-#include "models_internal.h"
+#include "models/models_internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -40,24 +40,8 @@ duet_srgan_opts duet_srgan_opts_default(void) {
     return o;
 }
 
-/* The model as a module: forward is the generator's (test mode output). */
-static int root_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
-    duet_module *g = duet_module_child(self, "generator");
-    if (g == NULL)
-        return duet__error(DUET_ESTATE, "%s has no generator", duet_module_type_name(self));
-    return duet_module_forwardn(g, nin, in, out);
-}
-
-static const duet_module_type srgan_module_type = {"SRGAN", root_forward, NULL};
-const duet_module_type duet__esrgan_module_type = {"ESRGAN", root_forward, NULL};
-
-int duet__need_part(duet_model *m, const char *name, duet_module **out) {
-    *out = duet_model_part(m, name);
-    if (*out == NULL)
-        return duet__error(DUET_ESTATE, "%s: the model has no part '%s'",
-                           duet_model_type_name(m), name);
-    return DUET_OK;
-}
+static const duet_module_type srgan_module_type = {"SRGAN", duet__generator_forward, NULL};
+const duet_module_type duet__esrgan_module_type = {"ESRGAN", duet__generator_forward, NULL};
 
 /* total = total + l (total NULL: l), consuming l: parse_losses' sum. */
 static int add_loss(duet_tensor **total, duet_tensor *l) {

@@ -11,7 +11,7 @@
  * (The parent's up ConvModule starts with a ReLU, and relu(lrelu(x)) ==
  * relu(x) in value and gradient, so the quirk changes no result; it is
  * kept so that the intermediate tensors are PyTorch's.) */
-#include "models/gan_internal.h"
+#include "models/models_internal.h"
 
 #include <stdio.h>
 

@@ -1,5 +1,6 @@
-/* MMEditing's default_init_weights: scaled Kaiming-normal for Conv2d and
- * Linear, constants for BatchNorm. */
+/* MMEditing's weight inits: default_init_weights (scaled Kaiming-normal for
+ * Conv2d and Linear, constants for BatchNorm) and generation_init_weights
+ * (the image-to-image GANs' normal init). */
 #include "duet/nn.h"
 
 #include <math.h>
@@ -31,4 +32,28 @@ void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng) {
     }
     for (size_t i = 0; i < duet_module_child_count(m); i++)
         duet_default_init_weights(duet_module_child_at(m, i), scale, rng);
+}
+
+/* ---- generation_init_weights ------------------------------------------------------ */
+
+static void fill_normal(duet_tensor *t, float mean, float std, duet_rng *rng) {
+    for (int64_t i = 0; i < t->numel; i++) t->data[i] = mean + std * duet_rng_normal(rng);
+}
+
+void duet_generation_init_weights(duet_module *m, float gain, duet_rng *rng) {
+    DUET_ASSERT(m != NULL && rng != NULL);
+    /* module.apply visits children before the module itself. */
+    for (size_t i = 0; i < duet_module_child_count(m); i++)
+        duet_generation_init_weights(duet_module_child_at(m, i), gain, rng);
+    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
+    float mean;
+    if (duet_module_is(m, "Conv2d") || duet_module_is(m, "ConvTranspose2d") ||
+        duet_module_is(m, "Linear"))
+        mean = 0.0f;
+    else if (duet_module_is(m, "BatchNorm2d"))
+        mean = 1.0f;
+    else
+        return;
+    if (w != NULL) fill_normal(w, mean, gain, rng);
+    if (b != NULL) duet_tensor_fill(b, 0.0f);
 }

@@ -225,7 +225,6 @@ const char *duet_module_buffer_name_at(const duet_module *m, size_t i) {
 bool duet_module_buffer_is_integer_at(const duet_module *m, size_t i) {
     return i < m->nbuffers && m->buffers[i].is_integer;
 }
-bool duet_module_is_transparent(const duet_module *m) { return m->transparent; }
 void duet_module_set_transparent(duet_module *m, bool transparent) { m->transparent = transparent; }
 
 bool duet_module_is(const duet_module *m, const char *type_name) {

@@ -168,7 +168,7 @@ bool duet_can_overwrite(const duet_tensor *x) {
     if (!duet_tensor_owns_data(x)) return false;
     int refs = duet_tensor_refcount(x);
     if (x->grad_fn == NULL) return !x->requires_grad && refs == 1;
-    return refs == 2 && x->grad_fn->output == x && x->grad_fn->output_unread;
+    return refs == 2 && duet_autograd_output_unread(x);
 }
 
 /* The result of an in-place op on x: x itself when nothing is recorded,

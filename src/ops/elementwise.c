@@ -1,5 +1,5 @@
-/* Element-wise binary ops (add, sub, mul), scaling, the constant per-channel
- * affine map, and the helpers of ops_internal.h.
+/* Element-wise binary ops (add, sub, mul), scaling and the constant
+ * per-channel affine map.
  *
  * Backward kernels accumulate (+=). The two input gradients of a binary op
  * may be one buffer (add(x, x)): each is updated in its own pass, so both
@@ -8,33 +8,6 @@
 
 #include <inttypes.h>
 #include <string.h>
-
-/* ---- helpers ------------------------------------------------------------ */
-
-int duet__op_finish(duet_tensor *y, const char *op, duet_backward_fn backward, void *ctx,
-                    void (*free_ctx)(void *ctx), int ninputs, duet_tensor *const *inputs,
-                    duet_tensor **out) {
-    if (duet_autograd_needs_record(ninputs, inputs)) {
-        int rc = duet_autograd_record(y, op, backward, ctx, free_ctx, ninputs, inputs);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            *out = NULL;
-            return duet__error_context(rc, "%s", op);
-        }
-    } else if (free_ctx != NULL) {
-        free_ctx(ctx);
-    }
-    *out = y;
-    return DUET_OK;
-}
-
-int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b) {
-    if (duet_tensor_same_shape(a, b)) return DUET_OK;
-    char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
-    return duet__error(DUET_ESHAPE, "%s: shapes %s and %s differ; both inputs must have the "
-                       "same shape", op, duet_shape_str(a, sa, sizeof sa),
-                       duet_shape_str(b, sb, sizeof sb));
-}
 
 /* ---- kernels ---------------------------------------------------------------- */
 

@@ -6,8 +6,8 @@
  *   (avx2, avx512_core, ...), so a CPU newer than the library still gets
  *   its vector units. The default.
  * - OpenBLAS picks its kernels from a table of CPU models: on a model newer
- *   than 0.3.21 it can fall back to SSE3 ("Prescott") kernels at a sixth of
- *   the speed, unless OPENBLAS_CORETYPE says otherwise. Used when asked for
+ *   than 0.3.21 it can fall back to SSE3 ("Prescott") kernels, far slower,
+ *   unless OPENBLAS_CORETYPE says otherwise. Used when asked for
  *   (DUET_GEMM=openblas or duet_kernels_configure), or when oneDNN has no
  *   JIT for this CPU (below AVX2).
  * Neither library's own setting is touched: OPENBLAS_CORETYPE still decides

@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <string.h>
 
-/* ---- recording and checks (elementwise.c) ------------------------------- */
+/* ---- recording and checks (op.c) --------------------------------------- */
 
 /* c ? a : b without a branch. GCC at -O2 compiles ?: between floats into
  * jumps, which mispredict half the time on activations of random sign (10 ns
@@ -41,9 +41,7 @@ int duet__op_finish(duet_tensor *y, const char *op, duet_backward_fn backward, v
  * ops.h may overwrite y and duet_autograd_release may free it. Call after
  * recording; nothing to do when y was not recorded. This is the one place
  * that says whether an op's backward reads its output. */
-static inline void duet__op_output_unread(duet_tensor *y) {
-    if (y != NULL && y->grad_fn != NULL && y->grad_fn->output == y) y->grad_fn->output_unread = true;
-}
+static inline void duet__op_output_unread(duet_tensor *y) { duet_autograd_mark_output_unread(y); }
 
 /* duet__op_finish's status, with y marked as above when it succeeded. */
 static inline int duet__op_finish_unread(int rc, duet_tensor **out) {

@@ -184,7 +184,6 @@ void duet_wrapper_destroy(duet_wrapper *w) {
 }
 
 duet_model *duet_wrapper_model(duet_wrapper *w) { return w->model; }
-duet_comm *duet_wrapper_comm(duet_wrapper *w) { return w->comm; }
 size_t duet_wrapper_num_ddps(const duet_wrapper *w) { return w->nddps; }
 
 const char *duet_wrapper_ddp_name(const duet_wrapper *w, size_t i) {

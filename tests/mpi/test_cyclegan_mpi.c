@@ -315,7 +315,8 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
     if (tu_rank == 0) printf("    rank 0, after %.2f s: %s\n", duet_time_now() - t0, msg);
     assert_non_null(strstr(msg, "generators.a.model.0.conv.weight"));
     assert_null(strstr(msg, "discriminators."));
-    assert_true(duet_time_now() - t0 < 60.0);
+    /* No time bound: a rank left hanging is CTest's timeout (and the
+     * watchdog's error), not a clock reading on a shared machine. */
     assert_int_equal(count_failed(rc, DUET_EUNUSED), tu_size);
     duet_optimizer_set_destroy(o);
     duet_wrapper_destroy(w);

@@ -116,9 +116,9 @@ static void test_hook_once_after_last_use(void **state) {
     duet_tensor *w = vec(3, 1, 1, true), *x1 = vec(3, 2, 0, false), *x2 = vec(3, -1, 3, false);
     duet_tensor *late = vec(3, 1, 0, true), *unused = vec(3, 1, 0, true);
     hook_log hw = {0}, hl = {0}, hu = {0};
-    w->grad_hook = record_hook, w->grad_hook_ctx = &hw;
-    late->grad_hook = record_hook, late->grad_hook_ctx = &hl;
-    unused->grad_hook = record_hook, unused->grad_hook_ctx = &hu;
+    duet_autograd_set_grad_hook(w, record_hook, &hw);
+    duet_autograd_set_grad_hook(late, record_hook, &hl);
+    duet_autograd_set_grad_hook(unused, record_hook, &hu);
     hook_clock = 0;
     duet_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL, *s = NULL;
     TU_OK(t_mul(w, x1, &a));
@@ -155,7 +155,7 @@ static void test_same_tensor_twice_in_one_node(void **state) {
     (void)state;
     duet_tensor *w = vec(2, 3, 1, true);
     hook_log h = {0};
-    w->grad_hook = record_hook, w->grad_hook_ctx = &h;
+    duet_autograd_set_grad_hook(w, record_hook, &h);
     duet_tensor *sq = NULL, *s = NULL;
     TU_OK(t_mul(w, w, &sq));
     TU_OK(t_sum(sq, &s));

@@ -163,9 +163,9 @@ static long huge_kb_of(const void *p) {
 static void test_large_blocks_on_huge_pages(void **state) {
     (void)state;
 #if defined(__SANITIZE_ADDRESS__)
-    skip(); /* blocks come from malloc under AddressSanitizer */
+    tu_skip("huge pages: blocks come from malloc under AddressSanitizer");
 #endif
-    if (!thp_on_request()) skip();
+    if (!thp_on_request()) tu_skip("huge pages: the kernel gives none on request (madvise)");
     /* A fresh 16 MB block, touched: its aligned 2 MB ranges should be huge
      * pages (one fault each instead of 512). Without the advice, under the
      * kernel's default "madvise" mode, it has none. */
@@ -192,5 +192,5 @@ int main(void) {
         cmocka_unit_test(test_large_blocks_reused_and_zeroed),
         cmocka_unit_test(test_large_blocks_on_huge_pages),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

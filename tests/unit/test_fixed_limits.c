@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ddp/ddp_internal.h"
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 static const duet_model_ops part_ops = {.name = "LongNames"};
 static const duet_module_type root_type = {"LongNames", NULL, NULL};
@@ -265,8 +265,8 @@ static void test_ema_many_long_keys(void **state) {
     r.cfg = load_cfg(text);
     r.model = model;
     TU_OK(duet__run_read_ema(&r));
-    assert_int_equal(r.nema, NKEYS);
-    for (int i = 0; i < NKEYS; i++) assert_string_equal(r.ema_keys[i], parts[NKEYS + i]);
+    assert_int_equal(r.ema.n, NKEYS);
+    for (int i = 0; i < NKEYS; i++) assert_string_equal(r.ema.keys[i], parts[NKEYS + i]);
     TU_OK(duet__run_ema_after_iter(&r, 0));
     for (int i = 0; i < NKEYS; i++) {
         duet_module *net = duet_model_part(model, parts[i]);

@@ -503,5 +503,5 @@ int main(void) {
         cmocka_unit_test(test_shape_errors),
         cmocka_unit_test(test_other_thread),
     };
-    return cmocka_run_group_tests_name("ops_conv", tests, NULL, NULL);
+    return tu_exit(cmocka_run_group_tests_name("ops_conv", tests, NULL, NULL));
 }

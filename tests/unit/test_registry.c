@@ -134,10 +134,83 @@ static void test_register_errors(void **state) {
     duet_config_destroy(cfg);
 }
 
+/* ---- the built-in rows ------------------------------------------------------------- */
+
+/* Every network a model can have is a type a config can name on its own. */
+static void test_builtin_networks(void **state) {
+    (void)state;
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(
+        "unet = { type = \"UnetGenerator\"; in_channels = 3; out_channels = 3; num_down = 5;\n"
+        "         base_channels = 2; };\n"
+        "patch = { type = \"PatchDiscriminator\"; in_channels = 6; base_channels = 2; };\n"
+        "resnet = { type = \"ResnetGenerator\"; base_channels = 2; num_blocks = 1;\n"
+        "           norm_cfg = { type = \"IN\"; }; };\n"
+        "drop = { type = \"UnetGenerator\"; num_down = 7; base_channels = 2;\n"
+        "         use_dropout = true; };\n",
+        "<test>", &cfg));
+    duet_rng rng = duet_rng_make(1, 0);
+    const char *const names[][2] = {{"unet", "UnetGenerator"},
+                                    {"patch", "PatchDiscriminator"},
+                                    {"resnet", "ResnetGenerator"}};
+    for (size_t i = 0; i < 3; i++) {
+        duet_module *net = NULL;
+        TU_OK(duet_build_module(cfg, names[i][0], &rng, &net));
+        assert_true(duet_module_is(net, names[i][1]));
+        assert_true(duet_module_num_parameters(net, true) > 0);
+        duet_module_destroy(net);
+    }
+    /* Alone, a generator has no model to lend its Dropout layers an rng. */
+    duet_module *net = NULL;
+    tu_expect_error(duet_build_module(cfg, "drop", &rng, &net), DUET_EINVAL, "dropout rng", NULL);
+    assert_null(net);
+    TU_OK(duet_config_check_unused(cfg));
+    duet_config_destroy(cfg);
+}
+
+/* Rows of one type told apart by their parts: BasicRestorer around
+ * MSRResNet or RRDBNet, with an L1 or MSE pixel loss; a part of a type no
+ * row allows is refused naming all that would do. */
+static void test_model_alternatives(void **state) {
+    (void)state;
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(
+        "a = { type = \"BasicRestorer\";\n"
+        "      generator = { type = \"RRDBNet\"; mid_channels = 4; num_blocks = 1;\n"
+        "                    growth_channels = 2; };\n"
+        "      pixel_loss = { type = \"MSELoss\"; loss_weight = 2.0; }; };\n"
+        "b = { type = \"BasicRestorer\";\n"
+        "      generator = { type = \"MSRResNet\"; mid_channels = 4; num_blocks = 1; };\n"
+        "      pixel_loss = { type = \"L1Loss\"; }; };\n"
+        "c = { type = \"BasicRestorer\"; generator = { type = \"UnetGenerator\"; };\n"
+        "      pixel_loss = { type = \"L1Loss\"; }; };\n"
+        "d = { type = \"BasicRestorer\"; generator = { type = \"MSRResNet\"; };\n"
+        "      pixel_loss = { type = \"GANLoss\"; }; };\n",
+        "<test>", &cfg));
+    duet_rng rng = duet_rng_make(1, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, "a", &rng, &m));
+    assert_true(duet_module_is(duet_model_part(m, "generator"), "RRDBNet"));
+    assert_true(duet_module_is(duet_model_part(m, "pixel_loss"), "MSELoss"));
+    duet_model_destroy(m);
+    TU_OK(duet_build_model(cfg, "b", &rng, &m));
+    assert_true(duet_module_is(duet_model_part(m, "generator"), "MSRResNet"));
+    assert_true(duet_module_is(duet_model_part(m, "pixel_loss"), "L1Loss"));
+    duet_model_destroy(m);
+    tu_expect_error(duet_build_model(cfg, "c", &rng, &m), DUET_EUNSUPPORTED, "c.generator.type",
+                    "'UnetGenerator'", "MSRResNet, RRDBNet", NULL);
+    tu_expect_error(duet_build_model(cfg, "d", &rng, &m), DUET_EUNSUPPORTED,
+                    "d.pixel_loss.type", "L1Loss, MSELoss", NULL);
+    assert_null(m);
+    duet_config_destroy(cfg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_register_and_build),
         cmocka_unit_test(test_register_errors),
+        cmocka_unit_test(test_builtin_networks),
+        cmocka_unit_test(test_model_alternatives),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,7 @@
 
 #include <jpeglib.h>
 
-#include "train/runner_internal.h"
+#include "runner/runner_internal.h"
 
 static void expect_file(const char *path, const char *want) {
     size_t n = 0;

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/logger.h"
+#include "runner/logger.h"
 
 static void test_duration(void **state) {
     (void)state;

@@ -180,7 +180,7 @@ static void test_metadata_edits(void **state) {
     duet_st_writer *w = NULL;
     TU_OK(duet_st_writer_create(&w));
     TU_OK(duet_st_writer_add(w, "gen.a", a));
-    /* The runner's resume position (src/train/runner_ckpt.c's names). */
+    /* The runner's resume position (src/runner/runner_ckpt.c's names). */
     enum { NKEYS = 9 };
     static const char *keys[NKEYS] = {"iter", "epoch", "sampler_position", "seed", "rng_seed",
                                       "rng_stream", "rng_counter", "world_size",

@@ -1,0 +1,253 @@
+/* The runner's settings from the config: hooks, LR schedule, datasets and
+ * the loader. (Models, wrappers and optimizers come from the registry in
+ * duet/wrapper.h.) */
+#include <float.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "duet/wrapper.h"
+#include "runner/runner_internal.h"
+
+/* DUET_ECONFIG "configs/x.cfg:12: 'lr_config.policy' ...": a bad value,
+ * with where it was set. `path` is relative to cfg (full paths in messages
+ * come from cfg's root, which is the whole config here). */
+static int bad_value_in(duet_config *cfg, const char *group, const char *path,
+                        const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int bad_value_in(duet_config *cfg, const char *group, const char *path,
+                        const char *fmt, ...) {
+    duet__str msg = {0};
+    va_list ap;
+    va_start(ap, fmt);
+    duet__str_vaddf(&msg, fmt, ap);
+    va_end(ap);
+    int rc = msg.failed ? duet__error(DUET_ENOMEM, "config: out of memory for a message")
+                        : duet_config_error(cfg, path, "'%s%s%s' %s", group ? group : "",
+                                            group ? "." : "", path, duet__str_get(&msg));
+    duet__str_free(&msg);
+    return rc;
+}
+#define bad_value(cfg, path, ...) bad_value_in(cfg, NULL, path, __VA_ARGS__)
+
+/* A positive or zero interval; 0 turns the hook off. */
+static int get_interval(duet_config *cfg, const char *path, int64_t def, int64_t *out) {
+    return duet_config_get_int_in_or(cfg, path, def, 0, INT64_MAX, out);
+}
+
+/* MMEditing's by_epoch flag: duet's runner counts iterations only. */
+static int check_by_epoch(duet_config *cfg, const char *group) {
+    char path[128]; /* group is one of this file's literals ("checkpoint_config") */
+    snprintf(path, sizeof path, "%s.by_epoch", group);
+    bool by_epoch = false;
+    DUET_TRY(duet_config_get_bool_or(cfg, path, false, &by_epoch));
+    if (by_epoch)
+        return bad_value(cfg, path,
+                         "= true is not supported: duet's runner is iteration-based (set it "
+                         "to false and give intervals in iterations)");
+    return DUET_OK;
+}
+
+static int read_lr_config(duet__run *r) {
+    duet_config *cfg = r->cfg;
+    r->sched = duet_lr_schedule_default();
+    if (!duet_config_has(cfg, "lr_config")) return DUET_OK;
+    DUET_TRY(check_by_epoch(cfg, "lr_config"));
+    const char *policy = NULL;
+    DUET_TRY(duet_config_get_string_or(cfg, "lr_config.policy", "Fixed", &policy));
+    duet_lr_schedule *s = &r->sched;
+    size_t n = 0;
+    if (strcmp(policy, "Fixed") == 0) {
+        s->policy = DUET_LR_FIXED;
+    } else if (strcmp(policy, "Step") == 0) {
+        s->policy = DUET_LR_STEP;
+        if (duet_config_kind(cfg, "lr_config.step") == DUET_CONFIG_INT) {
+            DUET_TRY(duet_config_get_int(cfg, "lr_config.step", &s->steps[0]));
+            n = 1;
+        } else {
+            DUET_TRY(duet_config_get_int_array(cfg, "lr_config.step", s->steps,
+                                               DUET_LR_MAX_STEPS, &n));
+        }
+        double gamma = 0.1;
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.gamma", 0.1, 0.0, FLT_MAX, &gamma));
+        s->gamma = (float)gamma;
+        for (size_t i = 0; i < n; i++)
+            if (s->steps[i] < 0)
+                return bad_value(cfg, "lr_config.step", "must be >= 0, got %lld",
+                                 (long long)s->steps[i]);
+        for (size_t i = 1; i < n; i++)
+            if (s->steps[i] <= s->steps[i - 1])
+                return bad_value(cfg, "lr_config.step", "must increase, got %lld after %lld",
+                                 (long long)s->steps[i], (long long)s->steps[i - 1]);
+    } else if (strcmp(policy, "CosineRestart") == 0) {
+        s->policy = DUET_LR_COSINE_RESTART;
+        DUET_TRY(duet_config_get_int_array(cfg, "lr_config.periods", s->steps,
+                                           DUET_LR_MAX_STEPS, &n));
+        for (size_t i = 0; i < n; i++)
+            if (s->steps[i] < 1)
+                return bad_value(cfg, "lr_config.periods", "must be >= 1, got %lld",
+                                 (long long)s->steps[i]);
+        double w[DUET_LR_MAX_STEPS];
+        size_t nw = 0;
+        if (duet_config_has(cfg, "lr_config.restart_weights")) {
+            DUET_TRY(duet_config_get_double_array(cfg, "lr_config.restart_weights", w,
+                                                  DUET_LR_MAX_STEPS, &nw));
+            if (nw != n)
+                return bad_value(cfg, "lr_config.restart_weights",
+                                 "has %zu values for %zu periods", nw, n);
+        }
+        for (size_t i = 0; i < nw; i++)
+            if (!(w[i] >= 0 && w[i] <= FLT_MAX))
+                return bad_value(cfg, "lr_config.restart_weights", "must be >= 0, got %g", w[i]);
+        for (size_t i = 0; i < n; i++) s->restart_weights[i] = nw ? (float)w[i] : 1.0f;
+        double min_lr = 0;
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.min_lr", 0.0, 0.0, FLT_MAX, &min_lr));
+        s->min_lr = (float)min_lr;
+    } else {
+        return bad_value(cfg, "lr_config.policy",
+                         "= \"%s\" is not known (use Fixed, Step or CosineRestart)", policy);
+    }
+    s->nsteps = (int)n;
+    return DUET_OK;
+}
+
+int duet__run_read_settings(duet__run *r) {
+    duet_config *cfg = r->cfg;
+    int64_t seed = 0;
+    DUET_TRY(duet_config_get_int_or(cfg, "seed", 0, &seed));
+    r->seed = (uint64_t)seed;
+    DUET_TRY(duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters));
+    DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
+    DUET_TRY(check_by_epoch(cfg, "checkpoint_config"));
+    DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
+    DUET_TRY(duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer", true,
+                                     &r->save_optimizer));
+    DUET_TRY(get_interval(cfg, "evaluation.interval", 0, &r->eval_interval));
+    DUET_TRY(duet_config_get_bool_or(cfg, "evaluation.save_image", true, &r->save_image));
+    DUET_TRY(duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0, 4096,
+                                       &r->eval_num_images));
+    return read_lr_config(r);
+}
+
+/* The bicubic comparison uses the model's own test settings. */
+int duet__run_read_test_cfg(duet__run *r) {
+    duet_config *cfg = r->cfg;
+    r->test_cfg = duet_test_cfg_default();
+    /* The metrics evaluation logs: test_cfg's (the model checks the names). */
+    if (duet_config_has(cfg, "model.test_cfg.metrics")) {
+        const char *names[DUET_MAX_METRICS];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_string_array(cfg, "model.test_cfg.metrics", names,
+                                              DUET_MAX_METRICS, &n));
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(names[i], "PSNR") == 0) r->test_cfg.metrics[i] = "PSNR";
+            else if (strcmp(names[i], "SSIM") == 0) r->test_cfg.metrics[i] = "SSIM";
+            else
+                return bad_value(cfg, "model.test_cfg.metrics", "names '%s' (use PSNR, SSIM)",
+                                 names[i]);
+        }
+        r->test_cfg.nmetrics = (int)n;
+    }
+    int64_t crop = 0;
+    DUET_TRY(duet_config_get_int_in_or(cfg, "model.test_cfg.crop_border", 0, 0, INT_MAX, &crop));
+    r->test_cfg.crop_border = (int)crop;
+    const char *conv = NULL;
+    DUET_TRY(duet_config_get_string_or(cfg, "model.test_cfg.convert_to", NULL, &conv));
+    r->test_cfg.convert_to = conv;
+    return DUET_OK;
+}
+
+/* One dataset group, data.train or data.val, through the registry; `times`
+ * (MMEditing's RepeatDataset around the training set) is read here, so that
+ * any registered dataset can be repeated. */
+static int build_dataset(duet__run *r, const char *path, bool train, duet_dataset **out) {
+    int64_t times = 1;
+    /* path is "data.train" or "data.val" (duet__run_build_data), so key, pix
+     * and set fit with room to spare. */
+    char key[64];
+    snprintf(key, sizeof key, "%s.times", path);
+    if (train) DUET_TRY(duet_config_get_int_in_or(r->cfg, key, 1, 1, INT64_MAX, &times));
+    /* The run's pixel limit (data.max_image_pixels) reaches the dataset as
+     * its own key unless the dataset sets one. */
+    char pix[80];
+    snprintf(pix, sizeof pix, "%s.max_image_pixels", path);
+    bool injected = !duet_config_has(r->cfg, pix);
+    if (injected) {
+        char set[128];
+        snprintf(set, sizeof set, "%s=%lldL", pix, (long long)r->max_pixels);
+        DUET_TRY(duet_config_set(r->cfg, set));
+    }
+    duet_dataset *ds = NULL;
+    int rc = duet_build_dataset(r->cfg, path, train, &ds);
+    /* A dataset of the user's that reads no images leaves it unread: it is
+     * ours, not a typo of theirs. */
+    if (injected) duet_config_mark_used(r->cfg, pix);
+    if (rc != DUET_OK) return duet__error_context(rc, "%s", duet_config_name(r->cfg));
+    if (train && times > 1) {
+        rc = duet_repeat_dataset_create(ds, times, &ds);
+        if (rc != DUET_OK) return duet__error_context(rc, "%s", key);
+    }
+    *out = ds;
+    return DUET_OK;
+}
+
+int duet__run_read_pixel_limit(duet__run *r) {
+    int64_t v = DUET_IMAGE_MAX_PIXELS_DEFAULT;
+    DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.max_image_pixels",
+                                       DUET_IMAGE_MAX_PIXELS_DEFAULT, 0, INT64_MAX, &v));
+    return duet_image_pixel_limit(v, &r->max_pixels);
+}
+
+int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
+    DUET_TRY(duet__run_read_pixel_limit(r));
+    if (with_train) {
+        /* MMEditing's build_dataloader: train_dataloader's samples_per_gpu
+         * overrides data's. */
+        if (duet_config_has(r->cfg, "data.train_dataloader.samples_per_gpu")) {
+            DUET_TRY(duet_config_get_int_in(r->cfg, "data.train_dataloader.samples_per_gpu", 1,
+                                            INT32_MAX, &r->samples_per_gpu));
+            if (duet_config_has(r->cfg, "data.samples_per_gpu"))
+                duet_config_mark_used(r->cfg, "data.samples_per_gpu");
+        } else {
+            DUET_TRY(duet_config_get_int_in(r->cfg, "data.samples_per_gpu", 1, INT32_MAX,
+                                            &r->samples_per_gpu));
+        }
+        int64_t prefetch = 2;
+        DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.prefetch", 2, 0, 64, &prefetch));
+        r->prefetch = (int)prefetch;
+        DUET_TRY(build_dataset(r, "data.train", true, &r->train_set));
+    } else {
+        /* test / infer read no training data: those keys are not typos. */
+        if (duet_config_has(r->cfg, "data.train")) duet_config_mark_used(r->cfg, "data.train");
+        static const char *const unread[] = {"data.samples_per_gpu", "data.prefetch",
+                                             "data.train_dataloader"};
+        for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++)
+            if (duet_config_has(r->cfg, unread[i])) duet_config_mark_used(r->cfg, unread[i]);
+    }
+    if (need_val)
+        DUET_TRY(build_dataset(r, "data.val", false, &r->val_set));
+    else if (duet_config_has(r->cfg, "data.val"))
+        duet_config_mark_used(r->cfg, "data.val"); /* no evaluation: not read */
+    return DUET_OK;
+}
+
+int duet__run_build_loader(duet__run *r, duet_sampler_state start) {
+    duet_loader_opts lo = duet_loader_options_default();
+    lo.samples_per_gpu = r->samples_per_gpu;
+    lo.world_size = r->world;
+    lo.rank = r->rank;
+    lo.seed = r->seed;
+    lo.shuffle = true;
+    lo.prefetch = r->prefetch;
+    lo.start = start;
+    int rc = duet_loader_create(r->train_set, &lo, &r->loader);
+    if (rc != DUET_OK) return duet__error_context(rc, "data.train");
+    return DUET_OK;
+}
+
+void duet__run_apply_lr(duet__run *r, int64_t iter) {
+    size_t n = duet_optimizer_set_count(r->opts);
+    for (size_t i = 0; i < n; i++) {
+        duet_optimizer *o = duet_optimizer_set_at(r->opts, i);
+        duet_optimizer_set_lr(o, duet_lr_at(&r->sched, duet_optimizer_base_lr(o), iter));
+    }
+}

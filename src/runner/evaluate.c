@@ -1,0 +1,178 @@
+/* Validation for the evaluation hook and `duet test`: every rank evaluates
+ * its share of the validation images (image i on rank i % world, each image
+ * counted once), the sums are reduced, and rank 0 saves a grid of input |
+ * output | ground truth. */
+#include <string.h>
+
+#include "runner/grid.h"
+#include "runner/runner_internal.h"
+
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name) {
+    char *path = duet__output_path(dir, name);
+    if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    duet_image *img = NULL;
+    int rc = duet_image_from_tensor(t, 0, &img);
+    if (rc == DUET_OK) rc = duet_image_save_png(img, path);
+    duet_image_destroy(img);
+    free(path);
+    return rc;
+}
+
+static double metric(const duet_log_vars *lv, const char *name) {
+    double v = 0;
+    return duet_log_vars_get(lv, name, &v) ? v : 0.0;
+}
+
+/* One image: model output (and its metrics), bicubic metrics, grid row. The
+ * dataset's sample goes to val_step as it is (a batch of one, named
+ * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
+/* sums: [0] images, [1 + k] the model's metric k of test_cfg, [1 + NM + k]
+ * bicubic's, [1 + 2 NM] images with a bicubic comparison (super-resolution
+ * samples only). */
+#define NM DUET_MAX_METRICS
+#define NSUMS (2 + 2 * NM)
+
+/* Translation data ("img_a" / "img_b", no "lq" / "gt") is normalised to
+ * [-1, 1], and so are the outputs of the models that take it: MMEditing's
+ * Pix2Pix and CycleGAN save their pictures with tensor2img(min_max=(-1, 1)),
+ * and so does duet. New tensor (x + 1) / 2. */
+int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
+    DUET_TRY(duet_tensor_create(t->ndim, t->shape, out));
+    for (int64_t i = 0; i < t->numel; i++) (*out)->data[i] = (t->data[i] + 1.0f) * 0.5f;
+    return DUET_OK;
+}
+
+/* The picture's row for translation data: img_a | output | img_b. */
+static int translation_row(duet_image **row, const duet_tensor *a, const duet_tensor *out,
+                           const duet_tensor *b) {
+    duet_tensor *u[3] = {NULL, NULL, NULL};
+    int rc = duet__from_signed(a, &u[0]);
+    if (rc == DUET_OK) rc = duet__from_signed(out, &u[1]);
+    if (rc == DUET_OK) rc = duet__from_signed(b, &u[2]);
+    if (rc == DUET_OK) rc = duet__grid_row(u[0], u[1], u[2], 0, 4, row);
+    for (int k = 0; k < 3; k++) duet_tensor_release(u[k]);
+    return rc;
+}
+
+static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
+                    duet_image **row, double sums[NSUMS]) {
+    const duet_test_cfg *tc = &r->test_cfg;
+    duet_batch batch = {0};
+    DUET_TRY(duet_dataset_get_item(r->val_set, index, r->seed, 0, &batch));
+    duet_tensor *lq = duet_batch_tensor_get(&batch, "lq"), *gt = duet_batch_tensor_get(&batch, "gt");
+    duet_tensor *img_a = duet_batch_tensor_get(&batch, "img_a");
+    duet_tensor *img_b = duet_batch_tensor_get(&batch, "img_b");
+    const bool sr = lq != NULL && gt != NULL;
+    const bool translation = !sr && img_a != NULL && img_b != NULL;
+    duet_tensor *bic = NULL, *saved = NULL;
+    duet_val_output vo = {0};
+    const char *name = duet_batch_meta_get(&batch, "gt_path", 0);
+    if (name == NULL) name = duet_dataset_name(r->val_set, index);
+    if (name == NULL) name = "image";
+    int rc = DUET_OK;
+    if ((bicubic || row != NULL) && !sr && !translation)
+        rc = duet__error(DUET_ENOTFOUND, "the validation sample has neither 'lq' and 'gt' "
+                         "tensors (super-resolution) nor 'img_a' and 'img_b' (translation), "
+                         "which the bicubic numbers and the evaluation picture compare");
+    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
+    if (rc == DUET_OK) {
+        sums[0] += 1;
+        for (int k = 0; k < tc->nmetrics; k++) sums[1 + k] += metric(&vo.metrics, tc->metrics[k]);
+    }
+    if (rc == DUET_OK && bicubic && sr) {
+        duet_log_vars bl;
+        duet_log_vars_clear(&bl);
+        rc = duet_imresize_tensor(lq, (double)duet_dataset_scale(r->val_set), &bic);
+        if (rc == DUET_OK) rc = duet_evaluate(tc, bic, gt, &bl);
+        for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&bl, tc->metrics[k]);
+        sums[1 + 2 * NM] += 1;
+    }
+    if (rc == DUET_OK && out_dir != NULL) {
+        if (translation) rc = duet__from_signed(vo.output, &saved);
+        if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
+    }
+    if (rc == DUET_OK && row != NULL)
+        rc = translation ? translation_row(row, img_a, vo.output, img_b)
+                         : duet__grid_row(lq, vo.output, gt, 0, 4, row);
+    if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
+    duet_val_output_clear(&vo);
+    duet_tensor_release(bic);
+    duet_tensor_release(saved);
+    duet_batch_clear(&batch);
+    return rc;
+}
+
+/* Rows 0..n-1 of the grid to rank 0: row i was made by rank i % world and
+ * is broadcast from there (a handful of small images, so collectives over
+ * the comm are simpler than point-to-point and cost nothing that shows). */
+static int gather_rows(duet__run *r, duet_image **rows, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        int owner = (int)(i % r->world);
+        if (owner == 0) continue;
+        int64_t hw[2] = {0, 0};
+        if (r->rank == owner) {
+            hw[0] = rows[i]->height;
+            hw[1] = rows[i]->width;
+        }
+        DUET_TRY(duet_comm_bcast(r->comm, hw, 2, DUET_DTYPE_I64, owner));
+        /* Every rank takes part; only rank 0 keeps what it received. */
+        duet_image *img = rows[i];
+        duet_image *scratch = NULL;
+        if (r->rank != owner) {
+            DUET_TRY(duet_image_create(hw[0], hw[1], 3, &scratch));
+            img = scratch;
+        }
+        int rc = duet_comm_bcast(r->comm, img->data, (size_t)(hw[0] * hw[1] * 3), DUET_DTYPE_U8,
+                                 owner);
+        if (rc != DUET_OK) {
+            duet_image_destroy(scratch);
+            return duet__error_context(rc, "evaluation picture: row %lld from rank %d",
+                                       (long long)i, owner);
+        }
+        if (r->rank == 0) rows[i] = scratch;
+        else duet_image_destroy(scratch);
+    }
+    return DUET_OK;
+}
+
+int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
+                       duet__eval_result *res) {
+    memset(res, 0, sizeof *res);
+    int64_t n = duet_dataset_size(r->val_set);
+    /* Rows for the first nrows images, each made by the rank that evaluates
+     * the image and sent to rank 0, which writes the picture. */
+    int64_t nrows = grid_path != NULL ? (r->eval_num_images < n ? r->eval_num_images : n) : 0;
+    duet_image **rows = nrows > 0 ? calloc((size_t)nrows, sizeof *rows) : NULL;
+    if (nrows > 0 && rows == NULL) return duet__error(DUET_ENOMEM, "evaluation: out of memory");
+    double sums[NSUMS] = {0}; /* over images */
+    int rc = DUET_OK;
+    if (out_dir != NULL) rc = duet__mkdirs(out_dir);
+    for (int64_t i = r->rank; i < n && rc == DUET_OK; i += r->world)
+        rc = eval_one(r, i, out_dir, bicubic, i < nrows ? &rows[i] : NULL, sums);
+    if (rc == DUET_OK && nrows > 0 && r->world > 1) rc = gather_rows(r, rows, nrows);
+    if (rc == DUET_OK && nrows > 0 && r->rank == 0) {
+        duet_image *grid = NULL;
+        rc = duet__grid_stack(rows, (int)nrows, 4, &grid);
+        if (rc == DUET_OK) rc = duet_image_save_png(grid, grid_path);
+        duet_image_destroy(grid);
+    }
+    for (int64_t i = 0; i < nrows; i++) duet_image_destroy(rows[i]);
+    free(rows);
+    DUET_TRY(rc);
+    if (r->world > 1)
+        DUET_TRY(duet_comm_allreduce(r->comm, sums, NSUMS, DUET_DTYPE_F64, DUET_REDUCE_SUM));
+    res->images = (int64_t)sums[0];
+    if (res->images == 0) return DUET_OK;
+    /* The metrics test_cfg names, in its order, and no others. */
+    const duet_test_cfg *tc = &r->test_cfg;
+    for (int k = 0; k < tc->nmetrics; k++) {
+        const double nb = sums[1 + 2 * NM];
+        double m = sums[1 + k] / sums[0], b = nb > 0 ? sums[1 + NM + k] / nb : 0.0;
+        DUET_TRY(duet_log_vars_set(&res->metrics, tc->metrics[k], m));
+        if (bicubic && nb > 0)
+            DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
+        if (strcmp(tc->metrics[k], "PSNR") == 0) res->psnr = m, res->psnr_bicubic = b;
+        if (strcmp(tc->metrics[k], "SSIM") == 0) res->ssim = m, res->ssim_bicubic = b;
+    }
+    return DUET_OK;
+}

@@ -1,0 +1,19 @@
+/* Evaluation pictures (private to src/runner/): a PNG grid whose rows read
+ * input | output | ground truth, the input enlarged by nearest neighbour so
+ * that its pixels show. */
+#ifndef DUET_TRAIN_GRID_H
+#define DUET_TRAIN_GRID_H
+
+#include "duet/data.h"
+
+/* One row from sample n of lq (N, 3, h, w), output and gt (N, 3, H, W), all
+ * in [0, 1]: three H x W panels with `gap` black columns between them. H and
+ * W must be multiples of h and w with the same factor. Free *out with
+ * duet_image_destroy. */
+int duet__grid_row(const duet_tensor *lq, const duet_tensor *output, const duet_tensor *gt,
+                   int64_t n, int gap, duet_image **out);
+/* Rows stacked top to bottom, left-aligned, `gap` black rows between them
+ * and black to the right of rows narrower than the widest. */
+int duet__grid_stack(duet_image *const *rows, int nrows, int gap, duet_image **out);
+
+#endif

@@ -1,0 +1,225 @@
+/* The runner's training log: MMEditing's text lines, a terminal progress bar
+ * and log.jsonl (one JSON object per line, through jansson). */
+#include "runner/logger.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct duet__logger {
+    FILE *jsonl;   /* appended, flushed after every record */
+    char *path;    /* of log.jsonl, for error messages */
+    FILE *text;    /* may be NULL */
+    bool progress; /* draw the bar (text is a terminal) */
+    bool bar_shown; /* a bar is on the current line: clear it before text */
+};
+
+int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out) {
+    *out = NULL;
+    duet__logger *lg = calloc(1, sizeof *lg);
+    if (lg == NULL) return duet__error(DUET_ENOMEM, "logger: out of memory");
+    size_t n = strlen(work_dir) + sizeof "/log.jsonl";
+    lg->path = malloc(n);
+    if (lg->path == NULL) {
+        free(lg);
+        return duet__error(DUET_ENOMEM, "logger: out of memory");
+    }
+    snprintf(lg->path, n, "%s/log.jsonl", work_dir);
+    /* Never through a link left at the path (it would append to whatever
+     * file the link names): O_NOFOLLOW refuses one with ELOOP. */
+    int fd = open(lg->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    lg->jsonl = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (lg->jsonl == NULL) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        int rc = duet__error(DUET_EIO, "cannot open %s for appending: %s", lg->path,
+                             e == ELOOP ? "it is a symbolic link (duet writes its log only to a "
+                                          "file of its own in the work dir; remove the link)"
+                                        : strerror(e));
+        free(lg->path);
+        free(lg);
+        return rc;
+    }
+    lg->text = text;
+    lg->progress = text != NULL && isatty(fileno(text));
+    *out = lg;
+    return DUET_OK;
+}
+
+void duet__logger_close(duet__logger *lg) {
+    if (lg == NULL) return;
+    if (lg->bar_shown && lg->text != NULL) {
+        fputc('\n', lg->text);
+        fflush(lg->text);
+    }
+    if (lg->jsonl != NULL) fclose(lg->jsonl);
+    free(lg->path);
+    free(lg);
+}
+
+void duet__logger_set_progress(duet__logger *lg, bool enabled) {
+    if (lg != NULL) lg->progress = enabled;
+}
+
+char *duet__fmt_duration(double seconds, char *buf, size_t size) {
+    if (!(seconds >= 0) || !isfinite(seconds)) seconds = 0;
+    int64_t s = (int64_t)llround(seconds);
+    int64_t days = s / 86400;
+    s %= 86400;
+    int h = (int)(s / 3600), m = (int)(s % 3600 / 60), sec = (int)(s % 60);
+    if (days > 0)
+        snprintf(buf, size, "%lld day%s, %d:%02d:%02d", (long long)days, days == 1 ? "" : "s", h,
+                 m, sec);
+    else
+        snprintf(buf, size, "%d:%02d:%02d", h, m, sec);
+    return buf;
+}
+
+double duet__eta(double elapsed, int64_t done_since_start, int64_t done, int64_t total) {
+    if (done_since_start <= 0 || elapsed < 0) return -1.0;
+    int64_t left = total - done;
+    if (left < 0) left = 0;
+    return elapsed / (double)done_since_start * (double)left;
+}
+
+/* Appends printf output at buf+*len, never past size (truncates). */
+static void append(char *buf, size_t size, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
+    if (*len >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *len, size - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len += (size_t)n < size - *len ? (size_t)n : size - *len - 1;
+}
+
+char *duet__format_train_line(const duet__train_record *r, char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = '\0';
+    append(buf, size, &len, "Iter [%lld/%lld]\t", (long long)r->iter, (long long)r->max_iters);
+    for (int i = 0; i < r->nlr; i++)
+        append(buf, size, &len, "lr_%s: %.3e, ", r->lr[i].name, r->lr[i].value);
+    if (r->eta >= 0) {
+        char d[64];
+        append(buf, size, &len, "eta: %s, ", duet__fmt_duration(r->eta, d, sizeof d));
+    }
+    append(buf, size, &len, "time: %.3f, data_time: %.3f", r->time, r->data_time);
+    if (r->memory_mb > 0) append(buf, size, &len, ", memory: %.0f", r->memory_mb);
+    for (int i = 0; i < r->nlosses; i++)
+        append(buf, size, &len, ", %s: %.4f", r->losses[i].name, r->losses[i].value);
+    return buf;
+}
+
+static void clear_bar(duet__logger *lg) {
+    if (!lg->bar_shown || lg->text == NULL) return;
+    fputs("\r\033[K", lg->text);
+    lg->bar_shown = false;
+}
+
+static void text_line(duet__logger *lg, const char *line) {
+    if (lg->text == NULL) return;
+    clear_bar(lg);
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    fprintf(lg->text, "%s - duet - INFO - %s\n", stamp, line);
+    fflush(lg->text);
+}
+
+void duet__logger_text(duet__logger *lg, const char *fmt, ...) {
+    if (lg == NULL) return;
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    text_line(lg, line);
+}
+
+/* A JSON number; non-finite values (a NaN loss) become null, since JSON has
+ * no NaN and the line must stay parseable. */
+static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static int write_json(duet__logger *lg, json_t *obj) {
+    if (obj == NULL) return duet__error(DUET_ENOMEM, "logger: out of memory building a record");
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(8));
+    json_decref(obj);
+    if (s == NULL) return duet__error(DUET_ENOMEM, "logger: out of memory writing a record");
+    int bad = fprintf(lg->jsonl, "%s\n", s) < 0 || fflush(lg->jsonl) != 0;
+    int e = errno;
+    free(s);
+    if (bad) return duet__error(DUET_EIO, "cannot append to %s: %s", lg->path, strerror(e));
+    return DUET_OK;
+}
+
+int duet__logger_train(duet__logger *lg, const duet__train_record *r) {
+    if (lg == NULL) return DUET_OK;
+    char line[4096];
+    text_line(lg, duet__format_train_line(r, line, sizeof line));
+
+    json_t *obj = json_object();
+    json_t *lr = json_object();
+    if (obj == NULL || lr == NULL) {
+        json_decref(obj);
+        json_decref(lr);
+        return write_json(lg, NULL);
+    }
+    json_object_set_new(obj, "mode", json_string("train"));
+    json_object_set_new(obj, "iter", json_integer(r->iter));
+    for (int i = 0; i < r->nlr; i++) json_object_set_new(lr, r->lr[i].name, num(r->lr[i].value));
+    json_object_set_new(obj, "lr", lr);
+    for (int i = 0; i < r->nlosses; i++)
+        json_object_set_new(obj, r->losses[i].name, num(r->losses[i].value));
+    json_object_set_new(obj, "time", num(r->time));
+    json_object_set_new(obj, "data_time", num(r->data_time));
+    if (r->eta >= 0) json_object_set_new(obj, "eta", num(r->eta));
+    if (r->memory_mb > 0) json_object_set_new(obj, "memory", num(r->memory_mb));
+    return write_json(lg, obj);
+}
+
+int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet__kv *metrics,
+                     int nmetrics) {
+    if (lg == NULL) return DUET_OK;
+    char line[2048];
+    size_t len = 0;
+    line[0] = '\0';
+    append(line, sizeof line, &len, "Iter(val) [%lld]\t", (long long)iter);
+    for (int i = 0; i < nmetrics; i++)
+        append(line, sizeof line, &len, "%s%s: %.4f", i ? ", " : "", metrics[i].name,
+               metrics[i].value);
+    if (nmetrics == 0)
+        append(line, sizeof line, &len, "%lld image%s evaluated, no metrics (test_cfg.metrics "
+               "is empty)", (long long)images, images == 1 ? "" : "s");
+    text_line(lg, line);
+
+    json_t *obj = json_object();
+    if (obj == NULL) return write_json(lg, NULL);
+    json_object_set_new(obj, "mode", json_string("val"));
+    json_object_set_new(obj, "iter", json_integer(iter));
+    for (int i = 0; i < nmetrics; i++)
+        json_object_set_new(obj, metrics[i].name, num(metrics[i].value));
+    return write_json(lg, obj);
+}
+
+void duet__logger_progress(duet__logger *lg, int64_t iter, int64_t max_iters, double eta) {
+    if (lg == NULL || !lg->progress || lg->text == NULL || max_iters <= 0) return;
+    enum { WIDTH = 30 };
+    int filled = (int)(WIDTH * iter / max_iters);
+    if (filled > WIDTH) filled = WIDTH;
+    char bar[WIDTH + 1];
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '=' : (i == filled ? '>' : ' ');
+    bar[WIDTH] = '\0';
+    char d[64];
+    fprintf(lg->text, "\r[%s] %lld/%lld, eta: %s\033[K", bar, (long long)iter,
+            (long long)max_iters, eta >= 0 ? duet__fmt_duration(eta, d, sizeof d) : "?");
+    fflush(lg->text);
+    lg->bar_shown = true;
+}

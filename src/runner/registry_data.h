@@ -1,0 +1,23 @@
+/* The registry's builders for MMEditing's translation datasets
+ * (registry_data.c), called by duet_build_dataset. */
+#ifndef DUET_REGISTRY_DATA_H
+#define DUET_REGISTRY_DATA_H
+
+#include "duet/train.h"
+
+/* GenerationPairedDataset / GenerationUnpairedDataset from the group d (at
+ * `path`): dataroot, test_mode, max_image_pixels and the pipeline list. */
+int duet__build_generation_paired(duet_config *d, const char *path, bool train,
+                                  duet_dataset **out);
+int duet__build_generation_unpaired(duet_config *d, const char *path, bool train,
+                                    duet_dataset **out);
+
+/* duet infer's input for a model whose forward takes `key` ("img_a" or
+ * "img_b"): the image file `image` through the steps of cfg's
+ * data.val.pipeline for that key (see duet_translation_one_image), a
+ * (1, 3, H, W) tensor as duet test would give the model. Errors name the
+ * config key. */
+int duet__translation_infer_input(duet_config *cfg, const char *key, const char *image,
+                                  int64_t max_pixels, duet_tensor **out);
+
+#endif

@@ -1,0 +1,315 @@
+/* The models a config can name: one row each (type name, parts with the
+ * module types they may name, the reader of the model's own keys, create),
+ * read from MMEditing's keys (its 0.x configs). registry.c reads the parts
+ * through their module rows (registry_modules.c) before the model's own
+ * keys. Every key read is marked used, so duet_config_check_unused reports
+ * the others. */
+#include "runner/registry_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- keys several models read ---------------------------------------------------- */
+
+static int read_test_cfg(duet_config *c, const char *path, duet_test_cfg *o, int crop_default) {
+    *o = duet_test_cfg_default();
+    o->crop_border = crop_default;
+    if (!duet_config_has(c, path)) return DUET_OK;
+    duet_config *t = NULL;
+    DUET_TRY(duet_config_sub(c, path, &t));
+    int rc = DUET_OK;
+    if (duet_config_has(t, "metrics")) {
+        size_t n = 0;
+        const char *names[DUET_MAX_METRICS];
+        rc = duet_config_get_string_array(t, "metrics", names, DUET_MAX_METRICS, &n);
+        for (size_t i = 0; i < n && rc == DUET_OK; i++) {
+            /* Static names, so that the settings outlive the config. */
+            if (strcmp(names[i], "PSNR") == 0) o->metrics[i] = "PSNR";
+            else if (strcmp(names[i], "SSIM") == 0) o->metrics[i] = "SSIM";
+            else
+                rc = duet__error(DUET_ECONFIG, "%s.metrics: '%s' is not supported (PSNR, SSIM)",
+                                 path, names[i]);
+        }
+        o->nmetrics = (int)n;
+    }
+    if (rc == DUET_OK)
+        rc = duet__reg_get_int_in(t, "crop_border", o->crop_border, 0, &o->crop_border);
+    const char *conv = "";
+    if (rc == DUET_OK) rc = duet_config_get_string_or(t, "convert_to", "", &conv);
+    if (rc == DUET_OK && conv[0] != '\0') {
+        if (strcmp(conv, "y") == 0 || strcmp(conv, "Y") == 0) o->convert_to = "y";
+        else rc = duet__error(DUET_ECONFIG, "%s.convert_to: '%s' (use \"y\" or leave it out)",
+                              path, conv);
+    }
+    duet_config_destroy(t);
+    return rc;
+}
+
+
+/* `train_cfg = {};` holds nothing to read; any key in it is reported as
+ * unknown by duet_config_check_unused. */
+static int mark_empty_group(duet_config *m, const char *key) {
+    if (!duet_config_has(m, key)) return DUET_OK;
+    size_t n = 0;
+    DUET_TRY(duet_config_length(m, key, &n));
+    return n == 0 ? duet_config_mark_used(m, key) : DUET_OK;
+}
+
+/* MMEditing's pretrained = path: duet starts from a checkpoint instead. */
+static int check_pretrained(duet_config *m, const char *path) {
+    const char *pre = "";
+    DUET_TRY(duet_config_get_string_or(m, "pretrained", "", &pre));
+    if (pre[0] != '\0')
+        return duet__error(DUET_EUNSUPPORTED, "%s.pretrained = '%s': start from a checkpoint with "
+                           "load_from instead", path, pre);
+    return DUET_OK;
+}
+
+
+/* direction 'a2b' or 'b2a' at key (default def). */
+static int read_direction(duet_config *m, const char *key, bool def, bool *b2a) {
+    const char *d = def ? "b2a" : "a2b";
+    DUET_TRY(duet_config_get_string_or(m, key, d, &d));
+    if (strcmp(d, "a2b") != 0 && strcmp(d, "b2a") != 0)
+        return duet__error(DUET_ECONFIG, "%s.%s: '%s' (use 'a2b' or 'b2a')", duet_config_name(m),
+                           key, d);
+    *b2a = strcmp(d, "b2a") == 0;
+    return DUET_OK;
+}
+
+/* train_cfg.{disc_steps, disc_init_steps} (1, 0). */
+static int read_disc_steps(duet_config *m, int *disc_steps, int *disc_init_steps) {
+    DUET_TRY(duet__reg_get_int(m, "train_cfg.disc_steps", 1, disc_steps));
+    return duet__reg_get_int(m, "train_cfg.disc_init_steps", 0, disc_init_steps);
+}
+
+/* ---- SRGAN and ESRGAN (mmedit/models/restorers) ------------------------------------ */
+
+/* What SRGAN and ESRGAN read beyond their parts: an absent pixel_loss is
+ * none (weight 0), an absent perceptual_loss none; train_cfg's discriminator
+ * steps; test_cfg (crop_border defaults to the generator's factor);
+ * pretrained refused. */
+typedef struct sr_gan_keys {
+    int upscale;
+    float *pixel_loss_weight;
+    bool *perceptual;
+    int *disc_steps, *disc_init_steps;
+    duet_test_cfg *test_cfg;
+} sr_gan_keys;
+
+static int read_sr_gan_keys(duet_config *m, const char *path, sr_gan_keys k) {
+    if (!duet_config_has(m, "pixel_loss")) *k.pixel_loss_weight = 0.0f;
+    *k.perceptual = duet_config_has(m, "perceptual_loss");
+    DUET_TRY(read_disc_steps(m, k.disc_steps, k.disc_init_steps));
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", k.test_cfg, k.upscale));
+    return check_pretrained(m, path);
+}
+
+static void def_srgan(void *o) { *(duet_srgan_opts *)o = duet_srgan_opts_default(); }
+
+static int read_srgan(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    duet_srgan_opts *o = opts;
+    return read_sr_gan_keys(m, path, (sr_gan_keys){o->generator.upscale_factor,
+                                                   &o->pixel_loss_weight, &o->perceptual,
+                                                   &o->disc_steps, &o->disc_init_steps,
+                                                   &o->test_cfg});
+}
+
+static int make_srgan(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_srgan_create(o, rng, out);
+}
+
+static void def_esrgan(void *o) { *(duet_esrgan_opts *)o = duet_esrgan_opts_default(); }
+
+static int read_esrgan(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    duet_esrgan_opts *o = opts;
+    return read_sr_gan_keys(m, path, (sr_gan_keys){o->generator.upscale_factor,
+                                                   &o->pixel_loss_weight, &o->perceptual,
+                                                   &o->disc_steps, &o->disc_init_steps,
+                                                   &o->test_cfg});
+}
+
+static int make_esrgan(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_esrgan_create(o, rng, out);
+}
+
+/* ---- BasicRestorer (around MSRResNet, or RRDBNet: ESRGAN's PSNR stage) ------------ */
+
+/* pixel_loss's type (its part row allows L1Loss and MSELoss), train_cfg
+ * (empty), test_cfg (crop_border defaults to the generator's factor),
+ * pretrained refused. */
+static int read_restorer_keys(duet_config *m, const char *path, int upscale,
+                              duet_basic_restorer_opts *o) {
+    const char *type = NULL;
+    DUET_TRY(duet_config_get_string(m, "pixel_loss.type", &type));
+    o->pixel_loss = strcmp(type, "MSELoss") == 0 ? "MSELoss" : "L1Loss"; /* static names */
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", &o->test_cfg, upscale));
+    return check_pretrained(m, path);
+}
+
+static void def_restorer(void *o) {
+    *(duet_basic_restorer_opts *)o = duet_basic_restorer_opts_default();
+}
+
+static int read_restorer(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    duet_basic_restorer_opts *o = opts;
+    return read_restorer_keys(m, path, o->generator.upscale_factor, o);
+}
+
+static int make_restorer(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_basic_restorer_create(o, rng, out);
+}
+
+typedef struct rrdb_restorer {
+    duet_rrdbnet_opts generator;
+    duet_basic_restorer_opts restorer; /* its generator unused */
+} rrdb_restorer;
+
+static void def_rrdb_restorer(void *opts) {
+    rrdb_restorer *o = opts;
+    o->generator = duet_rrdbnet_opts_default();
+    o->restorer = duet_basic_restorer_opts_default();
+}
+
+static int read_rrdb_restorer(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    rrdb_restorer *o = opts;
+    return read_restorer_keys(m, path, o->generator.upscale_factor, &o->restorer);
+}
+
+static int make_rrdb_restorer(const void *opts, duet_rng *rng, duet_model **out) {
+    const rrdb_restorer *o = opts;
+    return duet_basic_restorer_rrdbnet_create(&o->generator, &o->restorer, rng, out);
+}
+
+/* ---- Pix2Pix and CycleGAN (mmedit/models/synthesizers) ------------------------------ */
+
+static void def_pix2pix(void *opts) {
+    duet_pix2pix_opts *o = opts;
+    *o = duet_pix2pix_opts_default();
+    /* MMEditing's UnetGenerator defaults use_dropout to False; its pix2pix
+     * configs set it. */
+    o->generator.use_dropout = false;
+}
+
+/* An absent pixel_loss is none; train_cfg.{direction, disc_steps,
+ * disc_init_steps}, test_cfg.{direction, show_input}; the dropout rng's
+ * seed drawn from rng. */
+static int read_pix2pix(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    duet_pix2pix_opts *o = opts;
+    if (!duet_config_has(m, "pixel_loss")) o->pixel_loss_weight = 0.0f;
+    /* Without train_cfg MMEditing takes the direction from test_cfg. */
+    bool test_b2a = false, show_input = false;
+    DUET_TRY(read_direction(m, "test_cfg.direction", false, &test_b2a));
+    DUET_TRY(duet_config_get_bool_or(m, "test_cfg.show_input", false, &show_input));
+    DUET_TRY(read_direction(m, "train_cfg.direction", test_b2a, &o->b2a));
+    DUET_TRY(read_disc_steps(m, &o->disc_steps, &o->disc_init_steps));
+    DUET_TRY(check_pretrained(m, path));
+    o->dropout_seed = duet_rng_u64(rng);
+    return DUET_OK;
+}
+
+static int make_pix2pix(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_pix2pix_create(o, rng, out);
+}
+
+static void def_cyclegan(void *opts) {
+    duet_cyclegan_opts *o = opts;
+    *o = duet_cyclegan_opts_default();
+    /* MMEditing's class defaults (ResnetGenerator: IN, 9 blocks;
+     * PatchDiscriminator: BN); its cyclegan configs set IN for both. */
+    o->discriminator.norm = DUET_GEN_NORM_BN;
+}
+
+/* An absent id_loss is none; train_cfg.{direction, buffer_size,
+ * disc_steps, disc_init_steps}, test_cfg.{direction, show_input,
+ * test_direction}; the pool and dropout rngs' seeds drawn from rng. */
+static int read_cyclegan(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    duet_cyclegan_opts *o = opts;
+    if (!duet_config_has(m, "id_loss")) o->id_loss_weight = 0.0f; /* id_loss=None */
+    /* Without train_cfg MMEditing takes the direction from test_cfg. */
+    bool test_b2a = false;
+    DUET_TRY(read_direction(m, "test_cfg.direction", false, &test_b2a));
+    /* show_input: MMEditing saves real | fake images side by side; duet's
+     * evaluation grid always shows the input next to the output. */
+    bool show_input = false;
+    DUET_TRY(duet_config_get_bool_or(m, "test_cfg.show_input", false, &show_input));
+    DUET_TRY(read_direction(m, "test_cfg.test_direction", false, &o->test_b2a));
+    if (duet_config_has(m, "train_cfg"))
+        DUET_TRY(read_direction(m, "train_cfg.direction", false, &o->b2a));
+    else
+        o->b2a = test_b2a;
+    int64_t buf = 50;
+    DUET_TRY(duet_config_get_int_or(m, "train_cfg.buffer_size", 50, &buf));
+    if (buf < 0 || buf > 1000000)
+        return duet__error(DUET_ECONFIG, "%s.train_cfg.buffer_size: %lld images (use 0 for no "
+                           "pool, or up to 1000000)", path, (long long)buf);
+    o->buffer_size = buf;
+    DUET_TRY(read_disc_steps(m, &o->disc_steps, &o->disc_init_steps));
+    if (o->disc_steps < 1 || o->disc_init_steps < 0)
+        return duet__error(DUET_ECONFIG, "%s.train_cfg: disc_steps %d must be >= 1 and "
+                           "disc_init_steps %d >= 0", path, o->disc_steps, o->disc_init_steps);
+    if (o->id_loss_weight > 0.0f && o->generator.in_channels != o->generator.out_channels)
+        return duet__error(DUET_ECONFIG, "%s.id_loss: the identity loss needs the generator's "
+                           "in_channels (%d) == out_channels (%d)", path,
+                           o->generator.in_channels, o->generator.out_channels);
+    DUET_TRY(check_pretrained(m, path));
+    o->pool_seed = duet_rng_u64(rng);
+    o->dropout_seed = duet_rng_u64(rng);
+    return DUET_OK;
+}
+
+static int make_cyclegan(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_cyclegan_create(o, rng, out);
+}
+
+/* ---- the rows ------------------------------------------------------------------------ */
+
+#define PART(T, key, type, field) {key, {type}, offsetof(T, field), false}
+#define OPTIONAL_PART(T, key, type, field) {key, {type}, offsetof(T, field), true}
+
+const duet__model_row duet__model_rows[] = {
+    {"SRGAN", sizeof(duet_srgan_opts), def_srgan,
+     {PART(duet_srgan_opts, "generator", "MSRResNet", generator),
+      PART(duet_srgan_opts, "discriminator", "ModifiedVGG", discriminator),
+      PART(duet_srgan_opts, "gan_loss", "GANLoss", gan_loss),
+      OPTIONAL_PART(duet_srgan_opts, "pixel_loss", "L1Loss", pixel_loss_weight),
+      OPTIONAL_PART(duet_srgan_opts, "perceptual_loss", "PerceptualLoss", perceptual_loss)},
+     read_srgan, make_srgan},
+    {"ESRGAN", sizeof(duet_esrgan_opts), def_esrgan,
+     {PART(duet_esrgan_opts, "generator", "RRDBNet", generator),
+      PART(duet_esrgan_opts, "discriminator", "ModifiedVGG", discriminator),
+      PART(duet_esrgan_opts, "gan_loss", "GANLoss", gan_loss),
+      OPTIONAL_PART(duet_esrgan_opts, "pixel_loss", "L1Loss", pixel_loss_weight),
+      OPTIONAL_PART(duet_esrgan_opts, "perceptual_loss", "PerceptualLoss", perceptual_loss)},
+     read_esrgan, make_esrgan},
+    {"BasicRestorer", sizeof(duet_basic_restorer_opts), def_restorer,
+     {PART(duet_basic_restorer_opts, "generator", "MSRResNet", generator),
+      {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(duet_basic_restorer_opts, pixel_loss_weight),
+       false}},
+     read_restorer, make_restorer},
+    {"BasicRestorer", sizeof(rrdb_restorer), def_rrdb_restorer,
+     {PART(rrdb_restorer, "generator", "RRDBNet", generator),
+      {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(rrdb_restorer, restorer.pixel_loss_weight),
+       false}},
+     read_rrdb_restorer, make_rrdb_restorer},
+    {"Pix2Pix", sizeof(duet_pix2pix_opts), def_pix2pix,
+     {PART(duet_pix2pix_opts, "generator", "UnetGenerator", generator),
+      PART(duet_pix2pix_opts, "discriminator", "PatchDiscriminator", discriminator),
+      PART(duet_pix2pix_opts, "gan_loss", "GANLoss", gan_loss),
+      OPTIONAL_PART(duet_pix2pix_opts, "pixel_loss", "L1Loss", pixel_loss_weight)},
+     read_pix2pix, make_pix2pix},
+    {"CycleGAN", sizeof(duet_cyclegan_opts), def_cyclegan,
+     {PART(duet_cyclegan_opts, "generator", "ResnetGenerator", generator),
+      PART(duet_cyclegan_opts, "discriminator", "PatchDiscriminator", discriminator),
+      PART(duet_cyclegan_opts, "gan_loss", "GANLoss", gan_loss),
+      PART(duet_cyclegan_opts, "cycle_loss", "L1Loss", cycle_loss_weight),
+      OPTIONAL_PART(duet_cyclegan_opts, "id_loss", "L1Loss", id_loss_weight)},
+     read_cyclegan, make_cyclegan},
+};
+const size_t duet__model_row_count = sizeof duet__model_rows / sizeof *duet__model_rows;

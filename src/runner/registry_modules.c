@@ -1,0 +1,363 @@
+/* The networks and losses a config can name: one row each (type name,
+ * options, reader, create), read from MMEditing's keys. Every key read is
+ * marked used, so duet_config_check_unused reports the others. */
+#include "runner/registry_internal.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- getters shared by the registry's readers ------------------------------------- */
+
+/* Typed getters with defaults, narrowing to the types of the option structs. */
+int duet__reg_get_int_in(duet_config *c, const char *key, int def, int min, int *out) {
+    int64_t v;
+    DUET_TRY(duet_config_get_int_in_or(c, key, def, min, INT_MAX, &v));
+    *out = (int)v;
+    return DUET_OK;
+}
+
+int duet__reg_get_int(duet_config *c, const char *key, int def, int *out) {
+    return duet__reg_get_int_in(c, key, def, INT_MIN, out);
+}
+
+int duet__reg_get_float(duet_config *c, const char *key, float def, float *out) {
+    double v;
+    DUET_TRY(duet_config_get_double_in_or(c, key, def, -FLT_MAX, FLT_MAX, &v));
+    *out = (float)v;
+    return DUET_OK;
+}
+
+/* The group at path as a view, and its type. */
+int duet__reg_open_group(duet_config *cfg, const char *path, duet_config **sub, const char **type) {
+    *sub = NULL;
+    DUET_TRY(duet_config_sub(cfg, path, sub));
+    int rc = duet_config_get_string(*sub, "type", type);
+    if (rc != DUET_OK) {
+        duet_config_destroy(*sub);
+        *sub = NULL;
+    }
+    return rc;
+}
+
+/* ---- option readers ------------------------------------------------------------- */
+
+static int read_msrresnet(duet_config *c, void *opts) {
+    duet_msrresnet_opts *o = opts;
+    *o = duet_msrresnet_opts_default();
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(duet__reg_get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    DUET_TRY(duet__reg_get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
+    return duet__reg_get_int(c, "upscale_factor", o->upscale_factor, &o->upscale_factor);
+}
+
+static int read_modified_vgg(duet_config *c, void *opts) {
+    duet_modified_vgg_opts *o = opts;
+    *o = duet_modified_vgg_opts_default();
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    return duet__reg_get_int(c, "input_size", o->input_size, &o->input_size);
+}
+
+static int read_pixel_loss(duet_config *c, void *opts) {
+    float *weight = opts;
+    const char *red;
+    DUET_TRY(duet__reg_get_float(c, "loss_weight", 1.0f, weight));
+    DUET_TRY(duet_config_get_string_or(c, "reduction", "mean", &red));
+    if (strcmp(red, "mean") != 0)
+        return duet__error(DUET_EUNSUPPORTED, "%s: reduction '%s' is not supported (only 'mean')",
+                           duet_config_name(c), red);
+    return DUET_OK;
+}
+
+static int read_gan_loss(duet_config *c, void *opts) {
+    duet_gan_loss_opts *o = opts;
+    *o = duet_gan_loss_opts_default();
+    DUET_TRY(duet_config_get_string_or(c, "gan_type", "vanilla", &o->gan_type));
+    DUET_TRY(duet__reg_get_float(c, "real_label_val", o->real_label_val, &o->real_label_val));
+    DUET_TRY(duet__reg_get_float(c, "fake_label_val", o->fake_label_val, &o->fake_label_val));
+    return duet__reg_get_float(c, "loss_weight", o->loss_weight, &o->loss_weight);
+}
+
+/* torchvision's VGG configurations, 0 = max pool. */
+static int vgg_cfg(const char *vgg_type, int *cfg, int *n) {
+    static const int v11[] = {64, 0, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
+    static const int v13[] = {64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
+    static const int v16[] = {64,  64,  0,   128, 128, 0,   256, 256, 256,
+                              0,   512, 512, 512, 0,   512, 512, 512, 0};
+    static const int v19[] = {64,  64,  0,   128, 128, 0,   256, 256, 256, 256, 0,
+                              512, 512, 512, 512, 0,   512, 512, 512, 512, 0};
+    const int *src;
+    size_t len;
+    if (strcmp(vgg_type, "vgg11") == 0) src = v11, len = sizeof v11 / sizeof *v11;
+    else if (strcmp(vgg_type, "vgg13") == 0) src = v13, len = sizeof v13 / sizeof *v13;
+    else if (strcmp(vgg_type, "vgg16") == 0) src = v16, len = sizeof v16 / sizeof *v16;
+    else if (strcmp(vgg_type, "vgg19") == 0) src = v19, len = sizeof v19 / sizeof *v19;
+    else
+        return duet__error(DUET_ECONFIG, "PerceptualLoss: vgg_type '%s' (use vgg11, vgg13, vgg16, "
+                           "vgg19, or give cfg = [...])", vgg_type);
+    for (size_t i = 0; i < len; i++) cfg[i] = src[i];
+    *n = (int)len;
+    return DUET_OK;
+}
+
+/* layer_weights as two arrays: layer_ids = [34]; layer_weights = [1.0]; */
+static int read_layer_arrays(duet_config *c, duet_perceptual_loss_opts *o) {
+    int64_t ids[DUET_PERCEPTUAL_MAX_LAYERS];
+    double w[DUET_PERCEPTUAL_MAX_LAYERS];
+    size_t nids = 0, nw = 0;
+    DUET_TRY(duet_config_get_double_array(c, "layer_weights", w, DUET_PERCEPTUAL_MAX_LAYERS,
+                                          &nw));
+    DUET_TRY(duet_config_get_int_array(c, "layer_ids", ids, DUET_PERCEPTUAL_MAX_LAYERS,
+                                       &nids));
+    if (nids != nw || nw == 0)
+        return duet__error(DUET_ECONFIG, "%s: layer_ids has %zu entries and layer_weights "
+                           "%zu; give one weight per layer index", duet_config_name(c),
+                           nids, nw);
+    o->nlayer_weights = (int)nw;
+    for (size_t i = 0; i < nw; i++) {
+        if (ids[i] < 0 || ids[i] > INT_MAX || !(fabs(w[i]) <= FLT_MAX))
+            return duet__error(DUET_ECONFIG, "%s: layer_ids[%zu] = %lld / layer_weights[%zu] "
+                               "= %g is out of range", duet_config_name(c), i,
+                               (long long)ids[i], i, w[i]);
+        o->layer_ids[i] = (int)ids[i];
+        o->layer_weights[i] = (float)w[i];
+    }
+    return DUET_OK;
+}
+
+/* layer_weights as a group whose member names end in the layer index:
+ * { conv34 = 1.0; }. */
+static int read_layer_group(duet_config *c, duet_perceptual_loss_opts *o) {
+    size_t n = 0;
+    DUET_TRY(duet_config_length(c, "layer_weights", &n));
+    if (n < 1 || n > DUET_PERCEPTUAL_MAX_LAYERS)
+        return duet__error(DUET_ECONFIG, "%s: layer_weights has %zu entries (1 to %d)",
+                           duet_config_name(c), n, DUET_PERCEPTUAL_MAX_LAYERS);
+    o->nlayer_weights = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        const char *name;
+        DUET_TRY(duet_config_member_name(c, "layer_weights", i, &name));
+        const char *digits = name + strlen(name);
+        while (digits > name && digits[-1] >= '0' && digits[-1] <= '9') digits--;
+        if (*digits == '\0')
+            return duet__error(DUET_ECONFIG, "%s: layer_weights member '%s' must end in a "
+                               "layer index (conv34 = 1.0 for MMEditing's '34'), or use "
+                               "layer_ids = [34]; layer_weights = [1.0];",
+                               duet_config_name(c), name);
+        char *key = duet__strf("layer_weights.%s", name);
+        if (key == NULL) return duet__error(DUET_ENOMEM, "registry: out of memory");
+        double w;
+        int rc = duet_config_get_double_in(c, key, -FLT_MAX, FLT_MAX, &w);
+        free(key);
+        DUET_TRY(rc);
+        o->layer_ids[i] = atoi(digits);
+        o->layer_weights[i] = (float)w;
+    }
+    return DUET_OK;
+}
+
+/* vgg_type or an explicit cfg = [64, 64, 0, ...] (0: a max pool). */
+static int read_vgg_stack(duet_config *c, duet_perceptual_loss_opts *o) {
+    const char *vgg_type;
+    DUET_TRY(duet_config_get_string_or(c, "vgg_type", "vgg19", &vgg_type));
+    if (duet_config_has(c, "cfg")) {
+        int64_t v[DUET_VGG_MAX_CFG];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_int_array(c, "cfg", v, DUET_VGG_MAX_CFG, &n));
+        for (size_t i = 0; i < n; i++) {
+            if (v[i] < 0 || v[i] > INT_MAX)
+                return duet__error(DUET_ECONFIG, "%s: cfg[%zu] = %lld is out of range (channels, "
+                                   "or 0 for a max pool)", duet_config_name(c), i,
+                                   (long long)v[i]);
+            o->cfg[i] = (int)v[i];
+        }
+        o->ncfg = (int)n;
+    } else {
+        DUET_TRY(vgg_cfg(vgg_type, o->cfg, &o->ncfg));
+    }
+    return DUET_OK;
+}
+
+static int read_perceptual(duet_config *c, void *opts) {
+    duet_perceptual_loss_opts *o = opts;
+    *o = duet_perceptual_loss_opts_default();
+    /* MMEditing writes layer_weights = {'34': 1.0}; libconfig names cannot
+     * be numbers, so duet reads layer_ids = [34]; layer_weights = [1.0];
+     * or a group whose member names end in the index: { conv34 = 1.0; }. */
+    int kind = duet_config_kind(c, "layer_weights");
+    if (kind == DUET_CONFIG_ARRAY || kind == DUET_CONFIG_LIST)
+        DUET_TRY(read_layer_arrays(c, o));
+    else if (kind != DUET_CONFIG_NONE)
+        DUET_TRY(read_layer_group(c, o));
+    DUET_TRY(read_vgg_stack(c, o));
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet_config_get_bool_or(c, "use_input_norm", o->use_input_norm, &o->use_input_norm));
+    DUET_TRY(duet_config_get_bool_or(c, "norm_img", o->norm_img, &o->norm_img));
+    DUET_TRY(duet__reg_get_float(c, "perceptual_weight", o->perceptual_weight,
+                                 &o->perceptual_weight));
+    DUET_TRY(duet__reg_get_float(c, "style_weight", o->style_weight, &o->style_weight));
+    DUET_TRY(duet_config_get_string_or(c, "criterion", "l1", &o->criterion));
+    DUET_TRY(duet_config_get_string_or(c, "pretrained", "", &o->weights_path));
+    if (strncmp(o->weights_path, "torchvision://", 14) == 0)
+        return duet__error(DUET_ECONFIG, "%s: pretrained = '%s': duet reads VGG weights from a "
+                           "safetensors file (torchvision's state dict converted, keys "
+                           "features.<i>.weight); give its path", duet_config_name(c),
+                           o->weights_path);
+    return DUET_OK;
+}
+
+
+/* MMEditing's RRDBNet arguments; `scale` is the later 0.x name of the
+ * factor (default 4, the only one duet builds). */
+static int read_rrdbnet(duet_config *c, void *opts) {
+    duet_rrdbnet_opts *o = opts;
+    *o = duet_rrdbnet_opts_default();
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(duet__reg_get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    DUET_TRY(duet__reg_get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
+    DUET_TRY(duet__reg_get_int(c, "growth_channels", o->growth_channels, &o->growth_channels));
+    return duet__reg_get_int(c, "scale", o->upscale_factor, &o->upscale_factor);
+}
+
+
+/* norm_cfg.type: 'BN' or 'IN'; init_cfg: type 'normal' and its gain. */
+static int read_norm_init(duet_config *c, duet_gen_norm *norm, float *gain) {
+    const char *t = "BN";
+    DUET_TRY(duet_config_get_string_or(c, "norm_cfg.type", *norm == DUET_GEN_NORM_IN ? "IN" : "BN",
+                                       &t));
+    if (strcmp(t, "BN") == 0) *norm = DUET_GEN_NORM_BN;
+    else if (strcmp(t, "IN") == 0) *norm = DUET_GEN_NORM_IN;
+    else
+        return duet__error(DUET_EUNSUPPORTED, "%s.norm_cfg.type: '%s' (duet has 'BN' and 'IN')",
+                           duet_config_name(c), t);
+    const char *init = "normal";
+    DUET_TRY(duet_config_get_string_or(c, "init_cfg.type", "normal", &init));
+    if (strcmp(init, "normal") != 0)
+        return duet__error(DUET_EUNSUPPORTED, "%s.init_cfg.type: '%s' (duet has 'normal')",
+                           duet_config_name(c), init);
+    return duet__reg_get_float(c, "init_cfg.gain", *gain, gain);
+}
+
+
+static int read_unet(duet_config *c, void *opts) {
+    duet_unet_generator_opts *o = opts;
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(duet__reg_get_int(c, "num_down", o->num_down, &o->num_down));
+    DUET_TRY(duet__reg_get_int(c, "base_channels", o->base_channels, &o->base_channels));
+    DUET_TRY(duet_config_get_bool_or(c, "use_dropout", false, &o->use_dropout));
+    return read_norm_init(c, &o->norm, &o->init_gain);
+}
+
+
+static int read_patch(duet_config *c, void *opts) {
+    duet_patch_discriminator_opts *o = opts;
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "base_channels", o->base_channels, &o->base_channels));
+    DUET_TRY(duet__reg_get_int(c, "num_conv", o->num_conv, &o->num_conv));
+    return read_norm_init(c, &o->norm, &o->init_gain);
+}
+
+
+/* ResnetGenerator: padding_mode 'reflect' only (MMEditing's default). */
+static int read_resnet(duet_config *c, void *opts) {
+    duet_resnet_generator_opts *o = opts;
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "out_channels", o->out_channels, &o->out_channels));
+    DUET_TRY(duet__reg_get_int(c, "base_channels", o->base_channels, &o->base_channels));
+    DUET_TRY(duet__reg_get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
+    DUET_TRY(duet_config_get_bool_or(c, "use_dropout", false, &o->use_dropout));
+    const char *pad = "reflect";
+    DUET_TRY(duet_config_get_string_or(c, "padding_mode", "reflect", &pad));
+    if (strcmp(pad, "reflect") != 0)
+        return duet__error(DUET_EUNSUPPORTED, "%s.padding_mode: '%s' (duet has 'reflect')",
+                           duet_config_name(c), pad);
+    return read_norm_init(c, &o->norm, &o->init_gain);
+}
+
+/* ---- the rows ------------------------------------------------------------------------ */
+
+static void def_msrresnet(void *o) { *(duet_msrresnet_opts *)o = duet_msrresnet_opts_default(); }
+static void def_modified_vgg(void *o) {
+    *(duet_modified_vgg_opts *)o = duet_modified_vgg_opts_default();
+}
+static void def_rrdbnet(void *o) { *(duet_rrdbnet_opts *)o = duet_rrdbnet_opts_default(); }
+static void def_unet(void *o) {
+    *(duet_unet_generator_opts *)o = duet_unet_generator_opts_default();
+}
+static void def_patch(void *o) {
+    *(duet_patch_discriminator_opts *)o = duet_patch_discriminator_opts_default();
+}
+static void def_resnet(void *o) {
+    *(duet_resnet_generator_opts *)o = duet_resnet_generator_opts_default();
+}
+static void def_pixel_loss(void *o) { *(float *)o = 1.0f; }
+static void def_gan_loss(void *o) { *(duet_gan_loss_opts *)o = duet_gan_loss_opts_default(); }
+static void def_perceptual(void *o) {
+    *(duet_perceptual_loss_opts *)o = duet_perceptual_loss_opts_default();
+}
+
+static int make_msrresnet(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_msrresnet_create(o, rng, out);
+}
+static int make_modified_vgg(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_modified_vgg_create(o, rng, out);
+}
+static int make_rrdbnet(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_rrdbnet_create(o, rng, out);
+}
+/* Built on their own, the generators have no dropout rng to borrow: one
+ * with use_dropout is an error saying so (a model gives them its own). */
+static int make_unet(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_unet_generator_create(o, rng, NULL, out);
+}
+static int make_patch(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_patch_discriminator_create(o, rng, out);
+}
+static int make_resnet(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_resnet_generator_create(o, rng, NULL, out);
+}
+static int make_l1_loss(const void *o, duet_rng *rng, duet_module **out) {
+    (void)rng;
+    return duet_l1_loss_module_create(*(const float *)o, out);
+}
+static int make_mse_loss(const void *o, duet_rng *rng, duet_module **out) {
+    (void)rng;
+    return duet_mse_loss_module_create(*(const float *)o, out);
+}
+static int make_gan_loss(const void *o, duet_rng *rng, duet_module **out) {
+    (void)rng;
+    return duet_gan_loss_create(o, out);
+}
+static int make_perceptual(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_perceptual_loss_create(o, rng, out);
+}
+
+const duet__module_row duet__module_rows[] = {
+    {"MSRResNet", sizeof(duet_msrresnet_opts), def_msrresnet, read_msrresnet, make_msrresnet},
+    {"ModifiedVGG", sizeof(duet_modified_vgg_opts), def_modified_vgg, read_modified_vgg,
+     make_modified_vgg},
+    {"L1Loss", sizeof(float), def_pixel_loss, read_pixel_loss, make_l1_loss},
+    {"MSELoss", sizeof(float), def_pixel_loss, read_pixel_loss, make_mse_loss},
+    {"GANLoss", sizeof(duet_gan_loss_opts), def_gan_loss, read_gan_loss, make_gan_loss},
+    {"PerceptualLoss", sizeof(duet_perceptual_loss_opts), def_perceptual, read_perceptual,
+     make_perceptual},
+    {"RRDBNet", sizeof(duet_rrdbnet_opts), def_rrdbnet, read_rrdbnet, make_rrdbnet},
+    {"UnetGenerator", sizeof(duet_unet_generator_opts), def_unet, read_unet, make_unet},
+    {"PatchDiscriminator", sizeof(duet_patch_discriminator_opts), def_patch, read_patch,
+     make_patch},
+    {"ResnetGenerator", sizeof(duet_resnet_generator_opts), def_resnet, read_resnet,
+     make_resnet},
+};
+const size_t duet__module_row_count = sizeof duet__module_rows / sizeof *duet__module_rows;
+
+const duet__module_row *duet__module_row_find(const char *type) {
+    for (size_t i = 0; i < duet__module_row_count; i++)
+        if (strcmp(duet__module_rows[i].type, type) == 0) return &duet__module_rows[i];
+    return NULL;
+}

@@ -1,0 +1,173 @@
+/* The runner's private state and the helpers its files share
+ * (src/runner/runner.c: setup and the training loop; build.c: data,
+ * optimizers and schedules from the config; evaluate.c: validation, test and
+ * infer). */
+#ifndef DUET_TRAIN_RUNNER_INTERNAL_H
+#define DUET_TRAIN_RUNNER_INTERNAL_H
+
+#include "duet/comm.h"
+#include "duet/data.h"
+#include "duet/models.h"
+#include "duet/train.h"
+#include "duet/wrapper.h"
+#include "runner/logger.h"
+
+/* custom_hooks: MMEditing's ExponentialMovingAverageHook (ema.c; n 0: none),
+ * with as many module_keys as the config gives, of any length. */
+typedef struct duet__ema_hook {
+    int n;
+    char **keys;    /* [n], owned: "generator_ema" */
+    bool *created;  /* [n]: the runner made the copy (not the model) */
+    float momentum, momentum_nontrainable;
+    int64_t interval, start_iter;
+} duet__ema_hook;
+
+typedef struct duet__run {
+    duet_comm *comm; /* the job */
+    int rank, world;
+    bool quiet;      /* no stdout */
+    duet_config *cfg;
+    char *work_dir;  /* owned */
+    uint64_t seed;
+    duet_rng rng;    /* model init; saved in checkpoints */
+
+    duet_wrapper *wrapper;    /* training: owns the model */
+    duet_model *model;        /* borrowed from the wrapper, or owned (test, infer) */
+    duet_optimizer_set *opts; /* training only */
+    duet_lr_schedule sched;
+
+    duet_dataset *train_set, *val_set; /* owned */
+    duet_loader *loader;               /* training */
+    int64_t samples_per_gpu;
+    int prefetch;
+    int64_t max_pixels; /* decoded images: data.max_image_pixels / DUET_MAX_IMAGE_PIXELS */
+    int lock_fd;        /* rank 0 while training: flock on WORK_DIR/duet.lock; else -1,
+                           or DUET__LOCK_UNSUPPORTED (the file system has no locks) */
+
+    /* Hooks: every N iterations (0 = never). */
+    int64_t total_iters, log_interval, ckpt_interval, eval_interval;
+    bool save_optimizer, save_image;
+    int64_t eval_num_images; /* rows of the evaluation grid */
+    duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
+
+    duet__logger *log; /* rank 0 while training; NULL elsewhere */
+
+    duet__ema_hook ema;
+} duet__run;
+
+/* mkdir -p; DUET_EIO naming the folder. */
+int duet__mkdirs(const char *path);
+
+/* ---- system.c ---- */
+/* The config's num_threads and gemm keys into duet_kernels_configure (with
+ * the ranks on this node), and the startup line naming what runs. */
+int duet__run_setup_kernels(duet__run *r);
+
+/* ---- outputs.c: infer and test --out ---- */
+/* "<dir>/<stem>.png" for input file `name` (any folder and extension
+ * dropped). New string; NULL when out of memory. */
+char *duet__output_path(const char *dir, const char *name);
+/* Before anything is written: DUET_EINVAL naming the paths when out_dir is
+ * one of input_dirs (ndirs folders whose images a run reads), when two of
+ * the n inputs map to one output, or when an output path is a symlink, not
+ * a regular file, or one of the inputs. */
+int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n,
+                        const char *const *input_dirs, size_t ndirs);
+/* Sample `t` (n = 0) saved as duet__output_path(dir, name) (evaluate.c). */
+int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
+/* A translation model's output in [-1, 1] as an image in [0, 1]: new
+ * tensor (x + 1) / 2 (MMEditing's tensor2img(min_max=(-1, 1)); saving
+ * clamps). duet test --out and duet infer write it so. */
+int duet__from_signed(const duet_tensor *t, duet_tensor **out);
+
+/* ---- workdir.c: one run per work dir ---- */
+/* Rank 0 before it writes anything there: takes an exclusive flock on
+ * WORK_DIR/duet.lock for the run's lifetime (r->lock_fd) and writes its pid
+ * and host into it. DUET_ESTATE naming the other run's pid and host when the
+ * lock is held. */
+int duet__workdir_lock(duet__run *r);
+#define DUET__LOCK_UNSUPPORTED (-2)
+/* Releases the lock (the file stays: removing it would race a new run). */
+void duet__workdir_unlock(duet__run *r);
+/* With the lock held: removes the temporary checkpoint files
+ * ("<name>.safetensors.tmp.<pid>.<n>") a killed write left in the work dir.
+ * Only regular files of that pattern, only in the work dir itself. */
+int duet__workdir_clean_temps(duet__run *r);
+/* Writes WORK_DIR/name anew: a temporary created exclusively (never through
+ * a link left at a path), renamed over the name. */
+int duet__workdir_write_file(const duet__run *r, const char *name, const char *text);
+/* A work dir that is, contains or lies inside one of the config's data
+ * folders (data.*.dataroot, data.*.*_folder, however deep) is refused
+ * (DUET_ECONFIG naming both and the key's file and line): the run's
+ * pictures would be read back as data. Links are resolved first. */
+int duet__workdir_check_data(duet__run *r);
+
+/* ---- build.c ---- */
+/* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
+int duet__run_read_settings(duet__run *r);
+/* mmedit_keys.c: MMEditing's run-level keys (log_level, log_config.hooks,
+ * and those without effect in duet, marked used and, with notes, named on
+ * rank 0 with the reason). */
+int duet__run_read_mmedit_keys(duet__run *r, bool notes);
+/* data.train (with_train) and data.val (need_val; else it is only marked
+ * read) into datasets. */
+int duet__run_build_data(duet__run *r, bool with_train, bool need_val);
+/* The training loader, starting at `start` (a resumed sampler state). */
+int duet__run_build_loader(duet__run *r, duet_sampler_state start);
+/* data.max_image_pixels, overridden by DUET_MAX_IMAGE_PIXELS, into r->max_pixels. */
+int duet__run_read_pixel_limit(duet__run *r);
+/* model.test_cfg's crop_border and convert_to (for the bicubic numbers). */
+int duet__run_read_test_cfg(duet__run *r);
+/* Sets every optimizer's lr for iteration `iter` (0-based). */
+void duet__run_apply_lr(duet__run *r, int64_t iter);
+
+/* ---- ema.c: MMEditing's ExponentialMovingAverageHook ---- */
+/* custom_hooks from the config (marking them read). */
+int duet__run_read_ema(duet__run *r);
+/* Frees what read_ema kept (ema.n 0 after). */
+void duet__run_clear_ema(duet__run *r);
+/* Gives the model each configured P_ema it lacks: a frozen copy of part P,
+ * built from the config group model.P and loaded with P's state. Before
+ * the wrapper, so that it is checkpointed with the model. */
+int duet__run_add_ema(duet__run *r, duet_model *model);
+/* The copies made by add_ema take P's state again (after the wrapper
+ * broadcast P from rank 0; not on resume). */
+int duet__run_ema_sync(duet__run *r);
+/* after_train_iter at 0-based iteration `iter`. */
+int duet__run_ema_after_iter(duet__run *r, int64_t iter);
+
+/* ---- evaluate.c ---- */
+typedef struct duet__eval_result {
+    int64_t images;
+    double psnr, ssim, psnr_bicubic, ssim_bicubic; /* 0 when not in test_cfg */
+    duet_log_vars metrics, metrics_bicubic;         /* test_cfg's metrics only */
+} duet__eval_result;
+/* Each rank evaluates images rank, rank + world, ...; sums are reduced so
+ * that every rank gets the means over all images. grid_path (the same on
+ * every rank, or NULL on every rank): rank 0 writes a PNG of the first
+ * eval_num_images images, whose rows the other ranks send it;
+ * out_dir (may be NULL): every output saved as <out_dir>/<name>.png by its
+ * rank; bicubic: also measure bicubic upscaling. */
+int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
+                       duet__eval_result *res);
+
+/* ---- runner_stop.c ---- */
+/* dist.timeout (seconds, default 600; DUET_TIMEOUT in the environment
+ * overrides it) onto r->comm, before any DDP dups it. */
+int duet__run_set_timeout(duet__run *r);
+/* SIGTERM / SIGINT / SIGUSR1 handlers for the training loop (and SIGPIPE
+ * ignored): the first signal asks for a stop at the next iteration
+ * boundary, a second one stops at once. */
+void duet__stop_install(void);
+void duet__stop_restore(void);
+/* After iteration `iter`: every rank agrees on whether one failed
+ * (local_rc; returns the lowest failing rank's status, on every rank) and
+ * on whether one got a stop signal (*stop; never on the last iteration). */
+int duet__run_boundary(duet__run *r, int64_t iter, int local_rc, bool *stop);
+/* Collective: rank 0 writes the checkpoint of `iter`, every rank gets its
+ * status (a failure is returned on every rank). */
+int duet__run_checkpoint(duet__run *r, int64_t iter);
+/* Prints the stop message on this rank; returns DUET_ESTOPPED. */
+int duet__run_stopped(duet__run *r, int64_t iter, bool saved);
+
+#endif
