@@ -8,6 +8,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* DUET_TEST_FILTER=<pattern> runs only the cmocka tests whose names match
+ * (cmocka's '*' and '?' wildcards), in every test program: the `mmedit`
+ * tests run the train-step tests of test_ref_*.c against MMEditing's own
+ * reference files this way (cmake/DuetTests.cmake). A constructor, so that
+ * no test's main has to ask; cmocka keeps the pattern pointer. */
+__attribute__((constructor)) static void tu_test_filter_from_env(void) {
+    const char *pattern = getenv("DUET_TEST_FILTER");
+    if (pattern != NULL && pattern[0] != '\0') cmocka_set_test_filter(pattern);
+}
+
 duet_tensor *tu_randn(duet_rng *rng, int ndim, const int64_t *shape, float scale) {
     duet_tensor *t = NULL;
     TU_OK(duet_tensor_create(ndim, shape, &t));

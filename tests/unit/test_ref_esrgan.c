@@ -146,13 +146,14 @@ static void test_perceptual_style(void **state) {
 
 /* ---- ESRGAN train_step ----------------------------------------------------------- */
 
-static duet_model *ref_esrgan_model(void) {
+/* input_size: the reference batch's (see test_ref_srgan.c). */
+static duet_model *ref_esrgan_model(int input_size) {
     duet_esrgan_opts o = duet_esrgan_opts_default();
     o.generator.mid_channels = 8;
     o.generator.num_blocks = 2;
     o.generator.growth_channels = 4;
     o.discriminator.mid_channels = 8;
-    o.discriminator.input_size = 32;
+    o.discriminator.input_size = input_size;
     int cfg[5] = {8, 8, 0, 16, 16};
     o.perceptual_loss.ncfg = 5;
     memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
@@ -277,7 +278,8 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
 static void test_esrgan_train_step_vs_pytorch(void **state) {
     (void)state;
     duet_st *st = tu_ref_load("esrgan.safetensors");
-    duet_model *m = ref_esrgan_model();
+    duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
+    duet_model *m = ref_esrgan_model((int)gt->shape[3]);
     duet_module *root = duet_model_module(m);
     size_t missing = 0, unexpected = 0;
     TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));
@@ -288,7 +290,6 @@ static void test_esrgan_train_step_vs_pytorch(void **state) {
     TU_OK(duet_optimizer_set_add_adam(opts, m, "generator", &a));
     TU_OK(duet_optimizer_set_add_adam(opts, m, "discriminator", &a));
     duet_batch b = {0};
-    duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
     TU_OK(duet_batch_add_tensor(&b, "lq", lq));
     TU_OK(duet_batch_add_tensor(&b, "gt", gt));
     duet_log_vars log;
@@ -318,24 +319,28 @@ static void test_esrgan_train_step_vs_pytorch(void **state) {
     duet_st_destroy(st);
 }
 
-static int setup(void **state) {
+/* The op cases load their file each, so that the train step alone can run
+ * against a directory that has only esrgan.safetensors (the `mmedit`
+ * tests: MMEditing's own ESRGAN, gen_mmedit_refs.py). */
+static int load_ops(void **state) {
     (void)state;
     ops_ref = tu_ref_load("esrgan_ops.safetensors");
     return 0;
 }
 
-static int teardown(void **state) {
+static int free_ops(void **state) {
     (void)state;
     duet_st_destroy(ops_ref);
+    ops_ref = NULL;
     return 0;
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ops),
-        cmocka_unit_test(test_gan_losses),
-        cmocka_unit_test(test_perceptual_style),
+        cmocka_unit_test_setup_teardown(test_ops, load_ops, free_ops),
+        cmocka_unit_test_setup_teardown(test_gan_losses, load_ops, free_ops),
+        cmocka_unit_test_setup_teardown(test_perceptual_style, load_ops, free_ops),
         cmocka_unit_test(test_esrgan_train_step_vs_pytorch),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

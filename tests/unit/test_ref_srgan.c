@@ -89,12 +89,15 @@ static void test_evaluate(void **state) {
 
 /* ---- SRGAN train_step ----------------------------------------------------------- */
 
-static duet_model *ref_srgan_model(void) {
+/* The discriminator's input size is the reference batch's: 32 for
+ * ref_srgan.py's, 128 for MMEditing's own ModifiedVGG (gen_mmedit_refs.py),
+ * which takes nothing else. */
+static duet_model *ref_srgan_model(int input_size) {
     duet_srgan_opts o = duet_srgan_opts_default();
     o.generator.mid_channels = 16;
     o.generator.num_blocks = 2;
     o.discriminator.mid_channels = 8;
-    o.discriminator.input_size = 32;
+    o.discriminator.input_size = input_size;
     int cfg[5] = {8, 8, 0, 16, 16};
     o.perceptual_loss.ncfg = 5;
     memcpy(o.perceptual_loss.cfg, cfg, sizeof cfg);
@@ -219,7 +222,8 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
 static void test_srgan_train_step_vs_pytorch(void **state) {
     (void)state;
     duet_st *st = tu_ref_load("srgan.safetensors");
-    duet_model *m = ref_srgan_model();
+    duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
+    duet_model *m = ref_srgan_model((int)gt->shape[3]);
     duet_module *root = duet_model_module(m);
     size_t missing = 0, unexpected = 0;
     TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));
@@ -230,7 +234,6 @@ static void test_srgan_train_step_vs_pytorch(void **state) {
     TU_OK(duet_optimizer_set_add_adam(opts, m, "generator", &a));
     TU_OK(duet_optimizer_set_add_adam(opts, m, "discriminator", &a));
     duet_batch b = {0};
-    duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
     TU_OK(duet_batch_add_tensor(&b, "lq", lq));
     TU_OK(duet_batch_add_tensor(&b, "gt", gt));
     duet_log_vars log;
