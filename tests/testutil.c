@@ -142,6 +142,25 @@ const char *tu_ref_dir(void) {
     return d;
 }
 
+double tu_ref_allowance(const duet_st *st, const char *key) {
+    char name[320];
+    snprintf(name, sizeof name, "f32err.%s", key);
+    if (!duet_st_has(st, name)) return 1.0;
+    duet_tensor *e = tu_ref_tensor(st, name);
+    const double torch_err = e->data[0];
+    duet_tensor_release(e);
+    if (torch_err <= 1.0) return 1.0;
+    /* Said once per group (log<s>, grad<s>, step<s>) in a row. */
+    static char said[64];
+    const size_t n = strcspn(key, ".");
+    if (n >= sizeof said || strncmp(said, key, n) != 0 || said[n] != '\0') {
+        snprintf(said, sizeof said, "%.*s", (int)n, key);
+        printf("    %s.*: PyTorch float32 is up to %.3g tolerances from float64 here; duet may "
+               "be 3x that\n", said, torch_err);
+    }
+    return 3.0 * torch_err;
+}
+
 duet_st *tu_ref_load(const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tu_ref_dir(), name);

@@ -50,6 +50,16 @@ const char *tu_ref_dir(void);
 duet_st *tu_ref_load(const char *name);
 /* A tensor from a reference file; fails when absent. */
 duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
+/* The factor on today's tolerance for the reference entry `key`: 1, unless
+ * the file holds "f32err.<key>" (the `mmedit` references of
+ * tests/ref/gen_mmedit_refs.py: MMEditing in float64, and PyTorch float32's
+ * own largest distance from it, in units of the test's tolerances, over the
+ * entries of key's kind in key's step: log<s>.*, grad<s>.* or step<s>.*)
+ * above 1;
+ * then 3 times that: where PyTorch float32 itself misses the tolerance
+ * against the exact result, duet may be a few times as far as PyTorch is
+ * (issue 19), and no further. Says so once per group. */
+double tu_ref_allowance(const duet_st *st, const char *key);
 /* Compares t's data with the reference entry `name` (shapes must agree). */
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);

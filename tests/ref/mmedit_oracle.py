@@ -32,7 +32,11 @@ it is here:
 3. Dropout masks from duet's RNG (Pix2Pix's UNet): `use_duet_dropout`
    replaces the nn.Dropout modules of a built model by the same drop with
    duet_dropout's masks (duet_rng.py), so that both sides drop the same
-   units; everything else is MMEditing's.
+   units.
+4. The image pools' draws from duet's RNG (CycleGAN): `use_duet_pool_rng`
+   gives MMEditing's GANImageBuffer duet's rng where it calls
+   np.random.random() and np.random.randint(), so that both sides swap the
+   same images. Everything else is MMEditing's.
 
 Run as a script with --check to verify the environment (the venv script
 does)."""
@@ -160,6 +164,33 @@ def use_duet_dropout(model, seed):
                 setattr(parent, name, _DuetDropout(child.p, rng))
                 count += 1
     return count
+
+
+class _DuetNumpyRandom:
+    """The two np.random calls of MMEditing's GANImageBuffer.query, from
+    duet's rng (duet_image_pool's draws, as ref_cyclegan.py replays them)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def random(self):
+        return float(self.rng.uniform())
+
+    def randint(self, low, high):
+        return self.rng.int_range(low, high - 1)
+
+
+def use_duet_pool_rng(seed):
+    """MMEditing's image pools (mmedit/models/common/
+    generation_model_utils.py, GANImageBuffer) draw from one DuetRng(seed)
+    instead of numpy's global generator; the module's other uses of numpy
+    are untouched."""
+    import mmedit.models.common.generation_model_utils as gmu
+    from duet_rng import DuetRng
+    shim = types.SimpleNamespace(**{k: getattr(gmu.np, k) for k in dir(gmu.np)
+                                    if not k.startswith("__")})
+    shim.random = _DuetNumpyRandom(DuetRng(seed))
+    gmu.np = shim
 
 
 def _check():

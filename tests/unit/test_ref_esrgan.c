@@ -182,6 +182,7 @@ static void compare_state(duet_module *root, const duet_st *st, int step, double
         char key[256];
         snprintf(key, sizeof key, "step%d.%s", step, l.items[i].name);
         duet_tensor *want = tu_ref_tensor(st, key), *t = l.items[i].tensor;
+        const double a = tu_ref_allowance(st, key);
         assert_int_equal(t->numel, want->numel);
         bool *mask = calloc((size_t)t->numel, sizeof *mask);
         for (int s = 1; s <= step; s++) {
@@ -199,14 +200,14 @@ static void compare_state(duet_module *root, const duet_st *st, int step, double
             total++;
             if (mask[k]) {
                 noisy++;
-                if (d > 2.1 * lr)
+                if (d > a * 2.1 * lr)
                     fail_msg("step%d.%s[%lld]: got %.8g, want %.8g: more than Adam can move",
                              step, l.items[i].name, (long long)k, t->data[k], want->data[k]);
                 continue;
             }
             double tol = 1e-6 + 1e-4 * fabs((double)want->data[k]);
             worst = fmax(worst, d / tol);
-            if (d > tol)
+            if (d > a * tol)
                 fail_msg("step%d.%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol 1e-6)", step,
                          l.items[i].name, (long long)k, t->data[k], want->data[k]);
         }
@@ -230,7 +231,8 @@ static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
         char key[64];
         snprintf(key, sizeof key, "log%d.%s", step, names[i]);
         float got = (float)log->values[i];
-        tu_assert_ref(st, key, &got, 1, 1e-4, 1e-7);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
     }
 }
 
@@ -263,7 +265,8 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
         for (int64_t k = 0; k < t->numel; k++)
             worst = fmax(worst, fabs((double)t->grad[k] - want->data[k]) /
                                     (atol + 1e-3 * fabs((double)want->data[k])));
-        tu_assert_ref(st, key, t->grad, t->numel, 1e-3, atol);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * atol);
         ngrads++;
         duet_tensor_release(want);
     }

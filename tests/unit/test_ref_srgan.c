@@ -128,6 +128,7 @@ static void compare_state(duet_module *root, const duet_st *st, int step, double
         char key[256];
         snprintf(key, sizeof key, "step%d.%s", step, l.items[i].name);
         duet_tensor *want = tu_ref_tensor(st, key);
+        const double a = tu_ref_allowance(st, key);
         duet_tensor *t = l.items[i].tensor;
         assert_int_equal(t->numel, want->numel);
         bool *mask = calloc((size_t)t->numel, sizeof *mask);
@@ -146,14 +147,14 @@ static void compare_state(duet_module *root, const duet_st *st, int step, double
             total++;
             if (mask[k]) {
                 noisy++;
-                if (d > 2.1 * lr * step)
+                if (d > a * 2.1 * lr * step)
                     fail_msg("%s[%lld]: got %.8g, want %.8g: moved %.3g, more than Adam can "
                              "in %d steps", key, (long long)k, t->data[k], want->data[k], d, step);
                 continue;
             }
             double e = d / (1e-6 + 1e-4 * fabs((double)want->data[k]));
             if (e > worst) worst = e;
-            if (d > 1e-6 + 1e-4 * fabs((double)want->data[k]))
+            if (d > a * (1e-6 + 1e-4 * fabs((double)want->data[k])))
                 fail_msg("step%d.%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol 1e-6)", step,
                          l.items[i].name, (long long)k, t->data[k], want->data[k]);
         }
@@ -178,7 +179,8 @@ static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
         char key[64];
         snprintf(key, sizeof key, "log%d.%s", step, names[i]);
         float got = (float)v;
-        tu_assert_ref(st, key, &got, 1, 1e-4, 1e-7);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
     }
 }
 
@@ -209,7 +211,8 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
             w = fmax(w, fabs((double)t->grad[k] - want->data[k]) /
                             (1e-4 * scale + 1e-3 * fabs((double)want->data[k])));
         if (w > worst) worst = w;
-        tu_assert_ref(st, key, t->grad, t->numel, 1e-3, 1e-4 * scale);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * scale);
         ngrads++;
         duet_tensor_release(want);
     }
