@@ -161,6 +161,61 @@ double tu_ref_allowance(const duet_st *st, const char *key) {
     return 3.0 * torch_err;
 }
 
+void tu_compare_adam_moments(const duet_optimizer_set *opts, const char *const *names, int n,
+                             const duet_st *st, int step) {
+    if (duet_st_meta(st, "oracle") == NULL) return;
+    char dir[256], path[300];
+    assert_non_null(tu_mkdtemp(dir, sizeof dir, "duet_moments"));
+    tu_path(path, sizeof path, dir, "optimizer.safetensors");
+    for (int i = 0; i < n; i++) {
+        duet_optimizer *opt = duet_optimizer_set_get(opts, names[i]);
+        assert_non_null(opt);
+        duet_st_writer *w = NULL;
+        TU_OK(duet_st_writer_create(&w));
+        TU_OK(duet_optimizer_save_state(opt, w, ""));
+        TU_OK(duet_st_writer_save(w, path));
+        duet_st_writer_destroy(w);
+        duet_st *got = NULL;
+        TU_OK(duet_st_load(path, &got));
+        char prefix[128];
+        snprintf(prefix, sizeof prefix, "adam%d.%s.", step, names[i]);
+        size_t compared = 0, want_count = 0;
+        double worst = 0;
+        for (size_t k = 0; k < duet_st_count(st); k++)
+            want_count += strncmp(duet_st_name(st, k), prefix, strlen(prefix)) == 0;
+        for (size_t k = 0; k < duet_st_count(got); k++) {
+            const char *name = duet_st_name(got, k);
+            const size_t len = strlen(name);
+            const bool sq = len > 11 && strcmp(name + len - 11, ".exp_avg_sq") == 0;
+            if (!sq && !(len > 8 && strcmp(name + len - 8, ".exp_avg") == 0)) continue;
+            char key[512];
+            snprintf(key, sizeof key, "%s%s", prefix, name);
+            duet_tensor *t = NULL, *want = tu_ref_tensor(st, key);
+            TU_OK(duet_st_get(got, name, &t));
+            double mx = 0;
+            for (int64_t j = 0; j < want->numel; j++) mx = fmax(mx, fabs(want->data[j]));
+            const double a = tu_ref_allowance(st, key), f = sq ? 2.0 : 1.0;
+            const double floor = sq ? 1e-3 * 6e-8 * 6e-8 : 0.1 * 6e-8;
+            double atol = fmax(f * 1e-4 * mx, floor);
+            if (mx < (sq ? 1e-20 : 1e-10)) atol = sq ? 1e-12 : 1e-6;
+            for (int64_t j = 0; j < t->numel; j++)
+                worst = fmax(worst, fabs((double)t->data[j] - want->data[j]) /
+                                        (f * 1e-3 * fabs((double)want->data[j]) + atol));
+            tu_assert_ref(st, key, t->data, t->numel, a * f * 1e-3, a * atol);
+            duet_tensor_release(t);
+            duet_tensor_release(want);
+            compared++;
+        }
+        duet_st_destroy(got);
+        if (compared == 0 || compared != want_count)
+            fail_msg("%s*: compared %zu moments, the reference has %zu", prefix, compared,
+                     want_count);
+        printf("    %s*: %zu moments, largest difference %.3g of the tolerance\n", prefix,
+               compared, worst);
+    }
+    tu_rm_tree(dir);
+}
+
 duet_st *tu_ref_load(const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tu_ref_dir(), name);

@@ -60,6 +60,23 @@ duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
  * against the exact result, duet may be a few times as far as PyTorch is
  * (issue 19), and no further. Says so once per group. */
 double tu_ref_allowance(const duet_st *st, const char *key);
+/* Adam's moments after `step` steps against MMEditing's, for the optimizers
+ * `names` of the set: the `mmedit` reference files (metadata "oracle")
+ * hold "adam<step>.<optimizer>.<param>.exp_avg" and ".exp_avg_sq" from the
+ * optimizer state of MMEditing's run, and every one of them must match; the
+ * files of tests/ref/ref_*.py hold none, and there this does nothing. The
+ * tolerances are the gradients' (1e-3 |want| + 1e-4 max|want|, at least
+ * 6e-8: two float32 ulps of 0.25, test_ref_esrgan.c's floor) carried
+ * through Adam's first step: exp_avg is linear in the gradients (floor
+ * (1 - 0.9) 6e-8), exp_avg_sq quadratic (twice both; floor
+ * (1 - 0.999) (6e-8)^2); times tu_ref_allowance. The floors matter only
+ * for tensors at zero. A moment whose reference is all below 1e-10 (1e-20
+ * squared) comes
+ * from a structural zero (the gradient of a bias that InstanceNorm
+ * cancels: 7e-16 in float64, up to 8e-7 in PyTorch float32), and is held
+ * to test_ref_cyclegan.c's 1e-6 for such gradients (1e-12 squared). */
+void tu_compare_adam_moments(const duet_optimizer_set *opts, const char *const *names, int n,
+                             const duet_st *st, int step);
 /* Compares t's data with the reference entry `name` (shapes must agree). */
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);

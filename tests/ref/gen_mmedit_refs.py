@@ -41,6 +41,8 @@ TINY_VGG = [8, 8, 'M', 16, 16]
 # Allowances are measured against the C tests' own tolerances (see
 # yardstick()); these are those tolerances, per file.
 LOG_TOL = (1e-4, 1e-7)
+# tu_compare_adam_moments's floors (testutil.c says why).
+MOMENT_FLOOR, MOMENT_FLOOR_SQ = 0.1 * 6e-8, 1e-3 * 6e-8 ** 2
 
 
 def snapshot_grads(model, opt, grads):
@@ -55,6 +57,18 @@ def snapshot_grads(model, opt, grads):
                         grads[names[id(p)]] = p.grad.detach().clone()
             return _step(*a, **k)
         o.step = step
+
+
+def adam_moments(model, opt):
+    """Each Adam's exp_avg and exp_avg_sq, under the optimizer's name and
+    the parameter's name in its module (duet_optimizer_save_state's)."""
+    out = {}
+    for oname, o in opt.items():
+        for pname, p in getattr(model, oname).named_parameters():
+            for m in ('exp_avg', 'exp_avg_sq'):
+                if m in o.state.get(p, {}):
+                    out[f"{oname}.{pname}.{m}"] = o.state[p][m].clone()
+    return out
 
 
 class Run:
@@ -81,7 +95,8 @@ class Run:
             grads.clear()
             log = spec.step(model, batch, opt)
             self.steps.append(dict(log=log, grads=dict(grads), extra=spec.extra(model),
-                                   state={k: v.clone() for k, v in model.state_dict().items()}))
+                                   state={k: v.clone() for k, v in model.state_dict().items()},
+                                   moments=adam_moments(model, opt)))
 
 
 def noise_mask(ref, name, step):
@@ -103,7 +118,7 @@ def noise_mask(ref, name, step):
 
 def yardstick(ref, f32, d):
     """PyTorch float32's own distance from the float64 reference, step by
-    step: for each kind of entry (log values, gradients, state) of each
+    step: for each kind of entry (log values, gradients, Adam moments, state) of each
     step, PyTorch float32's largest distance over all of them, in units of
     the C test's tolerance for each, written as f32err.<key> for every key
     of the group. Where it exceeds 1, PyTorch itself does not meet today's
@@ -136,6 +151,15 @@ def _yardstick(ref, f32, d):
             rtol, atol = spec.grad_tol(g)
             e = ((gt - g).abs() / (rtol * g.abs() + atol)).max().item()
             d[f"grad{step}.{k}"] = e
+        for k, m in r['moments'].items():
+            sq = k.endswith("_sq")
+            f, floor = (2.0, MOMENT_FLOOR_SQ) if sq else (1.0, MOMENT_FLOOR)
+            mt = t['moments'][k].double()
+            atol = max(f * 1e-4 * m.abs().max().item(), floor)
+            if m.abs().max() < (1e-20 if sq else 1e-10):
+                atol = 1e-12 if sq else 1e-6
+            e = ((mt - m).abs() / (f * 1e-3 * m.abs() + atol)).max().item()
+            d[f"adam{step}.{k}"] = e
         for k, v in r['state'].items():
             if not v.is_floating_point():
                 continue
@@ -160,6 +184,8 @@ def write(spec, outdir):
             d[f"log{step}.{k}"] = torch.tensor([v], dtype=torch.float64)
         for k, v in r['grads'].items():
             d[f"grad{step}.{k}"] = v
+        for k, v in r['moments'].items():
+            d[f"adam{step}.{k}"] = v
         for k, v in r['extra'].items():
             d[f"{k.replace('#', str(step))}"] = v
     per_key = yardstick(ref, f32, d)

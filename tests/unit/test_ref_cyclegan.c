@@ -192,6 +192,7 @@ static void pair_batch(duet_batch *b, const duet_st *st) {
 }
 
 static void test_cyclegan_train_step_vs_pytorch(void **state) {
+    static const char *const parts[2] = {"generators", "discriminators"};
     tu_tmpdir *fx = *state;
     duet_st *st = tu_ref_load("cyclegan.safetensors");
     duet_model *m = tiny_model();
@@ -208,6 +209,7 @@ static void test_cyclegan_train_step_vs_pytorch(void **state) {
         compare_grads(root, st, step);
         compare_state(root, st, step);
         compare_pools(m, st, step, fx->dir);
+        tu_compare_adam_moments(opts, parts, 2, st, step);
     }
     assert_int_equal(duet_cyclegan_step_counter(m), 2);
     assert_int_equal(duet_tape_size(), 0);

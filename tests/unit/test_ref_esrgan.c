@@ -279,6 +279,7 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
 }
 
 static void test_esrgan_train_step_vs_pytorch(void **state) {
+    static const char *const parts[2] = {"generator", "discriminator"};
     (void)state;
     duet_st *st = tu_ref_load("esrgan.safetensors");
     duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
@@ -312,6 +313,7 @@ static void test_esrgan_train_step_vs_pytorch(void **state) {
         compare_log(st, &log, step);
         compare_grads(root, st, prefix);
         compare_state(root, st, step, a.lr);
+        tu_compare_adam_moments(opts, parts, 2, st, step);
     }
     assert_int_equal(duet_srgan_step_counter(m), 2);
     duet_batch_clear(&b);

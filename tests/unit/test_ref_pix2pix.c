@@ -137,6 +137,7 @@ static void pair_batch(duet_batch *b, const duet_st *st) {
 }
 
 static void test_pix2pix_train_step_vs_pytorch(void **state) {
+    static const char *const parts[2] = {"generator", "discriminator"};
     (void)state;
     duet_st *st = tu_ref_load("pix2pix.safetensors");
     duet_model *m = tiny_model();
@@ -152,6 +153,7 @@ static void test_pix2pix_train_step_vs_pytorch(void **state) {
         compare_log(st, &log, step);
         compare_grads(root, st, step);
         compare_state(root, st, step);
+        tu_compare_adam_moments(opts, parts, 2, st, step);
     }
     assert_int_equal(duet_pix2pix_step_counter(m), 2);
     assert_int_equal(duet_tape_size(), 0);

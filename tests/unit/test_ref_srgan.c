@@ -223,6 +223,7 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
 }
 
 static void test_srgan_train_step_vs_pytorch(void **state) {
+    static const char *const parts[2] = {"generator", "discriminator"};
     (void)state;
     duet_st *st = tu_ref_load("srgan.safetensors");
     duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
@@ -244,10 +245,12 @@ static void test_srgan_train_step_vs_pytorch(void **state) {
     compare_log(st, &log, 1);
     compare_grads(root, st, "grad1.");
     compare_state(root, st, 1, a.lr);
+    tu_compare_adam_moments(opts, parts, 2, st, 1);
     TU_OK(duet_model_train_step(m, &b, opts, &log));
     compare_log(st, &log, 2);
     compare_state(root, st, 2, a.lr);
     compare_grads(root, st, "grad2.");
+    tu_compare_adam_moments(opts, parts, 2, st, 2);
     assert_int_equal(duet_srgan_step_counter(m), 2);
     duet_batch_clear(&b);
     duet_tensor_release(lq);
