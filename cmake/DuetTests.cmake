@@ -120,7 +120,7 @@ foreach(src ${DUET_SCRIPT_TESTS})
 endforeach()
 
 # MMEditing 0.16.1 itself as the oracle (issue 19), label `mmedit`:
-# tests/ref/gen_mmedit_refs.py builds SRGAN, ESRGAN, Pix2Pix and CycleGAN
+# tests/ref/gen_mmedit_refs.py builds SRGAN, ESRGAN, Pix2Pix, CycleGAN and BasicRestorer
 # with MMEditing's registry from its own configs, in the venv of
 # scripts/make-mmedit-venv.sh, runs its own train_step and writes files in
 # the layout of tests/ref/ref_*.py; the train-step tests of the matching
@@ -143,7 +143,7 @@ add_test(NAME mmedit_gen_refs
   COMMAND bash ${DUET_MMEDIT_RUN} gen ${DUET_MMEDIT_VENV} ${DUET_MMEDIT_REF_DIR})
 set_tests_properties(mmedit_gen_refs PROPERTIES FIXTURES_SETUP mmedit_refs TIMEOUT 600
   SKIP_RETURN_CODE 77 LABELS mmedit)
-foreach(model srgan esrgan pix2pix cyclegan)
+foreach(model srgan esrgan pix2pix cyclegan basic_restorer)
   add_test(NAME mmedit_${model}
     COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} ${model}.safetensors
             $<TARGET_FILE:test_ref_${model}>)

@@ -11,6 +11,7 @@ this directory:
   esrgan.safetensors   ESRGAN from esrgan_x4c64b23g32_g1_400k_div2k.py
   pix2pix.safetensors  Pix2Pix from pix2pix_vanilla_unet_bn_1x1_80k_facades.py
   cyclegan.safetensors CycleGAN from cyclegan_lsgan_resnet_in_1x1_80k_facades.py
+  basic_restorer.safetensors  BasicRestorer from msrresnet_x4c64b16_g1_1000k_div2k.py
 
 Initial weights are MMEditing's own initialisation (its init_weights, from
 torch.manual_seed), written as init.*; duet loads them. MMEditing then runs
@@ -341,6 +342,34 @@ class CycleGAN(Spec):
         return 2.1 * self.lr * step
 
 
+class BasicRestorer(Spec):
+    """msrresnet_x4c64b16_g1_1000k_div2k.py (MSRResNet's PSNR training, the
+    SRGAN generator's pretraining): MSRResNet mid 16, 2 blocks, x4; L1 loss;
+    two train_steps on one batch of 4 (32x32 -> 128x128), Adam from the
+    config (lr 2e-4)."""
+    name, file, lr = "BasicRestorer", "basic_restorer.safetensors", 2e-4
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(11)
+        self.batch = dict(lq=torch.rand(4, 3, 32, 32, generator=g),
+                          gt=torch.rand(4, 3, 128, 128, generator=g))
+
+    def build(self, tmp):
+        cfg = mo.config("restorers/srresnet_srgan/msrresnet_x4c64b16_g1_1000k_div2k.py")
+        cfg.model.generator.update(mid_channels=16, num_blocks=2)
+        torch.manual_seed(20261224)
+        return mo.build(cfg), cfg
+
+    def step(self, model, batch, opt):
+        return model.train_step(batch, opt)['log_vars']
+
+    def grad_tol(self, g):
+        return 1e-3, 1e-4 * g.abs().max().item()
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -348,6 +377,7 @@ MODELS = {
                              dict(mid_channels=8, num_blocks=2, growth_channels=4), 20261220, 9),
     "pix2pix": Pix2Pix,
     "cyclegan": CycleGAN,
+    "basic_restorer": BasicRestorer,
 }
 
 
