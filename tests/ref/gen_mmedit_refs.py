@@ -7,7 +7,7 @@ The files have the names, keys and layout of those that tests/ref/ref_*.py
 write (see each), so the same C tests compare duet against them, pointed at
 this directory:
 
-  srgan.safetensors    SRGAN from srgan_x4c64b16_g1_1000k_div2k.py
+  srgan.safetensors    SRGAN from srgan_x4c64b16_g1_1000k_div2k.py, 10 steps
   esrgan.safetensors   ESRGAN from esrgan_x4c64b23g32_g1_400k_div2k.py
   pix2pix.safetensors  Pix2Pix from pix2pix_vanilla_unet_bn_1x1_80k_facades.py
   cyclegan.safetensors CycleGAN from cyclegan_lsgan_resnet_in_1x1_80k_facades.py
@@ -172,6 +172,22 @@ def _yardstick(ref, f32, d):
             d[f"step{step}.{k}"] = (diff / tol).max().item()
 
 
+def distances(ref, f32, d):
+    """f32dist<step>.<part>: PyTorch float32's distance from the float64
+    run after each step, |x32 - x64| / |x64 - init| over the part's floating
+    state entries (test_ref_srgan.c's compare_distance)."""
+    for i, (r, t) in enumerate(zip(ref.steps, f32.steps)):
+        for part in ref.spec.parts:
+            dd = moved = 0.0
+            for k, v in r['state'].items():
+                if not k.startswith(part + ".") or not v.is_floating_point():
+                    continue
+                dd += ((t['state'][k].double() - v) ** 2).sum().item()
+                moved += ((v - ref.init[k].double()) ** 2).sum().item()
+            d[f"f32dist{i + 1}.{part}"] = torch.tensor([(dd / moved) ** 0.5],
+                                                       dtype=torch.float64)
+
+
 def write(spec, outdir):
     ref = Run(spec, torch.float64)
     f32 = Run(spec, torch.float32, reload=ref if spec.reload else None)
@@ -190,6 +206,7 @@ def write(spec, outdir):
         for k, v in r['extra'].items():
             d[f"{k.replace('#', str(step))}"] = v
     per_key = yardstick(ref, f32, d)
+    distances(ref, f32, d)
     st.save(d, os.path.join(outdir, spec.file),
             metadata={"oracle": f"mmedit {mo.mmedit.__version__} {spec.name}.train_step, "
                                 "float64; f32err.*: PyTorch float32's distance"})
@@ -200,6 +217,7 @@ def write(spec, outdir):
 
 class Spec:
     steps = 2
+    parts = ()  # those whose distance from float64 is written, step by step
     reload = False
     structural_zero = 0.0
 
@@ -248,6 +266,9 @@ class SRGANSpec(Spec):
 
 
 class SRGAN(SRGANSpec):
+    steps = 10  # step by step over 10 iterations (issue 19)
+    parts = ("generator", "discriminator")
+
     def step(self, model, batch, opt):
         log = model.train_step(batch, opt)['log_vars']
         log['real_logit_mean'], log['fake_logit_mean'] = self.calls[-2], self.calls[-1]
