@@ -154,3 +154,13 @@ foreach(model srgan esrgan pix2pix cyclegan basic_restorer)
     PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
     FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 endforeach()
+# GenerationPairedDataset's pipeline against MMEditing's own pipeline classes
+# on OpenCV's resize (cv2 in the same venv), every value equal.
+add_test(NAME mmedit_translation
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} translation_pipeline.safetensors
+          $<TARGET_FILE:test_ref_translation>)
+set_tests_properties(mmedit_translation PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*pipeline*"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")

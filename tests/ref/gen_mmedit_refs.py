@@ -12,6 +12,8 @@ this directory:
   pix2pix.safetensors  Pix2Pix from pix2pix_vanilla_unet_bn_1x1_80k_facades.py
   cyclegan.safetensors CycleGAN from cyclegan_lsgan_resnet_in_1x1_80k_facades.py
   basic_restorer.safetensors  BasicRestorer from msrresnet_x4c64b16_g1_1000k_div2k.py
+  translation_pipeline.safetensors  GenerationPairedDataset's pipeline by
+                       MMEditing's own pipeline classes on OpenCV's resize
 
 Initial weights are MMEditing's own initialisation (its init_weights, from
 torch.manual_seed), written as init.*; duet loads them. MMEditing then runs
@@ -391,6 +393,61 @@ class BasicRestorer(Spec):
         return 2.1 * self.lr * step
 
 
+class TranslationPipeline:
+    """GenerationPairedDataset's pipeline run by MMEditing itself
+    (mmedit.datasets.pipelines.Compose over LoadPairedImageFromFile,
+    Resize bicubic, FixedCrop, Flip, RescaleToZeroOne, Normalize,
+    ImageToTensor), so by mmcv.imresize on OpenCV's cv2.resize
+    (opencv-python-headless in the venv): the same cases, pair images and
+    keys as ref_translation.py's numpy port (translation_pipeline.safetensors),
+    which test_ref_translation.c compares duet with, every value equal.
+
+    OpenCV runs its scalar code (cv2.setUseOptimized(False)), the C++ that
+    ref_translation.py ports and duet follows. Its default SIMD path is not
+    bit-exact with it: in OpenCV 4.8.1 on AVX2 the vertical pass of
+    INTER_CUBIC on uint8 (VResizeCubicVec_32s8u) rounds in float32, and 105
+    of the 3,321 values of the 'up' case's A half (16 of 663 of 'down')
+    come out one grey level off, either way; which ones depends on the
+    CPU's SIMD. duet keeps the scalar, integer result."""
+    file = "translation_pipeline.safetensors"
+
+    def write(self, outdir):
+        import cv2
+        import numpy as np
+        from mmedit.datasets.pipelines import Compose
+
+        import ref_translation as rt
+        tensors = {}
+        optimized = cv2.useOptimized()
+        cv2.setUseOptimized(False)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, h, w, pair, resize, crop, pos, direction in rt.cases():
+                path = os.path.join(tmp, f"{name}.png")
+                assert cv2.imwrite(path, np.ascontiguousarray(pair[:, :, ::-1]))  # RGB file
+                keys = ['img_a', 'img_b']
+                pipeline = Compose([
+                    dict(type='LoadPairedImageFromFile', io_backend='disk', key='pair',
+                         flag='color'),
+                    dict(type='Resize', keys=keys, scale=resize, keep_ratio=False,
+                         interpolation='bicubic'),
+                    dict(type='FixedCrop', keys=keys, crop_size=crop, crop_pos=pos),
+                    dict(type='Flip', keys=keys, flip_ratio=1.0, direction=direction),
+                    dict(type='RescaleToZeroOne', keys=keys),
+                    dict(type='Normalize', keys=keys, to_rgb=True, mean=rt.MEAN, std=rt.STD),
+                    dict(type='ImageToTensor', keys=keys),
+                ])
+                out = pipeline(dict(pair_path=path))
+                tensors[f"{name}_pair"] = torch.from_numpy(pair.astype(np.float32))
+                tensors[f"{name}_a"] = out['img_a']
+                tensors[f"{name}_b"] = out['img_b']
+        cv2.setUseOptimized(optimized)
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} pipelines, "
+                                    f"OpenCV {cv2.__version__} (scalar code)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's pipeline on OpenCV {cv2.__version__}"
+              " (its scalar code)")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -399,6 +456,7 @@ MODELS = {
     "pix2pix": Pix2Pix,
     "cyclegan": CycleGAN,
     "basic_restorer": BasicRestorer,
+    "translation": TranslationPipeline,
 }
 
 
@@ -408,7 +466,11 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     torch.set_num_threads(1)
     for name in only:
-        write(MODELS[name](), outdir)
+        spec = MODELS[name]()
+        if hasattr(spec, "write"):
+            spec.write(outdir)
+        else:
+            write(spec, outdir)
 
 
 if __name__ == "__main__":
