@@ -29,7 +29,8 @@ mmedit-venv:
 	  echo "make: could not make the MMEditing venv: the mmedit tests will skip"; \
 	  [ "$$CI" != true ]; }
 
-test: deps mmedit-venv
+test: deps
+	$(MAKE) --no-print-directory mmedit-venv
 	$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 
