@@ -216,6 +216,51 @@ void tu_compare_adam_moments(const duet_optimizer_set *opts, const char *const *
     tu_rm_tree(dir);
 }
 
+void tu_compare_distance(duet_module *root, const duet_st *st, int step,
+                         const char *const *parts, int nparts) {
+    char key[320];
+    snprintf(key, sizeof key, "f32dist%d.%s", step, parts[0]);
+    if (!duet_st_has(st, key)) {
+        assert_null(duet_st_meta(st, "oracle"));
+        return;
+    }
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_state(root, &l));
+    printf("    step %2d, distance from float64 (duet, PyTorch float32):", step);
+    for (int p = 0; p < nparts; p++) {
+        const size_t n = strlen(parts[p]);
+        double dd = 0, moved = 0;
+        for (size_t i = 0; i < l.count; i++) {
+            const char *name = l.items[i].name;
+            if (strncmp(name, parts[p], n) != 0 || name[n] != '.') continue;
+            if (strstr(name, "num_batches_tracked") != NULL) continue;
+            char k0[320];
+            snprintf(key, sizeof key, "step%d.%s", step, name);
+            snprintf(k0, sizeof k0, "init.%s", name);
+            duet_tensor *want = tu_ref_tensor(st, key), *init = tu_ref_tensor(st, k0);
+            const duet_tensor *t = l.items[i].tensor;
+            for (int64_t k = 0; k < t->numel; k++) {
+                const double d = (double)t->data[k] - want->data[k];
+                const double mv = (double)want->data[k] - init->data[k];
+                dd += d * d;
+                moved += mv * mv;
+            }
+            duet_tensor_release(want);
+            duet_tensor_release(init);
+        }
+        snprintf(key, sizeof key, "f32dist%d.%s", step, parts[p]);
+        duet_tensor *torch = tu_ref_tensor(st, key);
+        const double ours = sqrt(dd / moved), theirs = torch->data[0];
+        duet_tensor_release(torch);
+        printf(" %s %.3g, %.3g;", parts[p], ours, theirs);
+        if (!(ours <= 3 * theirs))
+            fail_msg("step %d: %s's distance from MMEditing's float64 run is %.3g, more than 3 "
+                     "times PyTorch float32's %.3g", step, parts[p], ours, theirs);
+    }
+    printf("\n");
+    duet_named_tensors_clear(&l);
+}
+
 duet_st *tu_ref_load(const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tu_ref_dir(), name);

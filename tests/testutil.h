@@ -77,6 +77,16 @@ double tu_ref_allowance(const duet_st *st, const char *key);
  * to test_ref_cyclegan.c's 1e-6 for such gradients (1e-12 squared). */
 void tu_compare_adam_moments(const duet_optimizer_set *opts, const char *const *names, int n,
                              const duet_st *st, int step);
+/* Over more steps than Adam's noise-level elements let the train-step
+ * tests follow entry by entry (their union passes 2% of SRGAN's values by
+ * step 6), issue 19's yardstick: after `step` steps, for each part of
+ * `parts`, the distance of the model's state from MMEditing's float64 run,
+ * |x - x64| / |x64 - init| over the part's floating entries, may be at most
+ * 3 times PyTorch float32's own ("f32dist<step>.<part>" of the `mmedit`
+ * reference files). The files of tests/ref/ref_*.py have no such keys:
+ * nothing to do there. */
+void tu_compare_distance(duet_module *root, const duet_st *st, int step,
+                         const char *const *parts, int nparts);
 /* Compares t's data with the reference entry `name` (shapes must agree). */
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);

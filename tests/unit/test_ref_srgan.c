@@ -222,58 +222,6 @@ static void compare_grads(duet_module *root, const duet_st *st, const char *pref
     duet_named_tensors_clear(&l);
 }
 
-/* Over more steps than Adam's noise-level elements let compare_state
- * follow (their union passes 2% of the values by step 6), the issue-19
- * yardstick: after each step, for the generator and the discriminator,
- * the distance of the state from MMEditing's float64 run,
- * |x - x64| / |x64 - init| over all floating entries, may be at most 3
- * times PyTorch float32's own ("f32dist<step>.<part>", gen_mmedit_refs.py).
- * ref_srgan.py's file has no such keys: nothing to do there. */
-static void compare_distance(duet_module *root, const duet_st *st, int step) {
-    static const char *const parts[2] = {"generator", "discriminator"};
-    char key[256];
-    snprintf(key, sizeof key, "f32dist%d.generator", step);
-    if (!duet_st_has(st, key)) {
-        assert_null(duet_st_meta(st, "oracle"));
-        return;
-    }
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_state(root, &l));
-    printf("    step %2d, distance from float64 (duet, PyTorch float32):", step);
-    for (int p = 0; p < 2; p++) {
-        const size_t n = strlen(parts[p]);
-        double dd = 0, moved = 0;
-        for (size_t i = 0; i < l.count; i++) {
-            const char *name = l.items[i].name;
-            if (strncmp(name, parts[p], n) != 0 || name[n] != '.') continue;
-            if (strstr(name, "num_batches_tracked") != NULL) continue;
-            char k0[256];
-            snprintf(key, sizeof key, "step%d.%s", step, name);
-            snprintf(k0, sizeof k0, "init.%s", name);
-            duet_tensor *want = tu_ref_tensor(st, key), *init = tu_ref_tensor(st, k0);
-            const duet_tensor *t = l.items[i].tensor;
-            for (int64_t k = 0; k < t->numel; k++) {
-                const double d = (double)t->data[k] - want->data[k];
-                const double mv = (double)want->data[k] - init->data[k];
-                dd += d * d;
-                moved += mv * mv;
-            }
-            duet_tensor_release(want);
-            duet_tensor_release(init);
-        }
-        snprintf(key, sizeof key, "f32dist%d.%s", step, parts[p]);
-        duet_tensor *torch = tu_ref_tensor(st, key);
-        const double ours = sqrt(dd / moved), theirs = torch->data[0];
-        duet_tensor_release(torch);
-        printf(" %s %.3g, %.3g;", parts[p], ours, theirs);
-        if (ours > 3 * theirs)
-            fail_msg("step %d: %s's distance from MMEditing's float64 run is %.3g, more than 3 "
-                     "times PyTorch float32's %.3g", step, parts[p], ours, theirs);
-    }
-    printf("\n");
-    duet_named_tensors_clear(&l);
-}
-
 static void test_srgan_train_step_vs_pytorch(void **state) {
     static const char *const parts[2] = {"generator", "discriminator"};
     (void)state;
@@ -295,12 +243,12 @@ static void test_srgan_train_step_vs_pytorch(void **state) {
     duet_log_vars log;
     /* ref_srgan.py writes 2 steps, MMEditing's (gen_mmedit_refs.py) 10:
      * every entry is compared in the first 2, the distance from float64 in
-     * all. */
+     * all (tu_compare_distance). */
     int step = 1;
     for (char key[32] = "log1.loss_pix"; duet_st_has(st, key);
          snprintf(key, sizeof key, "log%d.loss_pix", ++step)) {
         TU_OK(duet_model_train_step(m, &b, opts, &log));
-        compare_distance(root, st, step);
+        tu_compare_distance(root, st, step, parts, 2);
         if (step > 2) continue;
         char prefix[16];
         snprintf(prefix, sizeof prefix, "grad%d.", step);
