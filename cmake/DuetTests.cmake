@@ -149,3 +149,49 @@ foreach(src ${DUET_SCRIPT_TESTS})
   set_tests_properties(e2e_${name} PROPERTIES ENVIRONMENT "${DUET_MPI_ENV};DUET_EXE=$<TARGET_FILE:duet_cli>" TIMEOUT 900 LABELS e2e
     SKIP_RETURN_CODE 77)
 endforeach()
+
+# MMEditing 0.16.1 itself as the oracle (issue 19), label `mmedit`:
+# tests/ref/gen_mmedit_refs.py builds SRGAN, ESRGAN, Pix2Pix, CycleGAN and BasicRestorer
+# with MMEditing's registry from its own configs, in the venv of
+# scripts/make-mmedit-venv.sh, runs its own train_step and writes files in
+# the layout of tests/ref/ref_*.py; the train-step tests of the matching
+# test_ref_*.c programs then run against them (DUET_TEST_FILTER), with the
+# same tolerances. Without the venv every one of them skips and says how to
+# make it (tests/mmedit/run.sh).
+if(DEFINED ENV{XDG_CACHE_HOME} AND NOT "$ENV{XDG_CACHE_HOME}" STREQUAL "")
+  set(DUET_MMEDIT_VENV_DEFAULT "$ENV{XDG_CACHE_HOME}/duet/mmedit-venv")
+else()
+  set(DUET_MMEDIT_VENV_DEFAULT "$ENV{HOME}/.cache/duet/mmedit-venv")
+endif()
+if(DEFINED ENV{DUET_MMEDIT_VENV} AND NOT "$ENV{DUET_MMEDIT_VENV}" STREQUAL "")
+  set(DUET_MMEDIT_VENV_DEFAULT "$ENV{DUET_MMEDIT_VENV}")
+endif()
+set(DUET_MMEDIT_VENV "${DUET_MMEDIT_VENV_DEFAULT}" CACHE PATH
+  "The venv of scripts/make-mmedit-venv.sh (MMEditing 0.16.1 on Debian's torch)")
+set(DUET_MMEDIT_REF_DIR ${CMAKE_BINARY_DIR}/ref-mmedit)
+set(DUET_MMEDIT_RUN ${PROJECT_SOURCE_DIR}/tests/mmedit/run.sh)
+add_test(NAME mmedit_gen_refs
+  COMMAND bash ${DUET_MMEDIT_RUN} gen ${DUET_MMEDIT_VENV} ${DUET_MMEDIT_REF_DIR})
+set_tests_properties(mmedit_gen_refs PROPERTIES FIXTURES_SETUP mmedit_refs TIMEOUT 600
+  SKIP_RETURN_CODE 77 LABELS mmedit)
+foreach(model srgan esrgan pix2pix cyclegan basic_restorer)
+  add_test(NAME mmedit_${model}
+    COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} ${model}.safetensors
+            $<TARGET_FILE:test_ref_${model}>)
+  # The filter must select at least one test, and none may fail.
+  set_tests_properties(mmedit_${model} PROPERTIES
+    ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*train_step*"
+    FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+    PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+    FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+endforeach()
+# GenerationPairedDataset's pipeline against MMEditing's own pipeline classes
+# on OpenCV's resize (cv2 in the same venv), every value equal.
+add_test(NAME mmedit_translation
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} translation_pipeline.safetensors
+          $<TARGET_FILE:test_ref_translation>)
+set_tests_properties(mmedit_translation PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*pipeline*"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")

@@ -481,16 +481,21 @@ static int run_step(const translation *t, const duet_tstep *st, duet_rng *rng,
         return DUET_OK;
     case DUET_TSTEP_NORMALIZE:
         /* mmcv.imnormalize: float32, BGR -> RGB when to_rgb, then
-         * (x - mean) * (1 / std) with both as float32 scalars (cv2's). */
+         * cv2.subtract(img, mean) and cv2.multiply(img, 1 / std) with
+         * float64 mean and 1 / std of the float32 config values: OpenCV
+         * subtracts the scalar as float32 but multiplies in double and
+         * rounds the product once (as MMEditing 0.16.1 on OpenCV 4.8.1 does,
+         * tests/ref/gen_mmedit_refs.py; a float32 1 / std is 1 ulp off in
+         * ~5% of the values for std 0.2). */
         for (int k = 0; k < st->nkeys; k++) {
             img *m = &s[st->keys[k]];
             DUET_TRY(to_float(m));
             if (st->to_rgb) swap_rb(m);
-            float inv[3];
-            for (int c = 0; c < 3; c++) inv[c] = (float)(1.0 / (double)st->std[c]);
+            double inv[3];
+            for (int c = 0; c < 3; c++) inv[c] = 1.0 / (double)st->std[c];
             for (int64_t i = 0; i < m->h * m->w; i++)
                 for (int c = 0; c < 3; c++)
-                    m->f[i * 3 + c] = (m->f[i * 3 + c] - st->mean[c]) * inv[c];
+                    m->f[i * 3 + c] = (float)((double)(m->f[i * 3 + c] - st->mean[c]) * inv[c]);
         }
         return DUET_OK;
     case DUET_TSTEP_TO_TENSOR:

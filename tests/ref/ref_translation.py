@@ -76,23 +76,30 @@ def pipeline(pair_rgb, resize, crop, pos, direction):
         part = part[:, ::-1] if direction == "horizontal" else part[::-1]  # Flip
         f = part.astype(np.float32) / 255.          # RescaleToZeroOne
         f = f[:, :, ::-1]                           # Normalize: to_rgb
-        mean = np.float32(MEAN)
-        stdinv = (1 / np.float64(np.float32(STD))).astype(np.float32)
-        f = (f - mean) * stdinv
+        mean = np.float32(MEAN)                     # cv2.subtract: in float32
+        stdinv = 1 / np.float64(np.float32(STD))    # cv2.multiply: in float64
+        f = ((f - mean).astype(np.float64) * stdinv).astype(np.float32)
         out.append(torch.from_numpy(np.ascontiguousarray(f.transpose(2, 0, 1))))
     return out
 
 
-def main(outdir):
+def cases():
+    """Each case of CASES with its A|B pair image (H, 2W, 3) RGB bytes, as
+    (name, h, w, pair, resize, crop, pos, direction); gen_mmedit_refs.py
+    runs MMEditing's own pipeline on the same."""
     rng = np.random.default_rng(99)
-    tensors = {}
     for name, h, w, resize, crop, pos, direction in CASES:
         yy, xx = np.mgrid[0:h, 0:2 * w]
         base = (yy * 9 + xx * 4)[:, :, None] + np.array([0, 70, 140])[None, None, :]
         pair = np.remainder(base + rng.integers(0, 50, (h, 2 * w, 3)), 256)
         pair[h // 3:h // 2, :] = 255                # hard edges: overshoot is clamped
         pair[h // 2:h // 2 + 3, ::3] = 0
-        pair = pair.astype(np.uint8)
+        yield name, h, w, pair.astype(np.uint8), resize, crop, pos, direction
+
+
+def main(outdir):
+    tensors = {}
+    for name, h, w, pair, resize, crop, pos, direction in cases():
         a, b = pipeline(pair, resize, crop, pos, direction)
         tensors[f"{name}_pair"] = torch.from_numpy(pair.astype(np.float32))
         tensors[f"{name}_a"] = a

@@ -68,7 +68,8 @@ static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
         char key[64];
         snprintf(key, sizeof key, "log%d.%s", step, log_names[i]);
         float got = (float)log->values[i];
-        tu_assert_ref(st, key, &got, 1, 1e-4, 1e-7);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
     }
 }
 
@@ -89,8 +90,9 @@ static void compare_grads(duet_module *root, const duet_st *st, int step) {
         duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
         if (t->grad == NULL) fail_msg("%s: no gradient", key);
         const double mx = max_abs(want);
-        if (mx < STRUCTURAL_ZERO) tu_assert_ref(st, key, t->grad, t->numel, 0, 1e-6);
-        else tu_assert_ref(st, key, t->grad, t->numel, 1e-3, 1e-4 * mx);
+        const double a = tu_ref_allowance(st, key);
+        if (mx < STRUCTURAL_ZERO) tu_assert_ref(st, key, t->grad, t->numel, 0, a * 1e-6);
+        else tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * mx);
         duet_tensor_release(want);
     }
     /* 2 x 8 convolutions with bias in the generators, 2 x 4 in the
@@ -126,16 +128,17 @@ static void compare_state(duet_module *root, const duet_st *st, int step) {
         }
         snprintf(key, sizeof key, "step%d.%s", step, l.items[i].name);
         duet_tensor *want = tu_ref_tensor(st, key);
+        const double a = tu_ref_allowance(st, key);
         assert_int_equal(t->numel, want->numel);
         for (int64_t k = 0; k < t->numel; k++) {
             const double d = fabs((double)t->data[k] - want->data[k]);
             total++;
             if (mask[k]) {
                 noisy++;
-                if (d > 2.1 * LR * step)
+                if (d > a * 2.1 * LR * step)
                     fail_msg("%s[%lld]: got %.8g, want %.8g: moved %.3g, more than Adam can in "
                              "%d steps", key, (long long)k, t->data[k], want->data[k], d, step);
-            } else if (d > 1e-6 + 1e-4 * fabs((double)want->data[k])) {
+            } else if (d > a * (1e-6 + 1e-4 * fabs((double)want->data[k]))) {
                 fail_msg("%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol 1e-6)", key,
                          (long long)k, t->data[k], want->data[k]);
             }
@@ -189,6 +192,7 @@ static void pair_batch(duet_batch *b, const duet_st *st) {
 }
 
 static void test_cyclegan_train_step_vs_pytorch(void **state) {
+    static const char *const parts[2] = {"generators", "discriminators"};
     tu_tmpdir *fx = *state;
     duet_st *st = tu_ref_load("cyclegan.safetensors");
     duet_model *m = tiny_model();
@@ -199,14 +203,21 @@ static void test_cyclegan_train_step_vs_pytorch(void **state) {
     duet_batch b = {0};
     pair_batch(&b, st);
     duet_log_vars log;
-    for (int step = 1; step <= 2; step++) {
+    /* 2 steps of ref_cyclegan.py, 10 of MMEditing's (see test_ref_srgan.c). */
+    int step = 1;
+    for (char key[32] = "log1.loss_cycle_a"; duet_st_has(st, key);
+         snprintf(key, sizeof key, "log%d.loss_cycle_a", ++step)) {
         TU_OK(duet_model_train_step(m, &b, opts, &log));
+        tu_compare_distance(root, st, step, parts, 2);
+        if (step > 2) continue;
         compare_log(st, &log, step);
         compare_grads(root, st, step);
         compare_state(root, st, step);
         compare_pools(m, st, step, fx->dir);
+        tu_compare_adam_moments(opts, parts, 2, st, step);
     }
-    assert_int_equal(duet_cyclegan_step_counter(m), 2);
+    assert_true(step - 1 >= 2);
+    assert_int_equal(duet_cyclegan_step_counter(m), step - 1);
     assert_int_equal(duet_tape_size(), 0);
     duet_batch_clear(&b);
     duet_optimizer_set_destroy(opts);

@@ -1,0 +1,152 @@
+/* BasicRestorer's train_step (MSRResNet + L1, MMEditing's PSNR training of
+ * the SRGAN generator) against PyTorch: tests/ref/ref_basic_restorer.py
+ * (the model written from MMEditing's basic_restorer.py), and, as the
+ * `mmedit` test, MMEditing 0.16.1 itself (tests/ref/gen_mmedit_refs.py).
+ * Two steps on one batch from the same weights: the log values, every
+ * gradient, every state-dict entry and Adam's moments, at
+ * test_ref_srgan.c's tolerances. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LR 2e-4
+
+static double max_abs(const duet_tensor *t) {
+    double mx = 0;
+    for (int64_t k = 0; k < t->numel; k++) mx = fmax(mx, fabs(t->data[k]));
+    return mx;
+}
+
+/* MMEditing's log keys: the pixel loss and parse_losses' total. */
+static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
+    const char *names[2] = {"loss_pix", "loss"};
+    assert_int_equal(log->count, 2);
+    for (int i = 0; i < 2; i++) {
+        double v = 0;
+        if (!duet_log_vars_get(log, names[i], &v)) fail_msg("log has no %s", names[i]);
+        char key[64];
+        snprintf(key, sizeof key, "log%d.%s", step, names[i]);
+        float got = (float)v;
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
+    }
+}
+
+/* Every parameter's gradient: 1e-3 |want| + 1e-4 max|want|. */
+static void compare_grads(duet_module *root, const duet_st *st, int step) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_named_parameters(root, false, &l));
+    for (size_t i = 0; i < l.count; i++) {
+        char key[256];
+        snprintf(key, sizeof key, "grad%d.%s", step, l.items[i].name);
+        duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
+        if (t->grad == NULL) fail_msg("%s: no gradient", key);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * max_abs(want));
+        duet_tensor_release(want);
+    }
+    /* conv_first, 2 blocks x 2 convs, upsample1, upsample2, conv_hr,
+     * conv_last: weight and bias each. */
+    assert_int_equal(l.count, 2 * (1 + 2 * 2 + 4));
+    duet_named_tensors_clear(&l);
+}
+
+/* Every state-dict entry: rtol 1e-4, atol 1e-6, except elements whose
+ * reference gradient in some step so far sat at float32 noise level
+ * (nonzero, below 3e-4 of the tensor's largest), which Adam may move by up
+ * to 2.1 lr per step either way (see test_ref_srgan.c). */
+static void compare_state(duet_module *root, const duet_st *st, int step) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_state(root, &l));
+    int64_t total = 0, noisy = 0;
+    for (size_t i = 0; i < l.count; i++) {
+        char key[256];
+        duet_tensor *t = l.items[i].tensor;
+        bool *mask = calloc((size_t)t->numel, sizeof *mask);
+        for (int s = 1; s <= step; s++) {
+            snprintf(key, sizeof key, "grad%d.%s", s, l.items[i].name);
+            if (!duet_st_has(st, key)) continue;
+            duet_tensor *g = tu_ref_tensor(st, key);
+            const double gmax = max_abs(g);
+            for (int64_t k = 0; k < g->numel; k++)
+                mask[k] |= g->data[k] != 0.0f && fabs(g->data[k]) < 3e-4 * gmax;
+            duet_tensor_release(g);
+        }
+        snprintf(key, sizeof key, "step%d.%s", step, l.items[i].name);
+        duet_tensor *want = tu_ref_tensor(st, key);
+        const double a = tu_ref_allowance(st, key);
+        assert_int_equal(t->numel, want->numel);
+        for (int64_t k = 0; k < t->numel; k++) {
+            const double d = fabs((double)t->data[k] - want->data[k]);
+            total++;
+            if (mask[k]) {
+                noisy++;
+                if (d > a * 2.1 * LR * step)
+                    fail_msg("%s[%lld]: got %.8g, want %.8g: moved %.3g, more than Adam can in "
+                             "%d steps", key, (long long)k, t->data[k], want->data[k], d, step);
+            } else if (d > a * (1e-6 + 1e-4 * fabs((double)want->data[k]))) {
+                fail_msg("%s[%lld]: got %.8g, want %.8g (rtol 1e-4, atol 1e-6)", key,
+                         (long long)k, t->data[k], want->data[k]);
+            }
+        }
+        free(mask);
+        duet_tensor_release(want);
+    }
+    assert_true(noisy * 50 < total);
+    duet_named_tensors_clear(&l);
+}
+
+static void test_basic_restorer_train_step_vs_pytorch(void **state) {
+    (void)state;
+    static const char *const parts[1] = {"generator"};
+    duet_st *st = tu_ref_load("basic_restorer.safetensors");
+    duet_basic_restorer_opts o = duet_basic_restorer_opts_default();
+    o.generator.mid_channels = 16;
+    o.generator.num_blocks = 2;
+    duet_rng rng = duet_rng_make(3, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_basic_restorer_create(&o, &rng, &m));
+    duet_module *root = duet_model_module(m);
+    size_t missing = 1, unexpected = 1;
+    TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));
+    duet_optimizer_set *opts = NULL;
+    TU_OK(duet_optimizer_set_create(&opts));
+    duet_adam_opts a = duet_adam_opts_default();
+    a.lr = (float)LR;
+    TU_OK(duet_optimizer_set_add_adam(opts, m, "generator", &a));
+    duet_batch b = {0};
+    duet_tensor *lq = tu_ref_tensor(st, "lq"), *gt = tu_ref_tensor(st, "gt");
+    TU_OK(duet_batch_add_tensor(&b, "lq", lq));
+    TU_OK(duet_batch_add_tensor(&b, "gt", gt));
+    duet_log_vars log;
+    /* 2 steps of ref_basic_restorer.py, 10 of MMEditing's (see
+     * test_ref_srgan.c). */
+    int step = 1;
+    for (char key[32] = "log1.loss_pix"; duet_st_has(st, key);
+         snprintf(key, sizeof key, "log%d.loss_pix", ++step)) {
+        TU_OK(duet_model_train_step(m, &b, opts, &log));
+        tu_compare_distance(root, st, step, parts, 1);
+        if (step > 2) continue;
+        compare_log(st, &log, step);
+        compare_grads(root, st, step);
+        compare_state(root, st, step);
+        tu_compare_adam_moments(opts, parts, 1, st, step);
+    }
+    assert_true(step - 1 >= 2);
+    assert_int_equal(duet_tape_size(), 0);
+    duet_batch_clear(&b);
+    duet_tensor_release(lq);
+    duet_tensor_release(gt);
+    duet_optimizer_set_destroy(opts);
+    duet_model_destroy(m);
+    duet_st_destroy(st);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic_restorer_train_step_vs_pytorch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
