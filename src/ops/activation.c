@@ -151,9 +151,13 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
         duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
 }
 
-int duet_relu(duet_tensor *x, duet_tensor **out) { return rectify(x, 0.0f, true, out); }
+int duet_relu(duet_tensor *x, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "relu", "x", x);
+    return rectify(x, 0.0f, true, out);
+}
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "leaky_relu", "x", x);
     return rectify(x, negative_slope, false, out);
 }
 
@@ -207,10 +211,12 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
 }
 
 int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "relu", "x", x);
     return rectify_inplace(x, 0.0f, true, out);
 }
 
 int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "leaky_relu", "x", x);
     return rectify_inplace(x, negative_slope, false, out);
 }
 
@@ -232,7 +238,7 @@ static int tanh_backward_node(duet_node *node) {
 
 int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "sigmoid", "x", x);
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     sigmoid_forward(y->data, x->data, y->numel);
@@ -241,7 +247,7 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "tanh", "x", x);
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     tanh_forward(y->data, x->data, y->numel);

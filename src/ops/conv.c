@@ -607,7 +607,7 @@ static int record_conv(duet_tensor *x, duet_tensor *w, duet_tensor *b, int strid
 
 int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
                 duet_tensor **out) {
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "conv2d", "x,weight,bias", x, w, b);
     conv_geom g;
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
     duet_tensor *y = NULL;

@@ -51,7 +51,7 @@ static int linear_backward(duet_node *node) {
 }
 
 int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out) {
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "linear", "x,weight,bias", x, w, b);
     int64_t rows, in, outf;
     DUET_TRY(linear_sizes(x, w, b, &rows, &in, &outf));
     int64_t shape[DUET_MAX_DIMS];

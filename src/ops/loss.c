@@ -134,10 +134,12 @@ static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, du
 }
 
 int duet_l1_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "l1_loss", "pred,target", pred, target);
     return pair_loss("l1_loss", l1_sum, l1_backward_node, pred, target, weight, out);
 }
 
 int duet_mse_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "mse_loss", "pred,target", pred, target);
     return pair_loss("mse_loss", mse_sum, mse_backward_node, pred, target, weight, out);
 }
 
@@ -197,10 +199,12 @@ static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, fl
 int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,
                          duet_tensor **out) {
     DUET_ASSERT(target != NULL);
+    DUET__OP_ON_CPU(out, "bce_with_logits", "logits,target", logits, target);
     return bce_loss("bce_with_logits", logits, target, 0.0f, weight, out);
 }
 
 int duet_bce_with_logits_const(duet_tensor *logits, float target, float weight,
                                duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "bce_with_logits_const", "logits", logits);
     return bce_loss("bce_with_logits_const", logits, NULL, target, weight, out);
 }

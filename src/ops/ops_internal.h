@@ -51,6 +51,28 @@ static inline int duet__op_finish_unread(int rc, duet_tensor **out) {
     return rc;
 }
 
+/* ---- where an op runs (dispatch.c) ----------------------------------------
+ * An op runs on the device of its inputs. Every op's entry checks them
+ * before it reads any storage: inputs on two devices are DUET_EDEVICE
+ * naming the op, both inputs and their devices. `names` lists the inputs'
+ * names for messages, comma-separated in the order of `inputs`
+ * ("x,weight,bias"); NULL inputs (an absent bias) are skipped. */
+/* The inputs' one device into *dev (the CPU when every input is NULL). */
+int duet__op_device(const char *op, const char *names, int n, duet_tensor *const *inputs,
+                    duet_device *dev);
+/* duet__op_device for an op with only a CPU implementation: inputs on a
+ * device are DUET_EUNSUPPORTED naming the op and the device. */
+int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const *inputs);
+/* An op entry's check: *out = NULL, then duet__op_on_cpu over the listed
+ * inputs, returning its status on failure. */
+#define DUET__OP_ON_CPU(out, op, names, ...)                                    \
+    do {                                                                       \
+        *(out) = NULL;                                                         \
+        duet_tensor *duet__in[] = {__VA_ARGS__};                               \
+        DUET_TRY(duet__op_on_cpu(op, names, (int)(sizeof duet__in / sizeof duet__in[0]), \
+                                 duet__in));                                   \
+    } while (0)
+
 /* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
  * shape; DUET_OK otherwise. */
 int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);

@@ -31,9 +31,11 @@ static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_
 }
 
 int duet_sum(duet_tensor *x, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "sum", "x", x);
     return reduce_op("sum", sum_backward, false, x, out);
 }
 
 int duet_mean(duet_tensor *x, duet_tensor **out) {
+    DUET__OP_ON_CPU(out, "mean", "x", x);
     return reduce_op("mean", mean_backward, true, x, out);
 }
