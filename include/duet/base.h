@@ -176,6 +176,10 @@ int duet_cuda_device_count(void);
 void duet_device_alloc_stats(duet_device d, size_t *live_bytes, size_t *peak_bytes,
                              size_t *reserved_bytes);
 void duet_device_alloc_reset_peak(duet_device d);
+/* The GPU lines of `duet info`: CUDA runtime and driver, cuDNN, cuBLASLt
+ * and NCCL versions and each visible GPU, "no GPU visible" where there is
+ * none, or that duet was built without CUDA. */
+int duet_cuda_info_print(FILE *f);
 
 /* ---- RNG ------------------------------------------------------------------ */
 

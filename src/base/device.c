@@ -54,6 +54,17 @@ int duet_cuda_device_count(void) {
 #endif
 }
 
+int duet_cuda_info_print(FILE *f) {
+#ifdef DUET_HAVE_CUDA
+    DUET_TRY(duet__cuda_info_print(f));
+#else
+    fprintf(f, "  CUDA:       not built (configured with DUET_CUDA=OFF, or no CUDA toolkit was "
+               "found)\n");
+    fprintf(f, "  GPUs:       none usable (built without CUDA)\n");
+#endif
+    return ferror(f) ? duet__error(DUET_EIO, "info: cannot write the report") : DUET_OK;
+}
+
 int duet_device_check(duet_device d) {
     if (d.type == DUET_DEVICE_CPU) return DUET_OK;
     char name[DUET_DEVICE_STR_MAX];

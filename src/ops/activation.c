@@ -5,7 +5,8 @@
  * element instead of the input's 32: neither their input nor their output
  * need stay alive for them (duet_autograd_release can free both when the
  * next op does not read them, e.g. a frozen convolution). sigmoid and tanh
- * use the saved output, as PyTorch does. */
+ * use the saved output, as PyTorch does. The per-element math is
+ * ops_math.h's, shared with the CUDA kernels. */
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -15,12 +16,12 @@
 
 /* out = max(x, 0), NaN passing through as in PyTorch */
 static void relu_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] < 0.0f, 0.0f, x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__relu(x[i]);
 }
 
 /* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] > 0.0f, x[i], slope * x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__leaky_relu(x[i], slope);
 }
 
 /* The mask word of x[0, len), len <= 64: bit j is x[j] > 0 (false for
@@ -62,33 +63,28 @@ static void masked_backward(float *gx, const float *gout, const uint64_t *bits, 
         const uint64_t m = bits[w];
         const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
         for (int64_t j = 0; j < len; j++) {
-            const float g = gout[base + j];
-            gx[base + j] += duet__op_pick((m >> j) & 1u, g, slope * g);
+            gx[base + j] += duet__leaky_relu_grad(gout[base + j], (m >> j) & 1u, slope);
         }
     }
 }
 
 /* out = 1 / (1 + exp(-x)), without overflow for large |x|. */
 static void sigmoid_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float e = expf(-fabsf(x[i])); /* in (0, 1] */
-        float p = 1.0f / (1.0f + e);
-        out[i] = duet__op_pick(x[i] >= 0.0f, p, e * p);
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = duet__sigmoid(x[i]);
 }
 
 /* gx += gout * y * (1 - y), y the saved output */
 static void sigmoid_backward(float *gx, const float *gout, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += gout[i] * y[i] * (1.0f - y[i]);
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__sigmoid_grad(gout[i], y[i]);
 }
 
 static void tanh_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = tanhf(x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__tanh(x[i]);
 }
 
 /* gx += gout * (1 - y^2), y the saved output */
 static void tanh_backward(float *gx, const float *gout, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += gout[i] * (1.0f - y[i] * y[i]);
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__tanh_grad(gout[i], y[i]);
 }
 
 /* ---- relu, leaky_relu -------------------------------------------------------------- */

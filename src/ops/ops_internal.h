@@ -6,26 +6,16 @@
 #define DUET_OPS_INTERNAL_H
 
 #include "duet/ops.h"
+#include "ops/ops_math.h"
 
 #include <signal.h>
 #include <string.h>
 
 /* ---- recording and checks (elementwise.c) ------------------------------- */
 
-/* c ? a : b without a branch. GCC at -O2 compiles ?: between floats into
- * jumps, which mispredict half the time on activations of random sign (10 ns
- * instead of 0.6 ns per element); a bit mask does not, and the loop still
- * vectorises at -O3. Exact: the chosen value's bits are returned as is. */
-static inline float duet__op_pick(bool c, float a, float b) {
-    uint32_t ua, ub, r;
-    float f;
-    memcpy(&ua, &a, sizeof ua);
-    memcpy(&ub, &b, sizeof ub);
-    const uint32_t m = -(uint32_t)c;
-    r = (ua & m) | (ub & ~m);
-    memcpy(&f, &r, sizeof f);
-    return f;
-}
+/* c ? a : b without a branch: duet__pick of ops_math.h, where the
+ * arithmetic shared with the CUDA kernels lives. */
+static inline float duet__op_pick(bool c, float a, float b) { return duet__pick(c, a, b); }
 
 /* Ends an op's forward, the one way ops record on the tape: when grad mode
  * is on and one of `inputs` requires grad, records `y` on the tape (taking
@@ -76,6 +66,12 @@ int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const
 /* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
  * shape; DUET_OK otherwise. */
 int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);
+
+/* ---- Adam (adam.c) ----------------------------------------------------------- */
+
+/* One tensor's constants for step `step` (bias corrections in double, as
+ * torch). */
+void duet__adam_consts_make(const duet_adam_hparams *hp, int64_t step, duet__adam_consts *k);
 
 /* ---- GEMM (gemm.c, gemm_bf16.c) ------------------------------------------- */
 

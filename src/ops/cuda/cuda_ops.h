@@ -1,0 +1,74 @@
+/* The CUDA kernels and library calls of the ops layer (src/ops/cuda/),
+ * called by the ops' entries when their inputs are on a CUDA device, and by
+ * the gpu tests. Compiled only with the toolkit (DUET_HAVE_CUDA). Every
+ * launcher takes the device ordinal, runs on that device's compute stream
+ * (duet__cuda_stream) and returns a duet status naming the op and the
+ * failing call (cuda_internal.h); pointers are device memory of that
+ * device. Not installed. */
+#ifndef DUET_OPS_CUDA_OPS_H
+#define DUET_OPS_CUDA_OPS_H
+
+#include "duet/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- activations and losses (pointwise.cu), ops_math.h's arithmetic ---- */
+
+typedef enum duet__cuda_act {
+    DUET__ACT_RELU,
+    DUET__ACT_LEAKY_RELU,
+    DUET__ACT_SIGMOID,
+    DUET__ACT_TANH
+} duet__cuda_act;
+
+/* out (n) = act(x); slope for leaky_relu. out may be x. */
+int duet__cuda_act_forward(int dev, duet__cuda_act act, float *out, const float *x, float slope,
+                           int64_t n);
+/* gx (n) += the gradient through act of gout: relu/leaky_relu from the
+ * forward's input `saved` (x > 0), sigmoid/tanh from its output. */
+int duet__cuda_act_backward(int dev, duet__cuda_act act, float *gx, const float *gout,
+                            const float *saved, float slope, int64_t n);
+
+typedef enum duet__cuda_loss {
+    DUET__LOSS_L1,
+    DUET__LOSS_MSE,
+    DUET__LOSS_BCE_LOGITS
+} duet__cuda_loss;
+
+/* *sum (one double in device memory) = the sum of the loss's terms over n
+ * (p the prediction or logits, t the target; tstride 1, or 0 for one
+ * constant at t[0]), summed in double in a fixed order (the same result on
+ * every run). */
+int duet__cuda_loss_sum(int dev, duet__cuda_loss loss, double *sum, const float *p,
+                        const float *t, int64_t tstride, int64_t n);
+/* g (n) += c * the loss's gradient at each element (for the target: -c). */
+int duet__cuda_loss_backward(int dev, duet__cuda_loss loss, float *g, const float *p,
+                             const float *t, int64_t tstride, float c, int64_t n);
+
+/* ---- Adam (adam.cu) ------------------------------------------------------- */
+
+/* duet_adam_update on device dev: one kernel over every tensor's chunks. */
+int duet__cuda_adam(int dev, size_t n, duet_tensor *const *params, duet_tensor *const *exp_avg,
+                    duet_tensor *const *exp_avg_sq, const int64_t *steps,
+                    const duet_adam_hparams *hp);
+
+/* ---- GEMM (gemm.c) -------------------------------------------------------- */
+
+/* duet_sgemm on device dev through cuBLASLt, row-major as duet_sgemm: C (m,
+ * n) = alpha op(A) op(B) + beta C, float32 with float32 accumulation and no
+ * TF32 (exact float32 products, as the CPU's), unless
+ * duet__cuda_gemm_allow_tf32(true). The workspace comes from the caching
+ * allocator. `op` names the caller for messages. */
+int duet__cuda_sgemm(int dev, const char *op, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                     int64_t k, float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float beta, float *c, int64_t ldc);
+/* Whether GEMMs may use TF32 tensor cores (PyTorch's allow_tf32); returns
+ * the previous setting. Off by default. */
+bool duet__cuda_gemm_allow_tf32(bool on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

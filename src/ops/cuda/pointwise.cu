@@ -1,0 +1,176 @@
+// Activations and losses on the GPU: ops_math.h's per-element functions
+// (the CPU ops' own) in grid-stride kernels.
+#include "cuda/cuda_internal.h"
+#include "ops/cuda/cuda_ops.h"
+#include "ops/ops_math.h"
+
+namespace {
+
+constexpr unsigned kThreads = 256;
+// Blocks for n elements, capped: a grid-stride loop covers the rest.
+unsigned blocks_for(int64_t n) {
+    int64_t b = (n + kThreads - 1) / kThreads;
+    return (unsigned)(b < 65536 ? b : 65536);
+}
+
+__device__ int64_t first_index() { return blockIdx.x * (int64_t)blockDim.x + threadIdx.x; }
+__device__ int64_t grid_stride() { return (int64_t)gridDim.x * blockDim.x; }
+
+// out (n) = act(x)
+__global__ void act_forward(float *out, const float *x, duet__cuda_act act, float slope,
+                            int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride()) {
+        const float v = x[i];
+        float y;
+        switch (act) {
+        case DUET__ACT_RELU: y = duet__relu(v); break;
+        case DUET__ACT_LEAKY_RELU: y = duet__leaky_relu(v, slope); break;
+        case DUET__ACT_SIGMOID: y = duet__sigmoid(v); break;
+        default: y = duet__tanh(v); break;
+        }
+        out[i] = y;
+    }
+}
+
+// gx (n) += d act(gout); saved: the input (relu, leaky_relu) or output
+__global__ void act_backward(float *gx, const float *gout, const float *saved,
+                             duet__cuda_act act, float slope, int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride()) {
+        const float g = gout[i], s = saved[i];
+        float d;
+        switch (act) {
+        case DUET__ACT_RELU: d = duet__leaky_relu_grad(g, s > 0.0f, 0.0f); break;
+        case DUET__ACT_LEAKY_RELU: d = duet__leaky_relu_grad(g, s > 0.0f, slope); break;
+        case DUET__ACT_SIGMOID: d = duet__sigmoid_grad(g, s); break;
+        default: d = duet__tanh_grad(g, s); break;
+        }
+        gx[i] += d;
+    }
+}
+
+__device__ float loss_term(duet__cuda_loss loss, float p, float t) {
+    switch (loss) {
+    case DUET__LOSS_L1: return duet__l1_term(p, t);
+    case DUET__LOSS_MSE: return duet__mse_term(p, t);
+    default: return duet__bce_logits_term(p, t);
+    }
+}
+
+// partial[blockIdx.x] = this block's share of the sum of the terms, in
+// double: each thread sums its grid-stride elements in order, then the
+// block's tree in shared memory, always in the same order.
+__global__ void loss_partial(double *partial, const float *p, const float *t, int64_t tstride,
+                             duet__cuda_loss loss, int64_t n) {
+    __shared__ double s[kThreads];
+    double acc = 0.0;
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        acc += loss_term(loss, p[i], t[i * tstride]);
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned w = kThreads / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+// *sum = partial[0, count) in a fixed order (one block).
+__global__ void sum_partials(double *sum, const double *partial, unsigned count) {
+    __shared__ double s[kThreads];
+    double acc = 0.0;
+    for (unsigned i = threadIdx.x; i < count; i += kThreads) acc += partial[i];
+    s[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned w = kThreads / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *sum = s[0];
+}
+
+// g (n) += the loss's gradient, c carrying weight, direction and 1/n
+__global__ void loss_backward(float *g, const float *p, const float *t, int64_t tstride,
+                              duet__cuda_loss loss, float c, int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride()) {
+        const float pi = p[i], ti = t[i * tstride];
+        float d;
+        switch (loss) {
+        case DUET__LOSS_L1: d = duet__l1_grad(pi, ti, c); break;
+        case DUET__LOSS_MSE: d = duet__mse_grad(pi, ti, c); break;
+        default: d = duet__bce_logits_grad(pi, ti, c); break;
+        }
+        g[i] += d;
+    }
+}
+
+const char *act_name(duet__cuda_act act) {
+    switch (act) {
+    case DUET__ACT_RELU: return "relu";
+    case DUET__ACT_LEAKY_RELU: return "leaky_relu";
+    case DUET__ACT_SIGMOID: return "sigmoid";
+    default: return "tanh";
+    }
+}
+
+const char *loss_name(duet__cuda_loss loss) {
+    switch (loss) {
+    case DUET__LOSS_L1: return "l1_loss";
+    case DUET__LOSS_MSE: return "mse_loss";
+    default: return "bce_with_logits";
+    }
+}
+
+} // namespace
+
+extern "C" int duet__cuda_act_forward(int dev, duet__cuda_act act, float *out, const float *x,
+                                      float slope, int64_t n) {
+    const char *op = act_name(act);
+    if (n <= 0) return DUET_OK;
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, op, &s));
+    act_forward<<<blocks_for(n), kThreads, 0, s>>>(out, x, act, slope, n);
+    DUET_CUDA_LAUNCH_CHECK(op, "act_forward");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_act_backward(int dev, duet__cuda_act act, float *gx, const float *gout,
+                                       const float *saved, float slope, int64_t n) {
+    const char *op = act_name(act);
+    if (n <= 0) return DUET_OK;
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, op, &s));
+    act_backward<<<blocks_for(n), kThreads, 0, s>>>(gx, gout, saved, act, slope, n);
+    DUET_CUDA_LAUNCH_CHECK(op, "act_backward");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_loss_sum(int dev, duet__cuda_loss loss, double *sum, const float *p,
+                                   const float *t, int64_t tstride, int64_t n) {
+    const char *op = loss_name(loss);
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, op, &s));
+    const unsigned blocks = n > 0 ? (blocks_for(n) < 1024 ? blocks_for(n) : 1024) : 1;
+    void *partial = nullptr;
+    DUET_TRY(duet__cuda_alloc(dev, blocks * sizeof(double), false, op, &partial));
+    loss_partial<<<blocks, kThreads, 0, s>>>((double *)partial, p, t, tstride, loss, n);
+    int rc = duet__cuda_status(cudaGetLastError(), op, "launch of loss_partial", __FILE__, __LINE__);
+    if (rc == DUET_OK) {
+        sum_partials<<<1, kThreads, 0, s>>>(sum, (const double *)partial, blocks);
+        rc = duet__cuda_status(cudaGetLastError(), op, "launch of sum_partials", __FILE__,
+                               __LINE__);
+    }
+    // Stream-ordered: the next request on this stream runs after both kernels.
+    duet__cuda_free(dev, partial);
+    return rc;
+}
+
+extern "C" int duet__cuda_loss_backward(int dev, duet__cuda_loss loss, float *g, const float *p,
+                                        const float *t, int64_t tstride, float c, int64_t n) {
+    const char *op = loss_name(loss);
+    if (n <= 0) return DUET_OK;
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, op, &s));
+    loss_backward<<<blocks_for(n), kThreads, 0, s>>>(g, p, t, tstride, loss, c, n);
+    DUET_CUDA_LAUNCH_CHECK(op, "loss_backward");
+    return DUET_OK;
+}
