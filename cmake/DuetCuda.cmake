@@ -9,6 +9,7 @@
 # and the CUDA driver do not mix, and the CPU code is what it checks.
 set(DUET_HAVE_CUDA OFF)
 set(DUET_CUDA_LIBS "")
+set(DUET_PC_CUDA_LIBS "") # for duet.pc's static link line
 set(DUET_CUDA_INCLUDE_DIRS "")
 string(TOUPPER "${DUET_CUDA}" duet_cuda_mode)
 if(NOT duet_cuda_mode MATCHES "^(AUTO|ON|OFF)$")
@@ -84,6 +85,9 @@ string(APPEND CMAKE_CUDA_FLAGS " -Xcompiler=-Wall,-Wextra --fmad=false")
 set(DUET_HAVE_CUDA ON)
 set(DUET_CUDA_LIBS CUDA::cudart_static CUDA::cublasLt CUDA::cublas ${DUET_CUDNN_LIBRARY}
   ${DUET_NCCL_LIBRARY})
+get_filename_component(duet_cudnn_dir ${DUET_CUDNN_LIBRARY} DIRECTORY)
+get_filename_component(duet_nccl_dir ${DUET_NCCL_LIBRARY} DIRECTORY)
+set(DUET_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${duet_cudnn_dir} -L${duet_nccl_dir} -lcudart_static -lcublasLt -lcublas -lcudnn -lnccl -ldl -lrt")
 set(DUET_CUDA_INCLUDE_DIRS ${CUDAToolkit_INCLUDE_DIRS} ${DUET_CUDNN_INCLUDE_DIR}
   ${DUET_NCCL_INCLUDE_DIR})
 message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "

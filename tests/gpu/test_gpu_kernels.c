@@ -282,6 +282,64 @@ static void test_sgemm(void **state) {
             }
 }
 
+/* conv2d on cuDNN against the CPU's op, forward and backward (input,
+ * weight and bias gradients, accumulated onto what was there), for a
+ * strided padded shape and a 1x1 one; the algorithms of a shape are chosen
+ * once. */
+static void test_conv2d(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(7, 0);
+    const duet__conv_dims shapes[] = {
+        {.n = 2, .c = 3, .h = 9, .w = 11, .o = 5, .kh = 3, .kw = 3, .stride = 2, .pad = 1},
+        {.n = 3, .c = 16, .h = 12, .w = 12, .o = 8, .kh = 1, .kw = 1, .stride = 1, .pad = 0},
+        {.n = 1, .c = 64, .h = 20, .w = 20, .o = 64, .kh = 3, .kw = 3, .stride = 1, .pad = 1},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        duet__conv_dims d = shapes[k];
+        d.oh = (d.h + 2 * d.pad - d.kh) / d.stride + 1;
+        d.ow = (d.w + 2 * d.pad - d.kw) / d.stride + 1;
+        duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){d.n, d.c, d.h, d.w}, 1.0f);
+        duet_tensor *w = tu_randn(&rng, 4, (int64_t[]){d.o, d.c, d.kh, d.kw}, 0.3f);
+        duet_tensor *b = tu_randn(&rng, 1, (int64_t[]){d.o}, 1.0f);
+        x->requires_grad = w->requires_grad = b->requires_grad = true;
+        duet_tensor *y = NULL;
+        TU_OK(duet_conv2d(x, w, b, (int)d.stride, (int)d.pad, &y));
+        assert_true(y->shape[2] == d.oh && y->shape[3] == d.ow);
+        duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+        /* The GPU's gradients start from these, as the CPU's from zero. */
+        duet_tensor *gx0 = tu_randn(&rng, 4, x->shape, 1.0f), *gw0 = tu_randn(&rng, 4, w->shape, 1.0f);
+        duet_tensor *gb0 = tu_randn(&rng, 1, b->shape, 1.0f);
+        duet_tensor *dx = to_gpu(x), *dw = to_gpu(w), *db = to_gpu(b), *dr = to_gpu(r);
+        duet_tensor *dgx = to_gpu(gx0), *dgw = to_gpu(gw0), *dgb = to_gpu(gb0), *dy = NULL;
+        TU_OK(duet_tensor_create_on(GPU, 4, y->shape, &dy));
+        TU_OK(duet__cuda_conv2d_forward(0, &d, dx->data, dw->data, db->data, dy->data));
+        const uint64_t searched = duet__cuda_conv_algo_searches();
+        TU_OK(duet__cuda_conv2d_forward(0, &d, dx->data, dw->data, db->data, dy->data));
+        assert_int_equal(duet__cuda_conv_algo_searches(), searched);
+        float *got = malloc((size_t)y->numel * sizeof *got);
+        to_host(dy, got);
+        const double tol = 1e-5 * sqrt((double)(d.c * d.kh * d.kw));
+        tu_assert_close(got, y->data, y->numel, tol, tol, "conv2d forward");
+        free(got);
+        tu_backprop_with(y, r->data);
+        TU_OK(duet__cuda_conv2d_backward(0, &d, dx->data, dw->data, dr->data, dgx->data,
+                                         dgw->data, dgb->data));
+        duet_tensor *grads[3] = {dgx, dgw, dgb}, *cpu[3] = {x, w, b}, *start[3] = {gx0, gw0, gb0};
+        const char *what[3] = {"conv2d input gradient", "conv2d weight gradient",
+                               "conv2d bias gradient"};
+        for (int i = 0; i < 3; i++) {
+            float *h = malloc((size_t)grads[i]->numel * sizeof *h);
+            to_host(grads[i], h);
+            for (int64_t j = 0; j < grads[i]->numel; j++) h[j] -= start[i]->data[j];
+            const double gt = 1e-5 * sqrt((double)(d.n * d.oh * d.ow * d.o));
+            tu_assert_close(h, cpu[i]->grad, grads[i]->numel, gt, gt, what[i]);
+            free(h);
+        }
+        duet_tensor *all[] = {x, w, b, y, r, gx0, gw0, gb0, dx, dw, db, dr, dgx, dgw, dgb, dy};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) duet_tensor_release(all[i]);
+    }
+}
+
 int main(void) {
     gpu_or_skip("test_gpu_kernels");
     const struct CMUnitTest tests[] = {
@@ -289,6 +347,7 @@ int main(void) {
         cmocka_unit_test(test_losses),
         cmocka_unit_test(test_adam_fused_matches_cpu),
         cmocka_unit_test(test_sgemm),
+        cmocka_unit_test(test_conv2d),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

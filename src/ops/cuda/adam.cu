@@ -3,9 +3,6 @@
 // ops_math.h's duet__adam_element (the CPU loop's own).
 #include "cuda/cuda_internal.h"
 #include "ops/cuda/cuda_ops.h"
-extern "C" {
-#include "ops/ops_internal.h"
-}
 
 #include <stdlib.h>
 

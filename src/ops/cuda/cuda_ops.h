@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* The ops layer's private header (C, no linkage guards of its own). */
+#include "ops/ops_internal.h"
+
 /* ---- activations and losses (pointwise.cu), ops_math.h's arithmetic ---- */
 
 typedef enum duet__cuda_act {
@@ -67,6 +70,20 @@ int duet__cuda_sgemm(int dev, const char *op, bool trans_a, bool trans_b, int64_
 /* Whether GEMMs may use TF32 tensor cores (PyTorch's allow_tf32); returns
  * the previous setting. Off by default. */
 bool duet__cuda_gemm_allow_tf32(bool on);
+
+/* ---- convolutions (conv.c) on cuDNN ------------------------------------- */
+
+/* y = conv2d(x, w) + bias (bias may be NULL), sizes as duet__conv_dims
+ * (ops_internal.h): x (n, c, h, w), w (o, c, kh, kw), y (n, o, oh, ow).
+ * float32, TF32 off. Algorithms chosen once per shape and cached. */
+int duet__cuda_conv2d_forward(int dev, const duet__conv_dims *d, const float *x, const float *w,
+                              const float *bias, float *y);
+/* dx += the input gradient (when dx), dw += the weight gradient (when dw),
+ * db += dy summed over n, oh, ow (when db). */
+int duet__cuda_conv2d_backward(int dev, const duet__conv_dims *d, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *db);
+/* Shapes whose algorithms were chosen so far (each once). */
+uint64_t duet__cuda_conv_algo_searches(void);
 
 #ifdef __cplusplus
 }
