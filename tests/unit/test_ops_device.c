@@ -7,6 +7,7 @@
 
 #include "ops/ops_internal.h"
 
+#include <math.h>
 #include <string.h>
 
 /* A copy of t's header that claims to live on cuda:0. */
@@ -134,11 +135,50 @@ static void test_op_device_helper(void **state) {
     duet_tensor_release(x);
 }
 
+/* duet_adam_update's checks: one device, moments the parameter's size, a
+ * gradient, steps from 1; and the update itself against the formula. */
+static void test_adam_update_checks(void **state) {
+    (void)state;
+    duet_tensor *p = NULL, *m = NULL, *v = NULL, *small = NULL;
+    TU_OK(duet_tensor_from_data(1, (int64_t[]){2}, (float[]){1.0f, -2.0f}, &p));
+    TU_OK(duet_tensor_create(1, (int64_t[]){2}, &m));
+    TU_OK(duet_tensor_create(1, (int64_t[]){2}, &v));
+    TU_OK(duet_tensor_create(1, (int64_t[]){1}, &small));
+    const duet_adam_hparams hp = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                  .weight_decay = 0.0f};
+    int64_t step = 1;
+    assert_int_equal(duet_adam_update(1, &p, &m, &v, &step, &hp), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "parameter 0 has no gradient"));
+    TU_OK(duet_tensor_ensure_grad(p));
+    p->grad[0] = 0.5f;
+    p->grad[1] = -0.25f;
+    assert_int_equal(duet_adam_update(1, &p, &small, &v, &step, &hp), DUET_ESHAPE);
+    int64_t zero = 0;
+    assert_int_equal(duet_adam_update(1, &p, &m, &v, &zero, &hp), DUET_EINVAL);
+    duet_tensor gm = on_gpu(m);
+    duet_tensor *gmp = &gm;
+    assert_int_equal(duet_adam_update(1, &p, &gmp, &v, &step, &hp), DUET_EDEVICE);
+    assert_non_null(strstr(duet_last_error(), "adam_update: inputs on different devices: param "
+                                              "on cpu, exp_avg on cuda:0"));
+    /* Step 1: m = 0.1 g, v = 0.001 g^2, p -= lr * m/0.1 / (sqrt(v/0.001) + eps)
+     * = lr * sign(g) (to eps). */
+    TU_OK(duet_adam_update(1, &p, &m, &v, &step, &hp));
+    assert_true(fabsf(p->data[0] - 0.9f) < 1e-6f && fabsf(p->data[1] - (-1.9f)) < 1e-6f);
+    /* The moments, with 1 - beta of the float betas (0.1 and 0.001 to 1e-4). */
+    assert_true(fabsf(m->data[0] - 0.05f) < 0.05f * 1e-4f);
+    assert_true(fabsf(v->data[1] - 0.0000625f) < 0.0000625f * 1e-4f);
+    duet_tensor_release(small);
+    duet_tensor_release(v);
+    duet_tensor_release(m);
+    duet_tensor_release(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mixed_devices_name_the_op),
         cmocka_unit_test(test_device_inputs_without_a_gpu_kernel),
         cmocka_unit_test(test_op_device_helper),
+        cmocka_unit_test(test_adam_update_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
