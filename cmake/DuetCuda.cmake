@@ -87,7 +87,7 @@ set(DUET_CUDA_LIBS CUDA::cudart_static CUDA::cublasLt CUDA::cublas ${DUET_CUDNN_
   ${DUET_NCCL_LIBRARY})
 get_filename_component(duet_cudnn_dir ${DUET_CUDNN_LIBRARY} DIRECTORY)
 get_filename_component(duet_nccl_dir ${DUET_NCCL_LIBRARY} DIRECTORY)
-set(DUET_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${duet_cudnn_dir} -L${duet_nccl_dir} -lcudart_static -lcublasLt -lcublas -lcudnn -lnccl -ldl -lrt")
+set(DUET_PC_CUDA_LIBS "-L${CUDAToolkit_LIBRARY_DIR} -L${duet_cudnn_dir} -L${duet_nccl_dir} -lcudart_static -lcublasLt -lcublas -lcudnn -lnccl -lstdc++ -ldl -lrt")
 set(DUET_CUDA_INCLUDE_DIRS ${CUDAToolkit_INCLUDE_DIRS} ${DUET_CUDNN_INCLUDE_DIR}
   ${DUET_NCCL_INCLUDE_DIR})
 message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures "

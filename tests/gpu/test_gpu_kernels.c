@@ -34,6 +34,13 @@ static duet_tensor *to_gpu(const duet_tensor *h) {
 
 static void to_host(const duet_tensor *d, float *out) { TU_OK(duet_tensor_copy_to_host(d, out)); }
 
+/* Raw device bytes to the host, ordered after the compute stream's work (a
+ * plain cudaMemcpy runs on the legacy stream, which does not wait for duet's
+ * non-blocking one). */
+static int from_device(void *host, const void *dev, size_t bytes) {
+    return duet__cuda_copy(duet_device_cpu(), host, GPU, dev, bytes, "test");
+}
+
 /* The same float bit for bit, or both NaN: the GPU's arithmetic makes its
  * one canonical NaN where the CPU keeps the input NaN's bits. */
 static bool same_bits(float a, float b) {
@@ -142,10 +149,9 @@ static void test_losses(void **state) {
         else TU_OK(duet_bce_with_logits(p, t, 1.0f, &cpu));
         double sum = 0.0, again = 0.0;
         TU_OK(duet__cuda_loss_sum(0, losses[l], dsum, dp->data, dt->data, 1, n));
-        assert_int_equal(cudaMemcpy(&sum, dsum, sizeof sum, cudaMemcpyDeviceToHost), cudaSuccess);
+        TU_OK(from_device(&sum, dsum, sizeof sum));
         TU_OK(duet__cuda_loss_sum(0, losses[l], dsum, dp->data, dt->data, 1, n));
-        assert_int_equal(cudaMemcpy(&again, dsum, sizeof again, cudaMemcpyDeviceToHost),
-                         cudaSuccess);
+        TU_OK(from_device(&again, dsum, sizeof again));
         assert_memory_equal(&sum, &again, sizeof sum); /* the same order every run */
         const float gpu = (float)(sum / (double)n);
         if (!(fabsf(gpu - cpu->data[0]) <= 1e-6f * fabsf(cpu->data[0])))
@@ -177,12 +183,12 @@ static void test_losses(void **state) {
     float one = 1.0f;
     void *done = NULL;
     TU_OK(duet__cuda_alloc(0, sizeof one, false, "test", &done));
-    assert_int_equal(cudaMemcpy(done, &one, sizeof one, cudaMemcpyHostToDevice), cudaSuccess);
+    TU_OK(duet__cuda_copy(GPU, done, duet_device_cpu(), &one, sizeof one, "test"));
     duet_tensor *cpu = NULL;
     TU_OK(duet_bce_with_logits_const(p, 1.0f, 1.0f, &cpu));
     double sum = 0.0;
     TU_OK(duet__cuda_loss_sum(0, DUET__LOSS_BCE_LOGITS, dsum, dp->data, done, 0, n));
-    assert_int_equal(cudaMemcpy(&sum, dsum, sizeof sum, cudaMemcpyDeviceToHost), cudaSuccess);
+    TU_OK(from_device(&sum, dsum, sizeof sum));
     assert_true(fabsf((float)(sum / (double)n) - cpu->data[0]) <= 1e-6f * cpu->data[0]);
     duet_tensor_release(cpu);
     duet__cuda_free(0, done);
@@ -280,6 +286,25 @@ static void test_sgemm(void **state) {
                                      ta, tb, (double)beta, (long long)i, (long long)j, (double)g,
                                      (double)w);
                     }
+                /* Again (the cached algorithm): the same bits. */
+                if (b1 == 0) {
+                    float *again = malloc((size_t)c->numel * sizeof *again);
+                    TU_OK(duet__cuda_sgemm(0, "test", ta, tb, m, n, k, alpha, da->data, lda,
+                                           db->data, ldb, beta, dc->data, ldc));
+                    to_host(dc, again);
+                    assert_memory_equal(again, got, (size_t)c->numel * sizeof *again);
+                    /* TF32 on: about 10 bits of mantissa in the products. */
+                    assert_false(duet__cuda_gemm_allow_tf32(true));
+                    TU_OK(duet__cuda_sgemm(0, "test", ta, tb, m, n, k, alpha, da->data, lda,
+                                           db->data, ldb, beta, dc->data, ldc));
+                    assert_true(duet__cuda_gemm_allow_tf32(false));
+                    to_host(dc, again);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < n; j++)
+                            assert_true(fabsf(again[i * ldc + j] - c->data[i * ldc + j]) <=
+                                        0.05f + 0.01f * fabsf(c->data[i * ldc + j]));
+                    free(again);
+                }
                 /* The padding between rows is left alone. */
                 for (int64_t i = 0; i < m; i++)
                     for (int64_t j = n; j < ldc; j++) assert_true(got[i * ldc + j] == c->data[i * ldc + j]);
