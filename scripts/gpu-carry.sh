@@ -17,7 +17,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 carry=$root/.gpu-carry
-targets=(duet_cli test_gpu_memory test_gpu_kernels test_cuda_status test_cuda_alloc_logic)
+targets=(duet_cli)
+for f in "$root"/tests/cuda/test_*.c "$root"/tests/gpu/test_*.c; do
+  targets+=("$(basename "$f" .c)")
+done
 
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DDUET_CUDA=ON >/dev/null
 cmake --build "$build" -j "${JOBS:-2}" --target "${targets[@]}"

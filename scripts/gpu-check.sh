@@ -82,7 +82,8 @@ say "nvidia-smi lists $gpus GPU(s)"
 
 # The tests, through ctest when it is there (pip's cmake ships it), else
 # one by one; exit 77 is a skip.
-tests=(test_cuda_status test_cuda_alloc_logic test_gpu_memory test_gpu_kernels)
+tests=()
+for b in "$work"/bin/test_*; do tests+=("$(basename "$b")"); done
 {
   for t in "${tests[@]}"; do
     label=cuda

@@ -148,12 +148,19 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
 }
 
 int duet_relu(duet_tensor *x, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "relu", "x", x);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "relu", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("relu", dev, duet__cuda_act_op(DUET__ACT_RELU, x, 0.0f, out));
     return rectify(x, 0.0f, true, out);
 }
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "leaky_relu", "x", x);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "leaky_relu", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("leaky_relu", dev,
+                             duet__cuda_act_op(DUET__ACT_LEAKY_RELU, x, negative_slope, out));
     return rectify(x, negative_slope, false, out);
 }
 
@@ -234,7 +241,10 @@ static int tanh_backward_node(duet_node *node) {
 
 int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "sigmoid", "x", x);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "sigmoid", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("sigmoid", dev, duet__cuda_act_op(DUET__ACT_SIGMOID, x, 0.0f, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     sigmoid_forward(y->data, x->data, y->numel);
@@ -243,7 +253,10 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "tanh", "x", x);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "tanh", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("tanh", dev, duet__cuda_act_op(DUET__ACT_TANH, x, 0.0f, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     tanh_forward(y->data, x->data, y->numel);

@@ -49,6 +49,10 @@ int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const
     duet_device dev;
     DUET_TRY(duet__op_device(op, names, n, inputs, &dev));
     if (dev.type == DUET_DEVICE_CPU) return DUET_OK;
+    return duet__op_no_kernel(op, dev);
+}
+
+int duet__op_no_kernel(const char *op, duet_device dev) {
     char d[DUET_DEVICE_STR_MAX];
     return duet__error(DUET_EUNSUPPORTED, "%s: its inputs are on %s, and duet's %s runs on the "
                        "CPU only so far; copy them to the CPU (duet_tensor_to)", op,

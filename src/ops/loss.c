@@ -120,12 +120,20 @@ static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, du
 }
 
 int duet_l1_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "l1_loss", "pred,target", pred, target);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "l1_loss", "pred,target", &dev, pred, target);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("l1_loss", dev,
+                             duet__cuda_loss_op(DUET__LOSS_L1, pred, target, 0.0f, weight, out));
     return pair_loss("l1_loss", l1_sum, l1_backward_node, pred, target, weight, out);
 }
 
 int duet_mse_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "mse_loss", "pred,target", pred, target);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "mse_loss", "pred,target", &dev, pred, target);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("mse_loss", dev,
+                             duet__cuda_loss_op(DUET__LOSS_MSE, pred, target, 0.0f, weight, out));
     return pair_loss("mse_loss", mse_sum, mse_backward_node, pred, target, weight, out);
 }
 
@@ -185,12 +193,22 @@ static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, fl
 int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,
                          duet_tensor **out) {
     DUET_ASSERT(target != NULL);
-    DUET__OP_ON_CPU(out, "bce_with_logits", "logits,target", logits, target);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "bce_with_logits", "logits,target", &dev, logits, target);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("bce_with_logits", dev,
+                             duet__cuda_loss_op(DUET__LOSS_BCE_LOGITS, logits, target, 0.0f,
+                                                weight, out));
     return bce_loss("bce_with_logits", logits, target, 0.0f, weight, out);
 }
 
 int duet_bce_with_logits_const(duet_tensor *logits, float target, float weight,
                                duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "bce_with_logits_const", "logits", logits);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "bce_with_logits_const", "logits", &dev, logits);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("bce_with_logits_const", dev,
+                             duet__cuda_loss_op(DUET__LOSS_BCE_LOGITS, logits, NULL, target,
+                                                weight, out));
     return bce_loss("bce_with_logits_const", logits, NULL, target, weight, out);
 }

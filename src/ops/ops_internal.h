@@ -63,6 +63,49 @@ int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const
                                  duet__in));                                   \
     } while (0)
 
+/* *out = NULL, then duet__op_device over the listed inputs into *dev,
+ * returning its status on failure: the entry of an op that dispatches. */
+#define DUET__OP_DEVICE(out, op, names, dev, ...)                               \
+    do {                                                                       \
+        *(out) = NULL;                                                         \
+        duet_tensor *duet__in[] = {__VA_ARGS__};                               \
+        DUET_TRY(duet__op_device(op, names, (int)(sizeof duet__in / sizeof duet__in[0]), \
+                                 duet__in, dev));                              \
+    } while (0)
+/* DUET_EUNSUPPORTED "op: its inputs are on cuda:N, and duet's op runs on the
+ * CPU only so far" (duet__op_on_cpu's refusal). */
+int duet__op_no_kernel(const char *op, duet_device dev);
+/* An op's CUDA branch: `call` (one of the duet__cuda_*_op below) in a CUDA
+ * build; without CUDA no tensor can be on a GPU, and a header that claims
+ * it (the tests') is refused. */
+#ifdef DUET_HAVE_CUDA
+#define DUET__ON_CUDA(op, dev, call) (call)
+#else
+#define DUET__ON_CUDA(op, dev, call) duet__op_no_kernel(op, dev)
+#endif
+
+/* ---- ops on a CUDA device (src/ops/cuda/ops_cuda.c, CUDA builds) ----------
+ * Each makes its output on the inputs' device, runs its kernel or library
+ * call there and records a backward that runs there too (the gradients are
+ * device tensors). The op's entry has checked the devices. */
+typedef enum duet__cuda_act {
+    DUET__ACT_RELU,
+    DUET__ACT_LEAKY_RELU,
+    DUET__ACT_SIGMOID,
+    DUET__ACT_TANH
+} duet__cuda_act;
+typedef enum duet__cuda_loss {
+    DUET__LOSS_L1,
+    DUET__LOSS_MSE,
+    DUET__LOSS_BCE_LOGITS
+} duet__cuda_loss;
+/* relu, leaky_relu (slope), sigmoid, tanh of x. */
+int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out);
+/* weight * mean of the loss's terms, a [1] tensor on the device. target
+ * NULL (BCE only): every target is target_const. */
+int duet__cuda_loss_op(duet__cuda_loss loss, duet_tensor *pred, duet_tensor *target,
+                       float target_const, float weight, duet_tensor **out);
+
 /* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
  * shape; DUET_OK otherwise. */
 int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);
@@ -142,6 +185,11 @@ int duet__bf16_check(char *impl, size_t size);
 typedef struct duet__conv_dims {
     int64_t n, c, h, w, o, kh, kw, oh, ow, stride, pad;
 } duet__conv_dims;
+
+/* conv2d of x by w plus b (may be NULL) on a CUDA device, sizes d (from
+ * conv.c's checks): cuDNN forward and backward (ops_cuda.c, CUDA builds). */
+int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *w, duet_tensor *b,
+                         duet_tensor **out);
 
 /* In bf16 mixed precision (duet__gemm_bf16_on()): y = conv2d(x, w, bias)
  * (bias may be NULL) on bf16-rounded x and w with float32 sums, y float32

@@ -17,14 +17,8 @@ extern "C" {
 /* The ops layer's private header (C, no linkage guards of its own). */
 #include "ops/ops_internal.h"
 
-/* ---- activations and losses (pointwise.cu), ops_math.h's arithmetic ---- */
-
-typedef enum duet__cuda_act {
-    DUET__ACT_RELU,
-    DUET__ACT_LEAKY_RELU,
-    DUET__ACT_SIGMOID,
-    DUET__ACT_TANH
-} duet__cuda_act;
+/* ---- activations and losses (pointwise.cu), ops_math.h's arithmetic ----
+ * (duet__cuda_act and duet__cuda_loss are ops_internal.h's.) */
 
 /* out (n) = act(x); slope for leaky_relu. out may be x. */
 int duet__cuda_act_forward(int dev, duet__cuda_act act, float *out, const float *x, float slope,
@@ -33,12 +27,6 @@ int duet__cuda_act_forward(int dev, duet__cuda_act act, float *out, const float 
  * forward's input `saved` (x > 0), sigmoid/tanh from its output. */
 int duet__cuda_act_backward(int dev, duet__cuda_act act, float *gx, const float *gout,
                             const float *saved, float slope, int64_t n);
-
-typedef enum duet__cuda_loss {
-    DUET__LOSS_L1,
-    DUET__LOSS_MSE,
-    DUET__LOSS_BCE_LOGITS
-} duet__cuda_loss;
 
 /* *sum (one double in device memory) = the sum of the loss's terms over n
  * (p the prediction or logits, t the target; tstride 1, or 0 for one
