@@ -214,12 +214,17 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
 }
 
 int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "relu", "x", x);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "relu", "x", &dev, x);
+    /* On a GPU, a new output (the in-place form is the CPU's saving). */
+    if (dev.type == DUET_DEVICE_CUDA) return duet_relu(x, out);
     return rectify_inplace(x, 0.0f, true, out);
 }
 
 int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "leaky_relu", "x", x);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "leaky_relu", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA) return duet_leaky_relu(x, negative_slope, out);
     return rectify_inplace(x, negative_slope, false, out);
 }
 

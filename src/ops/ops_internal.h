@@ -99,6 +99,15 @@ typedef enum duet__cuda_loss {
     DUET__LOSS_MSE,
     DUET__LOSS_BCE_LOGITS
 } duet__cuda_loss;
+typedef enum duet__cuda_binary {
+    DUET__BIN_ADD,
+    DUET__BIN_SUB,
+    DUET__BIN_MUL
+} duet__cuda_binary;
+/* a + b, a - b, a * b (same shapes). */
+int duet__cuda_binary_op(duet__cuda_binary op, duet_tensor *a, duet_tensor *b, duet_tensor **out);
+/* s * x */
+int duet__cuda_scale_op(duet_tensor *x, float s, duet_tensor **out);
 /* relu, leaky_relu (slope), sigmoid, tanh of x. */
 int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out);
 /* weight * mean of the loss's terms, a [1] tensor on the device. target

@@ -1,6 +1,7 @@
 /* Ops on a GPU through their public entries, recorded on the tape and
  * differentiated there: a small network (conv2d, leaky_relu, conv2d,
- * sigmoid, tanh, relu) with the three losses, against the same on the CPU;
+ * sigmoid, tanh, relu, mul, sub) with the three losses summed (add, scale),
+ * against the same on the CPU;
  * Adam steps on the device; and no cudaMalloc in a training step after the
  * first. Needs a GPU; exits 77 (skipped) without. */
 #include "testutil.h"
@@ -22,26 +23,30 @@ typedef struct net {
 static duet_tensor **params(net *n) { return &n->w1; }
 
 /* h = conv(leaky_relu(conv(x))); the losses mse(sigmoid(h), target),
- * 0.5 l1(tanh(h), target), 0.25 bce(relu(h) as logits, 1) and
- * 0.3 bce(h, target) */
-static int forward(net *n, duet_tensor *x, duet_tensor *target, duet_tensor **loss) {
-    duet_tensor *h1 = NULL, *a1 = NULL, *h2 = NULL, *s = NULL, *t = NULL, *r = NULL;
-    duet_tensor *l1 = NULL, *l2 = NULL, *l3 = NULL, *l4 = NULL;
+ * 0.5 l1(tanh(h) - sigmoid(h) * relu(h), target), 0.25 bce(relu(h) as
+ * logits, 1) and 0.3 bce(h, target); total = 0.5 (sum of the four). The
+ * four losses' values into vals. */
+static int forward(net *n, duet_tensor *x, duet_tensor *target, float *vals, duet_tensor **total) {
+    duet_tensor *h1 = NULL, *a1 = NULL, *h2 = NULL, *s = NULL, *t = NULL, *r = NULL, *sr = NULL;
+    duet_tensor *d = NULL, *l[4] = {NULL}, *s01 = NULL, *s23 = NULL, *all = NULL;
     DUET_TRY(duet_conv2d(x, n->w1, n->b1, 1, 1, &h1));
     DUET_TRY(duet_leaky_relu(h1, 0.2f, &a1));
     DUET_TRY(duet_conv2d(a1, n->w2, n->b2, 2, 1, &h2));
     DUET_TRY(duet_sigmoid(h2, &s));
     DUET_TRY(duet_tanh(h2, &t));
     DUET_TRY(duet_relu(h2, &r));
-    DUET_TRY(duet_mse_loss(s, target, 1.0f, &l1));
-    DUET_TRY(duet_l1_loss(t, target, 0.5f, &l2));
-    DUET_TRY(duet_bce_with_logits_const(r, 1.0f, 0.25f, &l3));
-    DUET_TRY(duet_bce_with_logits(h2, target, 0.3f, &l4));
-    loss[0] = l1;
-    loss[1] = l2;
-    loss[2] = l3;
-    loss[3] = l4;
-    duet_tensor *tmp[] = {h1, a1, h2, s, t, r};
+    DUET_TRY(duet_mul(s, r, &sr));
+    DUET_TRY(duet_sub(t, sr, &d));
+    DUET_TRY(duet_mse_loss(s, target, 1.0f, &l[0]));
+    DUET_TRY(duet_l1_loss(d, target, 0.5f, &l[1]));
+    DUET_TRY(duet_bce_with_logits_const(r, 1.0f, 0.25f, &l[2]));
+    DUET_TRY(duet_bce_with_logits(h2, target, 0.3f, &l[3]));
+    DUET_TRY(duet_add(l[0], l[1], &s01));
+    DUET_TRY(duet_add(l[2], l[3], &s23));
+    DUET_TRY(duet_add(s01, s23, &all));
+    DUET_TRY(duet_scale(all, 0.5f, total));
+    for (int i = 0; i < 4; i++) TU_OK(duet_tensor_copy_to_host(l[i], &vals[i]));
+    duet_tensor *tmp[] = {h1, a1, h2, s, t, r, sr, d, l[0], l[1], l[2], l[3], s01, s23, all};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) duet_tensor_release(tmp[i]);
     return DUET_OK;
 }
@@ -54,17 +59,14 @@ static void read_grad(const duet_tensor *t, float *out) {
     TU_OK(duet_tensor_copy_to_host(&v, out));
 }
 
-/* One step: the gradient of the sum of the four losses, as four forwards
- * each backpropagating one loss (add has no GPU kernel yet; the gradients
- * accumulate in the leaves); their values into vals. */
+/* One step: forward, the four losses' values and the total into vals,
+ * backward from the total. */
 static void step(net *n, duet_tensor *x, duet_tensor *target, float *vals) {
-    for (int i = 0; i < 4; i++) {
-        duet_tensor *loss[4];
-        TU_OK(forward(n, x, target, loss));
-        read_values(loss[i], &vals[i]);
-        TU_OK(duet_backward(loss[i]));
-        for (int k = 0; k < 4; k++) duet_tensor_release(loss[k]);
-    }
+    duet_tensor *total = NULL;
+    TU_OK(forward(n, x, target, vals, &total));
+    read_values(total, &vals[4]);
+    TU_OK(duet_backward(total));
+    duet_tensor_release(total);
 }
 
 static void test_network_matches_cpu(void **state) {
@@ -86,7 +88,7 @@ static void test_network_matches_cpu(void **state) {
     TU_OK(duet_tensor_to(target, GPU, &gt));
     /* The input's gradient too. */
     x->requires_grad = gx->requires_grad = true;
-    float cv[4], gv[4];
+    float cv[5], gv[5];
     uint64_t mallocs = 0, frees = 0;
     const duet_adam_hparams hp = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
                                   .weight_decay = 0.0f};
@@ -107,7 +109,7 @@ static void test_network_matches_cpu(void **state) {
         TU_OK(duet_tensor_zero_grad(gx));
         step(&cpu, x, target, cv);
         step(&gpu, gx, gt, gv);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (!(fabsf(gv[i] - cv[i]) <= 1e-5f * (1.0f + fabsf(cv[i]))))
                 fail_msg("iteration %d loss %d: gpu %.9g, cpu %.9g", it, i, (double)gv[i],
                          (double)cv[i]);

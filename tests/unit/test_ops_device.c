@@ -110,6 +110,13 @@ static void test_device_inputs_without_a_gpu_kernel(void **state) {
     if (!fakes_would_reach_a_kernel()) {
         expect_gpu_kernel_refused(duet_relu(&g, &out), &out, "relu");
         expect_gpu_kernel_refused(duet_leaky_relu(&g, 0.2f, &out), &out, "leaky_relu");
+        expect_gpu_kernel_refused(duet_relu_inplace(&g, &out), &out, "relu");
+        expect_gpu_kernel_refused(duet_leaky_relu_inplace(&g, 0.2f, &out), &out, "leaky_relu");
+        expect_gpu_kernel_refused(duet_scale(&g, 2.0f, &out), &out, "scale");
+        expect_gpu_kernel_refused(duet_add(&g, &g, &out), &out, "add");
+        expect_gpu_kernel_refused(duet_add_inplace(&g, &g, &out), &out, "add");
+        expect_gpu_kernel_refused(duet_sub(&g, &g, &out), &out, "sub");
+        expect_gpu_kernel_refused(duet_mul(&g, &g, &out), &out, "mul");
         expect_gpu_kernel_refused(duet_sigmoid(&g, &out), &out, "sigmoid");
         expect_gpu_kernel_refused(duet_tanh(&g, &out), &out, "tanh");
         expect_gpu_kernel_refused(duet_bce_with_logits_const(&g, 1.0f, 1.0f, &out), &out,
@@ -124,9 +131,6 @@ static void test_device_inputs_without_a_gpu_kernel(void **state) {
         expect_gpu_kernel_refused(duet_conv2d(&g, &gw, NULL, 1, 1, &out), &out, "conv2d");
         duet_tensor_release(w);
     }
-    expect_no_gpu_impl(duet_relu_inplace(&g, &out), &out, "relu");
-    expect_no_gpu_impl(duet_leaky_relu_inplace(&g, 0.2f, &out), &out, "leaky_relu");
-    expect_no_gpu_impl(duet_scale(&g, 2.0f, &out), &out, "scale");
     expect_no_gpu_impl(duet_channel_affine(&g, (float[]){1, 1}, (float[]){0, 0}, &out), &out,
                        "channel_affine");
     expect_no_gpu_impl(duet_dropout(&g, 0.5f, true, &rng, &out), &out, "dropout");

@@ -38,6 +38,18 @@ int duet__cuda_loss_sum(int dev, duet__cuda_loss loss, double *sum, const float 
 int duet__cuda_loss_backward(int dev, duet__cuda_loss loss, float *g, const float *p,
                              const float *t, int64_t tstride, float c, int64_t n);
 
+/* ---- element-wise (pointwise.cu) ------------------------------------------ */
+
+/* out (n) = a + b, a - b or a * b (duet__cuda_binary is ops_internal.h's) */
+int duet__cuda_binary_forward(int dev, duet__cuda_binary op, float *out, const float *a,
+                              const float *b, int64_t n);
+/* g (n) += scale * gout, or g += gout * other when other is not NULL; `op`
+ * names the caller. */
+int duet__cuda_grad_accumulate(int dev, const char *op, float *g, const float *gout,
+                               const float *other, float scale, int64_t n);
+/* out (n) = scale * x */
+int duet__cuda_scale_forward(int dev, float *out, const float *x, float scale, int64_t n);
+
 /* ---- Adam (adam.cu) ------------------------------------------------------- */
 
 /* duet_adam_update on device dev: one kernel over every tensor's chunks. */

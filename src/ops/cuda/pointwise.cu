@@ -103,6 +103,27 @@ __global__ void loss_backward(float *g, const float *p, const float *t, int64_t 
     }
 }
 
+// out (n) = a op b
+__global__ void binary_forward(float *out, const float *a, const float *b, duet__cuda_binary op,
+                               int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride()) {
+        const float x = a[i], y = b[i];
+        out[i] = op == DUET__BIN_ADD ? x + y : op == DUET__BIN_SUB ? x - y : x * y;
+    }
+}
+
+// g (n) += s * gout, or g += gout * other when other is not null
+__global__ void grad_accumulate(float *g, const float *gout, const float *other, float s,
+                                int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride())
+        g[i] += other != nullptr ? gout[i] * other[i] : s * gout[i];
+}
+
+// out (n) = s * x
+__global__ void scale_forward(float *out, const float *x, float s, int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = s * x[i];
+}
+
 const char *act_name(duet__cuda_act act) {
     switch (act) {
     case DUET__ACT_RELU: return "relu";
@@ -172,5 +193,36 @@ extern "C" int duet__cuda_loss_backward(int dev, duet__cuda_loss loss, float *g,
     DUET_TRY(duet__cuda_stream(dev, op, &s));
     loss_backward<<<blocks_for(n), kThreads, 0, s>>>(g, p, t, tstride, loss, c, n);
     DUET_CUDA_LAUNCH_CHECK(op, "loss_backward");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_binary_forward(int dev, duet__cuda_binary op, float *out, const float *a,
+                                         const float *b, int64_t n) {
+    const char *name = op == DUET__BIN_ADD ? "add" : op == DUET__BIN_SUB ? "sub" : "mul";
+    if (n <= 0) return DUET_OK;
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, name, &s));
+    binary_forward<<<blocks_for(n), kThreads, 0, s>>>(out, a, b, op, n);
+    DUET_CUDA_LAUNCH_CHECK(name, "binary_forward");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_grad_accumulate(int dev, const char *op, float *g, const float *gout,
+                                          const float *other, float scale, int64_t n) {
+    if (n <= 0) return DUET_OK;
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, op, &s));
+    grad_accumulate<<<blocks_for(n), kThreads, 0, s>>>(g, gout, other, scale, n);
+    DUET_CUDA_LAUNCH_CHECK(op, "grad_accumulate");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_scale_forward(int dev, float *out, const float *x, float scale,
+                                        int64_t n) {
+    if (n <= 0) return DUET_OK;
+    cudaStream_t s;
+    DUET_TRY(duet__cuda_stream(dev, "scale", &s));
+    scale_forward<<<blocks_for(n), kThreads, 0, s>>>(out, x, scale, n);
+    DUET_CUDA_LAUNCH_CHECK("scale", "scale_forward");
     return DUET_OK;
 }
