@@ -108,6 +108,12 @@ typedef enum duet__cuda_binary {
 int duet__cuda_binary_op(duet__cuda_binary op, duet_tensor *a, duet_tensor *b, duet_tensor **out);
 /* s * x */
 int duet__cuda_scale_op(duet_tensor *x, float s, duet_tensor **out);
+/* sum (mean: / numel) of x, a [1] tensor on the device. */
+int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out);
+/* x (rows, in) w^T + b into a new tensor of y_shape (ndim dims), sizes as
+ * linear.c checked them. */
+int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
+                         int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out);
 /* relu, leaky_relu (slope), sigmoid, tanh of x. */
 int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out);
 /* weight * mean of the loss's terms, a [1] tensor on the device. target

@@ -1,6 +1,7 @@
 /* Ops on a GPU through their public entries, recorded on the tape and
  * differentiated there: a small network (conv2d, leaky_relu, conv2d,
- * sigmoid, tanh, relu, mul, sub) with the three losses summed (add, scale),
+ * sigmoid, tanh, relu, mul, sub, linear, mean) with the three losses
+ * summed (add, scale),
  * against the same on the CPU;
  * Adam steps on the device; and no cudaMalloc in a training step after the
  * first. Needs a GPU; exits 77 (skipped) without. */
@@ -14,10 +15,10 @@
 
 static const duet_device GPU = {DUET_DEVICE_CUDA, 0};
 
-enum { NPARAM = 4 };
+enum { NPARAM = 6 };
 
 typedef struct net {
-    duet_tensor *w1, *b1, *w2, *b2;
+    duet_tensor *w1, *b1, *w2, *b2, *wl, *bl;
 } net;
 
 static duet_tensor **params(net *n) { return &n->w1; }
@@ -29,6 +30,7 @@ static duet_tensor **params(net *n) { return &n->w1; }
 static int forward(net *n, duet_tensor *x, duet_tensor *target, float *vals, duet_tensor **total) {
     duet_tensor *h1 = NULL, *a1 = NULL, *h2 = NULL, *s = NULL, *t = NULL, *r = NULL, *sr = NULL;
     duet_tensor *d = NULL, *l[4] = {NULL}, *s01 = NULL, *s23 = NULL, *all = NULL;
+    duet_tensor *lin = NULL, *lm = NULL, *all2 = NULL;
     DUET_TRY(duet_conv2d(x, n->w1, n->b1, 1, 1, &h1));
     DUET_TRY(duet_leaky_relu(h1, 0.2f, &a1));
     DUET_TRY(duet_conv2d(a1, n->w2, n->b2, 2, 1, &h2));
@@ -44,9 +46,14 @@ static int forward(net *n, duet_tensor *x, duet_tensor *target, float *vals, due
     DUET_TRY(duet_add(l[0], l[1], &s01));
     DUET_TRY(duet_add(l[2], l[3], &s23));
     DUET_TRY(duet_add(s01, s23, &all));
-    DUET_TRY(duet_scale(all, 0.5f, total));
+    /* A linear layer over h's last dimension, its mean added. */
+    DUET_TRY(duet_linear(h2, n->wl, n->bl, &lin));
+    DUET_TRY(duet_mean(lin, &lm));
+    DUET_TRY(duet_add(all, lm, &all2));
+    DUET_TRY(duet_scale(all2, 0.5f, total));
     for (int i = 0; i < 4; i++) TU_OK(duet_tensor_copy_to_host(l[i], &vals[i]));
-    duet_tensor *tmp[] = {h1, a1, h2, s, t, r, sr, d, l[0], l[1], l[2], l[3], s01, s23, all};
+    duet_tensor *tmp[] = {h1, a1, h2, s, t, r, sr, d, l[0], l[1], l[2], l[3], s01, s23, all,
+                          lin, lm, all2};
     for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) duet_tensor_release(tmp[i]);
     return DUET_OK;
 }
@@ -75,7 +82,9 @@ static void test_network_matches_cpu(void **state) {
     net cpu = {tu_randn(&rng, 4, (int64_t[]){8, 3, 3, 3}, 0.3f),
                tu_randn(&rng, 1, (int64_t[]){8}, 0.1f),
                tu_randn(&rng, 4, (int64_t[]){4, 8, 3, 3}, 0.2f),
-               tu_randn(&rng, 1, (int64_t[]){4}, 0.1f)};
+               tu_randn(&rng, 1, (int64_t[]){4}, 0.1f),
+               tu_randn(&rng, 2, (int64_t[]){5, 8}, 0.3f),
+               tu_randn(&rng, 1, (int64_t[]){5}, 0.1f)};
     net gpu;
     for (int i = 0; i < NPARAM; i++) {
         TU_OK(duet_tensor_to(params(&cpu)[i], GPU, &params(&gpu)[i]));
@@ -113,7 +122,7 @@ static void test_network_matches_cpu(void **state) {
             if (!(fabsf(gv[i] - cv[i]) <= 1e-5f * (1.0f + fabsf(cv[i]))))
                 fail_msg("iteration %d loss %d: gpu %.9g, cpu %.9g", it, i, (double)gv[i],
                          (double)cv[i]);
-        const char *names[NPARAM] = {"w1", "b1", "w2", "b2"};
+        const char *names[NPARAM] = {"w1", "b1", "w2", "b2", "linear weight", "linear bias"};
         for (int i = 0; i < NPARAM; i++) {
             duet_tensor *c = params(&cpu)[i];
             float *g = malloc((size_t)c->numel * sizeof *g);

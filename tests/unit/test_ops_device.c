@@ -117,6 +117,13 @@ static void test_device_inputs_without_a_gpu_kernel(void **state) {
         expect_gpu_kernel_refused(duet_add_inplace(&g, &g, &out), &out, "add");
         expect_gpu_kernel_refused(duet_sub(&g, &g, &out), &out, "sub");
         expect_gpu_kernel_refused(duet_mul(&g, &g, &out), &out, "mul");
+        expect_gpu_kernel_refused(duet_sum(&g, &out), &out, "sum");
+        expect_gpu_kernel_refused(duet_mean(&g, &out), &out, "mean");
+        duet_tensor *lw = NULL;
+        TU_OK(duet_tensor_create(2, (int64_t[]){3, 4}, &lw));
+        duet_tensor glw = on_gpu(lw);
+        expect_gpu_kernel_refused(duet_linear(&g, &glw, NULL, &out), &out, "linear");
+        duet_tensor_release(lw);
         expect_gpu_kernel_refused(duet_sigmoid(&g, &out), &out, "sigmoid");
         expect_gpu_kernel_refused(duet_tanh(&g, &out), &out, "tanh");
         expect_gpu_kernel_refused(duet_bce_with_logits_const(&g, 1.0f, 1.0f, &out), &out,
@@ -141,8 +148,6 @@ static void test_device_inputs_without_a_gpu_kernel(void **state) {
     expect_no_gpu_impl(duet_upsample_nearest(&g, 2, &out), &out, "upsample_nearest");
     expect_no_gpu_impl(duet_resize_bilinear_ac(&g, 8, 8, &out), &out, "resize_bilinear_ac");
     expect_no_gpu_impl(duet_gram_matrix(&g, &out), &out, "gram_matrix");
-    expect_no_gpu_impl(duet_sum(&g, &out), &out, "sum");
-    expect_no_gpu_impl(duet_mean(&g, &out), &out, "mean");
     expect_no_gpu_impl(duet_reshape(&g, 1, (int64_t[]){32}, &out), &out, "reshape");
     expect_no_gpu_impl(duet_flatten(&g, &out), &out, "flatten");
     /* CPU inputs pass the check and compute as before. */

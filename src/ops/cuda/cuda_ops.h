@@ -50,6 +50,18 @@ int duet__cuda_grad_accumulate(int dev, const char *op, float *g, const float *g
 /* out (n) = scale * x */
 int duet__cuda_scale_forward(int dev, float *out, const float *x, float scale, int64_t n);
 
+/* *sum (one double on the device) = the sum of x (n), in double, in a fixed
+ * order. */
+int duet__cuda_sum(int dev, const char *op, double *sum, const float *x, int64_t n);
+/* g (n) += s */
+int duet__cuda_add_scalar(int dev, const char *op, float *g, float s, int64_t n);
+/* y (rows, cols) = b (cols) on every row */
+int duet__cuda_broadcast_rows(int dev, const char *op, float *y, const float *b, int64_t rows,
+                              int64_t cols);
+/* db (cols) += dy (rows, cols) summed over its rows, in row order */
+int duet__cuda_col_sum_acc(int dev, const char *op, float *db, const float *dy, int64_t rows,
+                           int64_t cols);
+
 /* ---- Adam (adam.cu) ------------------------------------------------------- */
 
 /* duet_adam_update on device dev: one kernel over every tensor's chunks. */

@@ -288,3 +288,100 @@ int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *
     return duet__op_finish_unread(
         duet__op_finish(y, op, conv_backward_node, c, conv_ctx_free, ninputs, inputs, out), out);
 }
+
+/* ---- sum, mean ---------------------------------------------------------------- */
+
+static int reduce_backward_node(duet_node *node) {
+    const bool *mean = node->ctx;
+    const duet_tensor *x = node->inputs[0];
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx == NULL) return DUET_OK;
+    float g;
+    DUET_TRY(read_scalar(node->output, node->output->grad, &g, node->op));
+    if (*mean) g = (float)(g / (double)x->numel);
+    return duet__cuda_add_scalar(x->device.index, node->op, gx, g, x->numel);
+}
+
+int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out) {
+    *out = NULL;
+    const char *op = mean ? "mean (cuda)" : "sum (cuda)";
+    DUET_TRY(duet_device_check(x->device));
+    const int dev = x->device.index;
+    double *sum = NULL, total = 0.0;
+    DUET_TRY(duet__cuda_alloc(dev, sizeof *sum, false, op, (void **)&sum));
+    int rc = duet__cuda_sum(dev, op, sum, x->data, x->numel);
+    if (rc == DUET_OK)
+        rc = duet__cuda_copy(duet_device_cpu(), &total, x->device, sum, sizeof total, op);
+    duet__cuda_free(dev, sum);
+    duet_tensor *y = NULL;
+    if (rc == DUET_OK) rc = duet_tensor_create_on(x->device, 1, (int64_t[]){1}, &y);
+    if (rc == DUET_OK) {
+        const float v = (float)(mean ? total / (double)x->numel : total);
+        rc = duet_tensor_copy_from_host(y, &v);
+    }
+    bool *c = NULL;
+    if (rc == DUET_OK && duet_autograd_needs_record(1, &x)) {
+        c = malloc(sizeof *c);
+        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", op);
+        else *c = mean;
+    }
+    if (rc != DUET_OK) {
+        duet_tensor_release(y);
+        return rc;
+    }
+    return duet__op_finish(y, op, reduce_backward_node, c, free, 1, &x, out);
+}
+
+/* ---- linear ----------------------------------------------------------------- */
+
+typedef struct linear_ctx {
+    int64_t rows, in, outf;
+} linear_ctx;
+
+static int linear_backward_node(duet_node *node) {
+    const linear_ctx *c = node->ctx;
+    const duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
+    const float *dy = node->output->grad; /* (rows, OUT) */
+    const int dev = x->device.index;
+    float *dx = duet_node_input_grad(node, 0);
+    float *dw = duet_node_input_grad(node, 1);
+    float *db = b != NULL ? duet_node_input_grad(node, 2) : NULL;
+    /* dX (rows, IN) += dY (rows, OUT) W (OUT, IN) */
+    if (dx != NULL)
+        DUET_TRY(duet__cuda_sgemm(dev, node->op, false, false, c->rows, c->in, c->outf, 1.0f, dy,
+                                  c->outf, w->data, c->in, 1.0f, dx, c->in));
+    /* dW (OUT, IN) += dY^T (OUT, rows) X (rows, IN) */
+    if (dw != NULL)
+        DUET_TRY(duet__cuda_sgemm(dev, node->op, true, false, c->outf, c->in, c->rows, 1.0f, dy,
+                                  c->outf, x->data, c->in, 1.0f, dw, c->in));
+    if (db != NULL) DUET_TRY(duet__cuda_col_sum_acc(dev, node->op, db, dy, c->rows, c->outf));
+    return DUET_OK;
+}
+
+int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
+                         int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out) {
+    *out = NULL;
+    const char *op = "linear (cuda)";
+    DUET_TRY(duet_device_check(x->device));
+    const int dev = x->device.index;
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create_on(x->device, ndim, y_shape, &y));
+    int rc = b != NULL ? duet__cuda_broadcast_rows(dev, op, y->data, b->data, rows, outf) : DUET_OK;
+    /* Y (rows, OUT) = X (rows, IN) W^T (IN, OUT) (+ the bias already there) */
+    if (rc == DUET_OK)
+        rc = duet__cuda_sgemm(dev, op, false, true, rows, outf, in, 1.0f, x->data, in, w->data, in,
+                              b != NULL ? 1.0f : 0.0f, y->data, outf);
+    duet_tensor *inputs[3] = {x, w, b};
+    linear_ctx *c = NULL;
+    if (rc == DUET_OK && duet_autograd_needs_record(3, inputs)) {
+        c = malloc(sizeof *c);
+        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", op);
+        else *c = (linear_ctx){.rows = rows, .in = in, .outf = outf};
+    }
+    if (rc != DUET_OK) {
+        duet_tensor_release(y);
+        return rc;
+    }
+    return duet__op_finish_unread(
+        duet__op_finish(y, op, linear_backward_node, c, free, 3, inputs, out), out);
+}

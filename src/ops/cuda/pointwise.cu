@@ -48,8 +48,12 @@ __global__ void act_backward(float *gx, const float *gout, const float *saved,
     }
 }
 
-__device__ float loss_term(duet__cuda_loss loss, float p, float t) {
+// The partial sums' plain-sum kind (duet__cuda_sum), beside the losses'.
+constexpr int kPlainSum = 3;
+
+__device__ float loss_term(int loss, float p, float t) {
     switch (loss) {
+    case kPlainSum: return p;
     case DUET__LOSS_L1: return duet__l1_term(p, t);
     case DUET__LOSS_MSE: return duet__mse_term(p, t);
     default: return duet__bce_logits_term(p, t);
@@ -60,11 +64,11 @@ __device__ float loss_term(duet__cuda_loss loss, float p, float t) {
 // double: each thread sums its grid-stride elements in order, then the
 // block's tree in shared memory, always in the same order.
 __global__ void loss_partial(double *partial, const float *p, const float *t, int64_t tstride,
-                             duet__cuda_loss loss, int64_t n) {
+                             int loss, int64_t n) {
     __shared__ double s[kThreads];
     double acc = 0.0;
     for (int64_t i = first_index(); i < n; i += grid_stride())
-        acc += loss_term(loss, p[i], t[i * tstride]);
+        acc += loss_term(loss, p[i], t != nullptr ? t[i * tstride] : 0.0f);
     s[threadIdx.x] = acc;
     __syncthreads();
     for (unsigned w = kThreads / 2; w > 0; w /= 2) {
@@ -119,6 +123,26 @@ __global__ void grad_accumulate(float *g, const float *gout, const float *other,
         g[i] += other != nullptr ? gout[i] * other[i] : s * gout[i];
 }
 
+// g (n) += s
+__global__ void add_scalar(float *g, float s, int64_t n) {
+    for (int64_t i = first_index(); i < n; i += grid_stride()) g[i] += s;
+}
+
+// y (rows, cols) = b (cols) on every row
+__global__ void broadcast_rows(float *y, const float *b, int64_t rows, int64_t cols) {
+    for (int64_t i = first_index(); i < rows * cols; i += grid_stride()) y[i] = b[i % cols];
+}
+
+// db (cols) += the sum of dy (rows, cols) over its rows, each column in
+// row order
+__global__ void col_sum_acc(float *db, const float *dy, int64_t rows, int64_t cols) {
+    for (int64_t c = first_index(); c < cols; c += grid_stride()) {
+        float s = 0.0f;
+        for (int64_t r = 0; r < rows; r++) s += dy[r * cols + c];
+        db[c] += s;
+    }
+}
+
 // out (n) = s * x
 __global__ void scale_forward(float *out, const float *x, float s, int64_t n) {
     for (int64_t i = first_index(); i < n; i += grid_stride()) out[i] = s * x[i];
@@ -165,15 +189,15 @@ extern "C" int duet__cuda_act_backward(int dev, duet__cuda_act act, float *gx, c
     return DUET_OK;
 }
 
-extern "C" int duet__cuda_loss_sum(int dev, duet__cuda_loss loss, double *sum, const float *p,
-                                   const float *t, int64_t tstride, int64_t n) {
-    const char *op = loss_name(loss);
+// *sum = the sum of the terms of `kind` over n, in a fixed order.
+static int partial_sums(int dev, const char *op, int kind, double *sum, const float *p,
+                        const float *t, int64_t tstride, int64_t n) {
     cudaStream_t s;
     DUET_TRY(duet__cuda_stream(dev, op, &s));
     const unsigned blocks = n > 0 ? (blocks_for(n) < 1024 ? blocks_for(n) : 1024) : 1;
     void *partial = nullptr;
     DUET_TRY(duet__cuda_alloc(dev, blocks * sizeof(double), false, op, &partial));
-    loss_partial<<<blocks, kThreads, 0, s>>>((double *)partial, p, t, tstride, loss, n);
+    loss_partial<<<blocks, kThreads, 0, s>>>((double *)partial, p, t, tstride, kind, n);
     int rc = duet__cuda_status(cudaGetLastError(), op, "launch of loss_partial", __FILE__, __LINE__);
     if (rc == DUET_OK) {
         sum_partials<<<1, kThreads, 0, s>>>(sum, (const double *)partial, blocks);
@@ -183,6 +207,44 @@ extern "C" int duet__cuda_loss_sum(int dev, duet__cuda_loss loss, double *sum, c
     // Stream-ordered: the next request on this stream runs after both kernels.
     duet__cuda_free(dev, partial);
     return rc;
+}
+
+extern "C" int duet__cuda_loss_sum(int dev, duet__cuda_loss loss, double *sum, const float *p,
+                                   const float *t, int64_t tstride, int64_t n) {
+    return partial_sums(dev, loss_name(loss), (int)loss, sum, p, t, tstride, n);
+}
+
+extern "C" int duet__cuda_sum(int dev, const char *op, double *sum, const float *x, int64_t n) {
+    return partial_sums(dev, op, kPlainSum, sum, x, nullptr, 0, n);
+}
+
+extern "C" int duet__cuda_add_scalar(int dev, const char *op, float *g, float s, int64_t n) {
+    if (n <= 0) return DUET_OK;
+    cudaStream_t st;
+    DUET_TRY(duet__cuda_stream(dev, op, &st));
+    add_scalar<<<blocks_for(n), kThreads, 0, st>>>(g, s, n);
+    DUET_CUDA_LAUNCH_CHECK(op, "add_scalar");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_broadcast_rows(int dev, const char *op, float *y, const float *b,
+                                         int64_t rows, int64_t cols) {
+    if (rows * cols <= 0) return DUET_OK;
+    cudaStream_t st;
+    DUET_TRY(duet__cuda_stream(dev, op, &st));
+    broadcast_rows<<<blocks_for(rows * cols), kThreads, 0, st>>>(y, b, rows, cols);
+    DUET_CUDA_LAUNCH_CHECK(op, "broadcast_rows");
+    return DUET_OK;
+}
+
+extern "C" int duet__cuda_col_sum_acc(int dev, const char *op, float *db, const float *dy,
+                                      int64_t rows, int64_t cols) {
+    if (cols <= 0) return DUET_OK;
+    cudaStream_t st;
+    DUET_TRY(duet__cuda_stream(dev, op, &st));
+    col_sum_acc<<<blocks_for(cols), kThreads, 0, st>>>(db, dy, rows, cols);
+    DUET_CUDA_LAUNCH_CHECK(op, "col_sum_acc");
+    return DUET_OK;
 }
 
 extern "C" int duet__cuda_loss_backward(int dev, duet__cuda_loss loss, float *g, const float *p,
