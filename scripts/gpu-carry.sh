@@ -17,7 +17,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 carry=$root/.gpu-carry
-targets=(duet_cli)
+targets=(duet_cli bench_gpu_ops)
 for f in "$root"/tests/cuda/test_*.c "$root"/tests/gpu/test_*.c; do
   targets+=("$(basename "$f" .c)")
 done

@@ -4,7 +4,9 @@
 # scripts/gpu-carry.sh), finds cuBLAS(Lt), cuDNN and NCCL on that machine
 # (CUDA's folders or PyTorch's nvidia wheels), checks that every program
 # loads, prints nvidia-smi's and duet info's view, runs the CUDA tests (ctest
-# labels gpu and cuda) and prints one summary line. Where a GPU is visible a
+# labels gpu and cuda), times bench/cuda/gpu_ops.c next to PyTorch
+# (scripts/gpu-bench-torch.py, informative) and prints one summary line.
+# Where a GPU is visible a
 # skipped gpu test is a failure. Exit status 0 only when everything passed.
 # The log is also written to $OUT/gpu-check.log when OUT is set (the device
 # tool's folder that comes back).
@@ -112,6 +114,17 @@ else
     elif [ $rc -eq 77 ]; then skipped=$((skipped + 1)); failures="$failures $t(skipped)"
     else failed=$((failed + 1)); failures="$failures $t(rc $rc)"; fi
   done
+fi
+
+# The benchmark, duet's then PyTorch's on the same GPU (informative: it
+# decides nothing in the summary).
+if [ "$gpus" -gt 0 ]; then
+  timeout 120 "$work/bin/bench_gpu_ops" || say "bench_gpu_ops failed (exit $?)"
+  if python3 -c 'import torch' 2>/dev/null; then
+    timeout 180 python3 "$root/scripts/gpu-bench-torch.py" || say "gpu-bench-torch.py failed"
+  else
+    say "no PyTorch here: the torch side of the benchmark is skipped"
+  fi
 fi
 
 counts="$passed passed, $failed failed, $skipped skipped of ${#tests[@]}"
