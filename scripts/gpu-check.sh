@@ -6,8 +6,8 @@
 # loads, prints nvidia-smi's and duet info's view, runs the CUDA tests (ctest
 # labels gpu and cuda), times bench/cuda/gpu_ops.c next to PyTorch
 # (scripts/gpu-bench-torch.py, informative) and prints one summary line.
-# Where a GPU is visible a
-# skipped gpu test is a failure. Exit status 0 only when everything passed.
+# Where a GPU is visible a skipped gpu test is a failure. Exit status 0 only
+# when every test passed.
 # The log is also written to $OUT/gpu-check.log when OUT is set (the device
 # tool's folder that comes back).
 #
