@@ -1,7 +1,8 @@
 /* conv2d forward and backward on cuDNN (cuda_ops.h). float32 with TF32 off
  * (CUDNN_FMA_MATH), so results match the CPU's im2col + SGEMM to rounding.
  * The algorithms for a shape are chosen once, from cuDNN's heuristics (the
- * first deterministic one whose workspace fits), and cached; workspaces
+ * first deterministic one without tensor-op math whose workspace fits), and
+ * cached; workspaces
  * come from the caching allocator, released stream-ordered after the call.
  * cuDNN 9 still has this (legacy) convolution API; the graph API is the
  * later move. */
@@ -89,6 +90,13 @@ static int handle_of(int dev, const char *op, cudnnHandle_t *out) {
 
 #define PERF_MAX 16
 
+/* A heuristic result usable here: it ran, it is deterministic, its
+ * workspace fits, and it does not use tensor-op math (TF32 for float32). */
+#define USABLE(r)                                                              \
+    ((r).status == CUDNN_STATUS_SUCCESS && (r).determinism == CUDNN_DETERMINISTIC && \
+     (r).memory <= WORKSPACE_LIMIT && (r).mathType != CUDNN_TENSOR_OP_MATH &&  \
+     (r).mathType != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+
 /* Chooses the three algorithms of a shape (called with `lock` not held). */
 static int choose(cudnnHandle_t h, const descs *s, const char *op, algo_entry *e) {
     int got = 0, i;
@@ -96,9 +104,7 @@ static int choose(cudnnHandle_t h, const descs *s, const char *op, algo_entry *e
     DUET_CUDNN_TRY(op, cudnnGetConvolutionForwardAlgorithm_v7(h, s->x, s->w, s->conv, s->y,
                                                               PERF_MAX, &got, fwd));
     for (i = 0; i < got; i++)
-        if (fwd[i].status == CUDNN_STATUS_SUCCESS && fwd[i].determinism == CUDNN_DETERMINISTIC &&
-            fwd[i].memory <= WORKSPACE_LIMIT)
-            break;
+        if (USABLE(fwd[i])) break;
     if (i == got)
         return duet__error(DUET_EUNSUPPORTED, "%s: cuDNN offers no deterministic forward "
                            "algorithm within %zu MiB of workspace", op, WORKSPACE_LIMIT >> 20);
@@ -108,9 +114,7 @@ static int choose(cudnnHandle_t h, const descs *s, const char *op, algo_entry *e
     DUET_CUDNN_TRY(op, cudnnGetConvolutionBackwardDataAlgorithm_v7(h, s->w, s->y, s->conv, s->x,
                                                                    PERF_MAX, &got, bd));
     for (i = 0; i < got; i++)
-        if (bd[i].status == CUDNN_STATUS_SUCCESS && bd[i].determinism == CUDNN_DETERMINISTIC &&
-            bd[i].memory <= WORKSPACE_LIMIT)
-            break;
+        if (USABLE(bd[i])) break;
     if (i == got)
         return duet__error(DUET_EUNSUPPORTED, "%s: cuDNN offers no deterministic backward-data "
                            "algorithm within %zu MiB of workspace", op, WORKSPACE_LIMIT >> 20);
@@ -120,9 +124,7 @@ static int choose(cudnnHandle_t h, const descs *s, const char *op, algo_entry *e
     DUET_CUDNN_TRY(op, cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, s->x, s->y, s->conv, s->w,
                                                                      PERF_MAX, &got, bf));
     for (i = 0; i < got; i++)
-        if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].determinism == CUDNN_DETERMINISTIC &&
-            bf[i].memory <= WORKSPACE_LIMIT)
-            break;
+        if (USABLE(bf[i])) break;
     if (i == got)
         return duet__error(DUET_EUNSUPPORTED, "%s: cuDNN offers no deterministic "
                            "backward-filter algorithm within %zu MiB of workspace", op,
