@@ -105,6 +105,31 @@ foreach(header ${DUET_PUBLIC_HEADERS})
   endif()
 endforeach()
 
+# The CUDA backend's tests, only in a CUDA build (docs/architecture.md,
+# "Devices"): tests/cuda/test_*.c need the toolkit but no GPU (labels unit
+# and cuda: they run in CI); tests/gpu/test_*.c need a GPU (label gpu) and
+# exit 77, which ctest reports as skipped, saying "no CUDA device visible"
+# where there is none.
+if(DUET_HAVE_CUDA)
+  file(GLOB DUET_CUDA_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/cuda/test_*.c)
+  file(GLOB DUET_GPU_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/test_*.c)
+  foreach(src ${DUET_CUDA_TESTS} ${DUET_GPU_TESTS})
+    get_filename_component(name ${src} NAME_WE)
+    add_executable(${name} ${src})
+    target_link_libraries(${name} PRIVATE duet_testutil)
+    target_compile_definitions(${name} PRIVATE DUET_HAVE_CUDA=1)
+    target_include_directories(${name} PRIVATE ${DUET_CUDA_INCLUDE_DIRS})
+    add_test(NAME ${name} COMMAND ${name})
+    if(src IN_LIST DUET_GPU_TESTS)
+      set_tests_properties(${name} PROPERTIES ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300
+        LABELS gpu SKIP_RETURN_CODE 77)
+    else()
+      set_tests_properties(${name} PROPERTIES ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300
+        LABELS "unit;cuda")
+    endif()
+  endforeach()
+endif()
+
 file(GLOB DUET_MPI_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/mpi/test_*.c)
 foreach(src ${DUET_MPI_TESTS})
   get_filename_component(name ${src} NAME_WE)

@@ -21,7 +21,7 @@ targets=("$@")
 command -v "$CC" > /dev/null || { echo "fuzz: $CC not found (scripts/install-deps.sh)" >&2; exit 1; }
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUET_BUILD_TESTS=OFF \
+cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUET_BUILD_TESTS=OFF -DDUET_CUDA=OFF \
   -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link $SAN" > /dev/null
 cmake --build "$B" --target duet_static -j "${FUZZ_JOBS:-2}" > "$B/build.log" 2>&1 \
   || { tail -30 "$B/build.log"; exit 1; }

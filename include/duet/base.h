@@ -48,7 +48,8 @@ extern "C" {
     X(EMISMATCH, -12, "processes disagree")                                    \
     X(EUNUSED, -13, "parameters got no gradient")                             \
     X(ETIMEOUT, -14, "a collective made no progress within the timeout")     \
-    X(ESTOPPED, -15, "stopped by a signal")
+    X(ESTOPPED, -15, "stopped by a signal")                                   \
+    X(EDEVICE, -16, "device error (CUDA, cuDNN, cuBLAS, NCCL) or mixed devices")
 
 enum duet_status {
 #define DUET__STATUS_ENUM(name, value, desc) DUET_##name = value,
@@ -132,6 +133,59 @@ void duet_aligned_free(void *p);
  * duet_alloc_reset_peak (or the start). Process-wide. */
 void duet_alloc_stats(size_t *live_bytes, size_t *peak_bytes);
 void duet_alloc_reset_peak(void);
+
+/* ---- devices ---------------------------------------------------------------
+ * Where a tensor's storage lives: the CPU, or CUDA device N. A plain value;
+ * zero-initialised it is the CPU. The CUDA backend exists when duet was
+ * built with the CUDA toolkit (duet_cuda_built()); a CUDA device must also
+ * be visible to the process (duet_cuda_device_count()). */
+
+typedef enum duet_device_type {
+    DUET_DEVICE_CPU = 0,
+    DUET_DEVICE_CUDA = 1
+} duet_device_type;
+
+typedef struct duet_device {
+    duet_device_type type;
+    int index; /* CUDA device ordinal; 0 for the CPU */
+} duet_device;
+
+#define DUET_DEVICE_STR_MAX 24
+
+static inline duet_device duet_device_cpu(void) { return (duet_device){DUET_DEVICE_CPU, 0}; }
+static inline duet_device duet_device_cuda(int index) {
+    return (duet_device){DUET_DEVICE_CUDA, index};
+}
+static inline bool duet_device_equal(duet_device a, duet_device b) {
+    return a.type == b.type && (a.type == DUET_DEVICE_CPU || a.index == b.index);
+}
+/* "cpu", "cuda" (device 0) or "cuda:N", as PyTorch writes them. Only the
+ * spelling is checked: DUET_EINVAL names the text otherwise. Whether the
+ * device exists is duet_device_check's question. */
+int duet_device_parse(const char *s, duet_device *out);
+/* "cpu" or "cuda:N" into buf (DUET_DEVICE_STR_MAX is enough); returns buf. */
+char *duet_device_str(duet_device d, char *buf, size_t size);
+/* DUET_OK when tensors can be made on d: always for the CPU; for CUDA, when
+ * duet was built with CUDA and device d.index is visible. Otherwise
+ * DUET_EDEVICE with a message that says which ("duet was built without
+ * CUDA", "no CUDA device is visible", "cuda:3 asked for, 1 visible"). */
+int duet_device_check(duet_device d);
+/* Whether this build has the CUDA backend (CMake's DUET_CUDA). */
+bool duet_cuda_built(void);
+/* CUDA devices visible to this process: 0 without the CUDA backend, without
+ * a driver, or with none visible (never an error). */
+int duet_cuda_device_count(void);
+/* Bytes of device memory the caching allocator of device d has handed out
+ * and not yet taken back, and the most at once since the last reset (or
+ * the start), like duet_alloc_stats; and the bytes it holds from the driver
+ * (handed out plus cached). Zeros for a device never used. */
+void duet_device_alloc_stats(duet_device d, size_t *live_bytes, size_t *peak_bytes,
+                             size_t *reserved_bytes);
+void duet_device_alloc_reset_peak(duet_device d);
+/* The GPU lines of `duet info`: CUDA runtime and driver, cuDNN, cuBLASLt
+ * and NCCL versions and each visible GPU, "no GPU visible" where there is
+ * none, or that duet was built without CUDA. */
+int duet_cuda_info_print(FILE *f);
 
 /* ---- RNG ------------------------------------------------------------------ */
 
@@ -234,6 +288,22 @@ void duet__str_add_item(duet__str *b, const char *sep, const char *fmt, ...)
 /* The content ("" when empty; never NULL). Borrowed until the next append. */
 const char *duet__str_get(const duet__str *b);
 void duet__str_free(duet__str *b);
+
+/* ---- device memory for duet's own layers (src/base/device.c) --------------
+ * The one way the layers above base allocate, fill and copy storage that
+ * may be on a device: on the CPU these are duet_aligned_alloc/calloc/free
+ * and memcpy; on a CUDA device the caching allocator (src/cuda/alloc.c) on
+ * the calling thread's current stream of that device, and copies ordered
+ * on that stream. A copy that reads or writes host memory returns when the
+ * host side may be used. Errors are DUET_EDEVICE (or DUET_ENOMEM) with a
+ * message naming the CUDA call; `op` names the caller for it ("tensor",
+ * "relu"). */
+int duet__device_alloc(duet_device d, size_t bytes, bool zero, const char *op, void **out);
+void duet__device_free(duet_device d, void *p);
+int duet__device_copy(duet_device dst_dev, void *dst, duet_device src_dev, const void *src,
+                      size_t bytes, const char *op);
+/* n floats at p on device d set to v. */
+int duet__device_fill_f32(duet_device d, float *p, size_t n, float v, const char *op);
 
 #ifdef __cplusplus
 }

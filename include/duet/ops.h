@@ -230,6 +230,27 @@ int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bott
  * untouched. p in [0, 1]. */
 int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_tensor **out);
 
+/* ---- fused optimizer updates ---------------------------------------------- */
+
+/* Adam's shared settings for duet_adam_update (torch.optim.Adam's, amsgrad
+ * off; a plain value). */
+typedef struct duet_adam_hparams {
+    float lr, beta1, beta2, eps, weight_decay;
+} duet_adam_hparams;
+
+/* One Adam step over n parameter tensors at once, in place, as
+ * torch.optim.Adam's single-tensor update: for each i, with g its gradient
+ * (params[i]->grad, which must exist), g += wd * p; exp_avg = beta1 exp_avg
+ * + (1 - beta1) g; exp_avg_sq = beta2 exp_avg_sq + (1 - beta2) g^2; p -= lr
+ * / (1 - beta1^t) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^t) + eps),
+ * t = steps[i] (>= 1, this step's count; bias corrections in double). All
+ * tensors on one device (DUET_EDEVICE naming the first that is not), each
+ * moment the shape of its parameter (DUET_ESHAPE); on a GPU one fused
+ * kernel runs the whole list. */
+int duet_adam_update(size_t n, duet_tensor *const *params, duet_tensor *const *exp_avg,
+                     duet_tensor *const *exp_avg_sq, const int64_t *steps,
+                     const duet_adam_hparams *hp);
+
 /* ---- BLAS ---------------------------------------------------------------- */
 
 /* Row-major C (M, N) = alpha * op(A) op(B) + beta * C, with op = transpose

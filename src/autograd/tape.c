@@ -51,7 +51,7 @@ static void free_node(duet_node *n) {
             n->output->grad_fn = NULL;
             n->output->requires_grad = false;
             n->output->tape_uses = HISTORY_FREED;
-            if (n->output->owns_grad) duet_aligned_free(n->output->grad);
+            if (n->output->owns_grad) duet__device_free(n->output->device, n->output->grad);
             n->output->grad = NULL;
             n->output->owns_grad = false;
         }
@@ -214,7 +214,7 @@ static void drop_if_unread(duet_tensor *t) {
         t->data = NULL;
         release_unread(base);
     } else if (t->owns_data) {
-        duet_aligned_free(t->data);
+        duet__device_free(t->device, t->data);
         t->data = NULL;
         t->owns_data = false;
     }
@@ -311,6 +311,21 @@ static void tape_compact(void) {
     tp->count = kept;
 }
 
+/* d loss / d loss += 1, where the loss lives (a device loss by a copy each
+ * way: one float). */
+static int seed_gradient(duet_tensor *loss) {
+    if (loss->device.type == DUET_DEVICE_CPU) {
+        loss->grad[0] += 1.0f;
+        return DUET_OK;
+    }
+    float g;
+    DUET_TRY(duet__device_copy(duet_device_cpu(), &g, loss->device, loss->grad, sizeof g,
+                               "backward"));
+    g += 1.0f;
+    return duet__device_copy(loss->device, loss->grad, duet_device_cpu(), &g, sizeof g,
+                             "backward");
+}
+
 static int backward_impl(duet_tensor *loss, bool keep_unreached) {
     tape *tp = &the_tape;
     if (loss->numel != 1) {
@@ -357,7 +372,7 @@ static int backward_impl(duet_tensor *loss, bool keep_unreached) {
             if (is_tracked_leaf(n->inputs[k])) n->inputs[k]->tape_uses++;
     }
     int rc = duet_tensor_ensure_grad(loss);
-    if (rc == DUET_OK) loss->grad[0] += 1.0f;
+    if (rc == DUET_OK) rc = seed_gradient(loss);
     tp->alloc_failed = false;
     /* Pass 3: run the nodes newest first. Each node is freed as soon as it
      * has run (with its context and its references to saved tensors): no

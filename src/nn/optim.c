@@ -133,31 +133,34 @@ int duet_sgd_create(const duet_named_tensors *params, const duet_sgd_opts *optio
     return DUET_OK;
 }
 
-/* torch.optim.Adam for one tensor: grad += wd * p; exp_avg = beta1 *
- * exp_avg + (1 - beta1) grad; exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2)
- * grad^2;
- * p -= lr / bc1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bc2) + eps). The bias
- * corrections are computed in double, as torch does in Python. */
-static void adam_update(duet_optimizer *o, size_t i) {
-    const duet_adam_opts *a = &o->adam;
-    duet_tensor *p = o->params[i];
-    float *m = o->m1[i]->data, *v = o->m2[i]->data;
-    int64_t step = ++o->pstep[i];
-    double bc1 = 1.0 - pow((double)a->beta1, (double)step);
-    double bc2 = 1.0 - pow((double)a->beta2, (double)step);
-    float step_size = (float)((double)o->lr / bc1);
-    float bc2_sqrt = (float)sqrt(bc2);
-    float w1 = (float)(1.0 - (double)a->beta1), w2 = (float)(1.0 - (double)a->beta2);
-    float b1 = a->beta1, b2 = a->beta2, eps = a->eps, wd = a->weight_decay;
-    float *x = p->data;
-    const float *g = p->grad;
-    for (int64_t j = 0; j < p->numel; j++) {
-        float gj = wd != 0.0f ? g[j] + wd * x[j] : g[j];
-        m[j] = m[j] * b1 + w1 * gj;
-        v[j] = v[j] * b2 + w2 * gj * gj;
-        float denom = sqrtf(v[j]) / bc2_sqrt + eps;
-        x[j] = x[j] - step_size * (m[j] / denom);
+/* torch.optim.Adam over the parameters that have a gradient: their step
+ * counts advance and one duet_adam_update (duet/ops.h) updates them all, on
+ * their device (one fused kernel on a GPU). */
+static int adam_step(duet_optimizer *o) {
+    duet_tensor **lists = malloc(3 * (o->n + 1) * sizeof *lists);
+    int64_t *steps = malloc((o->n + 1) * sizeof *steps);
+    if (lists == NULL || steps == NULL) {
+        free(lists);
+        free(steps);
+        return duet__error(DUET_ENOMEM, "Adam: out of memory for the step's lists");
     }
+    duet_tensor **p = lists, **m = lists + o->n + 1, **v = lists + 2 * (o->n + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        /* PyTorch skips parameters whose .grad is None; a frozen parameter
+         * (requires_grad false) gets no gradient there either. */
+        if (o->params[i]->grad == NULL || !o->params[i]->requires_grad) continue;
+        p[k] = o->params[i];
+        m[k] = o->m1[i];
+        v[k] = o->m2[i];
+        steps[k++] = ++o->pstep[i];
+    }
+    const duet_adam_hparams hp = {.lr = o->lr, .beta1 = o->adam.beta1, .beta2 = o->adam.beta2,
+                                  .eps = o->adam.eps, .weight_decay = o->adam.weight_decay};
+    int rc = duet_adam_update(k, p, m, v, steps, &hp);
+    free(lists);
+    free(steps);
+    return rc == DUET_OK ? DUET_OK : duet__error_context(rc, "Adam");
 }
 
 /* torch.optim.SGD for one tensor: grad += wd * p; with momentum the buffer
@@ -183,15 +186,16 @@ static void sgd_update(duet_optimizer *o, size_t i) {
 }
 
 int duet_optimizer_step(duet_optimizer *opt) {
-    for (size_t i = 0; i < opt->n; i++) {
-        duet_tensor *p = opt->params[i];
-        /* PyTorch skips parameters whose .grad is None; a frozen parameter
-         * (requires_grad false) gets no gradient there either. */
-        if (p->grad == NULL || !p->requires_grad) continue;
-        if (opt->kind == OPTIM_ADAM)
-            adam_update(opt, i);
-        else
+    if (opt->kind == OPTIM_ADAM) {
+        DUET_TRY(adam_step(opt));
+    } else {
+        for (size_t i = 0; i < opt->n; i++) {
+            duet_tensor *p = opt->params[i];
+            /* PyTorch skips parameters whose .grad is None; a frozen
+             * parameter (requires_grad false) gets no gradient there either. */
+            if (p->grad == NULL || !p->requires_grad) continue;
             sgd_update(opt, i);
+        }
     }
     opt->steps++;
     return DUET_OK;

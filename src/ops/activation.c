@@ -5,7 +5,8 @@
  * element instead of the input's 32: neither their input nor their output
  * need stay alive for them (duet_autograd_release can free both when the
  * next op does not read them, e.g. a frozen convolution). sigmoid and tanh
- * use the saved output, as PyTorch does. */
+ * use the saved output, as PyTorch does. The per-element math is
+ * ops_math.h's, shared with the CUDA kernels. */
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -15,12 +16,12 @@
 
 /* out = max(x, 0), NaN passing through as in PyTorch */
 static void relu_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] < 0.0f, 0.0f, x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__relu(x[i]);
 }
 
 /* out = x > 0 ? x : slope * x */
 static void leaky_relu_forward(float *out, const float *x, float slope, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = duet__op_pick(x[i] > 0.0f, x[i], slope * x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__leaky_relu(x[i], slope);
 }
 
 /* The mask word of x[0, len), len <= 64: bit j is x[j] > 0 (false for
@@ -62,33 +63,28 @@ static void masked_backward(float *gx, const float *gout, const uint64_t *bits, 
         const uint64_t m = bits[w];
         const int64_t base = w * 64, len = n - base < 64 ? n - base : 64;
         for (int64_t j = 0; j < len; j++) {
-            const float g = gout[base + j];
-            gx[base + j] += duet__op_pick((m >> j) & 1u, g, slope * g);
+            gx[base + j] += duet__leaky_relu_grad(gout[base + j], (m >> j) & 1u, slope);
         }
     }
 }
 
 /* out = 1 / (1 + exp(-x)), without overflow for large |x|. */
 static void sigmoid_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) {
-        float e = expf(-fabsf(x[i])); /* in (0, 1] */
-        float p = 1.0f / (1.0f + e);
-        out[i] = duet__op_pick(x[i] >= 0.0f, p, e * p);
-    }
+    for (int64_t i = 0; i < n; i++) out[i] = duet__sigmoid(x[i]);
 }
 
 /* gx += gout * y * (1 - y), y the saved output */
 static void sigmoid_backward(float *gx, const float *gout, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += gout[i] * y[i] * (1.0f - y[i]);
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__sigmoid_grad(gout[i], y[i]);
 }
 
 static void tanh_forward(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = tanhf(x[i]);
+    for (int64_t i = 0; i < n; i++) out[i] = duet__tanh(x[i]);
 }
 
 /* gx += gout * (1 - y^2), y the saved output */
 static void tanh_backward(float *gx, const float *gout, const float *y, int64_t n) {
-    for (int64_t i = 0; i < n; i++) gx[i] += gout[i] * (1.0f - y[i] * y[i]);
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__tanh_grad(gout[i], y[i]);
 }
 
 /* ---- relu, leaky_relu -------------------------------------------------------------- */
@@ -151,9 +147,20 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
         duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
 }
 
-int duet_relu(duet_tensor *x, duet_tensor **out) { return rectify(x, 0.0f, true, out); }
+int duet_relu(duet_tensor *x, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "relu", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("relu", dev, duet__cuda_act_op(DUET__ACT_RELU, x, 0.0f, out));
+    return rectify(x, 0.0f, true, out);
+}
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "leaky_relu", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("leaky_relu", dev,
+                             duet__cuda_act_op(DUET__ACT_LEAKY_RELU, x, negative_slope, out));
     return rectify(x, negative_slope, false, out);
 }
 
@@ -207,10 +214,17 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
 }
 
 int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "relu", "x", &dev, x);
+    /* On a GPU, a new output (the in-place form is the CPU's saving). */
+    if (dev.type == DUET_DEVICE_CUDA) return duet_relu(x, out);
     return rectify_inplace(x, 0.0f, true, out);
 }
 
 int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "leaky_relu", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA) return duet_leaky_relu(x, negative_slope, out);
     return rectify_inplace(x, negative_slope, false, out);
 }
 
@@ -232,7 +246,10 @@ static int tanh_backward_node(duet_node *node) {
 
 int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    duet_device dev;
+    DUET__OP_DEVICE(out, "sigmoid", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("sigmoid", dev, duet__cuda_act_op(DUET__ACT_SIGMOID, x, 0.0f, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     sigmoid_forward(y->data, x->data, y->numel);
@@ -241,7 +258,10 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    duet_device dev;
+    DUET__OP_DEVICE(out, "tanh", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("tanh", dev, duet__cuda_act_op(DUET__ACT_TANH, x, 0.0f, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     tanh_forward(y->data, x->data, y->numel);

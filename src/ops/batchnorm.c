@@ -202,7 +202,7 @@ int duet_batch_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias,
                       duet_tensor *running_mean, duet_tensor *running_var,
                       duet_tensor *num_batches, const duet_batch_norm_opts *opts,
                       duet_tensor **out) {
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "batch_norm2d", "x,weight,bias,running_mean,running_var,num_batches", x, weight, bias, running_mean, running_var, num_batches);
     duet_batch_norm_opts def = duet_batch_norm_opts_default();
     if (opts == NULL) opts = &def;
     char sx[DUET_SHAPE_STR_MAX];

@@ -607,9 +607,13 @@ static int record_conv(duet_tensor *x, duet_tensor *w, duet_tensor *b, int strid
 
 int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
                 duet_tensor **out) {
-    *out = NULL;
+    duet_device dev;
+    DUET__OP_DEVICE(out, "conv2d", "x,weight,bias", &dev, x, w, b);
     conv_geom g;
     DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("conv2d", dev,
+                             duet__cuda_conv2d_op((duet__conv_dims[]){conv_dims(&g)}, x, w, b, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
     if (duet__gemm_bf16_on()) {

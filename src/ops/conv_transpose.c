@@ -145,7 +145,7 @@ static int conv_transpose2d_backward(duet_node *node) {
 int duet_conv_transpose2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride,
                           int padding, int output_padding, duet_tensor **out) {
     DUET_ASSERT(x != NULL && w != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "conv_transpose2d", "x,weight,bias", x, w, b);
     tconv_geom g;
     DUET_TRY(tconv_geometry(x, w, b, stride, padding, output_padding, &g));
     duet_tensor *y = NULL;

@@ -45,7 +45,7 @@ static int dropout_backward(duet_node *node) {
 
 int duet_dropout(duet_tensor *x, float p, bool training, duet_rng *rng, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "dropout", "x", x);
     if (!(p >= 0.0f && p <= 1.0f))
         return duet__error(DUET_EINVAL, "dropout: probability %g must be in [0, 1]", (double)p);
     if (!training || p == 0.0f) {

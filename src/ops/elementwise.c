@@ -108,12 +108,19 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
 }
 
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "add", "a,b", &dev, a, b);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("add", dev, duet__cuda_binary_op(DUET__BIN_ADD, a, b, out));
     return duet__op_finish_unread(binary_op("add", add_forward, add_backward, a, b, out), out);
 }
 
 int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
-    *out = NULL;
+    duet_device dev;
+    DUET__OP_DEVICE(out, "add", "a,b", &dev, a, b);
+    /* On a GPU, a new output (the in-place form is the CPU's saving). */
+    if (dev.type == DUET_DEVICE_CUDA) return duet_add(a, b, out);
     if (a == b || b->data == a->data || !duet_can_overwrite(a)) return duet_add(a, b, out);
     DUET_TRY(duet__op_check_same_shape("add", a, b));
     duet_tensor *inputs[2] = {a, b};
@@ -131,10 +138,18 @@ int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
 }
 
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "sub", "a,b", &dev, a, b);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("sub", dev, duet__cuda_binary_op(DUET__BIN_SUB, a, b, out));
     return duet__op_finish_unread(binary_op("sub", sub_forward, sub_backward, a, b, out), out);
 }
 
 int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "mul", "a,b", &dev, a, b);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("mul", dev, duet__cuda_binary_op(DUET__BIN_MUL, a, b, out));
     return binary_op("mul", mul_forward, mul_backward_node, a, b, out);
 }
 
@@ -153,7 +168,10 @@ static int scale_backward(duet_node *node) {
 
 int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    duet_device dev;
+    DUET__OP_DEVICE(out, "scale", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("scale", dev, duet__cuda_scale_op(x, s, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
     for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
@@ -192,7 +210,7 @@ static int channel_affine_backward_node(duet_node *node) {
 int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
                         duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "channel_affine", "x", x);
     if (x->ndim < 2) {
         char sx[DUET_SHAPE_STR_MAX];
         return duet__error(DUET_ESHAPE, "channel_affine: input %s has no channel dimension; "

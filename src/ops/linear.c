@@ -51,12 +51,16 @@ static int linear_backward(duet_node *node) {
 }
 
 int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out) {
-    *out = NULL;
+    duet_device dev;
+    DUET__OP_DEVICE(out, "linear", "x,weight,bias", &dev, x, w, b);
     int64_t rows, in, outf;
     DUET_TRY(linear_sizes(x, w, b, &rows, &in, &outf));
     int64_t shape[DUET_MAX_DIMS];
     for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
     shape[x->ndim - 1] = outf;
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("linear", dev, duet__cuda_linear_op(x, w, b, rows, in, outf, x->ndim,
+                                                                 shape, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(x->ndim, shape, &y));
     if (b != NULL)

@@ -1,7 +1,8 @@
 /* Losses with mean reduction times a loss weight, as scalars of shape [1]:
  * L1, MSE, and binary cross-entropy with logits (against a tensor or a
  * constant target). L1 and MSE pass gradients to the target too when it
- * requires grad (as PyTorch); BCE to the logits only. */
+ * requires grad (as PyTorch); BCE to the logits only. Per-element terms
+ * and gradients are ops_math.h's, shared with the CUDA kernels. */
 #include "ops/ops_internal.h"
 
 #include <math.h>
@@ -14,7 +15,7 @@ static double l1_sum(const float *p, const float *t, int64_t n) {
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t end = i + 1024 < n ? i + 1024 : n;
         double part = 0.0;
-        for (int64_t j = i; j < end; j++) part += fabsf(p[j] - t[j]);
+        for (int64_t j = i; j < end; j++) part += duet__l1_term(p[j], t[j]);
         total += part;
     }
     return total;
@@ -26,10 +27,7 @@ static double mse_sum(const float *p, const float *t, int64_t n) {
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t end = i + 1024 < n ? i + 1024 : n;
         double part = 0.0;
-        for (int64_t j = i; j < end; j++) {
-            float d = p[j] - t[j];
-            part += d * d;
-        }
+        for (int64_t j = i; j < end; j++) part += duet__mse_term(p[j], t[j]);
         total += part;
     }
     return total;
@@ -39,16 +37,13 @@ static double mse_sum(const float *p, const float *t, int64_t n) {
  * (negative for the target) and weight * dout / n. */
 static void l1_backward(float *g, const float *p, const float *t, float c, int64_t n) {
 #pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float d = p[i] - t[i];
-        g[i] += c * (float)((d > 0.0f) - (d < 0.0f));
-    }
+    for (int64_t i = 0; i < n; i++) g[i] += duet__l1_grad(p[i], t[i], c);
 }
 
 /* g += c * (p - t), c = +-2 * weight * dout / n */
 static void mse_backward(float *g, const float *p, const float *t, float c, int64_t n) {
 #pragma omp parallel for num_threads(duet__par_threads(3 * n)) schedule(static)
-    for (int64_t i = 0; i < n; i++) g[i] += c * (p[i] - t[i]);
+    for (int64_t i = 0; i < n; i++) g[i] += duet__mse_grad(p[i], t[i], c);
 }
 
 /* Stable per-element BCE with logits: max(x,0) - x*t + log1p(exp(-|x|)).
@@ -58,11 +53,7 @@ static double bce_sum(const float *x, const float *t, int64_t tstride, int64_t n
     for (int64_t i = 0; i < n; i += 1024) {
         int64_t end = i + 1024 < n ? i + 1024 : n;
         double part = 0.0;
-        for (int64_t j = i; j < end; j++) {
-            float v = x[j];
-            part += duet__op_pick(v > 0.0f, v, 0.0f) - v * t[j * tstride] +
-                    log1pf(expf(-fabsf(v)));
-        }
+        for (int64_t j = i; j < end; j++) part += duet__bce_logits_term(x[j], t[j * tstride]);
         total += part;
     }
     return total;
@@ -72,12 +63,7 @@ static double bce_sum(const float *x, const float *t, int64_t tstride, int64_t n
 static void bce_backward(float *gx, const float *x, const float *t, int64_t tstride, float c,
                          int64_t n) {
 #pragma omp parallel for num_threads(duet__par_threads(8 * n)) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float e = expf(-fabsf(x[i]));
-        float p = 1.0f / (1.0f + e);
-        float s = duet__op_pick(x[i] >= 0.0f, p, e * p);
-        gx[i] += c * (s - t[i * tstride]);
-    }
+    for (int64_t i = 0; i < n; i++) gx[i] += duet__bce_logits_grad(x[i], t[i * tstride], c);
 }
 
 /* ---- L1 and MSE ------------------------------------------------------------------------ */
@@ -134,10 +120,20 @@ static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, du
 }
 
 int duet_l1_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "l1_loss", "pred,target", &dev, pred, target);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("l1_loss", dev,
+                             duet__cuda_loss_op(DUET__LOSS_L1, pred, target, 0.0f, weight, out));
     return pair_loss("l1_loss", l1_sum, l1_backward_node, pred, target, weight, out);
 }
 
 int duet_mse_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "mse_loss", "pred,target", &dev, pred, target);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("mse_loss", dev,
+                             duet__cuda_loss_op(DUET__LOSS_MSE, pred, target, 0.0f, weight, out));
     return pair_loss("mse_loss", mse_sum, mse_backward_node, pred, target, weight, out);
 }
 
@@ -197,10 +193,22 @@ static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, fl
 int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,
                          duet_tensor **out) {
     DUET_ASSERT(target != NULL);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "bce_with_logits", "logits,target", &dev, logits, target);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("bce_with_logits", dev,
+                             duet__cuda_loss_op(DUET__LOSS_BCE_LOGITS, logits, target, 0.0f,
+                                                weight, out));
     return bce_loss("bce_with_logits", logits, target, 0.0f, weight, out);
 }
 
 int duet_bce_with_logits_const(duet_tensor *logits, float target, float weight,
                                duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "bce_with_logits_const", "logits", &dev, logits);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("bce_with_logits_const", dev,
+                             duet__cuda_loss_op(DUET__LOSS_BCE_LOGITS, logits, NULL, target,
+                                                weight, out));
     return bce_loss("bce_with_logits_const", logits, NULL, target, weight, out);
 }

@@ -112,7 +112,7 @@ static int inorm_check(const duet_tensor *x, const duet_tensor *w, const duet_te
 int duet_instance_norm2d(duet_tensor *x, duet_tensor *weight, duet_tensor *bias, float eps,
                          duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "instance_norm2d", "x,weight,bias", x, weight, bias);
     DUET_TRY(inorm_check(x, weight, bias, eps));
     const int64_t ch = x->shape[1], planes = x->shape[0] * ch, m = x->shape[2] * x->shape[3];
     inorm_ctx *c = malloc(sizeof *c);

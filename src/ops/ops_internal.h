@@ -6,26 +6,16 @@
 #define DUET_OPS_INTERNAL_H
 
 #include "duet/ops.h"
+#include "ops/ops_math.h"
 
 #include <signal.h>
 #include <string.h>
 
 /* ---- recording and checks (op.c) --------------------------------------- */
 
-/* c ? a : b without a branch. GCC at -O2 compiles ?: between floats into
- * jumps, which mispredict half the time on activations of random sign (10 ns
- * instead of 0.6 ns per element); a bit mask does not, and the loop still
- * vectorises at -O3. Exact: the chosen value's bits are returned as is. */
-static inline float duet__op_pick(bool c, float a, float b) {
-    uint32_t ua, ub, r;
-    float f;
-    memcpy(&ua, &a, sizeof ua);
-    memcpy(&ub, &b, sizeof ub);
-    const uint32_t m = -(uint32_t)c;
-    r = (ua & m) | (ub & ~m);
-    memcpy(&f, &r, sizeof f);
-    return f;
-}
+/* c ? a : b without a branch: duet__pick of ops_math.h, where the
+ * arithmetic shared with the CUDA kernels lives. */
+static inline float duet__op_pick(bool c, float a, float b) { return duet__pick(c, a, b); }
 
 /* Ends an op's forward, the one way ops record on the tape: when grad mode
  * is on and one of `inputs` requires grad, records `y` on the tape (taking
@@ -49,9 +39,95 @@ static inline int duet__op_finish_unread(int rc, duet_tensor **out) {
     return rc;
 }
 
+/* ---- where an op runs (dispatch.c) ----------------------------------------
+ * An op runs on the device of its inputs. Every op's entry checks them
+ * before it reads any storage: inputs on two devices are DUET_EDEVICE
+ * naming the op, both inputs and their devices. `names` lists the inputs'
+ * names for messages, comma-separated in the order of `inputs`
+ * ("x,weight,bias"); NULL inputs (an absent bias) are skipped. */
+/* The inputs' one device into *dev (the CPU when every input is NULL). */
+int duet__op_device(const char *op, const char *names, int n, duet_tensor *const *inputs,
+                    duet_device *dev);
+/* duet__op_device for an op with only a CPU implementation: inputs on a
+ * device are DUET_EUNSUPPORTED naming the op and the device. */
+int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const *inputs);
+/* An op entry's check: *out = NULL, then duet__op_on_cpu over the listed
+ * inputs, returning its status on failure. */
+#define DUET__OP_ON_CPU(out, op, names, ...)                                    \
+    do {                                                                       \
+        *(out) = NULL;                                                         \
+        duet_tensor *duet__in[] = {__VA_ARGS__};                               \
+        DUET_TRY(duet__op_on_cpu(op, names, (int)(sizeof duet__in / sizeof duet__in[0]), \
+                                 duet__in));                                   \
+    } while (0)
+
+/* *out = NULL, then duet__op_device over the listed inputs into *dev,
+ * returning its status on failure: the entry of an op that dispatches. */
+#define DUET__OP_DEVICE(out, op, names, dev, ...)                               \
+    do {                                                                       \
+        *(out) = NULL;                                                         \
+        duet_tensor *duet__in[] = {__VA_ARGS__};                               \
+        DUET_TRY(duet__op_device(op, names, (int)(sizeof duet__in / sizeof duet__in[0]), \
+                                 duet__in, dev));                              \
+    } while (0)
+/* DUET_EUNSUPPORTED "op: its inputs are on cuda:N, and duet's op runs on the
+ * CPU only so far" (duet__op_on_cpu's refusal). */
+int duet__op_no_kernel(const char *op, duet_device dev);
+/* An op's CUDA branch: `call` (one of the duet__cuda_*_op below) in a CUDA
+ * build; without CUDA no tensor can be on a GPU, and a header that claims
+ * it (the tests') is refused. */
+#ifdef DUET_HAVE_CUDA
+#define DUET__ON_CUDA(op, dev, call) (call)
+#else
+#define DUET__ON_CUDA(op, dev, call) duet__op_no_kernel(op, dev)
+#endif
+
+/* ---- ops on a CUDA device (src/ops/cuda/ops_cuda.c, CUDA builds) ----------
+ * Each makes its output on the inputs' device, runs its kernel or library
+ * call there and records a backward that runs there too (the gradients are
+ * device tensors). The op's entry has checked the devices. */
+typedef enum duet__cuda_act {
+    DUET__ACT_RELU,
+    DUET__ACT_LEAKY_RELU,
+    DUET__ACT_SIGMOID,
+    DUET__ACT_TANH
+} duet__cuda_act;
+typedef enum duet__cuda_loss {
+    DUET__LOSS_L1,
+    DUET__LOSS_MSE,
+    DUET__LOSS_BCE_LOGITS
+} duet__cuda_loss;
+typedef enum duet__cuda_binary {
+    DUET__BIN_ADD,
+    DUET__BIN_SUB,
+    DUET__BIN_MUL
+} duet__cuda_binary;
+/* a + b, a - b, a * b (same shapes). */
+int duet__cuda_binary_op(duet__cuda_binary op, duet_tensor *a, duet_tensor *b, duet_tensor **out);
+/* s * x */
+int duet__cuda_scale_op(duet_tensor *x, float s, duet_tensor **out);
+/* sum (mean: / numel) of x, a [1] tensor on the device. */
+int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out);
+/* x (rows, in) w^T + b into a new tensor of y_shape (ndim dims), sizes as
+ * linear.c checked them. */
+int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
+                         int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out);
+/* relu, leaky_relu (slope), sigmoid, tanh of x. */
+int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out);
+/* weight * mean of the loss's terms, a [1] tensor on the device. target
+ * NULL (BCE only): every target is target_const. */
+int duet__cuda_loss_op(duet__cuda_loss loss, duet_tensor *pred, duet_tensor *target,
+                       float target_const, float weight, duet_tensor **out);
+
 /* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
  * shape; DUET_OK otherwise. */
 int duet__op_check_same_shape(const char *op, const duet_tensor *a, const duet_tensor *b);
+
+/* ---- Adam (adam.c) ----------------------------------------------------------- */
+
+/* One tensor's constants for step `step` (bias corrections in double, as
+ * torch). */
+void duet__adam_consts_make(const duet_adam_hparams *hp, int64_t step, duet__adam_consts *k);
 
 /* ---- GEMM (gemm.c, gemm_bf16.c) ------------------------------------------- */
 
@@ -122,6 +198,11 @@ int duet__bf16_check(char *impl, size_t size);
 typedef struct duet__conv_dims {
     int64_t n, c, h, w, o, kh, kw, oh, ow, stride, pad;
 } duet__conv_dims;
+
+/* conv2d of x by w plus b (may be NULL) on a CUDA device, sizes d (from
+ * conv.c's checks): cuDNN forward and backward (ops_cuda.c, CUDA builds). */
+int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *w, duet_tensor *b,
+                         duet_tensor **out);
 
 /* In bf16 mixed precision (duet__gemm_bf16_on()): y = conv2d(x, w, bias)
  * (bias may be NULL) on bf16-rounded x and w with float32 sums, y float32

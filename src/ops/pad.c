@@ -53,7 +53,7 @@ static int reflection_pad2d_backward(duet_node *node) {
 int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bottom,
                           duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "reflection_pad2d", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     if (x->ndim != 4)
         return duet__error(DUET_ESHAPE, "reflection_pad2d: input %s must be 4-D (N, C, H, W)",

@@ -33,7 +33,7 @@ static int max_pool_backward(duet_node *node) {
 }
 
 int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "max_pool2d", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     duet_shape_str(x, sx, sizeof sx);
     if (kernel < 1 || stride < 1)

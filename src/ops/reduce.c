@@ -31,9 +31,15 @@ static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_
 }
 
 int duet_sum(duet_tensor *x, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "sum", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA) return DUET__ON_CUDA("sum", dev, duet__cuda_reduce_op(false, x, out));
     return reduce_op("sum", sum_backward, false, x, out);
 }
 
 int duet_mean(duet_tensor *x, duet_tensor **out) {
+    duet_device dev;
+    DUET__OP_DEVICE(out, "mean", "x", &dev, x);
+    if (dev.type == DUET_DEVICE_CUDA) return DUET__ON_CUDA("mean", dev, duet__cuda_reduce_op(true, x, out));
     return reduce_op("mean", mean_backward, true, x, out);
 }

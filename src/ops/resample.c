@@ -65,7 +65,7 @@ static int pixel_shuffle_backward_node(duet_node *node) {
 
 int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "pixel_shuffle", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     if (r < 1)
         return duet__error(DUET_EINVAL, "pixel_shuffle: upscale factor %d; it must be at least 1",
@@ -212,7 +212,7 @@ static int bilinear_backward_node(duet_node *node) {
 
 int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "upsample_bilinear", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     if (factor < 1)
         return duet__error(DUET_EINVAL, "upsample_bilinear: scale factor %d; it must be at "

@@ -48,11 +48,13 @@ static int reshape_named(const char *op, duet_tensor *x, int ndim, const int64_t
 
 int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out) {
     DUET_ASSERT(x != NULL && shape != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "reshape", "x", x);
     return reshape_named("reshape", x, ndim, shape, out);
 }
 
 int duet_flatten(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "flatten", "x", x);
     int64_t shape[2] = {x->shape[0], x->numel / x->shape[0]};
     return reshape_named("flatten", x, 2, shape, out);
 }
@@ -109,6 +111,7 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
     *out = NULL;
     if (n < 1) return duet__error(DUET_EINVAL, "concat_channels: %d inputs; need at least 1", n);
     DUET_ASSERT(xs[0] != NULL);
+    DUET_TRY(duet__op_on_cpu("concat_channels", NULL, n, xs));
     /* A node holds at most DUET_NODE_MAX_INPUTS inputs: concatenate the
      * leading ones first, then that result with the last MAX - 1. */
     if (n > DUET_NODE_MAX_INPUTS) {

@@ -57,7 +57,7 @@ static int nearest_backward_node(duet_node *node) {
 
 int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "upsample_nearest", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     if (factor < 1)
         return duet__error(DUET_EINVAL, "upsample_nearest: scale factor %d; it must be at "
@@ -156,7 +156,7 @@ static int resize_backward_node(duet_node *node) {
 
 int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "resize_bilinear_ac", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     if (x->ndim != 4 || x->shape[2] < 1 || x->shape[3] < 1)
         return duet__error(DUET_ESHAPE, "resize_bilinear_ac: input %s must be 4-D (N, C, H, W)",
@@ -201,7 +201,7 @@ static int gram_backward_node(duet_node *node) {
 
 int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "gram_matrix", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
     if (x->ndim != 4)
         return duet__error(DUET_ESHAPE, "gram_matrix: input %s must be 4-D (N, C, H, W)",
@@ -247,7 +247,7 @@ static int sub_group_mean_backward_node(duet_node *node) {
 
 int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
-    *out = NULL;
+    DUET__OP_ON_CPU(out, "sub_group_mean", "a,b", a, b);
     char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
     DUET_TRY(duet__op_check_same_shape("sub_group_mean", a, b));
     if (groups < 1 || a->ndim < 1 || a->shape[0] % groups != 0)

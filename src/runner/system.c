@@ -94,6 +94,7 @@ int duet_info_print(FILE *f) {
     fprintf(f, "  OpenBLAS:   %s%s\n", ki.openblas,
             ki.gemm == DUET_GEMM_OPENBLAS ? " (in use)" : "");
     fprintf(f, "  MPI:        %s\n", mpi);
+    DUET_TRY(duet_cuda_info_print(f));
     fprintf(f, "  threads:    %d (DUET_NUM_THREADS or the config's num_threads; default: the "
                "cores available, at most online cores / ranks on the node; under mpirun, "
                "--bind-to none or --map-by slot:PE=T gives a rank more than one)\n",

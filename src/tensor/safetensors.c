@@ -662,7 +662,16 @@ int duet_st_copy_into(const duet_st *st, const char *name, duet_tensor *dst) {
         return duet__error(DUET_ESHAPE, "%s: entry '%s' has shape %s but the destination "
                            "tensor has shape %s", st->path, name, got, want);
     }
-    return convert_entry(st, e, dst->data);
+    if (dst->device.type == DUET_DEVICE_CPU) return convert_entry(st, e, dst->data);
+    /* A device tensor: convert on the host, then one copy. */
+    float *host = duet_aligned_alloc((size_t)dst->numel * sizeof(float));
+    if (host == NULL)
+        return duet__error(DUET_ENOMEM, "%s: entry '%s': out of memory for a host copy",
+                           st->path, name);
+    int rc = convert_entry(st, e, host);
+    if (rc == DUET_OK) rc = duet_tensor_copy_from_host(dst, host);
+    duet_aligned_free(host);
+    return rc;
 }
 
 int duet_st_raw(const duet_st *st, const char *name, const char **dtype, const void **bytes,
@@ -798,8 +807,18 @@ int duet_st_writer_add_raw(duet_st_writer *w, const char *name, const char *dtyp
 }
 
 int duet_st_writer_add(duet_st_writer *w, const char *name, const duet_tensor *t) {
-    return duet_st_writer_add_raw(w, name, "F32", t->ndim, t->shape, t->data,
-                                  (size_t)t->numel * sizeof(float));
+    const size_t nbytes = (size_t)t->numel * sizeof(float);
+    if (t->device.type == DUET_DEVICE_CPU)
+        return duet_st_writer_add_raw(w, name, "F32", t->ndim, t->shape, t->data, nbytes);
+    /* From the device: one copy to the host, which add_raw copies again. */
+    float *host = duet_aligned_alloc(nbytes);
+    if (host == NULL)
+        return duet__error(DUET_ENOMEM, "safetensors writer: '%s': out of memory for a host "
+                           "copy", name != NULL ? name : "(null)");
+    int rc = duet_tensor_copy_to_host(t, host);
+    if (rc == DUET_OK) rc = duet_st_writer_add_raw(w, name, "F32", t->ndim, t->shape, host, nbytes);
+    duet_aligned_free(host);
+    return rc;
 }
 
 int duet_st_writer_set_meta(duet_st_writer *w, const char *key, const char *value) {

@@ -1,0 +1,75 @@
+/* Adam's update over a list of parameter tensors (duet_adam_update): the
+ * per-element step is ops_math.h's duet__adam_element, which the CUDA
+ * kernel (src/ops/cuda/adam.cu) runs too. */
+#include "ops/ops_internal.h"
+
+#ifdef DUET_HAVE_CUDA
+#include "ops/cuda/cuda_ops.h"
+#endif
+
+#include <inttypes.h>
+#include <math.h>
+
+void duet__adam_consts_make(const duet_adam_hparams *hp, int64_t step, duet__adam_consts *k) {
+    /* As torch computes them in Python: bias corrections in double. */
+    const double bc1 = 1.0 - pow((double)hp->beta1, (double)step);
+    const double bc2 = 1.0 - pow((double)hp->beta2, (double)step);
+    *k = (duet__adam_consts){.b1 = hp->beta1, .b2 = hp->beta2,
+                             .w1 = (float)(1.0 - (double)hp->beta1),
+                             .w2 = (float)(1.0 - (double)hp->beta2), .eps = hp->eps,
+                             .wd = hp->weight_decay, .step_size = (float)((double)hp->lr / bc1),
+                             .bc2_sqrt = (float)sqrt(bc2)};
+}
+
+/* Every tensor of the update on one device, shapes matching, gradients
+ * present; the device into *dev. */
+static int check_args(size_t n, duet_tensor *const *params, duet_tensor *const *m,
+                      duet_tensor *const *v, const int64_t *steps, duet_device *dev) {
+    *dev = n > 0 ? params[0]->device : duet_device_cpu();
+    for (size_t i = 0; i < n; i++) {
+        duet_tensor *const three[3] = {params[i], m[i], v[i]};
+        duet_device d;
+        DUET_TRY(duet__op_device("adam_update", "param,exp_avg,exp_avg_sq", 3, three, &d));
+        if (!duet_device_equal(d, *dev)) {
+            char a[DUET_DEVICE_STR_MAX], b[DUET_DEVICE_STR_MAX];
+            return duet__error(DUET_EDEVICE, "adam_update: parameter %zu is on %s, parameter 0 "
+                               "on %s; one update runs on one device", i,
+                               duet_device_str(d, a, sizeof a), duet_device_str(*dev, b, sizeof b));
+        }
+        if (params[i]->numel != m[i]->numel || params[i]->numel != v[i]->numel) {
+            char sp[DUET_SHAPE_STR_MAX], sm[DUET_SHAPE_STR_MAX], sv[DUET_SHAPE_STR_MAX];
+            return duet__error(DUET_ESHAPE, "adam_update: parameter %zu is %s, its moments %s "
+                               "and %s", i, duet_shape_str(params[i], sp, sizeof sp),
+                               duet_shape_str(m[i], sm, sizeof sm),
+                               duet_shape_str(v[i], sv, sizeof sv));
+        }
+        if (params[i]->grad == NULL)
+            return duet__error(DUET_EINVAL, "adam_update: parameter %zu has no gradient", i);
+        if (steps[i] < 1)
+            return duet__error(DUET_EINVAL, "adam_update: parameter %zu at step %" PRId64
+                               "; steps count from 1", i, steps[i]);
+    }
+    return DUET_OK;
+}
+
+int duet_adam_update(size_t n, duet_tensor *const *params, duet_tensor *const *exp_avg,
+                     duet_tensor *const *exp_avg_sq, const int64_t *steps,
+                     const duet_adam_hparams *hp) {
+    duet_device dev;
+    DUET_TRY(check_args(n, params, exp_avg, exp_avg_sq, steps, &dev));
+    if (dev.type == DUET_DEVICE_CUDA) {
+#ifdef DUET_HAVE_CUDA
+        return duet__cuda_adam(dev.index, n, params, exp_avg, exp_avg_sq, steps, hp);
+#else
+        DUET_ASSERT(!"a CUDA tensor in a build without CUDA");
+#endif
+    }
+    for (size_t i = 0; i < n; i++) {
+        duet__adam_consts k;
+        duet__adam_consts_make(hp, steps[i], &k);
+        float *x = params[i]->data, *m = exp_avg[i]->data, *v = exp_avg_sq[i]->data;
+        const float *g = params[i]->grad;
+        for (int64_t j = 0; j < params[i]->numel; j++) duet__adam_element(&x[j], &m[j], &v[j], g[j], &k);
+    }
+    return DUET_OK;
+}
