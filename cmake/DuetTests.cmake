@@ -32,7 +32,11 @@ target_include_directories(duet_testutil PUBLIC ${PROJECT_SOURCE_DIR}/tests)
 set(DUET_WHITEBOX_TESTS
   test_comm_single test_fixed_limits test_kernels test_ops_conv test_ops_layers
   test_ops_threads test_reliability test_runner_logger test_translation_data
-  test_comm test_esrgan_mpi test_watchdog)
+  test_comm test_esrgan_mpi test_watchdog
+  # the device layer's own: op entries' device checks, the CUDA allocator
+  # and statuses, the GPU kernels against the CPU loops
+  test_ops_device test_cuda_alloc_logic test_cuda_status test_gpu_autograd test_gpu_kernels
+  test_gpu_memory)
 function(duet_test_includes name)
   if(name IN_LIST DUET_WHITEBOX_TESTS)
     target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
@@ -119,6 +123,7 @@ if(DUET_HAVE_CUDA)
     target_link_libraries(${name} PRIVATE duet_testutil)
     target_compile_definitions(${name} PRIVATE DUET_HAVE_CUDA=1)
     target_include_directories(${name} PRIVATE ${DUET_CUDA_INCLUDE_DIRS})
+    duet_test_includes(${name})
     add_test(NAME ${name} COMMAND ${name})
     if(src IN_LIST DUET_GPU_TESTS)
       set_tests_properties(${name} PROPERTIES ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300
