@@ -494,17 +494,20 @@ int duet_st_load(const char *path, duet_st **out) {
                          "than the 8-byte header length (truncated?)", path, len);
         goto fail;
     }
+    uint64_t hlen;
+    memcpy(&hlen, st->file, 8);
     /* A PyTorch checkpoint given where duet wants safetensors (load_from,
-     * duet test): torch.save's zip (PK\3\4) or its legacy pickle (\x80\x02). */
-    if (memcmp(st->file, "PK\3\4", 4) == 0 || (st->file[0] == 0x80 && st->file[1] == 0x02)) {
+     * duet test): torch.save's zip (PK\3\4) or legacy pickle (PROTO 2, then
+     * the 10-byte magic number), whose first bytes read as an impossible
+     * header length. */
+    if ((hlen > ST_MAX_HEADER || hlen > len - 8) &&
+        (memcmp(st->file, "PK\3\4", 4) == 0 || memcmp(st->file, "\x80\x02\x8a\x0a", 4) == 0)) {
         rc = duet__error(DUET_EFORMAT, "%s: a PyTorch file (torch.save's %s format), not "
                          "safetensors: convert it first with `python3 scripts/convert-pth.py "
                          "%s` (MMEditing checkpoints and torchvision VGGs; it runs no code from "
                          "the file)", path, st->file[0] == 'P' ? "zip" : "legacy pickle", path);
         goto fail;
     }
-    uint64_t hlen;
-    memcpy(&hlen, st->file, 8);
     if (hlen > ST_MAX_HEADER || hlen > len - 8) {
         rc = duet__error(DUET_EFORMAT, "%s: not a safetensors file or truncated: the header "
                          "length field says %" PRIu64 " bytes of JSON but the file has %"
