@@ -2,7 +2,9 @@
  * its share of the validation images (image i on rank i % world, each image
  * counted once), the sums are reduced, and rank 0 saves a grid of input |
  * output | ground truth. */
+#include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "runner/grid.h"
 #include "runner/runner_internal.h"
@@ -54,6 +56,70 @@ static int translation_row(duet_image **row, const duet_tensor *a, const duet_te
     return rc;
 }
 
+/* Bytes this process may still take: the kernel's MemAvailable, or less
+ * under `ulimit -v` / `ulimit -d`. 0 when unknown. */
+static uint64_t memory_available(void) {
+    uint64_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f != NULL) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f) != NULL)
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (uint64_t)kb * 1024;
+        fclose(f);
+    }
+    const int limits[2] = {RLIMIT_AS, RLIMIT_DATA};
+    for (int i = 0; i < 2; i++) {
+        struct rlimit rl;
+        if (getrlimit(limits[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+            (avail == 0 || (uint64_t)rl.rlim_cur < avail))
+            avail = (uint64_t)rl.rlim_cur;
+    }
+    return avail;
+}
+
+/* Peak bytes a forward over the top-left side x side crop of x allocates. */
+static int probe_forward(duet__run *r, const duet_tensor *x, int64_t side, double *bytes) {
+    const int64_t c = x->shape[x->ndim - 3], h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1];
+    duet_tensor *crop = NULL, *y = NULL;
+    DUET_TRY(duet_tensor_create(4, (int64_t[]){1, c, side, side}, &crop));
+    for (int64_t k = 0; k < c; k++)
+        for (int64_t i = 0; i < side; i++)
+            memcpy(crop->data + (k * side + i) * side, x->data + (k * h + i) * w,
+                   (size_t)side * sizeof(float));
+    size_t base = 0, peak = 0, live = 0;
+    duet_alloc_reset_peak();
+    duet_alloc_stats(&base, &peak); /* live before the forward, the crop included */
+    int rc = duet_model_forward(r->model, crop, &y);
+    duet_alloc_stats(&live, &peak);
+    duet_tensor_release(y);
+    duet_tensor_release(crop);
+    *bytes = peak > base ? (double)(peak - base) : 0;
+    return rc;
+}
+
+/* Below this many input pixels a forward is not worth probing (the probes
+ * would cost up to 2% of it): it fits wherever duet runs at all. */
+#define PROBE_ABOVE_PIXELS (512 * 512)
+
+int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *path) {
+    const int64_t h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1], s1 = 32, s2 = 64;
+    if (h * w <= PROBE_ABOVE_PIXELS) return DUET_OK;
+    double b1 = 0, b2 = 0;
+    DUET_TRY(probe_forward(r, x, s1, &b1));
+    DUET_TRY(probe_forward(r, x, s2, &b2));
+    double per_pixel = b2 > b1 ? (b2 - b1) / (double)(s2 * s2 - s1 * s1) : b2 / (double)(s2 * s2);
+    double need = b2 + per_pixel * (double)(h * w - s2 * s2);
+    uint64_t avail = memory_available();
+    if (avail == 0 || need <= 0.8 * (double)avail) return DUET_OK;
+    return duet__error(DUET_ENOMEM, "%s: %lld x %lld pixels: the forward over the whole image "
+                       "would need about %.1f GB (%.0f bytes per input pixel, measured on "
+                       "%lld and %lld pixel squares), more than the %.1f GB this process may "
+                       "use: crop or downscale the image, or run it on a machine with more "
+                       "memory", path, (long long)w, (long long)h, need / 1e9, per_pixel,
+                       (long long)s1, (long long)s2, (double)avail / 1e9);
+}
+
 static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
                     duet_image **row, double sums[NSUMS]) {
     const duet_test_cfg *tc = &r->test_cfg;
@@ -74,6 +140,7 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
         rc = duet__error(DUET_ENOTFOUND, "the validation sample has neither 'lq' and 'gt' "
                          "tensors (super-resolution) nor 'img_a' and 'img_b' (translation), "
                          "which the bicubic numbers and the evaluation picture compare");
+    if (rc == DUET_OK && sr) rc = duet__check_forward_memory(r, lq, name);
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
     if (rc == DUET_OK) {
         sums[0] += 1;

@@ -718,72 +718,6 @@ static int translate(duet__run *r, duet_tensor *x, duet_tensor **y) {
     return rc;
 }
 
-/* Bytes this process may still take: the kernel's MemAvailable, or less
- * under `ulimit -v` / `ulimit -d`. 0 when unknown. */
-static uint64_t memory_available(void) {
-    uint64_t avail = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f != NULL) {
-        char line[256];
-        unsigned long long kb;
-        while (fgets(line, sizeof line, f) != NULL)
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (uint64_t)kb * 1024;
-        fclose(f);
-    }
-    const int limits[2] = {RLIMIT_AS, RLIMIT_DATA};
-    for (int i = 0; i < 2; i++) {
-        struct rlimit rl;
-        if (getrlimit(limits[i], &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-            (avail == 0 || (uint64_t)rl.rlim_cur < avail))
-            avail = (uint64_t)rl.rlim_cur;
-    }
-    return avail;
-}
-
-/* Peak bytes a forward over the top-left side x side crop of x allocates. */
-static int probe_forward(duet__run *r, const duet_tensor *x, int64_t side, double *bytes) {
-    const int64_t c = x->shape[1], h = x->shape[2], w = x->shape[3];
-    duet_tensor *crop = NULL, *y = NULL;
-    DUET_TRY(duet_tensor_create(4, (int64_t[]){1, c, side, side}, &crop));
-    for (int64_t k = 0; k < c; k++)
-        for (int64_t i = 0; i < side; i++)
-            memcpy(crop->data + (k * side + i) * side, x->data + (k * h + i) * w,
-                   (size_t)side * sizeof(float));
-    size_t base = 0, peak = 0, live = 0;
-    duet_alloc_reset_peak();
-    duet_alloc_stats(&base, &peak); /* live before the forward, the crop included */
-    int rc = duet_model_forward(r->model, crop, &y);
-    duet_alloc_stats(&live, &peak);
-    duet_tensor_release(y);
-    duet_tensor_release(crop);
-    *bytes = peak > base ? (double)(peak - base) : 0;
-    return rc;
-}
-
-/* infer's forward over a whole image: its activations grow with the
- * input's pixels (a 236 KB PNG of 9000 x 9000 passes the pixel limit and
- * then asks for tens of GB). Forwards over 32 x 32 and 64 x 64 crops give
- * the bytes per input pixel (their difference: fixed scratch cancels); an
- * image whose forward would need more than the memory this process may use
- * is refused before it starts, naming the sizes. */
-static int check_infer_memory(duet__run *r, const duet_tensor *x, const char *path) {
-    const int64_t h = x->shape[2], w = x->shape[3], s1 = 32, s2 = 64;
-    if (h < 2 * s2 || w < 2 * s2) return DUET_OK; /* as small as the probes themselves */
-    double b1 = 0, b2 = 0;
-    DUET_TRY(probe_forward(r, x, s1, &b1));
-    DUET_TRY(probe_forward(r, x, s2, &b2));
-    double per_pixel = b2 > b1 ? (b2 - b1) / (double)(s2 * s2 - s1 * s1) : b2 / (double)(s2 * s2);
-    double need = b2 + per_pixel * (double)(h * w - s2 * s2);
-    uint64_t avail = memory_available();
-    if (avail == 0 || need <= 0.8 * (double)avail) return DUET_OK;
-    return duet__error(DUET_ENOMEM, "%s: %lld x %lld pixels: the forward over the whole image "
-                       "would need about %.1f GB (%.0f bytes per input pixel, measured on "
-                       "%lld and %lld pixel squares), more than the %.1f GB this process may "
-                       "use: crop or downscale the image, or run it on a machine with more "
-                       "memory", path, (long long)w, (long long)h, need / 1e9, per_pixel,
-                       (long long)s1, (long long)s2, (double)avail / 1e9);
-}
-
 static int infer_one(duet__run *r, const char *path, const char *out_dir) {
     duet_image *img = NULL;
     duet_tensor *chw = NULL, *x = NULL, *y = NULL, *shown = NULL;
@@ -801,7 +735,7 @@ static int infer_one(duet__run *r, const char *path, const char *out_dir) {
         }
     }
     bool prev = duet_set_grad_enabled(false);
-    if (rc == DUET_OK && !translation) rc = check_infer_memory(r, x, path);
+    if (rc == DUET_OK && !translation) rc = duet__check_forward_memory(r, x, path);
     if (rc == DUET_OK) rc = translation ? translate(r, x, &y) : duet_model_forward(r->model, x, &y);
     duet_set_grad_enabled(prev);
     if (rc == DUET_OK && translation) rc = duet__from_signed(y, &shown);

@@ -109,6 +109,12 @@ int duet__run_read_settings(duet__run *r);
  * and those without effect in duet, marked used and, with notes, named on
  * rank 0 with the reason). */
 int duet__run_read_mmedit_keys(duet__run *r, bool notes);
+/* evaluate.c: a forward over x (SR input, (C, H, W) or (1, C, H, W)) whose
+ * activations would not fit in the memory this process may use is refused
+ * before it starts (DUET_ENOMEM naming `what`, the size, the estimate and
+ * the limit); forwards over 32 and 64 pixel squares measure the bytes per
+ * input pixel. Inputs up to 512 x 512 pass unmeasured. */
+int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *what);
 /* data.train (with_train) and data.val (need_val; else it is only marked
  * read) into datasets. */
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val);

@@ -4,7 +4,8 @@
 # given to an x4 MSRResNet would need tens of GB for its forward; with the
 # process held to 6 GB (`ulimit -d`, as a batch system's memory limit) it is
 # refused before the forward, naming the image, its size, the estimate and
-# the limit; a 300 x 200 image under the same limit is upscaled.
+# the limit; a 300 x 200 image under the same limit is upscaled; duet test
+# bounds a validation image's forward the same way.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -27,6 +28,11 @@ for i in range(2):
     png(T + "/data/train/%02d.png" % i, 16, 16, lambda y: bytes(rng.randint(0, 255) for _ in range(48)))
 png(T + "/big.png", 9000, 9000, lambda y, row=bytes([90, 140, 200]) * 9000: row)
 png(T + "/small.png", 300, 200, lambda y: bytes((x * 7 + y) % 256 for x in range(900)))
+# A validation pair for duet test: a 2000 x 2000 input and its 8000 x 8000
+# ground truth (64 M pixels, under the pixel limit).
+os.makedirs(T + "/val/lq"); os.makedirs(T + "/val/gt")
+png(T + "/val/lq/00.png", 2000, 2000, lambda y, row=bytes([90, 140, 200]) * 2000: row)
+png(T + "/val/gt/00.png", 8000, 8000, lambda y, row=bytes([90, 140, 200]) * 8000: row)
 PY_IMAGES
 [ "$(stat -c %s "$T/big.png")" -lt 1000000 ] || fail "the big PNG is not small on disk"
 
@@ -50,4 +56,19 @@ grep -q "more than the 6.1 GB this process may use" "$T/big.out" \
 [ -s "$T/out_small/small.png" ] || fail "no output for the small image"
 echo "test_infer_memory: $(grep -o 'would need about [0-9.]* GB' "$T/big.out") for 9000 x 9000:" \
   "refused under 6 GB; 300 x 200 upscaled"
+
+# duet test: the same bound on a validation image (here 2000 x 2000 in,
+# about 4.6 GB for the forward, under a 3 GB limit; the images themselves
+# take 1 GB).
+set +e
+(ulimit -d 3000000; exec "$DUET" test "$T/tiny.cfg" "$T/w/latest.safetensors" \
+  --set "data.val={type=\"SRFolderDataset\"; lq_folder=\"$T/val/lq\"; gt_folder=\"$T/val/gt\"; scale=4;}") \
+  > "$T/test.out" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] || fail "duet test ran a 2000 x 2000 forward under a 3 GB limit"
+grep -q "00.png: 2000 x 2000 pixels: the forward over the whole image would need about" "$T/test.out" \
+  || { cat "$T/test.out"; fail "duet test: no size estimate in the refusal"; }
+echo "test_infer_memory: duet test: $(grep -o 'would need about [0-9.]* GB' "$T/test.out") for a" \
+  "2000 x 2000 validation input: refused under 3 GB"
 echo "test_infer_memory: ok"
