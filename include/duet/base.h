@@ -258,6 +258,9 @@ char *duet__path_join(const char *dir, const char *name);
  * when out of memory. For names and paths built from a model's or a user's
  * text, which no fixed buffer bounds. */
 char *duet__strf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Levenshtein distance of two strings, for did-you-mean hints; SIZE_MAX
+ * when either is longer than 63 bytes. */
+size_t duet__edit_distance(const char *a, const char *b);
 /* printf into a fixed buffer (size >= 4) for a label that only messages
  * print (a communicator's name, a pipeline step's place): one that does not
  * fit ends in "...", so a reader sees it was cut. Never for a name that is

@@ -31,26 +31,6 @@ static const config_setting_t *first_unused(const config_setting_t *s) {
     return s;
 }
 
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return SIZE_MAX;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
 /* The name consumers asked for under the same parent that is closest to the
  * unknown key, or NULL when none is close. */
 static const char *did_you_mean(const cfg_core *core, const char *path) {
@@ -64,7 +44,7 @@ static const char *did_you_mean(const cfg_core *core, const char *path) {
         const char *adot = strrchr(a, '.');
         size_t alen = adot != NULL ? (size_t)(adot - a) + 1 : 0;
         if (alen != plen || strncmp(a, path, plen) != 0) continue;
-        size_t d = edit_distance(name, a + alen);
+        size_t d = duet__edit_distance(name, a + alen);
         if (d > 0 && d <= best_d) {
             best = a + alen;
             best_d = d;

@@ -44,10 +44,12 @@ static const char train_usage[] =
     "  --resume           continue from WORK_DIR/latest.safetensors: weights,\n"
     "                     optimizers, schedule, data order and RNG (on the same\n"
     "                     number of processes the result is bitwise the same)\n"
-    "  --resume=CKPT      continue from CKPT (also `--resume CKPT.safetensors`)\n"
+    "  --resume=CKPT      continue from CKPT (also `--resume CKPT.safetensors`,\n"
+    "                     and MMEditing's `--resume-from CKPT`)\n"
     "  --set KEY=VALUE    override a config key, e.g. --set total_iters=100 or\n"
     "                     --set model.generator.num_blocks=8 (repeatable; VALUE in\n"
     "                     libconfig syntax: 1e-4, true, \"text\", [1, 2])\n"
+    "  --cfg-options KEY=VALUE ...  mmcv's spelling of --set, several at once\n"
     "  -h, --help         this text\n"
     "\n"
     "\n"
@@ -75,7 +77,7 @@ static const char test_usage[] =
     "                     validation folder itself: refused)\n"
     "  --json             print one JSON object {\"PSNR\", \"SSIM\", \"PSNR_bicubic\",\n"
     "                     \"SSIM_bicubic\", \"images\"} instead of the table\n"
-    "  --set KEY=VALUE    override a config key (repeatable)\n"
+    "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
 static const char infer_usage[] =
@@ -96,13 +98,40 @@ static const char infer_usage[] =
     "\n"
     "options:\n"
     "  --out DIR          output folder, created when missing (required)\n"
-    "  --set KEY=VALUE    override a config key (repeatable)\n"
+    "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
 enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8 };
 
 static int usage_error(const char *usage, const char *msg, const char *arg) {
     fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
+    return EXIT_USAGE;
+}
+
+/* The candidate closest to `word` (at most 2 edits, or a third of its
+ * length), or NULL: for "did you mean" after a typo. */
+static const char *closest(const char *word, const char *const *candidates, size_t n) {
+    const char *best = NULL;
+    size_t best_d = strlen(word) / 3 > 2 ? strlen(word) / 3 : 2;
+    for (size_t i = 0; i < n; i++) {
+        size_t d = duet__edit_distance(word, candidates[i]);
+        if (d > 0 && d <= best_d) {
+            best = candidates[i];
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+/* "unknown X 'word'" with the closest known one, then the usage. */
+static int unknown_error(const char *usage, const char *what, const char *word,
+                         const char *const *known, size_t n) {
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(word, "="), word);
+    const char *alt = closest(name, known, n);
+    fprintf(stderr, "duet: unknown %s '%s'%s%s%s\n\n%s", what, word,
+            alt != NULL ? " (did you mean '" : "", alt != NULL ? alt : "",
+            alt != NULL ? "'?)" : "", usage);
     return EXIT_USAGE;
 }
 
@@ -143,9 +172,23 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if (v == NULL || strchr(v, '=') == NULL || v[0] == '=')
                 return usage_error(usage, "--set needs KEY=VALUE, got ", v ? v : "nothing");
             sets[o->nsets++] = v;
+        } else if (is_option(a, "--cfg-options")) {
+            /* mmcv's spelling: --cfg-options KEY=VALUE [KEY=VALUE ...] */
+            int before = (int)o->nsets;
+            if (a[strlen("--cfg-options")] == '=') sets[o->nsets++] = a + strlen("--cfg-options=");
+            while (i + 1 < argc && argv[i + 1][0] != '-' && strchr(argv[i + 1], '=') != NULL &&
+                   argv[i + 1][0] != '=')
+                sets[o->nsets++] = argv[++i];
+            if ((int)o->nsets == before || strchr(sets[o->nsets - 1], '=') == NULL)
+                return usage_error(usage, "--cfg-options needs KEY=VALUE ...", "");
         } else if ((allowed & OPT_WORK_DIR) && is_option(a, "--work-dir")) {
             if ((o->work_dir = option_value(argc, argv, &i, "--work-dir")) == NULL)
                 return usage_error(usage, "--work-dir needs a folder", "");
+        } else if ((allowed & OPT_RESUME) && is_option(a, "--resume-from")) {
+            /* MMEditing's tools/train.py spelling of --resume=PATH. */
+            o->resume = true;
+            if ((o->resume_from = option_value(argc, argv, &i, "--resume-from")) == NULL)
+                return usage_error(usage, "--resume-from needs a checkpoint", "");
         } else if ((allowed & OPT_RESUME) && is_option(a, "--resume")) {
             o->resume = true;
             if (a[strlen("--resume")] == '=')
@@ -158,7 +201,16 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
         } else if ((allowed & OPT_JSON) && strcmp(a, "--json") == 0) {
             *json = true;
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error(usage, "unknown option ", a);
+            const char *known[8];
+            size_t n = 0;
+            known[n++] = "--set";
+            known[n++] = "--cfg-options";
+            known[n++] = "--help";
+            if (allowed & OPT_WORK_DIR) known[n++] = "--work-dir";
+            if (allowed & OPT_RESUME) known[n++] = "--resume", known[n++] = "--resume-from";
+            if (allowed & OPT_OUT) known[n++] = "--out";
+            if (allowed & OPT_JSON) known[n++] = "--json";
+            return unknown_error(usage, "option", a, known, n);
         } else {
             pos[(*npos)++] = a;
         }
@@ -260,7 +312,8 @@ static int run(const char *cmd, int argc, char **argv) {
         o.nimages = (size_t)(npos - 2);
         rc = finish(duet_runner_infer(&o));
     } else {
-        rc = usage_error(main_usage, "unknown command ", cmd);
+        static const char *const commands[] = {"train", "test", "infer", "info", "help"};
+        rc = unknown_error(main_usage, "command", cmd, commands, 5);
     }
 done:
     free(pos);

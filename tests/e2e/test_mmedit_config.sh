@@ -8,7 +8,9 @@
 #     the reason; exp_name names the default work dir (./work_dirs/<exp_name>);
 #     data.train_dataloader.samples_per_gpu wins over data.samples_per_gpu,
 #     as in MMEditing's build_dataloader;
-#   - resume_from resumes as --resume=PATH does;
+#   - resume_from resumes as --resume=PATH does; so do --resume-from PATH
+#     and --cfg-options KEY=VALUE ... (mmcv's spelling of --set);
+#   - typos in a command or an option get a did-you-mean;
 #   - log_level = "WARNING" silences duet's info messages;
 #   - a bad log_level, a by_epoch TextLoggerHook and a misspelt key are
 #     still errors naming the key.
@@ -52,6 +54,19 @@ grep -q "2 images per process" run.out || { cat run.out; fail "train_dataloader.
   > resume.out 2>&1 || { cat resume.out; fail "resume_from"; }
 grep -q "resumed from work_dirs/mm_exp/iter_2.safetensors at iteration 2" resume.out \
   || { cat resume.out; fail "resume_from did not resume"; }
+
+# MMEditing's command-line spellings: --cfg-options (several KEY=VALUE) and
+# --resume-from PATH.
+"$DUET" train mm.cfg --cfg-options total_iters=6 'exp_name="mm_exp"' \
+  --resume-from work_dirs/mm_exp/iter_4.safetensors > cfgopt.out 2>&1 || { cat cfgopt.out; fail "--cfg-options / --resume-from"; }
+grep -q "resumed from work_dirs/mm_exp/iter_4.safetensors at iteration 4" cfgopt.out \
+  || { cat cfgopt.out; fail "--resume-from did not resume"; }
+[ -e work_dirs/mm_exp/iter_6.safetensors ] || fail "--cfg-options total_iters=6 was not applied"
+# Typos in a command or an option get a suggestion.
+"$DUET" tran mm.cfg > typo1.out 2>&1 && fail "'duet tran' accepted"
+grep -q "unknown command 'tran' (did you mean 'train'?)" typo1.out || { cat typo1.out; fail "no suggestion for tran"; }
+"$DUET" train mm.cfg --wrk-dir x > typo2.out 2>&1 && fail "--wrk-dir accepted"
+grep -q "unknown option '--wrk-dir' (did you mean '--work-dir'?)" typo2.out || { cat typo2.out; fail "no suggestion for --wrk-dir"; }
 
 # log_level = "WARNING": duet's info messages (the notes above) are not
 # printed (the training log's own lines follow log_config).
