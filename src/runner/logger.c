@@ -15,9 +15,41 @@ struct duet__logger {
     FILE *jsonl;   /* appended, flushed after every record */
     char *path;    /* of log.jsonl, for error messages */
     FILE *text;    /* may be NULL */
+    FILE *run_log; /* this run's text log, WORK_DIR/<start time>.log (NULL if unopened) */
+    char run_log_name[64];
     bool progress; /* draw the bar (text is a terminal) */
     bool bar_shown; /* a bar is on the current line: clear it before text */
 };
+
+/* This run's own text log, as MMEditing keeps one per run: the text lines
+ * in WORK_DIR/<YYYYmmdd_HHMMSS>.log, a new file (never through a link, a
+ * suffix when two runs start in one second). Best effort: a run whose text
+ * log cannot be made still logs to stdout and log.jsonl, with a warning. */
+static void open_run_log(duet__logger *lg, const char *work_dir) {
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d_%H%M%S", &tm);
+    for (int k = 0; k < 100 && lg->run_log == NULL; k++) {
+        if (k == 0) snprintf(lg->run_log_name, sizeof lg->run_log_name, "%s.log", stamp);
+        else snprintf(lg->run_log_name, sizeof lg->run_log_name, "%s_%d.log", stamp, k);
+        char *path = duet__path_join(work_dir, lg->run_log_name);
+        if (path == NULL) break;
+        int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        int e = errno;
+        if (fd >= 0) lg->run_log = fdopen(fd, "w");
+        if (fd >= 0 && lg->run_log == NULL) close(fd);
+        if (fd < 0 && e != EEXIST) {
+            duet_log(DUET_LOG_WARN, "cannot create %s: %s (the text log is on stdout only)",
+                     path, strerror(e));
+            free(path);
+            break;
+        }
+        free(path);
+    }
+    if (lg->run_log == NULL) lg->run_log_name[0] = '\0';
+}
 
 int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out) {
     *out = NULL;
@@ -47,6 +79,7 @@ int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out) {
     }
     lg->text = text;
     lg->progress = text != NULL && isatty(fileno(text));
+    open_run_log(lg, work_dir);
     *out = lg;
     return DUET_OK;
 }
@@ -58,6 +91,7 @@ void duet__logger_close(duet__logger *lg) {
         fflush(lg->text);
     }
     if (lg->jsonl != NULL) fclose(lg->jsonl);
+    if (lg->run_log != NULL) fclose(lg->run_log);
     free(lg->path);
     free(lg);
 }
@@ -123,13 +157,17 @@ static void clear_bar(duet__logger *lg) {
 }
 
 static void text_line(duet__logger *lg, const char *line) {
-    if (lg->text == NULL) return;
-    clear_bar(lg);
     char stamp[32];
     time_t now = time(NULL);
     struct tm tm;
     localtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    if (lg->run_log != NULL) {
+        fprintf(lg->run_log, "%s - duet - INFO - %s\n", stamp, line);
+        fflush(lg->run_log);
+    }
+    if (lg->text == NULL) return;
+    clear_bar(lg);
     fprintf(lg->text, "%s - duet - INFO - %s\n", stamp, line);
     fflush(lg->text);
 }
@@ -158,6 +196,29 @@ static int write_json(duet__logger *lg, json_t *obj) {
     free(s);
     if (bad) return duet__error(DUET_EIO, "cannot append to %s: %s", lg->path, strerror(e));
     return DUET_OK;
+}
+
+int duet__logger_run_start(duet__logger *lg, const char *config, int world_size,
+                           int64_t start_iter, const char *resumed_from) {
+    if (lg == NULL) return DUET_OK;
+    char stamp[40];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S%z", &tm);
+    json_t *obj = json_object();
+    if (obj == NULL) return write_json(lg, NULL);
+    json_object_set_new(obj, "mode", json_string("run"));
+    json_object_set_new(obj, "time", json_string(stamp));
+    json_object_set_new(obj, "config", json_string(config));
+    json_object_set_new(obj, "world_size", json_integer(world_size));
+    json_object_set_new(obj, "iter", json_integer((json_int_t)start_iter));
+    json_object_set_new(obj, "resumed_from", resumed_from != NULL ? json_string(resumed_from)
+                                                                  : json_null());
+    json_object_set_new(obj, "text_log", lg->run_log_name[0] != '\0'
+                                             ? json_string(lg->run_log_name) : json_null());
+    json_object_set_new(obj, "duet_version", json_string(DUET_VERSION_STRING));
+    return write_json(lg, obj);
 }
 
 int duet__logger_train(duet__logger *lg, const duet__train_record *r) {

@@ -1,6 +1,7 @@
 /* The runner's training log (private to src/runner/): MMEditing's text lines
- * on stdout, a progress bar when stdout is a terminal, and one JSON object
- * per line appended to <work_dir>/log.jsonl.
+ * on stdout and in <work_dir>/<run start time>.log, a progress bar when
+ * stdout is a terminal, and one JSON object per line appended to
+ * <work_dir>/log.jsonl (each run starts with a "run" record).
  *
  * Only rank 0 logs; the other ranks hold no logger (NULL is accepted
  * everywhere and does nothing).
@@ -50,6 +51,13 @@ void duet__logger_close(duet__logger *lg);
 /* Forces (or forbids) the progress bar, for tests. */
 void duet__logger_set_progress(duet__logger *lg, bool enabled);
 
+/* A run's first record in log.jsonl, which a work dir keeps across runs:
+ * {"mode": "run", "time", "config", "world_size", "iter" (where it starts),
+ * "resumed_from" (null for a new run), "text_log" (this run's
+ * <YYYYmmdd_HHMMSS>.log beside it, which holds its text lines, as
+ * MMEditing keeps one per run), "duet_version"}. */
+int duet__logger_run_start(duet__logger *lg, const char *config, int world_size,
+                           int64_t start_iter, const char *resumed_from);
 /* One training record: a text line and a {"mode": "train", ...} JSON line. */
 int duet__logger_train(duet__logger *lg, const duet__train_record *r);
 /* One evaluation record: {"mode": "val", "iter": ..., "PSNR": ..., ...}.

@@ -595,6 +595,7 @@ int duet_runner_train(const duet_runner_opts *opts) {
     }
     int64_t start_iter = 0;
     duet_sampler_state start = {0, 0};
+    char *resumed = NULL; /* the checkpoint resumed from, for the run record */
     if (rc == DUET_OK && o->resume) {
         char *latest = NULL;
         const char *path = o->resume_from;
@@ -611,10 +612,15 @@ int duet_runner_train(const duet_runner_opts *opts) {
             start = s.sampler;
             if (r.log != NULL)
                 duet__logger_text(r.log, "resumed from %s at iteration %" PRId64, path, s.iter);
+            resumed = duet__strdup(path);
         }
         free(latest);
         rc = agree(&r, lrc);
     }
+    /* log.jsonl keeps every run of the work dir: each starts with a mark. */
+    if (rc == DUET_OK)
+        rc = agree(&r, duet__logger_run_start(r.log, o->config, r.world, start_iter, resumed));
+    free(resumed);
     if (rc == DUET_OK) rc = agree(&r, duet__run_build_loader(&r, start));
     if (rc == DUET_OK) {
         describe(&r, start_iter);

@@ -11,6 +11,8 @@
 #   - resume_from resumes as --resume=PATH does; so do --resume-from PATH
 #     and --cfg-options KEY=VALUE ... (mmcv's spelling of --set);
 #   - typos in a command or an option get a did-you-mean;
+#   - each run's first log.jsonl record marks it ("mode": "run": start
+#     iteration, resumed_from) and names its own text log file;
 #   - log_level = "WARNING" silences duet's info messages;
 #   - a bad log_level, a by_epoch TextLoggerHook and a misspelt key are
 #     still errors naming the key.
@@ -54,6 +56,21 @@ grep -q "2 images per process" run.out || { cat run.out; fail "train_dataloader.
   > resume.out 2>&1 || { cat resume.out; fail "resume_from"; }
 grep -q "resumed from work_dirs/mm_exp/iter_2.safetensors at iteration 2" resume.out \
   || { cat resume.out; fail "resume_from did not resume"; }
+
+# Each run in a work dir starts with a "run" record in log.jsonl (where it
+# started, what it resumed from) and keeps its text lines in its own
+# <YYYYmmdd_HHMMSS>.log, as MMEditing keeps one log per run.
+"$PY" - work_dirs/mm_exp <<'PY_RUNS' || fail "run records / per-run text logs"
+import json, os, sys
+wd = sys.argv[1]
+runs = [r for r in map(json.loads, open(os.path.join(wd, "log.jsonl"))) if r["mode"] == "run"]
+assert [r["iter"] for r in runs] == [0, 2], runs
+assert runs[0]["resumed_from"] is None and runs[1]["resumed_from"].endswith("iter_2.safetensors"), runs
+for r in runs:
+    text = open(os.path.join(wd, r["text_log"])).read()
+    assert "duet 0.1.0: BasicRestorer" in text, (r["text_log"], text[:200])
+assert "resumed from" in open(os.path.join(wd, runs[1]["text_log"])).read()
+PY_RUNS
 
 # MMEditing's command-line spellings: --cfg-options (several KEY=VALUE) and
 # --resume-from PATH.
