@@ -1,6 +1,7 @@
 /* The runner's training log: MMEditing's text lines, a terminal progress bar
  * and log.jsonl (one JSON object per line, through jansson). */
 #include "runner/logger.h"
+#include "runner/tensorboard.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@ struct duet__logger {
     char *path;    /* of log.jsonl, for error messages */
     FILE *text;    /* may be NULL */
     FILE *run_log; /* this run's text log, WORK_DIR/<start time>.log (NULL if unopened) */
+    duet__tb *tb;  /* TensorBoard events (log_config.hooks' TensorboardLoggerHook), or NULL */
     char run_log_name[64];
     bool progress; /* draw the bar (text is a terminal) */
     bool bar_shown; /* a bar is on the current line: clear it before text */
@@ -92,6 +94,7 @@ void duet__logger_close(duet__logger *lg) {
     }
     if (lg->jsonl != NULL) fclose(lg->jsonl);
     if (lg->run_log != NULL) fclose(lg->run_log);
+    duet__tb_close(lg->tb);
     free(lg->path);
     free(lg);
 }
@@ -198,6 +201,16 @@ static int write_json(duet__logger *lg, json_t *obj) {
     return DUET_OK;
 }
 
+int duet__logger_open_tensorboard(duet__logger *lg, const char *dir) {
+    if (lg == NULL) return DUET_OK;
+    DUET_TRY(duet__tb_open(dir, &lg->tb));
+    char line[4200];
+    snprintf(line, sizeof line, "TensorBoard events: %s (tensorboard --logdir %s)",
+             duet__tb_path(lg->tb), dir);
+    text_line(lg, line);
+    return DUET_OK;
+}
+
 int duet__logger_run_start(duet__logger *lg, const char *config, int world_size,
                            int64_t start_iter, const char *resumed_from) {
     if (lg == NULL) return DUET_OK;
@@ -243,7 +256,20 @@ int duet__logger_train(duet__logger *lg, const duet__train_record *r) {
     json_object_set_new(obj, "data_time", num(r->data_time));
     if (r->eta >= 0) json_object_set_new(obj, "eta", num(r->eta));
     if (r->memory_mb > 0) json_object_set_new(obj, "memory", num(r->memory_mb));
-    return write_json(lg, obj);
+    DUET_TRY(write_json(lg, obj));
+    /* mmcv's LoggerHook tags: train/<loss>, learning_rate/<optimizer>,
+     * train/time, train/data_time. */
+    char tag[160];
+    for (int i = 0; i < r->nlosses; i++) {
+        snprintf(tag, sizeof tag, "train/%s", r->losses[i].name);
+        DUET_TRY(duet__tb_scalar(lg->tb, tag, r->iter, (float)r->losses[i].value));
+    }
+    for (int i = 0; i < r->nlr; i++) {
+        snprintf(tag, sizeof tag, "learning_rate/%s", r->lr[i].name);
+        DUET_TRY(duet__tb_scalar(lg->tb, tag, r->iter, (float)r->lr[i].value));
+    }
+    DUET_TRY(duet__tb_scalar(lg->tb, "train/time", r->iter, (float)r->time));
+    return duet__tb_scalar(lg->tb, "train/data_time", r->iter, (float)r->data_time);
 }
 
 int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet__kv *metrics,
@@ -267,7 +293,13 @@ int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet_
     json_object_set_new(obj, "iter", json_integer(iter));
     for (int i = 0; i < nmetrics; i++)
         json_object_set_new(obj, metrics[i].name, num(metrics[i].value));
-    return write_json(lg, obj);
+    DUET_TRY(write_json(lg, obj));
+    char tag[160];
+    for (int i = 0; i < nmetrics; i++) {
+        snprintf(tag, sizeof tag, "val/%s", metrics[i].name);
+        DUET_TRY(duet__tb_scalar(lg->tb, tag, iter, (float)metrics[i].value));
+    }
+    return DUET_OK;
 }
 
 void duet__logger_progress(duet__logger *lg, int64_t iter, int64_t max_iters, double eta) {

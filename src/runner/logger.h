@@ -51,6 +51,10 @@ void duet__logger_close(duet__logger *lg);
 /* Forces (or forbids) the progress bar, for tests. */
 void duet__logger_set_progress(duet__logger *lg, bool enabled);
 
+/* Also writes the train and val scalars as TensorBoard events in `dir`
+ * (mmcv's tags: train/<loss>, learning_rate/<optimizer>, train/time,
+ * train/data_time, val/<metric>), from now on. */
+int duet__logger_open_tensorboard(duet__logger *lg, const char *dir);
 /* A run's first record in log.jsonl, which a work dir keeps across runs:
  * {"mode": "run", "time", "config", "world_size", "iter" (where it starts),
  * "resumed_from" (null for a new run), "text_log" (this run's

@@ -60,8 +60,22 @@ static int read_log_level(duet__run *r) {
                              "or ERROR (as MMEditing's)", s);
 }
 
-/* log_config.hooks: TextLoggerHook is what duet's log does (by_epoch must
- * be false: iterations); the other loggers are named as not there yet. */
+/* A logger hook's by_epoch must be false (duet counts iterations). */
+static int hook_by_epoch(duet__run *r, const char *path) {
+    char key[96];
+    bool by_epoch = false;
+    snprintf(key, sizeof key, "%s.by_epoch", path);
+    DUET_TRY(duet_config_get_bool_or(r->cfg, key, false, &by_epoch));
+    if (by_epoch)
+        return duet_config_error(r->cfg, key, "by_epoch = true: duet's runner counts "
+                                 "iterations only (set it to false)");
+    return DUET_OK;
+}
+
+/* log_config.hooks: TextLoggerHook is what duet's text log does,
+ * TensorboardLoggerHook writes TensorBoard events (log_dir, default
+ * WORK_DIR/tf_logs, as mmcv's); both log every log_config.interval. Other
+ * loggers are named as not there. */
 static int read_log_hooks(duet__run *r, bool notes) {
     if (!duet_config_has(r->cfg, "log_config.hooks")) return DUET_OK;
     size_t n = 0;
@@ -72,22 +86,25 @@ static int read_log_hooks(duet__run *r, bool notes) {
         const char *type = NULL;
         snprintf(key, sizeof key, "%s.type", path);
         DUET_TRY(duet_config_get_string(r->cfg, key, &type));
-        if (strcmp(type, "TextLoggerHook") == 0) {
-            bool by_epoch = false;
-            snprintf(key, sizeof key, "%s.by_epoch", path);
-            DUET_TRY(duet_config_get_bool_or(r->cfg, key, false, &by_epoch));
-            if (by_epoch)
-                return duet_config_error(r->cfg, key, "by_epoch = true: duet's runner counts "
-                                         "iterations only (set it to false)");
-            snprintf(key, sizeof key, "%s.interval", path);
-            if (duet_config_has(r->cfg, key)) DUET_TRY(duet_config_mark_used(r->cfg, key));
+        if (strcmp(type, "TextLoggerHook") == 0 || strcmp(type, "TensorboardLoggerHook") == 0) {
+            DUET_TRY(hook_by_epoch(r, path));
+            static const char *const ignored[] = {"interval", "ignore_last", "reset_flag",
+                                                  "interval_exp_name"};
+            for (size_t k = 0; k < sizeof ignored / sizeof ignored[0]; k++) {
+                snprintf(key, sizeof key, "%s.%s", path, ignored[k]);
+                if (duet_config_has(r->cfg, key)) DUET_TRY(duet_config_mark_used(r->cfg, key));
+            }
+            if (strcmp(type, "TensorboardLoggerHook") == 0) {
+                snprintf(key, sizeof key, "%s.log_dir", path);
+                DUET_TRY(duet_config_get_string_or(r->cfg, key, "", &r->tensorboard_dir));
+            }
             continue;
         }
         DUET_TRY(duet_config_mark_used(r->cfg, path));
         if (notes && r->rank == 0)
             duet_log(DUET_LOG_INFO, "config: %s (%s) has no effect in duet: its loggers are the "
-                     "text log and WORK_DIR/log.jsonl (one JSON record per logged iteration)",
-                     path, type);
+                     "text log, WORK_DIR/log.jsonl (one JSON record per logged iteration) and "
+                     "TensorboardLoggerHook", path, type);
     }
     return DUET_OK;
 }

@@ -589,6 +589,14 @@ int duet_runner_train(const duet_runner_opts *opts) {
             if (mrc == DUET_OK) mrc = dump_config(&r, o->config);
             if (mrc == DUET_OK)
                 mrc = duet__logger_open(r.work_dir, r.quiet ? NULL : stdout, &r.log);
+            if (mrc == DUET_OK && r.tensorboard_dir != NULL) {
+                char *dir = r.tensorboard_dir[0] != '\0'
+                                ? duet__strdup(r.tensorboard_dir)
+                                : duet__path_join(r.work_dir, "tf_logs");
+                mrc = dir != NULL ? duet__logger_open_tensorboard(r.log, dir)
+                                  : duet__error(DUET_ENOMEM, "out of memory");
+                free(dir);
+            }
             if (mrc == DUET_OK) setup_progress_bar(&r);
         }
         rc = agree(&r, mrc);

@@ -51,6 +51,9 @@ typedef struct duet__run {
     duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
 
     duet__logger *log; /* rank 0 while training; NULL elsewhere */
+    /* log_config.hooks' TensorboardLoggerHook: its log_dir (borrowed from
+     * the config; "" for MMEditing's default WORK_DIR/tf_logs), or NULL. */
+    const char *tensorboard_dir;
 
     duet__ema_hook ema;
 } duet__run;

@@ -3,7 +3,8 @@
 #   - exp_name, log_level, workflow, dist_params, gpu_ids, cudnn_benchmark,
 #     find_unused_parameters, mp_start_method, opencv_num_threads,
 #     visual_config, data.workers_per_gpu / val_* / *_dataloader,
-#     log_config.hooks (TextLoggerHook, TensorboardLoggerHook),
+#     log_config.hooks (TextLoggerHook; TensorboardLoggerHook writes
+#     WORK_DIR/tf_logs, see test_tensorboard.sh),
 #     evaluation.gpu_collect: accepted; those without effect named once with
 #     the reason; exp_name names the default work dir (./work_dirs/<exp_name>);
 #     data.train_dataloader.samples_per_gpu wins over data.samples_per_gpu,
@@ -45,9 +46,11 @@ cd "$T"
 for k in workflow dist_params gpu_ids cudnn_benchmark find_unused_parameters mp_start_method \
          opencv_num_threads visual_config data.workers_per_gpu data.val_workers_per_gpu \
          data.val_samples_per_gpu data.val_dataloader data.train_dataloader.drop_last \
-         evaluation.gpu_collect "log_config.hooks.\[1\] (TensorboardLoggerHook)"; do
+         evaluation.gpu_collect; do
   grep -q "config: $k has no effect in duet: " run.out || { cat run.out; fail "no note for $k"; }
 done
+grep -q "TensorBoard events: ./work_dirs/mm_exp/tf_logs/events.out.tfevents" run.out \
+  || { cat run.out; fail "TensorboardLoggerHook wrote no events"; }
 grep -q "2 images per process" run.out || { cat run.out; fail "train_dataloader.samples_per_gpu was not used"; }
 [ -e work_dirs/mm_exp/latest.safetensors ] || fail "exp_name did not name the work dir"
 
