@@ -76,9 +76,11 @@ const char *duet_config_name(const duet_config *cfg);
  * [..], a list (..) or a group {..} in libconfig syntax; anything else is
  * taken as a plain string (work_dir=./runs/x). An existing key keeps its
  * type: an integer into a float key becomes a float, any value into a string
- * key becomes its text, a group value merges member by member; other changes
- * fail with DUET_ECONFIG naming the key, its type and where it was defined.
- * A new key is created, with any missing groups on its path. */
+ * key becomes its text; a group value replaces the group ("data.val={...}",
+ * as writing it in the file would), and "a.b+={...}" merges one member by
+ * member into the group that is there; other changes fail with
+ * DUET_ECONFIG naming the key, its type and where it was defined. A new key
+ * is created, with any missing groups on its path. */
 int duet_config_set(duet_config *cfg, const char *assignment);
 
 /* A view rooted at the group (or list) at `path`: getters on it take paths

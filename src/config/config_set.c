@@ -285,7 +285,7 @@ static bool valid_name(const char *tok, size_t len) {
 }
 
 static int apply_set(duet_config *cfg, const char *assignment, char *key, const char *value,
-                     config_t *tmp) {
+                     bool merge, config_t *tmp) {
     if (key[0] == '\0')
         return duet__error(DUET_ECONFIG, "--set %s: empty key", assignment);
     /* Check every name first, so that a bad key changes nothing. */
@@ -329,6 +329,16 @@ static int apply_set(duet_config *cfg, const char *assignment, char *key, const 
     }
     config_setting_t *dst;
     DUET_TRY(duet__cfg_walk_from(cfg, parent, tok, &dst));
+    if (merge && (dst == NULL || dst->type != CONFIG_TYPE_GROUP || src->type != CONFIG_TYPE_GROUP))
+        return duet__error(DUET_ECONFIG, "--set %s: '+=' merges a group into a group; '%s' %s",
+                           assignment, key, dst == NULL ? "does not exist (use '=')"
+                                                        : "or the value is not a group");
+    /* key={...} replaces the group (as in the file); key+={...} merges. */
+    if (dst != NULL && !merge && dst->type == CONFIG_TYPE_GROUP && src->type == CONFIG_TYPE_GROUP &&
+        parent->type == CONFIG_TYPE_GROUP && dst->name != NULL) {
+        config_setting_remove(parent, tok);
+        return copy_new(cfg->core, parent, tok, src, assignment, src->type);
+    }
     if (dst != NULL) return assign(cfg, dst, src, raw || src->type != CONFIG_TYPE_STRING ? value
                                                                                         : NULL,
                                    assignment);
@@ -353,10 +363,17 @@ int duet_config_set(duet_config *cfg, const char *assignment) {
     memcpy(key, assignment, (size_t)(eq - assignment));
     key[eq - assignment] = '\0';
     trim(key);
+    /* "key+={...}": merge a group member by member. */
+    size_t klen = strlen(key);
+    bool merge = klen > 0 && key[klen - 1] == '+';
+    if (merge) {
+        key[klen - 1] = '\0';
+        trim(key);
+    }
     trim(value);
     config_t tmp;
     config_init(&tmp);
-    int rc = apply_set(cfg, assignment, key, value, &tmp);
+    int rc = apply_set(cfg, assignment, key, value, merge, &tmp);
     config_destroy(&tmp);
     free(key);
     free(value);

@@ -290,14 +290,24 @@ static void test_overrides(void **state) {
     TU_OK(duet_config_set(cfg, "evaluation.metric.name=PSNR"));
     TU_OK(duet_config_get_string(cfg, "evaluation.metric.name", &s));
     assert_string_equal(s, "PSNR");
-    /* A group value merges member by member. */
-    TU_OK(duet_config_set(cfg, "model.generator={ mid_channels = 8; in_channels = 3; }"));
+    /* "+=" merges a group member by member. */
+    TU_OK(duet_config_set(cfg, "model.generator+={ mid_channels = 8; in_channels = 3; }"));
     TU_OK(duet_config_get_int(cfg, "model.generator.mid_channels", &i));
     assert_int_equal(i, 8);
     TU_OK(duet_config_get_int(cfg, "model.generator.in_channels", &i));
     assert_int_equal(i, 3);
     TU_OK(duet_config_get_int(cfg, "model.generator.num_blocks", &i)); /* kept */
     assert_int_equal(i, 4);
+    /* "=" replaces it, as writing the group in the file would. */
+    TU_OK(duet_config_set(cfg, "model.generator={ type = \"RRDBNet\"; mid_channels = 16; }"));
+    TU_OK(duet_config_get_int(cfg, "model.generator.mid_channels", &i));
+    assert_int_equal(i, 16);
+    assert_false(duet_config_has(cfg, "model.generator.num_blocks"));
+    assert_false(duet_config_has(cfg, "model.generator.in_channels"));
+    tu_expect_error(duet_config_set(cfg, "model.nothing+={ a = 1; }"), DUET_ECONFIG,
+                    "'+=' merges a group into a group", NULL);
+    tu_expect_error(duet_config_set(cfg, "total_iters+={ a = 1; }"), DUET_ECONFIG,
+                    "'+=' merges a group into a group", NULL);
     /* Lists: replaced whole, or an element's member. */
     TU_OK(duet_config_set(cfg, "pipeline.[1].ratio=0.25"));
     TU_OK(duet_config_get_double(cfg, "pipeline.[1].ratio", &d));
