@@ -31,6 +31,8 @@ static const no_effect no_effects[] = {
                                  "val_dataloader does"},
     {"data.val_dataloader", "evaluation runs one image at a time"},
     {"data.test_dataloader", "duet test runs one image at a time"},
+    {"data.test", "duet test evaluates data.val (MMEditing's tools/test.py reads data.test: "
+                  "give it as data.val, e.g. --set 'data.val={...}')"},
     {"data.train_dataloader.drop_last", "duet's sampler draws whole batches without end "
                                         "(iteration-based)"},
     {"data.train_dataloader.persistent_workers", "no worker processes"},

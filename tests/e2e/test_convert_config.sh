@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# scripts/convert-config.py (issue 23): MMEditing 0.x Python configs to duet
+# configs, without running them.
+#   - a config tree written here: _base_ (a list of two), a child dict merged
+#     into its base, _delete_=True replacing one, dict(**x), f-strings,
+#     tuples, None, helper variables, top-level train_cfg / test_cfg and a
+#     perceptual loss's layer_weights={'34': 1.0}: the values land where
+#     duet reads them, and duet trains on the result;
+#   - files that would run code (an import, a call, an attribute): refused
+#     naming the line, writing nothing;
+#   - MMEditing 0.16.1's own Pix2Pix facades config (from the MMEditing venv
+#     of scripts/make-mmedit-venv.sh, when it is there): converted, and duet
+#     trains an iteration from it (data and widths overridden).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+e2e_begin test_convert_config
+CONVERT="$(cd "$(dirname "$0")/../.." && pwd)/scripts/convert-config.py"
+e2e_pngs "$T/data/train" 2
+mkdir -p "$T/cfg/_base_"
+
+cat > "$T/cfg/_base_/runtime.py" <<'PY'
+checkpoint_config = dict(interval=5000, save_optimizer=True, by_epoch=False)
+log_config = dict(interval=100, hooks=[dict(type='TextLoggerHook', by_epoch=False)])
+dist_params = dict(backend='nccl')
+log_level = 'INFO'
+workflow = [('train', 1)]
+lr_config = dict(policy='Step', by_epoch=False, step=[100], gamma=0.5)
+PY
+cat > "$T/cfg/_base_/model.py" <<'PY'
+model = dict(type='BasicRestorer',
+             generator=dict(type='MSRResNet', in_channels=3, out_channels=3, mid_channels=64,
+                            num_blocks=16, upscale_factor=4),
+             pixel_loss=dict(type='MSELoss', loss_weight=1.0, reduction='mean'))
+optimizers = dict(generator=dict(type='Adam', lr=1e-3, betas=(0.9, 0.999)))
+PY
+cat > "$T/cfg/child.py" <<PY
+_base_ = ['_base_/runtime.py', './_base_/model.py']
+exp_name = 'child'
+scale = 4
+common = dict(in_channels=3, out_channels=3)
+model = dict(generator=dict(mid_channels=4, num_blocks=1, **common),
+             pixel_loss=dict(_delete_=True, type='L1Loss', loss_weight=1.0, reduction='mean'))
+train_cfg = None
+test_cfg = dict(metrics=['PSNR'], crop_border=scale)
+data = dict(samples_per_gpu=2, workers_per_gpu=4,
+            train=dict(type='SRFolderGTDataset', gt_folder=f'$T/data/train', scale=scale,
+                       gt_patch_size=2 * scale))
+total_iters = 2
+lr_config = dict(step=[1])
+PY
+"$PY" "$CONVERT" "$T/cfg/child.py" -o "$T/child.cfg" > "$T/conv.out" || { cat "$T/conv.out"; fail "convert"; }
+grep -q "dropped the helper variables scale, common" "$T/conv.out" || fail "no note on helpers: $(cat "$T/conv.out")"
+grep -q "moved the top-level test_cfg into model.test_cfg" "$T/conv.out" || fail "test_cfg note"
+"$DUET" train "$T/child.cfg" --work-dir "$T/w" > "$T/train.out" 2>&1 || { cat "$T/child.cfg" "$T/train.out"; fail "duet on the converted config"; }
+"$PY" - "$T/child.cfg" <<'PY_CHECK' || { cat "$T/child.cfg"; fail "converted values"; }
+import re, sys
+t = open(sys.argv[1]).read()
+def has(pattern):
+    assert re.search(pattern, t, re.S), pattern
+has(r'generator = \{\s*type = "MSRResNet";\s*in_channels = 3;\s*out_channels = 3;\s*mid_channels = 4;\s*num_blocks = 1;')
+has(r'pixel_loss = \{\s*type = "L1Loss";\s*loss_weight = 1.0;\s*reduction = "mean";\s*\}')  # _delete_: no MSE leftovers
+has(r'test_cfg = \{\s*metrics = \["PSNR"\];\s*crop_border = 4;')
+has(r'betas = \[0.9, 0.999\];')
+has(r'lr_config = \{\s*policy = "Step";\s*by_epoch = false;\s*step = \[1\];\s*gamma = 0.5;')
+has(r'workflow = \(\s*\(\s*"train",\s*1\s*\)\s*\);')
+assert "train_cfg" not in t and not re.search(r"^(scale|common) =", t, re.M), "helpers kept"
+PY_CHECK
+
+# Perceptual layers.
+cat > "$T/cfg/srgan.py" <<'PY'
+model = dict(type='SRGAN', perceptual_loss=dict(type='PerceptualLoss', layer_weights={'34': 1.0},
+                                                vgg_type='vgg19', perceptual_weight=1.0))
+PY
+"$PY" "$CONVERT" "$T/cfg/srgan.py" -o "$T/srgan.cfg" > /dev/null || fail "convert srgan"
+grep -q "layer_ids = \[34\];" "$T/srgan.cfg" && grep -q "layer_weights = \[1.0\];" "$T/srgan.cfg" \
+  || { cat "$T/srgan.cfg"; fail "layer_weights"; }
+
+# Code is refused, naming the line; nothing is written.
+refuse() {  # name, file text, message
+  printf '%s\n' "$2" > "$T/cfg/$1.py"
+  if "$PY" "$CONVERT" "$T/cfg/$1.py" -o "$T/$1.cfg" > "$T/$1.out" 2>&1; then fail "$1 accepted"; fi
+  grep -qF -- "$3" "$T/$1.out" || fail "$1: no '$3' in $(cat "$T/$1.out")"
+  [ ! -e "$T/$1.cfg" ] || fail "$1: wrote a file"
+}
+refuse import $'total_iters = 1\nimport os' "$T/cfg/import.py:2: only 'name = value' lines are read"
+refuse call2 $'x = __import__("os")' "call2.py:1: "
+refuse attr $'x = dict(a=1).keys' "attr.py:1: "
+[ ! -e "$T/PWNED" ] || fail "a config ran code"
+
+# MMEditing's own config, when its venv is there.
+VENV=${DUET_MMEDIT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/duet/mmedit-venv}
+P2P=$(ls "$VENV"/lib/python3*/site-packages/mmedit/.mim/configs/synthesizers/pix2pix/pix2pix_vanilla_unet_bn_1x1_80k_facades.py 2> /dev/null | head -1 || true)
+if [ -n "$P2P" ]; then
+  "$PY" - "$T/facades" <<'PY_PAIRS'
+import os, random, struct, sys, zlib
+rng = random.Random(1)
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+for d in ("train", "test", "val"):
+    os.makedirs(os.path.join(sys.argv[1], d))
+    raw = b"".join(b"\x00" + bytes(rng.randint(0, 255) for _ in range(128 * 3)) for _ in range(64))
+    open(os.path.join(sys.argv[1], d, "1.png"), "wb").write(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 128, 64, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY_PAIRS
+  "$PY" "$CONVERT" "$P2P" -o "$T/p2p.cfg" > "$T/p2p_conv.out" || { cat "$T/p2p_conv.out"; fail "MMEditing's pix2pix config"; }
+  sed -i "s|data/paired/facades|$T/facades|" "$T/p2p.cfg"
+  "$DUET" train "$T/p2p.cfg" --work-dir "$T/wp" --set total_iters=1 --set model.generator.base_channels=4 \
+    --set model.discriminator.base_channels=4 > "$T/p2p.out" 2>&1 || { cat "$T/p2p.out"; fail "duet on MMEditing's converted pix2pix config"; }
+  echo "test_convert_config: MMEditing 0.16.1's pix2pix_vanilla_unet_bn_1x1_80k_facades.py converted; duet trained from it"
+else
+  echo "test_convert_config: MMEditing's own config not checked: no MMEditing venv at $VENV (scripts/make-mmedit-venv.sh)"
+fi
+echo "test_convert_config: ok"
