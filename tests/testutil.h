@@ -60,6 +60,19 @@ duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
  * against the exact result, duet may be a few times as far as PyTorch is
  * (issue 19), and no further. Says so once per group. */
 double tu_ref_allowance(const duet_st *st, const char *key);
+/* The largest |x| of t's elements. */
+double tu_max_abs(const duet_tensor *t);
+/* Every state-dict entry of root after `step` steps against the reference
+ * file's "step<step>.<name>": rtol 1e-4, atol 1e-6 (times
+ * tu_ref_allowance), except elements whose reference gradient
+ * ("grad<s>.<name>", s <= step) sat at float32 noise level in some step
+ * (nonzero, below 3e-4 of the tensor's largest; or the whole gradient below
+ * structural_zero, a structural zero such as a bias InstanceNorm cancels;
+ * 0: none): Adam moves those by up to lr in a direction the noise sets, so
+ * they may differ by 2.1 lr per step, and must stay fewer than 1 in 50
+ * (see test_ref_srgan.c). */
+void tu_ref_compare_state(duet_module *root, const duet_st *st, int step, double lr,
+                          double structural_zero);
 /* Adam's moments after `step` steps against MMEditing's, for the optimizers
  * `names` of the set: the `mmedit` reference files (metadata "oracle")
  * hold "adam<step>.<optimizer>.<param>.exp_avg" and ".exp_avg_sq" from the
