@@ -161,8 +161,8 @@ int duet__run_read_test_cfg(duet__run *r) {
  * any registered dataset can be repeated. */
 static int build_dataset(duet__run *r, const char *path, bool train, duet_dataset **out) {
     int64_t times = 1;
-    /* path is "data.train" or "data.val" (duet__run_build_data), so key, pix
-     * and set fit with room to spare. */
+    /* path is "data.train", "data.val" or "data.test" (duet__run_build_data),
+     * so key, pix and set fit with room to spare. */
     char key[64];
     snprintf(key, sizeof key, "%s.times", path);
     if (train) DUET_TRY(duet_config_get_int_in_or(r->cfg, key, 1, 1, INT64_MAX, &times));
@@ -223,10 +223,15 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
         for (size_t i = 0; i < sizeof unread / sizeof unread[0]; i++)
             if (duet_config_has(r->cfg, unread[i])) duet_config_mark_used(r->cfg, unread[i]);
     }
+    /* duet test evaluates data.test where the config has one, as
+     * MMEditing's tools/test.py does; training evaluates data.val. */
+    r->val_key = !with_train && duet_config_has(r->cfg, "data.test") ? "data.test" : "data.val";
+    const char *other = strcmp(r->val_key, "data.val") == 0 ? "data.test" : "data.val";
     if (need_val)
-        DUET_TRY(build_dataset(r, "data.val", false, &r->val_set));
-    else if (duet_config_has(r->cfg, "data.val"))
-        duet_config_mark_used(r->cfg, "data.val"); /* no evaluation: not read */
+        DUET_TRY(build_dataset(r, r->val_key, false, &r->val_set));
+    else if (duet_config_has(r->cfg, r->val_key))
+        duet_config_mark_used(r->cfg, r->val_key); /* no evaluation: not read */
+    if (!with_train && duet_config_has(r->cfg, other)) duet_config_mark_used(r->cfg, other);
     return DUET_OK;
 }
 

@@ -31,8 +31,8 @@ static const no_effect no_effects[] = {
                                  "val_dataloader does"},
     {"data.val_dataloader", "evaluation runs one image at a time"},
     {"data.test_dataloader", "duet test runs one image at a time"},
-    {"data.test", "duet test evaluates data.val (MMEditing's tools/test.py reads data.test: "
-                  "give it as data.val, e.g. --set 'data.val={...}')"},
+    {"data.test", "duet train evaluates data.val; duet test evaluates data.test (as "
+                  "MMEditing's tools/test.py)"},
     {"data.train_dataloader.drop_last", "duet's sampler draws whole batches without end "
                                         "(iteration-based)"},
     {"data.train_dataloader.persistent_workers", "no worker processes"},
@@ -116,6 +116,8 @@ int duet__run_read_mmedit_keys(duet__run *r, bool notes) {
     for (size_t i = 0; i < sizeof no_effects / sizeof no_effects[0]; i++) {
         const no_effect *k = &no_effects[i];
         if (!duet_config_has(r->cfg, k->path)) continue;
+        /* duet test read data.test as its dataset: its keys are checked. */
+        if (r->val_key != NULL && strcmp(k->path, r->val_key) == 0) continue;
         DUET_TRY(duet_config_mark_used(r->cfg, k->path));
         if (notes && r->rank == 0)
             duet_log(DUET_LOG_INFO, "config: %s has no effect in duet: %s", k->path, k->why);

@@ -664,8 +664,11 @@ static int check_test_outputs(duet__run *r, const char *out_dir) {
     if (names == NULL) return duet__error(DUET_ENOMEM, "out of memory");
     for (int64_t i = 0; i < n; i++) names[i] = duet_dataset_name(r->val_set, i);
     const char *dirs[2] = {NULL, NULL};
-    int rc = duet_config_get_string_or(r->cfg, "data.val.gt_folder", NULL, &dirs[0]);
-    if (rc == DUET_OK) rc = duet_config_get_string_or(r->cfg, "data.val.lq_folder", NULL, &dirs[1]);
+    char gt[64], lq[64];
+    snprintf(gt, sizeof gt, "%s.gt_folder", r->val_key);
+    snprintf(lq, sizeof lq, "%s.lq_folder", r->val_key);
+    int rc = duet_config_get_string_or(r->cfg, gt, NULL, &dirs[0]);
+    if (rc == DUET_OK) rc = duet_config_get_string_or(r->cfg, lq, NULL, &dirs[1]);
     if (rc == DUET_OK) rc = duet__check_outputs(out_dir, names, (size_t)n, dirs, 2);
     free(names);
     if (rc != DUET_OK) return duet__error_context(rc, "--out");

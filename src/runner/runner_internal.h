@@ -54,6 +54,9 @@ typedef struct duet__run {
     /* log_config.hooks' TensorboardLoggerHook: its log_dir (borrowed from
      * the config; "" for MMEditing's default WORK_DIR/tf_logs), or NULL. */
     const char *tensorboard_dir;
+    /* The evaluated set's key: "data.val", or "data.test" in duet test when
+     * the config has one (MMEditing's tools/test.py). */
+    const char *val_key;
 
     duet__ema_hook ema;
 } duet__run;

@@ -8,6 +8,8 @@
 #     duet reads them, and duet trains on the result;
 #   - files that would run code (an import, a call, an attribute): refused
 #     naming the line, writing nothing;
+#   - duet test evaluates the converted config's data.test, as MMEditing's
+#     tools/test.py does (data.val without one);
 #   - MMEditing 0.16.1's own Pix2Pix facades config (from the MMEditing venv
 #     of scripts/make-mmedit-venv.sh, when it is there): converted, and duet
 #     trains an iteration from it (data and widths overridden).
@@ -65,6 +67,19 @@ has(r'lr_config = \{\s*policy = "Step";\s*by_epoch = false;\s*step = \[1\];\s*ga
 has(r'workflow = \(\s*\(\s*"train",\s*1\s*\)\s*\);')
 assert "train_cfg" not in t and not re.search(r"^(scale|common) =", t, re.M), "helpers kept"
 PY_CHECK
+
+# duet test evaluates data.test where the config has one (MMEditing's
+# tools/test.py), else data.val.
+e2e_pngs "$T/data/val" 1 48
+e2e_pngs "$T/data/test" 2 48
+VAL="data.val={type=\"SRFolderGTDataset\"; gt_folder=\"$T/data/val\"; scale=4;}"
+TST="data.test={type=\"SRFolderGTDataset\"; gt_folder=\"$T/data/test\"; scale=4;}"
+"$DUET" test "$T/child.cfg" "$T/w/latest.safetensors" --set "$VAL" --set "$TST" --json > "$T/t2.json" 2> "$T/t2.err" \
+  || { cat "$T/t2.err"; fail "duet test with data.test"; }
+"$DUET" test "$T/child.cfg" "$T/w/latest.safetensors" --set "$VAL" --json > "$T/t1.json" 2> "$T/t1.err" \
+  || { cat "$T/t1.err"; fail "duet test with data.val"; }
+"$PY" -c "import json, sys; a, b = (json.load(open(p))['images'] for p in sys.argv[1:]); assert (a, b) == (2, 1), (a, b)" \
+  "$T/t2.json" "$T/t1.json" || fail "duet test did not evaluate data.test (2 images) over data.val (1)"
 
 # Perceptual layers.
 cat > "$T/cfg/srgan.py" <<'PY'
