@@ -810,3 +810,34 @@ void tu_ref_compare_state(duet_module *root, const duet_st *st, int step, double
     assert_true(noisy * 50 < total);
     duet_named_tensors_clear(&l);
 }
+
+void tu_ref_compare_log(const duet_st *st, const duet_log_vars *log, int step,
+                        const char *const *names, int n) {
+    assert_int_equal(log->count, n);
+    for (int i = 0; i < n; i++) {
+        double v = 0;
+        if (!duet_log_vars_get(log, names[i], &v)) fail_msg("log has no %s", names[i]);
+        char key[64];
+        snprintf(key, sizeof key, "log%d.%s", step, names[i]);
+        float got = (float)v;
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
+    }
+}
+
+size_t tu_ref_compare_grads(duet_module *root, const duet_st *st, int step) {
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_named_parameters(root, false, &l));
+    for (size_t i = 0; i < l.count; i++) {
+        char key[256];
+        snprintf(key, sizeof key, "grad%d.%s", step, l.items[i].name);
+        duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
+        if (t->grad == NULL) fail_msg("%s: no gradient", key);
+        const double a = tu_ref_allowance(st, key);
+        tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * tu_max_abs(want));
+        duet_tensor_release(want);
+    }
+    size_t n = l.count;
+    duet_named_tensors_clear(&l);
+    return n;
+}

@@ -60,6 +60,14 @@ duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
  * against the exact result, duet may be a few times as far as PyTorch is
  * (issue 19), and no further. Says so once per group. */
 double tu_ref_allowance(const duet_st *st, const char *key);
+/* A step's log values against the reference's "log<step>.<name>" for the
+ * n names (the log holds exactly those): rtol 1e-4, atol 1e-7, times
+ * tu_ref_allowance. */
+void tu_ref_compare_log(const duet_st *st, const duet_log_vars *log, int step,
+                        const char *const *names, int n);
+/* Every parameter's gradient against "grad<step>.<name>": 1e-3 |want| +
+ * 1e-4 max|want|, times tu_ref_allowance. Returns the parameter count. */
+size_t tu_ref_compare_grads(duet_module *root, const duet_st *st, int step);
 /* The largest |x| of t's elements. */
 double tu_max_abs(const duet_tensor *t);
 /* Every state-dict entry of root after `step` steps against the reference

@@ -15,36 +15,15 @@
 
 /* MMEditing's log keys: the pixel loss and parse_losses' total. */
 static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
-    const char *names[2] = {"loss_pix", "loss"};
-    assert_int_equal(log->count, 2);
-    for (int i = 0; i < 2; i++) {
-        double v = 0;
-        if (!duet_log_vars_get(log, names[i], &v)) fail_msg("log has no %s", names[i]);
-        char key[64];
-        snprintf(key, sizeof key, "log%d.%s", step, names[i]);
-        float got = (float)v;
-        const double a = tu_ref_allowance(st, key);
-        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
-    }
+    static const char *const names[2] = {"loss_pix", "loss"};
+    tu_ref_compare_log(st, log, step, names, 2);
 }
 
 /* Every parameter's gradient: 1e-3 |want| + 1e-4 max|want|. */
 static void compare_grads(duet_module *root, const duet_st *st, int step) {
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_named_parameters(root, false, &l));
-    for (size_t i = 0; i < l.count; i++) {
-        char key[256];
-        snprintf(key, sizeof key, "grad%d.%s", step, l.items[i].name);
-        duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
-        if (t->grad == NULL) fail_msg("%s: no gradient", key);
-        const double a = tu_ref_allowance(st, key);
-        tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * tu_max_abs(want));
-        duet_tensor_release(want);
-    }
     /* conv_first, 2 blocks x 2 convs, upsample1, upsample2, conv_hr,
      * conv_last: weight and bias each. */
-    assert_int_equal(l.count, 2 * (1 + 2 * 2 + 4));
-    duet_named_tensors_clear(&l);
+    assert_int_equal(tu_ref_compare_grads(root, st, step), 2 * (1 + 2 * 2 + 4));
 }
 
 static void test_basic_restorer_train_step_vs_pytorch(void **state) {

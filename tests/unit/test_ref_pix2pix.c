@@ -46,34 +46,14 @@ static duet_optimizer_set *adam_pair(duet_model *m) {
 }
 
 static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
-    const char *names[4] = {"loss_gan_d_fake", "loss_gan_d_real", "loss_gan_g", "loss_pixel"};
-    assert_int_equal(log->count, 4);
-    for (int i = 0; i < 4; i++) {
-        double v = 0;
-        if (!duet_log_vars_get(log, names[i], &v)) fail_msg("log has no %s", names[i]);
-        char key[64];
-        snprintf(key, sizeof key, "log%d.%s", step, names[i]);
-        float got = (float)v;
-        const double a = tu_ref_allowance(st, key);
-        tu_assert_ref(st, key, &got, 1, a * 1e-4, a * 1e-7);
-    }
+    static const char *const names[4] = {"loss_gan_d_fake", "loss_gan_d_real", "loss_gan_g",
+                                         "loss_pixel"};
+    tu_ref_compare_log(st, log, step, names, 4);
 }
 
 /* Every parameter's gradient: 1e-3 |want| + 1e-4 max|want|. */
 static void compare_grads(duet_module *root, const duet_st *st, int step) {
-    duet_named_tensors l = {0};
-    TU_OK(duet_module_named_parameters(root, false, &l));
-    for (size_t i = 0; i < l.count; i++) {
-        char key[256];
-        snprintf(key, sizeof key, "grad%d.%s", step, l.items[i].name);
-        duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
-        if (t->grad == NULL) fail_msg("%s: no gradient", key);
-        const double a = tu_ref_allowance(st, key);
-        tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * tu_max_abs(want));
-        duet_tensor_release(want);
-    }
-    assert_int_equal(l.count, 44);
-    duet_named_tensors_clear(&l);
+    assert_int_equal(tu_ref_compare_grads(root, st, step), 44);
 }
 
 static void pair_batch(duet_batch *b, const duet_st *st) {
