@@ -35,8 +35,8 @@ static int get_interval(duet_config *cfg, const char *path, int64_t def, int64_t
 }
 
 /* MMEditing's by_epoch flag: duet's runner counts iterations only. */
-static int check_by_epoch(duet_config *cfg, const char *group) {
-    char path[128]; /* group is one of this file's literals ("checkpoint_config") */
+int duet__run_check_by_epoch(duet_config *cfg, const char *group) {
+    char path[128]; /* group: "checkpoint_config", "log_config.hooks.[i]", ... */
     snprintf(path, sizeof path, "%s.by_epoch", group);
     bool by_epoch = false;
     DUET_TRY(duet_config_get_bool_or(cfg, path, false, &by_epoch));
@@ -51,7 +51,7 @@ static int read_lr_config(duet__run *r) {
     duet_config *cfg = r->cfg;
     r->sched = duet_lr_schedule_default();
     if (!duet_config_has(cfg, "lr_config")) return DUET_OK;
-    DUET_TRY(check_by_epoch(cfg, "lr_config"));
+    DUET_TRY(duet__run_check_by_epoch(cfg, "lr_config"));
     const char *policy = NULL;
     DUET_TRY(duet_config_get_string_or(cfg, "lr_config.policy", "Fixed", &policy));
     duet_lr_schedule *s = &r->sched;
@@ -117,7 +117,7 @@ int duet__run_read_settings(duet__run *r) {
     r->seed = (uint64_t)seed;
     DUET_TRY(duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters));
     DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
-    DUET_TRY(check_by_epoch(cfg, "checkpoint_config"));
+    DUET_TRY(duet__run_check_by_epoch(cfg, "checkpoint_config"));
     DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
     DUET_TRY(duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer", true,
                                      &r->save_optimizer));

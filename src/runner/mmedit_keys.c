@@ -62,18 +62,6 @@ static int read_log_level(duet__run *r) {
                              "or ERROR (as MMEditing's)", s);
 }
 
-/* A logger hook's by_epoch must be false (duet counts iterations). */
-static int hook_by_epoch(duet__run *r, const char *path) {
-    char key[96];
-    bool by_epoch = false;
-    snprintf(key, sizeof key, "%s.by_epoch", path);
-    DUET_TRY(duet_config_get_bool_or(r->cfg, key, false, &by_epoch));
-    if (by_epoch)
-        return duet_config_error(r->cfg, key, "by_epoch = true: duet's runner counts "
-                                 "iterations only (set it to false)");
-    return DUET_OK;
-}
-
 /* log_config.hooks: TextLoggerHook is what duet's text log does,
  * TensorboardLoggerHook writes TensorBoard events (log_dir, default
  * WORK_DIR/tf_logs, as mmcv's); both log every log_config.interval. Other
@@ -89,7 +77,7 @@ static int read_log_hooks(duet__run *r, bool notes) {
         snprintf(key, sizeof key, "%s.type", path);
         DUET_TRY(duet_config_get_string(r->cfg, key, &type));
         if (strcmp(type, "TextLoggerHook") == 0 || strcmp(type, "TensorboardLoggerHook") == 0) {
-            DUET_TRY(hook_by_epoch(r, path));
+            DUET_TRY(duet__run_check_by_epoch(r->cfg, path));
             static const char *const ignored[] = {"interval", "ignore_last", "reset_flag",
                                                   "interval_exp_name"};
             for (size_t k = 0; k < sizeof ignored / sizeof ignored[0]; k++) {

@@ -111,6 +111,9 @@ int duet__workdir_check_data(duet__run *r);
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
 int duet__run_read_settings(duet__run *r);
+/* MMEditing's `<group>.by_epoch`: true is refused (duet counts iterations),
+ * naming the key and its line. */
+int duet__run_check_by_epoch(duet_config *cfg, const char *group);
 /* mmedit_keys.c: MMEditing's run-level keys (log_level, log_config.hooks,
  * and those without effect in duet, marked used and, with notes, named on
  * rank 0 with the reason). */

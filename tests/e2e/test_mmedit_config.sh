@@ -100,6 +100,6 @@ bad() {  # name, --set, message
   grep -qF -- "$3" "$1.out" || { cat "$1.out"; fail "$1: no '$3'"; }
 }
 bad level 'log_level="LOUD"' "log_level = \"LOUD\": use DEBUG, INFO, WARNING or ERROR"
-bad epoch 'log_config.hooks.[0].by_epoch=true' "by_epoch = true: duet's runner counts iterations only"
+bad epoch 'log_config.hooks.[0].by_epoch=true' "'log_config.hooks.[0].by_epoch' = true is not supported: duet's runner is iteration-based"
 bad typo 'exp_nme="x"' "unknown key 'exp_nme'"
 echo "test_mmedit_config: ok"
