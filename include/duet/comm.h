@@ -113,6 +113,12 @@ typedef struct duet_comm_opts {
     double timeout_s; /* > 0; default DUET_TIMEOUT from the environment, else 600 */
 } duet_comm_opts;
 duet_comm_opts duet_comm_opts_default(void);
+/* DUET_TIMEOUT from the environment, the one reader of it: DUET_OK with
+ * *seconds set when it holds a number in [1, 1e9], DUET_OK with *seconds
+ * untouched when it is unset or empty, DUET_EINVAL naming the value
+ * otherwise (duet_comm_opts_default then warns and keeps its default; the
+ * runner refuses to start). */
+int duet_comm_env_timeout(double *seconds);
 /* Applies to c and to comms duplicated from it afterwards (a DDP dups its
  * comm when created: set the timeout first). DUET_EINVAL outside (0, 1e9]. */
 int duet_comm_set_opts(duet_comm *c, const duet_comm_opts *opts);

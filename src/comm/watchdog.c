@@ -14,6 +14,7 @@
  * own communicator never match the collectives or the ring's messages. */
 #include "comm/comm_internal.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -88,18 +89,27 @@ bool duet_comm_timed_out(const duet_comm *c) {
 
 /* ---- options ----------------------------------------------------------------- */
 
+int duet_comm_env_timeout(double *seconds) {
+    const char *env = getenv("DUET_TIMEOUT");
+    if (env == NULL || env[0] == '\0') return DUET_OK;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(env, &end);
+    /* Below a second, a busy machine's scheduling alone would abort healthy
+     * jobs. */
+    if (end == env || *end != '\0' || errno != 0 || !(v >= 1.0 && v <= 1e9))
+        return duet__error(DUET_EINVAL, "DUET_TIMEOUT='%s' in the environment: it must be a "
+                           "number of seconds in [1, 1e+09]", env);
+    *seconds = v;
+    return DUET_OK;
+}
+
 duet_comm_opts duet_comm_opts_default(void) {
     duet_comm_opts o;
     memset(&o, 0, sizeof o);
     o.timeout_s = DUET_COMM_DEFAULT_TIMEOUT_S;
-    const char *env = getenv("DUET_TIMEOUT");
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        double v = strtod(env, &end);
-        if (end != env && *end == '\0' && v > 0 && v <= 1e9) o.timeout_s = v;
-        else duet_log(DUET_LOG_WARN, "DUET_TIMEOUT='%s' is not a number of seconds in (0, 1e9]; "
-                      "using %g s", env, o.timeout_s);
-    }
+    if (duet_comm_env_timeout(&o.timeout_s) != DUET_OK)
+        duet_log(DUET_LOG_WARN, "%s; using %g s", duet_last_error(), o.timeout_s);
     return o;
 }
 

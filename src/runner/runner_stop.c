@@ -2,7 +2,6 @@
  * graceful stop on SIGTERM / SIGINT (as Slurm sends before it kills a job),
  * the per-iteration agreement on errors and stops, and checkpoints that no
  * rank's error path can cut short. */
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -30,17 +29,11 @@ int duet__run_set_timeout(duet__run *r) {
                                  MAX_TIMEOUT_S, DUET_COMM_DEFAULT_TIMEOUT_S);
     /* The environment overrides the config, and is checked like it: a value
      * that is not a timeout is an error, not a silent 600 s. */
-    const char *env = getenv("DUET_TIMEOUT");
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        errno = 0;
-        double v = strtod(env, &end);
-        if (end == env || *end != '\0' || errno != 0 || !(v >= MIN_TIMEOUT_S && v <= MAX_TIMEOUT_S))
-            return duet__error(DUET_ECONFIG, "DUET_TIMEOUT='%s' in the environment: it must be a "
-                               "number of seconds in [%g, %g] (it overrides dist.timeout; unset "
-                               "it to use the config's %g s)", env, MIN_TIMEOUT_S, MAX_TIMEOUT_S,
-                               t);
-        t = v;
+    if (duet_comm_env_timeout(&t) != DUET_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", duet_last_error());
+        return duet__error(DUET_ECONFIG, "%s (it overrides dist.timeout; unset it to use the "
+                           "config's %g s)", why, t);
     }
     o.timeout_s = t;
     return duet_comm_set_opts(r->comm, &o);
