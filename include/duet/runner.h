@@ -75,6 +75,11 @@ typedef struct duet_runner_opts {
      * not fatal. The CLI sets it; a library caller usually wants its own
      * handlers back (the default). */
     bool keep_signal_handlers;
+    /* train: check the config (every key, the model and wrapper build,
+     * optimizers, load_from and a --resume checkpoint, the data folders and
+     * one sample of each set, the work dir) and print what a run would do;
+     * writes nothing, not even the work dir's lock. */
+    bool dry_run;
 } duet_runner_opts;
 duet_runner_opts duet_runner_opts_default(void);
 

@@ -30,7 +30,8 @@ static const char main_usage[] =
     "`duet <command> --help` describes each one; `duet --version` prints the version.\n";
 
 static const char train_usage[] =
-    "usage: duet train CONFIG [--work-dir DIR] [--resume[=CKPT]] [--set KEY=VALUE]...\n"
+    "usage: duet train CONFIG [--work-dir DIR] [--resume[=CKPT]] [--dry-run]\n"
+    "                         [--set KEY=VALUE]...\n"
     "\n"
     "Trains the model of CONFIG (a libconfig file, see configs/) for total_iters\n"
     "iterations: logs every log_config.interval iterations (also to\n"
@@ -50,8 +51,11 @@ static const char train_usage[] =
     "                     --set model.generator.num_blocks=8 (repeatable; VALUE in\n"
     "                     libconfig syntax: 1e-4, true, \"text\", [1, 2])\n"
     "  --cfg-options KEY=VALUE ...  mmcv's spelling of --set, several at once\n"
+    "  --dry-run          check everything a run needs (every config key, the\n"
+    "                     model, optimizers, load_from, the --resume checkpoint,\n"
+    "                     one sample of each data set, the work dir), print what\n"
+    "                     the run would do, and write nothing\n"
     "  -h, --help         this text\n"
-    "\n"
     "\n"
     "Stopping and hangs (docs/reliability.md): on SIGTERM, SIGINT or SIGUSR1 every\n"
     "process stops at the next iteration boundary, a checkpoint is written and duet\n"
@@ -101,7 +105,7 @@ static const char infer_usage[] =
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
-enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8 };
+enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16 };
 
 static int usage_error(const char *usage, const char *msg, const char *arg) {
     fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
@@ -200,8 +204,10 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
                 return usage_error(usage, "--out needs a folder", "");
         } else if ((allowed & OPT_JSON) && strcmp(a, "--json") == 0) {
             *json = true;
+        } else if ((allowed & OPT_DRY_RUN) && strcmp(a, "--dry-run") == 0) {
+            o->dry_run = true;
         } else if (a[0] == '-' && a[1] != '\0') {
-            const char *known[8];
+            const char *known[10];
             size_t n = 0;
             known[n++] = "--set";
             known[n++] = "--cfg-options";
@@ -210,6 +216,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if (allowed & OPT_RESUME) known[n++] = "--resume", known[n++] = "--resume-from";
             if (allowed & OPT_OUT) known[n++] = "--out";
             if (allowed & OPT_JSON) known[n++] = "--json";
+            if (allowed & OPT_DRY_RUN) known[n++] = "--dry-run";
             return unknown_error(usage, "option", a, known, n);
         } else {
             pos[(*npos)++] = a;
@@ -269,7 +276,7 @@ static int run(const char *cmd, int argc, char **argv) {
         goto done;
     }
     if (strcmp(cmd, "train") == 0) {
-        rc = parse(argc, argv, train_usage, OPT_WORK_DIR | OPT_RESUME, &o, pos, &npos, sets,
+        rc = parse(argc, argv, train_usage, OPT_WORK_DIR | OPT_RESUME | OPT_DRY_RUN, &o, pos, &npos, sets,
                    &json);
         if (rc >= 0) goto done;
         if (npos != 1) {

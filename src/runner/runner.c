@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "runner/runner_ckpt.h"
 #include "runner/registry_data.h"
@@ -519,6 +520,7 @@ static void describe(duet__run *r, int64_t start_iter) {
 static int claim_work_dir(duet__run *r, const duet_runner_opts *o) {
     DUET_TRY(resolve_work_dir(r, o));
     DUET_TRY(duet__workdir_check_data(r));
+    if (o->dry_run) return DUET_OK; /* not even the lock file */
     struct stat st;
     if (r->rank == 0 && stat(r->work_dir, &st) == 0 && S_ISDIR(st.st_mode))
         return duet__workdir_lock(r);
@@ -571,6 +573,103 @@ static int read_resume_from(duet__run *r, duet_runner_opts *o) {
     return DUET_OK;
 }
 
+/* ---- --dry-run ------------------------------------------------------------------- */
+
+/* Sample 0 of a set through its whole pipeline: a missing pair, an
+ * unreadable image or a crop larger than the image shows now. */
+static int dry_sample(duet__run *r, const duet_dataset *ds, const char *key) {
+    duet_batch b = {0};
+    int rc = duet_dataset_get_item(ds, 0, r->seed, 0, &b);
+    if (rc != DUET_OK) return duet__error_context(rc, "%s, sample 0", key);
+    duet__str line = {0};
+    for (size_t i = 0; i < b.ntensors; i++) {
+        const duet_tensor *t = b.tensors[i].tensor;
+        duet__str_add_item(&line, ", ", "%s", b.tensors[i].name);
+        for (int d = 1; d < t->ndim; d++)
+            duet__str_addf(&line, "%s%" PRId64, d == 1 ? " " : "x", t->shape[d]);
+    }
+    const char *name = duet_dataset_name(ds, 0);
+    printf("  %s: %" PRId64 " samples; sample 0 (%s) loads: %s\n", key, duet_dataset_size(ds),
+           name != NULL ? name : "?", duet__str_get(&line));
+    duet__str_free(&line);
+    duet_batch_clear(&b);
+    return DUET_OK;
+}
+
+/* The work dir as a run would find it; writes nothing. */
+static void dry_work_dir(const duet__run *r, const duet_runner_opts *o) {
+    struct stat st;
+    if (stat(r->work_dir, &st) != 0) {
+        char *parent = duet__strdup(r->work_dir);
+        char *slash = parent != NULL ? strrchr(parent, '/') : NULL;
+        while (parent != NULL && stat(parent, &st) != 0 && slash != NULL) {
+            *slash = '\0';
+            slash = strrchr(parent, '/');
+        }
+        const char *at = parent != NULL && stat(parent, &st) == 0 ? parent : ".";
+        printf("  work dir: %s (would be created%s)\n", r->work_dir,
+               access(at, W_OK) == 0 ? "" : "; NOT WRITABLE here");
+        free(parent);
+        return;
+    }
+    int ckpts = 0;
+    DIR *d = opendir(r->work_dir);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        long long n;
+        int end = 0;
+        if (sscanf(e->d_name, "iter_%lld.safetensors%n", &n, &end) == 1 && end > 0 &&
+            e->d_name[end] == '\0')
+            ckpts++;
+    }
+    if (d != NULL) closedir(d);
+    printf("  work dir: %s (exists, %d checkpoint%s; %s%s)\n", r->work_dir, ckpts,
+           ckpts == 1 ? "" : "s",
+           o->resume ? "the run would continue there" : "a new run would be added to its logs",
+           access(r->work_dir, W_OK) == 0 ? "" : "; NOT WRITABLE");
+}
+
+/* duet train --dry-run: everything setup_train checked passed; also the
+ * resume checkpoint and one sample per set, then a summary. */
+static int dry_run(duet__run *r, const duet_runner_opts *o) {
+    if (o->resume) {
+        char *latest = o->resume_from == NULL ? resume_path(r) : NULL;
+        const char *path = o->resume_from != NULL ? o->resume_from : latest;
+        duet__ckpt_state s;
+        int rc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                              : duet__ckpt_resume(r, path, &s);
+        if (rc == DUET_OK && r->rank == 0)
+            printf("  resume: %s loads (iteration %" PRId64 ")\n", path, s.iter);
+        free(latest);
+        if (rc != DUET_OK) return duet__error_context(rc, "--resume");
+    }
+    if (r->rank != 0) return DUET_OK;
+    DUET_TRY(dry_sample(r, r->train_set, "data.train"));
+    if (r->val_set != NULL) DUET_TRY(dry_sample(r, r->val_set, r->val_key));
+    printf("  model: %s\n", duet_model_type_name(r->model));
+    duet_module *root = duet_model_module(r->model);
+    for (size_t i = 0; i < duet_module_child_count(root); i++) {
+        duet_module *c = duet_module_child_at(root, i);
+        int64_t n = duet_module_num_parameters(c, false), t = duet_module_num_parameters(c, true);
+        printf("    %s: %" PRId64 " parameters (%" PRId64 " trainable)%s\n",
+               duet_module_child_name_at(root, i), n, t,
+               duet_is_ddp(c) ? ", own DDP" : "");
+    }
+    for (size_t i = 0; i < duet_optimizer_set_count(r->opts); i++)
+        printf("    optimizer %s: lr %g\n", duet_optimizer_set_name(r->opts, i),
+               (double)duet_optimizer_base_lr(duet_optimizer_set_at(r->opts, i)));
+    printf("  iterations: %" PRId64 ", %" PRId64 " images per process (%" PRId64
+           " per iteration on %d process%s); log every %" PRId64 ", checkpoint every %" PRId64
+           ", evaluate every %" PRId64 "%s\n", r->total_iters, r->samples_per_gpu,
+           r->samples_per_gpu * r->world, r->world, r->world == 1 ? "" : "es",
+           r->log_interval, r->ckpt_interval, r->eval_interval,
+           r->eval_interval > 0 ? "" : " (never)");
+    dry_work_dir(r, o);
+    printf("duet train --dry-run: %s is ready to train; nothing was written\n", o->config);
+    fflush(stdout);
+    return DUET_OK;
+}
+
 int duet_runner_train(const duet_runner_opts *opts) {
     duet__run r;
     duet_runner_opts eff = *opts;
@@ -579,6 +678,11 @@ int duet_runner_train(const duet_runner_opts *opts) {
     if (rc == DUET_OK) rc = agree(&r, read_resume_from(&r, &eff));
     if (rc == DUET_OK) rc = agree(&r, claim_work_dir(&r, o));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
+    if (o->dry_run) {
+        if (rc == DUET_OK) rc = agree(&r, dry_run(&r, o));
+        close_run(&r);
+        return rc;
+    }
     if (rc == DUET_OK) {
         int mrc = DUET_OK;
         if (r.rank == 0) {

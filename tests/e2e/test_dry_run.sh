@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# duet train --dry-run (issue 23): a converted or edited config is checked
+# before a run and nothing is written.
+#   - a good config passes, prints the model, both data sets with their first
+#     sample's shapes and the work dir, and creates no work dir;
+#   - in an existing work dir (a finished run) --dry-run --resume loads the
+#     checkpoint and changes no file there (no lock file either);
+#   - a typo'd key, a missing data folder, a crop larger than the images, a
+#     missing resume checkpoint: each fails with its own message, and still
+#     nothing is written;
+#   - under mpiexec -n 2 it passes the same way.
+# Needs DUET_EXE (set by CTest), mpiexec and python3 (standard library only).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+e2e_begin test_dry_run
+
+e2e_pngs "$T/data/train" 3 24
+e2e_pngs "$T/data/val" 2 24
+e2e_tiny_cfg "$T/tiny.cfg" "$T/data/train" 4 1 "total_iters = 2;
+data.val = { type = \"SRFolderGTDataset\"; gt_folder = \"$T/data/val\"; scale = 4; };
+evaluation = { interval = 2; };
+checkpoint_config = { interval = 2; };
+log_config = { interval = 1000; };"
+# libconfig has no dotted keys at top level: put val inside data.
+"$PY" - "$T/tiny.cfg" <<'PY'
+import sys
+p = sys.argv[1]
+s = open(p).read()
+val = [l for l in s.splitlines() if l.startswith("data.val")][0]
+s = s.replace(val + "\n", "")
+s = s.replace("data = {\n", "data = {\n  " + val[len("data."):] + "\n", 1)
+open(p, "w").write(s)
+PY
+
+listing() { (cd "$1" && find . -printf '%p %s %T@\n' | sort); }
+
+# ---- a good config, no work dir yet ----
+"$DUET" train "$T/tiny.cfg" --work-dir "$T/w" --dry-run > "$T/ok.out" 2>&1 || fail "dry run: $(cat "$T/ok.out")"
+grep -q "is ready to train; nothing was written" "$T/ok.out" || fail "no summary: $(cat "$T/ok.out")"
+grep -q "data.train: 3 samples; sample 0 (00.png) loads: lq 3x2x2, gt 3x8x8" "$T/ok.out" || fail "train set line: $(cat "$T/ok.out")"
+grep -q "data.val: 2 samples; sample 0 (00.png) loads: lq 3x6x6, gt 3x24x24" "$T/ok.out" || fail "val set line: $(cat "$T/ok.out")"
+grep -q "generator: .* parameters" "$T/ok.out" || fail "no model line"
+grep -q "work dir: $T/w (would be created)" "$T/ok.out" || fail "work dir line: $(cat "$T/ok.out")"
+[ ! -e "$T/w" ] || fail "--dry-run made the work dir"
+
+# ---- an existing run: --resume is checked, nothing changes ----
+"$DUET" train "$T/tiny.cfg" --work-dir "$T/w" > "$T/run.out" 2>&1 || fail "run: $(cat "$T/run.out")"
+before=$(listing "$T/w")
+sleep 1
+"$DUET" train "$T/tiny.cfg" --work-dir "$T/w" --dry-run --resume > "$T/res.out" 2>&1 || fail "dry resume: $(cat "$T/res.out")"
+grep -q "resume: .*latest.safetensors loads (iteration 2)" "$T/res.out" || fail "resume line: $(cat "$T/res.out")"
+grep -q "exists, 1 checkpoint; the run would continue there" "$T/res.out" || fail "work dir line: $(cat "$T/res.out")"
+[ "$before" = "$(listing "$T/w")" ] || fail "--dry-run changed the work dir: $(diff <(echo "$before") <(listing "$T/w"))"
+
+# ---- errors: each its own message, nothing written ----
+expect_fail() { # NAME PATTERN ARGS...
+  local name=$1 pat=$2; shift 2
+  if "$DUET" train "$T/tiny.cfg" --work-dir "$T/e" --dry-run "$@" > "$T/$name.out" 2>&1; then
+    fail "$name: passed"
+  fi
+  grep -q -- "$pat" "$T/$name.out" || fail "$name: expected '$pat' in: $(cat "$T/$name.out")"
+  [ ! -e "$T/e" ] || fail "$name: the work dir was made"
+}
+expect_fail typo "unknown key 'optimizers.generator.betaz'" --set optimizers.generator.betaz=1
+expect_fail folder "cannot open image folder $T/nope" --set "data.train.gt_folder=\"$T/nope\""
+expect_fail crop "smaller than the 64 pixel crop" --set data.train.gt_patch_size=64
+expect_fail resume "cannot open" --resume="$T/missing.safetensors"
+
+# ---- two processes ----
+mpiexec --allow-run-as-root -n 2 "$DUET" train "$T/tiny.cfg" --work-dir "$T/w2" --dry-run > "$T/np2.out" 2>&1 \
+  || fail "np2: $(cat "$T/np2.out")"
+grep -q "1 images per process (2 per iteration on 2 processes)" "$T/np2.out" || fail "np2 summary: $(cat "$T/np2.out")"
+[ "$(grep -c "is ready to train" "$T/np2.out")" = 1 ] || fail "np2: the summary is not printed once"
+[ ! -e "$T/w2" ] || fail "np2: the work dir was made"
+echo "test_dry_run: ok"
