@@ -101,6 +101,10 @@ typedef struct duet_test_result {
  * and the environment variables that change them, like
  * torch.__config__.show(). DUET_EIO when f cannot be written. */
 int duet_info_print(FILE *f);
+/* `git describe --always --dirty --tags` of the source duet was built from
+ * ("unknown" outside a git checkout); in `duet --version`, `duet info` and
+ * every run's header records. */
+const char *duet_git_describe(void);
 
 /* Trains the config's model for total_iters iterations with its hooks (LR
  * schedule, logging, evaluation, checkpoints); see docs/pipeline.md. */

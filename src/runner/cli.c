@@ -339,7 +339,7 @@ int duet_cli_main(int argc, char **argv) {
         return EXIT_SUCCESS;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("duet %s\n", DUET_VERSION_STRING);
+        printf("duet %s (git %s)\n", DUET_VERSION_STRING, duet_git_describe());
         return EXIT_SUCCESS;
     }
     if (strcmp(argv[1], "info") == 0) {

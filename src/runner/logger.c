@@ -2,6 +2,7 @@
  * and log.jsonl (one JSON object per line, through jansson). */
 #include "runner/logger.h"
 #include "runner/tensorboard.h"
+#include "duet/runner.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +18,10 @@ struct duet__logger {
     char *path;    /* of log.jsonl, for error messages */
     FILE *text;    /* may be NULL */
     FILE *run_log; /* this run's text log, WORK_DIR/<start time>.log (NULL if unopened) */
+    FILE *run_json; /* mmcv's WORK_DIR/<start time>.log.json beside it (NULL if unopened) */
     duet__tb *tb;  /* TensorBoard events (log_config.hooks' TensorboardLoggerHook), or NULL */
     char run_log_name[64];
+    char run_json_name[72];
     bool progress; /* draw the bar (text is a terminal) */
     bool bar_shown; /* a bar is on the current line: clear it before text */
 };
@@ -50,7 +53,24 @@ static void open_run_log(duet__logger *lg, const char *work_dir) {
         }
         free(path);
     }
-    if (lg->run_log == NULL) lg->run_log_name[0] = '\0';
+    if (lg->run_log == NULL) {
+        lg->run_log_name[0] = '\0';
+        return;
+    }
+    /* mmcv's TextLoggerHook: <timestamp>.log.json, the JSON records of the
+     * same run (the name is free: its .log was just made new). */
+    snprintf(lg->run_json_name, sizeof lg->run_json_name, "%s.json", lg->run_log_name);
+    char *path = duet__path_join(work_dir, lg->run_json_name);
+    int fd = path != NULL ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644)
+                          : -1;
+    if (fd >= 0) lg->run_json = fdopen(fd, "w");
+    if (fd >= 0 && lg->run_json == NULL) close(fd);
+    if (lg->run_json == NULL) {
+        duet_log(DUET_LOG_WARN, "cannot create %s: %s (log.jsonl has the same records)",
+                 path != NULL ? path : lg->run_json_name, strerror(errno));
+        lg->run_json_name[0] = '\0';
+    }
+    free(path);
 }
 
 int duet__logger_open(const char *work_dir, FILE *text, duet__logger **out) {
@@ -94,6 +114,7 @@ void duet__logger_close(duet__logger *lg) {
     }
     if (lg->jsonl != NULL) fclose(lg->jsonl);
     if (lg->run_log != NULL) fclose(lg->run_log);
+    if (lg->run_json != NULL) fclose(lg->run_json);
     duet__tb_close(lg->tb);
     free(lg->path);
     free(lg);
@@ -201,6 +222,27 @@ static int write_json(duet__logger *lg, json_t *obj) {
     return DUET_OK;
 }
 
+/* mmcv's float rounding in .log.json (round(v, 5)). */
+static json_t *num5(double v) { return isfinite(v) ? json_real(round(v * 1e5) / 1e5) : json_null(); }
+
+/* One record of the run's .log.json (best effort, as mmcv's: a failed write
+ * is said once and the file dropped; log.jsonl has the same records). */
+static void write_run_json(duet__logger *lg, json_t *obj) {
+    if (lg->run_json == NULL || obj == NULL) {
+        json_decref(obj);
+        return;
+    }
+    char *s = json_dumps(obj, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+    json_decref(obj);
+    if (s == NULL || fprintf(lg->run_json, "%s\n", s) < 0 || fflush(lg->run_json) != 0) {
+        duet_log(DUET_LOG_WARN, "cannot write %s: %s (no more records there; log.jsonl "
+                 "has them)", lg->run_json_name, strerror(errno));
+        fclose(lg->run_json);
+        lg->run_json = NULL;
+    }
+    free(s);
+}
+
 int duet__logger_open_tensorboard(duet__logger *lg, const char *dir) {
     if (lg == NULL) return DUET_OK;
     DUET_TRY(duet__tb_open(dir, &lg->tb));
@@ -211,8 +253,7 @@ int duet__logger_open_tensorboard(duet__logger *lg, const char *dir) {
     return DUET_OK;
 }
 
-int duet__logger_run_start(duet__logger *lg, const char *config, int world_size,
-                           int64_t start_iter, const char *resumed_from) {
+int duet__logger_run_start(duet__logger *lg, const duet__run_header *h) {
     if (lg == NULL) return DUET_OK;
     char stamp[40];
     time_t now = time(NULL);
@@ -223,15 +264,39 @@ int duet__logger_run_start(duet__logger *lg, const char *config, int world_size,
     if (obj == NULL) return write_json(lg, NULL);
     json_object_set_new(obj, "mode", json_string("run"));
     json_object_set_new(obj, "time", json_string(stamp));
-    json_object_set_new(obj, "config", json_string(config));
-    json_object_set_new(obj, "world_size", json_integer(world_size));
-    json_object_set_new(obj, "iter", json_integer((json_int_t)start_iter));
-    json_object_set_new(obj, "resumed_from", resumed_from != NULL ? json_string(resumed_from)
-                                                                  : json_null());
+    json_object_set_new(obj, "config", json_string(h->config));
+    json_object_set_new(obj, "world_size", json_integer(h->world_size));
+    json_object_set_new(obj, "iter", json_integer((json_int_t)h->start_iter));
+    json_object_set_new(obj, "resumed_from", h->resumed_from != NULL
+                                                 ? json_string(h->resumed_from) : json_null());
+    json_object_set_new(obj, "seed", json_integer((json_int_t)h->seed));
     json_object_set_new(obj, "text_log", lg->run_log_name[0] != '\0'
                                              ? json_string(lg->run_log_name) : json_null());
+    json_object_set_new(obj, "json_log", lg->run_json_name[0] != '\0'
+                                             ? json_string(lg->run_json_name) : json_null());
     json_object_set_new(obj, "duet_version", json_string(DUET_VERSION_STRING));
-    return write_json(lg, obj);
+    json_object_set_new(obj, "git_describe", json_string(duet_git_describe()));
+    DUET_TRY(write_json(lg, obj));
+
+    /* mmcv dumps runner.meta first; MMEditing's tools/train.py fills it with
+     * exp_name, its version, seed and env_info. */
+    json_t *meta = json_object();
+    if (meta != NULL) {
+        json_object_set_new(meta, "exp_name", h->exp_name != NULL ? json_string(h->exp_name)
+                                                                  : json_null());
+        json_object_set_new(meta, "duet_version", json_string(DUET_VERSION_STRING));
+        json_object_set_new(meta, "git_describe", json_string(duet_git_describe()));
+        json_object_set_new(meta, "seed", json_integer((json_int_t)h->seed));
+        json_object_set_new(meta, "world_size", json_integer(h->world_size));
+        json_object_set_new(meta, "iter", json_integer((json_int_t)h->start_iter));
+        json_object_set_new(meta, "resumed_from", h->resumed_from != NULL
+                                                      ? json_string(h->resumed_from) : json_null());
+        json_object_set_new(meta, "config", json_string(h->config_text != NULL ? h->config_text
+                                                                                : ""));
+        json_object_set_new(meta, "env_info", json_string(h->env_info != NULL ? h->env_info : ""));
+    }
+    write_run_json(lg, meta);
+    return DUET_OK;
 }
 
 int duet__logger_train(duet__logger *lg, const duet__train_record *r) {
@@ -257,6 +322,25 @@ int duet__logger_train(duet__logger *lg, const duet__train_record *r) {
     if (r->eta >= 0) json_object_set_new(obj, "eta", num(r->eta));
     if (r->memory_mb > 0) json_object_set_new(obj, "memory", num(r->memory_mb));
     DUET_TRY(write_json(lg, obj));
+    /* mmcv's record: mode, epoch, iter, lr per optimizer, memory, then the
+     * log buffer (time, data_time, the losses), floats to 5 decimals. */
+    json_t *mm = json_object(), *mlr = json_object();
+    if (mm != NULL && mlr != NULL) {
+        json_object_set_new(mm, "mode", json_string("train"));
+        json_object_set_new(mm, "epoch", json_integer(1));
+        json_object_set_new(mm, "iter", json_integer(r->iter));
+        for (int i = 0; i < r->nlr; i++)
+            json_object_set_new(mlr, r->lr[i].name, num5(r->lr[i].value));
+        json_object_set_new(mm, "lr", mlr);
+        mlr = NULL;
+        if (r->memory_mb > 0) json_object_set_new(mm, "memory", json_integer(llround(r->memory_mb)));
+        json_object_set_new(mm, "time", num5(r->time));
+        json_object_set_new(mm, "data_time", num5(r->data_time));
+        for (int i = 0; i < r->nlosses; i++)
+            json_object_set_new(mm, r->losses[i].name, num5(r->losses[i].value));
+    }
+    json_decref(mlr);
+    write_run_json(lg, mm);
     /* mmcv's LoggerHook tags: train/<loss>, learning_rate/<optimizer>,
      * train/time, train/data_time. */
     char tag[160];
@@ -294,6 +378,15 @@ int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet_
     for (int i = 0; i < nmetrics; i++)
         json_object_set_new(obj, metrics[i].name, num(metrics[i].value));
     DUET_TRY(write_json(lg, obj));
+    json_t *mm = json_object();
+    if (mm != NULL) {
+        json_object_set_new(mm, "mode", json_string("val"));
+        json_object_set_new(mm, "epoch", json_integer(1));
+        json_object_set_new(mm, "iter", json_integer(iter));
+        for (int i = 0; i < nmetrics; i++)
+            json_object_set_new(mm, metrics[i].name, num5(metrics[i].value));
+    }
+    write_run_json(lg, mm);
     char tag[160];
     for (int i = 0; i < nmetrics; i++) {
         snprintf(tag, sizeof tag, "val/%s", metrics[i].name);

@@ -55,13 +55,27 @@ void duet__logger_set_progress(duet__logger *lg, bool enabled);
  * (mmcv's tags: train/<loss>, learning_rate/<optimizer>, train/time,
  * train/data_time, val/<metric>), from now on. */
 int duet__logger_open_tensorboard(duet__logger *lg, const char *dir);
-/* A run's first record in log.jsonl, which a work dir keeps across runs:
- * {"mode": "run", "time", "config", "world_size", "iter" (where it starts),
- * "resumed_from" (null for a new run), "text_log" (this run's
- * <YYYYmmdd_HHMMSS>.log beside it, which holds its text lines, as
- * MMEditing keeps one per run), "duet_version"}. */
-int duet__logger_run_start(duet__logger *lg, const char *config, int world_size,
-                           int64_t start_iter, const char *resumed_from);
+/* What a run's header records say. */
+typedef struct duet__run_header {
+    const char *config;       /* path of the config file */
+    const char *config_text;  /* the config as run (after --set) */
+    const char *exp_name;     /* NULL: none */
+    uint64_t seed;
+    int world_size;
+    int64_t start_iter;       /* where it starts */
+    const char *resumed_from; /* NULL for a new run */
+    const char *env_info;     /* `duet info`'s text; NULL: none */
+} duet__run_header;
+
+/* A run's first records. In log.jsonl, which a work dir keeps across runs:
+ * {"mode": "run", "time", "config", "world_size", "iter", "resumed_from"
+ * (null for a new run), "seed", "text_log" (this run's <YYYYmmdd_HHMMSS>.log
+ * beside it, which holds its text lines, as MMEditing keeps one per run),
+ * "json_log" (its <YYYYmmdd_HHMMSS>.log.json), "duet_version",
+ * "git_describe"}. In the run's own .log.json, mmcv's meta record first
+ * ({"exp_name", "duet_version", "git_describe", "seed", "world_size",
+ * "config" (the text), "env_info"}), then mmcv's TextLoggerHook records. */
+int duet__logger_run_start(duet__logger *lg, const duet__run_header *h);
 /* One training record: a text line and a {"mode": "train", ...} JSON line. */
 int duet__logger_train(duet__logger *lg, const duet__train_record *r);
 /* One evaluation record: {"mode": "val", "iter": ..., "PSNR": ..., ...}.

@@ -573,6 +573,29 @@ static int read_resume_from(duet__run *r, duet_runner_opts *o) {
     return DUET_OK;
 }
 
+/* The run's header records (rank 0's logger; a no-op elsewhere). */
+static int log_run_start(duet__run *r, const duet_runner_opts *o, int64_t start_iter,
+                         const char *resumed) {
+    if (r->log == NULL) return DUET_OK;
+    duet__run_header h = {.config = o->config, .seed = r->seed, .world_size = r->world,
+                          .start_iter = start_iter, .resumed_from = resumed};
+    char *text = NULL, *env = NULL;
+    size_t env_len = 0;
+    int rc = duet_config_get_string_or(r->cfg, "exp_name", NULL, &h.exp_name);
+    if (rc == DUET_OK) rc = duet_config_text(r->cfg, &text);
+    FILE *f = rc == DUET_OK ? open_memstream(&env, &env_len) : NULL;
+    if (f != NULL) {
+        (void)duet_info_print(f); /* best effort: the header without it is still right */
+        fclose(f);
+    }
+    h.config_text = text;
+    h.env_info = env;
+    if (rc == DUET_OK) rc = duet__logger_run_start(r->log, &h);
+    free(text);
+    free(env);
+    return rc;
+}
+
 /* ---- --dry-run ------------------------------------------------------------------- */
 
 /* Sample 0 of a set through its whole pipeline: a missing pair, an
@@ -730,8 +753,7 @@ int duet_runner_train(const duet_runner_opts *opts) {
         rc = agree(&r, lrc);
     }
     /* log.jsonl keeps every run of the work dir: each starts with a mark. */
-    if (rc == DUET_OK)
-        rc = agree(&r, duet__logger_run_start(r.log, o->config, r.world, start_iter, resumed));
+    if (rc == DUET_OK) rc = agree(&r, log_run_start(&r, o, start_iter, resumed));
     free(resumed);
     if (rc == DUET_OK) rc = agree(&r, duet__run_build_loader(&r, start));
     if (rc == DUET_OK) {

@@ -73,6 +73,25 @@ for r in runs:
     text = open(os.path.join(wd, r["text_log"])).read()
     assert "duet 0.1.0: BasicRestorer" in text, (r["text_log"], text[:200])
 assert "resumed from" in open(os.path.join(wd, runs[1]["text_log"])).read()
+# mmcv's <timestamp>.log.json beside each text log: the meta record first
+# (no "epoch", so mmcv's analyze_logs skips it), then TextLoggerHook records.
+for r in runs:
+    assert r["json_log"] == r["text_log"] + ".json", r
+    assert r["git_describe"] and r["seed"] == 1, r
+    recs = [json.loads(l) for l in open(os.path.join(wd, r["json_log"]))]
+    meta, rest = recs[0], recs[1:]
+    assert "epoch" not in meta and meta["exp_name"] == "mm_exp", meta
+    assert meta["git_describe"] == r["git_describe"] and meta["world_size"] == 1, meta
+    assert "total_iters" in meta["config"] and "duet 0.1.0" in meta["env_info"], meta
+    train = [x for x in rest if x["mode"] == "train"]
+    assert train and all(x["epoch"] == 1 and "time" in x and "data_time" in x for x in train), rest
+    assert all(isinstance(x["lr"], dict) and "generator" in x["lr"] for x in train), train
+    assert all(x["iter"] > r["iter"] for x in train), (r, train)
+    # the same values as log.jsonl's records, to mmcv's 5 decimals
+    full = {x["iter"]: x for x in map(json.loads, open(os.path.join(wd, "log.jsonl")))
+            if x["mode"] == "train"}
+    for x in train:
+        assert abs(x["loss"] - round(full[x["iter"]]["loss"], 5)) < 1e-9, (x, full[x["iter"]])
 PY_RUNS
 
 # MMEditing's command-line spellings: --cfg-options (several KEY=VALUE) and
