@@ -2,13 +2,14 @@
 # missing first (scripts/install-deps.sh says which packages before it
 # installs them): `make demo` trains the tiny SRGAN on 2 processes, `make test`
 # runs every test (see README.md), after making or reusing the cached
-# MMEditing venv of the `mmedit` tests (which `make demo` never needs). Every
+# MMEditing venv of the `mmedit` tests and the TensorBoard venv of
+# test_tensorboard (which `make demo` never needs). Every
 # other target only builds: a plain `make` never installs system packages
 # (`make deps` does, alone).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps mmedit-venv configure build test asan fuzz bench demo clean
+.PHONY: all deps mmedit-venv tensorboard-venv configure build test asan fuzz bench demo clean
 
 all: build
 
@@ -29,8 +30,16 @@ mmedit-venv:
 	  echo "make: could not make the MMEditing venv: the mmedit tests will skip"; \
 	  [ "$$CI" != true ]; }
 
+# TensorBoard's own reader for test_tensorboard (scripts/make-tensorboard-venv.sh):
+# without it that check skips, saying so; under CI it is an error.
+tensorboard-venv:
+	@bash scripts/make-tensorboard-venv.sh || { \
+	  echo "make: could not make the TensorBoard venv: test_tensorboard will not run TensorBoard's reader"; \
+	  [ "$$CI" != true ]; }
+
 test: deps
 	$(MAKE) --no-print-directory mmedit-venv
+	$(MAKE) --no-print-directory tensorboard-venv
 	$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 

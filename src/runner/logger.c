@@ -395,6 +395,34 @@ int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet_
     return DUET_OK;
 }
 
+int duet__logger_tb_image(duet__logger *lg, const char *tag, int64_t iter, const char *path) {
+    if (lg == NULL || lg->tb == NULL) return DUET_OK;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return duet__error(DUET_EIO, "cannot read %s: %s", path, strerror(errno));
+    unsigned char *bytes = NULL;
+    size_t n = 0, cap = 0;
+    int rc = DUET_OK;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            unsigned char *b = realloc(bytes, cap);
+            if (b == NULL) {
+                rc = duet__error(DUET_ENOMEM, "out of memory reading %s", path);
+                break;
+            }
+            bytes = b;
+        }
+        size_t got = fread(bytes + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    if (rc == DUET_OK && ferror(f)) rc = duet__error(DUET_EIO, "cannot read %s", path);
+    fclose(f);
+    if (rc == DUET_OK) rc = duet__tb_png(lg->tb, tag, iter, bytes, n);
+    free(bytes);
+    return rc;
+}
+
 void duet__logger_progress(duet__logger *lg, int64_t iter, int64_t max_iters, double eta) {
     if (lg == NULL || !lg->progress || lg->text == NULL || max_iters <= 0) return;
     enum { WIDTH = 30 };

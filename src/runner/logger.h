@@ -85,6 +85,9 @@ int duet__logger_train(duet__logger *lg, const duet__train_record *r);
  * iter only. */
 int duet__logger_val(duet__logger *lg, int64_t iter, int64_t images, const duet__kv *metrics,
                      int nmetrics);
+/* The PNG file at `path` (an evaluation grid) as a TensorBoard image under
+ * `tag` at `iter`, when TensorBoard events are written; else nothing. */
+int duet__logger_tb_image(duet__logger *lg, const char *tag, int64_t iter, const char *path);
 /* Redraws the progress bar at `iter` of `max_iters` (no-op off a terminal). */
 void duet__logger_progress(duet__logger *lg, int64_t iter, int64_t max_iters, double eta);
 /* A free-form text line (INFO) that first clears the progress bar. */

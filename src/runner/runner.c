@@ -376,9 +376,11 @@ static int evaluate_hook(duet__run *r, int64_t iter) {
         for (int i = 0; i < res.metrics.count; i++)
             m[i] = (duet__kv){res.metrics.names[i], res.metrics.values[i]};
         rc = duet__logger_val(r->log, iter, res.images, m, res.metrics.count);
-        if (rc == DUET_OK && grid != NULL)
+        if (rc == DUET_OK && grid != NULL) {
             duet__logger_text(r->log, "evaluation images (input | output | ground truth): %s",
                               grid);
+            rc = duet__logger_tb_image(r->log, "val/images", iter, grid);
+        }
     }
     free(grid);
     return rc;

@@ -46,21 +46,34 @@ static uint32_t masked_crc(const unsigned char *p, size_t n) {
     return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
-/* A growable byte buffer for one message; `failed` after running out of
- * its fixed room (the messages here are small and bounded). */
+/* A growable byte buffer for one message (a zeroed struct is empty; free
+ * with pbuf_free); `failed` once an allocation failed. */
 typedef struct pbuf {
-    unsigned char b[1024];
-    size_t n;
+    unsigned char *b;
+    size_t n, cap;
     bool failed;
 } pbuf;
 
 static void put(pbuf *p, const void *src, size_t n) {
-    if (p->n + n > sizeof p->b) {
-        p->failed = true;
-        return;
+    if (p->failed) return;
+    if (p->n + n > p->cap) {
+        size_t cap = p->cap ? p->cap : 256;
+        while (cap < p->n + n) cap *= 2;
+        unsigned char *b = realloc(p->b, cap);
+        if (b == NULL) {
+            p->failed = true;
+            return;
+        }
+        p->b = b;
+        p->cap = cap;
     }
     memcpy(p->b + p->n, src, n);
     p->n += n;
+}
+
+static void pbuf_free(pbuf *p) {
+    free(p->b);
+    *p = (pbuf){0};
 }
 
 static void put_varint(pbuf *p, uint64_t v) {
@@ -97,7 +110,7 @@ static void put_event_head(pbuf *p, double wall_time, int64_t step) {
 }
 
 static int write_record(duet__tb *tb, const pbuf *p) {
-    if (p->failed) return duet__error(DUET_EINVAL, "%s: an event too large to write", tb->path);
+    if (p->failed) return duet__error(DUET_ENOMEM, "%s: out of memory building an event", tb->path);
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)p->n >> (8 * i));
     uint32_t c1 = masked_crc(len, 8), c2 = masked_crc(p->b, p->n);
@@ -143,11 +156,12 @@ int duet__tb_open(const char *dir, duet__tb **out) {
         duet__tb_close(tb);
         return rc;
     }
-    pbuf p = {.n = 0};
+    pbuf p = {0};
     put_event_head(&p, wall_clock(), 0);
     static const char version[] = "brain.Event:2";
     put_bytes_field(&p, 3, version, sizeof version - 1);
     int rc = write_record(tb, &p);
+    pbuf_free(&p);
     if (rc != DUET_OK) {
         duet__tb_close(tb);
         return rc;
@@ -158,7 +172,7 @@ int duet__tb_open(const char *dir, duet__tb **out) {
 
 int duet__tb_scalar(duet__tb *tb, const char *tag, int64_t step, float value) {
     if (tb == NULL) return DUET_OK;
-    pbuf v = {.n = 0}, s = {.n = 0}, e = {.n = 0};
+    pbuf v = {0}, s = {0}, e = {0};
     put_bytes_field(&v, 1, tag, strlen(tag));
     uint32_t bits;
     memcpy(&bits, &value, 4);
@@ -168,7 +182,46 @@ int duet__tb_scalar(duet__tb *tb, const char *tag, int64_t step, float value) {
     put_event_head(&e, wall_clock(), step);
     put_bytes_field(&e, 5, s.b, s.n);
     e.failed |= v.failed || s.failed;
-    return write_record(tb, &e);
+    int rc = write_record(tb, &e);
+    pbuf_free(&v);
+    pbuf_free(&s);
+    pbuf_free(&e);
+    return rc;
+}
+
+int duet__tb_png(duet__tb *tb, const char *tag, int64_t step, const unsigned char *png,
+                 size_t n) {
+    if (tb == NULL) return DUET_OK;
+    /* Signature, then the IHDR chunk: length, "IHDR", width, height (big
+     * endian), bit depth, colour type. */
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (n < 26 || memcmp(png, sig, 8) != 0 || memcmp(png + 12, "IHDR", 4) != 0)
+        return duet__error(DUET_EFORMAT, "TensorBoard image %s: not a PNG", tag);
+    uint32_t w = (uint32_t)png[16] << 24 | (uint32_t)png[17] << 16 | (uint32_t)png[18] << 8 | png[19];
+    uint32_t h = (uint32_t)png[20] << 24 | (uint32_t)png[21] << 16 | (uint32_t)png[22] << 8 | png[23];
+    int colorspace = png[25] == 2 ? 3 : png[25] == 6 ? 4 : 1; /* RGB, RGBA, gray */
+    /* Summary.Image: height 1, width 2, colorspace 3, encoded_image_string 4;
+     * Summary.Value: tag 1, image 4. */
+    pbuf img = {0}, v = {0}, s = {0}, e = {0};
+    put_varint(&img, 1 << 3 | 0);
+    put_varint(&img, h);
+    put_varint(&img, 2 << 3 | 0);
+    put_varint(&img, w);
+    put_varint(&img, 3 << 3 | 0);
+    put_varint(&img, (uint64_t)colorspace);
+    put_bytes_field(&img, 4, png, n);
+    put_bytes_field(&v, 1, tag, strlen(tag));
+    put_bytes_field(&v, 4, img.b, img.n);
+    put_bytes_field(&s, 1, v.b, v.n);
+    put_event_head(&e, wall_clock(), step);
+    put_bytes_field(&e, 5, s.b, s.n);
+    e.failed |= img.failed || v.failed || s.failed;
+    int rc = write_record(tb, &e);
+    pbuf_free(&img);
+    pbuf_free(&v);
+    pbuf_free(&s);
+    pbuf_free(&e);
+    return rc;
 }
 
 const char *duet__tb_path(const duet__tb *tb) { return tb != NULL ? tb->path : NULL; }

@@ -22,6 +22,10 @@ int duet__tb_open(const char *dir, duet__tb **out);
 /* One scalar event (tag, step, value) with the current wall time; flushed.
  * NULL tb: nothing. */
 int duet__tb_scalar(duet__tb *tb, const char *tag, int64_t step, float value);
+/* One image event: `png` (n bytes) is a whole PNG file, RGB, whose size is
+ * read from its header; TensorBoard's Images tab shows it under `tag`.
+ * DUET_EFORMAT when the bytes are not a PNG. NULL tb: nothing. */
+int duet__tb_png(duet__tb *tb, const char *tag, int64_t step, const unsigned char *png, size_t n);
 /* The file's path (borrowed). */
 const char *duet__tb_path(const duet__tb *tb);
 void duet__tb_close(duet__tb *tb);

@@ -2,13 +2,15 @@
 # log_config.hooks' TensorboardLoggerHook (issue 23): a run writes
 # WORK_DIR/tf_logs/events.out.tfevents.* with mmcv's tags (train/<loss>,
 # learning_rate/<optimizer>, train/time, train/data_time, val/<metric>) at
-# every logged iteration, the same values as log.jsonl.
+# every logged iteration, the same values as log.jsonl, and each evaluation
+# grid (WORK_DIR/val/iter_N.png, byte for byte) as the image val/images.
 # The file is decoded here by a reader written from the format's
 # definition (TFRecord framing with masked CRC-32C, the Event / Summary /
-# Value protocol buffers), independent of duet's writer; where the
-# `tensorboard` package is importable (DUET_TB_PYTHON, default python3) its
-# own EventAccumulator must read the same scalars (checked by hand with
-# TensorBoard 2.21: a flipped CRC byte makes it drop that event).
+# Value / Image protocol buffers), independent of duet's writer; then
+# TensorBoard 2.21's own EventAccumulator (from the venv that
+# scripts/make-tensorboard-venv.sh makes, which make test runs; or
+# DUET_TB_PYTHON) must read the same scalars and images. Without that venv
+# the second check skips, saying so, except under CI, where it fails.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 e2e_begin test_tensorboard
@@ -75,6 +77,16 @@ for e in events[1:]:
     step = e[2]
     for f, v in fields(e[5]):
         val = dict(fields(v))
+        if 4 in val:  # Summary.Image: height 1, width 2, colorspace 3, encoded PNG 4
+            img = dict(fields(val[4]))
+            png = img[4]
+            assert png[:8] == b"\x89PNG\r\n\x1a\n", png[:8]
+            w, h = struct.unpack(">II", png[16:24])
+            assert (img[1], img[2], img[3]) == (h, w, 3), (img[1], img[2], img[3], h, w)
+            with open("%s/val/iter_%d.png" % (wd, step), "rb") as f:
+                assert f.read() == png, "image at %d differs from val/iter_%d.png" % (step, step)
+            got.setdefault(val[1].decode(), []).append((step, None))
+            continue
         got.setdefault(val[1].decode(), []).append((step, struct.unpack("<f", val[2])[0]))
 want = {}
 for r in map(json.loads, open(wd + "/log.jsonl")):
@@ -86,6 +98,7 @@ for r in map(json.loads, open(wd + "/log.jsonl")):
         want.setdefault("val/PSNR", []).append((r["iter"], r["PSNR"]))
 assert [s for s, _ in want["train/loss_pix"]] == [2, 4, 6], want
 assert [s for s, _ in want["val/PSNR"]] == [3, 6], want
+assert [s for s, _ in got["val/images"]] == [3, 6], got.get("val/images")
 for tag, pts in want.items():
     assert [s for s, _ in got[tag]] == [s for s, _ in pts], (tag, got[tag], pts)
     for (_, a), (_, b) in zip(got[tag], pts):
@@ -94,7 +107,11 @@ assert "train/data_time" in got and "train/loss" in got, sorted(got)
 print("test_tensorboard: %d events, tags %s, equal to log.jsonl" % (len(events), ", ".join(sorted(got))))
 PY_READ
 
-TBPY=${DUET_TB_PYTHON:-$PY}
+# TensorBoard's reader: DUET_TB_PYTHON, else the venv
+# scripts/make-tensorboard-venv.sh makes (make test makes it), else $PY.
+TBPY=${DUET_TB_PYTHON:-}
+tbvenv=${DUET_TB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/duet/tensorboard-venv}
+[ -n "$TBPY" ] || { [ -x "$tbvenv/bin/python" ] && TBPY=$tbvenv/bin/python; } || TBPY=$PY
 if "$TBPY" -c "import tensorboard.backend.event_processing.event_accumulator" 2> /dev/null; then
   "$TBPY" - "$T/w/tf_logs" <<'PY_TB' || fail "TensorBoard's own reader"
 import sys
@@ -102,9 +119,16 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 ea = EventAccumulator(sys.argv[1]); ea.Reload()
 assert [e.step for e in ea.Scalars("train/loss_pix")] == [2, 4, 6]
 assert [e.step for e in ea.Scalars("val/PSNR")] == [3, 6]
-print("test_tensorboard: TensorBoard's EventAccumulator reads the same scalars")
+imgs = ea.Images("val/images")
+assert [e.step for e in imgs] == [3, 6] and imgs[0].width > 0 and imgs[0].height > 0, imgs
+assert imgs[0].encoded_image_string[:4] == b"\x89PNG"
+print("test_tensorboard: TensorBoard's EventAccumulator reads the same scalars and the "
+      "evaluation images (%dx%d)" % (imgs[0].width, imgs[0].height))
 PY_TB
+elif [ "${CI:-}" = true ]; then
+  fail "no tensorboard package for $TBPY under CI (make test runs scripts/make-tensorboard-venv.sh)"
 else
-  echo "test_tensorboard: TensorBoard's own reader not checked: no tensorboard package for $TBPY"
+  echo "test_tensorboard: TensorBoard's own reader not checked: no tensorboard package for $TBPY" \
+       "(make it with: bash scripts/make-tensorboard-venv.sh)"
 fi
 echo "test_tensorboard: ok"
