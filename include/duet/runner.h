@@ -115,6 +115,14 @@ int duet_runner_train(const duet_runner_opts *opts);
 int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
 /* Upscales opts->images into opts->out_dir/<name>.png. */
 int duet_runner_infer(const duet_runner_opts *opts);
+/* `duet plot`: the curves of work_dir/log.jsonl (each training value and
+ * evaluation metric of the newest training and the runs that resumed it;
+ * only `keys` when nkeys > 0) drawn into out_png (NULL:
+ * work_dir/curves.png), one panel each, and a line per curve on `report`
+ * (points, iterations, value range). DUET_ENOTFOUND naming the keys there
+ * are when a key has no values, or when the log has no records yet. */
+int duet_runner_plot(const char *work_dir, const char *out_png, const char *const *keys,
+                     size_t nkeys, FILE *report);
 
 #ifdef __cplusplus
 }

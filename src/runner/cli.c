@@ -25,6 +25,7 @@ static const char main_usage[] =
     "  train   train a model from a config file\n"
     "  test    PSNR/SSIM of a checkpoint on the validation set, next to bicubic\n"
     "  infer   upscale (or translate) images with a checkpoint\n"
+    "  plot    draw a work dir's loss and metric curves into a PNG\n"
     "  info    version, CPU features, kernel path, library versions, threads\n"
     "\n"
     "`duet <command> --help` describes each one; `duet --version` prints the version.\n";
@@ -103,6 +104,19 @@ static const char infer_usage[] =
     "options:\n"
     "  --out DIR          output folder, created when missing (required)\n"
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
+    "  -h, --help         this text\n";
+
+static const char plot_usage[] =
+    "usage: duet plot WORK_DIR [--out FILE.png] [--keys KEY,KEY...]\n"
+    "\n"
+    "Draws the curves of WORK_DIR/log.jsonl into a PNG, one panel per training\n"
+    "value (losses) and evaluation metric (PSNR, SSIM, ...), against the\n"
+    "iteration: the newest training in the work dir and the runs that resumed\n"
+    "it. Prints one line per curve (points, iterations, range). No Python needed.\n"
+    "\n"
+    "options:\n"
+    "  --out FILE.png     where the picture goes (default WORK_DIR/curves.png)\n"
+    "  --keys K1,K2       only these curves, e.g. --keys loss_pix,PSNR\n"
     "  -h, --help         this text\n";
 
 enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16 };
@@ -265,6 +279,50 @@ static int finish(int rc) {
     return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+/* duet plot WORK_DIR [--out F] [--keys a,b]. */
+static int plot_cmd(int argc, char **argv) {
+    const char *dir = NULL, *out = NULL;
+    char *keys_arg = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(plot_usage, stdout);
+            return EXIT_SUCCESS;
+        } else if (is_option(a, "--out")) {
+            if ((out = option_value(argc, argv, &i, "--out")) == NULL)
+                return usage_error(plot_usage, "--out needs a file", "");
+        } else if (is_option(a, "--keys")) {
+            const char *v = option_value(argc, argv, &i, "--keys");
+            if (v == NULL || v[0] == '\0')
+                return usage_error(plot_usage, "--keys needs KEY,KEY...", "");
+            free(keys_arg);
+            keys_arg = duet__strdup(v);
+        } else if (a[0] == '-' && a[1] != '\0') {
+            static const char *const known[] = {"--out", "--keys", "--help"};
+            free(keys_arg);
+            return unknown_error(plot_usage, "option", a, known, 3);
+        } else if (dir == NULL) {
+            dir = a;
+        } else {
+            free(keys_arg);
+            return usage_error(plot_usage, "plot takes one WORK_DIR, got another: ", a);
+        }
+    }
+    if (dir == NULL) {
+        free(keys_arg);
+        return usage_error(plot_usage, "missing WORK_DIR", "");
+    }
+    const char *keys[64];
+    size_t nkeys = 0;
+    for (char *save = NULL, *k = keys_arg ? strtok_r(keys_arg, ",", &save) : NULL;
+         k != NULL && nkeys < 64; k = strtok_r(NULL, ",", &save))
+        keys[nkeys++] = k;
+    int rc = duet_runner_plot(dir, out, keys, nkeys, stdout);
+    if (rc != DUET_OK) fprintf(stderr, "duet: error: %s\n", duet_last_error());
+    free(keys_arg);
+    return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 static int run(const char *cmd, int argc, char **argv) {
     duet_runner_opts o = duet_runner_opts_default();
     const char **pos = calloc((size_t)argc + 1, sizeof *pos);
@@ -319,8 +377,8 @@ static int run(const char *cmd, int argc, char **argv) {
         o.nimages = (size_t)(npos - 2);
         rc = finish(duet_runner_infer(&o));
     } else {
-        static const char *const commands[] = {"train", "test", "infer", "info", "help"};
-        rc = unknown_error(main_usage, "command", cmd, commands, 5);
+        static const char *const commands[] = {"train", "test", "infer", "plot", "info", "help"};
+        rc = unknown_error(main_usage, "command", cmd, commands, 6);
     }
 done:
     free(pos);
@@ -346,5 +404,6 @@ int duet_cli_main(int argc, char **argv) {
         if (argc > 2) return usage_error(main_usage, "info takes no arguments", "");
         return duet_info_print(stdout) == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
     }
+    if (strcmp(argv[1], "plot") == 0) return plot_cmd(argc - 2, argv + 2);
     return run(argv[1], argc - 2, argv + 2);
 }
