@@ -161,6 +161,15 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
  * +-1/sqrt(fan_in). Params: weight (O, C, K, K), bias (O). */
 int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                               int padding, bool bias, duet_rng *rng, duet_module **out);
+/* Conv2d under torch.nn.utils.spectral_norm (mmcv's ConvModule with
+ * with_spectral_norm=True), PyTorch's names: params bias (O) and
+ * weight_orig (O, C, K, K) with Conv2d's init, buffers weight_u (O) and
+ * weight_v (C*K*K) drawn N(0, 1) and normalised. Each forward convolves
+ * with duet_spectral_norm(weight_orig), one power iteration updating
+ * weight_u/weight_v in training mode only. */
+int duet_sn_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
+                                 int padding, bool bias, float eps, duet_rng *rng,
+                                 duet_module **out);
 /* Params: weight (OUT, IN), bias (OUT). */
 int duet_linear_module_create(int in_features, int out_features, bool bias, duet_rng *rng,
                               duet_module **out);

@@ -27,6 +27,14 @@ extern "C" {
  * padding. out (N, O, (H+2p-KH)/s+1, (W+2p-KW)/s+1). im2col + SGEMM. */
 int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
                 duet_tensor **out);
+/* Spectral normalisation (torch.nn.utils.spectral_norm): w (O, ...) viewed
+ * as an (O, K) matrix, u (O) and v (K) its power iteration's vectors. With
+ * `update`, n_power_iterations steps v = normalize(W^T u), u = normalize(W v)
+ * overwrite u and v (PyTorch's training forward; no gradient flows through
+ * them); then out = w / sigma with sigma = u . (W v), differentiable in w
+ * through sigma too. normalize(x) = x / max(|x|, eps). CPU. */
+int duet_spectral_norm(duet_tensor *w, duet_tensor *u, duet_tensor *v, bool update,
+                       int n_power_iterations, float eps, duet_tensor **out);
 /* x (N, IN), w (OUT, IN), b (OUT) or NULL; out (N, OUT) = x w^T + b. */
 int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out);
 
