@@ -69,6 +69,9 @@ int duet_relu(duet_tensor *x, duet_tensor **out);
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out);
 int duet_sigmoid(duet_tensor *x, duet_tensor **out);
 int duet_tanh(duet_tensor *x, duet_tensor **out);
+/* ELU (alpha > 0): x where x > 0, else alpha * (exp(x) - 1); its backward
+ * reads the output. */
+int duet_elu(duet_tensor *x, float alpha, duet_tensor **out);
 /* a, b same shape. */
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 

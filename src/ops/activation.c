@@ -256,6 +256,38 @@ int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     return duet__op_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
 }
 
+/* ---- elu -------------------------------------------------------------------------- */
+
+static int elu_backward_node(duet_node *node) {
+    float *gx = duet_node_input_grad(node, 0);
+    const float alpha = *(const float *)node->ctx;
+    const float *g = node->output->grad, *y = node->output->data;
+    if (gx != NULL)
+        for (int64_t i = 0; i < node->output->numel; i++) gx[i] += duet__elu_grad(g[i], y[i], alpha);
+    return DUET_OK;
+}
+
+int duet_elu(duet_tensor *x, float alpha, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    duet_device dev;
+    DUET__OP_DEVICE(out, "elu", "x", &dev, x);
+    if (!(alpha > 0.0f))
+        return duet__error(DUET_EINVAL, "elu: alpha must be > 0, got %g", (double)alpha);
+    if (dev.type == DUET_DEVICE_CUDA)
+        return DUET__ON_CUDA("elu", dev, duet__cuda_act_op(DUET__ACT_ELU, x, alpha, out));
+    float *a = malloc(sizeof *a);
+    duet_tensor *y = NULL;
+    int rc = a == NULL ? duet__error(DUET_ENOMEM, "elu: out of memory")
+                       : duet_tensor_create_uninit(x->ndim, x->shape, &y);
+    if (rc != DUET_OK) {
+        free(a);
+        return rc;
+    }
+    *a = alpha;
+    for (int64_t i = 0; i < x->numel; i++) y->data[i] = duet__elu(x->data[i], alpha);
+    return duet__op_finish(y, "elu", elu_backward_node, a, free, 1, &x, out);
+}
+
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     duet_device dev;

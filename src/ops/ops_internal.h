@@ -90,7 +90,8 @@ typedef enum duet__cuda_act {
     DUET__ACT_RELU,
     DUET__ACT_LEAKY_RELU,
     DUET__ACT_SIGMOID,
-    DUET__ACT_TANH
+    DUET__ACT_TANH,
+    DUET__ACT_ELU /* slope carries alpha */
 } duet__cuda_act;
 typedef enum duet__cuda_loss {
     DUET__LOSS_L1,

@@ -69,6 +69,17 @@ static inline DUET_HD float duet__sigmoid_grad(float g, float y) { return g * y 
 
 static inline DUET_HD float duet__tanh(float x) { return tanhf(x); }
 
+/* ELU: x where x > 0, else alpha * (exp(x) - 1) (expm1 keeps small |x| exact) */
+static inline DUET_HD float duet__elu(float x, float alpha) {
+    return duet__pick(x > 0.0f, x, alpha * expm1f(x));
+}
+
+/* d ELU from the output: g where y > 0 (exactly where x > 0 for alpha > 0),
+ * else g * (y + alpha) = g * alpha * exp(x) */
+static inline DUET_HD float duet__elu_grad(float g, float y, float alpha) {
+    return duet__pick(y > 0.0f, g, g * (y + alpha));
+}
+
 /* d tanh: g * (1 - y^2), y the forward's output */
 static inline DUET_HD float duet__tanh_grad(float g, float y) { return g * (1.0f - y * y); }
 

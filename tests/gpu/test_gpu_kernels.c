@@ -67,8 +67,8 @@ static void test_activations(void **state) {
     TU_OK(duet_tensor_create_on(GPU, 1, &n, &dy));
     float *y = malloc((size_t)n * sizeof *y), *gx = malloc((size_t)n * sizeof *gx);
     const duet__cuda_act acts[] = {DUET__ACT_RELU, DUET__ACT_LEAKY_RELU, DUET__ACT_SIGMOID,
-                                   DUET__ACT_TANH};
-    for (size_t a = 0; a < 4; a++) {
+                                   DUET__ACT_TANH, DUET__ACT_ELU};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) {
         const float slope = 0.2f;
         TU_OK(duet__cuda_act_forward(0, acts[a], dy->data, dx->data, slope, n));
         to_host(dy, y);
@@ -82,6 +82,8 @@ static void test_activations(void **state) {
                 break;
             /* CUDA's expf and tanhf are within 2 ulp of glibc's. */
             case DUET__ACT_SIGMOID: if (!close_ulps(y[i], duet__sigmoid(v), 8)) bad = i; break;
+            /* slope is ELU's alpha here; CUDA's expm1f is within 2 ulp too. */
+            case DUET__ACT_ELU: if (!close_ulps(y[i], duet__elu(v, slope), 8)) bad = i; break;
             default: if (!close_ulps(y[i], duet__tanh(v), 4)) bad = i; break;
             }
         }
@@ -104,6 +106,7 @@ static void test_activations(void **state) {
                 want = duet__leaky_relu_grad(gi, x->data[i] > 0.0f, slope);
                 break;
             case DUET__ACT_SIGMOID: want = duet__sigmoid_grad(gi, y[i]); break;
+            case DUET__ACT_ELU: want = duet__elu_grad(gi, y[i], slope); break;
             default: want = duet__tanh_grad(gi, y[i]); break;
             }
             if (!same_bits(gx[i], 0.5f + want)) bad = i;

@@ -55,6 +55,8 @@ def main(outdir):
          [away_from_zero(randn(*x4))], [True], gen)
     case(out, "sigmoid", torch.sigmoid, [randn(*x4, scale=4.0)], [True], gen)
     case(out, "tanh", torch.tanh, [randn(*x4, scale=2.0)], [True], gen)
+    case(out, "elu", F.elu, [away_from_zero(randn(*x4, scale=2.0))], [True], gen)
+    case(out, "elu_a03", lambda x: F.elu(x, 0.3), [away_from_zero(randn(*x4))], [True], gen)
 
     # element-wise
     case(out, "add", torch.add, [randn(*x4), randn(*x4)], [True, True], gen)

@@ -48,6 +48,9 @@ static int op_tanh(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_tanh(in[0], out);
 }
+static int op_elu(void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_elu(in[0], *(const float *)c, out);
+}
 static int op_add(void *c, duet_tensor *const *in, duet_tensor **out) {
     (void)c;
     return duet_add(in[0], in[1], out);
@@ -119,6 +122,9 @@ static void test_activations(void **state) {
     run_case("leaky_relu", 1, op_leaky_relu, NULL, 1e-6);
     run_case("sigmoid", 1, op_sigmoid, NULL, 1e-5);
     run_case("tanh", 1, op_tanh, NULL, 1e-5);
+    float alpha = 1.0f, alpha3 = 0.3f;
+    run_case("elu", 1, op_elu, &alpha, 1e-5);
+    run_case("elu_a03", 1, op_elu, &alpha3, 1e-5);
 }
 
 static void test_elementwise(void **state) {

@@ -14,6 +14,7 @@ static const char *act_op(duet__cuda_act act) {
     case DUET__ACT_RELU: return "relu (cuda)";
     case DUET__ACT_LEAKY_RELU: return "leaky_relu (cuda)";
     case DUET__ACT_SIGMOID: return "sigmoid (cuda)";
+    case DUET__ACT_ELU: return "elu (cuda)";
     default: return "tanh (cuda)";
     }
 }

@@ -26,6 +26,7 @@ __global__ void act_forward(float *out, const float *x, duet__cuda_act act, floa
         case DUET__ACT_RELU: y = duet__relu(v); break;
         case DUET__ACT_LEAKY_RELU: y = duet__leaky_relu(v, slope); break;
         case DUET__ACT_SIGMOID: y = duet__sigmoid(v); break;
+        case DUET__ACT_ELU: y = duet__elu(v, slope); break;
         default: y = duet__tanh(v); break;
         }
         out[i] = y;
@@ -42,6 +43,7 @@ __global__ void act_backward(float *gx, const float *gout, const float *saved,
         case DUET__ACT_RELU: d = duet__leaky_relu_grad(g, s > 0.0f, 0.0f); break;
         case DUET__ACT_LEAKY_RELU: d = duet__leaky_relu_grad(g, s > 0.0f, slope); break;
         case DUET__ACT_SIGMOID: d = duet__sigmoid_grad(g, s); break;
+        case DUET__ACT_ELU: d = duet__elu_grad(g, s, slope); break;
         default: d = duet__tanh_grad(g, s); break;
         }
         gx[i] += d;
@@ -153,6 +155,7 @@ const char *act_name(duet__cuda_act act) {
     case DUET__ACT_RELU: return "relu";
     case DUET__ACT_LEAKY_RELU: return "leaky_relu";
     case DUET__ACT_SIGMOID: return "sigmoid";
+    case DUET__ACT_ELU: return "elu";
     default: return "tanh";
     }
 }
