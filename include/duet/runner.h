@@ -68,6 +68,11 @@ typedef struct duet_runner_opts {
     const char *out_dir;            /* test: optional, infer: required; created */
     const char *const *images;      /* infer: nimages PNG/JPEG files */
     size_t nimages;
+    /* infer: run the generator tile by tile (tile x tile input pixels, 0:
+     * the whole image at once) with tile_pad pixels of context around each
+     * tile (< 0: the generator's receptive radius, measured, which makes
+     * the result equal to the whole-image one); super-resolution models. */
+    int64_t tile, tile_pad;
     bool quiet;                     /* print nothing on stdout (tests) */
     /* train: leave the stop-signal handlers (SIGTERM, SIGINT, SIGUSR1) and
      * the ignored SIGPIPE in place when duet_runner_train returns, so that

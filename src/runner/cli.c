@@ -86,7 +86,8 @@ static const char test_usage[] =
     "  -h, --help         this text\n";
 
 static const char infer_usage[] =
-    "usage: duet infer CONFIG CKPT IMAGE... --out DIR [--set KEY=VALUE]...\n"
+    "usage: duet infer CONFIG CKPT IMAGE... --out DIR [--tile N [--tile-pad P]]\n"
+    "                  [--set KEY=VALUE]...\n"
     "\n"
     "Upscales each IMAGE (PNG or JPEG) with the generator of checkpoint CKPT and\n"
     "writes DIR/<name>.png. Under mpirun the images are shared out between the\n"
@@ -103,6 +104,12 @@ static const char infer_usage[] =
     "\n"
     "options:\n"
     "  --out DIR          output folder, created when missing (required)\n"
+    "  --tile N           super-resolution: run the generator on N x N input tiles\n"
+    "                     (memory bounded by a tile, not the image), with a progress\n"
+    "                     bar on a terminal\n"
+    "  --tile-pad P       input pixels of context around each tile (default: the\n"
+    "                     generator's receptive radius, measured: then the result\n"
+    "                     equals the whole-image output up to float rounding)\n"
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
@@ -119,7 +126,7 @@ static const char plot_usage[] =
     "  --keys K1,K2       only these curves, e.g. --keys loss_pix,PSNR\n"
     "  -h, --help         this text\n";
 
-enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16 };
+enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16, OPT_TILE = 32 };
 
 static int usage_error(const char *usage, const char *msg, const char *arg) {
     fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
@@ -220,8 +227,22 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             *json = true;
         } else if ((allowed & OPT_DRY_RUN) && strcmp(a, "--dry-run") == 0) {
             o->dry_run = true;
+        } else if ((allowed & OPT_TILE) && (is_option(a, "--tile") || is_option(a, "--tile-pad"))) {
+            const bool pad = is_option(a, "--tile-pad");
+            const char *name = pad ? "--tile-pad" : "--tile";
+            const char *v = option_value(argc, argv, &i, name);
+            char *end = NULL;
+            long long n = v != NULL ? strtoll(v, &end, 10) : 0;
+            if (v == NULL || end == v || *end != '\0' || n < (pad ? 0 : 1) || n > 1000000)
+                return usage_error(usage, pad ? "--tile-pad needs a number of pixels >= 0, got "
+                                              : "--tile needs a tile size >= 1, got ",
+                                   v != NULL ? v : "nothing");
+            if (pad)
+                o->tile_pad = n;
+            else
+                o->tile = n;
         } else if (a[0] == '-' && a[1] != '\0') {
-            const char *known[10];
+            const char *known[12];
             size_t n = 0;
             known[n++] = "--set";
             known[n++] = "--cfg-options";
@@ -231,6 +252,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if (allowed & OPT_OUT) known[n++] = "--out";
             if (allowed & OPT_JSON) known[n++] = "--json";
             if (allowed & OPT_DRY_RUN) known[n++] = "--dry-run";
+            if (allowed & OPT_TILE) known[n++] = "--tile", known[n++] = "--tile-pad";
             return unknown_error(usage, "option", a, known, n);
         } else {
             pos[(*npos)++] = a;
@@ -361,7 +383,7 @@ static int run(const char *cmd, int argc, char **argv) {
         if (trc == DUET_OK && res.rank == 0) print_test_result(&o, &res, json);
         rc = finish(trc);
     } else if (strcmp(cmd, "infer") == 0) {
-        rc = parse(argc, argv, infer_usage, OPT_OUT, &o, pos, &npos, sets, &json);
+        rc = parse(argc, argv, infer_usage, OPT_OUT | OPT_TILE, &o, pos, &npos, sets, &json);
         if (rc >= 0) goto done;
         if (npos < 3) {
             rc = usage_error(infer_usage, "infer takes CONFIG, CKPT and at least one IMAGE", "");
@@ -369,6 +391,10 @@ static int run(const char *cmd, int argc, char **argv) {
         }
         if (o.out_dir == NULL) {
             rc = usage_error(infer_usage, "infer needs --out DIR", "");
+            goto done;
+        }
+        if (o.tile_pad >= 0 && o.tile == 0) {
+            rc = usage_error(infer_usage, "--tile-pad needs --tile N", "");
             goto done;
         }
         o.config = pos[0];

@@ -115,8 +115,8 @@ int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *p
     return duet__error(DUET_ENOMEM, "%s: %lld x %lld pixels: the forward over the whole image "
                        "would need about %.1f GB (%.0f bytes per input pixel, measured on "
                        "%lld and %lld pixel squares), more than the %.1f GB this process may "
-                       "use: crop or downscale the image, or run it on a machine with more "
-                       "memory", path, (long long)w, (long long)h, need / 1e9, per_pixel,
+                       "use: give duet infer --tile 512 (a super-resolution model), crop or "
+                       "downscale the image, or run it on a machine with more memory", path, (long long)w, (long long)h, need / 1e9, per_pixel,
                        (long long)s1, (long long)s2, (double)avail / 1e9);
 }
 

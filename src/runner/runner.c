@@ -35,6 +35,7 @@
 duet_runner_opts duet_runner_opts_default(void) {
     duet_runner_opts o;
     memset(&o, 0, sizeof o);
+    o.tile_pad = -1; /* infer --tile: the measured receptive radius */
     return o;
 }
 
@@ -880,8 +881,16 @@ static int infer_one(duet__run *r, const char *path, const char *out_dir) {
         }
     }
     bool prev = duet_set_grad_enabled(false);
-    if (rc == DUET_OK && !translation) rc = duet__check_forward_memory(r, x, path);
-    if (rc == DUET_OK) rc = translation ? translate(r, x, &y) : duet_model_forward(r->model, x, &y);
+    if (rc == DUET_OK && translation && r->tile > 0)
+        rc = duet__error(DUET_EUNSUPPORTED, "--tile: a %s's generator normalises over the whole "
+                         "image (instance or batch statistics), so its output cannot be made "
+                         "tile by tile; run without --tile", duet_model_type_name(r->model));
+    if (rc == DUET_OK && !translation && r->tile > 0)
+        rc = duet__tiled_forward(r, x, r->tile, r->tile_pad, path, &y);
+    else if (rc == DUET_OK && !translation)
+        rc = duet__check_forward_memory(r, x, path);
+    if (rc == DUET_OK && y == NULL)
+        rc = translation ? translate(r, x, &y) : duet_model_forward(r->model, x, &y);
     duet_set_grad_enabled(prev);
     if (rc == DUET_OK && translation) rc = duet__from_signed(y, &shown);
     if (rc == DUET_OK) rc = duet__save_tensor_png(shown != NULL ? shown : y, out_dir, path);
@@ -897,6 +906,8 @@ static int infer_one(duet__run *r, const char *path, const char *out_dir) {
 int duet_runner_infer(const duet_runner_opts *o) {
     duet__run r;
     int rc = agree(&r, open_run(&r, o));
+    r.tile = o->tile;
+    r.tile_pad = o->tile_pad;
     if (rc == DUET_OK && (o->checkpoint == NULL || o->out_dir == NULL || o->nimages == 0))
         rc = agree(&r, duet__error(DUET_EINVAL, "infer needs a checkpoint, images and an "
                                                 "output folder"));

@@ -30,6 +30,10 @@ typedef struct duet__run {
     char *work_dir;  /* owned */
     uint64_t seed;
     duet_rng rng;    /* model init; saved in checkpoints */
+    /* infer --tile: the generator's receptive radius, measured once. */
+    int64_t tile, tile_pad; /* opts' */
+    int64_t tile_radius;
+    bool tile_radius_known;
 
     duet_wrapper *wrapper;    /* training: owns the model */
     duet_model *model;        /* borrowed from the wrapper, or owned (test, infer) */
@@ -124,6 +128,13 @@ int duet__run_read_mmedit_keys(duet__run *r, bool notes);
  * the limit); forwards over 32 and 64 pixel squares measure the bytes per
  * input pixel. Inputs up to 512 x 512 pass unmeasured. */
 int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *what);
+/* infer --tile (tile.c): the SR generator's output of x (1, C, H, W) made
+ * tile by tile (tile x tile input pixels, `pad` pixels of context around
+ * each; pad < 0: the receptive radius, measured), equal to the whole-image
+ * forward when pad covers the receptive radius. A progress bar on a
+ * terminal. */
+int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
+                        const char *path, duet_tensor **out);
 /* data.train (with_train) and data.val (need_val; else it is only marked
  * read) into datasets. */
 int duet__run_build_data(duet__run *r, bool with_train, bool need_val);

@@ -47,30 +47,12 @@ with open(sys.argv[1], "w") as f:
     f.write(json.dumps({"mode": "val", "iter": 100, "PSNR": 30.0}) + "\n")
 PY
 "$DUET" plot "$T/lin" --out "$T/lin.png" > "$T/lin.out" 2>&1 || fail "lin: $(cat "$T/lin.out")"
-"$PY" - "$T/lin.png" <<'PY' || fail "the picture"
-import struct, sys, zlib
-data = open(sys.argv[1], "rb").read()
-assert data[:8] == b"\x89PNG\r\n\x1a\n"
-i, idat, ihdr = 8, b"", None
-while i < len(data):
-    n, = struct.unpack(">I", data[i:i + 4]); t = data[i + 4:i + 8]; body = data[i + 8:i + 8 + n]
-    if t == b"IHDR": ihdr = struct.unpack(">IIBBBBB", body)
-    if t == b"IDAT": idat += body
-    i += 12 + n
-w, h, depth, ctype = ihdr[:4]
-assert (w, h, depth, ctype) == (960, 300, 8, 2), ihdr
-raw, stride, rows, prev = zlib.decompress(idat), w * 3, [], bytearray(w * 3)
-for y in range(h):
-    f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
-    for x in range(stride):
-        a = line[x - 3] if x >= 3 else 0; b = prev[x]; c = prev[x - 3] if x >= 3 else 0
-        if f == 1: line[x] = (line[x] + a) & 255
-        elif f == 2: line[x] = (line[x] + b) & 255
-        elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
-        elif f == 4:
-            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-            line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-    rows.append(line); prev = line
+"$PY" - "$T/lin.png" "$(dirname "$0")" <<'PY' || fail "the picture"
+import sys
+sys.path.insert(0, sys.argv[2])
+from pngio import read_png
+w, h, ch, rows = read_png(sys.argv[1])
+assert (w, h, ch) == (960, 300, 3), (w, h, ch)
 def pix(x, y): return tuple(rows[y][3 * x:3 * x + 3])
 train = [(x, y) for y in range(h) for x in range(480) if pix(x, y) == (31, 119, 180)]
 val = [(x, y) for y in range(h) for x in range(480, 960) if pix(x, y) == (214, 39, 40)]

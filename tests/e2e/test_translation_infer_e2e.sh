@@ -78,6 +78,11 @@ check() {
   done
   [ "$n" -gt 0 ] && [ "$(ls "$T/$name.test" | wc -l)" -ge "$n" ] || fail "$name: $n images"
   echo "test_translation_infer_e2e: $name: infer == duet test on $n images"
+  # --tile would change the output (the generators normalise over the image).
+  if "$DUET" infer "$cfg" "$T/$name/latest.safetensors" "$in"/*.png --out "$T/$name.tile" \
+      --tile 16 "${sets[@]}" > "$T/$name.tile.out" 2>&1; then fail "$name: --tile accepted"; fi
+  grep -q "cannot be made tile by tile; run without --tile" "$T/$name.tile.out" \
+    || { cat "$T/$name.tile.out"; fail "$name: --tile refusal"; }
 }
 PC="$ROOT/configs/pix2pix_tiny.cfg" CC="$ROOT/configs/cyclegan_tiny.cfg"
 PS=(--set "data.train.dataroot=\"$P\"" --set "data.val.dataroot=\"$P\"")
