@@ -14,6 +14,8 @@
  * field): the few fields needed do not warrant a protobuf library. */
 #include "runner/tensorboard.h"
 
+#include "runner/protobuf.h"
+
 #include "runner/runner_internal.h" /* duet__mkdirs */
 
 #include <errno.h>
@@ -46,70 +48,14 @@ static uint32_t masked_crc(const unsigned char *p, size_t n) {
     return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
-/* A growable byte buffer for one message (a zeroed struct is empty; free
- * with pbuf_free); `failed` once an allocation failed. */
-typedef struct pbuf {
-    unsigned char *b;
-    size_t n, cap;
-    bool failed;
-} pbuf;
-
-static void put(pbuf *p, const void *src, size_t n) {
-    if (p->failed) return;
-    if (p->n + n > p->cap) {
-        size_t cap = p->cap ? p->cap : 256;
-        while (cap < p->n + n) cap *= 2;
-        unsigned char *b = realloc(p->b, cap);
-        if (b == NULL) {
-            p->failed = true;
-            return;
-        }
-        p->b = b;
-        p->cap = cap;
-    }
-    memcpy(p->b + p->n, src, n);
-    p->n += n;
-}
-
-static void pbuf_free(pbuf *p) {
-    free(p->b);
-    *p = (pbuf){0};
-}
-
-static void put_varint(pbuf *p, uint64_t v) {
-    unsigned char tmp[10];
-    size_t n = 0;
-    do {
-        tmp[n++] = (unsigned char)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
-        v >>= 7;
-    } while (v != 0);
-    put(p, tmp, n);
-}
-
-static void put_le(pbuf *p, uint64_t v, size_t bytes) {
-    unsigned char tmp[8];
-    for (size_t i = 0; i < bytes; i++) tmp[i] = (unsigned char)(v >> (8 * i));
-    put(p, tmp, bytes);
-}
-
-/* Field keys: (number << 3) | wire type (0 varint, 1 fixed64, 2 bytes,
- * 5 fixed32). */
-static void put_bytes_field(pbuf *p, unsigned field, const void *src, size_t n) {
-    put_varint(p, (uint64_t)field << 3 | 2);
-    put_varint(p, n);
-    put(p, src, n);
-}
-
-static void put_event_head(pbuf *p, double wall_time, int64_t step) {
+static void put_event_head(duet__pb *p, double wall_time, int64_t step) {
     uint64_t bits;
     memcpy(&bits, &wall_time, 8);
-    put_varint(p, 1 << 3 | 1);
-    put_le(p, bits, 8);
-    put_varint(p, 2 << 3 | 0);
-    put_varint(p, (uint64_t)step);
+    duet__pb_fixed64(p, 1, bits);
+    duet__pb_uint(p, 2, (uint64_t)step);
 }
 
-static int write_record(duet__tb *tb, const pbuf *p) {
+static int write_record(duet__tb *tb, const duet__pb *p) {
     if (p->failed) return duet__error(DUET_ENOMEM, "%s: out of memory building an event", tb->path);
     unsigned char len[8];
     for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)p->n >> (8 * i));
@@ -156,12 +102,11 @@ int duet__tb_open(const char *dir, duet__tb **out) {
         duet__tb_close(tb);
         return rc;
     }
-    pbuf p = {0};
+    duet__pb p = {0};
     put_event_head(&p, wall_clock(), 0);
-    static const char version[] = "brain.Event:2";
-    put_bytes_field(&p, 3, version, sizeof version - 1);
+    duet__pb_string(&p, 3, "brain.Event:2");
     int rc = write_record(tb, &p);
-    pbuf_free(&p);
+    duet__pb_free(&p);
     if (rc != DUET_OK) {
         duet__tb_close(tb);
         return rc;
@@ -172,20 +117,16 @@ int duet__tb_open(const char *dir, duet__tb **out) {
 
 int duet__tb_scalar(duet__tb *tb, const char *tag, int64_t step, float value) {
     if (tb == NULL) return DUET_OK;
-    pbuf v = {0}, s = {0}, e = {0};
-    put_bytes_field(&v, 1, tag, strlen(tag));
-    uint32_t bits;
-    memcpy(&bits, &value, 4);
-    put_varint(&v, 2 << 3 | 5);
-    put_le(&v, bits, 4);
-    put_bytes_field(&s, 1, v.b, v.n);
+    duet__pb v = {0}, s = {0}, e = {0};
+    duet__pb_string(&v, 1, tag);
+    duet__pb_float(&v, 2, value);
+    duet__pb_message(&s, 1, &v);
     put_event_head(&e, wall_clock(), step);
-    put_bytes_field(&e, 5, s.b, s.n);
-    e.failed |= v.failed || s.failed;
+    duet__pb_message(&e, 5, &s);
     int rc = write_record(tb, &e);
-    pbuf_free(&v);
-    pbuf_free(&s);
-    pbuf_free(&e);
+    duet__pb_free(&v);
+    duet__pb_free(&s);
+    duet__pb_free(&e);
     return rc;
 }
 
@@ -202,25 +143,21 @@ int duet__tb_png(duet__tb *tb, const char *tag, int64_t step, const unsigned cha
     int colorspace = png[25] == 2 ? 3 : png[25] == 6 ? 4 : 1; /* RGB, RGBA, gray */
     /* Summary.Image: height 1, width 2, colorspace 3, encoded_image_string 4;
      * Summary.Value: tag 1, image 4. */
-    pbuf img = {0}, v = {0}, s = {0}, e = {0};
-    put_varint(&img, 1 << 3 | 0);
-    put_varint(&img, h);
-    put_varint(&img, 2 << 3 | 0);
-    put_varint(&img, w);
-    put_varint(&img, 3 << 3 | 0);
-    put_varint(&img, (uint64_t)colorspace);
-    put_bytes_field(&img, 4, png, n);
-    put_bytes_field(&v, 1, tag, strlen(tag));
-    put_bytes_field(&v, 4, img.b, img.n);
-    put_bytes_field(&s, 1, v.b, v.n);
+    duet__pb img = {0}, v = {0}, s = {0}, e = {0};
+    duet__pb_uint(&img, 1, h);
+    duet__pb_uint(&img, 2, w);
+    duet__pb_uint(&img, 3, (uint64_t)colorspace);
+    duet__pb_bytes(&img, 4, png, n);
+    duet__pb_string(&v, 1, tag);
+    duet__pb_message(&v, 4, &img);
+    duet__pb_message(&s, 1, &v);
     put_event_head(&e, wall_clock(), step);
-    put_bytes_field(&e, 5, s.b, s.n);
-    e.failed |= img.failed || v.failed || s.failed;
+    duet__pb_message(&e, 5, &s);
     int rc = write_record(tb, &e);
-    pbuf_free(&img);
-    pbuf_free(&v);
-    pbuf_free(&s);
-    pbuf_free(&e);
+    duet__pb_free(&img);
+    duet__pb_free(&v);
+    duet__pb_free(&s);
+    duet__pb_free(&e);
     return rc;
 }
 
