@@ -2,14 +2,15 @@
 # missing first (scripts/install-deps.sh says which packages before it
 # installs them): `make demo` trains the tiny SRGAN on 2 processes, `make test`
 # runs every test (see README.md), after making or reusing the cached
-# MMEditing venv of the `mmedit` tests and the TensorBoard venv of
-# test_tensorboard (which `make demo` never needs). Every
+# MMEditing venv of the `mmedit` tests and the tools venv (TensorBoard,
+# onnxruntime) of test_tensorboard and test_export_onnx (which `make demo`
+# never needs). Every
 # other target only builds: a plain `make` never installs system packages
 # (`make deps` does, alone).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps mmedit-venv tensorboard-venv configure build test asan fuzz bench demo clean
+.PHONY: all deps mmedit-venv tools-venv configure build test asan fuzz bench demo clean
 
 all: build
 
@@ -30,16 +31,17 @@ mmedit-venv:
 	  echo "make: could not make the MMEditing venv: the mmedit tests will skip"; \
 	  [ "$$CI" != true ]; }
 
-# TensorBoard's own reader for test_tensorboard (scripts/make-tensorboard-venv.sh):
-# without it that check skips, saying so; under CI it is an error.
-tensorboard-venv:
-	@bash scripts/make-tensorboard-venv.sh || { \
-	  echo "make: could not make the TensorBoard venv: test_tensorboard will not run TensorBoard's reader"; \
+# TensorBoard's reader and onnxruntime, which check duet's event files and
+# ONNX models (scripts/make-tools-venv.sh): without them those checks skip,
+# saying so; under CI that is an error.
+tools-venv:
+	@bash scripts/make-tools-venv.sh || { \
+	  echo "make: could not make the tools venv: TensorBoard's reader and onnxruntime checks will skip"; \
 	  [ "$$CI" != true ]; }
 
 test: deps
 	$(MAKE) --no-print-directory mmedit-venv
-	$(MAKE) --no-print-directory tensorboard-venv
+	$(MAKE) --no-print-directory tools-venv
 	$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 2
 

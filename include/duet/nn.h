@@ -161,6 +161,9 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
  * +-1/sqrt(fan_in). Params: weight (O, C, K, K), bias (O). */
 int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                               int padding, bool bias, duet_rng *rng, duet_module **out);
+/* A duet_conv2d_module_create module's stride and padding (for exporters);
+ * DUET_EINVAL naming the type for any other module. */
+int duet_conv2d_module_geometry(const duet_module *m, int *stride, int *padding);
 /* Conv2d under torch.nn.utils.spectral_norm (mmcv's ConvModule with
  * with_spectral_norm=True), PyTorch's names: params bias (O) and
  * weight_orig (O, C, K, K) with Conv2d's init, buffers weight_u (O) and

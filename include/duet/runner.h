@@ -120,6 +120,12 @@ int duet_runner_train(const duet_runner_opts *opts);
 int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
 /* Upscales opts->images into opts->out_dir/<name>.png. */
 int duet_runner_infer(const duet_runner_opts *opts);
+/* `duet export`: the generator of opts->checkpoint (built from
+ * opts->config; `part` names it, NULL: generator_ema when the model keeps
+ * one, else generator) written to out_path as an ONNX model (opset 17),
+ * input "input" (N, C, H, W) to "output"; a module type the exporter does
+ * not know is refused naming it. Prints a line on success. */
+int duet_runner_export(const duet_runner_opts *opts, const char *part, const char *out_path);
 /* `duet plot`: the curves of work_dir/log.jsonl (each training value and
  * evaluation metric of the newest training and the runs that resumed it;
  * only `keys` when nkeys > 0) drawn into out_png (NULL:

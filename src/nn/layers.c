@@ -91,6 +91,15 @@ static int conv_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type conv_type = {"Conv2d", conv_forward, free};
 
+int duet_conv2d_module_geometry(const duet_module *m, int *stride, int *padding) {
+    if (duet_module_get_type(m) != &conv_type)
+        return duet__error(DUET_EINVAL, "a %s is not a (plain) Conv2d", duet_module_type_name(m));
+    const conv_impl *c = duet_module_impl(m);
+    *stride = c->stride;
+    *padding = c->padding;
+    return DUET_OK;
+}
+
 int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                               int padding, bool bias, duet_rng *rng, duet_module **out) {
     *out = NULL;

@@ -25,6 +25,7 @@ static const char main_usage[] =
     "  train   train a model from a config file\n"
     "  test    PSNR/SSIM of a checkpoint on the validation set, next to bicubic\n"
     "  infer   upscale (or translate) images with a checkpoint\n"
+    "  export  write a checkpoint's generator as an ONNX model\n"
     "  plot    draw a work dir's loss and metric curves into a PNG\n"
     "  info    version, CPU features, kernel path, library versions, threads\n"
     "\n"
@@ -113,6 +114,21 @@ static const char infer_usage[] =
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
+static const char export_usage[] =
+    "usage: duet export CONFIG CKPT OUT.onnx [--part NAME] [--set KEY=VALUE]...\n"
+    "\n"
+    "Writes the generator of checkpoint CKPT (the config's model) as an ONNX\n"
+    "model (opset 17) mapping the network's input \"input\" (N, C, H, W; any\n"
+    "batch and size) to \"output\": what duet infer computes between its\n"
+    "pre- and post-processing (SR: RGB in [0, 1] in, x scale out). For\n"
+    "onnxruntime, TensorRT and the like. MSRResNet and RRDBNet generators.\n"
+    "\n"
+    "options:\n"
+    "  --part NAME        the network to write (default: generator_ema when the\n"
+    "                     checkpoint has an EMA copy, else generator)\n"
+    "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
+    "  -h, --help         this text\n";
+
 static const char plot_usage[] =
     "usage: duet plot WORK_DIR [--out FILE.png] [--keys KEY,KEY...]\n"
     "\n"
@@ -126,7 +142,8 @@ static const char plot_usage[] =
     "  --keys K1,K2       only these curves, e.g. --keys loss_pix,PSNR\n"
     "  -h, --help         this text\n";
 
-enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16, OPT_TILE = 32 };
+enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16, OPT_TILE = 32,
+       OPT_PART = 64 };
 
 static int usage_error(const char *usage, const char *msg, const char *arg) {
     fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
@@ -186,7 +203,7 @@ static bool ends_with(const char *s, const char *suffix) {
  * to go on, else the exit code (0 after --help). */
 static int parse(int argc, char **argv, const char *usage, unsigned allowed,
                  duet_runner_opts *o, const char **pos, int *npos, const char **sets,
-                 bool *json) {
+                 bool *json, const char **part) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -225,6 +242,9 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
                 return usage_error(usage, "--out needs a folder", "");
         } else if ((allowed & OPT_JSON) && strcmp(a, "--json") == 0) {
             *json = true;
+        } else if ((allowed & OPT_PART) && is_option(a, "--part")) {
+            if ((*part = option_value(argc, argv, &i, "--part")) == NULL)
+                return usage_error(usage, "--part needs a part name", "");
         } else if ((allowed & OPT_DRY_RUN) && strcmp(a, "--dry-run") == 0) {
             o->dry_run = true;
         } else if ((allowed & OPT_TILE) && (is_option(a, "--tile") || is_option(a, "--tile-pad"))) {
@@ -253,6 +273,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if (allowed & OPT_JSON) known[n++] = "--json";
             if (allowed & OPT_DRY_RUN) known[n++] = "--dry-run";
             if (allowed & OPT_TILE) known[n++] = "--tile", known[n++] = "--tile-pad";
+            if (allowed & OPT_PART) known[n++] = "--part";
             return unknown_error(usage, "option", a, known, n);
         } else {
             pos[(*npos)++] = a;
@@ -351,13 +372,14 @@ static int run(const char *cmd, int argc, char **argv) {
     const char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int npos = 0, rc = EXIT_FAILURE;
     bool json = false;
+    const char *part = NULL;
     if (pos == NULL || sets == NULL) {
         fprintf(stderr, "duet: out of memory\n");
         goto done;
     }
     if (strcmp(cmd, "train") == 0) {
         rc = parse(argc, argv, train_usage, OPT_WORK_DIR | OPT_RESUME | OPT_DRY_RUN, &o, pos, &npos, sets,
-                   &json);
+                   &json, &part);
         if (rc >= 0) goto done;
         if (npos != 1) {
             rc = usage_error(train_usage, npos ? "train takes one CONFIG" : "missing CONFIG",
@@ -368,7 +390,7 @@ static int run(const char *cmd, int argc, char **argv) {
         o.keep_signal_handlers = true; /* until the process exits */
         rc = finish(duet_runner_train(&o));
     } else if (strcmp(cmd, "test") == 0) {
-        rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets, &json);
+        rc = parse(argc, argv, test_usage, OPT_OUT | OPT_JSON, &o, pos, &npos, sets, &json, &part);
         /* stdout is the JSON object alone: the log's info lines go to stderr. */
         if (json) duet_log_set_stdout(false);
         if (rc >= 0) goto done;
@@ -383,7 +405,7 @@ static int run(const char *cmd, int argc, char **argv) {
         if (trc == DUET_OK && res.rank == 0) print_test_result(&o, &res, json);
         rc = finish(trc);
     } else if (strcmp(cmd, "infer") == 0) {
-        rc = parse(argc, argv, infer_usage, OPT_OUT | OPT_TILE, &o, pos, &npos, sets, &json);
+        rc = parse(argc, argv, infer_usage, OPT_OUT | OPT_TILE, &o, pos, &npos, sets, &json, &part);
         if (rc >= 0) goto done;
         if (npos < 3) {
             rc = usage_error(infer_usage, "infer takes CONFIG, CKPT and at least one IMAGE", "");
@@ -402,9 +424,20 @@ static int run(const char *cmd, int argc, char **argv) {
         o.images = pos + 2;
         o.nimages = (size_t)(npos - 2);
         rc = finish(duet_runner_infer(&o));
+    } else if (strcmp(cmd, "export") == 0) {
+        rc = parse(argc, argv, export_usage, OPT_PART, &o, pos, &npos, sets, &json, &part);
+        if (rc >= 0) goto done;
+        if (npos != 3) {
+            rc = usage_error(export_usage, "export takes CONFIG, CKPT and OUT.onnx", "");
+            goto done;
+        }
+        o.config = pos[0];
+        o.checkpoint = pos[1];
+        rc = finish(duet_runner_export(&o, part, pos[2]));
     } else {
-        static const char *const commands[] = {"train", "test", "infer", "plot", "info", "help"};
-        rc = unknown_error(main_usage, "command", cmd, commands, 6);
+        static const char *const commands[] = {"train", "test", "infer", "export", "plot", "info",
+                                               "help"};
+        rc = unknown_error(main_usage, "command", cmd, commands, 7);
     }
 done:
     free(pos);

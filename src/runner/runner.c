@@ -903,6 +903,47 @@ static int infer_one(duet__run *r, const char *path, const char *out_dir) {
     return rc;
 }
 
+int duet_runner_export(const duet_runner_opts *o, const char *part, const char *out_path) {
+    duet__run r;
+    int rc = agree(&r, open_run(&r, o));
+    if (rc == DUET_OK) {
+        int src = o->checkpoint == NULL || out_path == NULL
+                      ? duet__error(DUET_EINVAL, "export needs a checkpoint and an output file")
+                      : duet__run_read_test_cfg(&r);
+        if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
+        mark_training_keys(r.cfg);
+        if (src == DUET_OK) src = duet__run_read_mmedit_keys(&r, false);
+        if (duet_config_has(r.cfg, "data")) duet_config_mark_used(r.cfg, "data");
+        if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
+        duet_module *root = src == DUET_OK ? duet_model_module(r.model) : NULL;
+        if (root != NULL && part == NULL)
+            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema" : "generator";
+        /* A dotted name reaches into dict parts (generators.a). */
+        duet_module *net = root;
+        char name[256];
+        snprintf(name, sizeof name, "%s", part != NULL ? part : "");
+        for (char *save = NULL, *k = strtok_r(name, ".", &save); net != NULL && k != NULL;
+             k = strtok_r(NULL, ".", &save))
+            net = duet_module_child(net, k);
+        if (src == DUET_OK && net == NULL) {
+            duet__str have = {0};
+            for (size_t i = 0; i < duet_module_child_count(root); i++)
+                duet__str_add_item(&have, ", ", "%s", duet_module_child_name_at(root, i));
+            src = duet__error(DUET_ENOTFOUND, "export: the %s has no part '%s' (its parts: %s)",
+                              duet_model_type_name(r.model), part, duet__str_get(&have));
+            duet__str_free(&have);
+        }
+        size_t nodes = 0;
+        if (src == DUET_OK && r.rank == 0) src = duet__onnx_export(net, part, out_path, &nodes);
+        if (src == DUET_OK && r.rank == 0 && !o->quiet)
+            printf("duet export: %s of %s -> %s (ONNX opset 17, %zu nodes, input \"input\" "
+                   "(N, C, H, W), output \"output\")\n", part, o->checkpoint, out_path, nodes);
+        rc = agree(&r, src);
+    }
+    close_run(&r);
+    return rc;
+}
+
 int duet_runner_infer(const duet_runner_opts *o) {
     duet__run r;
     int rc = agree(&r, open_run(&r, o));

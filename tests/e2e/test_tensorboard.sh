@@ -8,7 +8,7 @@
 # definition (TFRecord framing with masked CRC-32C, the Event / Summary /
 # Value / Image protocol buffers), independent of duet's writer; then
 # TensorBoard 2.21's own EventAccumulator (from the venv that
-# scripts/make-tensorboard-venv.sh makes, which make test runs; or
+# scripts/make-tools-venv.sh makes, which make test runs; or
 # DUET_TB_PYTHON) must read the same scalars and images. Without that venv
 # the second check skips, saying so, except under CI, where it fails.
 set -euo pipefail
@@ -108,9 +108,9 @@ print("test_tensorboard: %d events, tags %s, equal to log.jsonl" % (len(events),
 PY_READ
 
 # TensorBoard's reader: DUET_TB_PYTHON, else the venv
-# scripts/make-tensorboard-venv.sh makes (make test makes it), else $PY.
+# scripts/make-tools-venv.sh makes (make test makes it), else $PY.
 TBPY=${DUET_TB_PYTHON:-}
-tbvenv=${DUET_TB_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/duet/tensorboard-venv}
+tbvenv=${DUET_TOOLS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/duet/tools-venv}
 [ -n "$TBPY" ] || { [ -x "$tbvenv/bin/python" ] && TBPY=$tbvenv/bin/python; } || TBPY=$PY
 if "$TBPY" -c "import tensorboard.backend.event_processing.event_accumulator" 2> /dev/null; then
   "$TBPY" - "$T/w/tf_logs" <<'PY_TB' || fail "TensorBoard's own reader"
@@ -126,9 +126,9 @@ print("test_tensorboard: TensorBoard's EventAccumulator reads the same scalars a
       "evaluation images (%dx%d)" % (imgs[0].width, imgs[0].height))
 PY_TB
 elif [ "${CI:-}" = true ]; then
-  fail "no tensorboard package for $TBPY under CI (make test runs scripts/make-tensorboard-venv.sh)"
+  fail "no tensorboard package for $TBPY under CI (make test runs scripts/make-tools-venv.sh)"
 else
   echo "test_tensorboard: TensorBoard's own reader not checked: no tensorboard package for $TBPY" \
-       "(make it with: bash scripts/make-tensorboard-venv.sh)"
+       "(make it with: bash scripts/make-tools-venv.sh)"
 fi
 echo "test_tensorboard: ok"
