@@ -74,6 +74,38 @@ int duet_image_decode(const void *bytes, size_t nbytes, const char *name, duet_i
  * removes only that temporary file: whatever was at `path` stays as it was.
  * A symlink at `path` is replaced by the file, its target is never written. */
 int duet_image_save_png(const duet_image *img, const char *path);
+/* The same with zlib compression `level` (0 fastest .. 9 smallest; -1
+ * libpng's default), as OpenCV's IMWRITE_PNG_COMPRESSION. */
+int duet_image_save_png_level(const duet_image *img, const char *path, int level);
+
+/* ---- data preparation ------------------------------------------------------
+ * MMEditing's DIV2K preparation (tools/data/super-resolution/div2k/
+ * preprocess_div2k_dataset.py, extract_subimages): every image of a folder
+ * cut into crop_size squares with a sliding window of `step`, plus a last
+ * row/column flush with the border when more than thresh_size pixels would
+ * be left over; image "0001x4.png" gives "0001_s001.png", "0001_s002.png",
+ * ... (row by row; "x2", "x3", "x4", "x8" dropped from the name) in
+ * save_dir, PNG at compression_level. Images smaller than a crop give none
+ * (counted in *skipped). `threads` images at once (<= 0: the cores). A
+ * PNG-only tool, as the script is for DIV2K. */
+typedef struct duet_subimage_opts {
+    int64_t crop_size, step, thresh_size;
+    int compression_level;
+    int threads;
+    /* Called after each image (from one thread at a time), may be NULL. */
+    void (*progress)(void *ctx, int64_t done, int64_t total);
+    void *progress_ctx;
+} duet_subimage_opts;
+typedef struct duet_subimage_stats {
+    int64_t images, subimages, skipped;
+} duet_subimage_stats;
+/* save_dir must not exist yet (as the script, which exits): it is made. */
+int duet_extract_subimages(const char *input_dir, const char *save_dir,
+                           const duet_subimage_opts *o, duet_subimage_stats *stats);
+/* MMEditing's annotation file of a folder of images: one line per PNG,
+ * sorted by name, "0001_s001.png (480,480,3)" (its height, width, 3),
+ * written to `path` (a new file, renamed into place). */
+int duet_write_annotation(const char *dir, const char *path, int64_t *count);
 
 /* ---- decompression bombs ------------------------------------------------------
  * A small file can declare a huge image (a 1 MB PNG of 20000x20000 decodes to
@@ -171,6 +203,16 @@ typedef struct duet_sr_dataset_opts {
     /* Images larger than this many pixels are refused before decoding (see
      * "decompression bombs"); 0: no limit. Default DUET_IMAGE_MAX_PIXELS_DEFAULT. */
     int64_t max_pixels;
+    /* MMEditing's SRAnnotationDataset: when set, the images are the lines of
+     * this file ("0001_s001.png (480,480,3)": the name up to the first
+     * space, relative to gt_dir, in the file's order) instead of gt_dir's
+     * listing; the LQ of GT "dir/b.ext" is lq_dir/<filename_tmpl with {}
+     * replaced by b>.ext. Blank lines are skipped; a line without a name,
+     * or a missing file, is an error naming the file and line. */
+    const char *ann_file;
+    /* The LQ file of GT "b.ext" is lq_dir/<filename_tmpl with {} = b>.ext
+     * (annotated or paired folders; MMEditing's "{}x4" style). NULL: "{}". */
+    const char *filename_tmpl;
 } duet_sr_dataset_opts;
 
 /* The largest SR factor datasets and configs accept. */

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 
+#include "duet/data.h"
 #include "duet/models.h"
 
 #ifdef __cplusplus
@@ -126,6 +127,13 @@ int duet_runner_infer(const duet_runner_opts *opts);
  * input "input" (N, C, H, W) to "output"; a module type the exporter does
  * not know is refused naming it. Prints a line on success. */
 int duet_runner_export(const duet_runner_opts *opts, const char *part, const char *out_path);
+/* `duet prepare div2k ROOT`: MMEditing's DIV2K preparation under ROOT
+ * (DIV2K_train_HR and DIV2K_train_LR_bicubic/X<s> for each of `scales` in,
+ * DIV2K_train_HR_sub, DIV2K_train_LR_bicubic/X<s>_sub with crop, step and
+ * thresh divided by s, and meta_info_DIV2K800sub_GT.txt out), a line per
+ * folder on `report`. An output folder that exists is an error. */
+int duet_runner_prepare_div2k(const char *root, const int *scales, int nscales,
+                              const duet_subimage_opts *o, FILE *report);
 /* `duet plot`: the curves of work_dir/log.jsonl (each training value and
  * evaluation metric of the newest training and the runs that resumed it;
  * only `keys` when nkeys > 0) drawn into out_png (NULL:

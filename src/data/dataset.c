@@ -3,6 +3,7 @@
  * the repeat wrapper. After creation a dataset is read-only, so
  * duet_dataset_get may run on several threads at once. */
 #include "duet/data.h"
+#include "data/data_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -29,6 +30,7 @@ struct duet_dataset {
     duet_sr_dataset_opts opts; /* gt_dir / lq_dir point at the copies below */
     char *gt_dir;
     char *lq_dir;
+    char *ann_file;
     sr_item *items;
     /* repeat */
     duet_dataset *inner;
@@ -74,13 +76,13 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void free_names(char **names, int64_t n) {
+void duet__free_names(char **names, int64_t n) {
     for (int64_t i = 0; i < n; i++) free(names[i]);
     free(names);
 }
 
 /* Image file names (regular files) of `dir`, sorted by strcmp. */
-static int list_images(const char *dir, char ***out, int64_t *count) {
+int duet__list_images(const char *dir, char ***out, int64_t *count) {
     *out = NULL;
     *count = 0;
     DIR *d = opendir(dir);
@@ -113,7 +115,7 @@ static int list_images(const char *dir, char ***out, int64_t *count) {
     }
     closedir(d);
     if (rc != DUET_OK) {
-        free_names(names, n);
+        duet__free_names(names, n);
         return rc;
     }
     if (n == 0) {
@@ -124,6 +126,75 @@ static int list_images(const char *dir, char ***out, int64_t *count) {
     *out = names;
     *count = n;
     return DUET_OK;
+}
+
+/* The GT names of an annotation file: each non-blank line's text up to its
+ * first space (MMEditing's line.split(' ')[0]), in the file's order. */
+static int read_annotation(const char *path, char ***out, int64_t *count) {
+    *out = NULL;
+    *count = 0;
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return duet__error(errno == ENOENT ? DUET_ENOTFOUND : DUET_EIO,
+                           "cannot open annotation file %s: %s", path, strerror(errno));
+    char **names = NULL, *line = NULL;
+    size_t lcap = 0;
+    int64_t n = 0, cap = 0, lineno = 0;
+    int rc = DUET_OK;
+    ssize_t len;
+    while (rc == DUET_OK && (len = getline(&line, &lcap, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (strspn(line, " \t") == (size_t)len) continue; /* blank */
+        size_t nl = strcspn(line, " ");
+        if (nl == 0 || memchr(line, '\0', (size_t)len) != NULL) {
+            rc = duet__error(DUET_EFORMAT, "%s:%lld: no image name at the start of the line "
+                             "(want \"name.png (h,w,c)\")", path, (long long)lineno);
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            char **bigger = realloc(names, sizeof(char *) * (size_t)cap);
+            if (bigger == NULL) {
+                rc = duet__error(DUET_ENOMEM, "reading %s: out of memory", path);
+                break;
+            }
+            names = bigger;
+        }
+        names[n] = strndup(line, nl);
+        if (names[n] == NULL) rc = duet__error(DUET_ENOMEM, "reading %s: out of memory", path);
+        else n++;
+    }
+    if (rc == DUET_OK && ferror(f)) rc = duet__error(DUET_EIO, "cannot read %s", path);
+    free(line);
+    fclose(f);
+    if (rc == DUET_OK && n == 0)
+        rc = duet__error(DUET_ENOTFOUND, "annotation file %s lists no images", path);
+    if (rc != DUET_OK) {
+        duet__free_names(names, n);
+        return rc;
+    }
+    *out = names;
+    *count = n;
+    return DUET_OK;
+}
+
+/* lq_dir/<tmpl with {} = GT name's basename without extension><extension>
+ * (MMEditing's filename_tmpl). */
+static char *annotated_lq_path(const char *lq_dir, const char *gt_name, const char *tmpl) {
+    const char *base = strrchr(gt_name, '/');
+    base = base != NULL ? base + 1 : gt_name;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot != NULL && dot != base ? (size_t)(dot - base) : strlen(base);
+    const char *ext = base + stem;
+    const char *brace = strstr(tmpl, "{}");
+    char *name = brace != NULL
+                     ? duet__strf("%.*s%.*s%s%s", (int)(brace - tmpl), tmpl, (int)stem, base,
+                                  brace + 2, ext)
+                     : duet__strf("%s%s", tmpl, ext);
+    char *path = name != NULL ? duet__path_join(lq_dir, name) : NULL;
+    free(name);
+    return path;
 }
 
 /* ---- creation ------------------------------------------------------------- */
@@ -193,22 +264,32 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum 
     ds->opts = *opts;
     ds->gt_dir = strdup(opts->gt_dir);
     ds->lq_dir = opts->lq_dir ? strdup(opts->lq_dir) : NULL;
+    ds->ann_file = opts->ann_file ? strdup(opts->ann_file) : NULL;
     ds->opts.gt_dir = ds->gt_dir;
     ds->opts.lq_dir = ds->lq_dir;
-    if (ds->gt_dir == NULL || (opts->lq_dir && ds->lq_dir == NULL)) {
+    ds->opts.ann_file = ds->ann_file;
+    ds->opts.filename_tmpl = NULL; /* used below only, not kept */
+    if (ds->gt_dir == NULL || (opts->lq_dir && ds->lq_dir == NULL) ||
+        (opts->ann_file && ds->ann_file == NULL)) {
         duet_dataset_destroy(ds);
         return duet__error(DUET_ENOMEM, "%s: out of memory", what);
     }
+    if (opts->ann_file != NULL && opts->lq_dir == NULL) {
+        duet_dataset_destroy(ds);
+        return duet__error(DUET_EINVAL, "%s: an annotation file (%s) needs an LQ folder, as "
+                           "MMEditing's SRAnnotationDataset", what, opts->ann_file);
+    }
     char **names = NULL;
     int64_t n = 0;
-    int rc = list_images(ds->gt_dir, &names, &n);
+    int rc = opts->ann_file != NULL ? read_annotation(opts->ann_file, &names, &n)
+                                    : duet__list_images(ds->gt_dir, &names, &n);
     if (rc != DUET_OK) {
         duet_dataset_destroy(ds);
         return duet__error_context(rc, "%s", what);
     }
     ds->items = calloc((size_t)n, sizeof(sr_item));
     if (ds->items == NULL) {
-        free_names(names, n);
+        duet__free_names(names, n);
         duet_dataset_destroy(ds);
         return duet__error(DUET_ENOMEM, "%s: out of memory", what);
     }
@@ -218,15 +299,24 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum 
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
         sr_item *it = &ds->items[i];
         it->gt_path = duet__path_join(ds->gt_dir, it->name);
-        if (ds->lq_dir) it->lq_path = duet__path_join(ds->lq_dir, it->name);
+        if (ds->lq_dir != NULL)
+            it->lq_path = opts->ann_file != NULL || opts->filename_tmpl != NULL
+                              ? annotated_lq_path(ds->lq_dir, it->name,
+                                                  opts->filename_tmpl ? opts->filename_tmpl : "{}")
+                              : duet__path_join(ds->lq_dir, it->name);
         if (it->gt_path == NULL || (ds->lq_dir && it->lq_path == NULL)) {
             rc = duet__error(DUET_ENOMEM, "%s: out of memory", what);
             break;
         }
         struct stat sb;
-        if (it->lq_path && stat(it->lq_path, &sb) != 0)
-            rc = duet__error(DUET_ENOTFOUND, "%s: %s has no LQ image %s (paired folders need "
-                             "the same file names)", what, it->gt_path, it->lq_path);
+        if (opts->ann_file != NULL && stat(it->gt_path, &sb) != 0)
+            rc = duet__error(DUET_ENOTFOUND, "%s: %s, entry %lld, names %s, which is missing", what,
+                             opts->ann_file, (long long)(i + 1), it->gt_path);
+        else if (it->lq_path && stat(it->lq_path, &sb) != 0)
+            rc = duet__error(DUET_ENOTFOUND, "%s: %s has no LQ image %s (%s)", what, it->gt_path,
+                             it->lq_path, opts->ann_file != NULL
+                                              ? "the LQ name is filename_tmpl's"
+                                              : "paired folders need the same file names");
         else if (!opts->lazy)
             rc = load_item(ds, it, &it->gt, &it->lq);
     }
@@ -289,6 +379,7 @@ void duet_dataset_destroy(duet_dataset *ds) {
     free(ds->items);
     free(ds->gt_dir);
     free(ds->lq_dir);
+    free(ds->ann_file);
     duet_dataset_destroy(ds->inner);
     if (ds->kind == DS_CUSTOM && ds->ops->destroy != NULL) ds->ops->destroy(ds->impl);
     free(ds);

@@ -388,6 +388,13 @@ static int open_temp_beside(const char *path, char *tmp, size_t size, FILE **out
 }
 
 int duet_image_save_png(const duet_image *img, const char *path) {
+    return duet_image_save_png_level(img, path, -1);
+}
+
+int duet_image_save_png_level(const duet_image *img, const char *path, int level) {
+    if (level < -1 || level > 9)
+        return duet__error(DUET_EINVAL, "%s: PNG compression level %d is not in [0, 9]", path,
+                           level);
     if (img == NULL || img->data == NULL || (img->channels != 1 && img->channels != 3))
         return duet__error(DUET_EINVAL, "%s: can only save 1- or 3-channel images", path);
     char tmp[4096];
@@ -411,6 +418,7 @@ int duet_image_save_png(const duet_image *img, const char *path) {
         return duet__error(DUET_EIO, "cannot write %s: %s", path, err.msg);
     }
     png_init_io(png, f);
+    if (level >= 0) png_set_compression_level(png, level);
     png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8,
                  img->channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
                  PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);

@@ -27,6 +27,7 @@ static const char main_usage[] =
     "  infer   upscale (or translate) images with a checkpoint\n"
     "  export  write a checkpoint's generator as an ONNX model\n"
     "  plot    draw a work dir's loss and metric curves into a PNG\n"
+    "  prepare make DIV2K's sub-images and annotation file (docs/div2k.md)\n"
     "  info    version, CPU features, kernel path, library versions, threads\n"
     "\n"
     "`duet <command> --help` describes each one; `duet --version` prints the version.\n";
@@ -322,6 +323,76 @@ static int finish(int rc) {
     return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+static const char prepare_usage[] =
+    "usage: duet prepare div2k DATA_ROOT [--scales 2,3,4] [--crop-size 480] [--step 240]\n"
+    "                          [--thresh-size 0] [--compression-level 3] [--threads N]\n"
+    "\n"
+    "MMEditing's DIV2K preparation (tools/data/super-resolution/div2k/\n"
+    "preprocess_div2k_dataset.py): cuts DATA_ROOT/DIV2K_train_HR and\n"
+    "DATA_ROOT/DIV2K_train_LR_bicubic/X<s> into overlapping sub-images\n"
+    "(DIV2K_train_HR_sub, DIV2K_train_LR_bicubic/X<s>_sub; 0001_s001.png, ...)\n"
+    "with crop size, step and threshold divided by s for the LR folders, and\n"
+    "writes DATA_ROOT/meta_info_DIV2K800sub_GT.txt, the annotation file of\n"
+    "MMEditing's SRAnnotationDataset. See docs/div2k.md.\n"
+    "\n"
+    "options (MMEditing's defaults):\n"
+    "  --scales 2,3,4          the LR folders to cut\n"
+    "  --crop-size 480         sub-image side in HR pixels\n"
+    "  --step 240              sliding window step\n"
+    "  --thresh-size 0         a last row/column is added when more is left over\n"
+    "  --compression-level 3   PNG compression (0..9)\n"
+    "  --threads N             images at once (default: the cores)\n";
+
+static int prepare_cmd(int argc, char **argv) {
+    if (argc >= 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
+        fputs(prepare_usage, stdout);
+        return EXIT_SUCCESS;
+    }
+    if (argc < 2 || strcmp(argv[0], "div2k") != 0)
+        return usage_error(prepare_usage, "give: prepare div2k DATA_ROOT", "");
+    const char *root = argv[1];
+    int scales[8] = {2, 3, 4}, nscales = 3;
+    duet_subimage_opts o = {.crop_size = 480, .step = 240, .thresh_size = 0,
+                            .compression_level = 3, .threads = 0};
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        static const char *const known[] = {"--scales", "--crop-size", "--step", "--thresh-size",
+                                            "--compression-level", "--threads"};
+        int which = -1;
+        for (int k = 0; k < 6; k++)
+            if (is_option(a, known[k])) which = k;
+        if (which < 0) return unknown_error(prepare_usage, "option", a, known, 6);
+        const char *v = option_value(argc, argv, &i, known[which]);
+        if (v == NULL) return usage_error(prepare_usage, "missing value for ", known[which]);
+        if (which == 0) {
+            nscales = 0;
+            char buf[64];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t != NULL;
+                 t = strtok_r(NULL, ",", &save)) {
+                char *end = NULL;
+                long s = strtol(t, &end, 10);
+                if (*end != '\0' || s < 1 || s > 8 || nscales == 8)
+                    return usage_error(prepare_usage, "--scales wants factors 1..8 like 2,3,4, got ", v);
+                scales[nscales++] = (int)s;
+            }
+            continue;
+        }
+        char *end = NULL;
+        long long n = strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || n < 0 || n > 1000000)
+            return usage_error(prepare_usage, "not a number: ", v);
+        if (which == 1) o.crop_size = n;
+        if (which == 2) o.step = n;
+        if (which == 3) o.thresh_size = n;
+        if (which == 4) o.compression_level = (int)n;
+        if (which == 5) o.threads = (int)n;
+    }
+    int rc = duet_runner_prepare_div2k(root, scales, nscales, &o, stdout);
+    if (rc != DUET_OK) fprintf(stderr, "duet: error: %s\n", duet_last_error());
+    return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 /* duet plot WORK_DIR [--out F] [--keys a,b]. */
 static int plot_cmd(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
@@ -435,9 +506,9 @@ static int run(const char *cmd, int argc, char **argv) {
         o.checkpoint = pos[1];
         rc = finish(duet_runner_export(&o, part, pos[2]));
     } else {
-        static const char *const commands[] = {"train", "test", "infer", "export", "plot", "info",
-                                               "help"};
-        rc = unknown_error(main_usage, "command", cmd, commands, 7);
+        static const char *const commands[] = {"train", "test",    "infer", "export",
+                                               "plot",  "prepare", "info",  "help"};
+        rc = unknown_error(main_usage, "command", cmd, commands, 8);
     }
 done:
     free(pos);
@@ -464,5 +535,6 @@ int duet_cli_main(int argc, char **argv) {
         return duet_info_print(stdout) == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
     }
     if (strcmp(argv[1], "plot") == 0) return plot_cmd(argc - 2, argv + 2);
+    if (strcmp(argv[1], "prepare") == 0) return prepare_cmd(argc - 2, argv + 2);
     return run(argv[1], argc - 2, argv + 2);
 }

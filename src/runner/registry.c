@@ -304,43 +304,6 @@ int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_mod
 
 /* ---- datasets --------------------------------------------------------------------- */
 
-/* MMEditing's SRFolderGTDataset (GT folder, LQ by bicubic) and SRFolderDataset
- * (paired folders). Training sets read the crop and flip settings of the
- * pipeline as flat keys. */
-static int build_sr_dataset(duet_config *d, const char *path, bool train, bool paired,
-                            duet_dataset **out) {
-    (void)path; /* the config view's keys carry it in their messages */
-    duet_sr_dataset_opts o = duet_sr_dataset_options_default();
-    int64_t scale = 4, gt_size = o.gt_size;
-    DUET_TRY(duet_config_get_string(d, "gt_folder", &o.gt_dir));
-    if (paired) DUET_TRY(duet_config_get_string(d, "lq_folder", &o.lq_dir));
-    DUET_TRY(duet_config_get_int_in_or(d, "scale", 4, 1, DUET_MAX_SCALE, &scale));
-    DUET_TRY(duet_config_get_bool_or(d, "lazy", false, &o.lazy));
-    int64_t max_pixels = DUET_IMAGE_MAX_PIXELS_DEFAULT;
-    DUET_TRY(duet_config_get_int_in_or(d, "max_image_pixels", DUET_IMAGE_MAX_PIXELS_DEFAULT, 0,
-                                       INT64_MAX, &max_pixels));
-    DUET_TRY(duet_image_pixel_limit(max_pixels, &o.max_pixels));
-    if (train) {
-        DUET_TRY(duet_config_get_int_in_or(d, "gt_patch_size", o.gt_size, 1, (int64_t)1 << 24,
-                                           &gt_size));
-        DUET_TRY(duet_config_get_bool_or(d, "use_hflip", true, &o.use_hflip));
-        DUET_TRY(duet_config_get_bool_or(d, "use_vflip", true, &o.use_vflip));
-        DUET_TRY(duet_config_get_bool_or(d, "use_transpose", true, &o.use_transpose));
-    }
-    o.scale = (int)scale;
-    o.gt_size = gt_size;
-    return train ? duet_sr_train_dataset_create(&o, out) : duet_sr_val_dataset_create(&o, out);
-}
-
-static int build_sr_folder_gt(duet_config *d, const char *path, bool train,
-                              duet_dataset **out) {
-    return build_sr_dataset(d, path, train, false, out);
-}
-
-static int build_sr_folder(duet_config *d, const char *path, bool train, duet_dataset **out) {
-    return build_sr_dataset(d, path, train, true, out);
-}
-
 int duet_build_dataset(duet_config *cfg, const char *path, bool train, duet_dataset **out) {
     *out = NULL;
     duet_config *d = NULL;
@@ -377,8 +340,10 @@ static void register_builtins(void) {
         if (first_model_row(type) == &duet__model_rows[i])
             register_one(duet_registry_register_model(type, build_model_row));
     }
-    register_one(duet_registry_register_dataset("SRFolderGTDataset", build_sr_folder_gt));
-    register_one(duet_registry_register_dataset("SRFolderDataset", build_sr_folder));
+    register_one(duet_registry_register_dataset("SRFolderGTDataset", duet__build_sr_folder_gt));
+    register_one(duet_registry_register_dataset("SRFolderDataset", duet__build_sr_folder));
+    register_one(duet_registry_register_dataset("SRAnnotationDataset", duet__build_sr_annotation));
+    register_one(duet_registry_register_dataset("RepeatDataset", duet__build_repeat));
     register_one(duet_registry_register_dataset("GenerationPairedDataset",
                                                 duet__build_generation_paired));
     register_one(duet_registry_register_dataset("GenerationUnpairedDataset",

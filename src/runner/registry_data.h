@@ -1,5 +1,6 @@
-/* The registry's builders for MMEditing's translation datasets
- * (registry_data.c), called by duet_build_dataset. */
+/* The registry's builders for MMEditing's datasets, called by
+ * duet_build_dataset: translation (registry_data.c) and super-resolution
+ * (registry_sr.c). */
 #ifndef DUET_REGISTRY_DATA_H
 #define DUET_REGISTRY_DATA_H
 
@@ -11,6 +12,16 @@ int duet__build_generation_paired(duet_config *d, const char *path, bool train,
                                   duet_dataset **out);
 int duet__build_generation_unpaired(duet_config *d, const char *path, bool train,
                                     duet_dataset **out);
+
+/* SRFolderGTDataset, SRFolderDataset, SRAnnotationDataset (gt_folder,
+ * lq_folder, ann_file, filename_tmpl, scale, test_mode, lazy, and the
+ * pipeline list or duet's flat crop/flip keys) and RepeatDataset (its
+ * `dataset` group; `times` is build.c's). */
+int duet__build_sr_folder_gt(duet_config *d, const char *path, bool train, duet_dataset **out);
+int duet__build_sr_folder(duet_config *d, const char *path, bool train, duet_dataset **out);
+int duet__build_sr_annotation(duet_config *d, const char *path, bool train,
+                              duet_dataset **out);
+int duet__build_repeat(duet_config *d, const char *path, bool train, duet_dataset **out);
 
 /* duet infer's input for a model whose forward takes `key` ("img_a" or
  * "img_b"): the image file `image` through the steps of cfg's
