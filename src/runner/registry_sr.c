@@ -12,6 +12,7 @@
 #include "runner/registry_data.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -193,7 +194,16 @@ static int build_sr(duet_config *d, bool train, bool paired, bool annotated,
     }
     o.scale = (int)scale;
     o.gt_size = gt_size;
-    return train ? duet_sr_train_dataset_create(&o, out) : duet_sr_val_dataset_create(&o, out);
+    int rc = train ? duet_sr_train_dataset_create(&o, out) : duet_sr_val_dataset_create(&o, out);
+    /* A folder or file that is not there yet: most often data not prepared. */
+    if (rc == DUET_ENOTFOUND) {
+        char *msg = duet__strdup(duet_last_error()); /* the next error overwrites it */
+        if (msg != NULL)
+            rc = duet__error(rc, "%s (to download and prepare DIV2K, Set5 and Set14 as "
+                             "MMEditing's SR configs expect them, see docs/div2k.md)", msg);
+        free(msg);
+    }
+    return rc;
 }
 
 int duet__build_sr_folder_gt(duet_config *d, const char *path, bool train, duet_dataset **out) {
