@@ -37,6 +37,26 @@ for i in range(count):
 PY_PNGS
 }
 
+# e2e_photo PATH W H [SEED]: a smooth, photo-like W x H RGB PNG (sines
+# whose frequencies follow SEED), for inputs whose outputs are compared:
+# random noise would make every difference look alike.
+e2e_photo() {
+  "${PY:-python3}" - "$@" <<'PY_PHOTO'
+import math, os, struct, sys, zlib
+path, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+seed = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+fx, fy = 0.3 - 0.01 * seed, 0.17 + 0.02 * seed
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+raw = b"".join(b"\x00" + bytes(int(127 + 120 * math.sin(fx * x + fy * y * (c + 1) + c))
+                               for x in range(w) for c in range(3)) for y in range(h))
+os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+with open(path, "wb") as f:
+    f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY_PHOTO
+}
+
 # e2e_tiny_cfg FILE GT_FOLDER MID BLOCKS [MORE]: a BasicRestorer config
 # (MSRResNet x4 of MID channels and BLOCKS blocks, L1, Adam, one image per
 # process, 8 px crops), then MORE (more top-level settings) verbatim.

@@ -21,16 +21,7 @@ if ! "$venv/bin/python" -c "import onnxruntime, onnx" 2> /dev/null; then
 fi
 
 e2e_pngs "$T/data" 2 24
-"$PY" - "$T/in.png" <<'PY'
-import math, struct, sys, zlib
-w, h = 29, 19
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-raw = b"".join(b"\x00" + bytes(int(127 + 120 * math.sin(0.3 * x + 0.21 * y * (c + 1)))
-                               for x in range(w) for c in range(3)) for y in range(h))
-open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-                              + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-PY
+e2e_photo "$T/in.png" 29 19
 common="total_iters = 2;
 checkpoint_config = { interval = 2; };
 log_config = { interval = 1000; };"

@@ -20,30 +20,13 @@ if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/duet-stamp" ]; then
   exit 77
 fi
 
-# Images of any size (smooth, seeded): png W H PATH.
-png() {
-  "$PY" - "$@" <<'PY_PNG'
-import math, os, random, struct, sys, zlib
-w, h, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-rng = random.Random(path)
-a = [rng.uniform(0.05, 0.3) for _ in range(6)]
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-raw = b"".join(b"\x00" + bytes(int(127 + 120 * math.sin(a[c] * x + a[c + 3] * y + c))
-                               for x in range(w) for c in range(3)) for y in range(h))
-os.makedirs(os.path.dirname(path), exist_ok=True)
-with open(path, "wb") as f:
-    f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-PY_PNG
-}
 for i in 0 1; do
-  png 128 128 "$T/sr/$i.png"
-  png 128 64 "$T/p2p/train/$i.png"; png 128 64 "$T/p2p/test/$i.png"
-  for s in trainA trainB testA testB; do png 64 64 "$T/cg/$s/$i.png"; done
+  e2e_photo "$T/sr/$i.png" 128 128 "$i"
+  e2e_photo "$T/p2p/train/$i.png" 128 64 "$i"; e2e_photo "$T/p2p/test/$i.png" 128 64 "$((i + 2))"
+  for s in trainA trainB testA testB; do e2e_photo "$T/cg/$s/$i.png" 64 64 "$((i + ${#s}))"; done
 done
-png 24 20 "$T/in_sr.png"
-png 64 64 "$T/in_tr.png"
+e2e_photo "$T/in_sr.png" 24 20 5
+e2e_photo "$T/in_tr.png" 64 64 6
 
 sr_data=(--set "data.train.gt_folder=\"$T/sr\"" --set "data.val.gt_folder=\"$T/sr\""
          --set data.samples_per_gpu=1)
