@@ -9,7 +9,7 @@
  *
  *   bench_train [--models tiny,full] [--nproc 1,2] [--threads T] [--steps N]
  *               [--warmup N] [--timeout S] [--torch-script bench/train_torch.py]
- *               [--omp-wait passive|active] [--no-torch]
+ *               [--torch-python PYTHON] [--omp-wait passive|active] [--no-torch]
  *
  * --threads: threads per process for both duet and PyTorch (default: the
  * cores this process may use divided by the process count). The environment
@@ -22,8 +22,10 @@
  * out shows as "timeout".
  *
  * It launches itself under `mpirun -n P` (as `bench_train --worker ...`)
- * and PyTorch through /usr/bin/python3 (DUET_PYTHON overrides), so run it
- * from the source folder (make bench does) or give --torch-script. */
+ * and PyTorch through --torch-python (default $DUET_PYTHON, else
+ * /usr/bin/python3: Debian's torch 1.13; the venv of
+ * scripts/make-torch2-venv.sh has the current PyTorch), so run it from the
+ * source folder (make bench does) or give --torch-script. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,11 +175,12 @@ static double measure_peak(void) {
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--models tiny,full] [--nproc 1,2] [--threads T] "
                     "[--steps N] [--warmup N] [--timeout S] [--torch-script PATH] "
-                    "[--omp-wait passive|active] [--no-torch]\n");
+                    "[--torch-python PYTHON] [--omp-wait passive|active] [--no-torch]\n");
 }
 
 int main(int argc, char **argv) {
     const char *model_list = "tiny,full", *nproc_list = "1,2", *script = NULL, *wait = NULL;
+    const char *python = getenv("DUET_PYTHON") ? getenv("DUET_PYTHON") : "/usr/bin/python3";
     int steps = 0, warmup = 1, threads = 0, timeout_s = 1200;
     bool is_worker = false, torch = true;
     for (int i = 1; i < argc; i++) {
@@ -192,6 +195,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--threads") == 0 && v) threads = atoi(argv[++i]);
         else if (strcmp(a, "--timeout") == 0 && v) timeout_s = atoi(argv[++i]);
         else if (strcmp(a, "--torch-script") == 0 && v) script = argv[++i];
+        else if (strcmp(a, "--torch-python") == 0 && v) python = argv[++i];
         else if (strcmp(a, "--omp-wait") == 0 && v &&
                  (strcmp(v, "passive") == 0 || strcmp(v, "active") == 0))
             wait = argv[++i];
@@ -215,7 +219,6 @@ int main(int argc, char **argv) {
                         "--torch-script, or --no-torch\n", script);
         return 1;
     }
-    const char *python = getenv("DUET_PYTHON") ? getenv("DUET_PYTHON") : "/usr/bin/python3";
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) return 1;
