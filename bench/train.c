@@ -10,7 +10,12 @@
  *   bench_train [--models tiny,full] [--nproc 1,2] [--threads T] [--steps N]
  *               [--warmup N] [--timeout S] [--torch-script bench/train_torch.py]
  *               [--torch-python PYTHON] [--omp-wait passive|active] [--no-torch]
+ *               [--bf16]
  *
+ * --bf16: duet's mixed precision (bf16 GEMM inputs, float32 sums and
+ * state: mixed_precision = "bf16") against PyTorch's
+ * torch.autocast("cpu", dtype=torch.bfloat16) around the forwards and
+ * losses; both keep float32 weights and optimizer state.
  * --threads: threads per process for both duet and PyTorch (default: the
  * cores this process may use divided by the process count). The environment
  * is left as found (OPENBLAS_CORETYPE and all). --omp-wait sets
@@ -51,9 +56,15 @@ static double peak_rss_mb(void) {
 
 /* One process of the duet side: prints {"step_s", "peak_rss_mb"} (maxima
  * over ranks) on rank 0. */
-static int worker(const bench_model *bm, int steps, int warmup) {
+static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_comm *comm = NULL;
     CHECK(duet_comm_world(&comm));
+    if (bf16) { /* every GEMM on bf16 inputs, float32 sums (the config's mixed_precision) */
+        duet_kernel_opts ko = duet_kernel_opts_default();
+        ko.bf16 = true;
+        CHECK(duet_comm_local_size(comm, &ko.local_ranks));
+        CHECK(duet_kernels_configure(&ko));
+    }
     int rank = duet_comm_rank(comm), world = duet_comm_size(comm);
     duet_log_set_rank(rank, false);
     duet_log_set_level(DUET_LOG_ERROR); /* no random-VGG warning */
@@ -175,19 +186,21 @@ static double measure_peak(void) {
 static void usage(void) {
     fprintf(stderr, "usage: bench_train [--models tiny,full] [--nproc 1,2] [--threads T] "
                     "[--steps N] [--warmup N] [--timeout S] [--torch-script PATH] "
-                    "[--torch-python PYTHON] [--omp-wait passive|active] [--no-torch]\n");
+                    "[--torch-python PYTHON] [--omp-wait passive|active] [--no-torch] "
+                    "[--bf16]\n");
 }
 
 int main(int argc, char **argv) {
     const char *model_list = "tiny,full", *nproc_list = "1,2", *script = NULL, *wait = NULL;
     const char *python = getenv("DUET_PYTHON") ? getenv("DUET_PYTHON") : "/usr/bin/python3";
     int steps = 0, warmup = 1, threads = 0, timeout_s = 1200;
-    bool is_worker = false, torch = true;
+    bool is_worker = false, torch = true, bf16 = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--worker") == 0) is_worker = true;
         else if (strcmp(a, "--no-torch") == 0) torch = false;
+        else if (strcmp(a, "--bf16") == 0) bf16 = true;
         else if (strcmp(a, "--models") == 0 && v) model_list = argv[++i];
         else if (strcmp(a, "--nproc") == 0 && v) nproc_list = argv[++i];
         else if (strcmp(a, "--steps") == 0 && v) steps = atoi(argv[++i]);
@@ -210,7 +223,7 @@ int main(int argc, char **argv) {
             usage();
             return 2;
         }
-        return worker(bm, steps > 0 ? steps : 3, warmup);
+        return worker(bm, steps > 0 ? steps : 3, warmup, bf16);
     }
 
     if (script == NULL) script = "bench/train_torch.py";
@@ -240,7 +253,8 @@ int main(int argc, char **argv) {
         torch_info[strcspn(torch_info, "\n")] = '\0';
     }
     printf("SRGAN training step, synthetic data, %d warm-up step(s), then the mean of the timed "
-           "ones\n", warmup);
+           "ones; %s\n", warmup, bf16 ? "bf16: duet's mixed_precision = \"bf16\" against "
+           "torch.autocast(\"cpu\", dtype=torch.bfloat16)" : "float32");
     printf("duet:    %s (as found: OPENBLAS_CORETYPE=%s)\n", ki.summary,
            getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
     if (torch) printf("PyTorch: %s\n", torch_info);
@@ -273,15 +287,17 @@ int main(int argc, char **argv) {
             char cmd[8192], dline[1024] = "", tline[1024] = "";
             snprintf(cmd, sizeof cmd,
                      "%sDUET_NUM_THREADS=%d timeout -k 10 %d mpirun -n %d --oversubscribe "
-                     "--bind-to none%s '%s' --worker --models %s --steps %d --warmup %d",
-                     wait_env, thr, timeout_s, np, root, self, m, nsteps, warmup);
+                     "--bind-to none%s '%s' --worker --models %s --steps %d --warmup %d%s",
+                     wait_env, thr, timeout_s, np, root, self, m, nsteps, warmup,
+                     bf16 ? " --bf16" : "");
             bool dok = run_json(cmd, dline, sizeof dline);
             bool tok = false;
             if (torch) {
                 snprintf(cmd, sizeof cmd,
                          "%sOMP_NUM_THREADS=%d timeout -k 10 %d '%s' '%s' --model %s --nproc %d "
-                         "--threads %d --steps %d --warmup %d",
-                         wait_env, thr, timeout_s, python, script, m, np, thr, nsteps, warmup);
+                         "--threads %d --steps %d --warmup %d%s",
+                         wait_env, thr, timeout_s, python, script, m, np, thr, nsteps, warmup,
+                         bf16 ? " --bf16" : "");
                 tok = run_json(cmd, tline, sizeof tline);
                 if (!tok) { /* gloo's rendezvous has failed now and then: once more */
                     fprintf(stderr, "bench_train: the PyTorch side failed; running it again\n");

@@ -11,6 +11,7 @@ Prints one JSON line: {"framework": "torch", "model", "nproc", "batch",
 over the processes).
 """
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -41,7 +42,7 @@ MODELS = {
 }
 
 
-def worker(rank, world, model_name, steps, warmup, initfile, queue, threads):
+def worker(rank, world, model_name, steps, warmup, initfile, queue, threads, bf16=False):
     torch.set_num_threads(threads)
     # A rendezvous that does not complete fails in a minute instead of
     # leaving bench_train to its 20-minute child timeout (seen once in ~10
@@ -66,15 +67,20 @@ def worker(rank, world, model_name, steps, warmup, initfile, queue, threads):
     lq = F.avg_pool2d(gt, 4)
     bce = nn.BCEWithLogitsLoss()
 
+    # --bf16: PyTorch's CPU mixed precision around the forwards and losses
+    # (weights, gradients and Adam stay float32), as a user turns it on.
+    amp = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+
     def step():
         # Generator: pixel + perceptual + GAN losses, discriminator frozen.
         for p in disc.parameters():
             p.requires_grad = False
-        fake = gen(lq)
-        loss_pix = 1e-2 * F.l1_loss(fake, gt)
-        loss_per = F.l1_loss(vgg(fake), vgg(gt).detach())
-        pred = disc(fake)
-        loss_gan = 5e-3 * bce(pred, torch.ones_like(pred))
+        with amp():
+            fake = gen(lq)
+            loss_pix = 1e-2 * F.l1_loss(fake, gt)
+            loss_per = F.l1_loss(vgg(fake), vgg(gt).detach())
+            pred = disc(fake)
+            loss_gan = 5e-3 * bce(pred, torch.ones_like(pred))
         opt_g.zero_grad()
         (loss_pix + loss_per + loss_gan).backward()
         opt_g.step()
@@ -82,10 +88,14 @@ def worker(rank, world, model_name, steps, warmup, initfile, queue, threads):
         for p in disc.parameters():
             p.requires_grad = True
         opt_d.zero_grad()
-        real = disc(gt)
-        bce(real, torch.ones_like(real)).backward()
-        fpred = disc(fake.detach())
-        bce(fpred, torch.zeros_like(fpred)).backward()
+        with amp():
+            real = disc(gt)
+            loss_real = bce(real, torch.ones_like(real))
+        loss_real.backward()
+        with amp():
+            fpred = disc(fake.detach())
+            loss_fake = bce(fpred, torch.zeros_like(fpred))
+        loss_fake.backward()
         opt_d.step()
 
     for _ in range(warmup):
@@ -113,6 +123,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    ap.add_argument("--bf16", action="store_true",
+                    help="torch.autocast('cpu', dtype=torch.bfloat16) around forwards and losses")
     ap.add_argument("--info", action="store_true",
                     help="print torch's version and CPU kernel path as JSON and exit")
     a = ap.parse_args()
@@ -135,7 +147,8 @@ def main():
     os.close(fd)
     os.unlink(initfile)
     try:
-        mp.start_processes(worker, args=(a.nproc, a.model, a.steps, a.warmup, initfile, queue, a.threads),
+        mp.start_processes(worker, args=(a.nproc, a.model, a.steps, a.warmup, initfile, queue, a.threads,
+                                         a.bf16),
                            nprocs=a.nproc, join=True, start_method="spawn")
     finally:
         if os.path.exists(initfile):
