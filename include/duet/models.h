@@ -604,11 +604,6 @@ duet_rng *duet_cyclegan_pool_rng(duet_model *m);
 /* Images held by pool "a" (fake_a's) or "b" (fake_b's). */
 int64_t duet_cyclegan_pool_count(duet_model *m, char which);
 
-/* mmcv's ConvModule (the translation networks' unit): whether its
- * activation comes first (order act, conv, norm) rather than last; for
- * exporters. DUET_EINVAL for another module. */
-int duet_conv_module_act_first(const duet_module *m, bool *act_first);
-
 #ifdef __cplusplus
 }
 #endif

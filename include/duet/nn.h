@@ -161,12 +161,6 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
  * +-1/sqrt(fan_in). Params: weight (O, C, K, K), bias (O). */
 int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                               int padding, bool bias, duet_rng *rng, duet_module **out);
-/* A built-in layer's hyperparameter by name, for exporters: Conv2d
- * "stride", "padding"; ConvTranspose2d "stride", "padding",
- * "output_padding"; BatchNorm2d "eps", "momentum"; InstanceNorm2d "eps";
- * LeakyReLU "negative_slope"; ReflectionPad2d "padding"; Dropout "p".
- * DUET_ENOTFOUND naming the type for any other. */
-int duet_module_hyper(const duet_module *m, const char *name, double *out);
 /* A duet_conv2d_module_create module's stride and padding (for exporters);
  * DUET_EINVAL naming the type for any other module. */
 int duet_conv2d_module_geometry(const duet_module *m, int *stride, int *padding);

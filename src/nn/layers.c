@@ -444,36 +444,3 @@ int duet_dropout_module_create(float p, duet_rng *rng, duet_module **out) {
     *d = (dropout_impl){p, rng};
     return duet_module_create(&dropout_type, d, out);
 }
-
-/* ---- hyperparameters, for exporters ------------------------------------------------ */
-
-int duet_module_hyper(const duet_module *m, const char *name, double *out) {
-    const duet_module_type *t = duet_module_get_type(m);
-    const void *impl = duet_module_impl(m);
-    const struct {
-        const duet_module_type *type;
-        const char *name;
-        double value;
-    } table[] = {
-        {&conv_type, "stride", t == &conv_type ? ((const conv_impl *)impl)->stride : 0},
-        {&conv_type, "padding", t == &conv_type ? ((const conv_impl *)impl)->padding : 0},
-        {&tconv_type, "stride", t == &tconv_type ? ((const tconv_impl *)impl)->stride : 0},
-        {&tconv_type, "padding", t == &tconv_type ? ((const tconv_impl *)impl)->padding : 0},
-        {&tconv_type, "output_padding",
-         t == &tconv_type ? ((const tconv_impl *)impl)->output_padding : 0},
-        {&bn_type, "eps", t == &bn_type ? ((const bn_impl *)impl)->eps : 0},
-        {&bn_type, "momentum", t == &bn_type ? ((const bn_impl *)impl)->momentum : 0},
-        {&inorm_type, "eps", t == &inorm_type ? ((const inorm_impl *)impl)->eps : 0},
-        {&lrelu_type, "negative_slope",
-         t == &lrelu_type ? ((const act_impl *)impl)->negative_slope : 0},
-        {&pad_type, "padding", t == &pad_type ? ((const pad_impl *)impl)->padding : 0},
-        {&dropout_type, "p", t == &dropout_type ? ((const dropout_impl *)impl)->p : 0},
-    };
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (table[i].type == t && strcmp(table[i].name, name) == 0) {
-            *out = table[i].value;
-            return DUET_OK;
-        }
-    return duet__error(DUET_ENOTFOUND, "a %s has no hyperparameter '%s'", duet_module_type_name(m),
-                       name);
-}

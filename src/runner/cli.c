@@ -122,13 +122,11 @@ static const char export_usage[] =
     "model (opset 17) mapping the network's input \"input\" (N, C, H, W; any\n"
     "batch and size) to \"output\": what duet infer computes between its\n"
     "pre- and post-processing (SR: RGB in [0, 1] in, x scale out). For\n"
-    "onnxruntime, TensorRT and the like. MSRResNet, RRDBNet, UnetGenerator\n"
-    "(Pix2Pix) and ResnetGenerator (CycleGAN: the test direction's).\n"
+    "onnxruntime, TensorRT and the like. MSRResNet and RRDBNet generators.\n"
     "\n"
     "options:\n"
     "  --part NAME        the network to write (default: generator_ema when the\n"
-    "                     checkpoint has an EMA copy, generators.a or .b for\n"
-    "                     CycleGAN, else generator)\n"
+    "                     checkpoint has an EMA copy, else generator)\n"
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 

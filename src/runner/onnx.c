@@ -4,18 +4,13 @@
  * "output", the weights as initializers, float32.
  *
  * The graph is emitted by a walk over duet's module tree that mirrors each
- * module type's forward (msrresnet.c, rrdbnet.c, unet_generator.c,
- * resnet_generator.c, conv_module.c, layers.c): Conv2d, ConvTranspose2d,
- * Sequential, the activations, ReflectionPad2d (Pad, reflect), the norms,
- * Dropout (identity), ResidualBlockNoBN, PixelShufflePack (DepthToSpace,
- * CRD: the order of F.pixel_shuffle), MSRResNet (its bilinear image
- * upsampler a Resize, linear, half_pixel: F.interpolate(align_corners=
- * False)), ResidualDenseBlock, RRDB, RRDBNet (nearest x2 upsampling a
- * Resize, nearest, asymmetric, floor), mmcv's ConvModule (its order),
- * UnetSkipConnectionBlock (the concatenation sees the in-place LeakyReLU's
- * result), UnetGenerator, ResidualBlockWithDropout, ResnetGenerator. A
- * module type without an emitter is refused by name, so a network this
- * file does not know is never exported wrong.
+ * module type's forward (msrresnet.c, rrdbnet.c, layers.c): Conv2d,
+ * Sequential, ResidualBlockNoBN, PixelShufflePack (DepthToSpace, CRD: the
+ * order of F.pixel_shuffle), MSRResNet (its bilinear image upsampler a
+ * Resize, linear, half_pixel: F.interpolate(align_corners=False)),
+ * ResidualDenseBlock, RRDB, RRDBNet (nearest x2 upsampling a Resize,
+ * nearest, asymmetric, floor). A module type without an emitter is refused
+ * by name, so a network this file does not know is never exported wrong.
  *
  * ONNX's messages, the fields used:
  *   ModelProto     ir_version 1, producer_name 2, producer_version 3,
@@ -46,13 +41,6 @@ typedef struct gx {
     int next;   /* for fresh value names */
     int rc;     /* the first error */
     int nodes;
-    /* Batch norms normalise with the batch's own statistics (the
-     * translation generators run so at test time, as MMEditing's
-     * forward_test): written as InstanceNormalization, exact for a batch of
-     * one image, which is how duet infer and MMEditing's test run them. */
-    bool bn_batch_stats;
-    int dropouts; /* Dropout layers written as identity */
-    int64_t last_channels; /* output channels of the last (transposed) convolution */
 } gx;
 
 static void fresh(gx *g, char *name) { snprintf(name, NAME_MAX_LEN, "t%d", g->next++); }
@@ -204,7 +192,6 @@ static void emit_conv(gx *g, duet_module *m, const char *path, const char *in, c
     snprintf(bn, sizeof bn, "%s.bias", path);
     init_tensor(g, wn, w);
     if (b != NULL) init_tensor(g, bn, b);
-    g->last_channels = w->shape[0];
     fresh(g, out);
     node(g, "Conv", b != NULL ? 3 : 2, (const char *[]){in, wn, bn}, out, 3,
          (attr[]){{.name = "kernel_shape", .type = ATTR_INTS, .n = 2, .ints = {w->shape[2], w->shape[3]}},
@@ -325,183 +312,6 @@ static void emit_rrdbnet(gx *g, duet_module *m, const char *path, const char *in
     emit_child(g, m, path, "conv_last", h, out);
 }
 
-/* ---- the translation generators' layers ------------------------------------------- */
-
-static double hyper(gx *g, duet_module *m, const char *path, const char *name) {
-    double v = 0;
-    int rc = duet_module_hyper(m, name, &v);
-    if (rc != DUET_OK) fail(g, duet__error_context(rc, "export: %s", path));
-    return v;
-}
-
-static void emit_tconv(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    const int64_t s = (int64_t)hyper(g, m, path, "stride"), p = (int64_t)hyper(g, m, path, "padding");
-    const int64_t op = (int64_t)hyper(g, m, path, "output_padding");
-    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
-    char wn[600], bn[600];
-    snprintf(wn, sizeof wn, "%s.weight", path);
-    snprintf(bn, sizeof bn, "%s.bias", path);
-    init_tensor(g, wn, w);
-    if (b != NULL) init_tensor(g, bn, b);
-    g->last_channels = w->shape[1];
-    fresh(g, out);
-    node(g, "ConvTranspose", b != NULL ? 3 : 2, (const char *[]){in, wn, bn}, out, 4,
-         (attr[]){{.name = "kernel_shape", .type = ATTR_INTS, .n = 2, .ints = {w->shape[2], w->shape[3]}},
-                  {.name = "pads", .type = ATTR_INTS, .n = 4, .ints = {p, p, p, p}},
-                  {.name = "strides", .type = ATTR_INTS, .n = 2, .ints = {s, s}},
-                  {.name = "output_padding", .type = ATTR_INTS, .n = 2, .ints = {op, op}}});
-}
-
-/* InstanceNormalization with the given scale and bias (NULL: 1 and 0). */
-static void instance_norm(gx *g, const char *path, const char *in, const duet_tensor *scale,
-                          const duet_tensor *bias, int64_t channels, double eps, char *out) {
-    char sn[600], bn[600];
-    snprintf(sn, sizeof sn, "%s.%s", path, scale != NULL ? "weight" : "ones");
-    snprintf(bn, sizeof bn, "%s.%s", path, bias != NULL ? "bias" : "zeros");
-    float *ones = malloc((size_t)channels * sizeof *ones), *zeros = calloc((size_t)channels, sizeof *zeros);
-    if (ones == NULL || zeros == NULL) {
-        fail(g, duet__error(DUET_ENOMEM, "export: out of memory"));
-    } else {
-        for (int64_t i = 0; i < channels; i++) ones[i] = 1.0f;
-        init_floats(g, sn, (int)channels, scale != NULL ? scale->data : ones);
-        init_floats(g, bn, (int)channels, bias != NULL ? bias->data : zeros);
-    }
-    free(ones);
-    free(zeros);
-    fresh(g, out);
-    node(g, "InstanceNormalization", 3, (const char *[]){in, sn, bn}, out, 1,
-         (attr[]){{.name = "epsilon", .type = ATTR_FLOAT, .f = (float)eps}});
-}
-
-static void emit_instance_norm(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
-    /* Without affine parameters (mmcv's IN) the channel count is the one of
-     * the convolution before it, whose output it normalises. */
-    const int64_t c = w != NULL ? w->numel : g->last_channels;
-    instance_norm(g, path, in, w, b, c, hyper(g, m, path, "eps"), out);
-}
-
-static void emit_batch_norm(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
-    const double eps = hyper(g, m, path, "eps");
-    if (g->bn_batch_stats) {
-        instance_norm(g, path, in, w, b, w->numel, eps, out);
-        return;
-    }
-    char names[4][600];
-    const char *const keys[4] = {"weight", "bias", "running_mean", "running_var"};
-    for (int i = 0; i < 4; i++) {
-        duet_tensor *t = i < 2 ? duet_module_param(m, keys[i]) : duet_module_buffer(m, keys[i]);
-        snprintf(names[i], sizeof names[i], "%s.%s", path, keys[i]);
-        init_tensor(g, names[i], t);
-    }
-    fresh(g, out);
-    node(g, "BatchNormalization", 5, (const char *[]){in, names[0], names[1], names[2], names[3]},
-         out, 1, (attr[]){{.name = "epsilon", .type = ATTR_FLOAT, .f = (float)eps}});
-}
-
-static void emit_reflect_pad(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    const int64_t p = (int64_t)hyper(g, m, path, "padding");
-    char pads[NAME_MAX_LEN];
-    fresh(g, pads);
-    const int64_t v[8] = {0, 0, p, p, 0, 0, p, p};
-    initializer(g, pads, ONNX_INT64, 1, (int64_t[]){8}, v, sizeof v);
-    fresh(g, out);
-    node(g, "Pad", 2, (const char *[]){in, pads}, out, 1,
-         (attr[]){{.name = "mode", .type = ATTR_STRING, .s = "reflect"}});
-}
-
-static void emit_relu(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    (void)m, (void)path;
-    unary(g, "Relu", in, out);
-}
-static void emit_tanh(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    (void)m, (void)path;
-    unary(g, "Tanh", in, out);
-}
-static void emit_sigmoid(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    (void)m, (void)path;
-    unary(g, "Sigmoid", in, out);
-}
-static void emit_lrelu(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    leaky(g, (float)hyper(g, m, path, "negative_slope"), in, out);
-}
-
-/* Dropout: identity (the deterministic network; duet infer and MMEditing's
- * test drop at random, since they run the generator in training mode). */
-static void emit_dropout(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    (void)m, (void)path;
-    g->dropouts++;
-    snprintf(out, NAME_MAX_LEN, "%s", in);
-}
-
-/* mmcv's ConvModule: [act] [pad] conv [norm] [act]; skip_act leaves the
- * activation out (UnetSkipConnectionBlock applied it already). */
-static void emit_cm(gx *g, duet_module *m, const char *path, const char *in, char *out,
-                    bool skip_act) {
-    bool act_first = false;
-    int rc = duet_conv_module_act_first(m, &act_first);
-    if (rc != DUET_OK) {
-        fail(g, duet__error_context(rc, "export: %s", path));
-        return;
-    }
-    char cur[NAME_MAX_LEN], next[NAME_MAX_LEN];
-    snprintf(cur, sizeof cur, "%s", in);
-    const bool has_act = duet_module_child(m, "activate") != NULL && !skip_act;
-    const char *order[5] = {act_first && has_act ? "activate" : NULL, "padding_layer", "conv",
-                            duet_module_child(m, "bn") != NULL ? "bn" : "in",
-                            !act_first && has_act ? "activate" : NULL};
-    for (int i = 0; i < 5 && g->rc == DUET_OK; i++) {
-        if (order[i] == NULL || duet_module_child(m, order[i]) == NULL) continue;
-        emit_child(g, m, path, order[i], cur, next);
-        memcpy(cur, next, sizeof cur);
-    }
-    snprintf(out, NAME_MAX_LEN, "%s", cur);
-}
-
-static void emit_conv_module(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    emit_cm(g, m, path, in, out, false);
-}
-
-/* UnetSkipConnectionBlock: the outermost is its sequence; any other is
- * cat(act(x), rest(down(act(x)))), act(x) on both sides as mmcv's in-place
- * LeakyReLU leaves it (unet_generator.c). */
-static void emit_unet_block(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    duet_module *seq = child(g, m, path, "model");
-    if (seq == NULL) return;
-    char sp[512];
-    snprintf(sp, sizeof sp, "%s.model", path);
-    duet_module *down = duet_module_child_at(seq, 0);
-    const bool outermost = duet_module_child(down, "activate") == NULL;
-    if (outermost) {
-        emit_children(g, seq, sp, in, out);
-        return;
-    }
-    char skip[NAME_MAX_LEN], h[NAME_MAX_LEN], t[NAME_MAX_LEN], dp[600];
-    snprintf(dp, sizeof dp, "%s.0", sp);
-    emit_child(g, down, dp, "activate", in, skip);
-    emit_cm(g, down, dp, skip, h, true);
-    for (size_t i = 1; i < duet_module_child_count(seq) && g->rc == DUET_OK; i++) {
-        emit_child(g, seq, sp, duet_module_child_name_at(seq, i), h, t);
-        memcpy(h, t, sizeof h);
-    }
-    fresh(g, out);
-    node(g, "Concat", 2, (const char *[]){skip, h}, out, 1,
-         (attr[]){{.name = "axis", .type = ATTR_INT, .i = 1}});
-}
-
-/* UnetGenerator, ResnetGenerator: their "model"; BN with batch statistics. */
-static void emit_translation(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    g->bn_batch_stats = true;
-    emit_child(g, m, path, "model", in, out);
-}
-
-static void emit_res_dropout(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    char h[NAME_MAX_LEN];
-    emit_child(g, m, path, "block", in, h);
-    add(g, in, h, out);
-}
-
 static void emit(gx *g, duet_module *m, const char *path, const char *in, char *out) {
     snprintf(out, NAME_MAX_LEN, "%s", in);
     if (g->rc != DUET_OK) return;
@@ -513,13 +323,6 @@ static void emit(gx *g, duet_module *m, const char *path, const char *in, char *
         {"ResidualBlockNoBN", emit_resblock}, {"PixelShufflePack", emit_pack},
         {"MSRResNet", emit_msrresnet},   {"ResidualDenseBlock", emit_rdb},
         {"RRDB", emit_rrdb},             {"RRDBNet", emit_rrdbnet},
-        {"ConvTranspose2d", emit_tconv}, {"BatchNorm2d", emit_batch_norm},
-        {"InstanceNorm2d", emit_instance_norm}, {"ReflectionPad2d", emit_reflect_pad},
-        {"ReLU", emit_relu},             {"LeakyReLU", emit_lrelu},
-        {"Tanh", emit_tanh},             {"Sigmoid", emit_sigmoid},
-        {"Dropout", emit_dropout},       {"ConvModule", emit_conv_module},
-        {"UnetSkipConnectionBlock", emit_unet_block}, {"UnetGenerator", emit_translation},
-        {"ResnetGenerator", emit_translation}, {"ResidualBlockWithDropout", emit_res_dropout},
     };
     const char *type = duet_module_type_name(m);
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -528,8 +331,7 @@ static void emit(gx *g, duet_module *m, const char *path, const char *in, char *
             return;
         }
     fail(g, duet__error(DUET_EUNSUPPORTED, "export: %s is a %s, which duet cannot write as "
-                        "ONNX yet (it exports the MSRResNet, RRDBNet, UnetGenerator and "
-                        "ResnetGenerator generators)", path, type));
+                        "ONNX yet (it exports MSRResNet and RRDBNet generators)", path, type));
 }
 
 /* ---- the model ------------------------------------------------------------------- */
@@ -566,17 +368,13 @@ static int64_t io_channels(duet_module *m, bool first) {
     for (size_t i = 0; i < duet_module_child_count(m); i++) {
         duet_module *k = duet_module_child_at(m, first ? i : duet_module_child_count(m) - 1 - i);
         duet_tensor *w = duet_module_param(k, "weight");
-        /* Conv2d's weight is (out, in, kh, kw); ConvTranspose2d's (in, out, kh, kw). */
-        const bool t = strcmp(duet_module_type_name(k), "ConvTranspose2d") == 0;
-        const bool conv = w != NULL && w->ndim == 4;
-        c = conv ? w->shape[first != t ? 1 : 0] : io_channels(k, first);
+        c = w != NULL ? w->shape[first ? 1 : 0] : io_channels(k, first);
         if (c > 0) return c;
     }
     return c;
 }
 
-int duet__onnx_export(duet_module *net, const char *part, const char *path, size_t *nodes,
-                      int *dropouts) {
+int duet__onnx_export(duet_module *net, const char *part, const char *path, size_t *nodes) {
     gx g = {.rc = DUET_OK};
     char out[NAME_MAX_LEN];
     emit(&g, net, part, "input", out);
@@ -616,7 +414,6 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, size
         free(tmp);
     }
     *nodes = (size_t)g.nodes;
-    *dropouts = g.dropouts;
     duet__pb_free(&model);
     duet__pb_free(&opset);
     duet__pb_free(&g.graph);

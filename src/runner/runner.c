@@ -916,13 +916,8 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
         if (duet_config_has(r.cfg, "data")) duet_config_mark_used(r.cfg, "data");
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
         duet_module *root = src == DUET_OK ? duet_model_module(r.model) : NULL;
-        /* The network duet infer runs: the EMA copy where there is one;
-         * CycleGAN's generator of the test direction. */
         if (root != NULL && part == NULL)
-            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema"
-                   : duet_module_child(root, "generators") == NULL  ? "generator"
-                   : strcmp(duet_model_input_key(r.model), "img_b") == 0 ? "generators.b"
-                                                                         : "generators.a";
+            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema" : "generator";
         /* A dotted name reaches into dict parts (generators.a). */
         duet_module *net = root;
         char name[256];
@@ -939,17 +934,10 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
             duet__str_free(&have);
         }
         size_t nodes = 0;
-        int dropouts = 0;
-        if (src == DUET_OK && r.rank == 0)
-            src = duet__onnx_export(net, part, out_path, &nodes, &dropouts);
-        if (src == DUET_OK && r.rank == 0 && !o->quiet) {
+        if (src == DUET_OK && r.rank == 0) src = duet__onnx_export(net, part, out_path, &nodes);
+        if (src == DUET_OK && r.rank == 0 && !o->quiet)
             printf("duet export: %s of %s -> %s (ONNX opset 17, %zu nodes, input \"input\" "
                    "(N, C, H, W), output \"output\")\n", part, o->checkpoint, out_path, nodes);
-            if (dropouts > 0)
-                printf("duet export: %d Dropout layer%s written as identity: the model is "
-                       "deterministic, where duet infer (and MMEditing's test) drop at random\n",
-                       dropouts, dropouts == 1 ? "" : "s");
-        }
         rc = agree(&r, src);
     }
     close_run(&r);

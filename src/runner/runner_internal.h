@@ -134,10 +134,8 @@ int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *w
  * forward when pad covers the receptive radius. A progress bar on a
  * terminal. */
 /* The network `net` (named `part` in messages and the graph) as an ONNX
- * model at `path` (onnx.c); *nodes: the graph's node count; *dropouts: the
- * Dropout layers written as identity. */
-int duet__onnx_export(duet_module *net, const char *part, const char *path, size_t *nodes,
-                      int *dropouts);
+ * model at `path` (onnx.c); *nodes: the graph's node count. */
+int duet__onnx_export(duet_module *net, const char *part, const char *path, size_t *nodes);
 int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
                         const char *path, duet_tensor **out);
 /* data.train (with_train) and data.val (need_val; else it is only marked
