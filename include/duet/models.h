@@ -76,6 +76,11 @@ int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_modul
  * their masks from dropout_rng (borrowed; it must outlive the network; the
  * model owning it saves it in checkpoints); it may be NULL without
  * use_dropout. */
+/* A ConvModule's order, for exporters: true when its activation runs
+ * first (act, [padding_layer], conv, norm), false for ([padding_layer],
+ * conv, norm, act). DUET_EINVAL naming the type for any other module. */
+int duet_conv_module_act_first(const duet_module *m, bool *act_first);
+
 typedef enum duet_gen_norm {
     DUET_GEN_NORM_BN, /* norm_cfg=dict(type='BN'): BatchNorm2d, convs without bias */
     DUET_GEN_NORM_IN  /* norm_cfg=dict(type='IN'): InstanceNorm2d, convs with bias */

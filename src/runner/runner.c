@@ -917,7 +917,9 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
         duet_module *root = src == DUET_OK ? duet_model_module(r.model) : NULL;
         if (root != NULL && part == NULL)
-            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema" : "generator";
+            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema"
+                   : duet_module_child(root, "generators") != NULL ? "generators.a"
+                                                                   : "generator";
         /* A dotted name reaches into dict parts (generators.a). */
         duet_module *net = root;
         char name[256];
@@ -934,10 +936,25 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
             duet__str_free(&have);
         }
         size_t nodes = 0;
-        if (src == DUET_OK && r.rank == 0) src = duet__onnx_export(net, part, out_path, &nodes);
+        int dropouts = 0;
+        /* A translation model tests its generator in training mode
+         * (MMEditing's forward_test, as duet infer runs it): BatchNorm2d
+         * with the batch's statistics, and dropout, which ONNX cannot
+         * reproduce (other draws), so it is left out and said so. */
+        const bool train_mode =
+            src == DUET_OK && strcmp(duet_model_input_key(r.model), "lq") != 0;
+        if (src == DUET_OK && r.rank == 0)
+            src = duet__onnx_export(net, part, out_path, train_mode, &nodes, &dropouts);
         if (src == DUET_OK && r.rank == 0 && !o->quiet)
             printf("duet export: %s of %s -> %s (ONNX opset 17, %zu nodes, input \"input\" "
-                   "(N, C, H, W), output \"output\")\n", part, o->checkpoint, out_path, nodes);
+                   "(N, C, H, W), output \"output\"%s)\n", part, o->checkpoint, out_path,
+                   nodes, train_mode ? "; BatchNorm with the batch's statistics, as the model "
+                                       "tests" : "");
+        if (src == DUET_OK && r.rank == 0 && train_mode && dropouts > 0)
+            duet_log(DUET_LOG_WARN, "export: %s has %d Dropout layer(s); the %s tests with them active "
+                          "(random units dropped, as MMEditing's forward_test does) and the "
+                          "ONNX model has them as identities, so it will not match duet infer "
+                          "exactly", part, dropouts, duet_model_type_name(r.model));
         rc = agree(&r, src);
     }
     close_run(&r);
