@@ -1,5 +1,5 @@
-/* duet export: a generator as an ONNX model (opset 17), written by hand
- * through protobuf.h: no ONNX or protobuf library. The graph maps the
+/* duet export: a generator as an ONNX model (opset 13..18, default 17),
+ * written by hand through protobuf.h: no ONNX or protobuf library. The graph maps the
  * network's input tensor "input" (N, C, H, W; N, H and W symbolic) to
  * "output", the weights as initializers, float32.
  *
@@ -44,6 +44,7 @@ typedef struct gx {
     bool batch_stats; /* BatchNorm2d with the batch's statistics (training mode) */
     int64_t channels; /* output channels of the last convolution written */
     int dropouts;     /* Dropout layers with p > 0, written as identities */
+    int opset;
 } gx;
 
 static void fresh(gx *g, char *name) { snprintf(name, NAME_MAX_LEN, "t%d", g->next++); }
@@ -366,11 +367,22 @@ static void emit_pad(gx *g, duet_module *m, const char *path, const char *in, ch
          (attr[]){{.name = "mode", .type = ATTR_STRING, .s = "reflect"}});
 }
 
+/* The mean over N, H and W, kept as (1, C, 1, 1); the axes are an attribute
+ * up to opset 17 and an input from 18. */
 static void reduce_mean(gx *g, const char *in, char *out) {
+    const attr keep = {.name = "keepdims", .type = ATTR_INT, .i = 1};
+    if (g->opset >= 18) {
+        char axes[NAME_MAX_LEN];
+        fresh(g, axes);
+        initializer(g, axes, ONNX_INT64, 1, (int64_t[]){3}, (int64_t[]){0, 2, 3},
+                    3 * sizeof(int64_t));
+        fresh(g, out);
+        node(g, "ReduceMean", 2, (const char *[]){in, axes}, out, 1, &keep);
+        return;
+    }
     fresh(g, out);
     node(g, "ReduceMean", 1, (const char *[]){in}, out, 2,
-         (attr[]){{.name = "axes", .type = ATTR_INTS, .n = 3, .ints = {0, 2, 3}},
-                  {.name = "keepdims", .type = ATTR_INT, .i = 1}});
+         (attr[]){{.name = "axes", .type = ATTR_INTS, .n = 3, .ints = {0, 2, 3}}, keep});
 }
 
 static void binary(gx *g, const char *op, const char *a, const char *b, char *out) {
@@ -643,11 +655,14 @@ static int64_t io_channels(duet_module *m, bool first) {
     return 0;
 }
 
-int duet__onnx_export(duet_module *net, const char *part, const char *path, bool batch_stats,
-                      size_t *nodes, int *dropouts) {
-    gx g = {.rc = DUET_OK, .batch_stats = batch_stats};
+int duet__onnx_export(duet_module *net, const char *part, const char *path, int opset,
+                      bool batch_stats, size_t *nodes, int *dropouts) {
+    gx g = {.rc = DUET_OK, .batch_stats = batch_stats, .opset = opset};
+    if (opset < DUET__ONNX_OPSET_MIN || opset > DUET__ONNX_OPSET_MAX)
+        g.rc = duet__error(DUET_EINVAL, "export: opset %d; duet writes opsets %d to %d", opset,
+                           DUET__ONNX_OPSET_MIN, DUET__ONNX_OPSET_MAX);
     char out[NAME_MAX_LEN];
-    emit(&g, net, part, "input", out);
+    if (g.rc == DUET_OK) emit(&g, net, part, "input", out);
     if (g.rc == DUET_OK) {
         /* The graph's output is a node output named "output". */
         node(&g, "Identity", 1, (const char *[]){out}, "output", 0, NULL);
@@ -655,15 +670,17 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, bool
         value_info(&g.graph, 11, "input", io_channels(net, true));
         value_info(&g.graph, 12, "output", io_channels(net, false));
     }
-    duet__pb model = {0}, opset = {0};
+    duet__pb model = {0}, opset_pb = {0};
     if (g.rc == DUET_OK) {
-        duet__pb_uint(&model, 1, 8); /* IR version 8: opset 17's */
+        /* The IR version of the ONNX release that brought the opset: 7
+         * for 13 and 14 (ONNX 1.8, 1.9), 8 for 15 to 18 (1.10 to 1.13). */
+        duet__pb_uint(&model, 1, opset <= 14 ? 7 : 8);
         duet__pb_string(&model, 2, "duet");
         duet__pb_string(&model, 3, DUET_VERSION_STRING);
         duet__pb_message(&model, 7, &g.graph);
-        duet__pb_string(&opset, 1, "");
-        duet__pb_uint(&opset, 2, 17);
-        duet__pb_message(&model, 8, &opset);
+        duet__pb_string(&opset_pb, 1, "");
+        duet__pb_uint(&opset_pb, 2, (uint64_t)opset);
+        duet__pb_message(&model, 8, &opset_pb);
         if (model.failed || g.graph.failed)
             g.rc = duet__error(DUET_ENOMEM, "export: out of memory building the model");
     }
@@ -686,7 +703,7 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, bool
     *nodes = (size_t)g.nodes;
     *dropouts = g.dropouts;
     duet__pb_free(&model);
-    duet__pb_free(&opset);
+    duet__pb_free(&opset_pb);
     duet__pb_free(&g.graph);
     return g.rc;
 }

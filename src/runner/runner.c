@@ -943,12 +943,13 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
          * reproduce (other draws), so it is left out and said so. */
         const bool train_mode =
             src == DUET_OK && strcmp(duet_model_input_key(r.model), "lq") != 0;
+        const int opset = o->onnx_opset != 0 ? o->onnx_opset : DUET__ONNX_OPSET_DEFAULT;
         if (src == DUET_OK && r.rank == 0)
-            src = duet__onnx_export(net, part, out_path, train_mode, &nodes, &dropouts);
+            src = duet__onnx_export(net, part, out_path, opset, train_mode, &nodes, &dropouts);
         if (src == DUET_OK && r.rank == 0 && !o->quiet)
-            printf("duet export: %s of %s -> %s (ONNX opset 17, %zu nodes, input \"input\" "
+            printf("duet export: %s of %s -> %s (ONNX opset %d, %zu nodes, input \"input\" "
                    "(N, C, H, W), output \"output\"%s)\n", part, o->checkpoint, out_path,
-                   nodes, train_mode ? "; BatchNorm with the batch's statistics, as the model "
+                   opset, nodes, train_mode ? "; BatchNorm with the batch's statistics, as the model "
                                        "tests" : "");
         if (src == DUET_OK && r.rank == 0 && train_mode && dropouts > 0)
             duet_log(DUET_LOG_WARN, "export: %s has %d Dropout layer(s); the %s tests with them active "

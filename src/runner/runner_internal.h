@@ -129,12 +129,14 @@ int duet__run_read_mmedit_keys(duet__run *r, bool notes);
  * input pixel. Inputs up to 512 x 512 pass unmeasured. */
 int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *what);
 /* The network `net` (named `part` in messages and the graph) as an ONNX
- * model at `path` (onnx.c); batch_stats: BatchNorm2d normalises with the
+ * model at `path` (onnx.c) in `opset` (DUET__ONNX_OPSET_MIN..MAX, else
+ * DUET_EINVAL); batch_stats: BatchNorm2d normalises with the
  * batch's statistics (the network tests in training mode) rather than the
  * running ones. *nodes: the graph's node count; *dropouts: the Dropout
  * layers with p > 0 (written as identities). */
-int duet__onnx_export(duet_module *net, const char *part, const char *path, bool batch_stats,
-                      size_t *nodes, int *dropouts);
+enum { DUET__ONNX_OPSET_MIN = 13, DUET__ONNX_OPSET_MAX = 18, DUET__ONNX_OPSET_DEFAULT = 17 };
+int duet__onnx_export(duet_module *net, const char *part, const char *path, int opset,
+                      bool batch_stats, size_t *nodes, int *dropouts);
 /* infer --tile (tile.c): the SR generator's output of x (1, C, H, W) made
  * tile by tile (tile x tile input pixels, `pad` pixels of context around
  * each; pad < 0: the receptive radius, measured), equal to the whole-image

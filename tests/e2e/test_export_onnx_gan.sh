@@ -9,10 +9,12 @@
 # image, prepared as data.val.pipeline prepares it (RGB / 255 * 2 - 1 at
 # the pipeline's 64x64), equals `duet infer`'s PNG: (y + 1) / 2 * 255 within
 # 0.5 (rounding) plus 1e-3. Also: a second, different image through the
-# same file (dynamic height and width: 64x128), and the warning when the
-# Unet keeps its dropout. Needs DUET_EXE (set by CTest) and the tools venv
-# (scripts/make-tools-venv.sh; make test makes it): without it the test
-# skips and says how to make it, except under CI, where it fails.
+# same file (dynamic height and width: 64x128); the warning when the Unet
+# keeps its dropout; opsets 13 and 18 equal to 17 (19 refused); a
+# discriminator refused by its type's name. Needs DUET_EXE (set by CTest)
+# and the tools venv (scripts/make-tools-venv.sh; make test makes it):
+# without it the test skips and says how to make it, except under CI,
+# where it fails.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 e2e_begin test_export_onnx_gan
@@ -108,6 +110,31 @@ grep -q "generators.a of" "$T/cyclegan.export" || fail "cyclegan: default part: 
   "${sets[@]}" > "$T/drop.export" 2>&1 || fail "dropout: export: $(cat "$T/drop.export")"
 grep -q "generator has 1 Dropout layer(s); the Pix2Pix tests with them active" "$T/drop.export" \
   || fail "dropout warning: $(cat "$T/drop.export")"
+# Other opsets (13: IR 7; 18: ReduceMean's axes an input) give the same outputs.
+for op in 13 18; do
+  "$DUET" export "${p2p[0]}" "$T/w_pix2pix/latest.safetensors" "$T/p2p_$op.onnx" "${p2p[@]:1}" \
+    "${sets[@]}" --opset $op > "$T/op$op.export" 2>&1 || fail "--opset $op: $(cat "$T/op$op.export")"
+  grep -q "ONNX opset $op," "$T/op$op.export" || fail "--opset $op: $(cat "$T/op$op.export")"
+  "$VPY" - "$T/pix2pix.onnx" "$T/p2p_$op.onnx" $op <<'PY' || fail "--opset $op: onnxruntime"
+import sys
+import numpy as np
+import onnx
+import onnxruntime as ort
+ref, other, op = sys.argv[1], sys.argv[2], int(sys.argv[3])
+m = onnx.load(other)
+onnx.checker.check_model(m, full_check=True)
+assert [o.version for o in m.opset_import] == [op] and m.ir_version == (7 if op <= 14 else 8)
+x = np.random.default_rng(op).uniform(-1, 1, (2, 3, 64, 64)).astype(np.float32)
+run = lambda f: ort.InferenceSession(f, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+d = np.abs(run(ref) - run(other)).max()
+print("test_export_onnx_gan: opset %d against 17: max abs diff %.3g (batch of 2)" % (op, d))
+assert d <= 1e-5, d
+PY
+done
+if "$DUET" export "${p2p[0]}" "$T/w_pix2pix/latest.safetensors" "$T/x.onnx" --opset 19 > "$T/e0" 2>&1; then
+  fail "--opset 19 accepted"; fi
+grep -q "opset from 13 to 18, got 19" "$T/e0" || fail "--opset 19: $(cat "$T/e0")"
+
 # A network the exporter does not know is refused by name, not written wrong.
 if "$DUET" export "${cyc[0]}" "$T/w_cyclegan/latest.safetensors" "$T/d.onnx" "${cyc[@]:1}" \
     --part discriminators.a "${sets[@]}" > "$T/e1" 2>&1; then fail "a discriminator was exported"; fi
