@@ -44,6 +44,7 @@ typedef struct gx {
     bool batch_stats; /* BatchNorm2d with the batch's statistics (training mode) */
     int64_t channels; /* output channels of the last convolution written */
     int dropouts;     /* Dropout layers with p > 0, written as identities */
+    int batch_norms;
     int opset;
 } gx;
 
@@ -398,6 +399,7 @@ static void binary(gx *g, const char *op, const char *a, const char *b, char *ou
 static void emit_bn(gx *g, duet_module *m, const char *path, const char *in, char *out) {
     duet_layer_settings st;
     if (!settings(g, m, path, &st)) return;
+    g->batch_norms++;
     const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
     char full[4][600];
     for (int i = 0; i < 4; i++) param_name(full[i], path, names[i]);
@@ -656,7 +658,7 @@ static int64_t io_channels(duet_module *m, bool first) {
 }
 
 int duet__onnx_export(duet_module *net, const char *part, const char *path, int opset,
-                      bool batch_stats, size_t *nodes, int *dropouts) {
+                      bool batch_stats, duet__onnx_stats *stats) {
     gx g = {.rc = DUET_OK, .batch_stats = batch_stats, .opset = opset};
     if (opset < DUET__ONNX_OPSET_MIN || opset > DUET__ONNX_OPSET_MAX)
         g.rc = duet__error(DUET_EINVAL, "export: opset %d; duet writes opsets %d to %d", opset,
@@ -700,8 +702,7 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, int 
         }
         free(tmp);
     }
-    *nodes = (size_t)g.nodes;
-    *dropouts = g.dropouts;
+    *stats = (duet__onnx_stats){(size_t)g.nodes, g.batch_norms, g.dropouts};
     duet__pb_free(&model);
     duet__pb_free(&opset_pb);
     duet__pb_free(&g.graph);

@@ -103,6 +103,7 @@ grep -q "generator of .*BatchNorm with the batch's statistics" "$T/pix2pix.expor
   || fail "pix2pix: export line: $(cat "$T/pix2pix.export")"
 run cyclegan "${cyc[@]}"
 grep -q "generators.a of" "$T/cyclegan.export" || fail "cyclegan: default part: $(cat "$T/cyclegan.export")"
+! grep -q "BatchNorm" "$T/cyclegan.export" || fail "cyclegan: no BatchNorm: $(cat "$T/cyclegan.export")"
 
 # The Unet with dropout: exported, with the warning that says why it cannot match.
 "$DUET" export "$ROOT/configs/pix2pix_tiny.cfg" "$T/w_pix2pix/latest.safetensors" "$T/drop.onnx" \
@@ -141,4 +142,9 @@ if "$DUET" export "${cyc[0]}" "$T/w_cyclegan/latest.safetensors" "$T/d.onnx" "${
 grep -q "discriminators.a is a PatchDiscriminator, which duet cannot write as ONNX yet" "$T/e1" \
   || fail "unknown type: $(cat "$T/e1")"
 [ ! -e "$T/d.onnx" ] || fail "a refused export left a file"
+# A wrong name inside a dict part lists that dict's entries.
+if "$DUET" export "${cyc[0]}" "$T/w_cyclegan/latest.safetensors" "$T/d.onnx" "${cyc[@]:1}" \
+    --part generators.c "${sets[@]}" > "$T/e2" 2>&1; then fail "generators.c was exported"; fi
+grep -q "has no part 'generators.c' (its parts: generators.a, generators.b)" "$T/e2" \
+  || fail "unknown part: $(cat "$T/e2")"
 echo "test_export_onnx_gan: ok"
