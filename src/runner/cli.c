@@ -276,7 +276,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             else
                 o->tile = n;
         } else if (a[0] == '-' && a[1] != '\0') {
-            const char *known[12];
+            const char *known[16];
             size_t n = 0;
             known[n++] = "--set";
             known[n++] = "--cfg-options";
