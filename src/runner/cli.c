@@ -510,7 +510,8 @@ static int run(const char *cmd, int argc, char **argv) {
         o.nimages = (size_t)(npos - 2);
         rc = finish(duet_runner_infer(&o));
     } else if (strcmp(cmd, "export") == 0) {
-        rc = parse(argc, argv, export_usage, OPT_PART | OPT_OPSET, &o, pos, &npos, sets, &json, &part);
+        rc = parse(argc, argv, export_usage, OPT_PART | OPT_OPSET, &o, pos, &npos, sets, &json,
+                   &part);
         if (rc >= 0) goto done;
         if (npos != 3) {
             rc = usage_error(export_usage, "export takes CONFIG, CKPT and OUT.onnx", "");

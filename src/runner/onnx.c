@@ -349,7 +349,8 @@ static void emit_tconv(gx *g, duet_module *m, const char *path, const char *in, 
     const int64_t p = st.padding, s = st.stride, op = st.output_padding;
     fresh(g, out);
     node(g, "ConvTranspose", b != NULL ? 3 : 2, (const char *[]){in, wn, bn}, out, 4,
-         (attr[]){{.name = "kernel_shape", .type = ATTR_INTS, .n = 2, .ints = {w->shape[2], w->shape[3]}},
+         (attr[]){{.name = "kernel_shape", .type = ATTR_INTS, .n = 2,
+                   .ints = {w->shape[2], w->shape[3]}},
                   {.name = "pads", .type = ATTR_INTS, .n = 4, .ints = {p, p, p, p}},
                   {.name = "strides", .type = ATTR_INTS, .n = 2, .ints = {s, s}},
                   {.name = "output_padding", .type = ATTR_INTS, .n = 2, .ints = {op, op}}});

@@ -89,9 +89,11 @@ static void test_tile_rrdbnet(void **state) {
      * x 10) the output is of order one, and so are the differences read. */
     duet_named_tensors ps = {0};
     TU_OK(duet_module_named_parameters(duet_model_module(m), false, &ps));
-    for (size_t i = 0; i < ps.count; i++)
+    for (size_t i = 0; i < ps.count; i++) {
+        duet_tensor *t = ps.items[i].tensor;
         if (strstr(ps.items[i].name, "weight") != NULL)
-            for (int64_t k = 0; k < ps.items[i].tensor->numel; k++) ps.items[i].tensor->data[k] *= 10.0f;
+            for (int64_t k = 0; k < t->numel; k++) t->data[k] *= 10.0f;
+    }
     duet_named_tensors_clear(&ps);
     check_model(m, "RRDBNet x4");
     duet_model_destroy(m);
