@@ -608,6 +608,9 @@ int64_t duet_cyclegan_step_counter(duet_model *m);
 duet_rng *duet_cyclegan_pool_rng(duet_model *m);
 /* Images held by pool "a" (fake_a's) or "b" (fake_b's). */
 int64_t duet_cyclegan_pool_count(duet_model *m, char which);
+/* The generator the test direction runs (what duet test and infer output):
+ * "generators.a" (A to B) or "generators.b" (test_b2a). */
+const char *duet_cyclegan_test_generator(duet_model *m);
 
 #ifdef __cplusplus
 }

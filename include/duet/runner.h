@@ -124,7 +124,7 @@ int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
 int duet_runner_infer(const duet_runner_opts *opts);
 /* `duet export`: the generator of opts->checkpoint (built from
  * opts->config; `part` names it, NULL: generator_ema when the model keeps
- * one, generators.a for CycleGAN, else generator) written to out_path as
+ * one, for CycleGAN the generator of its test direction, else generator) written to out_path as
  * an ONNX model (opset opts->onnx_opset, 0: 17),
  * input "input" (N, C, H, W) to "output"; a module type the exporter does
  * not know is refused naming it. Prints a line on success. */

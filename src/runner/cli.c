@@ -129,8 +129,9 @@ static const char export_usage[] =
     "\n"
     "options:\n"
     "  --part NAME        the network to write (default: generator_ema when the\n"
-    "                     checkpoint has an EMA copy, generators.a (A to B) for\n"
-    "                     CycleGAN, else generator)\n"
+    "                     checkpoint has an EMA copy; for CycleGAN the generator\n"
+    "                     duet infer runs: generators.a (A to B), or generators.b\n"
+    "                     with test_direction b2a; else generator)\n"
     "  --opset N          the ONNX opset, 13 to 18 (default 17)\n"
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";

@@ -918,8 +918,9 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
         duet_module *root = src == DUET_OK ? duet_model_module(r.model) : NULL;
         if (root != NULL && part == NULL)
             part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema"
-                   : duet_module_child(root, "generators") != NULL ? "generators.a"
-                                                                   : "generator";
+                   : strcmp(duet_model_type_name(r.model), "CycleGAN") == 0
+                       ? duet_cyclegan_test_generator(r.model)
+                       : "generator";
         /* A dotted name reaches into dict parts (generators.a). */
         duet_module *net = root, *reached = root;
         char name[256], prefix[256] = "";

@@ -4,7 +4,8 @@
 # statistics, as MMEditing's forward_test does; use_dropout off, since
 # test-time dropout draws other units in ONNX) and a tiny CycleGAN
 # ResnetGenerator (InstanceNorm, reflection padding, transposed
-# convolutions; default part generators.a, A to B), after one training
+# convolutions; default part the generator duet infer runs: generators.a
+# for a2b, generators.b for test_direction b2a), after one training
 # iteration each: onnx.checker accepts the file and onnxruntime on the
 # image, prepared as data.val.pipeline prepares it (RGB / 255 * 2 - 1 at
 # the pipeline's 64x64), equals `duet infer`'s PNG: (y + 1) / 2 * 255 within
@@ -104,6 +105,9 @@ grep -q "generator of .*BatchNorm with the batch's statistics" "$T/pix2pix.expor
 run cyclegan "${cyc[@]}"
 grep -q "generators.a of" "$T/cyclegan.export" || fail "cyclegan: default part: $(cat "$T/cyclegan.export")"
 ! grep -q "BatchNorm" "$T/cyclegan.export" || fail "cyclegan: no BatchNorm: $(cat "$T/cyclegan.export")"
+# With test_direction b2a infer runs generators.b, and so does the default export.
+run cyclegan_b2a "${cyc[@]}" --set 'model.test_cfg.test_direction="b2a"'
+grep -q "generators.b of" "$T/cyclegan_b2a.export" || fail "b2a: default part: $(cat "$T/cyclegan_b2a.export")"
 
 # The Unet with dropout: exported, with the warning that says why it cannot match.
 "$DUET" export "$ROOT/configs/pix2pix_tiny.cfg" "$T/w_pix2pix/latest.safetensors" "$T/drop.onnx" \
