@@ -3,7 +3,7 @@
 # installs them): `make demo` trains the tiny SRGAN on 2 processes, `make test`
 # runs every test (see README.md), after making or reusing the cached
 # MMEditing venv of the `mmedit` tests and the tools venv (TensorBoard,
-# onnxruntime) of test_tensorboard and test_export_onnx (which `make demo`
+# onnxruntime) of test_tensorboard and test_export_onnx{,_gan} (which `make demo`
 # never needs). Every
 # other target only builds: a plain `make` never installs system packages
 # (`make deps` does, alone).

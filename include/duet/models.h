@@ -76,6 +76,11 @@ int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_modul
  * their masks from dropout_rng (borrowed; it must outlive the network; the
  * model owning it saves it in checkpoints); it may be NULL without
  * use_dropout. */
+/* A ConvModule's order, for exporters: true when its activation runs
+ * first (act, [padding_layer], conv, norm), false for ([padding_layer],
+ * conv, norm, act). DUET_EINVAL naming the type for any other module. */
+int duet_conv_module_act_first(const duet_module *m, bool *act_first);
+
 typedef enum duet_gen_norm {
     DUET_GEN_NORM_BN, /* norm_cfg=dict(type='BN'): BatchNorm2d, convs without bias */
     DUET_GEN_NORM_IN  /* norm_cfg=dict(type='IN'): InstanceNorm2d, convs with bias */
@@ -603,6 +608,9 @@ int64_t duet_cyclegan_step_counter(duet_model *m);
 duet_rng *duet_cyclegan_pool_rng(duet_model *m);
 /* Images held by pool "a" (fake_a's) or "b" (fake_b's). */
 int64_t duet_cyclegan_pool_count(duet_model *m, char which);
+/* The generator the test direction runs (what duet test and infer output):
+ * "generators.a" (A to B) or "generators.b" (test_b2a). */
+const char *duet_cyclegan_test_generator(duet_model *m);
 
 #ifdef __cplusplus
 }

@@ -164,6 +164,17 @@ int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int
 /* A duet_conv2d_module_create module's stride and padding (for exporters);
  * DUET_EINVAL naming the type for any other module. */
 int duet_conv2d_module_geometry(const duet_module *m, int *stride, int *padding);
+/* The settings an exporter needs beyond a layer's tensors, for the layer
+ * types that have any: ConvTranspose2d (stride, padding, output_padding),
+ * ReflectionPad2d (padding), BatchNorm2d and InstanceNorm2d (eps; affine
+ * for InstanceNorm2d), LeakyReLU (negative_slope), Dropout (p). Fields a
+ * type lacks are 0. DUET_EINVAL naming the type for any other module. */
+typedef struct duet_layer_settings {
+    int stride, padding, output_padding;
+    float eps, negative_slope, p;
+    bool affine;
+} duet_layer_settings;
+int duet_layer_settings_of(const duet_module *m, duet_layer_settings *s);
 /* Conv2d under torch.nn.utils.spectral_norm (mmcv's ConvModule with
  * with_spectral_norm=True), PyTorch's names: params bias (O) and
  * weight_orig (O, C, K, K) with Conv2d's init, buffers weight_u (O) and

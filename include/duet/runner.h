@@ -74,6 +74,7 @@ typedef struct duet_runner_opts {
      * tile (< 0: the generator's receptive radius, measured, which makes
      * the result equal to the whole-image one); super-resolution models. */
     int64_t tile, tile_pad;
+    int onnx_opset;                 /* export: the ONNX opset, 13..18 (0: 17) */
     bool quiet;                     /* print nothing on stdout (tests) */
     /* train: leave the stop-signal handlers (SIGTERM, SIGINT, SIGUSR1) and
      * the ignored SIGPIPE in place when duet_runner_train returns, so that
@@ -123,7 +124,8 @@ int duet_runner_test(const duet_runner_opts *opts, duet_test_result *result);
 int duet_runner_infer(const duet_runner_opts *opts);
 /* `duet export`: the generator of opts->checkpoint (built from
  * opts->config; `part` names it, NULL: generator_ema when the model keeps
- * one, else generator) written to out_path as an ONNX model (opset 17),
+ * one, for CycleGAN the generator of its test direction, else generator) written to out_path as
+ * an ONNX model (opset opts->onnx_opset, 0: 17),
  * input "input" (N, C, H, W) to "output"; a module type the exporter does
  * not know is refused naming it. Prints a line on success. */
 int duet_runner_export(const duet_runner_opts *opts, const char *part, const char *out_path);

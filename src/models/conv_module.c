@@ -57,6 +57,13 @@ static int cm_forward(duet_module *self, int nin, duet_tensor *const *in, duet_t
 
 static const duet_module_type cm_type = {"ConvModule", cm_forward, free};
 
+int duet_conv_module_act_first(const duet_module *m, bool *act_first) {
+    if (duet_module_get_type(m) != &cm_type)
+        return duet__error(DUET_EINVAL, "a %s is not a ConvModule", duet_module_type_name(m));
+    *act_first = ((const cm_impl *)duet_module_impl(m))->o.act_first;
+    return DUET_OK;
+}
+
 /* Adds *part as child name of m when rc (the status of making it) is OK.
  * part is read only after the call that made it has run: C leaves the
  * order of argument evaluation open. */

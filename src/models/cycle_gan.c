@@ -510,6 +510,9 @@ static cyclegan *impl_of(duet_model *m) {
 }
 
 int64_t duet_cyclegan_step_counter(duet_model *m) { return impl_of(m)->step_counter; }
+const char *duet_cyclegan_test_generator(duet_model *m) {
+    return impl_of(m)->test_b2a ? "generators.b" : "generators.a";
+}
 duet_rng *duet_cyclegan_pool_rng(duet_model *m) { return &impl_of(m)->pool_rng; }
 
 int64_t duet_cyclegan_pool_count(duet_model *m, char which) {

@@ -435,6 +435,32 @@ static int dropout_forward(duet_module *self, int nin, duet_tensor *const *in,
 
 static const duet_module_type dropout_type = {"Dropout", dropout_forward, free};
 
+int duet_layer_settings_of(const duet_module *m, duet_layer_settings *s) {
+    *s = (duet_layer_settings){0};
+    const duet_module_type *t = duet_module_get_type(m);
+    const void *impl = duet_module_impl(m);
+    if (t == &tconv_type) {
+        const tconv_impl *c = impl;
+        s->stride = c->stride;
+        s->padding = c->padding;
+        s->output_padding = c->output_padding;
+    } else if (t == &pad_type) {
+        s->padding = ((const pad_impl *)impl)->padding;
+    } else if (t == &bn_type) {
+        s->eps = ((const bn_impl *)impl)->eps;
+    } else if (t == &inorm_type) {
+        s->eps = ((const inorm_impl *)impl)->eps;
+        s->affine = ((const inorm_impl *)impl)->affine;
+    } else if (t == &lrelu_type) {
+        s->negative_slope = ((const act_impl *)impl)->negative_slope;
+    } else if (t == &dropout_type) {
+        s->p = ((const dropout_impl *)impl)->p;
+    } else {
+        return duet__error(DUET_EINVAL, "a %s has no layer settings", duet_module_type_name(m));
+    }
+    return DUET_OK;
+}
+
 int duet_dropout_module_create(float p, duet_rng *rng, duet_module **out) {
     *out = NULL;
     if (!(p >= 0.0f && p <= 1.0f))

@@ -116,17 +116,23 @@ static const char infer_usage[] =
     "  -h, --help         this text\n";
 
 static const char export_usage[] =
-    "usage: duet export CONFIG CKPT OUT.onnx [--part NAME] [--set KEY=VALUE]...\n"
+    "usage: duet export CONFIG CKPT OUT.onnx [--part NAME] [--opset N]\n"
+    "                   [--set KEY=VALUE]...\n"
     "\n"
     "Writes the generator of checkpoint CKPT (the config's model) as an ONNX\n"
-    "model (opset 17) mapping the network's input \"input\" (N, C, H, W; any\n"
-    "batch and size) to \"output\": what duet infer computes between its\n"
-    "pre- and post-processing (SR: RGB in [0, 1] in, x scale out). For\n"
-    "onnxruntime, TensorRT and the like. MSRResNet and RRDBNet generators.\n"
+    "model mapping the network's input \"input\" (N, C, H, W; any batch and\n"
+    "size) to \"output\": what duet infer computes between its pre- and\n"
+    "post-processing (SR: RGB in [0, 1] in, x scale out; Pix2Pix, CycleGAN:\n"
+    "RGB in [-1, 1] in and out, as data.val.pipeline normalises). For\n"
+    "onnxruntime, TensorRT and the like. MSRResNet, RRDBNet, UnetGenerator\n"
+    "and ResnetGenerator generators.\n"
     "\n"
     "options:\n"
     "  --part NAME        the network to write (default: generator_ema when the\n"
-    "                     checkpoint has an EMA copy, else generator)\n"
+    "                     checkpoint has an EMA copy; for CycleGAN the generator\n"
+    "                     duet infer runs: generators.a (A to B), or generators.b\n"
+    "                     with test_direction b2a; else generator)\n"
+    "  --opset N          the ONNX opset, 13 to 18 (default 17)\n"
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
@@ -144,7 +150,7 @@ static const char plot_usage[] =
     "  -h, --help         this text\n";
 
 enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16, OPT_TILE = 32,
-       OPT_PART = 64 };
+       OPT_PART = 64, OPT_OPSET = 128 };
 
 static int usage_error(const char *usage, const char *msg, const char *arg) {
     fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
@@ -246,6 +252,14 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
         } else if ((allowed & OPT_PART) && is_option(a, "--part")) {
             if ((*part = option_value(argc, argv, &i, "--part")) == NULL)
                 return usage_error(usage, "--part needs a part name", "");
+        } else if ((allowed & OPT_OPSET) && is_option(a, "--opset")) {
+            const char *v = option_value(argc, argv, &i, "--opset");
+            char *end = NULL;
+            long n = v != NULL ? strtol(v, &end, 10) : 0;
+            if (v == NULL || end == v || *end != '\0' || n < 13 || n > 18)
+                return usage_error(usage, "--opset needs an ONNX opset from 13 to 18, got ",
+                                   v != NULL ? v : "nothing");
+            o->onnx_opset = (int)n;
         } else if ((allowed & OPT_DRY_RUN) && strcmp(a, "--dry-run") == 0) {
             o->dry_run = true;
         } else if ((allowed & OPT_TILE) && (is_option(a, "--tile") || is_option(a, "--tile-pad"))) {
@@ -263,7 +277,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             else
                 o->tile = n;
         } else if (a[0] == '-' && a[1] != '\0') {
-            const char *known[12];
+            const char *known[16];
             size_t n = 0;
             known[n++] = "--set";
             known[n++] = "--cfg-options";
@@ -275,6 +289,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if (allowed & OPT_DRY_RUN) known[n++] = "--dry-run";
             if (allowed & OPT_TILE) known[n++] = "--tile", known[n++] = "--tile-pad";
             if (allowed & OPT_PART) known[n++] = "--part";
+            if (allowed & OPT_OPSET) known[n++] = "--opset";
             return unknown_error(usage, "option", a, known, n);
         } else {
             pos[(*npos)++] = a;
@@ -496,7 +511,8 @@ static int run(const char *cmd, int argc, char **argv) {
         o.nimages = (size_t)(npos - 2);
         rc = finish(duet_runner_infer(&o));
     } else if (strcmp(cmd, "export") == 0) {
-        rc = parse(argc, argv, export_usage, OPT_PART, &o, pos, &npos, sets, &json, &part);
+        rc = parse(argc, argv, export_usage, OPT_PART | OPT_OPSET, &o, pos, &npos, sets, &json,
+                   &part);
         if (rc >= 0) goto done;
         if (npos != 3) {
             rc = usage_error(export_usage, "export takes CONFIG, CKPT and OUT.onnx", "");

@@ -112,12 +112,16 @@ int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *p
     double need = b2 + per_pixel * (double)(h * w - s2 * s2);
     uint64_t avail = memory_available();
     if (avail == 0 || need <= 0.8 * (double)avail) return DUET_OK;
-    return duet__error(DUET_ENOMEM, "%s: %lld x %lld pixels: the forward over the whole image "
-                       "would need about %.1f GB (%.0f bytes per input pixel, measured on "
-                       "%lld and %lld pixel squares), more than the %.1f GB this process may "
-                       "use: give duet infer --tile 512 (a super-resolution model), crop or "
-                       "downscale the image, or run it on a machine with more memory", path, (long long)w, (long long)h, need / 1e9, per_pixel,
-                       (long long)s1, (long long)s2, (double)avail / 1e9);
+    /* Under --tile x is one tile with its context: a smaller tile is the remedy. */
+    const bool tiled = r->tile > 0;
+    return duet__error(DUET_ENOMEM, "%s: %lld x %lld pixels: the forward over %s would need "
+                       "about %.1f GB (%.0f bytes per input pixel, measured on %lld and %lld "
+                       "pixel squares), more than the %.1f GB this process may use: %s", path,
+                       (long long)w, (long long)h, tiled ? "it" : "the whole image", need / 1e9,
+                       per_pixel, (long long)s1, (long long)s2, (double)avail / 1e9,
+                       tiled ? "give a smaller --tile"
+                             : "give duet infer --tile 512 (a super-resolution model), crop or "
+                               "downscale the image, or run it on a machine with more memory");
 }
 
 static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,

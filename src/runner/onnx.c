@@ -1,5 +1,5 @@
-/* duet export: a generator as an ONNX model (opset 17), written by hand
- * through protobuf.h: no ONNX or protobuf library. The graph maps the
+/* duet export: a generator as an ONNX model (opset 13..18, default 17),
+ * written by hand through protobuf.h: no ONNX or protobuf library. The graph maps the
  * network's input tensor "input" (N, C, H, W; N, H and W symbolic) to
  * "output", the weights as initializers, float32.
  *
@@ -41,6 +41,11 @@ typedef struct gx {
     int next;   /* for fresh value names */
     int rc;     /* the first error */
     int nodes;
+    bool batch_stats; /* BatchNorm2d with the batch's statistics (training mode) */
+    int64_t channels; /* output channels of the last convolution written */
+    int dropouts;     /* Dropout layers with p > 0, written as identities */
+    int batch_norms;
+    int opset;
 } gx;
 
 static void fresh(gx *g, char *name) { snprintf(name, NAME_MAX_LEN, "t%d", g->next++); }
@@ -72,6 +77,11 @@ static void init_floats(gx *g, const char *name, int n, const float *v) {
 
 static void init_float_scalar(gx *g, const char *name, float v) {
     initializer(g, name, ONNX_FLOAT, 0, NULL, &v, sizeof v);
+}
+
+/* A per-channel vector (C) as a (C, 1, 1) tensor, to broadcast over N, C, H, W. */
+static void init_channels(gx *g, const char *name, int64_t c, const float *v) {
+    initializer(g, name, ONNX_FLOAT, 3, (int64_t[]){c, 1, 1}, v, (size_t)c * sizeof(float));
 }
 
 typedef struct attr {
@@ -192,6 +202,7 @@ static void emit_conv(gx *g, duet_module *m, const char *path, const char *in, c
     snprintf(bn, sizeof bn, "%s.bias", path);
     init_tensor(g, wn, w);
     if (b != NULL) init_tensor(g, bn, b);
+    g->channels = w->shape[0];
     fresh(g, out);
     node(g, "Conv", b != NULL ? 3 : 2, (const char *[]){in, wn, bn}, out, 3,
          (attr[]){{.name = "kernel_shape", .type = ATTR_INTS, .n = 2, .ints = {w->shape[2], w->shape[3]}},
@@ -312,6 +323,263 @@ static void emit_rrdbnet(gx *g, duet_module *m, const char *path, const char *in
     emit_child(g, m, path, "conv_last", h, out);
 }
 
+/* ---- the translation generators' layers ---------------------------------------- */
+
+static bool settings(gx *g, duet_module *m, const char *path, duet_layer_settings *s) {
+    int rc = duet_layer_settings_of(m, s);
+    if (rc != DUET_OK) fail(g, duet__error_context(rc, "export: %s", path));
+    return rc == DUET_OK;
+}
+
+static void param_name(char *dst, const char *path, const char *what) {
+    snprintf(dst, 600, "%s.%s", path, what);
+}
+
+/* ConvTranspose2d: duet's weight (IN, OUT, K, K) is ONNX's (C, M, kH, kW). */
+static void emit_tconv(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_layer_settings st;
+    if (!settings(g, m, path, &st)) return;
+    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
+    char wn[600], bn[600];
+    param_name(wn, path, "weight");
+    param_name(bn, path, "bias");
+    init_tensor(g, wn, w);
+    if (b != NULL) init_tensor(g, bn, b);
+    g->channels = w->shape[1];
+    const int64_t p = st.padding, s = st.stride, op = st.output_padding;
+    fresh(g, out);
+    node(g, "ConvTranspose", b != NULL ? 3 : 2, (const char *[]){in, wn, bn}, out, 4,
+         (attr[]){{.name = "kernel_shape", .type = ATTR_INTS, .n = 2,
+                   .ints = {w->shape[2], w->shape[3]}},
+                  {.name = "pads", .type = ATTR_INTS, .n = 4, .ints = {p, p, p, p}},
+                  {.name = "strides", .type = ATTR_INTS, .n = 2, .ints = {s, s}},
+                  {.name = "output_padding", .type = ATTR_INTS, .n = 2, .ints = {op, op}}});
+}
+
+/* ReflectionPad2d: Pad, mode reflect; pads are all begins (N, C, H, W), then all ends. */
+static void emit_pad(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_layer_settings st;
+    if (!settings(g, m, path, &st)) return;
+    const int64_t p = st.padding, pads[8] = {0, 0, p, p, 0, 0, p, p};
+    char pn[NAME_MAX_LEN];
+    fresh(g, pn);
+    initializer(g, pn, ONNX_INT64, 1, (int64_t[]){8}, pads, sizeof pads);
+    fresh(g, out);
+    node(g, "Pad", 2, (const char *[]){in, pn}, out, 1,
+         (attr[]){{.name = "mode", .type = ATTR_STRING, .s = "reflect"}});
+}
+
+/* The mean over N, H and W, kept as (1, C, 1, 1); the axes are an attribute
+ * up to opset 17 and an input from 18. */
+static void reduce_mean(gx *g, const char *in, char *out) {
+    const attr keep = {.name = "keepdims", .type = ATTR_INT, .i = 1};
+    if (g->opset >= 18) {
+        char axes[NAME_MAX_LEN];
+        fresh(g, axes);
+        initializer(g, axes, ONNX_INT64, 1, (int64_t[]){3}, (int64_t[]){0, 2, 3},
+                    3 * sizeof(int64_t));
+        fresh(g, out);
+        node(g, "ReduceMean", 2, (const char *[]){in, axes}, out, 1, &keep);
+        return;
+    }
+    fresh(g, out);
+    node(g, "ReduceMean", 1, (const char *[]){in}, out, 2,
+         (attr[]){{.name = "axes", .type = ATTR_INTS, .n = 3, .ints = {0, 2, 3}}, keep});
+}
+
+static void binary(gx *g, const char *op, const char *a, const char *b, char *out) {
+    fresh(g, out);
+    node(g, op, 2, (const char *[]){a, b}, out, 0, NULL);
+}
+
+/* BatchNorm2d. With the running statistics (eval) one BatchNormalization;
+ * with the batch's (training mode, as duet infer and MMEditing's
+ * forward_test run Pix2Pix's generator) the normalisation spelled out:
+ * d = x - mean(x), y = d / sqrt(mean(d^2) + eps) * weight + bias, the
+ * means over N, H and W (the biased variance, as PyTorch normalises). */
+static void emit_bn(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_layer_settings st;
+    if (!settings(g, m, path, &st)) return;
+    g->batch_norms++;
+    const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
+    char full[4][600];
+    for (int i = 0; i < 4; i++) param_name(full[i], path, names[i]);
+    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
+    if (!g->batch_stats) {
+        duet_tensor *t[4] = {w, b, duet_module_buffer(m, "running_mean"),
+                             duet_module_buffer(m, "running_var")};
+        for (int i = 0; i < 4; i++) init_tensor(g, full[i], t[i]);
+        fresh(g, out);
+        node(g, "BatchNormalization", 5, (const char *[]){in, full[0], full[1], full[2], full[3]},
+             out, 1, (attr[]){{.name = "epsilon", .type = ATTR_FLOAT, .f = st.eps}});
+        return;
+    }
+    char mean[NAME_MAX_LEN], d[NAME_MAX_LEN], sq[NAME_MAX_LEN], var[NAME_MAX_LEN],
+        eps[NAME_MAX_LEN], ve[NAME_MAX_LEN], sd[NAME_MAX_LEN], n[NAME_MAX_LEN], s[NAME_MAX_LEN];
+    reduce_mean(g, in, mean);
+    binary(g, "Sub", in, mean, d);
+    binary(g, "Mul", d, d, sq);
+    reduce_mean(g, sq, var);
+    fresh(g, eps);
+    init_float_scalar(g, eps, st.eps);
+    binary(g, "Add", var, eps, ve);
+    unary(g, "Sqrt", ve, sd);
+    binary(g, "Div", d, sd, n);
+    init_channels(g, full[0], w->shape[0], w->data);
+    init_channels(g, full[1], b->shape[0], b->data);
+    binary(g, "Mul", n, full[0], s);
+    binary(g, "Add", s, full[1], out);
+}
+
+/* InstanceNorm2d: InstanceNormalization, whose scale and bias are ones and
+ * zeros without affine (g->channels of them: the layer has no tensor that
+ * says how many, the convolution before it does). */
+static void emit_in(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_layer_settings st;
+    if (!settings(g, m, path, &st)) return;
+    char wn[600], bn[600];
+    param_name(wn, path, "weight");
+    param_name(bn, path, "bias");
+    if (st.affine) {
+        init_tensor(g, wn, duet_module_param(m, "weight"));
+        init_tensor(g, bn, duet_module_param(m, "bias"));
+    } else {
+        const int64_t c = g->channels;
+        float *v = c > 0 ? malloc((size_t)c * sizeof *v) : NULL;
+        if (v == NULL) {
+            fail(g, duet__error(c > 0 ? DUET_ENOMEM : DUET_EUNSUPPORTED,
+                                "export: %s: %s", path,
+                                c > 0 ? "out of memory" : "no convolution before it"));
+            return;
+        }
+        for (int64_t i = 0; i < c; i++) v[i] = 1.0f;
+        init_floats(g, wn, (int)c, v);
+        for (int64_t i = 0; i < c; i++) v[i] = 0.0f;
+        init_floats(g, bn, (int)c, v);
+        free(v);
+    }
+    fresh(g, out);
+    node(g, "InstanceNormalization", 3, (const char *[]){in, wn, bn}, out, 1,
+         (attr[]){{.name = "epsilon", .type = ATTR_FLOAT, .f = st.eps}});
+}
+
+static void emit_relu(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    (void)m, (void)path;
+    unary(g, "Relu", in, out);
+}
+
+static void emit_tanh(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    (void)m, (void)path;
+    unary(g, "Tanh", in, out);
+}
+
+static void emit_sigmoid(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    (void)m, (void)path;
+    unary(g, "Sigmoid", in, out);
+}
+
+static void emit_lrelu(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_layer_settings st;
+    if (settings(g, m, path, &st)) leaky(g, st.negative_slope, in, out);
+}
+
+/* Dropout: the identity of eval mode (no node); counted, for the warning
+ * that duet infer drops units where the model tests in training mode. */
+static void emit_dropout(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_layer_settings st;
+    if (!settings(g, m, path, &st)) return;
+    if (st.p > 0.0f) g->dropouts++;
+    snprintf(out, NAME_MAX_LEN, "%s", in);
+}
+
+/* mmcv's ConvModule in its order (duet__conv_module_forward): [act],
+ * [padding_layer], conv, [bn | in], [act]; skip_act leaves a leading act
+ * out (UnetSkipConnectionBlock applies it itself, for its skip). */
+static void emit_cm_from(gx *g, duet_module *m, const char *path, const char *in, char *out,
+                         bool skip_act) {
+    bool act_first = false;
+    int rc = duet_conv_module_act_first(m, &act_first);
+    if (rc != DUET_OK) {
+        fail(g, duet__error_context(rc, "export: %s", path));
+        return;
+    }
+    const bool has_act = duet_module_child(m, "activate") != NULL;
+    char cur[NAME_MAX_LEN], next[NAME_MAX_LEN];
+    snprintf(cur, sizeof cur, "%s", in);
+    static const char *const order[] = {"activate", "padding_layer", "conv", "bn", "in",
+                                        "activate"};
+    for (int i = 0; i < 6 && g->rc == DUET_OK; i++) {
+        const char *name = order[i];
+        if (duet_module_child(m, name) == NULL) continue;
+        if (i == 0 && (!act_first || skip_act || !has_act)) continue;
+        if (i == 5 && act_first) continue;
+        emit_child(g, m, path, name, cur, next);
+        memcpy(cur, next, sizeof cur);
+    }
+    snprintf(out, NAME_MAX_LEN, "%s", cur);
+}
+
+static void emit_cm(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    emit_cm_from(g, m, path, in, out, false);
+}
+
+/* UnetSkipConnectionBlock (unet_generator.c): the outermost is its model;
+ * any other returns cat([act(x), rest(act(x))]) with act the down
+ * ConvModule's leading LeakyReLU and rest the model without that act. */
+static void emit_unet_block_as(gx *g, duet_module *m, const char *path, const char *in,
+                               char *out, bool outermost) {
+    char seq_path[512];
+    snprintf(seq_path, sizeof seq_path, "%s.model", path);
+    duet_module *seq = child(g, m, path, "model");
+    if (seq == NULL) return;
+    if (outermost) {
+        emit_children(g, seq, seq_path, in, out);
+        return;
+    }
+    if (duet_module_child_count(seq) == 0) {
+        fail(g, duet__error(DUET_EUNSUPPORTED, "export: %s has an empty model", path));
+        return;
+    }
+    duet_module *down = duet_module_child_at(seq, 0);
+    char down_path[600], skip[NAME_MAX_LEN], h[NAME_MAX_LEN];
+    snprintf(down_path, sizeof down_path, "%s.%s", seq_path, duet_module_child_name_at(seq, 0));
+    snprintf(skip, sizeof skip, "%s", in);
+    if (duet_module_child(down, "activate") != NULL)
+        emit_child(g, down, down_path, "activate", in, skip);
+    emit_cm_from(g, down, down_path, skip, h, true);
+    for (size_t i = 1; i < duet_module_child_count(seq) && g->rc == DUET_OK; i++) {
+        char next[NAME_MAX_LEN];
+        emit_child(g, seq, seq_path, duet_module_child_name_at(seq, i), h, next);
+        memcpy(h, next, sizeof h);
+    }
+    fresh(g, out);
+    node(g, "Concat", 2, (const char *[]){skip, h}, out, 1,
+         (attr[]){{.name = "axis", .type = ATTR_INT, .i = 1}});
+}
+
+static void emit_unet_block(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    emit_unet_block_as(g, m, path, in, out, false);
+}
+
+static void emit_unet(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    duet_module *outer = child(g, m, path, "model");
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s.model", path);
+    if (outer != NULL) emit_unet_block_as(g, outer, sub, in, out, true);
+}
+
+/* ResidualBlockWithDropout: x + block(x). */
+static void emit_resblock_dropout(gx *g, duet_module *m, const char *path, const char *in,
+                                  char *out) {
+    char h[NAME_MAX_LEN];
+    emit_child(g, m, path, "block", in, h);
+    add(g, in, h, out);
+}
+
+static void emit_model_child(gx *g, duet_module *m, const char *path, const char *in, char *out) {
+    emit_child(g, m, path, "model", in, out);
+}
+
 static void emit(gx *g, duet_module *m, const char *path, const char *in, char *out) {
     snprintf(out, NAME_MAX_LEN, "%s", in);
     if (g->rc != DUET_OK) return;
@@ -323,6 +591,14 @@ static void emit(gx *g, duet_module *m, const char *path, const char *in, char *
         {"ResidualBlockNoBN", emit_resblock}, {"PixelShufflePack", emit_pack},
         {"MSRResNet", emit_msrresnet},   {"ResidualDenseBlock", emit_rdb},
         {"RRDB", emit_rrdb},             {"RRDBNet", emit_rrdbnet},
+        {"ConvTranspose2d", emit_tconv}, {"ReflectionPad2d", emit_pad},
+        {"BatchNorm2d", emit_bn},        {"InstanceNorm2d", emit_in},
+        {"ReLU", emit_relu},             {"LeakyReLU", emit_lrelu},
+        {"Tanh", emit_tanh},             {"Sigmoid", emit_sigmoid},
+        {"Dropout", emit_dropout},       {"ConvModule", emit_cm},
+        {"UnetSkipConnectionBlock", emit_unet_block}, {"UnetGenerator", emit_unet},
+        {"ResidualBlockWithDropout", emit_resblock_dropout},
+        {"ResnetGenerator", emit_model_child},
     };
     const char *type = duet_module_type_name(m);
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -331,7 +607,8 @@ static void emit(gx *g, duet_module *m, const char *path, const char *in, char *
             return;
         }
     fail(g, duet__error(DUET_EUNSUPPORTED, "export: %s is a %s, which duet cannot write as "
-                        "ONNX yet (it exports MSRResNet and RRDBNet generators)", path, type));
+                        "ONNX yet (it exports the MSRResNet, RRDBNet, UnetGenerator and "
+                        "ResnetGenerator generators)", path, type));
 }
 
 /* ---- the model ------------------------------------------------------------------- */
@@ -362,22 +639,33 @@ static void value_info(duet__pb *graph, unsigned field, const char *name, int64_
     if (failed) graph->failed = true;
 }
 
-/* The first and last convolutions' channels: the graph's input and output. */
+/* The first and last convolutions' channels: the graph's input and output
+ * (a Conv2d's weight is (OUT, IN, K, K), a ConvTranspose2d's (IN, OUT, K, K)). */
 static int64_t io_channels(duet_module *m, bool first) {
-    int64_t c = 0;
-    for (size_t i = 0; i < duet_module_child_count(m); i++) {
-        duet_module *k = duet_module_child_at(m, first ? i : duet_module_child_count(m) - 1 - i);
+    const size_t n = duet_module_child_count(m);
+    for (size_t i = 0; i < n; i++) {
+        duet_module *k = duet_module_child_at(m, first ? i : n - 1 - i);
         duet_tensor *w = duet_module_param(k, "weight");
-        c = w != NULL ? w->shape[first ? 1 : 0] : io_channels(k, first);
+        int64_t c = 0;
+        if (w != NULL && duet_module_is(k, "ConvTranspose2d"))
+            c = w->shape[first ? 0 : 1];
+        else if (w != NULL && w->ndim == 4)
+            c = w->shape[first ? 1 : 0];
+        else
+            c = io_channels(k, first);
         if (c > 0) return c;
     }
-    return c;
+    return 0;
 }
 
-int duet__onnx_export(duet_module *net, const char *part, const char *path, size_t *nodes) {
-    gx g = {.rc = DUET_OK};
+int duet__onnx_export(duet_module *net, const char *part, const char *path, int opset,
+                      bool batch_stats, duet__onnx_stats *stats) {
+    gx g = {.rc = DUET_OK, .batch_stats = batch_stats, .opset = opset};
+    if (opset < DUET__ONNX_OPSET_MIN || opset > DUET__ONNX_OPSET_MAX)
+        g.rc = duet__error(DUET_EINVAL, "export: opset %d; duet writes opsets %d to %d", opset,
+                           DUET__ONNX_OPSET_MIN, DUET__ONNX_OPSET_MAX);
     char out[NAME_MAX_LEN];
-    emit(&g, net, part, "input", out);
+    if (g.rc == DUET_OK) emit(&g, net, part, "input", out);
     if (g.rc == DUET_OK) {
         /* The graph's output is a node output named "output". */
         node(&g, "Identity", 1, (const char *[]){out}, "output", 0, NULL);
@@ -385,15 +673,17 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, size
         value_info(&g.graph, 11, "input", io_channels(net, true));
         value_info(&g.graph, 12, "output", io_channels(net, false));
     }
-    duet__pb model = {0}, opset = {0};
+    duet__pb model = {0}, opset_pb = {0};
     if (g.rc == DUET_OK) {
-        duet__pb_uint(&model, 1, 8); /* IR version 8: opset 17's */
+        /* The IR version of the ONNX release that brought the opset: 7
+         * for 13 and 14 (ONNX 1.8, 1.9), 8 for 15 to 18 (1.10 to 1.13). */
+        duet__pb_uint(&model, 1, opset <= 14 ? 7 : 8);
         duet__pb_string(&model, 2, "duet");
         duet__pb_string(&model, 3, DUET_VERSION_STRING);
         duet__pb_message(&model, 7, &g.graph);
-        duet__pb_string(&opset, 1, "");
-        duet__pb_uint(&opset, 2, 17);
-        duet__pb_message(&model, 8, &opset);
+        duet__pb_string(&opset_pb, 1, "");
+        duet__pb_uint(&opset_pb, 2, (uint64_t)opset);
+        duet__pb_message(&model, 8, &opset_pb);
         if (model.failed || g.graph.failed)
             g.rc = duet__error(DUET_ENOMEM, "export: out of memory building the model");
     }
@@ -413,9 +703,9 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, size
         }
         free(tmp);
     }
-    *nodes = (size_t)g.nodes;
+    *stats = (duet__onnx_stats){(size_t)g.nodes, g.batch_norms, g.dropouts};
     duet__pb_free(&model);
-    duet__pb_free(&opset);
+    duet__pb_free(&opset_pb);
     duet__pb_free(&g.graph);
     return g.rc;
 }

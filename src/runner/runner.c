@@ -917,27 +917,55 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
         duet_module *root = src == DUET_OK ? duet_model_module(r.model) : NULL;
         if (root != NULL && part == NULL)
-            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema" : "generator";
+            part = duet_module_child(root, "generator_ema") != NULL ? "generator_ema"
+                   : strcmp(duet_model_type_name(r.model), "CycleGAN") == 0
+                       ? duet_cyclegan_test_generator(r.model)
+                       : "generator";
         /* A dotted name reaches into dict parts (generators.a). */
-        duet_module *net = root;
-        char name[256];
+        duet_module *net = root, *reached = root;
+        char name[256], prefix[256] = "";
         snprintf(name, sizeof name, "%s", part != NULL ? part : "");
         for (char *save = NULL, *k = strtok_r(name, ".", &save); net != NULL && k != NULL;
-             k = strtok_r(NULL, ".", &save))
+             k = strtok_r(NULL, ".", &save)) {
             net = duet_module_child(net, k);
+            if (net != NULL && duet_module_child_count(net) > 0 && strchr(save, '.') == NULL &&
+                *save != '\0') {
+                /* The parts one level down are listed when the last name is wrong. */
+                reached = net;
+                snprintf(prefix, sizeof prefix, "%.*s.", (int)(save - name - 1), part);
+            }
+        }
         if (src == DUET_OK && net == NULL) {
             duet__str have = {0};
-            for (size_t i = 0; i < duet_module_child_count(root); i++)
-                duet__str_add_item(&have, ", ", "%s", duet_module_child_name_at(root, i));
+            for (size_t i = 0; i < duet_module_child_count(reached); i++)
+                duet__str_add_item(&have, ", ", "%s%s", prefix,
+                                   duet_module_child_name_at(reached, i));
             src = duet__error(DUET_ENOTFOUND, "export: the %s has no part '%s' (its parts: %s)",
                               duet_model_type_name(r.model), part, duet__str_get(&have));
             duet__str_free(&have);
         }
-        size_t nodes = 0;
-        if (src == DUET_OK && r.rank == 0) src = duet__onnx_export(net, part, out_path, &nodes);
+        duet__onnx_stats st = {0};
+        /* A translation model tests its generator in training mode
+         * (MMEditing's forward_test, as duet infer runs it): BatchNorm2d
+         * with the batch's statistics, and dropout, which ONNX cannot
+         * reproduce (other draws), so it is left out and said so. */
+        const bool train_mode =
+            src == DUET_OK && strcmp(duet_model_input_key(r.model), "lq") != 0;
+        const int opset = o->onnx_opset != 0 ? o->onnx_opset : DUET__ONNX_OPSET_DEFAULT;
+        if (src == DUET_OK && r.rank == 0)
+            src = duet__onnx_export(net, part, out_path, opset, train_mode, &st);
         if (src == DUET_OK && r.rank == 0 && !o->quiet)
-            printf("duet export: %s of %s -> %s (ONNX opset 17, %zu nodes, input \"input\" "
-                   "(N, C, H, W), output \"output\")\n", part, o->checkpoint, out_path, nodes);
+            printf("duet export: %s of %s -> %s (ONNX opset %d, %zu nodes, input \"input\" "
+                   "(N, C, H, W), output \"output\"%s)\n", part, o->checkpoint, out_path,
+                   opset, st.nodes, train_mode && st.batch_norms > 0
+                                        ? "; BatchNorm with the batch's statistics, as the "
+                                          "model tests"
+                                        : "");
+        if (src == DUET_OK && r.rank == 0 && train_mode && st.dropouts > 0)
+            duet_log(DUET_LOG_WARN, "export: %s has %d Dropout layer(s); the %s tests with them "
+                     "active (random units dropped, as MMEditing's forward_test does) and the "
+                     "ONNX model has them as identities, so it will not match duet infer "
+                     "exactly", part, st.dropouts, duet_model_type_name(r.model));
         rc = agree(&r, src);
     }
     close_run(&r);

@@ -128,14 +128,25 @@ int duet__run_read_mmedit_keys(duet__run *r, bool notes);
  * the limit); forwards over 32 and 64 pixel squares measure the bytes per
  * input pixel. Inputs up to 512 x 512 pass unmeasured. */
 int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *what);
+/* The network `net` (named `part` in messages and the graph) as an ONNX
+ * model at `path` (onnx.c) in `opset` (DUET__ONNX_OPSET_MIN..MAX, else
+ * DUET_EINVAL); batch_stats: BatchNorm2d normalises with the
+ * batch's statistics (the network tests in training mode) rather than the
+ * running ones. What was written goes to *stats: the graph's nodes, the
+ * BatchNorm2d layers, the Dropout layers with p > 0 (written as
+ * identities). */
+enum { DUET__ONNX_OPSET_MIN = 13, DUET__ONNX_OPSET_MAX = 18, DUET__ONNX_OPSET_DEFAULT = 17 };
+typedef struct duet__onnx_stats {
+    size_t nodes;
+    int batch_norms, dropouts;
+} duet__onnx_stats;
+int duet__onnx_export(duet_module *net, const char *part, const char *path, int opset,
+                      bool batch_stats, duet__onnx_stats *stats);
 /* infer --tile (tile.c): the SR generator's output of x (1, C, H, W) made
  * tile by tile (tile x tile input pixels, `pad` pixels of context around
  * each; pad < 0: the receptive radius, measured), equal to the whole-image
  * forward when pad covers the receptive radius. A progress bar on a
  * terminal. */
-/* The network `net` (named `part` in messages and the graph) as an ONNX
- * model at `path` (onnx.c); *nodes: the graph's node count. */
-int duet__onnx_export(duet_module *net, const char *part, const char *path, size_t *nodes);
 int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
                         const char *path, duet_tensor **out);
 /* data.train (with_train) and data.val (need_val; else it is only marked

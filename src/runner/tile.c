@@ -11,7 +11,8 @@
  * network's zero padding is the same in both; at a border the tile's
  * padding is the image's, so there too. With P < R the tiles disagree at
  * their seams; R is measured once (an impulse's reach through the network)
- * and a smaller P is warned about. Networks with statistics over the image
+ * and a smaller P is warned about. The memory check is on the largest
+ * forward, an inner tile with context on all sides. Networks with statistics over the image
  * (instance norm, batch norm in training mode: the translation generators)
  * are not tiled: their output depends on the whole image by design. */
 #include "runner/runner_internal.h"
@@ -90,6 +91,21 @@ int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
                      r->tile_radius);
     }
     if (pad < 0) pad = r->tile_radius;
+    /* The memory check on the largest forward: an inner tile with context on
+     * all four sides (the first tile has it on two only). */
+    {
+        const int64_t bh = tile + 2 * pad < h ? tile + 2 * pad : h;
+        const int64_t bw = tile + 2 * pad < w ? tile + 2 * pad : w;
+        duet_tensor *t = NULL;
+        char *what = duet__strf("%s (a %" PRId64 " x %" PRId64 " tile with its context)", path,
+                                bw, bh);
+        int rc = what == NULL ? duet__error(DUET_ENOMEM, "--tile: out of memory")
+                              : crop(x, 0, bh, 0, bw, &t);
+        if (rc == DUET_OK) rc = duet__check_forward_memory(r, t, what);
+        duet_tensor_release(t);
+        free(what);
+        DUET_TRY(rc);
+    }
     const bool bar = isatty(STDERR_FILENO) && rows * cols > 1 && r->world == 1;
     duet_tensor *y = NULL;
     int64_t scale = 0;
@@ -102,7 +118,6 @@ int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
             const int64_t px0 = x0 - pad > 0 ? x0 - pad : 0, px1 = x1 + pad < w ? x1 + pad : w;
             duet_tensor *t = NULL, *ty = NULL;
             rc = crop(x, py0, py1, px0, px1, &t);
-            if (rc == DUET_OK && ti == 0 && tj == 0) rc = duet__check_forward_memory(r, t, path);
             if (rc == DUET_OK) rc = duet_model_forward(r->model, t, &ty);
             if (rc == DUET_OK) {
                 const int64_t th = py1 - py0, tw = px1 - px0;

@@ -4,8 +4,10 @@
 # given to an x4 MSRResNet would need tens of GB for its forward; with the
 # process held to 6 GB (`ulimit -d`, as a batch system's memory limit) it is
 # refused before the forward, naming the image, its size, the estimate and
-# the limit; a 300 x 200 image under the same limit is upscaled; duet test
-# bounds a validation image's forward the same way.
+# the limit; with --tile 3000 the estimate is for the largest tile with its
+# context (3080 x 3080 at --tile-pad 40) and the advice a smaller tile; a
+# 300 x 200 image under the same limit is upscaled; duet test bounds a
+# validation image's forward the same way.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -51,6 +53,16 @@ grep -q "big.png: 9000 x 9000 pixels: the forward over the whole image would nee
 grep -q "more than the 6.1 GB this process may use" "$T/big.out" \
   || { cat "$T/big.out"; fail "the refusal does not name the limit"; }
 [ ! -e "$T/out_big/big.png" ] || fail "an output was written"
+# With --tile the check is on the largest tile with its context (an inner
+# one: the tile plus the pad on both sides), and the remedy a smaller tile.
+set +e
+(ulimit -d 6000000; exec "$DUET" infer "$T/tiny.cfg" "$T/w/latest.safetensors" "$T/big.png" \
+  --out "$T/out_big" --tile 3000 --tile-pad 40) > "$T/bigt.out" 2>&1
+rc=$?
+set -e
+[ $rc -ne 0 ] || fail "a 3080 x 3080 tile was accepted under a 6 GB limit"
+grep -q "big.png (a 3080 x 3080 tile with its context): 3080 x 3080 pixels: the forward over it would need about .*: give a smaller --tile" \
+  "$T/bigt.out" || { cat "$T/bigt.out"; fail "no per-tile estimate in the refusal"; }
 (ulimit -d 6000000; exec "$DUET" infer "$T/tiny.cfg" "$T/w/latest.safetensors" "$T/small.png" \
   --out "$T/out_small") > "$T/small.out" 2>&1 || { cat "$T/small.out"; fail "the small image under the same limit"; }
 [ -s "$T/out_small/small.png" ] || fail "no output for the small image"

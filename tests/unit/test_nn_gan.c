@@ -3,7 +3,8 @@
  * Dropout's train/eval behaviour on its borrowed rng, the statistics of
  * generation_init_weights, the full-size parameter counts that the
  * pix2pix / CycleGAN papers' code prints, replaying a UnetGenerator's
- * dropout from a saved rng, and the construction and input errors.
+ * dropout from a saved rng, the construction and input errors, and the
+ * settings exporters read (duet_layer_settings_of, duet_conv_module_act_first).
  * Numerical agreement with PyTorch is in test_ref_networks_gan.c. */
 #include "testutil.h"
 
@@ -215,6 +216,65 @@ static void test_network_errors(void **state) {
     assert_null(g);
 }
 
+/* What an exporter reads of the layers (duet_layer_settings_of) and of a
+ * ConvModule's order (duet_conv_module_act_first): the values they were
+ * built with, and an error naming the type for any other module. */
+static void test_export_settings(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(12, 0);
+    duet_module *m[7] = {NULL};
+    TU_OK(duet_conv_transpose2d_module_create(4, 2, 3, 2, 1, 1, false, &rng, &m[0]));
+    TU_OK(duet_reflection_pad2d_module_create(3, &m[1]));
+    TU_OK(duet_batch_norm2d_module_create(2, 1e-3f, 0.1f, &m[2]));
+    TU_OK(duet_instance_norm2d_module_create(2, 2e-5f, true, &m[3]));
+    TU_OK(duet_activation_module_create(DUET_ACT_LEAKY_RELU, 0.3f, &m[4]));
+    TU_OK(duet_dropout_module_create(0.25f, &rng, &m[5]));
+    TU_OK(duet_conv2d_module_create(2, 2, 3, 1, 1, true, &rng, &m[6]));
+    duet_layer_settings s;
+    TU_OK(duet_layer_settings_of(m[0], &s));
+    assert_int_equal(s.stride, 2);
+    assert_int_equal(s.padding, 1);
+    assert_int_equal(s.output_padding, 1);
+    TU_OK(duet_layer_settings_of(m[1], &s));
+    assert_int_equal(s.padding, 3);
+    assert_int_equal(s.stride, 0);
+    TU_OK(duet_layer_settings_of(m[2], &s));
+    assert_true(s.eps == 1e-3f);
+    TU_OK(duet_layer_settings_of(m[3], &s));
+    assert_true(s.eps == 2e-5f && s.affine);
+    TU_OK(duet_layer_settings_of(m[4], &s));
+    assert_true(s.negative_slope == 0.3f);
+    TU_OK(duet_layer_settings_of(m[5], &s));
+    assert_true(s.p == 0.25f);
+    tu_expect_error(duet_layer_settings_of(m[6], &s), DUET_EINVAL, "a Conv2d has no layer settings",
+                    NULL);
+    bool first = true;
+    tu_expect_error(duet_conv_module_act_first(m[6], &first), DUET_EINVAL,
+                    "a Conv2d is not a ConvModule", NULL);
+    for (int i = 0; i < 7; i++) duet_module_destroy(m[i]);
+    /* The Unet's blocks run act first, the ResnetGenerator's ConvModules last. */
+    duet_unet_generator_opts uo = duet_unet_generator_opts_default();
+    uo.num_down = 5;
+    uo.base_channels = 2;
+    duet_resnet_generator_opts ro = duet_resnet_generator_opts_default();
+    ro.base_channels = 2;
+    ro.num_blocks = 1;
+    duet_module *unet = NULL, *res = NULL;
+    TU_OK(duet_unet_generator_create(&uo, &rng, NULL, &unet));
+    TU_OK(duet_resnet_generator_create(&ro, &rng, NULL, &res));
+    duet_module *up = duet_module_child(duet_module_child(duet_module_child(unet, "model"),
+                                                          "model"), "2");
+    duet_module *head = duet_module_child(duet_module_child(res, "model"), "0");
+    assert_non_null(up);
+    assert_non_null(head);
+    TU_OK(duet_conv_module_act_first(up, &first));
+    assert_true(first);
+    TU_OK(duet_conv_module_act_first(head, &first));
+    assert_false(first);
+    duet_module_destroy(unet);
+    duet_module_destroy(res);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv_transpose2d_module),
@@ -224,6 +284,7 @@ int main(void) {
         cmocka_unit_test(test_full_size_parameter_counts),
         cmocka_unit_test(test_unet_dropout_replay),
         cmocka_unit_test(test_network_errors),
+        cmocka_unit_test(test_export_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
