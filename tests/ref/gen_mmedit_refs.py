@@ -14,6 +14,8 @@ this directory:
   basic_restorer.safetensors  BasicRestorer from msrresnet_x4c64b16_g1_1000k_div2k.py
   translation_pipeline.safetensors  GenerationPairedDataset's pipeline by
                        MMEditing's own pipeline classes on OpenCV's resize
+  inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
+                       (file mask, bilinear Resize, Normalize, GetMaskedImage)
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -486,6 +488,57 @@ class TranslationPipeline:
               " (its scalar code)")
 
 
+class InpaintingPipeline:
+    """ImgInpaintingDataset's deterministic steps run by MMEditing itself
+    (Compose over LoadImageFromFile key gt_img, LoadMask mask_mode 'file',
+    Resize with mmcv's default 'bilinear', Normalize (127.5, 127.5),
+    GetMaskedImage, ImageToTensor) on OpenCV's scalar code
+    (cv2.setUseOptimized(False), as TranslationPipeline says why): a
+    shrink and an enlargement, the PNG bytes of image and mask written too,
+    which test_ref_inpainting.c runs through duet's dataset, every value
+    equal."""
+    file = "inpainting_pipeline.safetensors"
+    CASES = (("down", 37, 45), ("up", 11, 13))  # name, image h, w; output 24 x 30
+
+    def write(self, outdir):
+        import cv2
+        import numpy as np
+        from mmedit.datasets.pipelines import Compose
+
+        rng = np.random.RandomState(20261204)
+        tensors = {}
+        optimized = cv2.useOptimized()
+        cv2.setUseOptimized(False)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, h, w in self.CASES:
+                img = rng.randint(0, 256, size=(h, w, 3)).astype(np.uint8)  # RGB
+                mask = (rng.rand(24, 30) < 0.3).astype(np.uint8) * 255
+                ipath = os.path.join(tmp, f"{name}.png")
+                mpath = os.path.join(tmp, f"{name}_mask.png")
+                assert cv2.imwrite(ipath, np.ascontiguousarray(img[:, :, ::-1]))
+                assert cv2.imwrite(mpath, mask)
+                pipeline = Compose([
+                    dict(type='LoadImageFromFile', key='gt_img'),
+                    dict(type='LoadMask', mask_mode='file'),
+                    dict(type='Resize', keys=['gt_img'], scale=(30, 24), keep_ratio=False),
+                    dict(type='Normalize', keys=['gt_img'], mean=[127.5] * 3,
+                         std=[127.5] * 3, to_rgb=False),
+                    dict(type='GetMaskedImage'),
+                    dict(type='ImageToTensor', keys=['gt_img', 'masked_img', 'mask']),
+                ])
+                out = pipeline(dict(gt_img_path=ipath, mask_path=mpath))
+                tensors[f"{name}_img"] = torch.from_numpy(img.astype(np.float32))
+                tensors[f"{name}_mask_png"] = torch.from_numpy(mask.astype(np.float32))
+                for k in ("gt_img", "masked_img", "mask"):
+                    tensors[f"{name}_{k}"] = out[k].float()
+        cv2.setUseOptimized(optimized)
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} pipelines, "
+                                    f"OpenCV {cv2.__version__} (scalar code)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's inpainting pipeline on OpenCV "
+              f"{cv2.__version__} (its scalar code)")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -495,6 +548,7 @@ MODELS = {
     "cyclegan": CycleGAN,
     "basic_restorer": BasicRestorer,
     "translation": TranslationPipeline,
+    "inpainting": InpaintingPipeline,
 }
 
 
