@@ -16,6 +16,8 @@ this directory:
                        MMEditing's own pipeline classes on OpenCV's resize
   inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
                        (file mask, bilinear Resize, Normalize, GetMaskedImage)
+  gl_disc.safetensors  MMEditing's GLDiscs and MultiLayerDiscriminator: forward,
+                       input and parameter gradients, BatchNorm buffers
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -539,6 +541,71 @@ class InpaintingPipeline:
               f"{cv2.__version__} (its scalar code)")
 
 
+class GLDiscsNet:
+    """MMEditing's own GLDiscs and MultiLayerDiscriminator (built by its
+    registry, its init_weights), run in float64 in training mode: each case
+    NAME holds the state dict (NAME.sd.*), the inputs (NAME.x, NAME.l for
+    GLDiscs' local patch), the output, the output's cotangent NAME.r, the
+    gradients of the inputs and of every parameter (NAME.grad.*) and the
+    BatchNorm buffers after the forward (NAME.after.*), the layout
+    test_ref_networks_gan.c reads; tests/mmedit/test_ref_gl_disc.c
+    compares duet's networks with them."""
+    file = "gl_disc.safetensors"
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_component
+        torch.manual_seed(20261204)
+        small = dict(in_channels=3, max_channels=16, fc_in_channels=16 * 4 * 4,
+                     fc_out_channels=1024, norm_cfg=dict(type='BN'))
+        cases = {
+            # GL's discriminators at 32x32 (global, 3 convs) and 16x16 (local, 2)
+            "gl_discs": (dict(type='GLDiscs', global_disc_cfg=dict(small, num_convs=3),
+                              local_disc_cfg=dict(small, num_convs=2)),
+                         [(2, 3, 32, 32), (2, 3, 16, 16)]),
+            # the general form: no norm, LeakyReLU, out convs, no fc
+            "mld_outconvs": (dict(type='MultiLayerDiscriminator', in_channels=3,
+                                  max_channels=8, num_convs=2, kernel_size=3,
+                                  with_out_convs=True, norm_cfg=None,
+                                  act_cfg=dict(type='LeakyReLU', negative_slope=0.2)),
+                             [(2, 3, 12, 12)]),
+            # fc head with no out activation, no input norm
+            "mld_fc": (dict(type='MultiLayerDiscriminator', in_channels=4, max_channels=8,
+                            num_convs=2, kernel_size=5, fc_in_channels=8 * 3 * 3,
+                            fc_out_channels=5, norm_cfg=dict(type='BN'),
+                            with_input_norm=False, out_act_cfg=None),
+                       [(3, 4, 10, 10)]),
+        }
+        tensors = {}
+        for name, (cfg, shapes) in cases.items():
+            net = build_component(cfg)
+            net.init_weights()
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            tensors[f"{name}.nparams"] = torch.tensor(
+                [float(sum(p.numel() for p in net.parameters()))])
+            net = net.double().train()
+            xs = [torch.randn(*sh, dtype=torch.float64, requires_grad=True) for sh in shapes]
+            out = net(tuple(xs)) if len(xs) == 2 else net(xs[0])
+            r = torch.randn_like(out)
+            (out * r).sum().backward()
+            tensors[f"{name}.x"] = xs[0].detach().float()
+            tensors[f"{name}.grad.x"] = xs[0].grad.float()
+            if len(xs) == 2:
+                tensors[f"{name}.l"] = xs[1].detach().float()
+                tensors[f"{name}.grad.l"] = xs[1].grad.float()
+            tensors[f"{name}.out"] = out.detach().float()
+            tensors[f"{name}.r"] = r.float()
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+            for k, b in net.named_buffers():
+                tensors[f"{name}.after.{k}"] = b.detach().float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} GLDiscs, "
+                                    "MultiLayerDiscriminator (float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's GLDiscs and "
+              "MultiLayerDiscriminator")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -549,6 +616,7 @@ MODELS = {
     "basic_restorer": BasicRestorer,
     "translation": TranslationPipeline,
     "inpainting": InpaintingPipeline,
+    "gl_disc": GLDiscsNet,
 }
 
 
