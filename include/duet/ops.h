@@ -216,6 +216,13 @@ uint64_t duet_kernels_gemm_flops(void);
 
 /* ---- image-to-image GAN ops (Pix2Pix, CycleGAN) -------------------------- */
 
+/* PyTorch's conv2d with dilation (>= 1): x (N, C, H, W), w (O, C, KH, KW),
+ * b (O) or NULL; tap (i, j) reads input pixel (oh*s - p + i*d, ow*s - p +
+ * j*d), zeros outside. out (N, O, (H + 2p - d(KH-1) - 1) / s + 1, ...).
+ * im2col and one GEMM per sample, float32 on the CPU; duet_conv2d is the
+ * (faster) dilation-1 op. */
+int duet_conv2d_dilated(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
+                        int dilation, duet_tensor **out);
 /* PyTorch's conv_transpose2d: x (N, C, H, W), w (C, O, KH, KW) (ConvTranspose2d's
  * layout: input channels first), b (O) or NULL; symmetric stride, padding
  * and output_padding (< stride). out (N, O, (H-1)*s - 2p + KH + op,
