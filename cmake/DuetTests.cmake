@@ -239,14 +239,14 @@ set_tests_properties(mmedit_inpainting_pipeline PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
-# MultiLayerDiscriminator and GLDiscs against MMEditing's own modules
-# (forward, gradients, BatchNorm buffers; names loaded strictly).
-add_executable(test_ref_gl_disc ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_gl_disc.c)
-target_link_libraries(test_ref_gl_disc PRIVATE duet_testutil)
-add_test(NAME mmedit_gl_disc
-  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_disc.safetensors
-          $<TARGET_FILE:test_ref_gl_disc>)
-set_tests_properties(mmedit_gl_disc PROPERTIES
+# MultiLayerDiscriminator, GLDiscs and GLEncoderDecoder against MMEditing's
+# own modules (forward, gradients, BatchNorm buffers; names loaded strictly).
+add_executable(test_ref_gl_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_gl_nets.c)
+target_link_libraries(test_ref_gl_nets PRIVATE duet_testutil)
+add_test(NAME mmedit_gl_nets
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors
+          $<TARGET_FILE:test_ref_gl_nets>)
+set_tests_properties(mmedit_gl_nets PROPERTIES
   ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"

@@ -142,6 +142,23 @@ int duet_gl_discs_create(const duet_multi_layer_disc_opts *global,
                          const duet_multi_layer_disc_opts *local, duet_rng *init_rng,
                          duet_module **out);
 
+/* GLEncoderDecoder (backbones/encoder_decoders/gl_encoder_decoder.py), the
+ * Global&Local generator: encoder (GLEncoder: enc1..enc6 ConvModules from
+ * the 4-channel masked image + mask, channels 64, 128, 128, 256, 256, 256,
+ * kernels 5, 3.., strides 1, 2, 1, 2, 1, 1), dilation_neck (GLDilationNeck:
+ * dilation_convs.0..3, 3x3 convs of 256 channels with dilation and padding
+ * 2, 4, 8, 16, duet_conv2d_dilated), decoder (GLDecoder: dec1..dec7, dec3
+ * and dec5 4x4 stride-2 ConvTranspose2d, dec7 to 3 channels without norm or
+ * act, then the output act: 'clip' clamps to [-1, 1], or sigmoid). Each
+ * ConvModule: conv (bias only without norm), "bn" when the part's norm is
+ * on, ReLU. PyTorch's default init (MMEditing's init_weights keeps it). */
+typedef struct duet_gl_encdec_opts {
+    bool encoder_norm, neck_norm, decoder_norm; /* norm_cfg BN / SyncBN */
+    bool out_sigmoid;                           /* out_act 'sigmoid' (else 'clip') */
+} duet_gl_encdec_opts;
+int duet_gl_encdec_create(const duet_gl_encdec_opts *opts, duet_rng *init_rng,
+                          duet_module **out);
+
 /* PatchDiscriminator: model.0 (4x4 s2 conv with bias, LeakyReLU 0.2),
  * model.1 .. model.<num_conv-1> (4x4 s2, channels doubling up to 8x,
  * norm, LeakyReLU), model.<num_conv> (4x4 s1, norm, LeakyReLU), and

@@ -72,6 +72,9 @@ int duet_tanh(duet_tensor *x, duet_tensor **out);
 /* ELU (alpha > 0): x where x > 0, else alpha * (exp(x) - 1); its backward
  * reads the output. */
 int duet_elu(duet_tensor *x, float alpha, duet_tensor **out);
+/* torch.clamp(x, lo, hi): gradient 1 where lo <= x <= hi (bounds included,
+ * as PyTorch), 0 elsewhere. CPU. */
+int duet_clamp(duet_tensor *x, float lo, float hi, duet_tensor **out);
 /* a, b same shape. */
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 

@@ -16,8 +16,9 @@ this directory:
                        MMEditing's own pipeline classes on OpenCV's resize
   inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
                        (file mask, bilinear Resize, Normalize, GetMaskedImage)
-  gl_disc.safetensors  MMEditing's GLDiscs and MultiLayerDiscriminator: forward,
-                       input and parameter gradients, BatchNorm buffers
+  gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
+                       GLEncoderDecoder: forward, input and parameter
+                       gradients, BatchNorm buffers
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -541,16 +542,16 @@ class InpaintingPipeline:
               f"{cv2.__version__} (its scalar code)")
 
 
-class GLDiscsNet:
-    """MMEditing's own GLDiscs and MultiLayerDiscriminator (built by its
-    registry, its init_weights), run in float64 in training mode: each case
+class GLNets:
+    """MMEditing's own GLDiscs, MultiLayerDiscriminator and GLEncoderDecoder
+    (built by its registry, its init_weights), run in float64 in training mode: each case
     NAME holds the state dict (NAME.sd.*), the inputs (NAME.x, NAME.l for
     GLDiscs' local patch), the output, the output's cotangent NAME.r, the
     gradients of the inputs and of every parameter (NAME.grad.*) and the
     BatchNorm buffers after the forward (NAME.after.*), the layout
-    test_ref_networks_gan.c reads; tests/mmedit/test_ref_gl_disc.c
+    test_ref_networks_gan.c reads; tests/mmedit/test_ref_gl_nets.c
     compares duet's networks with them."""
-    file = "gl_disc.safetensors"
+    file = "gl_nets.safetensors"
 
     def write(self, outdir):
         from mmedit.models.builder import build_component
@@ -574,6 +575,18 @@ class GLDiscsNet:
                             fc_out_channels=5, norm_cfg=dict(type='BN'),
                             with_input_norm=False, out_act_cfg=None),
                        [(3, 4, 10, 10)]),
+            # the generator, BN everywhere, sigmoid output, on 16x16 ('clip'
+            # would cut most outputs of this net at +-1, where float32 and
+            # float64 disagree on which side a value lies)
+            "gl_encdec_bn": (dict(type='GLEncoderDecoder',
+                                  encoder=dict(type='GLEncoder', norm_cfg=dict(type='BN')),
+                                  decoder=dict(type='GLDecoder', norm_cfg=dict(type='BN'),
+                                               out_act='sigmoid'),
+                                  dilation_neck=dict(type='GLDilationNeck',
+                                                     norm_cfg=dict(type='BN'))),
+                             [(2, 4, 16, 16)]),
+            # no norm, GL's 'clip' output (its values stay inside +-1), on 12x20
+            "gl_encdec_clip": (dict(type='GLEncoderDecoder'), [(1, 4, 12, 20)]),
         }
         tensors = {}
         for name, (cfg, shapes) in cases.items():
@@ -601,9 +614,9 @@ class GLDiscsNet:
                 tensors[f"{name}.after.{k}"] = b.detach().float()
         st.save(tensors, os.path.join(outdir, self.file),
                 metadata={"oracle": f"mmedit {mo.mmedit.__version__} GLDiscs, "
-                                    "MultiLayerDiscriminator (float64)"})
-        print(f"gen_mmedit_refs: {self.file}: MMEditing's GLDiscs and "
-              "MultiLayerDiscriminator")
+                                    "MultiLayerDiscriminator, GLEncoderDecoder (float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's GLDiscs, "
+              "MultiLayerDiscriminator and GLEncoderDecoder")
 
 
 MODELS = {
@@ -616,7 +629,7 @@ MODELS = {
     "basic_restorer": BasicRestorer,
     "translation": TranslationPipeline,
     "inpainting": InpaintingPipeline,
-    "gl_disc": GLDiscsNet,
+    "gl_nets": GLNets,
 }
 
 
