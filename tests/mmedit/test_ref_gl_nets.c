@@ -153,14 +153,16 @@ static void test_gl_encdec(void **state) {
     o = (duet_gl_encdec_opts){.encoder_norm = true, .neck_norm = true, .decoder_norm = true,
                              .out_sigmoid = true};
     TU_OK(duet_gl_encdec_create(&o, &init, &g));
-    /* With BatchNorm everywhere the output and the BN buffers agree (1e-5),
-     * but the gradients do not: up to 4.5e-3 of scale at
-     * decoder.dec4.conv.weight and 2.7e-3 at dec4.bn.bias (dec4.bn.weight
-     * and everything after dec4 within 1e-5; PyTorch's own float32 run is
-     * within 7e-6 of float64 on grad.x, duet 8.7e-4). The error reaching
-     * dec4's BN output is nearly orthogonal to its normalised input. Open
-     * (issue 22): compared here without the gradients until it is found. */
-    run_case_opt("gl_encdec_bn", g, false, false);
+    /* With BatchNorm everywhere the output and the BN buffers agree (1e-5)
+     * on either GEMM backend, and with DUET_GEMM=openblas every gradient
+     * too (6e-6 of scale at worst). On oneDNN (the default) the gradients
+     * before dec5 do not: 4.5e-3 of scale at decoder.dec4.conv.weight,
+     * 2.7e-3 at dec4.bn.bias, 8.7e-4 at the input (PyTorch's own float32
+     * run: 7e-6), while duet_sgemm alone on these shapes is within 5e-7 on
+     * both. Open (issue 22): the default run compares them only with
+     * DUET_TEST_GL_BN_GRADS set; the ctest mmedit_gl_nets_openblas runs the
+     * whole comparison on OpenBLAS. */
+    run_case_opt("gl_encdec_bn", g, false, getenv("DUET_TEST_GL_BN_GRADS") != NULL);
     duet_module_destroy(g);
 }
 
