@@ -225,3 +225,39 @@ set_tests_properties(mmedit_translation PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# ImgInpaintingDataset's deterministic steps (file mask, mmcv's default
+# bilinear Resize, Normalize, GetMaskedImage) against MMEditing's own
+# pipeline on OpenCV, every value equal. Its program lives in tests/mmedit/
+# (it has no PyTorch-only reference, so it is not a unit test).
+add_executable(test_ref_inpainting ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_inpainting.c)
+target_link_libraries(test_ref_inpainting PRIVATE duet_testutil)
+add_test(NAME mmedit_inpainting_pipeline
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} inpainting_pipeline.safetensors
+          $<TARGET_FILE:test_ref_inpainting>)
+set_tests_properties(mmedit_inpainting_pipeline PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# MultiLayerDiscriminator, GLDiscs and GLEncoderDecoder against MMEditing's
+# own modules (forward, gradients, BatchNorm buffers; names loaded strictly).
+add_executable(test_ref_gl_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_gl_nets.c)
+target_link_libraries(test_ref_gl_nets PRIVATE duet_testutil)
+add_test(NAME mmedit_gl_nets
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors
+          $<TARGET_FILE:test_ref_gl_nets>)
+set_tests_properties(mmedit_gl_nets PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# The same on OpenBLAS with the BatchNorm generator's gradients compared
+# too (see test_gl_encdec: on oneDNN they diverge, open).
+add_test(NAME mmedit_gl_nets_openblas
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors
+          $<TARGET_FILE:test_ref_gl_nets>)
+set_tests_properties(mmedit_gl_nets_openblas PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_GEMM=openblas;DUET_TEST_GL_BN_GRADS=1"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")

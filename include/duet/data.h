@@ -458,6 +458,123 @@ int duet_translation_dataset_create(const duet_translation_opts *o, duet_dataset
 int duet_translation_one_image(const duet_tstep *steps, size_t nsteps, bool paired, int slot,
                                const char *path, int64_t max_pixels, duet_tensor **out);
 
+
+/* ---- inpainting ------------------------------------------------------------------
+ * MMEditing 0.x's ImgInpaintingDataset and the pipeline steps its inpainting
+ * configs use (LoadImageFromFile key gt_img, LoadMask, Crop, Resize, Flip,
+ * Normalize / RescaleToZeroOne, GetMaskedImage, Collect, ImageToTensor,
+ * ToTensor). A sample is "gt_img" (1, 3, H, W) and "masked_img" (1, 3, H, W)
+ * in the pipeline's channel order and range, "mask" (1, 1, H, W) with 1 in
+ * the hole and 0 elsewhere, "mask_bbox" (1, 4) = (top, left, h, w) for bbox
+ * masks, and the meta column "gt_img_path". The mask is drawn from the
+ * sample's rng (duet_dataset_sample_rng), so every rank and thread draws the
+ * same mask for the same (seed, epoch, index). */
+
+typedef enum duet_mask_mode {
+    DUET_MASK_BBOX,      /* a random box (mmedit.core.mask.random_bbox) */
+    DUET_MASK_IRREGULAR, /* free-form strokes (get_irregular_mask) */
+    DUET_MASK_SET,       /* a random file of mask_list_file under prefix */
+    DUET_MASK_FILE       /* the sample's own mask file (mask_path) */
+} duet_mask_mode;
+
+typedef struct duet_mask_opts {
+    duet_mask_mode mode;
+    int64_t img_h, img_w; /* bbox, irregular: img_shape (h, w) of the mask */
+    /* bbox: (h, w) pairs; the box's top-left is drawn in [margin, img -
+     * margin - max_bbox), then shrunk by a delta in [0, max_delta / 2] at
+     * the top and left (MMEditing's np.random.randint bounds). */
+    int64_t max_bbox[2], max_delta[2], min_margin[2];
+    /* irregular, each a half-open range [lo, hi) as np.random.randint's:
+     * strokes, segment lengths, brush widths; angles are integers in
+     * [0, max_angle) plus 0.01; a mask is redrawn until its hole covers a
+     * fraction strictly inside area_ratio. */
+    int64_t num_vertices[2], length_range[2], brush_width[2];
+    double max_angle;
+    double area_ratio[2];
+    /* set: file of mask names (the first word of each line), relative to
+     * prefix. */
+    const char *mask_list_file, *prefix;
+} duet_mask_opts;
+
+/* MMEditing's defaults for `mode` (GL's bbox: img_shape 256x256, max_bbox
+ * 128x128, delta 40, margin 20; irregular: 4..12 strokes, angle 4, length
+ * 10..100, width 10..40, area 0.15..0.5). */
+duet_mask_opts duet_mask_options_default(duet_mask_mode mode);
+/* Checks the options as MMEditing's random_bbox does (box larger than the
+ * image, delta too large, margins impossible) and the ranges; errors name
+ * the option. */
+int duet_mask_options_check(const duet_mask_opts *o);
+/* random_bbox: bbox = (top, left, h, w). */
+void duet_mask_random_bbox(const duet_mask_opts *o, duet_rng *rng, int64_t bbox[4]);
+/* get_irregular_mask into mask (img_h * img_w bytes, 1 in the hole):
+ * strokes drawn as cv2.line with the brush width as its thickness (a
+ * capsule: every pixel within width / 2 of the segment). *strokes (may be
+ * NULL) gets the number of strokes of the accepted mask, *segments (may be
+ * NULL) its segments. DUET_ERANGE after 1000 masks outside area_ratio. */
+int duet_mask_irregular(const duet_mask_opts *o, duet_rng *rng, uint8_t *mask, int64_t *strokes,
+                        int64_t *segments);
+
+typedef enum duet_istep_kind {
+    DUET_ISTEP_LOAD,        /* LoadImageFromFile key gt_img */
+    DUET_ISTEP_LOAD_MASK,   /* LoadMask (the dataset's mask options) */
+    DUET_ISTEP_CROP,        /* Crop keys [gt_img]: random or centred window */
+    DUET_ISTEP_RESIZE,      /* Resize keys [gt_img] to (height, width) */
+    DUET_ISTEP_FLIP,        /* Flip keys [gt_img] or [gt_img, mask]: one draw */
+    DUET_ISTEP_RESCALE,     /* RescaleToZeroOne keys [gt_img] */
+    DUET_ISTEP_NORMALIZE,   /* Normalize keys [gt_img] (mean, std, to_rgb) */
+    DUET_ISTEP_MASKED,      /* GetMaskedImage: masked_img = gt_img * (1 - mask) */
+    DUET_ISTEP_FORMAT       /* Collect, ImageToTensor, ToTensor: the sample's tensors */
+} duet_istep_kind;
+
+typedef struct duet_istep {
+    duet_istep_kind kind;
+    bool bgr;              /* LOAD: channel_order 'bgr' (the default) */
+    int64_t height, width; /* CROP: crop_size; RESIZE: output size */
+    bool random_crop;      /* CROP */
+    bool cubic;            /* RESIZE: 'bicubic' (else OpenCV's 'bilinear', the default) */
+    double flip_ratio;     /* FLIP */
+    bool vertical;         /* FLIP: direction 'vertical' */
+    bool flip_mask;        /* FLIP: keys include mask */
+    float mean[3], std[3]; /* NORMALIZE */
+    bool to_rgb;           /* NORMALIZE */
+    char where[160];       /* a label for messages only */
+} duet_istep;
+
+typedef struct duet_inpainting_opts {
+    /* One image per line, the first word a path relative to data_prefix. A
+     * second word, when present, is the sample's mask file (relative to
+     * data_prefix too), which mask mode 'file' reads. */
+    const char *ann_file;
+    const char *data_prefix;
+    duet_mask_opts mask;
+    const duet_istep *steps; /* copied */
+    size_t nsteps;
+    int64_t max_pixels; /* decompression-bomb limit, 0: none */
+} duet_inpainting_opts;
+
+/* Checks the pipeline (LoadImageFromFile first, LoadMask before
+ * GetMaskedImage, images 8-bit for Crop and Resize, one size for the image
+ * and the mask at GetMaskedImage is checked per sample), reads the
+ * annotation file (a missing image is an error naming file and line) and
+ * makes the dataset. */
+int duet_inpainting_dataset_create(const duet_inpainting_opts *o, duet_dataset **out);
+
+/* duet infer's input: image `path` and mask file `mask_path` (nonzero =
+ * hole; its first channel) through `steps` (LoadMask reads mask_path
+ * whatever its mode; random steps draw from a fixed rng), as a batch of
+ * one with the dataset's names. */
+int duet_inpainting_one_image(const duet_istep *steps, size_t nsteps, const char *path,
+                              const char *mask_path, int64_t max_pixels, duet_batch *out);
+
+/* OpenCV's cv::resize(..., INTER_LINEAR) of an 8-bit (h, w, c) image into
+ * dst (oh, ow, c), which mmcv.imresize's default 'bilinear' runs: half-pixel
+ * centres, edge pixels repeated, 11-bit fixed-point weights, no
+ * antialiasing, and the rounding of OpenCV 4.8's vertical pass (equal to
+ * cv2.resize's output byte for byte, tests/unit/test_ref_inpainting.c).
+ * c in 1..4. */
+int duet_image_resize_bilinear_u8(const uint8_t *src, int64_t h, int64_t w, int c,
+                                  uint8_t *dst, int64_t oh, int64_t ow);
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,6 +106,64 @@ duet_unet_generator_opts duet_unet_generator_opts_default(void); /* 3, 3, 8, 64,
 int duet_unet_generator_create(const duet_unet_generator_opts *opts, duet_rng *init_rng,
                                duet_rng *dropout_rng, duet_module **out);
 
+/* MMEditing's MultiLayerDiscriminator (components/discriminators/
+ * multi_layer_disc.py): conv1 .. conv<num_convs> ConvModules (kernel_size,
+ * stride 2, padding kernel_size / 2, channels min(64 * 2^i, max_channels),
+ * bias only without norm), each norm (BatchNorm, MMEditing's BN/SyncBN,
+ * named "bn") then act; conv1 without norm unless with_input_norm; without
+ * fc and out convs the last conv has no norm and out_act. with_out_convs adds
+ * conv<n+1> (stride 1, to min(64 * 2^n, max_channels), norm, act) and
+ * conv<n+2> (stride 1, to 1 channel, no act). With fc_in_channels > 0 the
+ * output is flattened into fc, a LinearModule ("fc.linear", then out_act).
+ * Init as its init_weights: Linear weights normal(0, 0.02), bias 0; convs
+ * PyTorch's default. Activations: "ReLU", "LeakyReLU" (0.2), "Tanh" or
+ * none. */
+typedef enum duet_mld_act {
+    DUET_MLD_ACT_NONE,
+    DUET_MLD_ACT_RELU,
+    DUET_MLD_ACT_LRELU,
+    DUET_MLD_ACT_TANH
+} duet_mld_act;
+typedef struct duet_multi_layer_disc_opts {
+    int in_channels, max_channels, num_convs;
+    int64_t fc_in_channels; /* 0: no fc */
+    int fc_out_channels, kernel_size;
+    bool with_norm;         /* norm_cfg BN / SyncBN */
+    duet_mld_act act, out_act;
+    bool with_input_norm, with_out_convs;
+} duet_multi_layer_disc_opts;
+/* MMEditing's defaults: 3, 512, 5 convs, no fc, fc out 1024, kernel 5, no
+ * norm, ReLU, out ReLU, with_input_norm, no out convs. */
+duet_multi_layer_disc_opts duet_multi_layer_disc_opts_default(void);
+int duet_multi_layer_disc_create(const duet_multi_layer_disc_opts *opts, duet_rng *init_rng,
+                                 duet_module **out);
+
+/* GLDiscs (components/discriminators/gl_disc.py): global_disc and
+ * local_disc (MultiLayerDiscriminators with fc) and fc, a Linear from their
+ * concatenated outputs to one logit (MMEditing fixes its input at 2048, two
+ * fc_out_channels of 1024; duet takes the sum). forward2(global image, local
+ * patch) -> (N, 1). Linear weights normal(0, 0.02), bias 0. */
+int duet_gl_discs_create(const duet_multi_layer_disc_opts *global,
+                         const duet_multi_layer_disc_opts *local, duet_rng *init_rng,
+                         duet_module **out);
+
+/* GLEncoderDecoder (backbones/encoder_decoders/gl_encoder_decoder.py), the
+ * Global&Local generator: encoder (GLEncoder: enc1..enc6 ConvModules from
+ * the 4-channel masked image + mask, channels 64, 128, 128, 256, 256, 256,
+ * kernels 5, 3.., strides 1, 2, 1, 2, 1, 1), dilation_neck (GLDilationNeck:
+ * dilation_convs.0..3, 3x3 convs of 256 channels with dilation and padding
+ * 2, 4, 8, 16, duet_conv2d_dilated), decoder (GLDecoder: dec1..dec7, dec3
+ * and dec5 4x4 stride-2 ConvTranspose2d, dec7 to 3 channels without norm or
+ * act, then the output act: 'clip' clamps to [-1, 1], or sigmoid). Each
+ * ConvModule: conv (bias only without norm), "bn" when the part's norm is
+ * on, ReLU. PyTorch's default init (MMEditing's init_weights keeps it). */
+typedef struct duet_gl_encdec_opts {
+    bool encoder_norm, neck_norm, decoder_norm; /* norm_cfg BN / SyncBN */
+    bool out_sigmoid;                           /* out_act 'sigmoid' (else 'clip') */
+} duet_gl_encdec_opts;
+int duet_gl_encdec_create(const duet_gl_encdec_opts *opts, duet_rng *init_rng,
+                          duet_module **out);
+
 /* PatchDiscriminator: model.0 (4x4 s2 conv with bias, LeakyReLU 0.2),
  * model.1 .. model.<num_conv-1> (4x4 s2, channels doubling up to 8x,
  * norm, LeakyReLU), model.<num_conv> (4x4 s1, norm, LeakyReLU), and

@@ -72,6 +72,9 @@ int duet_tanh(duet_tensor *x, duet_tensor **out);
 /* ELU (alpha > 0): x where x > 0, else alpha * (exp(x) - 1); its backward
  * reads the output. */
 int duet_elu(duet_tensor *x, float alpha, duet_tensor **out);
+/* torch.clamp(x, lo, hi): gradient 1 where lo <= x <= hi (bounds included,
+ * as PyTorch), 0 elsewhere. CPU. */
+int duet_clamp(duet_tensor *x, float lo, float hi, duet_tensor **out);
 /* a, b same shape. */
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out);
 
@@ -216,6 +219,13 @@ uint64_t duet_kernels_gemm_flops(void);
 
 /* ---- image-to-image GAN ops (Pix2Pix, CycleGAN) -------------------------- */
 
+/* PyTorch's conv2d with dilation (>= 1): x (N, C, H, W), w (O, C, KH, KW),
+ * b (O) or NULL; tap (i, j) reads input pixel (oh*s - p + i*d, ow*s - p +
+ * j*d), zeros outside. out (N, O, (H + 2p - d(KH-1) - 1) / s + 1, ...).
+ * im2col and one GEMM per sample, float32 on the CPU; duet_conv2d is the
+ * (faster) dilation-1 op. */
+int duet_conv2d_dilated(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
+                        int dilation, duet_tensor **out);
 /* PyTorch's conv_transpose2d: x (N, C, H, W), w (C, O, KH, KW) (ConvTranspose2d's
  * layout: input channels first), b (O) or NULL; symmetric stride, padding
  * and output_padding (< stride). out (N, O, (H-1)*s - 2p + KH + op,

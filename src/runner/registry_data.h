@@ -31,4 +31,15 @@ int duet__build_repeat(duet_config *d, const char *path, bool train, duet_datase
 int duet__translation_infer_input(duet_config *cfg, const char *key, const char *image,
                                   int64_t max_pixels, duet_tensor **out);
 
+/* ImgInpaintingDataset (registry_inpainting.c): ann_file, data_prefix,
+ * test_mode, max_image_pixels and the pipeline list (LoadImageFromFile,
+ * LoadMask with mask_mode and mask_config, Crop, Resize, Flip,
+ * RescaleToZeroOne, Normalize, GetMaskedImage, Collect, ImageToTensor,
+ * ToTensor). */
+int duet__build_img_inpainting(duet_config *d, const char *path, bool train, duet_dataset **out);
+/* duet infer's input for an inpaintor: `image` and the mask file `mask`
+ * through cfg's data.val.pipeline (duet_inpainting_one_image). */
+int duet__inpainting_infer_input(duet_config *cfg, const char *image, const char *mask,
+                                 int64_t max_pixels, duet_batch *out);
+
 #endif

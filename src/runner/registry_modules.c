@@ -4,6 +4,7 @@
 #include "runner/registry_internal.h"
 
 #include <float.h>
+#include <stdio.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -280,6 +281,152 @@ static int read_resnet(duet_config *c, void *opts) {
     return read_norm_init(c, &o->norm, &o->init_gain);
 }
 
+/* ---- the Global&Local inpaintor's networks ------------------------------------------- */
+
+/* norm_cfg of a GL part: none, or BN / SyncBN (SyncBN is BatchNorm on one
+ * process; under the wrapper the DDP's SyncBatchNorm conversion applies). */
+static int read_gl_norm(duet_config *c, const char *key, bool *norm) {
+    *norm = false;
+    if (!duet_config_has(c, key)) return DUET_OK;
+    const char *t = NULL;
+    char k[64];
+    snprintf(k, sizeof k, "%s.type", key);
+    DUET_TRY(duet_config_get_string(c, k, &t));
+    if (strcmp(t, "BN") != 0 && strcmp(t, "SyncBN") != 0)
+        return duet_config_error(c, k, "'%s' = \"%s\": duet has \"BN\" and \"SyncBN\" here", k, t);
+    *norm = true;
+    return DUET_OK;
+}
+
+static int read_gl_act(duet_config *c, const char *key, duet_mld_act def, duet_mld_act *out) {
+    *out = def;
+    if (!duet_config_has(c, key)) return DUET_OK;
+    const char *t = NULL;
+    char k[64];
+    /* MMEditing's None: "None" or an empty group */
+    if (duet_config_kind(c, key) == DUET_CONFIG_STRING) {
+        DUET_TRY(duet_config_get_string(c, key, &t));
+        if (strcmp(t, "None") != 0)
+            return duet_config_error(c, key, "'%s' must be a group {type = ...} or \"None\"",
+                                     key);
+        *out = DUET_MLD_ACT_NONE;
+        return DUET_OK;
+    }
+    snprintf(k, sizeof k, "%s.type", key);
+    if (!duet_config_has(c, k)) {
+        *out = DUET_MLD_ACT_NONE;
+        return duet_config_mark_used(c, key);
+    }
+    DUET_TRY(duet_config_get_string(c, k, &t));
+    if (strcmp(t, "ReLU") == 0) *out = DUET_MLD_ACT_RELU;
+    else if (strcmp(t, "Tanh") == 0) *out = DUET_MLD_ACT_TANH;
+    else if (strcmp(t, "LeakyReLU") == 0) {
+        double slope = 0.01;
+        snprintf(k, sizeof k, "%s.negative_slope", key);
+        DUET_TRY(duet_config_get_double_or(c, k, 0.01, &slope));
+        if (slope != 0.2)
+            return duet_config_error(c, k, "'%s': duet's LeakyReLU here has negative_slope = "
+                                     "0.2 (mmcv's default is 0.01: set it)", k);
+        *out = DUET_MLD_ACT_LRELU;
+    } else {
+        return duet_config_error(c, k, "'%s' = \"%s\": duet has ReLU, LeakyReLU, Tanh", k, t);
+    }
+    return DUET_OK;
+}
+
+static int read_mld(duet_config *c, void *opts) {
+    duet_multi_layer_disc_opts *o = opts;
+    int64_t fc_in = o->fc_in_channels;
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "max_channels", o->max_channels, &o->max_channels));
+    DUET_TRY(duet__reg_get_int(c, "num_convs", o->num_convs, &o->num_convs));
+    DUET_TRY(duet_config_get_int_in_or(c, "fc_in_channels", fc_in, 0, INT32_MAX, &fc_in));
+    o->fc_in_channels = fc_in;
+    DUET_TRY(duet__reg_get_int(c, "fc_out_channels", o->fc_out_channels, &o->fc_out_channels));
+    DUET_TRY(duet__reg_get_int(c, "kernel_size", o->kernel_size, &o->kernel_size));
+    DUET_TRY(read_gl_norm(c, "norm_cfg", &o->with_norm));
+    DUET_TRY(read_gl_act(c, "act_cfg", DUET_MLD_ACT_RELU, &o->act));
+    DUET_TRY(read_gl_act(c, "out_act_cfg", DUET_MLD_ACT_RELU, &o->out_act));
+    DUET_TRY(duet_config_get_bool_or(c, "with_input_norm", true, &o->with_input_norm));
+    DUET_TRY(duet_config_get_bool_or(c, "with_out_convs", false, &o->with_out_convs));
+    bool sn = false;
+    DUET_TRY(duet_config_get_bool_or(c, "with_spectral_norm", false, &sn));
+    if (sn) return duet_config_error(c, "with_spectral_norm", "'with_spectral_norm' = true is "
+                                     "not supported for MultiLayerDiscriminator yet");
+    return DUET_OK;
+}
+
+typedef struct gl_discs_opts {
+    duet_multi_layer_disc_opts global, local;
+} gl_discs_opts;
+
+static int read_gl_discs(duet_config *c, void *opts) {
+    gl_discs_opts *o = opts;
+    static const char *const groups[2] = {"global_disc_cfg", "local_disc_cfg"};
+    duet_multi_layer_disc_opts *dst[2] = {&o->global, &o->local};
+    for (int i = 0; i < 2; i++) {
+        if (!duet_config_has(c, groups[i]))
+            return duet_config_error(c, groups[i], "'%s' is required (GLDiscs)", groups[i]);
+        duet_config *g = NULL;
+        DUET_TRY(duet_config_sub(c, groups[i], &g));
+        int rc = read_mld(g, dst[i]);
+        duet_config_destroy(g);
+        DUET_TRY(rc);
+    }
+    return DUET_OK;
+}
+
+/* encoder/decoder/dilation_neck groups with MMEditing's types and norm_cfg;
+ * decoder.out_act 'clip' or 'sigmoid'. */
+static int read_gl_encdec(duet_config *c, void *opts) {
+    duet_gl_encdec_opts *o = opts;
+    static const char *const parts[3] = {"encoder", "decoder", "dilation_neck"};
+    static const char *const types[3] = {"GLEncoder", "GLDecoder", "GLDilationNeck"};
+    bool *norms[3] = {&o->encoder_norm, &o->decoder_norm, &o->neck_norm};
+    for (int i = 0; i < 3; i++) {
+        char k[64];
+        const char *t = NULL;
+        snprintf(k, sizeof k, "%s.type", parts[i]);
+        DUET_TRY(duet_config_get_string_or(c, k, types[i], &t));
+        if (strcmp(t, types[i]) != 0)
+            return duet_config_error(c, k, "'%s' = \"%s\": GLEncoderDecoder's %s is %s", k, t,
+                                     parts[i], types[i]);
+        snprintf(k, sizeof k, "%s.norm_cfg", parts[i]);
+        DUET_TRY(read_gl_norm(c, k, norms[i]));
+    }
+    const char *act = "clip";
+    DUET_TRY(duet_config_get_string_or(c, "decoder.out_act", "clip", &act));
+    if (strcmp(act, "clip") != 0 && strcmp(act, "sigmoid") != 0)
+        return duet_config_error(c, "decoder.out_act", "'decoder.out_act' = \"%s\": "
+                                 "\"clip\" or \"sigmoid\"", act);
+    o->out_sigmoid = strcmp(act, "sigmoid") == 0;
+    const char *conv = "conv";
+    DUET_TRY(duet_config_get_string_or(c, "dilation_neck.conv_type", "conv", &conv));
+    if (strcmp(conv, "conv") != 0)
+        return duet_config_error(c, "dilation_neck.conv_type", "'dilation_neck.conv_type' = "
+                                 "\"%s\": duet has \"conv\"", conv);
+    return DUET_OK;
+}
+
+static void def_mld(void *o) {
+    *(duet_multi_layer_disc_opts *)o = duet_multi_layer_disc_opts_default();
+}
+static void def_gl_discs(void *o) {
+    gl_discs_opts *g = o;
+    g->global = g->local = duet_multi_layer_disc_opts_default();
+}
+static void def_gl_encdec(void *o) { *(duet_gl_encdec_opts *)o = (duet_gl_encdec_opts){0}; }
+static int make_mld(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_multi_layer_disc_create(o, rng, out);
+}
+static int make_gl_discs(const void *o, duet_rng *rng, duet_module **out) {
+    const gl_discs_opts *g = o;
+    return duet_gl_discs_create(&g->global, &g->local, rng, out);
+}
+static int make_gl_encdec(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_gl_encdec_create(o, rng, out);
+}
+
 /* ---- the rows ------------------------------------------------------------------------ */
 
 static void def_msrresnet(void *o) { *(duet_msrresnet_opts *)o = duet_msrresnet_opts_default(); }
@@ -353,6 +500,10 @@ const duet__module_row duet__module_rows[] = {
      make_patch},
     {"ResnetGenerator", sizeof(duet_resnet_generator_opts), def_resnet, read_resnet,
      make_resnet},
+    {"MultiLayerDiscriminator", sizeof(duet_multi_layer_disc_opts), def_mld, read_mld, make_mld},
+    {"GLDiscs", sizeof(gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
+    {"GLEncoderDecoder", sizeof(duet_gl_encdec_opts), def_gl_encdec, read_gl_encdec,
+     make_gl_encdec},
 };
 const size_t duet__module_row_count = sizeof duet__module_rows / sizeof *duet__module_rows;
 

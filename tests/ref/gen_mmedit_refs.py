@@ -14,6 +14,11 @@ this directory:
   basic_restorer.safetensors  BasicRestorer from msrresnet_x4c64b16_g1_1000k_div2k.py
   translation_pipeline.safetensors  GenerationPairedDataset's pipeline by
                        MMEditing's own pipeline classes on OpenCV's resize
+  inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
+                       (file mask, bilinear Resize, Normalize, GetMaskedImage)
+  gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
+                       GLEncoderDecoder: forward, input and parameter
+                       gradients, BatchNorm buffers
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -486,6 +491,134 @@ class TranslationPipeline:
               " (its scalar code)")
 
 
+class InpaintingPipeline:
+    """ImgInpaintingDataset's deterministic steps run by MMEditing itself
+    (Compose over LoadImageFromFile key gt_img, LoadMask mask_mode 'file',
+    Resize with mmcv's default 'bilinear', Normalize (127.5, 127.5),
+    GetMaskedImage, ImageToTensor) on OpenCV's scalar code
+    (cv2.setUseOptimized(False), as TranslationPipeline says why): a
+    shrink and an enlargement, the PNG bytes of image and mask written too,
+    which test_ref_inpainting.c runs through duet's dataset, every value
+    equal."""
+    file = "inpainting_pipeline.safetensors"
+    CASES = (("down", 37, 45), ("up", 11, 13))  # name, image h, w; output 24 x 30
+
+    def write(self, outdir):
+        import cv2
+        import numpy as np
+        from mmedit.datasets.pipelines import Compose
+
+        rng = np.random.RandomState(20261204)
+        tensors = {}
+        optimized = cv2.useOptimized()
+        cv2.setUseOptimized(False)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, h, w in self.CASES:
+                img = rng.randint(0, 256, size=(h, w, 3)).astype(np.uint8)  # RGB
+                mask = (rng.rand(24, 30) < 0.3).astype(np.uint8) * 255
+                ipath = os.path.join(tmp, f"{name}.png")
+                mpath = os.path.join(tmp, f"{name}_mask.png")
+                assert cv2.imwrite(ipath, np.ascontiguousarray(img[:, :, ::-1]))
+                assert cv2.imwrite(mpath, mask)
+                pipeline = Compose([
+                    dict(type='LoadImageFromFile', key='gt_img'),
+                    dict(type='LoadMask', mask_mode='file'),
+                    dict(type='Resize', keys=['gt_img'], scale=(30, 24), keep_ratio=False),
+                    dict(type='Normalize', keys=['gt_img'], mean=[127.5] * 3,
+                         std=[127.5] * 3, to_rgb=False),
+                    dict(type='GetMaskedImage'),
+                    dict(type='ImageToTensor', keys=['gt_img', 'masked_img', 'mask']),
+                ])
+                out = pipeline(dict(gt_img_path=ipath, mask_path=mpath))
+                tensors[f"{name}_img"] = torch.from_numpy(img.astype(np.float32))
+                tensors[f"{name}_mask_png"] = torch.from_numpy(mask.astype(np.float32))
+                for k in ("gt_img", "masked_img", "mask"):
+                    tensors[f"{name}_{k}"] = out[k].float()
+        cv2.setUseOptimized(optimized)
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} pipelines, "
+                                    f"OpenCV {cv2.__version__} (scalar code)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's inpainting pipeline on OpenCV "
+              f"{cv2.__version__} (its scalar code)")
+
+
+class GLNets:
+    """MMEditing's own GLDiscs, MultiLayerDiscriminator and GLEncoderDecoder
+    (built by its registry, its init_weights), run in float64 in training mode: each case
+    NAME holds the state dict (NAME.sd.*), the inputs (NAME.x, NAME.l for
+    GLDiscs' local patch), the output, the output's cotangent NAME.r, the
+    gradients of the inputs and of every parameter (NAME.grad.*) and the
+    BatchNorm buffers after the forward (NAME.after.*), the layout
+    test_ref_networks_gan.c reads; tests/mmedit/test_ref_gl_nets.c
+    compares duet's networks with them."""
+    file = "gl_nets.safetensors"
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_component
+        torch.manual_seed(20261204)
+        small = dict(in_channels=3, max_channels=16, fc_in_channels=16 * 4 * 4,
+                     fc_out_channels=1024, norm_cfg=dict(type='BN'))
+        cases = {
+            # GL's discriminators at 32x32 (global, 3 convs) and 16x16 (local, 2)
+            "gl_discs": (dict(type='GLDiscs', global_disc_cfg=dict(small, num_convs=3),
+                              local_disc_cfg=dict(small, num_convs=2)),
+                         [(2, 3, 32, 32), (2, 3, 16, 16)]),
+            # the general form: no norm, LeakyReLU, out convs, no fc
+            "mld_outconvs": (dict(type='MultiLayerDiscriminator', in_channels=3,
+                                  max_channels=8, num_convs=2, kernel_size=3,
+                                  with_out_convs=True, norm_cfg=None,
+                                  act_cfg=dict(type='LeakyReLU', negative_slope=0.2)),
+                             [(2, 3, 12, 12)]),
+            # fc head with no out activation, no input norm
+            "mld_fc": (dict(type='MultiLayerDiscriminator', in_channels=4, max_channels=8,
+                            num_convs=2, kernel_size=5, fc_in_channels=8 * 3 * 3,
+                            fc_out_channels=5, norm_cfg=dict(type='BN'),
+                            with_input_norm=False, out_act_cfg=None),
+                       [(3, 4, 10, 10)]),
+            # the generator, BN everywhere, sigmoid output, on 16x16 ('clip'
+            # would cut most outputs of this net at +-1, where float32 and
+            # float64 disagree on which side a value lies)
+            "gl_encdec_bn": (dict(type='GLEncoderDecoder',
+                                  encoder=dict(type='GLEncoder', norm_cfg=dict(type='BN')),
+                                  decoder=dict(type='GLDecoder', norm_cfg=dict(type='BN'),
+                                               out_act='sigmoid'),
+                                  dilation_neck=dict(type='GLDilationNeck',
+                                                     norm_cfg=dict(type='BN'))),
+                             [(2, 4, 16, 16)]),
+            # no norm, GL's 'clip' output (its values stay inside +-1), on 12x20
+            "gl_encdec_clip": (dict(type='GLEncoderDecoder'), [(1, 4, 12, 20)]),
+        }
+        tensors = {}
+        for name, (cfg, shapes) in cases.items():
+            net = build_component(cfg)
+            net.init_weights()
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            tensors[f"{name}.nparams"] = torch.tensor(
+                [float(sum(p.numel() for p in net.parameters()))])
+            net = net.double().train()
+            xs = [torch.randn(*sh, dtype=torch.float64, requires_grad=True) for sh in shapes]
+            out = net(tuple(xs)) if len(xs) == 2 else net(xs[0])
+            r = torch.randn_like(out)
+            (out * r).sum().backward()
+            tensors[f"{name}.x"] = xs[0].detach().float()
+            tensors[f"{name}.grad.x"] = xs[0].grad.float()
+            if len(xs) == 2:
+                tensors[f"{name}.l"] = xs[1].detach().float()
+                tensors[f"{name}.grad.l"] = xs[1].grad.float()
+            tensors[f"{name}.out"] = out.detach().float()
+            tensors[f"{name}.r"] = r.float()
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+            for k, b in net.named_buffers():
+                tensors[f"{name}.after.{k}"] = b.detach().float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} GLDiscs, "
+                                    "MultiLayerDiscriminator, GLEncoderDecoder (float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's GLDiscs, "
+              "MultiLayerDiscriminator and GLEncoderDecoder")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -495,6 +628,8 @@ MODELS = {
     "cyclegan": CycleGAN,
     "basic_restorer": BasicRestorer,
     "translation": TranslationPipeline,
+    "inpainting": InpaintingPipeline,
+    "gl_nets": GLNets,
 }
 
 
