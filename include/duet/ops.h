@@ -128,6 +128,22 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out);
  * pred - torch.mean(other_pred). */
 int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out);
 
+/* ---- second-order autograd's building blocks (src/ops/grad_ops.c) -------- */
+
+/* conv2d's weight gradient as an op: x (N, C, H, W), dy (N, O, OH, OW) the
+ * gradient of conv2d(x, w, stride, padding)'s output with w (O, C, KH, KW);
+ * out (O, C, KH, KW) = d<y, dy>/dw. Differentiable in x and dy. CPU. */
+int duet_conv2d_weight_grad(duet_tensor *x, duet_tensor *dy, int kh, int kw, int stride,
+                            int padding, duet_tensor **out);
+/* x (R, C) -> (C, R). */
+int duet_transpose2d(duet_tensor *x, duet_tensor **out);
+/* x (N, C, ...) -> (C): the sum over every dim but 1 (a conv bias's
+ * gradient). */
+int duet_sum_channels(duet_tensor *x, duet_tensor **out);
+/* x (N, C, ...) -> (N, ...): the 2-norm over dim 1, torch.norm(x, 2, dim=1);
+ * its gradient is 0 where the norm is 0. */
+int duet_channel_norm(duet_tensor *x, duet_tensor **out);
+
 /* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
 
 int duet_sum(duet_tensor *x, duet_tensor **out);
