@@ -398,6 +398,14 @@ int duet_disc_shift_loss_module_create(float loss_weight, duet_module **out);
 int duet_gradient_penalty_loss(duet_module *disc, duet_tensor *real, duet_tensor *fake,
                                duet_tensor *mask, float loss_weight, duet_rng *rng,
                                duet_tensor **out);
+/* GradientPenaltyLoss as a config builds it (registry type
+ * "GradientPenaltyLoss", loss_weight default 1): a module holding the
+ * weight, applied with duet_gradient_penalty_apply (its forward refuses:
+ * the penalty needs the discriminator). */
+int duet_gradient_penalty_loss_module_create(float loss_weight, duet_module **out);
+int duet_gradient_penalty_apply(duet_module *gp_loss, duet_module *disc, duet_tensor *real,
+                                duet_tensor *fake, duet_tensor *mask, duet_rng *rng,
+                                duet_tensor **out);
 int duet_gradient_penalty_loss_alpha(duet_module *disc, duet_tensor *real, duet_tensor *fake,
                                      duet_tensor *mask, float loss_weight, const float *alpha,
                                      duet_tensor **interp_out, duet_tensor **out);

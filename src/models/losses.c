@@ -342,3 +342,39 @@ int duet_gradient_penalty_loss(duet_module *disc, duet_tensor *real, duet_tensor
     free(alpha);
     return rc;
 }
+
+/* ---- GradientPenaltyLoss as a module ------------------------------------ */
+
+typedef struct gp_loss {
+    float loss_weight;
+} gp_loss;
+
+static int gp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    (void)self;
+    (void)nin;
+    (void)in;
+    *out = NULL;
+    return duet__error(DUET_EINVAL, "GradientPenaltyLoss needs the discriminator: call "
+                       "duet_gradient_penalty_apply, not its forward");
+}
+
+static const duet_module_type gp_type = {"GradientPenaltyLoss", gp_forward, free};
+
+int duet_gradient_penalty_loss_module_create(float loss_weight, duet_module **out) {
+    *out = NULL;
+    gp_loss *g = malloc(sizeof *g);
+    if (g == NULL) return duet__error(DUET_ENOMEM, "GradientPenaltyLoss: out of memory");
+    g->loss_weight = loss_weight;
+    return duet_module_create(&gp_type, g, out);
+}
+
+int duet_gradient_penalty_apply(duet_module *m, duet_module *disc, duet_tensor *real,
+                                duet_tensor *fake, duet_tensor *mask, duet_rng *rng,
+                                duet_tensor **out) {
+    *out = NULL;
+    if (!duet_module_is(m, "GradientPenaltyLoss"))
+        return duet__error(DUET_EINVAL, "duet_gradient_penalty_apply: the module is a %s, not a "
+                           "GradientPenaltyLoss", duet_module_type_name(m));
+    const gp_loss *g = duet_module_impl(m);
+    return duet_gradient_penalty_loss(disc, real, fake, mask, g->loss_weight, rng, out);
+}

@@ -7,6 +7,7 @@
 #include "testutil.h"
 #include "testutil_gan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -108,6 +109,51 @@ static void test_penalty_mask(void **state) {
     run_case("mask", true);
 }
 
+/* The registry's rows: MMEditing's keys and defaults (DiscShiftLoss 0.1),
+ * the penalty applied with the configured weight. */
+static void test_loss_rows(void **state) {
+    (void)state;
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(
+        "gp = { type = \"GradientPenaltyLoss\"; loss_weight = 10.0; };\n"
+        "shift = { type = \"DiscShiftLoss\"; };\n"
+        "shift2 = { type = \"DiscShiftLoss\"; loss_weight = 0.001; };\n",
+        "<test>", &cfg));
+    duet_rng rng = duet_rng_make(6, 0);
+    duet_module *gp = NULL, *shift = NULL, *shift2 = NULL, *disc = NULL;
+    TU_OK(duet_build_module(cfg, "gp", &rng, &gp));
+    TU_OK(duet_build_module(cfg, "shift", &rng, &shift));
+    TU_OK(duet_build_module(cfg, "shift2", &rng, &shift2));
+    TU_OK(duet_config_check_unused(cfg));
+    tu_tiny_deepfill_disc(&rng, &disc);
+    duet_tensor *x = tu_randn(&rng, 4, (int64_t[]){2, 3, 8, 8}, 1.0f);
+    duet_tensor *y = tu_randn(&rng, 4, (int64_t[]){2, 3, 8, 8}, 1.0f);
+    duet_tensor *s1 = NULL, *s2 = NULL, *p1 = NULL, *p2 = NULL;
+    TU_OK(duet_module_forward(shift, x, &s1));
+    TU_OK(duet_module_forward(shift2, x, &s2));
+    double sq = 0.0;
+    for (int64_t i = 0; i < x->numel; i++) sq += (double)x->data[i] * x->data[i];
+    sq /= (double)x->numel;
+    assert_true(fabs(s1->data[0] - 0.1 * sq) < 1e-5 * sq);
+    assert_true(fabs(s2->data[0] - 0.001 * sq) < 1e-7 * sq);
+    duet_rng a = duet_rng_make(9, 0), b = duet_rng_make(9, 0);
+    TU_OK(duet_gradient_penalty_apply(gp, disc, x, y, NULL, &a, &p1));
+    TU_OK(duet_gradient_penalty_loss(disc, x, y, NULL, 10.0f, &b, &p2));
+    assert_float_equal(p1->data[0], p2->data[0], 0.0f);
+    assert_true(p1->data[0] > 0.0f);
+    duet_tensor *junk = NULL;
+    tu_expect_error(duet_module_forward(gp, x, &junk), DUET_EINVAL, "duet_gradient_penalty_apply",
+                    NULL);
+    tu_expect_error(duet_gradient_penalty_apply(shift, disc, x, y, NULL, &a, &junk), DUET_EINVAL,
+                    "DiscShiftLoss, not a GradientPenaltyLoss", NULL);
+    duet_tape_clear();
+    duet_tensor *ts[] = {x, y, s1, s2, p1, p2};
+    for (int i = 0; i < 6; i++) duet_tensor_release(ts[i]);
+    duet_module *ms[] = {gp, shift, shift2, disc};
+    for (int i = 0; i < 4; i++) duet_module_destroy(ms[i]);
+    duet_config_destroy(cfg);
+}
+
 /* Bad inputs name what is wrong. */
 static void test_penalty_errors(void **state) {
     (void)state;
@@ -133,6 +179,7 @@ int main(void) {
         cmocka_unit_test(test_penalty_nomask),
         cmocka_unit_test(test_penalty_mask),
         cmocka_unit_test(test_penalty_errors),
+        cmocka_unit_test(test_loss_rows),
     };
     return tu_exit(cmocka_run_group_tests(tests, setup, teardown));
 }
