@@ -410,6 +410,23 @@ int duet_gradient_penalty_loss_alpha(duet_module *disc, duet_tensor *real, duet_
                                      duet_tensor *mask, float loss_weight, const float *alpha,
                                      duet_tensor **interp_out, duet_tensor **out);
 
+/* ContextualAttentionModule (mmedit/models/common/contextual_attention.py,
+ * DeepFillv1's refiner neck) with MMEditing's defaults: raw patches 4x4
+ * stride 2 padding 1, correlation patches 3x3 stride 1 padding 1 (dilation
+ * 1), scale 0.5, fuse_kernel_size 3 (buffer fuse_kernel, the 3x3 identity,
+ * as MMEditing's state dict), softmax_scale 10. Other settings are not
+ * supported (create takes these two). */
+int duet_contextual_attention_create(int fuse_kernel_size, float softmax_scale,
+                                     duet_module **out);
+/* forward(x, context, mask): x, context (N, C, H, W), H and W even; mask
+ * (N, 1, H, W) with 1 in the hole (its context patches are not attended),
+ * or NULL. *out (N, C, H, W); attention (may be NULL): the scores (N, L, h,
+ * w), h = H/2, L = h*w (MMEditing's 5-D (n, h, w, h, w) view of them).
+ * Differentiable in x and context. CPU. module forwardn takes (x, context
+ * [, mask]) and gives the output. */
+int duet_contextual_attention(duet_module *m, duet_tensor *x, duet_tensor *context,
+                              duet_tensor *mask, duet_tensor **out, duet_tensor **attention);
+
 /* PerceptualLoss over a frozen VGG-style feature network. Names as
  * MMEditing: child "vgg" (PerceptualVGG) with buffers mean, std (1,3,1,1)
  * when use_input_norm, and its child "vgg_layers" (torchvision's features,

@@ -144,6 +144,27 @@ int duet_sum_channels(duet_tensor *x, duet_tensor **out);
  * its gradient is 0 where the norm is 0. */
 int duet_channel_norm(duet_tensor *x, duet_tensor **out);
 
+/* ---- contextual attention's ops (src/ops/attention.c, CPU) ---------------- */
+
+/* Rows [start, start+count) of x along dim 0, a copy (differentiable). */
+int duet_slice0(duet_tensor *x, int64_t start, int64_t count, duet_tensor **out);
+/* F.unfold's patches as a filter bank: x (N, C, H, W) -> (N*L, C, k, k),
+ * patch (n, oh, ow) at row (n*OH + oh)*OW + ow, zero padding. */
+int duet_extract_patches(duet_tensor *x, int kernel, int stride, int padding,
+                         duet_tensor **out);
+/* F.interpolate(scale_factor=1/f, mode='nearest'): out[i, j] = x[i*f, j*f],
+ * (N, C, H/f, W/f) rounded down. */
+int duet_subsample_nearest(duet_tensor *x, int factor, duet_tensor **out);
+/* Each row of x (dim 0) divided by max(its 2-norm, eps). */
+int duet_normalize_rows(duet_tensor *x, float eps, duet_tensor **out);
+/* MMEditing's ContextualAttentionModule.fuse_correlation_map with an odd
+ * identity kernel: corr (N, H*W, H, W) -> same shape. */
+int duet_fuse_correlation(duet_tensor *corr, int kernel, duet_tensor **out);
+/* softmax over dim 1 of scale * x; masked (N*C bytes, or NULL): channels
+ * (n, c) with masked[n*C + c] set get 0 (a -inf logit). */
+int duet_softmax_channels(duet_tensor *x, float scale, const uint8_t *masked,
+                          duet_tensor **out);
+
 /* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
 
 int duet_sum(duet_tensor *x, duet_tensor **out);
