@@ -17,8 +17,21 @@ fake a new leaf:
 
 <case>.penalty, <case>.total, and after total.backward(): the gradient of
 every parameter (<case>.grad.<name>) and of the inputs real, fake and
-interp (<case>.grad_input.<name>)."""
+interp (<case>.grad_input.<name>).
+
+The penalty and the shift loss are MMEditing's own GradientPenaltyLoss and
+DiscShiftLoss when the mmedit venv (scripts/make-mmedit-venv.sh;
+DUET_MMEDIT_VENV or ~/.cache/duet/mmedit-venv) has gan_loss.py: its one
+import beyond torch, `from ..registry import LOSSES` (a registering
+decorator), is given a stand-in package, and alpha is seeded so that its
+torch.rand(N, 1, 1, 1) draws the fixture's alpha. Without the venv, the
+formula below; with it, both are computed and must agree.
+"mmedit" (1 or 0) says which one wrote the file."""
+import glob
+import importlib.util
 import os
+import sys
+import types
 
 import torch
 import torch.nn as nn
@@ -41,7 +54,42 @@ class TinyDisc(nn.Module):
         return F.leaky_relu(self.fc(h.flatten(1)), 0.2)
 
 
+def mmedit_gan_loss():
+    venv = os.environ.get("DUET_MMEDIT_VENV") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "duet", "mmedit-venv")
+    hits = glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "mmedit", "models",
+                                  "losses", "gan_loss.py"))
+    if not hits:
+        return None
+    for name in ("duet_mmedit_stub", "duet_mmedit_stub.losses"):
+        pkg = types.ModuleType(name)
+        pkg.__path__ = []
+        sys.modules[name] = pkg
+    reg = types.ModuleType("duet_mmedit_stub.registry")
+    reg.LOSSES = types.SimpleNamespace(register_module=lambda *a, **k: (lambda cls: cls))
+    sys.modules["duet_mmedit_stub.registry"] = reg
+    spec = importlib.util.spec_from_file_location("duet_mmedit_stub.losses.gan_loss", hits[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def own_penalty(disc, real, fake, alpha, m):
+    a = alpha.view(-1, 1, 1, 1)
+    interp = (a * real + (1.0 - a) * fake).requires_grad_(True)
+    score = disc(interp)
+    grad = autograd.grad(score, interp, torch.ones_like(score), create_graph=True,
+                         retain_graph=True, only_inputs=True)[0]
+    if m is not None:
+        grad = grad * m
+    penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
+    if m is not None:
+        penalty = penalty / m.mean()
+    return penalty * 10.0
+
+
 def main(outdir):
+    gl = mmedit_gan_loss()
     g = torch.Generator().manual_seed(31)
     disc = TinyDisc()
     d = {}
@@ -58,21 +106,37 @@ def main(outdir):
         disc.zero_grad()
         r = real.clone().requires_grad_(True)
         f = fake.clone().requires_grad_(True)
-        a = alpha.view(2, 1, 1, 1)
-        interp = (a * real + (1.0 - a) * fake).requires_grad_(True)
-        score = disc(interp)
-        grad = autograd.grad(score, interp, torch.ones_like(score), create_graph=True,
-                             retain_graph=True, only_inputs=True)[0]
-        if m is not None:
-            grad = grad * m
-        penalty = ((grad.norm(2, dim=1) - 1) ** 2).mean()
-        if m is not None:
-            penalty = penalty / m.mean()
-        penalty = penalty * 10.0
+        # interp's gradient: a hook on the leaf the penalty makes.
+        seen = {}
+        orig_pre = disc.forward
+
+        def forward(x, _seen=seen):
+            if x.requires_grad and x.grad_fn is None and "interp" not in _seen:
+                _seen["interp"] = x
+            return orig_pre(x)
+        disc.forward = forward
+        if gl is not None:
+            torch.manual_seed(5)
+            drawn = torch.rand(2, 1, 1, 1)
+            # The fixture's alpha is what MMEditing's draw gives.
+            alpha_case = drawn.view(2)
+            torch.manual_seed(5)
+            penalty = gl.GradientPenaltyLoss(loss_weight=10.0)(disc, real, fake, mask=m)
+            check = own_penalty(disc, real, fake, alpha_case, m)
+            assert torch.allclose(penalty, check, rtol=1e-5, atol=1e-6), (penalty, check)
+            shift = gl.DiscShiftLoss(loss_weight=0.001)
+        else:
+            alpha_case = alpha
+            penalty = own_penalty(disc, real, fake, alpha_case, m)
+            shift = lambda p: 0.001 * (p ** 2).mean()  # noqa: E731
+        disc.forward = orig_pre
+        interp = seen["interp"]
         pred_real = disc(r)
         pred_fake = disc(f)
-        total = -pred_real.mean() + pred_fake.mean() + penalty + 0.001 * (pred_real ** 2).mean()
+        total = -pred_real.mean() + pred_fake.mean() + penalty + shift(pred_real)
+        disc.zero_grad()
         total.backward()
+        d[f"{case}.alpha"] = alpha_case.clone()
         d[f"{case}.penalty"] = penalty.detach().reshape(1)
         d[f"{case}.total"] = total.detach().reshape(1)
         for name, p in disc.named_parameters():
@@ -80,6 +144,7 @@ def main(outdir):
         d[f"{case}.grad_input.real"] = r.grad.clone()
         d[f"{case}.grad_input.fake"] = f.grad.clone()
         d[f"{case}.grad_input.interp"] = interp.grad.clone()
+    d["mmedit"] = torch.tensor([1.0 if gl is not None else 0.0])
     st.save(d, os.path.join(outdir, "gradient_penalty.safetensors"))
 
 

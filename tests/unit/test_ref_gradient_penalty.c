@@ -3,7 +3,9 @@
  * create_graph through conv5x5/s2 + ELU twice, linear and LeakyReLU, the
  * penalty with and without a mask, the WGAN and DiscShiftLoss terms, and
  * one backward through all of it: the values and the gradients of every
- * parameter and of the inputs real, fake and interp. */
+ * parameter and of the inputs real, fake and interp. The reference is
+ * MMEditing's own GradientPenaltyLoss and DiscShiftLoss where the mmedit
+ * venv exists (the file's "mmedit" entry says which). */
 #include "testutil.h"
 #include "testutil_gan.h"
 
@@ -51,7 +53,9 @@ static void run_case(const char *name, bool masked) {
     load_params(disc);
     TU_OK(duet_disc_shift_loss_module_create(0.001f, &shift));
     duet_tensor *real = tu_ref_tensor(ref, "real"), *fake = tu_ref_tensor(ref, "fake");
-    duet_tensor *mask = tu_ref_tensor(ref, "mask"), *alpha = tu_ref_tensor(ref, "alpha");
+    char key[128];
+    snprintf(key, sizeof key, "%s.alpha", name);
+    duet_tensor *mask = tu_ref_tensor(ref, "mask"), *alpha = tu_ref_tensor(ref, key);
     real->requires_grad = true;
     fake->requires_grad = true;
     duet_tensor *pen = NULL, *interp = NULL, *pr = NULL, *pf = NULL, *lr = NULL, *lf = NULL,
@@ -70,7 +74,6 @@ static void run_case(const char *name, bool masked) {
     TU_OK(duet_add(t2, pen, &t1));
     TU_OK(duet_module_forward(shift, pr, &ls));
     TU_OK(duet_add(t1, ls, &total));
-    char key[128];
     snprintf(key, sizeof key, "%s.penalty", name);
     tu_assert_ref(ref, key, pen->data, 1, RTOL, ATOL);
     snprintf(key, sizeof key, "%s.total", name);
