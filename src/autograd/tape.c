@@ -2,7 +2,6 @@
  * reverse by duet_backward. Reverse recording order is a topological order,
  * since an op's inputs exist before it runs. */
 #include "duet/autograd.h"
-#include "duet/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,15 +513,50 @@ static int input_index(const duet_tensor *t, int ninputs, duet_tensor *const *in
     return -1;
 }
 
-/* *slot += g (recorded when grad mode is on); takes no reference to g's
- * caller: g is retained or summed. */
+/* The sum of two contributions to one gradient, as an op of the tape's own
+ * ("grad_sum"; autograd sits below the ops layer): recorded when grad mode
+ * is on and either part has history, with both backwards. */
+static int grad_sum_backward(duet_node *node) {
+    const duet_tensor *y = node->output;
+    for (int k = 0; k < 2; k++) {
+        float *g = duet_node_input_grad(node, k);
+        if (g != NULL)
+            for (int64_t i = 0; i < y->numel; i++) g[i] += y->grad[i];
+    }
+    return DUET_OK;
+}
+
+static int grad_sum_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    (void)node;
+    for (int k = 0; k < 2; k++)
+        if (want[k]) gx[k] = duet_tensor_retain(gy);
+    return DUET_OK;
+}
+
+/* *slot += g: g is retained when *slot is empty, else summed into a new
+ * tensor that replaces *slot. */
 static int accumulate(duet_tensor **slot, duet_tensor *g) {
     if (*slot == NULL) {
         *slot = duet_tensor_retain(g);
         return DUET_OK;
     }
-    duet_tensor *sum = NULL;
-    DUET_TRY(duet_add(*slot, g, &sum));
+    duet_tensor *a = *slot, *sum = NULL;
+    if (a->numel != g->numel || a->device.type != DUET_DEVICE_CPU ||
+        g->device.type != DUET_DEVICE_CPU)
+        return duet__error(DUET_EUNSUPPORTED, "autograd grad: summing gradients of %lld and %lld "
+                           "elements (on the CPU only)", (long long)a->numel,
+                           (long long)g->numel);
+    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &sum));
+    for (int64_t i = 0; i < a->numel; i++) sum->data[i] = a->data[i] + g->data[i];
+    duet_tensor *ins[2] = {a, g};
+    if (duet_autograd_needs_record(2, ins)) {
+        int rc = duet_autograd_record(sum, "grad_sum", grad_sum_backward, NULL, NULL, 2, ins);
+        if (rc != DUET_OK) {
+            duet_tensor_release(sum);
+            return rc;
+        }
+        sum->grad_fn->graph_backward = grad_sum_graph;
+    }
     duet_tensor_release(*slot);
     *slot = sum;
     return DUET_OK;
