@@ -1,9 +1,10 @@
 /* A DDP-wrapped discriminator taking WGAN-GP discriminator steps under
  * mpiexec -n 1, 2, 3: three forwards through the DDP (interp, real, fake),
- * duet_autograd_grad with create_graph, one backward through the penalty's
+ * duet_autograd_grad with create_graph (every other step on the wrapped
+ * module itself, as DeepFillv1 calls its sub-discriminator), one backward through the penalty's
  * second-order graph and the WGAN terms. Each backward reduces once (the
  * DDP's sync count), the gradients match one process with the full batch,
- * and after 3 Adam steps the parameters match too and stay identical
+ * and after 4 Adam steps the parameters match too and stay identical
  * across ranks. Each rank computes the full-batch reference itself. */
 #include "testutil.h"
 #include "testutil_gan.h"
@@ -13,11 +14,12 @@
 const char *__asan_default_options(void);
 const char *__asan_default_options(void) { return "fast_unwind_on_malloc=0"; }
 
-enum { B = 6, STEPS = 3 };
+enum { B = 6, STEPS = 4 };
 
 /* d total for the batch rows [start, start+n) of the step's data:
  * total = -mean(D(real)) + mean(D(fake)) + 10 * penalty. */
-static void disc_step(duet_module *disc, uint64_t seed, int64_t start, int64_t n) {
+static void disc_step(duet_module *disc, duet_module *gp_disc, uint64_t seed, int64_t start,
+                      int64_t n) {
     duet_rng rng = duet_rng_make(seed, 0);
     duet_tensor *real_all = tu_randn(&rng, 4, (int64_t[]){B, 3, 8, 8}, 1.0f);
     duet_tensor *fake_all = tu_randn(&rng, 4, (int64_t[]){B, 3, 8, 8}, 1.0f);
@@ -26,8 +28,8 @@ static void disc_step(duet_module *disc, uint64_t seed, int64_t start, int64_t n
     duet_tensor *real = tu_slice0(real_all, start, n), *fake = tu_slice0(fake_all, start, n);
     duet_tensor *pen = NULL, *pr = NULL, *pf = NULL, *lr = NULL, *lf = NULL, *a = NULL,
                 *b = NULL, *total = NULL;
-    TU_OK(duet_gradient_penalty_loss_alpha(disc, real, fake, NULL, 10.0f, alpha + start, NULL,
-                                           &pen));
+    TU_OK(duet_gradient_penalty_loss_alpha(gp_disc, real, fake, NULL, 10.0f, alpha + start,
+                                           NULL, &pen));
     TU_OK(duet_module_forward(disc, real, &pr));
     TU_OK(duet_module_forward(disc, fake, &pf));
     TU_OK(duet_mean(pr, &lr));
@@ -69,8 +71,13 @@ static void test_penalty_step_matches_full_batch(void **state) {
     for (int s = 0; s < STEPS; s++) {
         duet_optimizer_zero_grad(oref);
         duet_optimizer_zero_grad(oddp);
-        disc_step(ref, 100 + (uint64_t)s, 0, B);
-        disc_step(ddp, 100 + (uint64_t)s, tu_rank * n, n);
+        /* Odd steps: the penalty runs the wrapped module itself, as
+         * DeepFillv1's train_step calls disc.module.global_disc, while the
+         * WGAN terms go through the DDP (which arms it). */
+        duet_module *inner = duet_module_child(ddp, "module");
+        assert_non_null(inner);
+        disc_step(ref, ref, 100 + (uint64_t)s, 0, B);
+        disc_step(ddp, s % 2 ? inner : ddp, 100 + (uint64_t)s, tu_rank * n, n);
         /* One reduction per backward, however many forwards and graphs. */
         assert_int_equal(duet_ddp_get_stats(ddp).syncs, s + 1);
         assert_grads_close(ddp, ref);
