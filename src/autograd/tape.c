@@ -622,7 +622,8 @@ static int grad_run(int noutputs, duet_tensor *const *outputs, duet_tensor *cons
                       grad_slot(n->inputs[k], ninputs, inputs, grads, epoch) != NULL;
         for (int k = SLOT_OUTPUT; k < n->ninputs; k++) {
             const duet_tensor *t = k == SLOT_OUTPUT ? n->output : n->inputs[k];
-            if (t != NULL && t->data == NULL)
+            /* The backwards in recorded ops read what the fused ones read. */
+            if (t != NULL && t->data == NULL && node_reads(n, k))
                 return duet__error(DUET_ESTATE, "autograd grad: the values op %s saved were "
                                    "freed after forward (duet_autograd_release)", n->op);
         }

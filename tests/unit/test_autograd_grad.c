@@ -367,6 +367,37 @@ static void test_hooks_and_grads(void **state) {
     for (int i = 0; i < 9; i++) duet_tensor_release(ts[i]);
 }
 
+/* Intermediates freed after forward (duet_autograd_release) whose values no
+ * backward reads do not stop a gradient: conv2d's input when its weight is
+ * frozen, relu's input, conv2d's output. */
+static void test_released_intermediates(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(9, 0);
+    duet_tensor *x = randn_grad(&rng, 4, (int64_t[]){1, 2, 6, 6}, 1.0f);
+    duet_tensor *w1 = randn_grad(&rng, 4, (int64_t[]){3, 2, 3, 3}, 0.5f);
+    duet_tensor *w2 = tu_randn(&rng, 4, (int64_t[]){2, 3, 3, 3}, 0.5f); /* frozen */
+    duet_tensor *h = NULL, *a = NULL, *o = NULL, *e = NULL, *s = NULL, *g = NULL, *g2 = NULL;
+    TU_OK(duet_conv2d(x, w1, NULL, 1, 1, &h));
+    TU_OK(duet_relu(h, &a));
+    duet_autograd_release(h);
+    TU_OK(duet_conv2d(a, w2, NULL, 2, 1, &o));
+    duet_autograd_release(a);
+    TU_OK(duet_elu(o, 1.0f, &e));
+    TU_OK(duet_sum(e, &s));
+    TU_OK(duet_autograd_grad(1, &s, NULL, 1, &x, false, &g));
+    TU_OK(duet_autograd_grad(1, &s, NULL, 1, &x, true, &g2));
+    tu_assert_close(g2->data, g->data, g->numel, 0.0, 0.0, "grad with and without graph");
+    duet_tensor *sq = NULL, *p = NULL, *total = NULL;
+    TU_OK(duet_mul(g2, g2, &sq));
+    TU_OK(duet_sum(sq, &p));
+    TU_OK(duet_add(s, p, &total));
+    TU_OK(duet_backward(total));
+    assert_non_null(w1->grad);
+    assert_null(w2->grad);
+    duet_tensor *ts[] = {x, w1, w2, o, e, s, g, g2, sq, p, total};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+}
+
 static void test_errors(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(8, 0);
@@ -402,6 +433,7 @@ int main(void) {
         cmocka_unit_test(test_linear),         cmocka_unit_test(test_activations),
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_building_blocks),
         cmocka_unit_test(test_hooks_and_grads), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_released_intermediates),
     };
     return tu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
