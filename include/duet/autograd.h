@@ -137,12 +137,19 @@ void duet_autograd_release(duet_tensor *t);
  * An input the outputs do not depend on is DUET_EINVAL naming it (PyTorch's
  * allow_unused=False). On failure every grads[j] is NULL.
  *
- *   duet_tensor *interp = ...;                 // requires_grad, a leaf
- *   DUET_TRY(disc_forward(interp, &score));
- *   duet_tensor *g = NULL;
- *   DUET_TRY(duet_autograd_grad(1, &score, NULL, 1, &interp, true, &g));
- *   DUET_TRY(penalty_of(g, &loss));             // differentiable in g
- *   DUET_TRY(duet_backward(loss));             // the parameters' .grad */
+ * Usage (a gradient penalty: backward through a gradient):
+ *
+ *   duet_tensor *h = NULL, *y = NULL, *s = NULL, *g = NULL, *g2 = NULL, *pen = NULL;
+ *   DUET_TRY(duet_linear(x, w, b, &h));        // x and w require grad
+ *   DUET_TRY(duet_elu(h, 1.0f, &y));
+ *   DUET_TRY(duet_sum(y, &s));
+ *   DUET_TRY(duet_autograd_grad(1, &s, NULL, 1, &x, true, &g)); // ds/dx, with history
+ *   DUET_TRY(duet_mul(g, g, &g2));              // no .grad written so far
+ *   DUET_TRY(duet_sum(g2, &pen));
+ *   DUET_TRY(duet_backward(pen));              // w->grad = d pen / dw
+ *   duet_tensor *ts[] = {h, y, s, g, g2, pen};
+ *   for (int i = 0; i < 6; i++) duet_tensor_release(ts[i]);
+ */
 int duet_autograd_grad(int noutputs, duet_tensor *const *outputs,
                        duet_tensor *const *grad_outputs, int ninputs, duet_tensor *const *inputs,
                        bool create_graph, duet_tensor **grads);
