@@ -156,3 +156,35 @@ void tu_gan_whole_model_fails_everywhere(duet_model *m, const tu_gan_run *run, i
     duet_optimizer_set_destroy(opts);
     duet_wrapper_destroy(w);
 }
+
+/* ---- tu_tiny_deepfill_disc -------------------------------------------------- */
+
+static int tiny_disc_forward(duet_module *self, int nin, duet_tensor *const *in,
+                             duet_tensor **out) {
+    (void)nin;
+    duet_tensor *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL, *f = NULL;
+    int rc = duet_module_forward(duet_module_child(self, "conv1"), in[0], &a);
+    if (rc == DUET_OK) rc = duet_elu(a, 1.0f, &b);
+    if (rc == DUET_OK) rc = duet_module_forward(duet_module_child(self, "conv2"), b, &c);
+    if (rc == DUET_OK) rc = duet_elu(c, 1.0f, &d);
+    if (rc == DUET_OK) rc = duet_flatten(d, &e);
+    if (rc == DUET_OK) rc = duet_module_forward(duet_module_child(self, "fc"), e, &f);
+    if (rc == DUET_OK) rc = duet_leaky_relu(f, 0.2f, out);
+    duet_tensor *ts[] = {a, b, c, d, e, f};
+    for (int i = 0; i < 6; i++) duet_tensor_release(ts[i]);
+    return rc;
+}
+
+static const duet_module_type tiny_disc_type = {"TinyDeepFillDisc", tiny_disc_forward, NULL};
+
+void tu_tiny_deepfill_disc(duet_rng *rng, duet_module **out) {
+    duet_module *m = NULL, *c1 = NULL, *c2 = NULL, *fc = NULL;
+    TU_OK(duet_module_create(&tiny_disc_type, NULL, &m));
+    TU_OK(duet_conv2d_module_create(3, 4, 5, 2, 2, true, rng, &c1));
+    TU_OK(duet_module_add_child(m, "conv1", c1));
+    TU_OK(duet_conv2d_module_create(4, 8, 5, 2, 2, true, rng, &c2));
+    TU_OK(duet_module_add_child(m, "conv2", c2));
+    TU_OK(duet_linear_module_create(32, 1, true, rng, &fc));
+    TU_OK(duet_module_add_child(m, "fc", fc));
+    *out = m;
+}

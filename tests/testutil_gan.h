@@ -37,6 +37,11 @@ void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise
                                const tu_gan_run *run);
 /* Every parameter equal, bit for bit, to rank 0's (on every rank). */
 void tu_gan_assert_params_identical(duet_model *m);
+
+/* The DeepFillv1-like discriminator of tests/ref/ref_gradient_penalty.py:
+ * conv1 Conv2d(3, 4, 5, s2, p2) + ELU, conv2 Conv2d(4, 8, 5, s2, p2) + ELU,
+ * flatten, fc Linear(32, 1), LeakyReLU(0.2); input (N, 3, 8, 8). */
+void tu_tiny_deepfill_disc(duet_rng *rng, duet_module **out);
 /* run->iters iterations of the reference (one process, whole batch) and of
  * the wrapped model (this rank's share), both with Adam (tu_adam_pair);
  * with compare_logs every log value equals the reference's to 1e-4. */

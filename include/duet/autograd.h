@@ -36,6 +36,14 @@ struct duet_node;
  * accumulates (+=) into the gradient of each input that needs one, through
  * duet_node_input_grad(). Returns a status. */
 typedef int (*duet_backward_fn)(struct duet_node *node);
+/* An op's backward written in duet ops, for duet_autograd_grad: from the
+ * output's gradient gy (a tensor, which may carry history) makes a new
+ * tensor gx[i] for each input i with want[i] true (gx[i] NULL: no
+ * contribution), through ops that record on the tape when grad mode is on,
+ * so that the gradient can be differentiated again. Must not touch any
+ * tensor's .grad. Returns a status. */
+typedef int (*duet_graph_backward_fn)(struct duet_node *node, struct duet_tensor *gy,
+                                      const bool *want, struct duet_tensor **gx);
 
 typedef struct duet_node {
     const char *op;                 /* static name, e.g. "conv2d" */
@@ -51,6 +59,11 @@ typedef struct duet_node {
      * duet_autograd_output_unread. */
     bool output_unread;
     uint64_t mark;                  /* private: reachability pass */
+    /* The op's backward in recorded ops (duet_autograd_set_graph_backward);
+     * NULL: the op cannot take part in duet_autograd_grad. */
+    duet_graph_backward_fn graph_backward;
+    struct duet_tensor *graph_grad; /* private: duet_autograd_grad's sum */
+    bool graph_leads;               /* private: leads to one of its inputs */
 } duet_node;
 
 /* Grad mode is per thread, on by default. Returns the previous mode. */
@@ -101,6 +114,49 @@ int duet_backward_keep_unreached(duet_tensor *loss);
  * data NULL. For code that built a forward and drops an intermediate it
  * will not read again. NULL is ok. */
 void duet_autograd_release(duet_tensor *t);
+
+/* PyTorch's torch.autograd.grad(outputs, inputs, grad_outputs, create_graph,
+ * retain_graph=True): grads[j] = sum_i d<outputs[i], grad_outputs[i]>/d
+ * inputs[j], new tensors of the inputs' shapes (one reference each for the
+ * caller). grad_outputs NULL, or an entry NULL: ones. Every input must
+ * require grad (a leaf, or a recorded op's output).
+ *
+ * Unlike duet_backward it never writes any tensor's .grad, never fires
+ * gradient-ready hooks nor backward observers, and frees nothing: the tape
+ * stays as it was (PyTorch's retain_graph=True, always), to be run by a
+ * later duet_backward or dropped by duet_tape_clear. It runs only the
+ * nodes between the outputs and the inputs, each through its backward in
+ * recorded ops (duet_graph_backward_fn); an op on that path without one
+ * fails with DUET_EUNSUPPORTED naming it.
+ *
+ * create_graph false: the gradients are constants (computed in no-grad
+ * mode). create_graph true: the backward's ops are recorded on the tape, so
+ * the gradients carry history through the forward's saved tensors and the
+ * parameters; a later duet_backward(loss) with a loss built from them runs
+ * through both graphs and fires each parameter's hook (the DDP's) once.
+ * An input the outputs do not depend on is DUET_EINVAL naming it (PyTorch's
+ * allow_unused=False). On failure every grads[j] is NULL.
+ *
+ * Usage (a gradient penalty: backward through a gradient):
+ *
+ *   duet_tensor *h = NULL, *y = NULL, *s = NULL, *g = NULL, *g2 = NULL, *pen = NULL;
+ *   DUET_TRY(duet_linear(x, w, b, &h));        // x and w require grad
+ *   DUET_TRY(duet_elu(h, 1.0f, &y));
+ *   DUET_TRY(duet_sum(y, &s));
+ *   DUET_TRY(duet_autograd_grad(1, &s, NULL, 1, &x, true, &g)); // ds/dx, with history
+ *   DUET_TRY(duet_mul(g, g, &g2));              // no .grad written so far
+ *   DUET_TRY(duet_sum(g2, &pen));
+ *   DUET_TRY(duet_backward(pen));              // w->grad = d pen / dw
+ *   duet_tensor *ts[] = {h, y, s, g, g2, pen};
+ *   for (int i = 0; i < 6; i++) duet_tensor_release(ts[i]);
+ */
+int duet_autograd_grad(int noutputs, duet_tensor *const *outputs,
+                       duet_tensor *const *grad_outputs, int ninputs, duet_tensor *const *inputs,
+                       bool create_graph, duet_tensor **grads);
+
+/* Gives y's node (when y is a recorded op's output) its backward in recorded
+ * ops; no-op for NULL or an unrecorded y. Ops call it after recording. */
+void duet_autograd_set_graph_backward(duet_tensor *y, duet_graph_backward_fn fn);
 
 /* Drops every recorded node (e.g. after a forward whose result is not
  * backpropagated). Tensors held elsewhere survive without history. */

@@ -441,6 +441,55 @@ int duet_gan_loss(duet_module *gan_loss, duet_tensor *pred, bool target_is_real,
 int duet_gan_loss_masked(duet_module *gan_loss, duet_tensor *pred, bool target_is_real,
                          bool is_disc, duet_tensor *mask, duet_tensor **out);
 
+/* DiscShiftLoss (gan_loss.py): forward(x) = loss_weight * mean(x^2)
+ * (MMEditing's default weight 0.1). */
+int duet_disc_shift_loss_module_create(float loss_weight, duet_module **out);
+
+/* GradientPenaltyLoss (gan_loss.py's gradient_penalty_loss, WGAN-GP):
+ * interp = alpha real + (1 - alpha) fake with alpha (N) per sample, a new
+ * leaf that requires grad (no gradient reaches real or fake); g = d
+ * sum(disc(interp)) / d interp through duet_autograd_grad with
+ * create_graph; with a mask (N, 1 or C, H, W), g = g * mask (broadcast
+ * over channels); then loss_weight * mean((|g|_2 over dim 1 - 1)^2), divided
+ * by mean(mask) when masked. The result is differentiable in the
+ * discriminator's parameters (a second-order backward); every op of disc
+ * must have a backward in recorded ops (autograd.h). real, fake (N, C, H,
+ * W) of one shape. duet_gradient_penalty_loss draws alpha from rng (one
+ * duet_rng_uniform per sample, as torch.rand(N, 1, 1, 1)); the _alpha form
+ * takes it (N floats) and, with interp_out not NULL, gives a reference to
+ * interp (whose .grad a later backward fills). */
+int duet_gradient_penalty_loss(duet_module *disc, duet_tensor *real, duet_tensor *fake,
+                               duet_tensor *mask, float loss_weight, duet_rng *rng,
+                               duet_tensor **out);
+/* GradientPenaltyLoss as a config builds it (registry type
+ * "GradientPenaltyLoss", loss_weight default 1): a module holding the
+ * weight, applied with duet_gradient_penalty_apply (its forward refuses:
+ * the penalty needs the discriminator). */
+int duet_gradient_penalty_loss_module_create(float loss_weight, duet_module **out);
+int duet_gradient_penalty_apply(duet_module *gp_loss, duet_module *disc, duet_tensor *real,
+                                duet_tensor *fake, duet_tensor *mask, duet_rng *rng,
+                                duet_tensor **out);
+int duet_gradient_penalty_loss_alpha(duet_module *disc, duet_tensor *real, duet_tensor *fake,
+                                     duet_tensor *mask, float loss_weight, const float *alpha,
+                                     duet_tensor **interp_out, duet_tensor **out);
+
+/* ContextualAttentionModule (mmedit/models/common/contextual_attention.py,
+ * DeepFillv1's refiner neck) with MMEditing's defaults: raw patches 4x4
+ * stride 2 padding 1, correlation patches 3x3 stride 1 padding 1 (dilation
+ * 1), scale 0.5, fuse_kernel_size 3 (buffer fuse_kernel, the 3x3 identity,
+ * as MMEditing's state dict), softmax_scale 10. Other settings are not
+ * supported (create takes these two). */
+int duet_contextual_attention_create(int fuse_kernel_size, float softmax_scale,
+                                     duet_module **out);
+/* forward(x, context, mask): x, context (N, C, H, W), H and W even; mask
+ * (N, 1, H, W) with 1 in the hole (its context patches are not attended),
+ * or NULL. *out (N, C, H, W); attention (may be NULL): the scores (N, L, h,
+ * w), h = H/2, L = h*w (MMEditing's 5-D (n, h, w, h, w) view of them).
+ * Differentiable in x and context. CPU. module forwardn takes (x, context
+ * [, mask]) and gives the output. */
+int duet_contextual_attention(duet_module *m, duet_tensor *x, duet_tensor *context,
+                              duet_tensor *mask, duet_tensor **out, duet_tensor **attention);
+
 /* PerceptualLoss over a frozen VGG-style feature network. Names as
  * MMEditing: child "vgg" (PerceptualVGG) with buffers mean, std (1,3,1,1)
  * when use_input_norm, and its child "vgg_layers" (torchvision's features,

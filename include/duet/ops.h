@@ -131,6 +131,43 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out);
  * pred - torch.mean(other_pred). */
 int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out);
 
+/* ---- second-order autograd's building blocks (src/ops/grad_ops.c) -------- */
+
+/* conv2d's weight gradient as an op: x (N, C, H, W), dy (N, O, OH, OW) the
+ * gradient of conv2d(x, w, stride, padding)'s output with w (O, C, KH, KW);
+ * out (O, C, KH, KW) = d<y, dy>/dw. Differentiable in x and dy. CPU. */
+int duet_conv2d_weight_grad(duet_tensor *x, duet_tensor *dy, int kh, int kw, int stride,
+                            int padding, duet_tensor **out);
+/* x (R, C) -> (C, R). */
+int duet_transpose2d(duet_tensor *x, duet_tensor **out);
+/* x (N, C, ...) -> (C): the sum over every dim but 1 (a conv bias's
+ * gradient). */
+int duet_sum_channels(duet_tensor *x, duet_tensor **out);
+/* x (N, C, ...) -> (N, ...): the 2-norm over dim 1, torch.norm(x, 2, dim=1);
+ * its gradient is 0 where the norm is 0. */
+int duet_channel_norm(duet_tensor *x, duet_tensor **out);
+
+/* ---- contextual attention's ops (src/ops/attention.c, CPU) ---------------- */
+
+/* Rows [start, start+count) of x along dim 0, a copy (differentiable). */
+int duet_slice0(duet_tensor *x, int64_t start, int64_t count, duet_tensor **out);
+/* F.unfold's patches as a filter bank: x (N, C, H, W) -> (N*L, C, k, k),
+ * patch (n, oh, ow) at row (n*OH + oh)*OW + ow, zero padding. */
+int duet_extract_patches(duet_tensor *x, int kernel, int stride, int padding,
+                         duet_tensor **out);
+/* F.interpolate(scale_factor=1/f, mode='nearest'): out[i, j] = x[i*f, j*f],
+ * (N, C, H/f, W/f) rounded down. */
+int duet_subsample_nearest(duet_tensor *x, int factor, duet_tensor **out);
+/* Each row of x (dim 0) divided by max(its 2-norm, eps). */
+int duet_normalize_rows(duet_tensor *x, float eps, duet_tensor **out);
+/* MMEditing's ContextualAttentionModule.fuse_correlation_map with an odd
+ * identity kernel: corr (N, H*W, H, W) -> same shape. */
+int duet_fuse_correlation(duet_tensor *corr, int kernel, duet_tensor **out);
+/* softmax over dim 1 of scale * x; masked (N*C bytes, or NULL): channels
+ * (n, c) with masked[n*C + c] set get 0 (a -inf logit). */
+int duet_softmax_channels(duet_tensor *x, float scale, const uint8_t *masked,
+                          duet_tensor **out);
+
 /* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
 
 int duet_sum(duet_tensor *x, duet_tensor **out);

@@ -43,6 +43,7 @@ bool duet_autograd_needs_record(int ninputs, duet_tensor *const *inputs) {
 
 static void free_node(duet_node *n) {
     if (n->free_ctx != NULL) n->free_ctx(n->ctx);
+    duet_tensor_release(n->graph_grad);
     for (int i = 0; i < n->ninputs; i++) duet_tensor_release(n->inputs[i]);
     if (n->output != NULL) {
         /* The output outlives its history only through other references;
@@ -494,6 +495,225 @@ int duet_autograd_add_observer(const duet_backward_observer *obs, int *id) {
 
 void duet_autograd_remove_observer(int id) {
     if (id >= 0 && id < MAX_OBSERVERS) observer_used[id] = false;
+}
+
+/* ---- duet_autograd_grad -------------------------------------------------------
+ * A reverse pass over the nodes between the outputs and the inputs, each
+ * through its backward in recorded ops. Sums live in node->graph_grad (the
+ * gradient of the node's output) and in grads[j] (of the requested inputs);
+ * no .grad, hook or observer is touched. */
+
+void duet_autograd_set_graph_backward(duet_tensor *y, duet_graph_backward_fn fn) {
+    if (y != NULL && y->grad_fn != NULL && y->grad_fn->output == y) y->grad_fn->graph_backward = fn;
+}
+
+static int input_index(const duet_tensor *t, int ninputs, duet_tensor *const *inputs) {
+    for (int j = 0; j < ninputs; j++)
+        if (inputs[j] == t) return j;
+    return -1;
+}
+
+/* The sum of two contributions to one gradient, as an op of the tape's own
+ * ("grad_sum"; autograd sits below the ops layer): recorded when grad mode
+ * is on and either part has history, with both backwards. */
+static int grad_sum_backward(duet_node *node) {
+    const duet_tensor *y = node->output;
+    for (int k = 0; k < 2; k++) {
+        float *g = duet_node_input_grad(node, k);
+        if (g != NULL)
+            for (int64_t i = 0; i < y->numel; i++) g[i] += y->grad[i];
+    }
+    return DUET_OK;
+}
+
+static int grad_sum_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    (void)node;
+    for (int k = 0; k < 2; k++)
+        if (want[k]) gx[k] = duet_tensor_retain(gy);
+    return DUET_OK;
+}
+
+/* *slot += g: g is retained when *slot is empty, else summed into a new
+ * tensor that replaces *slot. */
+static int accumulate(duet_tensor **slot, duet_tensor *g) {
+    if (*slot == NULL) {
+        *slot = duet_tensor_retain(g);
+        return DUET_OK;
+    }
+    duet_tensor *a = *slot, *sum = NULL;
+    if (a->numel != g->numel || a->device.type != DUET_DEVICE_CPU ||
+        g->device.type != DUET_DEVICE_CPU)
+        return duet__error(DUET_EUNSUPPORTED, "autograd grad: summing gradients of %lld and %lld "
+                           "elements (on the CPU only)", (long long)a->numel,
+                           (long long)g->numel);
+    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &sum));
+    for (int64_t i = 0; i < a->numel; i++) sum->data[i] = a->data[i] + g->data[i];
+    duet_tensor *ins[2] = {a, g};
+    if (duet_autograd_needs_record(2, ins)) {
+        int rc = duet_autograd_record(sum, "grad_sum", grad_sum_backward, NULL, NULL, 2, ins);
+        if (rc != DUET_OK) {
+            duet_tensor_release(sum);
+            return rc;
+        }
+        sum->grad_fn->graph_backward = grad_sum_graph;
+    }
+    duet_tensor_release(*slot);
+    *slot = sum;
+    return DUET_OK;
+}
+
+/* Where a gradient for t goes: the requested input's sum, else the sum of
+ * the node that made t when that node leads to an input; NULL: nowhere. */
+static duet_tensor **grad_slot(duet_tensor *t, int ninputs, duet_tensor *const *inputs,
+                               duet_tensor **grads, uint64_t epoch) {
+    int j = input_index(t, ninputs, inputs);
+    if (j >= 0) return &grads[j];
+    duet_node *p = t->grad_fn;
+    if (p != NULL && p->output == t && p->mark == epoch && p->graph_leads) return &p->graph_grad;
+    return NULL;
+}
+
+static int grad_run(int noutputs, duet_tensor *const *outputs, duet_tensor *const *grad_outputs,
+                    int ninputs, duet_tensor *const *inputs, duet_tensor **grads,
+                    uint64_t epoch, size_t count) {
+    tape *tp = &the_tape;
+    /* Seeds: d output = grad_outputs[i] or ones. */
+    for (int i = 0; i < noutputs; i++) {
+        duet_tensor *t = outputs[i];
+        duet_tensor *g = grad_outputs != NULL ? grad_outputs[i] : NULL;
+        if (g != NULL && g->numel != t->numel) {
+            char st[DUET_SHAPE_STR_MAX], sg[DUET_SHAPE_STR_MAX];
+            return duet__error(DUET_ESHAPE, "autograd grad: grad_outputs[%d] %s does not match "
+                               "outputs[%d] %s", i, duet_shape_str(g, sg, sizeof sg), i,
+                               duet_shape_str(t, st, sizeof st));
+        }
+        duet_tensor **slot = grad_slot(t, ninputs, inputs, grads, epoch);
+        if (slot == NULL) continue;
+        duet_tensor *ones = NULL;
+        if (g == NULL) {
+            DUET_TRY(duet_tensor_create(t->ndim, t->shape, &ones));
+            int rc = duet_tensor_fill(ones, 1.0f);
+            if (rc != DUET_OK) {
+                duet_tensor_release(ones);
+                return rc;
+            }
+            g = ones;
+        }
+        int rc = accumulate(slot, g);
+        duet_tensor_release(ones);
+        DUET_TRY(rc);
+    }
+    /* Newest first over the nodes that existed; what this pass records goes
+     * after them and is not visited. */
+    for (size_t i = count; i-- > 0;) {
+        duet_node *n = tp->nodes[i];
+        if (n == NULL || n->mark != epoch || !n->graph_leads) continue;
+        int self = input_index(n->output, ninputs, inputs);
+        duet_tensor *gy = self >= 0 ? grads[self] : n->graph_grad;
+        if (gy == NULL) continue;
+        if (n->graph_backward == NULL)
+            return duet__error(DUET_EUNSUPPORTED,
+                               "autograd grad: op %s has no backward in recorded ops, so no "
+                               "gradient (create_graph or not) can pass through it", n->op);
+        bool want[DUET_NODE_MAX_INPUTS] = {false};
+        duet_tensor *gx[DUET_NODE_MAX_INPUTS] = {NULL};
+        for (int k = 0; k < n->ninputs; k++)
+            want[k] = n->inputs[k] != NULL &&
+                      grad_slot(n->inputs[k], ninputs, inputs, grads, epoch) != NULL;
+        for (int k = SLOT_OUTPUT; k < n->ninputs; k++) {
+            const duet_tensor *t = k == SLOT_OUTPUT ? n->output : n->inputs[k];
+            /* The backwards in recorded ops read what the fused ones read. */
+            if (t != NULL && t->data == NULL && node_reads(n, k))
+                return duet__error(DUET_ESTATE, "autograd grad: the values op %s saved were "
+                                   "freed after forward (duet_autograd_release)", n->op);
+        }
+        int rc = n->graph_backward(n, gy, want, gx);
+        if (rc != DUET_OK) {
+            for (int k = 0; k < n->ninputs; k++) duet_tensor_release(gx[k]);
+            return duet__error_context(rc, "autograd grad through %s", n->op);
+        }
+        for (int k = 0; k < n->ninputs; k++) {
+            if (gx[k] == NULL) continue;
+            duet_tensor **slot = want[k] ? grad_slot(n->inputs[k], ninputs, inputs, grads, epoch)
+                                         : NULL;
+            if (rc == DUET_OK && slot != NULL) rc = accumulate(slot, gx[k]);
+            duet_tensor_release(gx[k]);
+        }
+        DUET_TRY(rc);
+        /* The node's own sum is spent (a requested input keeps grads[j]). */
+        duet_tensor_release(n->graph_grad);
+        n->graph_grad = NULL;
+    }
+    return DUET_OK;
+}
+
+int duet_autograd_grad(int noutputs, duet_tensor *const *outputs,
+                       duet_tensor *const *grad_outputs, int ninputs, duet_tensor *const *inputs,
+                       bool create_graph, duet_tensor **grads) {
+    DUET_ASSERT(noutputs >= 1 && ninputs >= 1 && outputs != NULL && inputs != NULL &&
+                grads != NULL);
+    for (int j = 0; j < ninputs; j++) grads[j] = NULL;
+    for (int j = 0; j < ninputs; j++)
+        if (inputs[j] == NULL || !inputs[j]->requires_grad)
+            return duet__error(DUET_EINVAL, "autograd grad: inputs[%d] does not require grad; "
+                               "set requires_grad before the forward", j);
+    tape *tp = &the_tape;
+    const uint64_t epoch = ++tp->epoch;
+    const size_t count = tp->count;
+    bool any = false;
+    for (int i = 0; i < noutputs; i++) {
+        duet_tensor *t = outputs[i];
+        DUET_ASSERT(t != NULL);
+        if (t->grad_fn != NULL) {
+            t->grad_fn->mark = epoch;
+            any = true;
+        } else if (input_index(t, ninputs, inputs) >= 0) {
+            any = true;
+        }
+    }
+    if (!any)
+        return duet__error(DUET_EINVAL, "autograd grad: no output has recorded history (no "
+                           "input required grad, grad mode was off, or a backward freed it)");
+    /* Reachable from the outputs, newest first. */
+    for (size_t i = count; i-- > 0;) {
+        duet_node *n = tp->nodes[i];
+        n->graph_leads = false;
+        if (n->mark != epoch) continue;
+        for (int k = 0; k < n->ninputs; k++)
+            if (n->inputs[k] != NULL && n->inputs[k]->grad_fn != NULL)
+                n->inputs[k]->grad_fn->mark = epoch;
+    }
+    /* Of those, the ones an input reaches, oldest first. */
+    for (size_t i = 0; i < count; i++) {
+        duet_node *n = tp->nodes[i];
+        if (n->mark != epoch) continue;
+        for (int k = 0; k < n->ninputs && !n->graph_leads; k++) {
+            duet_tensor *in = n->inputs[k];
+            if (in == NULL) continue;
+            n->graph_leads = input_index(in, ninputs, inputs) >= 0 ||
+                             (in->grad_fn != NULL && in->grad_fn->output == in &&
+                              in->grad_fn->graph_leads);
+        }
+    }
+    const bool prev = duet_set_grad_enabled(create_graph);
+    int rc = grad_run(noutputs, outputs, grad_outputs, ninputs, inputs, grads, epoch, count);
+    duet_set_grad_enabled(prev);
+    for (size_t i = 0; i < count; i++) {
+        duet_node *n = tp->nodes[i];
+        duet_tensor_release(n->graph_grad);
+        n->graph_grad = NULL;
+        n->graph_leads = false;
+    }
+    for (int j = 0; j < ninputs && rc == DUET_OK; j++)
+        if (grads[j] == NULL)
+            rc = duet__error(DUET_EINVAL, "autograd grad: the outputs do not depend on "
+                             "inputs[%d] (no recorded path from them to it)", j);
+    if (rc != DUET_OK)
+        for (int j = 0; j < ninputs; j++) {
+            duet_tensor_release(grads[j]);
+            grads[j] = NULL;
+        }
+    return rc;
 }
 
 /* ---- hooks and output reads ----------------------------------------------------- */

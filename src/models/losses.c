@@ -233,3 +233,148 @@ int duet_gan_loss(duet_module *m, duet_tensor *pred, bool target_is_real, bool i
                   duet_tensor **out) {
     return duet_gan_loss_masked(m, pred, target_is_real, is_disc, NULL, out);
 }
+
+/* ---- DiscShiftLoss -------------------------------------------------------- */
+
+typedef struct disc_shift_loss {
+    float loss_weight;
+} disc_shift_loss;
+
+static int disc_shift_forward(duet_module *self, int nin, duet_tensor *const *in,
+                              duet_tensor **out) {
+    const disc_shift_loss *d = duet_module_impl(self);
+    *out = NULL;
+    if (nin != 1)
+        return duet__error(DUET_EINVAL, "DiscShiftLoss takes (x), got %d inputs", nin);
+    duet_tensor *sq = NULL, *m = NULL;
+    int rc = duet_mul(in[0], in[0], &sq);
+    if (rc == DUET_OK) rc = duet_mean(sq, &m);
+    if (rc == DUET_OK) rc = duet_scale(m, d->loss_weight, out);
+    duet_tensor_release(sq);
+    duet_tensor_release(m);
+    return rc;
+}
+
+static const duet_module_type disc_shift_type = {"DiscShiftLoss", disc_shift_forward, free};
+
+int duet_disc_shift_loss_module_create(float loss_weight, duet_module **out) {
+    *out = NULL;
+    disc_shift_loss *d = malloc(sizeof *d);
+    if (d == NULL) return duet__error(DUET_ENOMEM, "DiscShiftLoss: out of memory");
+    d->loss_weight = loss_weight;
+    return duet_module_create(&disc_shift_type, d, out);
+}
+
+/* ---- GradientPenaltyLoss -------------------------------------------------- */
+
+/* mask (N, 1 or C, H, W) as a constant of g's shape (N, C, H, W). */
+static int expand_mask(const duet_tensor *mask, const duet_tensor *g, duet_tensor **out) {
+    char sm[DUET_SHAPE_STR_MAX], sg[DUET_SHAPE_STR_MAX];
+    *out = NULL;
+    if (mask->ndim != 4 || mask->shape[0] != g->shape[0] || mask->shape[2] != g->shape[2] ||
+        mask->shape[3] != g->shape[3] || (mask->shape[1] != 1 && mask->shape[1] != g->shape[1]))
+        return duet__error(DUET_ESHAPE, "GradientPenaltyLoss: mask %s must be (N, 1 or C, H, W) "
+                           "for inputs %s", duet_shape_str(mask, sm, sizeof sm),
+                           duet_shape_str(g, sg, sizeof sg));
+    DUET_TRY(duet_tensor_create(g->ndim, g->shape, out));
+    const int64_t n = g->shape[0], c = g->shape[1], hw = g->shape[2] * g->shape[3];
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++)
+            memcpy((*out)->data + (s * c + ch) * hw,
+                   mask->data + (s * mask->shape[1] + (mask->shape[1] == 1 ? 0 : ch)) * hw,
+                   (size_t)hw * sizeof(float));
+    return DUET_OK;
+}
+
+int duet_gradient_penalty_loss_alpha(duet_module *disc, duet_tensor *real, duet_tensor *fake,
+                                     duet_tensor *mask, float loss_weight, const float *alpha,
+                                     duet_tensor **interp_out, duet_tensor **out) {
+    *out = NULL;
+    if (interp_out != NULL) *interp_out = NULL;
+    char sr[DUET_SHAPE_STR_MAX], sf[DUET_SHAPE_STR_MAX];
+    if (real->ndim != 4 || !duet_tensor_same_shape(real, fake))
+        return duet__error(DUET_ESHAPE, "GradientPenaltyLoss: real %s and fake %s must be "
+                           "(N, C, H, W) of one shape", duet_shape_str(real, sr, sizeof sr),
+                           duet_shape_str(fake, sf, sizeof sf));
+    duet_tensor *interp = NULL, *score = NULL, *g = NULL, *m = NULL, *gm = NULL, *nrm = NULL,
+                *ones = NULL, *pen = NULL;
+    int rc = duet_tensor_create(real->ndim, real->shape, &interp);
+    if (rc == DUET_OK) {
+        const int64_t per = real->numel / real->shape[0];
+        for (int64_t i = 0; i < real->numel; i++) {
+            const float a = alpha[i / per];
+            interp->data[i] = a * real->data[i] + (1.0f - a) * fake->data[i];
+        }
+        interp->requires_grad = true;
+        rc = duet_module_forward(disc, interp, &score);
+    }
+    if (rc == DUET_OK) rc = duet_autograd_grad(1, &score, NULL, 1, &interp, true, &g);
+    double mask_mean = 1.0;
+    if (rc == DUET_OK && mask != NULL) {
+        rc = expand_mask(mask, g, &m);
+        if (rc == DUET_OK) rc = duet_mul(g, m, &gm);
+        double s = 0.0;
+        for (int64_t i = 0; i < mask->numel; i++) s += mask->data[i];
+        mask_mean = s / (double)mask->numel;
+    }
+    if (rc == DUET_OK) rc = duet_channel_norm(gm != NULL ? gm : g, &nrm);
+    if (rc == DUET_OK) rc = duet_tensor_create(nrm->ndim, nrm->shape, &ones);
+    if (rc == DUET_OK) rc = duet_tensor_fill(ones, 1.0f);
+    if (rc == DUET_OK) rc = duet_mse_loss(nrm, ones, 1.0f, &pen);
+    if (rc == DUET_OK) rc = duet_scale(pen, (float)(loss_weight / mask_mean), out);
+    if (rc == DUET_OK && interp_out != NULL) *interp_out = duet_tensor_retain(interp);
+    duet_tensor *tmp[] = {interp, score, g, m, gm, nrm, ones, pen};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) duet_tensor_release(tmp[i]);
+    if (rc != DUET_OK) duet__error_context(rc, "GradientPenaltyLoss");
+    return rc;
+}
+
+int duet_gradient_penalty_loss(duet_module *disc, duet_tensor *real, duet_tensor *fake,
+                               duet_tensor *mask, float loss_weight, duet_rng *rng,
+                               duet_tensor **out) {
+    *out = NULL;
+    if (real->ndim < 1) return duet__error(DUET_ESHAPE, "GradientPenaltyLoss: real is 0-D");
+    const int64_t n = real->shape[0];
+    float *alpha = malloc((size_t)n * sizeof *alpha);
+    if (alpha == NULL) return duet__error(DUET_ENOMEM, "GradientPenaltyLoss: out of memory");
+    for (int64_t i = 0; i < n; i++) alpha[i] = duet_rng_uniform(rng);
+    int rc = duet_gradient_penalty_loss_alpha(disc, real, fake, mask, loss_weight, alpha, NULL, out);
+    free(alpha);
+    return rc;
+}
+
+/* ---- GradientPenaltyLoss as a module ------------------------------------ */
+
+typedef struct gp_loss {
+    float loss_weight;
+} gp_loss;
+
+static int gp_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    (void)self;
+    (void)nin;
+    (void)in;
+    *out = NULL;
+    return duet__error(DUET_EINVAL, "GradientPenaltyLoss needs the discriminator: call "
+                       "duet_gradient_penalty_apply, not its forward");
+}
+
+static const duet_module_type gp_type = {"GradientPenaltyLoss", gp_forward, free};
+
+int duet_gradient_penalty_loss_module_create(float loss_weight, duet_module **out) {
+    *out = NULL;
+    gp_loss *g = malloc(sizeof *g);
+    if (g == NULL) return duet__error(DUET_ENOMEM, "GradientPenaltyLoss: out of memory");
+    g->loss_weight = loss_weight;
+    return duet_module_create(&gp_type, g, out);
+}
+
+int duet_gradient_penalty_apply(duet_module *m, duet_module *disc, duet_tensor *real,
+                                duet_tensor *fake, duet_tensor *mask, duet_rng *rng,
+                                duet_tensor **out) {
+    *out = NULL;
+    if (!duet_module_is(m, "GradientPenaltyLoss"))
+        return duet__error(DUET_EINVAL, "duet_gradient_penalty_apply: the module is a %s, not a "
+                           "GradientPenaltyLoss", duet_module_type_name(m));
+    const gp_loss *g = duet_module_impl(m);
+    return duet_gradient_penalty_loss(disc, real, fake, mask, g->loss_weight, rng, out);
+}

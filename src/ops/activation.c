@@ -127,6 +127,21 @@ static int masked_backward_node(duet_node *node) {
     return DUET_OK;
 }
 
+/* In recorded ops: gx = gy * m, m (1 where x > 0, else slope) a constant
+ * made from the saved bits; the second derivative is zero. */
+static int masked_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    if (!want[0]) return DUET_OK;
+    const mask_ctx *c = node->ctx;
+    const duet_tensor *y = node->output;
+    duet_tensor *m = NULL;
+    DUET_TRY(duet_tensor_create(y->ndim, y->shape, &m));
+    for (int64_t i = 0; i < y->numel; i++)
+        m->data[i] = (c->bits[i / 64] >> (i % 64)) & 1u ? 1.0f : c->slope;
+    int rc = duet_mul(gy, m, &gx[0]);
+    duet_tensor_release(m);
+    return rc;
+}
+
 /* out = relu(x) (is_relu; slope 0) or leaky_relu(x, slope), copying. */
 static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out) {
     const char *op = is_relu ? "relu" : "leaky_relu";
@@ -143,8 +158,10 @@ static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out)
         }
     }
     rectify_kernel(y->data, x->data, c != NULL ? c->bits : NULL, slope, is_relu, y->numel);
-    return duet__op_finish_unread(
-        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
+    DUET_TRY(duet__op_finish_unread(
+        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out));
+    duet_autograd_set_graph_backward(*out, masked_graph);
+    return DUET_OK;
 }
 
 int duet_relu(duet_tensor *x, duet_tensor **out) {
@@ -209,8 +226,10 @@ static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tenso
         *out = y;
         return DUET_OK;
     }
-    return duet__op_finish_unread(
-        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out);
+    DUET_TRY(duet__op_finish_unread(
+        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out));
+    duet_autograd_set_graph_backward(*out, masked_graph);
+    return DUET_OK;
 }
 
 int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
@@ -267,6 +286,33 @@ static int elu_backward_node(duet_node *node) {
     return DUET_OK;
 }
 
+/* In recorded ops: gx = gy * d with d = 1 where y > 0, else y + alpha
+ * (= alpha exp(x)): d = c1 + c2 * y, c1 and c2 constants, and y the
+ * recorded output, so the second derivative alpha exp(x) flows through
+ * this node again. */
+static int elu_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    if (!want[0]) return DUET_OK;
+    const float alpha = *(const float *)node->ctx;
+    duet_tensor *y = node->output, *c1 = NULL, *c2 = NULL, *c2y = NULL, *d = NULL;
+    int rc = duet_tensor_create(y->ndim, y->shape, &c1);
+    if (rc == DUET_OK) rc = duet_tensor_create(y->ndim, y->shape, &c2);
+    if (rc == DUET_OK) {
+        for (int64_t i = 0; i < y->numel; i++) {
+            const bool pos = y->data[i] > 0.0f;
+            c1->data[i] = pos ? 1.0f : alpha;
+            c2->data[i] = pos ? 0.0f : 1.0f;
+        }
+        rc = duet_mul(c2, y, &c2y);
+    }
+    if (rc == DUET_OK) rc = duet_add(c1, c2y, &d);
+    if (rc == DUET_OK) rc = duet_mul(gy, d, &gx[0]);
+    duet_tensor_release(c1);
+    duet_tensor_release(c2);
+    duet_tensor_release(c2y);
+    duet_tensor_release(d);
+    return rc;
+}
+
 int duet_elu(duet_tensor *x, float alpha, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
     duet_device dev;
@@ -285,7 +331,9 @@ int duet_elu(duet_tensor *x, float alpha, duet_tensor **out) {
     }
     *a = alpha;
     for (int64_t i = 0; i < x->numel; i++) y->data[i] = duet__elu(x->data[i], alpha);
-    return duet__op_finish(y, "elu", elu_backward_node, a, free, 1, &x, out);
+    DUET_TRY(duet__op_finish(y, "elu", elu_backward_node, a, free, 1, &x, out));
+    duet_autograd_set_graph_backward(*out, elu_graph);
+    return DUET_OK;
 }
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {

@@ -586,6 +586,30 @@ static int conv2d_backward(duet_node *node) {
     return DUET_OK;
 }
 
+/* In recorded ops: dx = conv_transpose2d(dy, w) with the output padding
+ * that gives back x's size, dw = conv2d_weight_grad(x, dy), db = dy summed
+ * over all but its channels. Each is differentiable once more. */
+static int conv2d_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    const conv_ctx *cc = node->ctx;
+    duet_tensor *x = node->inputs[0], *w = node->inputs[1];
+    const int64_t kh = w->shape[2], kw = w->shape[3];
+    if (want[0]) {
+        const int64_t oph = x->shape[2] - ((gy->shape[2] - 1) * cc->stride - 2 * cc->pad + kh);
+        const int64_t opw = x->shape[3] - ((gy->shape[3] - 1) * cc->stride - 2 * cc->pad + kw);
+        if (oph != opw)
+            return duet__error(DUET_EUNSUPPORTED,
+                               "conv2d: the input gradient in recorded ops needs one output "
+                               "padding for both dimensions; input %" PRId64 "x%" PRId64
+                               " with stride %d gives %" PRId64 " and %" PRId64,
+                               x->shape[2], x->shape[3], cc->stride, oph, opw);
+        DUET_TRY(duet_conv_transpose2d(gy, w, NULL, cc->stride, cc->pad, (int)oph, &gx[0]));
+    }
+    if (want[1])
+        DUET_TRY(duet_conv2d_weight_grad(x, gy, (int)kh, (int)kw, cc->stride, cc->pad, &gx[1]));
+    if (want[2]) DUET_TRY(duet_sum_channels(gy, &gx[2]));
+    return DUET_OK;
+}
+
 /* Records y = conv2d(x, w, b) on the tape when needed; *out = y. */
 static int record_conv(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
                        duet_tensor *y, duet_tensor **out) {
@@ -602,6 +626,7 @@ static int record_conv(duet_tensor *x, duet_tensor *w, duet_tensor *b, int strid
     }
     DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
     duet__op_output_unread(*out);
+    duet_autograd_set_graph_backward(*out, conv2d_graph);
     return DUET_OK;
 }
 

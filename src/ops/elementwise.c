@@ -95,6 +95,31 @@ static int mul_backward_node(duet_node *node) {
 
 typedef void (*binary_kernel)(float *out, const float *a, const float *b, int64_t n);
 
+/* ---- the backwards in recorded ops (autograd.h's duet_graph_backward_fn) ---- */
+
+static int add_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    (void)node;
+    for (int k = 0; k < 2; k++)
+        if (want[k]) gx[k] = duet_tensor_retain(gy);
+    return DUET_OK;
+}
+
+static int sub_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    (void)node;
+    if (want[0]) gx[0] = duet_tensor_retain(gy);
+    return want[1] ? duet_scale(gy, -1.0f, &gx[1]) : DUET_OK;
+}
+
+/* d(a b) = gy b, gy a: both factors are recorded tensors, so the product
+ * rule's second derivative flows through them. */
+static int mul_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    if (want[0]) DUET_TRY(duet_mul(gy, node->inputs[1], &gx[0]));
+    if (want[1]) DUET_TRY(duet_mul(gy, node->inputs[0], &gx[1]));
+    return DUET_OK;
+}
+
+static duet_graph_backward_fn binary_graph(duet_backward_fn backward);
+
 static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn backward,
                      duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
@@ -104,7 +129,9 @@ static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn back
     DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &y));
     kernel(y->data, a->data, b->data, y->numel);
     duet_tensor *inputs[2] = {a, b};
-    return duet__op_finish(y, op, backward, NULL, NULL, 2, inputs, out);
+    DUET_TRY(duet__op_finish(y, op, backward, NULL, NULL, 2, inputs, out));
+    duet_autograd_set_graph_backward(*out, binary_graph(backward));
+    return DUET_OK;
 }
 
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
@@ -134,7 +161,9 @@ int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
         *out = y;
         return DUET_OK;
     }
-    return duet__op_finish(y, "add", add_backward, NULL, NULL, 2, inputs, out);
+    DUET_TRY(duet__op_finish(y, "add", add_backward, NULL, NULL, 2, inputs, out));
+    duet_autograd_set_graph_backward(*out, add_graph);
+    return DUET_OK;
 }
 
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
@@ -153,6 +182,12 @@ int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     return binary_op("mul", mul_forward, mul_backward_node, a, b, out);
 }
 
+static duet_graph_backward_fn binary_graph(duet_backward_fn backward) {
+    if (backward == add_backward) return add_graph;
+    if (backward == sub_backward) return sub_graph;
+    return backward == mul_backward_node ? mul_graph : NULL;
+}
+
 /* ---- scale ------------------------------------------------------------------ */
 
 typedef struct scale_ctx {
@@ -164,6 +199,10 @@ static int scale_backward(duet_node *node) {
     float *gx = duet_node_input_grad(node, 0);
     if (gx != NULL) axpy_backward(gx, node->output->grad, c->s, node->output->numel);
     return DUET_OK;
+}
+
+static int scale_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    return want[0] ? duet_scale(gy, ((const scale_ctx *)node->ctx)->s, &gx[0]) : DUET_OK;
 }
 
 int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
@@ -184,8 +223,10 @@ int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
         }
         c->s = s;
     }
-    return duet__op_finish_unread(duet__op_finish(y, "scale", scale_backward, c, free, 1, &x, out),
-                                  out);
+    DUET_TRY(duet__op_finish_unread(
+        duet__op_finish(y, "scale", scale_backward, c, free, 1, &x, out), out));
+    duet_autograd_set_graph_backward(*out, scale_graph);
+    return DUET_OK;
 }
 
 /* ---- channel_affine -------------------------------------------------------------- */

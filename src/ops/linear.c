@@ -50,6 +50,32 @@ static int linear_backward(duet_node *node) {
     return DUET_OK;
 }
 
+/* In recorded ops, with X (rows, IN) and dY (rows, OUT) the 2-D views:
+ * dX = dY W = linear(dY, W^T), dW = dY^T X = linear(dY^T, X^T), db = the
+ * column sums of dY = linear(ones (1, rows), dY^T). */
+static int linear_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    duet_tensor *x = node->inputs[0], *w = node->inputs[1];
+    int64_t rows, in, outf;
+    DUET_TRY(linear_sizes(x, w, node->inputs[2], &rows, &in, &outf));
+    duet_tensor *g2 = NULL, *gt = NULL, *wt = NULL, *x2 = NULL, *xt = NULL, *ones = NULL,
+                *dx2 = NULL, *db2 = NULL;
+    int rc = duet_reshape(gy, 2, (int64_t[]){rows, outf}, &g2);
+    if (rc == DUET_OK && (want[1] || want[2])) rc = duet_transpose2d(g2, &gt);
+    if (rc == DUET_OK && want[0]) rc = duet_transpose2d(w, &wt);
+    if (rc == DUET_OK && want[0]) rc = duet_linear(g2, wt, NULL, &dx2);
+    if (rc == DUET_OK && want[0]) rc = duet_reshape(dx2, x->ndim, x->shape, &gx[0]);
+    if (rc == DUET_OK && want[1]) rc = duet_reshape(x, 2, (int64_t[]){rows, in}, &x2);
+    if (rc == DUET_OK && want[1]) rc = duet_transpose2d(x2, &xt);
+    if (rc == DUET_OK && want[1]) rc = duet_linear(gt, xt, NULL, &gx[1]);
+    if (rc == DUET_OK && want[2]) rc = duet_tensor_create(2, (int64_t[]){1, rows}, &ones);
+    if (rc == DUET_OK && want[2]) rc = duet_tensor_fill(ones, 1.0f);
+    if (rc == DUET_OK && want[2]) rc = duet_linear(ones, gt, NULL, &db2);
+    if (rc == DUET_OK && want[2]) rc = duet_reshape(db2, 1, (int64_t[]){outf}, &gx[2]);
+    duet_tensor *tmp[] = {g2, gt, wt, x2, xt, ones, dx2, db2};
+    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) duet_tensor_release(tmp[i]);
+    return rc;
+}
+
 int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out) {
     duet_device dev;
     DUET__OP_DEVICE(out, "linear", "x,weight,bias", &dev, x, w, b);
@@ -71,6 +97,7 @@ int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **ou
                b != NULL ? 1.0f : 0.0f, y->data, outf);
     duet_tensor *ins[3] = {x, w, b};
     DUET_TRY(duet__op_finish(y, "linear", linear_backward, NULL, NULL, 3, ins, out));
+    duet_autograd_set_graph_backward(*out, linear_graph);
     duet__op_output_unread(*out);
     return DUET_OK;
 }

@@ -33,6 +33,11 @@ int duet__op_finish(duet_tensor *y, const char *op, duet_backward_fn backward, v
  * that says whether an op's backward reads its output. */
 static inline void duet__op_output_unread(duet_tensor *y) { duet_autograd_mark_output_unread(y); }
 
+/* g (one element, possibly with history) times s, broadcast to `shape`
+ * through recorded ops: the backward in recorded ops of sum and mean. */
+int duet__graph_expand_scalar(duet_tensor *g, int ndim, const int64_t *shape, float s,
+                              duet_tensor **out);
+
 /* duet__op_finish's status, with y marked as above when it succeeded. */
 static inline int duet__op_finish_unread(int rc, duet_tensor **out) {
     if (rc == DUET_OK) duet__op_output_unread(*out);

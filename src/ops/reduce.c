@@ -19,6 +19,19 @@ static int mean_backward(duet_node *node) {
     return DUET_OK;
 }
 
+/* In recorded ops: gy broadcast to x's shape (times 1/numel for mean). */
+static int sum_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    const duet_tensor *x = node->inputs[0];
+    return want[0] ? duet__graph_expand_scalar(gy, x->ndim, x->shape, 1.0f, &gx[0]) : DUET_OK;
+}
+
+static int mean_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    const duet_tensor *x = node->inputs[0];
+    return want[0] ? duet__graph_expand_scalar(gy, x->ndim, x->shape,
+                                               (float)(1.0 / (double)x->numel), &gx[0])
+                   : DUET_OK;
+}
+
 static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_tensor *x,
                      duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
@@ -27,7 +40,9 @@ static int reduce_op(const char *op, duet_backward_fn backward, bool mean, duet_
     DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, &y));
     double s = duet__sum_f32(x->data, x->numel);
     y->data[0] = (float)(mean ? s / (double)x->numel : s);
-    return duet__op_finish(y, op, backward, NULL, NULL, 1, &x, out);
+    DUET_TRY(duet__op_finish(y, op, backward, NULL, NULL, 1, &x, out));
+    duet_autograd_set_graph_backward(*out, mean ? mean_graph : sum_graph);
+    return DUET_OK;
 }
 
 int duet_sum(duet_tensor *x, duet_tensor **out) {

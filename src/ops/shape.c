@@ -17,6 +17,11 @@ static int reshape_backward(duet_node *node) {
     return DUET_OK;
 }
 
+static int reshape_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    const duet_tensor *x = node->inputs[0];
+    return want[0] ? duet_reshape(gy, x->ndim, x->shape, &gx[0]) : DUET_OK;
+}
+
 static int reshape_named(const char *op, duet_tensor *x, int ndim, const int64_t *shape,
                          duet_tensor **out) {
     *out = NULL;
@@ -42,8 +47,10 @@ static int reshape_named(const char *op, duet_tensor *x, int ndim, const int64_t
                            PRId64, op, duet_shape_str(x, sx, sizeof sx), x->numel, want, numel);
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_view(x, ndim, shape, &y));
-    return duet__op_finish_unread(duet__op_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out),
-                                  out);
+    DUET_TRY(duet__op_finish_unread(
+        duet__op_finish(y, op, reshape_backward, NULL, NULL, 1, &x, out), out));
+    duet_autograd_set_graph_backward(*out, reshape_graph);
+    return DUET_OK;
 }
 
 int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out) {

@@ -444,6 +444,10 @@ static void def_resnet(void *o) {
     *(duet_resnet_generator_opts *)o = duet_resnet_generator_opts_default();
 }
 static void def_pixel_loss(void *o) { *(float *)o = 1.0f; }
+static void def_disc_shift_loss(void *o) { *(float *)o = 0.1f; } /* MMEditing's default */
+static int read_loss_weight(duet_config *c, void *opts) {
+    return duet__reg_get_float(c, "loss_weight", *(float *)opts, opts);
+}
 static void def_gan_loss(void *o) { *(duet_gan_loss_opts *)o = duet_gan_loss_opts_default(); }
 static void def_perceptual(void *o) {
     *(duet_perceptual_loss_opts *)o = duet_perceptual_loss_opts_default();
@@ -481,6 +485,14 @@ static int make_gan_loss(const void *o, duet_rng *rng, duet_module **out) {
     (void)rng;
     return duet_gan_loss_create(o, out);
 }
+static int make_disc_shift_loss(const void *o, duet_rng *rng, duet_module **out) {
+    (void)rng;
+    return duet_disc_shift_loss_module_create(*(const float *)o, out);
+}
+static int make_gp_loss(const void *o, duet_rng *rng, duet_module **out) {
+    (void)rng;
+    return duet_gradient_penalty_loss_module_create(*(const float *)o, out);
+}
 static int make_perceptual(const void *o, duet_rng *rng, duet_module **out) {
     return duet_perceptual_loss_create(o, rng, out);
 }
@@ -492,6 +504,8 @@ const duet__module_row duet__module_rows[] = {
     {"L1Loss", sizeof(float), def_pixel_loss, read_pixel_loss, make_l1_loss},
     {"MSELoss", sizeof(float), def_pixel_loss, read_pixel_loss, make_mse_loss},
     {"GANLoss", sizeof(duet_gan_loss_opts), def_gan_loss, read_gan_loss, make_gan_loss},
+    {"DiscShiftLoss", sizeof(float), def_disc_shift_loss, read_loss_weight, make_disc_shift_loss},
+    {"GradientPenaltyLoss", sizeof(float), def_pixel_loss, read_loss_weight, make_gp_loss},
     {"PerceptualLoss", sizeof(duet_perceptual_loss_opts), def_perceptual, read_perceptual,
      make_perceptual},
     {"RRDBNet", sizeof(duet_rrdbnet_opts), def_rrdbnet, read_rrdbnet, make_rrdbnet},

@@ -3,7 +3,7 @@
  * gradient it leaves by hand. */
 #include "testutil.h"
 
-_Static_assert(DUET_HEADER_EXAMPLES == 1, "autograd.h's usage examples: run each one here");
+_Static_assert(DUET_HEADER_EXAMPLES == 2, "autograd.h's usage examples: run each one here");
 
 /* Whether each tensor the example released had history. */
 static int nreleased;
@@ -20,6 +20,30 @@ static int example(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor *
 #undef DUET_EXAMPLE
 #undef duet_tensor_release
     return DUET_OK;
+}
+
+/* Example 2: duet_autograd_grad with create_graph, then a backward. */
+static int example2(duet_tensor *x, duet_tensor *w, duet_tensor *b) {
+#define DUET_EXAMPLE 2
+#include "autograd_h_examples.inc"
+#undef DUET_EXAMPLE
+    return DUET_OK;
+}
+
+static void test_example2(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(6, 0);
+    duet_tensor *x = tu_randn(&rng, 2, (int64_t[]){4, 3}, 1.0f);
+    duet_tensor *w = tu_randn(&rng, 2, (int64_t[]){2, 3}, 1.0f);
+    duet_tensor *b = tu_zeros(1, (int64_t[]){2});
+    x->requires_grad = true;
+    w->requires_grad = true;
+    TU_OK(example2(x, w, b));
+    assert_non_null(w->grad);
+    assert_non_null(x->grad); /* elu's second derivative reaches x */
+    assert_int_equal(duet_tape_size(), 0);
+    duet_tensor *all[] = {x, w, b};
+    for (int i = 0; i < 3; i++) duet_tensor_release(all[i]);
 }
 
 static void test_example(void **state) {
@@ -50,6 +74,7 @@ static void test_example(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_example)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_example),
+                                       cmocka_unit_test(test_example2)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,296 @@
+/* Ops that second-order autograd's backwards are built from (the backwards
+ * in recorded ops of autograd.h's duet_graph_backward_fn), each with a fused
+ * first-order backward, plus the gradient penalty's per-pixel norm:
+ *
+ *   conv2d_weight_grad  dW (O, C, KH, KW) of conv2d from x and dy
+ *   transpose2d         a (R, C) matrix's transpose
+ *   sum_channels        x (N, C, ...) summed to (C): a conv bias's gradient
+ *   channel_norm        x (N, C, H, W) -> (N, H, W), sqrt(sum_c x^2)
+ *
+ * conv2d_weight_grad per sample, with K = C*KH*KW and P = OH*OW:
+ *   forward   col (K, P) = im2col(x); dW (O, K) += dy (O, P) col^T
+ *   backward  given G = d dW: d dy (O, P) += G (O, K) col (K, P) (conv2d's
+ *             forward of x with weight G); dcol (K, P) = G^T dy, col2im'd
+ *             into dx (conv2d's input gradient with weight G). */
+#include "ops/ops_internal.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- conv2d_weight_grad ------------------------------------------------------- */
+
+typedef struct wgrad_geom {
+    int64_t n, c, h, w, o, kh, kw, oh, ow, k, p;
+    int stride, pad;
+} wgrad_geom;
+
+typedef struct wgrad_ctx {
+    int kh, kw, stride, pad;
+} wgrad_ctx;
+
+static int wgrad_geometry(const duet_tensor *x, const duet_tensor *dy, int kh, int kw,
+                          int stride, int pad, wgrad_geom *g) {
+    char sx[DUET_SHAPE_STR_MAX], sy[DUET_SHAPE_STR_MAX];
+    duet_shape_str(x, sx, sizeof sx);
+    duet_shape_str(dy, sy, sizeof sy);
+    if (x->ndim != 4 || dy->ndim != 4 || x->shape[0] != dy->shape[0] || kh < 1 || kw < 1 ||
+        stride < 1 || pad < 0)
+        return duet__error(DUET_ESHAPE, "conv2d_weight_grad: input %s and output gradient %s "
+                           "must be (N, C, H, W) and (N, O, OH, OW), kernel %dx%d, stride %d, "
+                           "padding %d", sx, sy, kh, kw, stride, pad);
+    *g = (wgrad_geom){.n = x->shape[0], .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
+                      .o = dy->shape[1], .kh = kh, .kw = kw, .oh = dy->shape[2],
+                      .ow = dy->shape[3], .stride = stride, .pad = pad};
+    if ((g->h + 2 * (int64_t)pad - kh) / stride + 1 != g->oh ||
+        (g->w + 2 * (int64_t)pad - kw) / stride + 1 != g->ow || g->h + 2 * (int64_t)pad < kh ||
+        g->w + 2 * (int64_t)pad < kw)
+        return duet__error(DUET_ESHAPE, "conv2d_weight_grad: output gradient %s is not the "
+                           "conv2d output size of input %s with kernel %dx%d, stride %d, "
+                           "padding %d", sy, sx, kh, kw, stride, pad);
+    g->k = g->c * kh * kw;
+    g->p = g->oh * g->ow;
+    if (g->k > INT_MAX || g->p > INT_MAX || g->o > INT_MAX)
+        return duet__error(DUET_EINVAL, "conv2d_weight_grad: input %s is too large for 32-bit "
+                           "BLAS sizes", sx);
+    return DUET_OK;
+}
+
+/* col (K, P) of sample x (C, H, W); zero where the window reads padding. */
+static void wg_im2col(float *col, const float *x, const wgrad_geom *g) {
+    for (int64_t c = 0; c < g->c; c++)
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                float *row = col + ((c * g->kh + i) * g->kw + j) * g->p;
+                for (int64_t oh = 0; oh < g->oh; oh++) {
+                    const int64_t ih = oh * g->stride - g->pad + i;
+                    for (int64_t ow = 0; ow < g->ow; ow++) {
+                        const int64_t iw = ow * g->stride - g->pad + j;
+                        row[oh * g->ow + ow] = ih >= 0 && ih < g->h && iw >= 0 && iw < g->w
+                                                   ? x[(c * g->h + ih) * g->w + iw]
+                                                   : 0.0f;
+                    }
+                }
+            }
+}
+
+/* dx (C, H, W) += the columns scattered back: the adjoint of wg_im2col. */
+static void wg_col2im(float *dx, const float *col, const wgrad_geom *g) {
+    for (int64_t c = 0; c < g->c; c++)
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                const float *row = col + ((c * g->kh + i) * g->kw + j) * g->p;
+                for (int64_t oh = 0; oh < g->oh; oh++) {
+                    const int64_t ih = oh * g->stride - g->pad + i;
+                    if (ih < 0 || ih >= g->h) continue;
+                    for (int64_t ow = 0; ow < g->ow; ow++) {
+                        const int64_t iw = ow * g->stride - g->pad + j;
+                        if (iw >= 0 && iw < g->w) dx[(c * g->h + ih) * g->w + iw] += row[oh * g->ow + ow];
+                    }
+                }
+            }
+}
+
+static int wgrad_backward(duet_node *node) {
+    const wgrad_ctx *wc = node->ctx;
+    duet_tensor *x = node->inputs[0], *dy = node->inputs[1];
+    wgrad_geom g;
+    DUET_TRY(wgrad_geometry(x, dy, wc->kh, wc->kw, wc->stride, wc->pad, &g));
+    const float *gw = node->output->grad; /* (O, K) */
+    float *gx = duet_node_input_grad(node, 0);
+    float *gdy = duet_node_input_grad(node, 1);
+    if (gx == NULL && gdy == NULL) return DUET_OK;
+    float *col = duet_aligned_alloc((size_t)(g.k * g.p) * sizeof(float));
+    if (col == NULL)
+        return duet__error(DUET_ENOMEM, "conv2d_weight_grad: out of memory for %" PRId64
+                           " column floats", g.k * g.p);
+    const int64_t xsz = g.c * g.h * g.w, ysz = g.o * g.p;
+    for (int64_t n = 0; n < g.n; n++) {
+        if (gdy != NULL) {
+            wg_im2col(col, x->data + n * xsz, &g);
+            duet_sgemm(false, false, g.o, g.p, g.k, 1.0f, gw, g.k, col, g.p, 1.0f,
+                       gdy + n * ysz, g.p);
+        }
+        if (gx != NULL) {
+            duet_sgemm(true, false, g.k, g.p, g.o, 1.0f, gw, g.k, dy->data + n * ysz, g.p, 0.0f,
+                       col, g.p);
+            wg_col2im(gx + n * xsz, col, &g);
+        }
+    }
+    duet_aligned_free(col);
+    return DUET_OK;
+}
+
+int duet_conv2d_weight_grad(duet_tensor *x, duet_tensor *dy, int kh, int kw, int stride,
+                            int padding, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && dy != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "conv2d_weight_grad", "x,dy", x, dy);
+    wgrad_geom g;
+    DUET_TRY(wgrad_geometry(x, dy, kh, kw, stride, padding, &g));
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create(4, (int64_t[]){g.o, g.c, kh, kw}, &y));
+    float *col = duet_aligned_alloc((size_t)(g.k * g.p) * sizeof(float));
+    if (col == NULL) {
+        duet_tensor_release(y);
+        return duet__error(DUET_ENOMEM, "conv2d_weight_grad: out of memory for %" PRId64
+                           " column floats", g.k * g.p);
+    }
+    const int64_t xsz = g.c * g.h * g.w, ysz = g.o * g.p;
+    for (int64_t n = 0; n < g.n; n++) {
+        wg_im2col(col, x->data + n * xsz, &g);
+        duet_sgemm(false, true, g.o, g.k, g.p, 1.0f, dy->data + n * ysz, g.p, col, g.p, 1.0f,
+                   y->data, g.k);
+    }
+    duet_aligned_free(col);
+    duet_tensor *ins[2] = {x, dy};
+    wgrad_ctx *wc = NULL;
+    if (duet_autograd_needs_record(2, ins)) {
+        if ((wc = malloc(sizeof *wc)) == NULL) {
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "conv2d_weight_grad: out of memory recording");
+        }
+        *wc = (wgrad_ctx){.kh = kh, .kw = kw, .stride = stride, .pad = padding};
+    }
+    return duet__op_finish_unread(
+        duet__op_finish(y, "conv2d_weight_grad", wgrad_backward, wc, free, 2, ins, out), out);
+}
+
+/* ---- transpose2d --------------------------------------------------------------- */
+
+static void transpose_add(float *dst, const float *src, int64_t r, int64_t c) {
+    for (int64_t i = 0; i < r; i++)
+        for (int64_t j = 0; j < c; j++) dst[j * r + i] += src[i * c + j];
+}
+
+static int transpose2d_backward(duet_node *node) {
+    float *gx = duet_node_input_grad(node, 0);
+    /* The output is (C, R): its gradient transposed back to (R, C). */
+    if (gx != NULL)
+        transpose_add(gx, node->output->grad, node->output->shape[0], node->output->shape[1]);
+    return DUET_OK;
+}
+
+static int transpose2d_graph(duet_node *node, duet_tensor *gy, const bool *want,
+                             duet_tensor **gx) {
+    (void)node;
+    return want[0] ? duet_transpose2d(gy, &gx[0]) : DUET_OK;
+}
+
+int duet_transpose2d(duet_tensor *x, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "transpose2d", "x", x);
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim != 2)
+        return duet__error(DUET_ESHAPE, "transpose2d: input %s must be 2-D",
+                           duet_shape_str(x, sx, sizeof sx));
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create(2, (int64_t[]){x->shape[1], x->shape[0]}, &y));
+    transpose_add(y->data, x->data, x->shape[0], x->shape[1]);
+    DUET_TRY(duet__op_finish_unread(
+        duet__op_finish(y, "transpose2d", transpose2d_backward, NULL, NULL, 1, &x, out), out));
+    duet_autograd_set_graph_backward(*out, transpose2d_graph);
+    return DUET_OK;
+}
+
+/* ---- sum_channels --------------------------------------------------------------- */
+
+static int sum_channels_backward(duet_node *node) {
+    const duet_tensor *x = node->inputs[0];
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx == NULL) return DUET_OK;
+    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
+    const float *go = node->output->grad;
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++) {
+            float *d = gx + (s * c + ch) * inner;
+            for (int64_t i = 0; i < inner; i++) d[i] += go[ch];
+        }
+    return DUET_OK;
+}
+
+int duet_sum_channels(duet_tensor *x, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "sum_channels", "x", x);
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim < 2)
+        return duet__error(DUET_ESHAPE, "sum_channels: input %s must be (N, C, ...)",
+                           duet_shape_str(x, sx, sizeof sx));
+    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create(1, (int64_t[]){c}, &y));
+    for (int64_t ch = 0; ch < c; ch++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < n; b++) s += duet__sum_f32(x->data + (b * c + ch) * inner, inner);
+        y->data[ch] = (float)s;
+    }
+    return duet__op_finish_unread(
+        duet__op_finish(y, "sum_channels", sum_channels_backward, NULL, NULL, 1, &x, out), out);
+}
+
+/* ---- channel_norm --------------------------------------------------------------- */
+
+/* gx = gy * x / norm, 0 where the norm is 0 (PyTorch's norm backward). */
+static int channel_norm_backward(duet_node *node) {
+    const duet_tensor *x = node->inputs[0], *y = node->output;
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx == NULL) return DUET_OK;
+    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
+    const float *go = y->grad;
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t i = 0; i < inner; i++) {
+                const float nrm = y->data[s * inner + i];
+                if (nrm > 0.0f)
+                    gx[(s * c + ch) * inner + i] +=
+                        go[s * inner + i] * x->data[(s * c + ch) * inner + i] / nrm;
+            }
+    return DUET_OK;
+}
+
+int duet_channel_norm(duet_tensor *x, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "channel_norm", "x", x);
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim < 2)
+        return duet__error(DUET_ESHAPE, "channel_norm: input %s must be (N, C, ...)",
+                           duet_shape_str(x, sx, sizeof sx));
+    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
+    int64_t shape[DUET_MAX_DIMS];
+    shape[0] = n;
+    for (int d = 2; d < x->ndim; d++) shape[d - 1] = x->shape[d];
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create(x->ndim == 2 ? 1 : x->ndim - 1, shape, &y));
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t i = 0; i < inner; i++) {
+            double acc = 0.0;
+            for (int64_t ch = 0; ch < c; ch++) {
+                const double v = x->data[(s * c + ch) * inner + i];
+                acc += v * v;
+            }
+            y->data[s * inner + i] = (float)sqrt(acc);
+        }
+    return duet__op_finish(y, "channel_norm", channel_norm_backward, NULL, NULL, 1, &x, out);
+}
+
+/* ---- helpers of the recorded backwards ----------------------------------------- */
+
+int duet__graph_expand_scalar(duet_tensor *g, int ndim, const int64_t *shape, float s,
+                              duet_tensor **out) {
+    /* ones (numel, 1) times g (1, 1) through linear: differentiable in g. */
+    *out = NULL;
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    duet_tensor *ones = NULL, *g11 = NULL, *col = NULL, *scaled = NULL;
+    int rc = duet_tensor_create(2, (int64_t[]){numel, 1}, &ones);
+    if (rc == DUET_OK) rc = duet_tensor_fill(ones, s);
+    if (rc == DUET_OK) rc = duet_reshape(g, 2, (int64_t[]){1, 1}, &g11);
+    if (rc == DUET_OK) rc = duet_linear(ones, g11, NULL, &col);
+    if (rc == DUET_OK) rc = duet_reshape(col, ndim, shape, out);
+    duet_tensor_release(ones);
+    duet_tensor_release(g11);
+    duet_tensor_release(col);
+    duet_tensor_release(scaled);
+    return rc;
+}
