@@ -5,7 +5,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
-      libcmocka-dev libconfig-dev libjansson-dev libpng-dev libjpeg62-turbo-dev
+      libcmocka-dev libconfig-dev libjansson-dev libpng-dev libjpeg62-turbo-dev liblmdb-dev
       python3 python3-torch python3-numpy
       clang libclang-rt-dev)  # clang + libFuzzer: scripts/fuzz.sh
 missing=()
