@@ -11,6 +11,9 @@
 int duet__list_images(const char *dir, char ***out, int64_t *count);
 void duet__free_names(char **names, int64_t n);
 
+/* A PNG's width and height from its IHDR, without decoding it (prepare.c). */
+int duet__png_size(const char *path, int64_t *w, int64_t *h);
+
 /* A read-only LMDB image store (lmdb.c), MMEditing's layout: the value of
  * key "0001_s001" is that image's PNG file. Any thread may call
  * duet__lmdb_get at once. Errors name the path (and the key). */

@@ -137,6 +137,17 @@ int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lm
             rc = duet__error(DUET_EUNSUPPORTED, "LMDB: %s/%s is not a .png (MMEditing's keys are "
                              "the names before .png)", dir, names[i]);
     }
+    /* The map is address space, not disk: room for every image as raw
+     * RGBA pixels (a PNG of them is never much larger) plus LMDB's pages,
+     * from the sizes in the files' headers. */
+    size_t map = (size_t)64 << 20;
+    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
+        char *path = duet__path_join(dir, names[i]);
+        int64_t w = 0, h = 0;
+        rc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__png_size(path, &w, &h);
+        free(path);
+        map += (size_t)(w * h * 4) + (size_t)(w * h * 4) / 8 + 16384;
+    }
     if (rc == DUET_OK && mkdir(lmdb_path, 0755) != 0)
         rc = duet__error(errno == EEXIST ? DUET_ESTATE : DUET_EIO, "cannot make LMDB %s: %s%s",
                          lmdb_path, strerror(errno),
@@ -146,9 +157,6 @@ int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lm
         duet__free_names(names, n);
         return rc;
     }
-    /* The map is address space, not disk: room for every image as raw
-     * pixels (a PNG is never much larger) plus LMDB's pages. */
-    int64_t pixels = 0;
     MDB_env *env = NULL;
     MDB_txn *txn = NULL;
     MDB_dbi dbi = 0;
@@ -175,9 +183,6 @@ int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lm
         }
         rc = brc;
         if (rc == DUET_OK && env == NULL) {
-            /* Sized from the first image, as MMEditing does, with room to spare. */
-            pixels = batch[0].h * batch[0].w * batch[0].c;
-            size_t map = (size_t)(pixels + 4096) * 2 * (size_t)n + ((size_t)64 << 20);
             if ((e = mdb_env_create(&env)) != 0 || (e = mdb_env_set_mapsize(env, map)) != 0 ||
                 (e = mdb_env_open(env, lmdb_path, 0, 0644)) != 0)
                 rc = mdb_fail(lmdb_path, "open", e);
