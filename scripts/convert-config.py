@@ -18,6 +18,12 @@ What it does, as mmcv's Config.fromfile would, but without running the file:
     moves MMEditing's top-level train_cfg / test_cfg into model as duet
     reads them, and drops the helper variables the file used to build them
     (img_norm_cfg, train_pipeline, ...), saying which;
+  - with --lmdb, reads the training set from the LMDBs `duet prepare div2k
+    --lmdb` (or MMEditing's --make-lmdb) makes: an SRAnnotationDataset over
+    DIV2K_train_HR_sub and DIV2K_train_LR_bicubic/X<s>_sub becomes an
+    SRLmdbDataset over DIV2K_train_HR_sub.lmdb and
+    DIV2K_train_LR_bicubic_X<s>_sub.lmdb, its LoadImageFromFile steps
+    io_backend='lmdb' with db_path, as MMEditing's LMDB configs are written;
   - writes None as an absent key, tuples and lists of numbers as arrays,
     lists of dicts as lists, dicts as groups.
 duet then reads the result as it reads its own configs: keys it does not
@@ -224,8 +230,45 @@ def perceptual_layers(v, where, notes):
     return v
 
 
-def convert(cfg, order, notes):
+def lmdb_folder(folder):
+    """MMEditing's make_lmdb_for_div2k names: "a/X4_sub" -> "a_X4_sub.lmdb"."""
+    head, tail = os.path.split(folder.rstrip("/"))
+    if tail.startswith("X") and tail.endswith("_sub") and os.path.basename(head) == "DIV2K_train_LR_bicubic":
+        return head + "_" + tail + ".lmdb"
+    return folder.rstrip("/") + ".lmdb"
+
+
+def to_lmdb(ds, where, notes):
+    """The annotated DIV2K set (possibly inside RepeatDataset) as SRLmdbDataset."""
+    if not isinstance(ds, dict):
+        raise ConfigError("--lmdb: %s is not a dataset dict" % where)
+    if ds.get("type") == "RepeatDataset":
+        return dict(ds, dataset=to_lmdb(ds.get("dataset"), where + ".dataset", notes))
+    if ds.get("type") not in ("SRAnnotationDataset", "SRFolderDataset"):
+        raise ConfigError("--lmdb: %s is a %s; only SRAnnotationDataset and SRFolderDataset "
+                          "(paired folders) have LMDB twins" % (where, ds.get("type")))
+    out = {k: v for k, v in ds.items() if k not in ("ann_file", "filename_tmpl")}
+    out["type"] = "SRLmdbDataset"
+    out["lq_folder"], out["gt_folder"] = lmdb_folder(ds["lq_folder"]), lmdb_folder(ds["gt_folder"])
+    steps = []
+    for st in ds.get("pipeline") or []:
+        if isinstance(st, dict) and st.get("type") == "LoadImageFromFile":
+            st = dict(st, io_backend="lmdb",
+                      db_path=out["lq_folder"] if st.get("key") == "lq" else out["gt_folder"])
+        steps.append(st)
+    out["pipeline"] = steps
+    notes.append("--lmdb: %s reads %s and %s (SRLmdbDataset, io_backend 'lmdb')" % (
+        where, out["gt_folder"], out["lq_folder"]))
+    return out
+
+
+def convert(cfg, order, notes, lmdb=False):
     out = {}
+    if lmdb:
+        data = cfg.get("data")
+        if not isinstance(data, dict) or "train" not in data:
+            raise ConfigError("--lmdb: the config has no data.train")
+        cfg = dict(cfg, data=dict(data, train=to_lmdb(data["train"], "data.train", notes)))
     model = perceptual_layers(cfg.get("model"), "model", notes)
     for k in MOVED_INTO_MODEL:
         if k in cfg and cfg[k] is not None:
@@ -256,12 +299,14 @@ def main():
     ap.add_argument("input", help="an MMEditing 0.x config (.py)")
     ap.add_argument("-o", "--output", help="the duet config to write (default: the input's "
                     "name with .cfg)")
+    ap.add_argument("--lmdb", action="store_true", help="train from the LMDBs of duet prepare "
+                    "div2k --lmdb (SRLmdbDataset) instead of the annotated sub-image folders")
     args = ap.parse_args()
     out = args.output or os.path.splitext(args.input)[0] + ".cfg"
     notes = []
     try:
         cfg, order = load(args.input)
-        kept = convert(cfg, order, notes)
+        kept = convert(cfg, order, notes, args.lmdb)
         text = "".join("%s = %s;\n" % (k, fmt(v, 0, k)) for k, v in kept.items())
     except ConfigError as e:
         print("convert-config: %s" % e, file=sys.stderr)

@@ -5,8 +5,8 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libopenmpi-dev openmpi-bin libopenblas-dev libdnnl-dev
-      libcmocka-dev libconfig-dev libjansson-dev libpng-dev libjpeg62-turbo-dev
-      python3 python3-torch python3-numpy
+      libcmocka-dev libconfig-dev libjansson-dev libpng-dev libjpeg62-turbo-dev liblmdb-dev
+      python3 python3-torch python3-numpy python3-lmdb
       clang libclang-rt-dev)  # clang + libFuzzer: scripts/fuzz.sh
 missing=()
 for p in "${pkgs[@]}"; do

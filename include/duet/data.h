@@ -77,6 +77,10 @@ int duet_image_save_png(const duet_image *img, const char *path);
 /* The same with zlib compression `level` (0 fastest .. 9 smallest; -1
  * libpng's default), as OpenCV's IMWRITE_PNG_COMPRESSION. */
 int duet_image_save_png_level(const duet_image *img, const char *path, int level);
+/* The PNG file of `img` (compression `level` as above) in memory: *bytes
+ * (malloc'd, free with free()) of *nbytes; `name` is for messages. */
+int duet_image_encode_png(const duet_image *img, int level, const char *name, uint8_t **bytes,
+                          size_t *nbytes);
 
 /* ---- data preparation ------------------------------------------------------
  * MMEditing's DIV2K preparation (tools/data/super-resolution/div2k/
@@ -106,6 +110,21 @@ int duet_extract_subimages(const char *input_dir, const char *save_dir,
  * sorted by name, "0001_s001.png (480,480,3)" (its height, width, 3),
  * written to `path` (a new file, renamed into place). */
 int duet_write_annotation(const char *dir, const char *path, int64_t *count);
+/* MMEditing's make_lmdb: every PNG of `dir` decoded and encoded again at
+ * compression_level (MMEditing's 1) into a new LMDB folder lmdb_path (must
+ * end with ".lmdb" and not exist yet) under its name without ".png"
+ * ("0001_s001"), with lmdb_path/meta_info.txt listing
+ * "0001_s001.png (480,480,3) 1" per image in name order. `threads` images
+ * encoded at once (<= 0: the cores); the LMDB is written by one thread.
+ * The SR datasets read it back (duet_sr_dataset_opts.lmdb). */
+typedef struct duet_lmdb_opts {
+    int compression_level;
+    int threads;
+    void (*progress)(void *ctx, int64_t done, int64_t total); /* may be NULL */
+    void *progress_ctx;
+} duet_lmdb_opts;
+int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lmdb_opts *o,
+                           int64_t *count);
 
 /* ---- decompression bombs ------------------------------------------------------
  * A small file can declare a huge image (a 1 MB PNG of 20000x20000 decodes to
@@ -213,6 +232,12 @@ typedef struct duet_sr_dataset_opts {
     /* The LQ file of GT "b.ext" is lq_dir/<filename_tmpl with {} = b>.ext
      * (annotated or paired folders; MMEditing's "{}x4" style). NULL: "{}". */
     const char *filename_tmpl;
+    /* MMEditing's SRLmdbDataset: gt_dir and lq_dir (both required) are LMDB
+     * folders (duet_lmdb_write_folder, MMEditing's make_lmdb); the images
+     * are the keys of gt_dir/meta_info.txt (each line's name up to its first
+     * '.'), each read from both LMDBs under the same key. A missing key is
+     * an error naming the key and the LMDB; ann_file must be NULL. */
+    bool lmdb;
 } duet_sr_dataset_opts;
 
 /* The largest SR factor datasets and configs accept. */

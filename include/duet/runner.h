@@ -133,9 +133,14 @@ int duet_runner_export(const duet_runner_opts *opts, const char *part, const cha
  * (DIV2K_train_HR and DIV2K_train_LR_bicubic/X<s> for each of `scales` in,
  * DIV2K_train_HR_sub, DIV2K_train_LR_bicubic/X<s>_sub with crop, step and
  * thresh divided by s, and meta_info_DIV2K800sub_GT.txt out), a line per
- * folder on `report`. An output folder that exists is an error. */
+ * folder on `report`. An output folder that exists is an error. With
+ * `lmdb` DUET_PREPARE_LMDB (after the sub-images) or DUET_PREPARE_LMDB_ONLY
+ * (from sub-image folders made before), also MMEditing's LMDBs
+ * (duet_lmdb_write_folder): ROOT/DIV2K_train_HR_sub.lmdb and
+ * ROOT/DIV2K_train_LR_bicubic_X<s>_sub.lmdb, for SRLmdbDataset. */
+enum { DUET_PREPARE_NO_LMDB = 0, DUET_PREPARE_LMDB = 1, DUET_PREPARE_LMDB_ONLY = 2 };
 int duet_runner_prepare_div2k(const char *root, const int *scales, int nscales,
-                              const duet_subimage_opts *o, FILE *report);
+                              const duet_subimage_opts *o, int lmdb, FILE *report);
 /* `duet plot`: the curves of work_dir/log.jsonl (each training value and
  * evaluation metric of the newest training and the runs that resumed it;
  * only `keys` when nkeys > 0) drawn into out_png (NULL:

@@ -11,4 +11,18 @@
 int duet__list_images(const char *dir, char ***out, int64_t *count);
 void duet__free_names(char **names, int64_t n);
 
+/* A PNG's width and height from its IHDR, without decoding it (prepare.c). */
+int duet__png_size(const char *path, int64_t *w, int64_t *h);
+
+/* A read-only LMDB image store (lmdb.c), MMEditing's layout: the value of
+ * key "0001_s001" is that image's PNG file. Any thread may call
+ * duet__lmdb_get at once. Errors name the path (and the key). */
+typedef struct duet__lmdb duet__lmdb;
+int duet__lmdb_open(const char *path, duet__lmdb **out);
+/* The value of `key` copied into *bytes (malloc'd; NULL bytes: only check
+ * that the key is there); DUET_ENOTFOUND naming key and path without it. */
+int duet__lmdb_get(duet__lmdb *db, const char *key, void **bytes, size_t *nbytes);
+const char *duet__lmdb_path(const duet__lmdb *db);
+void duet__lmdb_close(duet__lmdb *db);
+
 #endif

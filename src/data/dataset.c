@@ -31,6 +31,8 @@ struct duet_dataset {
     char *gt_dir;
     char *lq_dir;
     char *ann_file;
+    duet__lmdb *gt_db; /* SRLmdbDataset: the stores; items' paths are keys */
+    duet__lmdb *lq_db;
     sr_item *items;
     /* repeat */
     duet_dataset *inner;
@@ -229,14 +231,33 @@ static int check_pair(const duet_dataset *ds, const sr_item *it, const duet_imag
     return DUET_OK;
 }
 
+/* An image from an LMDB store: the PNG under `key`, decoded as
+ * "PATH[key]" in messages. */
+static int load_lmdb(duet__lmdb *db, const char *key, int64_t max_pixels, duet_image **out) {
+    void *bytes = NULL;
+    size_t n = 0;
+    DUET_TRY(duet__lmdb_get(db, key, &bytes, &n));
+    char *name = duet__strf("%s[%s]", duet__lmdb_path(db), key);
+    int rc = name == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                          : duet_image_decode_limited(bytes, n, name, max_pixels, out);
+    free(name);
+    free(bytes);
+    return rc;
+}
+
+static int load_one(const duet_dataset *ds, duet__lmdb *db, const char *path, duet_image **out) {
+    return db != NULL ? load_lmdb(db, path, ds->opts.max_pixels, out)
+                      : duet_image_load_limited(path, ds->opts.max_pixels, out);
+}
+
 /* Loads item i's images (GT, and LQ when paired) and checks their sizes. */
 static int load_item(const duet_dataset *ds, const sr_item *it, duet_image **gt,
                      duet_image **lq) {
     *gt = NULL;
     *lq = NULL;
-    DUET_TRY(duet_image_load_limited(it->gt_path, ds->opts.max_pixels, gt));
+    DUET_TRY(load_one(ds, ds->gt_db, it->gt_path, gt));
     int rc = DUET_OK;
-    if (it->lq_path != NULL) rc = duet_image_load_limited(it->lq_path, ds->opts.max_pixels, lq);
+    if (it->lq_path != NULL) rc = load_one(ds, ds->lq_db, it->lq_path, lq);
     if (rc == DUET_OK) rc = check_pair(ds, it, *gt, *lq);
     if (rc != DUET_OK) {
         duet_image_destroy(*gt);
@@ -279,10 +300,23 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum 
         return duet__error(DUET_EINVAL, "%s: an annotation file (%s) needs an LQ folder, as "
                            "MMEditing's SRAnnotationDataset", what, opts->ann_file);
     }
+    if (opts->lmdb && (opts->lq_dir == NULL || opts->ann_file != NULL)) {
+        duet_dataset_destroy(ds);
+        return duet__error(DUET_EINVAL, "%s: LMDB data (%s) needs an LQ LMDB and no annotation "
+                           "file (the keys are its meta_info.txt's), as MMEditing's "
+                           "SRLmdbDataset", what, opts->gt_dir);
+    }
     char **names = NULL;
     int64_t n = 0;
-    int rc = opts->ann_file != NULL ? read_annotation(opts->ann_file, &names, &n)
-                                    : duet__list_images(ds->gt_dir, &names, &n);
+    char *meta = opts->lmdb ? duet__path_join(ds->gt_dir, "meta_info.txt") : NULL;
+    int rc = opts->lmdb && meta == NULL ? duet__error(DUET_ENOMEM, "out of memory") : DUET_OK;
+    if (rc == DUET_OK && opts->lmdb) rc = duet__lmdb_open(ds->gt_dir, &ds->gt_db);
+    if (rc == DUET_OK && opts->lmdb) rc = duet__lmdb_open(ds->lq_dir, &ds->lq_db);
+    if (rc == DUET_OK)
+        rc = opts->lmdb ? read_annotation(meta, &names, &n)
+             : opts->ann_file != NULL ? read_annotation(opts->ann_file, &names, &n)
+                                      : duet__list_images(ds->gt_dir, &names, &n);
+    free(meta);
     if (rc != DUET_OK) {
         duet_dataset_destroy(ds);
         return duet__error_context(rc, "%s", what);
@@ -298,6 +332,23 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum 
     free(names);
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
         sr_item *it = &ds->items[i];
+        if (opts->lmdb) { /* MMEditing's key: the name up to its first '.' */
+            it->gt_path = strndup(it->name, strcspn(it->name, "."));
+            it->lq_path = it->gt_path != NULL ? strdup(it->gt_path) : NULL;
+            if (it->gt_path == NULL || it->lq_path == NULL)
+                rc = duet__error(DUET_ENOMEM, "%s: out of memory", what);
+            else if (!opts->lazy)
+                rc = load_item(ds, it, &it->gt, &it->lq);
+            else if ((rc = duet__lmdb_get(ds->gt_db, it->gt_path, NULL, NULL)) == DUET_OK)
+                rc = duet__lmdb_get(ds->lq_db, it->lq_path, NULL, NULL);
+            if (rc != DUET_OK && rc != DUET_ENOMEM) {
+                char *msg = duet__strdup(duet_last_error());
+                rc = duet__error(rc, "%s: %s/meta_info.txt, entry %lld: %s", what, ds->gt_dir,
+                                 (long long)(i + 1), msg ? msg : "");
+                free(msg);
+            }
+            continue;
+        }
         it->gt_path = duet__path_join(ds->gt_dir, it->name);
         if (ds->lq_dir != NULL)
             it->lq_path = opts->ann_file != NULL || opts->filename_tmpl != NULL
@@ -380,6 +431,8 @@ void duet_dataset_destroy(duet_dataset *ds) {
     free(ds->gt_dir);
     free(ds->lq_dir);
     free(ds->ann_file);
+    duet__lmdb_close(ds->gt_db);
+    duet__lmdb_close(ds->lq_db);
     duet_dataset_destroy(ds->inner);
     if (ds->kind == DS_CUSTOM && ds->ops->destroy != NULL) ds->ops->destroy(ds->impl);
     free(ds);

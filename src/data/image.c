@@ -439,6 +439,67 @@ int duet_image_save_png_level(const duet_image *img, const char *path, int level
     return DUET_OK;
 }
 
+/* A growing buffer libpng writes into (duet_image_encode_png). */
+typedef struct png_sink {
+    uint8_t *bytes;
+    size_t n, cap;
+} png_sink;
+
+static void png_write_mem(png_structp png, png_bytep src, size_t len) {
+    png_sink *s = png_get_io_ptr(png);
+    if (len > s->cap - s->n) {
+        size_t cap = s->cap ? s->cap : 1 << 16;
+        while (cap - s->n < len) cap *= 2;
+        uint8_t *bigger = realloc(s->bytes, cap);
+        if (bigger == NULL) png_error(png, "out of memory");
+        s->bytes = bigger;
+        s->cap = cap;
+    }
+    memcpy(s->bytes + s->n, src, len);
+    s->n += len;
+}
+
+static void png_flush_mem(png_structp png) { (void)png; }
+
+int duet_image_encode_png(const duet_image *img, int level, const char *name, uint8_t **bytes,
+                          size_t *nbytes) {
+    *bytes = NULL;
+    *nbytes = 0;
+    if (level < -1 || level > 9)
+        return duet__error(DUET_EINVAL, "%s: PNG compression level %d is not in [0, 9]", name,
+                           level);
+    if (img == NULL || img->data == NULL || (img->channels != 1 && img->channels != 3))
+        return duet__error(DUET_EINVAL, "%s: can only encode 1- or 3-channel images", name);
+    png_errinfo err = {name, ""};
+    png_sink sink_value = {NULL, 0, 0};
+    png_sink *volatile sink = &sink_value;
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error,
+                                              png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (info == NULL) {
+        png_destroy_write_struct(&png, NULL);
+        return duet__error(DUET_ENOMEM, "%s: cannot create a PNG writer", name);
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        free(sink->bytes);
+        return duet__error(DUET_ENOMEM, "cannot encode %s as PNG: %s", name, err.msg);
+    }
+    png_set_write_fn(png, sink, png_write_mem, png_flush_mem);
+    if (level >= 0) png_set_compression_level(png, level);
+    png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8,
+                 img->channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    size_t stride = (size_t)img->width * (size_t)img->channels;
+    for (int64_t y = 0; y < img->height; y++) png_write_row(png, img->data + (size_t)y * stride);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    *bytes = sink->bytes;
+    *nbytes = sink->n;
+    return DUET_OK;
+}
+
 /* ---- tensors -------------------------------------------------------------------- */
 
 int duet_image_to_tensor(const duet_image *img, duet_tensor **out) {

@@ -133,7 +133,7 @@ int duet_extract_subimages(const char *input_dir, const char *save_dir,
 }
 
 /* A PNG's width and height from its IHDR, without decoding it. */
-static int png_size(const char *path, int64_t *w, int64_t *h) {
+int duet__png_size(const char *path, int64_t *w, int64_t *h) {
     unsigned char b[24];
     FILE *f = fopen(path, "rb");
     if (f == NULL) return duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
@@ -160,7 +160,7 @@ int duet_write_annotation(const char *dir, const char *path, int64_t *count) {
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
         char *p = duet__path_join(dir, names[i]);
         int64_t w = 0, h = 0;
-        rc = p == NULL ? duet__error(DUET_ENOMEM, "out of memory") : png_size(p, &w, &h);
+        rc = p == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__png_size(p, &w, &h);
         free(p);
         if (rc == DUET_OK && fprintf(f, "%s (%lld,%lld,3)\n", names[i], (long long)h,
                                      (long long)w) < 0)

@@ -341,6 +341,7 @@ static int finish(int rc) {
 static const char prepare_usage[] =
     "usage: duet prepare div2k DATA_ROOT [--scales 2,3,4] [--crop-size 480] [--step 240]\n"
     "                          [--thresh-size 0] [--compression-level 3] [--threads N]\n"
+    "                          [--lmdb | --lmdb-only]\n"
     "\n"
     "MMEditing's DIV2K preparation (tools/data/super-resolution/div2k/\n"
     "preprocess_div2k_dataset.py): cuts DATA_ROOT/DIV2K_train_HR and\n"
@@ -348,7 +349,10 @@ static const char prepare_usage[] =
     "(DIV2K_train_HR_sub, DIV2K_train_LR_bicubic/X<s>_sub; 0001_s001.png, ...)\n"
     "with crop size, step and threshold divided by s for the LR folders, and\n"
     "writes DATA_ROOT/meta_info_DIV2K800sub_GT.txt, the annotation file of\n"
-    "MMEditing's SRAnnotationDataset. See docs/div2k.md.\n"
+    "MMEditing's SRAnnotationDataset. With --lmdb, also MMEditing's LMDBs\n"
+    "(make_lmdb_for_div2k: DIV2K_train_HR_sub.lmdb, DIV2K_train_LR_bicubic_X<s>_sub.lmdb,\n"
+    "keys without .png, PNG level 1, meta_info.txt inside) for SRLmdbDataset.\n"
+    "See docs/div2k.md.\n"
     "\n"
     "options (MMEditing's defaults):\n"
     "  --scales 2,3,4          the LR folders to cut\n"
@@ -356,7 +360,9 @@ static const char prepare_usage[] =
     "  --step 240              sliding window step\n"
     "  --thresh-size 0         a last row/column is added when more is left over\n"
     "  --compression-level 3   PNG compression (0..9)\n"
-    "  --threads N             images at once (default: the cores)\n";
+    "  --threads N             images at once (default: the cores)\n"
+    "  --lmdb                  also make the LMDBs (MMEditing's --make-lmdb)\n"
+    "  --lmdb-only             only the LMDBs, from _sub folders made before\n";
 
 static int prepare_cmd(int argc, char **argv) {
     if (argc >= 1 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
@@ -369,14 +375,20 @@ static int prepare_cmd(int argc, char **argv) {
     int scales[8] = {2, 3, 4}, nscales = 3;
     duet_subimage_opts o = {.crop_size = 480, .step = 240, .thresh_size = 0,
                             .compression_level = 3, .threads = 0};
+    int lmdb = DUET_PREPARE_NO_LMDB;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         static const char *const known[] = {"--scales", "--crop-size", "--step", "--thresh-size",
-                                            "--compression-level", "--threads"};
+                                            "--compression-level", "--threads", "--lmdb",
+                                            "--lmdb-only"};
+        if (strcmp(a, "--lmdb") == 0 || strcmp(a, "--lmdb-only") == 0) {
+            lmdb = strcmp(a, "--lmdb") == 0 ? DUET_PREPARE_LMDB : DUET_PREPARE_LMDB_ONLY;
+            continue;
+        }
         int which = -1;
         for (int k = 0; k < 6; k++)
             if (is_option(a, known[k])) which = k;
-        if (which < 0) return unknown_error(prepare_usage, "option", a, known, 6);
+        if (which < 0) return unknown_error(prepare_usage, "option", a, known, 8);
         const char *v = option_value(argc, argv, &i, known[which]);
         if (v == NULL) return usage_error(prepare_usage, "missing value for ", known[which]);
         if (which == 0) {
@@ -403,7 +415,7 @@ static int prepare_cmd(int argc, char **argv) {
         if (which == 4) o.compression_level = (int)n;
         if (which == 5) o.threads = (int)n;
     }
-    int rc = duet_runner_prepare_div2k(root, scales, nscales, &o, stdout);
+    int rc = duet_runner_prepare_div2k(root, scales, nscales, &o, lmdb, stdout);
     if (rc != DUET_OK) fprintf(stderr, "duet: error: %s\n", duet_last_error());
     return rc == DUET_OK ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -22,6 +22,33 @@ static void progress(void *ctx, int64_t done, int64_t total) {
     fflush(stderr);
 }
 
+static void lmdb_progress(void *ctx, int64_t done, int64_t total) {
+    const char *what = ctx;
+    if (!isatty(STDERR_FILENO)) return;
+    fprintf(stderr, "\r  %s: %lld/%lld into LMDB%s", what, (long long)done, (long long)total,
+            done == total ? "\n" : "");
+    fflush(stderr);
+}
+
+/* MMEditing's make_lmdb_for_div2k for one folder: ROOT/in (a _sub folder)
+ * into ROOT/out (.lmdb), PNG level 1 as MMEditing's make_lmdb. */
+static int one_lmdb(const char *root, const char *in, const char *out, int threads,
+                    FILE *report) {
+    char *src = duet__path_join(root, in), *dst = duet__path_join(root, out);
+    duet_lmdb_opts o = {.compression_level = 1, .threads = threads, .progress = lmdb_progress,
+                        .progress_ctx = (void *)in};
+    int64_t n = 0;
+    double t0 = now();
+    int rc = src == NULL || dst == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                                        : duet_lmdb_write_folder(src, dst, &o, &n);
+    if (rc == DUET_OK)
+        fprintf(report, "duet prepare: %s -> %s: %lld images (keys without .png, "
+                "meta_info.txt) in %.1f s\n", src, dst, (long long)n, now() - t0);
+    free(src);
+    free(dst);
+    return rc;
+}
+
 static int one_folder(const char *root, const char *in, const char *out, int64_t div,
                       const duet_subimage_opts *base, FILE *report) {
     char *src = duet__path_join(root, in), *dst = duet__path_join(root, out);
@@ -46,13 +73,30 @@ static int one_folder(const char *root, const char *in, const char *out, int64_t
     return rc;
 }
 
+static int prepare_subimages(const char *root, const int *scales, int nscales,
+                             const duet_subimage_opts *o, FILE *report);
+
 int duet_runner_prepare_div2k(const char *root, const int *scales, int nscales,
-                              const duet_subimage_opts *o, FILE *report) {
+                              const duet_subimage_opts *o, int lmdb, FILE *report) {
     for (int i = 0; i < nscales; i++)
         if (scales[i] < 1 || o->crop_size % scales[i] != 0 || o->step % scales[i] != 0)
             return duet__error(DUET_EINVAL, "prepare: scale %d must divide the crop size %lld "
                                "and the step %lld", scales[i], (long long)o->crop_size,
                                (long long)o->step);
+    if (lmdb != DUET_PREPARE_LMDB_ONLY) DUET_TRY(prepare_subimages(root, scales, nscales, o, report));
+    if (lmdb == DUET_PREPARE_NO_LMDB) return DUET_OK;
+    DUET_TRY(one_lmdb(root, "DIV2K_train_HR_sub", "DIV2K_train_HR_sub.lmdb", o->threads, report));
+    for (int i = 0; i < nscales; i++) {
+        char in[64], out[64];
+        snprintf(in, sizeof in, "DIV2K_train_LR_bicubic/X%d_sub", scales[i]);
+        snprintf(out, sizeof out, "DIV2K_train_LR_bicubic_X%d_sub.lmdb", scales[i]);
+        DUET_TRY(one_lmdb(root, in, out, o->threads, report));
+    }
+    return DUET_OK;
+}
+
+static int prepare_subimages(const char *root, const int *scales, int nscales,
+                             const duet_subimage_opts *o, FILE *report) {
     DUET_TRY(one_folder(root, "DIV2K_train_HR", "DIV2K_train_HR_sub", 1, o, report));
     for (int i = 0; i < nscales; i++) {
         char in[64], out[64];

@@ -343,6 +343,7 @@ static void register_builtins(void) {
     register_one(duet_registry_register_dataset("SRFolderGTDataset", duet__build_sr_folder_gt));
     register_one(duet_registry_register_dataset("SRFolderDataset", duet__build_sr_folder));
     register_one(duet_registry_register_dataset("SRAnnotationDataset", duet__build_sr_annotation));
+    register_one(duet_registry_register_dataset("SRLmdbDataset", duet__build_sr_lmdb));
     register_one(duet_registry_register_dataset("RepeatDataset", duet__build_repeat));
     register_one(duet_registry_register_dataset("ImgInpaintingDataset",
                                                 duet__build_img_inpainting));

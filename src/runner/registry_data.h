@@ -13,7 +13,7 @@ int duet__build_generation_paired(duet_config *d, const char *path, bool train,
 int duet__build_generation_unpaired(duet_config *d, const char *path, bool train,
                                     duet_dataset **out);
 
-/* SRFolderGTDataset, SRFolderDataset, SRAnnotationDataset (gt_folder,
+/* SRFolderGTDataset, SRFolderDataset, SRAnnotationDataset, SRLmdbDataset (gt_folder,
  * lq_folder, ann_file, filename_tmpl, scale, test_mode, lazy, and the
  * pipeline list or duet's flat crop/flip keys) and RepeatDataset (its
  * `dataset` group; `times` is build.c's). */
@@ -21,6 +21,7 @@ int duet__build_sr_folder_gt(duet_config *d, const char *path, bool train, duet_
 int duet__build_sr_folder(duet_config *d, const char *path, bool train, duet_dataset **out);
 int duet__build_sr_annotation(duet_config *d, const char *path, bool train,
                               duet_dataset **out);
+int duet__build_sr_lmdb(duet_config *d, const char *path, bool train, duet_dataset **out);
 int duet__build_repeat(duet_config *d, const char *path, bool train, duet_dataset **out);
 
 /* duet infer's input for a model whose forward takes `key` ("img_a" or

@@ -1,5 +1,6 @@
 /* MMEditing's super-resolution datasets from their config groups:
- * SRFolderGTDataset, SRFolderDataset, SRAnnotationDataset, and the
+ * SRFolderGTDataset, SRFolderDataset, SRAnnotationDataset, SRLmdbDataset
+ * (LoadImageFromFile with io_backend "lmdb"), and the
  * RepeatDataset wrapper MMEditing's SR configs put around them, with the
  * `pipeline` list written as MMEditing writes it (or duet's flat keys:
  * gt_patch_size, use_hflip, use_vflip, use_transpose).
@@ -72,6 +73,34 @@ static int read_normalize(duet_config *c, sr_seen *seen) {
     return DUET_OK;
 }
 
+/* LoadImageFromFile's io_backend: "disk" for the folder datasets, "lmdb"
+ * with db_path = the LMDB of its key (gt_folder or lq_folder) for
+ * SRLmdbDataset, as MMEditing's configs write it. */
+static int read_io_backend(duet_config *c, bool lq, const duet_sr_dataset_opts *o) {
+    const char *s = NULL;
+    DUET_TRY(duet_config_get_string_or(c, "io_backend", "disk", &s));
+    if (strcmp(s, "disk") == 0) {
+        if (o->lmdb)
+            return bad(c, "io_backend", "is \"disk\", but SRLmdbDataset's images are in LMDB: "
+                       "use io_backend = \"lmdb\" with db_path = the dataset's folder");
+        return DUET_OK;
+    }
+    if (strcmp(s, "lmdb") != 0)
+        return bad(c, "io_backend", "must be \"disk\" (image files) or \"lmdb\" "
+                   "(SRLmdbDataset); see docs/div2k.md");
+    if (!o->lmdb)
+        return bad(c, "io_backend", "is \"lmdb\", which reads SRLmdbDataset's keys, but this "
+                   "dataset reads image files: use \"disk\", or type = \"SRLmdbDataset\" with "
+                   "gt_folder and lq_folder the .lmdb folders (docs/div2k.md)");
+    DUET_TRY(duet_config_get_string(c, "db_path", &s));
+    const char *want = lq ? o->lq_dir : o->gt_dir;
+    if (strcmp(s, want) != 0)
+        return duet_config_error(c, "db_path", "'db_path' \"%s\" is not the dataset's %s "
+                                 "\"%s\": duet reads %s from there", s,
+                                 lq ? "lq_folder" : "gt_folder", want, lq ? "lq" : "gt");
+    return DUET_OK;
+}
+
 static int read_sr_step(duet_config *c, const char *type, bool train, duet_sr_dataset_opts *o,
                         sr_seen *seen) {
     const char *s = NULL;
@@ -81,10 +110,7 @@ static int read_sr_step(duet_config *c, const char *type, bool train, duet_sr_da
         if (!lq && strcmp(s, "gt") != 0) return bad(c, "key", "must be \"lq\" or \"gt\"");
         if (lq ? seen->load_lq : seen->load_gt) return bad(c, "key", "is loaded twice");
         *(lq ? &seen->load_lq : &seen->load_gt) = true;
-        DUET_TRY(duet_config_get_string_or(c, "io_backend", "disk", &s));
-        if (strcmp(s, "disk") != 0)
-            return bad(c, "io_backend", "is not supported: duet reads SR images from files "
-                       "(\"disk\"); see docs/div2k.md");
+        DUET_TRY(read_io_backend(c, lq, o));
         DUET_TRY(duet_config_get_string_or(c, "flag", "color", &s));
         if (strcmp(s, "color") != 0 && strcmp(s, "unchanged") != 0)
             return bad(c, "flag", "must be \"color\" or \"unchanged\" (duet loads 3-channel RGB)");
@@ -160,19 +186,31 @@ static int read_sr_pipeline(duet_config *d, bool train, duet_sr_dataset_opts *o)
 }
 
 /* SRFolderGTDataset (GT folder, LQ by bicubic), SRFolderDataset (paired
- * folders) and SRAnnotationDataset (paired, listed in an annotation file). */
-static int build_sr(duet_config *d, bool train, bool paired, bool annotated,
+ * folders), SRAnnotationDataset (paired, listed in an annotation file) and
+ * SRLmdbDataset (paired LMDB folders, listed in the GT's meta_info.txt). */
+static int build_sr(duet_config *d, bool train, bool paired, bool annotated, bool lmdb,
                     duet_dataset **out) {
     duet_sr_dataset_opts o = duet_sr_dataset_options_default();
+    o.lmdb = lmdb;
     int64_t scale = 4, gt_size = o.gt_size;
     DUET_TRY(duet_config_get_string(d, "gt_folder", &o.gt_dir));
     if (paired) DUET_TRY(duet_config_get_string(d, "lq_folder", &o.lq_dir));
     if (annotated) DUET_TRY(duet_config_get_string(d, "ann_file", &o.ann_file));
-    if (paired) DUET_TRY(duet_config_get_string_or(d, "filename_tmpl", "{}", &o.filename_tmpl));
+    if (paired && !lmdb)
+        DUET_TRY(duet_config_get_string_or(d, "filename_tmpl", "{}", &o.filename_tmpl));
+    if (lmdb) {
+        size_t ng = strlen(o.gt_dir), nl = strlen(o.lq_dir);
+        if (ng < 5 || strcmp(o.gt_dir + ng - 5, ".lmdb") != 0)
+            return bad(d, "gt_folder", "must be an LMDB folder ending in .lmdb, as MMEditing's "
+                       "SRLmdbDataset wants (duet prepare div2k --lmdb makes them)");
+        if (nl < 5 || strcmp(o.lq_dir + nl - 5, ".lmdb") != 0)
+            return bad(d, "lq_folder", "must be an LMDB folder ending in .lmdb, as MMEditing's "
+                       "SRLmdbDataset wants (duet prepare div2k --lmdb makes them)");
+    }
     DUET_TRY(duet_config_get_int_in_or(d, "scale", 4, 1, DUET_MAX_SCALE, &scale));
     /* An annotated set is MMEditing's tens of thousands of sub-images:
      * read from disk per sample unless asked otherwise. */
-    DUET_TRY(duet_config_get_bool_or(d, "lazy", annotated, &o.lazy));
+    DUET_TRY(duet_config_get_bool_or(d, "lazy", annotated || lmdb, &o.lazy));
     bool test_mode = !train;
     DUET_TRY(duet_config_get_bool_or(d, "test_mode", !train, &test_mode));
     if (test_mode == train)
@@ -208,18 +246,23 @@ static int build_sr(duet_config *d, bool train, bool paired, bool annotated,
 
 int duet__build_sr_folder_gt(duet_config *d, const char *path, bool train, duet_dataset **out) {
     (void)path; /* the config view's keys carry it in their messages */
-    return build_sr(d, train, false, false, out);
+    return build_sr(d, train, false, false, false, out);
 }
 
 int duet__build_sr_folder(duet_config *d, const char *path, bool train, duet_dataset **out) {
     (void)path;
-    return build_sr(d, train, true, false, out);
+    return build_sr(d, train, true, false, false, out);
 }
 
 int duet__build_sr_annotation(duet_config *d, const char *path, bool train,
                               duet_dataset **out) {
     (void)path;
-    return build_sr(d, train, true, true, out);
+    return build_sr(d, train, true, true, false, out);
+}
+
+int duet__build_sr_lmdb(duet_config *d, const char *path, bool train, duet_dataset **out) {
+    (void)path;
+    return build_sr(d, train, true, false, true, out);
 }
 
 /* MMEditing's RepeatDataset: its `dataset` group is the set; `times` is

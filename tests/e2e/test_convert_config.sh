@@ -12,7 +12,12 @@
 #     tools/test.py does (data.val without one);
 #   - MMEditing 0.16.1's own Pix2Pix facades config (from the MMEditing venv
 #     of scripts/make-mmedit-venv.sh, when it is there): converted, and duet
-#     trains an iteration from it (data and widths overridden).
+#     trains an iteration from it (data and widths overridden);
+#   - --lmdb: an annotated DIV2K training set (inside RepeatDataset) becomes
+#     SRLmdbDataset over MMEditing's LMDB names, its loads io_backend "lmdb"
+#     with db_path; MMEditing's own SRGAN and ESRGAN DIV2K configs convert
+#     so (test_prepare_div2k trains from such LMDBs); a set with no LMDB twin
+#     is refused.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 e2e_begin test_convert_config
@@ -90,6 +95,30 @@ PY
 grep -q "layer_ids = \[34\];" "$T/srgan.cfg" && grep -q "layer_weights = \[1.0\];" "$T/srgan.cfg" \
   || { cat "$T/srgan.cfg"; fail "layer_weights"; }
 
+# --lmdb: the annotated DIV2K set read from LMDB.
+cat > "$T/cfg/div2k.py" <<'PY'
+data = dict(train=dict(type='RepeatDataset', times=1000, dataset=dict(
+    type='SRAnnotationDataset', lq_folder='data/DIV2K/DIV2K_train_LR_bicubic/X4_sub',
+    gt_folder='data/DIV2K/DIV2K_train_HR_sub', ann_file='data/DIV2K/meta_info_DIV2K800sub_GT.txt',
+    filename_tmpl='{}', scale=4, pipeline=[
+        dict(type='LoadImageFromFile', io_backend='disk', key='lq', flag='unchanged'),
+        dict(type='LoadImageFromFile', io_backend='disk', key='gt', flag='unchanged'),
+        dict(type='RescaleToZeroOne', keys=['lq', 'gt'])])))
+PY
+"$PY" "$CONVERT" --lmdb "$T/cfg/div2k.py" -o "$T/div2k.cfg" > "$T/div2k.out" || fail "convert --lmdb"
+grep -q "data.train.dataset reads data/DIV2K/DIV2K_train_HR_sub.lmdb and data/DIV2K/DIV2K_train_LR_bicubic_X4_sub.lmdb"   "$T/div2k.out" || fail "--lmdb note: $(cat "$T/div2k.out")"
+tr -d ' \n' < "$T/div2k.cfg" > "$T/div2k.flat"
+for want in 'type="SRLmdbDataset";lq_folder="data/DIV2K/DIV2K_train_LR_bicubic_X4_sub.lmdb";gt_folder="data/DIV2K/DIV2K_train_HR_sub.lmdb";' \
+    'io_backend="lmdb";key="lq";flag="unchanged";db_path="data/DIV2K/DIV2K_train_LR_bicubic_X4_sub.lmdb";' \
+    'io_backend="lmdb";key="gt";flag="unchanged";db_path="data/DIV2K/DIV2K_train_HR_sub.lmdb";' 'times=1000;'; do
+  grep -qF -- "$want" "$T/div2k.flat" || { cat "$T/div2k.cfg"; fail "--lmdb: no $want"; }
+done
+! grep -q "ann_file\|filename_tmpl" "$T/div2k.cfg" || fail "--lmdb kept ann_file"
+printf '%s\n' "data = dict(train=dict(type='GenerationPairedDataset', dataroot='x', pipeline=[]))" > "$T/cfg/p.py"
+if "$PY" "$CONVERT" --lmdb "$T/cfg/p.py" -o "$T/p.cfg" > "$T/p.out" 2>&1; then fail "--lmdb on a paired-image set"; fi
+grep -q "data.train is a GenerationPairedDataset; only SRAnnotationDataset and SRFolderDataset" "$T/p.out" \
+  || fail "--lmdb refusal: $(cat "$T/p.out")"
+
 # Code is refused, naming the line; nothing is written.
 refuse() {  # name, file text, message
   printf '%s\n' "$2" > "$T/cfg/$1.py"
@@ -123,6 +152,14 @@ PY_PAIRS
   "$DUET" train "$T/p2p.cfg" --work-dir "$T/wp" --set total_iters=1 --set model.generator.base_channels=4 \
     --set model.discriminator.base_channels=4 > "$T/p2p.out" 2>&1 || { cat "$T/p2p.out"; fail "duet on MMEditing's converted pix2pix config"; }
   echo "test_convert_config: MMEditing 0.16.1's pix2pix_vanilla_unet_bn_1x1_80k_facades.py converted; duet trained from it"
+  for c in srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py esrgan/esrgan_x4c64b23g32_g1_400k_div2k.py; do
+    f=$(ls "$VENV"/lib/python3*/site-packages/mmedit/.mim/configs/restorers/$c | head -1)
+    "$PY" "$CONVERT" --lmdb "$f" -o "$T/mm_lmdb.cfg" > "$T/mm_lmdb.out" || { cat "$T/mm_lmdb.out"; fail "--lmdb $c"; }
+    ! grep -qi "lacks\|ann_file" "$T/mm_lmdb.out" "$T/mm_lmdb.cfg" || fail "--lmdb $c: $(cat "$T/mm_lmdb.out")"
+    [ "$(grep -c 'io_backend = "lmdb"' "$T/mm_lmdb.cfg")" = 2 ] && grep -q 'type = "SRLmdbDataset"' "$T/mm_lmdb.cfg" \
+      || fail "--lmdb $c: $(cat "$T/mm_lmdb.cfg")"
+  done
+  echo "test_convert_config: MMEditing's SRGAN and ESRGAN DIV2K configs converted with --lmdb"
 else
   echo "test_convert_config: MMEditing's own config not checked: no MMEditing venv at $VENV (scripts/make-mmedit-venv.sh)"
 fi

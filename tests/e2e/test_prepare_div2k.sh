@@ -12,6 +12,16 @@
 #   - SRAnnotationDataset over the prepared folders trains with the same
 #     losses as SRFolderDataset over them (the same sample order), and a
 #     missing listed file is an error naming it;
+#   - duet prepare div2k --lmdb-only writes MMEditing's LMDBs
+#     (DIV2K_train_HR_sub.lmdb, DIV2K_train_LR_bicubic_X<s>_sub.lmdb: keys
+#     without .png, meta_info.txt "0001_s001.png (480,480,3) 1"), read back
+#     with python3-lmdb (keys, PNG values equal to the sub-images); where
+#     MMEditing's venv is, MMEditing's own SRLmdbDataset + LoadImageFromFile
+#     (io_backend 'lmdb') reads duet's LMDBs into the sub-images' pixels, and
+#     MMEditing's own make_lmdb writes LMDBs duet trains from;
+#   - SRLmdbDataset (io_backend "lmdb") trains with the same losses as the
+#     folders, at world size 1 and 2; a missing key, a damaged LMDB and
+#     backend/dataset mismatches are errors naming what is wrong;
 #   - MMEditing's own SRGAN DIV2K config, converted by
 #     scripts/convert-config.py, trains 2 iterations on the prepared data
 #     (paths, VGG weights and batch set on the command line).
@@ -91,7 +101,9 @@ else
 fi
 
 # SRAnnotationDataset against SRFolderDataset over the same folders.
-sr_cfg() { # FILE DATASET-LINES
+sr_cfg() { # FILE DATASET-LINES [LQ-BACKEND GT-BACKEND]
+  local disk='io_backend = "disk";'
+  local lqb=${3:-$disk} gtb=${4:-$disk}
   cat > "$1" <<CFG
 model = { type = "BasicRestorer";
   generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3; mid_channels = 8;
@@ -99,8 +111,8 @@ model = { type = "BasicRestorer";
   pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; }; };
 data = { samples_per_gpu = 2;
   train = { type = "RepeatDataset"; times = 10; dataset = { $2 scale = 4;
-    pipeline = ( { type = "LoadImageFromFile"; io_backend = "disk"; key = "lq"; flag = "unchanged"; },
-                 { type = "LoadImageFromFile"; io_backend = "disk"; key = "gt"; flag = "unchanged"; },
+    pipeline = ( { type = "LoadImageFromFile"; $lqb key = "lq"; flag = "unchanged"; },
+                 { type = "LoadImageFromFile"; $gtb key = "gt"; flag = "unchanged"; },
                  { type = "RescaleToZeroOne"; keys = ["lq", "gt"]; },
                  { type = "Normalize"; keys = ["lq", "gt"]; mean = [0, 0, 0]; std = [1, 1, 1]; to_rgb = true; },
                  { type = "PairedRandomCrop"; gt_patch_size = 64; },
@@ -132,11 +144,135 @@ if "$DUET" train "$T/ann.cfg" --work-dir "$T/w_bad" --set "data.train.dataset.an
 grep -q "short.txt, entry 4, names $D/DIV2K_train_HR_sub/0099_s001.png, which is missing" "$T/bad.out" \
   || fail "missing entry: $(cat "$T/bad.out")"
 
+# LMDB: MMEditing's make_lmdb layout, from the sub-image folders made above.
+"$DUET" prepare div2k "$D" --scales 2,4 --threads 2 --lmdb-only > "$T/lmdb.out" 2>&1 \
+  || fail "prepare --lmdb-only: $(cat "$T/lmdb.out")"
+cat "$T/lmdb.out"
+for l in DIV2K_train_HR_sub.lmdb:480 DIV2K_train_LR_bicubic_X2_sub.lmdb:240 DIV2K_train_LR_bicubic_X4_sub.lmdb:120; do
+  f=${l%%:*} side=${l##*:}
+  [ -f "$D/$f/data.mdb" ] && [ "$(wc -l < "$D/$f/meta_info.txt")" = 40 ] || fail "$f: no data.mdb or not 40 lines"
+  [ "$(head -1 "$D/$f/meta_info.txt")" = "0001_s001.png ($side,$side,3) 1" ] \
+    && [ "$(tail -1 "$D/$f/meta_info.txt")" = "0010_s004.png ($side,$side,3) 1" ] \
+    || fail "$f/meta_info.txt: $(head -1 "$D/$f/meta_info.txt")"
+done
+if "$DUET" prepare div2k "$D" --scales 4 --lmdb-only > "$T/again.out" 2>&1; then fail "LMDB made twice"; fi
+grep -q "DIV2K_train_HR_sub.lmdb: File exists (it exists already" "$T/again.out" || fail "again: $(cat "$T/again.out")"
+if /usr/bin/python3 -c "import lmdb" 2>/dev/null; then
+  /usr/bin/python3 - "$D" "$ROOT/tests/e2e" <<'PY' || fail "LMDB contents"
+import os, sys
+import lmdb
+root = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from pngio import read_png
+names = sorted(os.listdir(os.path.join(root, "DIV2K_train_HR_sub")))
+for db, folder, side in (("DIV2K_train_HR_sub.lmdb", "DIV2K_train_HR_sub", 480),
+                         ("DIV2K_train_LR_bicubic_X4_sub.lmdb", "DIV2K_train_LR_bicubic/X4_sub", 120)):
+    env = lmdb.open(os.path.join(root, db), readonly=True, lock=False)
+    with env.begin() as txn:
+        keys = [k.decode() for k, _ in txn.cursor()]
+        assert keys == [n[:-4] for n in names], (db, keys[:3])
+        for n in names:
+            v = txn.get(n[:-4].encode())
+            assert v[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(v[16:20], "big") == side, (db, n)
+            if side == 120:  # pixels (a pure-Python decoder: the small ones only)
+                tmp = os.path.join(root, "v.png")
+                open(tmp, "wb").write(v)
+                assert read_png(tmp) == read_png(os.path.join(root, folder, n)), (db, n)
+print("test_prepare_div2k: LMDB keys = sub-image names, values PNGs of the sub-images")
+PY
+else
+  [ "${CI:-}" != true ] || fail "no python3-lmdb under CI (scripts/install-deps.sh)"
+  echo "test_prepare_div2k: LMDB contents not read back: no python3-lmdb"
+fi
+
+L4="$D/DIV2K_train_LR_bicubic_X4_sub.lmdb" LH="$D/DIV2K_train_HR_sub.lmdb"
+sr_cfg "$T/lmdb.cfg" "type = \"SRLmdbDataset\"; lq_folder = \"$L4\"; gt_folder = \"$LH\";" \
+  "io_backend = \"lmdb\"; db_path = \"$L4\";" "io_backend = \"lmdb\"; db_path = \"$LH\";"
+"$DUET" train "$T/lmdb.cfg" --work-dir "$T/w_lmdb" > "$T/lmdb.out" 2>&1 || fail "lmdb: $(tail -3 "$T/lmdb.out")"
+[ "$(losses "$T/w_lmdb/log.jsonl")" = "$(losses "$T/w_fold/log.jsonl")" ] \
+  || fail "LMDB and folder losses differ: $(losses "$T/w_lmdb/log.jsonl") vs $(losses "$T/w_fold/log.jsonl")"
+echo "test_prepare_div2k: SRLmdbDataset = SRFolderDataset losses"
+# World size 2 (one sample per rank) against 1 (both samples): the same batches.
+mpiexec --allow-run-as-root -n 2 "$DUET" train "$T/lmdb.cfg" --work-dir "$T/w_lmdb2" \
+  --set data.samples_per_gpu=1 > "$T/lmdb2.out" 2>&1 || fail "lmdb -n 2: $(tail -3 "$T/lmdb2.out")"
+close() { "$PY" -c "
+import json, sys
+a, b = ([r['loss'] for r in map(json.loads, open(f)) if r['mode'] == 'train'] for f in sys.argv[1:3])
+assert len(a) == len(b) == 3 and all(abs(x - y) <= 1e-5 * max(1, abs(y)) for x, y in zip(a, b)), (a, b)
+" "$1" "$2"; }
+close "$T/w_lmdb2/log.jsonl" "$T/w_lmdb/log.jsonl" || fail "LMDB at world size 2 differs from 1"
+echo "test_prepare_div2k: SRLmdbDataset at world size 2 = world size 1"
+
+# LMDB errors.
+cp -r "$LH" "$T/missing.lmdb"
+echo "0099_s001.png (480,480,3) 1" >> "$T/missing.lmdb/meta_info.txt"
+lmdb_err() { # NAME EXPECTED ARGS...
+  local name=$1 want=$2; shift 2
+  if "$DUET" train "$T/lmdb.cfg" --work-dir "$T/w_$name" "$@" > "$T/$name.out" 2>&1; then fail "$name accepted"; fi
+  grep -qF -- "$want" "$T/$name.out" || fail "$name: want '$want', got: $(cat "$T/$name.out")"
+}
+lmdb_err missing "missing.lmdb/meta_info.txt, entry 41: LMDB $T/missing.lmdb has no key \"0099_s001\"" \
+  --set "data.train.dataset.gt_folder=\"$T/missing.lmdb\"" --set "data.train.dataset.pipeline.[1].db_path=\"$T/missing.lmdb\""
+mkdir "$T/damaged.lmdb"
+head -c 20000 /dev/urandom > "$T/damaged.lmdb/data.mdb"
+cp "$LH/meta_info.txt" "$T/damaged.lmdb/"
+lmdb_err damaged "cannot open LMDB $T/damaged.lmdb:" \
+  --set "data.train.dataset.gt_folder=\"$T/damaged.lmdb\"" --set "data.train.dataset.pipeline.[1].db_path=\"$T/damaged.lmdb\""
+lmdb_err dbpath "'db_path' \"$L4\" is not the dataset's gt_folder" --set "data.train.dataset.pipeline.[1].db_path=\"$L4\""
+lmdb_err disk "'io_backend' is \"disk\", but SRLmdbDataset's images are in LMDB" \
+  --set 'data.train.dataset.pipeline.[0].io_backend="disk"'
+if "$DUET" train "$T/fold.cfg" --work-dir "$T/w_x" --set 'data.train.dataset.pipeline.[0].io_backend="lmdb"' \
+    > "$T/x.out" 2>&1; then fail "lmdb backend on a folder set accepted"; fi
+grep -q "'io_backend' is \"lmdb\", which reads SRLmdbDataset's keys" "$T/x.out" || fail "lmdb on folders: $(cat "$T/x.out")"
+
+# MMEditing's own LMDB code: its SRLmdbDataset reads duet's LMDBs, and duet
+# trains from LMDBs its make_lmdb writes (Debian's python3-lmdb in the venv).
+if [ -x "$venv/bin/python" ] && /usr/bin/python3 -c "import lmdb" 2>/dev/null; then
+  "$venv/bin/python" - "$D" <<'PY' 2>/dev/null || fail "MMEditing's LMDB code against duet's"
+import os, sys, types
+sys.path.append("/usr/lib/python3/dist-packages")  # Debian's python3-lmdb, the same Python 3.11
+import cv2, numpy as np
+import mmedit
+from mmedit.datasets import SRLmdbDataset
+sys.path.insert(0, os.path.join(os.path.dirname(mmedit.__file__), ".mim", "tools", "data",
+                                "super-resolution", "div2k"))
+import preprocess_div2k_dataset as p
+root = sys.argv[1]
+lq, gt = root + "/DIV2K_train_LR_bicubic_X4_sub.lmdb", root + "/DIV2K_train_HR_sub.lmdb"
+ds = SRLmdbDataset(lq_folder=lq, gt_folder=gt, scale=4, pipeline=[
+    dict(type="LoadImageFromFile", io_backend="lmdb", db_path=lq, key="lq", flag="unchanged"),
+    dict(type="LoadImageFromFile", io_backend="lmdb", db_path=gt, key="gt", flag="unchanged")])
+assert len(ds) == 40
+for i in range(len(ds)):
+    r = ds[i]
+    for k, d in (("gt", "DIV2K_train_HR_sub"), ("lq", "DIV2K_train_LR_bicubic/X4_sub")):
+        ref = cv2.imread(os.path.join(root, d, r["gt_path"] + ".png"), cv2.IMREAD_UNCHANGED)
+        assert np.array_equal(r[k], ref), (k, r["gt_path"])
+for d, out in (("DIV2K_train_HR_sub", "mm_HR.lmdb"), ("DIV2K_train_LR_bicubic/X4_sub", "mm_X4.lmdb")):
+    paths, keys = p.prepare_keys_div2k(os.path.join(root, d))
+    p.make_lmdb(os.path.join(root, d), os.path.join(root, out), paths, keys)
+PY
+  echo "test_prepare_div2k: MMEditing's SRLmdbDataset read duet's LMDBs: the sub-images, pixel for pixel"
+  sr_cfg "$T/mm.cfg" "type = \"SRLmdbDataset\"; lq_folder = \"$D/mm_X4.lmdb\"; gt_folder = \"$D/mm_HR.lmdb\";" \
+    "io_backend = \"lmdb\"; db_path = \"$D/mm_X4.lmdb\";" "io_backend = \"lmdb\"; db_path = \"$D/mm_HR.lmdb\";"
+  "$DUET" train "$T/mm.cfg" --work-dir "$T/w_mm" > "$T/mm.out" 2>&1 || fail "MMEditing's LMDB: $(tail -3 "$T/mm.out")"
+  [ "$(losses "$T/w_mm/log.jsonl")" = "$(losses "$T/w_fold/log.jsonl")" ] || fail "MMEditing's LMDB losses differ"
+  echo "test_prepare_div2k: duet trained from MMEditing's make_lmdb LMDBs: the folder losses"
+else
+  [ "${CI:-}" != true ] || fail "no MMEditing venv or python3-lmdb under CI"
+  echo "test_prepare_div2k: MMEditing's LMDB code not compared: no venv or python3-lmdb"
+fi
+
 # MMEditing's own SRGAN config, converted, trains on the prepared data.
 MMCFG="$venv/lib/python3.11/site-packages/mmedit/.mim/configs/restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py"
 if [ -f "$MMCFG" ]; then
   "$PY" "$ROOT/scripts/convert-config.py" "$MMCFG" -o "$T/srgan.cfg" > "$T/conv.out" 2>&1 || fail "convert: $(cat "$T/conv.out")"
-  sed -i "s|data/DIV2K|$D|g; s|data/val_set14/Set14_bicLRx4|$D/DIV2K_train_LR_bicubic/X4_sub|; s|data/val_set14/Set14|$D/DIV2K_train_HR_sub|" "$T/srgan.cfg"
+  # Set14's stand-in: two sub-images (the run evaluates at its end; 40 full-size
+  # images through the 64x16 network took minutes of the test's time).
+  mkdir -p "$T/set14/gt" "$T/set14/lq"
+  cp "$D"/DIV2K_train_HR_sub/0001_s00[12].png "$T/set14/gt/"
+  cp "$D"/DIV2K_train_LR_bicubic/X4_sub/0001_s00[12].png "$T/set14/lq/"
+  sed -i "s|data/DIV2K|$D|g; s|data/val_set14/Set14_bicLRx4|$T/set14/lq|; s|data/val_set14/Set14|$T/set14/gt|" "$T/srgan.cfg"
   "$DUET" train "$T/srgan.cfg" --work-dir "$T/w_srgan" --set total_iters=2 \
     --set data.train_dataloader.samples_per_gpu=1 --set 'model.perceptual_loss.pretrained=""' \
     --set 'load_from=""' --set evaluation.interval=1000 > "$T/srgan.out" 2>&1 \

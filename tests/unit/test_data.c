@@ -1,7 +1,8 @@
 /* SR datasets and the loader on small image folders written here: crops,
  * LQ by bicubic downscaling or from a paired folder, flips, determinism in
  * (seed, epoch, index), repeat, validation sets, errors naming files, and
- * batches that are the same with and without the prefetch thread. */
+ * batches that are the same with and without the prefetch thread; LMDB data
+ * (MMEditing's layout) giving the folders' samples, and its errors. */
 #include "testutil.h"
 
 #include <math.h>
@@ -610,6 +611,107 @@ static void test_loader_thread_error(void **state) {
     duet_dataset_destroy(ds);
 }
 
+/* MMEditing's LMDB layout written from the paired folders and read back:
+ * meta_info.txt lines, PNG bytes that decode to the files' pixels, and the
+ * same samples as the folders (lazy or not); a missing key and a damaged
+ * LMDB are errors naming them. */
+static void test_lmdb_matches_folders(void **state) {
+    (void)state;
+    char gl[300], ll[300], p[400];
+    tu_path(gl, sizeof(gl), root, "gt.lmdb");
+    tu_path(ll, sizeof(ll), root, "lq.lmdb");
+    duet_lmdb_opts lo = {.compression_level = 1, .threads = 2};
+    int64_t n = 0;
+    TU_OK(duet_lmdb_write_folder(gt_dir, gl, &lo, &n));
+    assert_int_equal(n, NIMG);
+    TU_OK(duet_lmdb_write_folder(lq_dir, ll, &lo, &n));
+    assert_int_equal(duet_lmdb_write_folder(lq_dir, ll, &lo, &n), DUET_ESTATE); /* exists */
+    char bad[300];
+    tu_path(bad, sizeof(bad), root, "x.db");
+    assert_int_equal(duet_lmdb_write_folder(lq_dir, bad, &lo, &n), DUET_EINVAL);
+    tu_path(p, sizeof(p), gl, "meta_info.txt");
+    FILE *f = fopen(p, "r");
+    assert_non_null(f);
+    char line[128];
+    assert_non_null(fgets(line, sizeof line, f));
+    assert_string_equal(line, "a.png (36,36,3) 1\n"); /* sorted; notes.txt is no image */
+    fclose(f);
+
+    duet_sr_dataset_opts fo = opts_x4(16, true);
+    fo.lq_dir = lq_dir;
+    duet_sr_dataset_opts lmo = fo;
+    lmo.gt_dir = gl;
+    lmo.lq_dir = ll;
+    lmo.lmdb = true;
+    duet_dataset *folders = NULL;
+    TU_OK(duet_sr_train_dataset_create(&fo, &folders));
+    for (int lazy = 0; lazy < 2; lazy++) {
+        lmo.lazy = lazy;
+        duet_dataset *db = NULL;
+        TU_OK(duet_sr_train_dataset_create(&lmo, &db));
+        assert_int_equal(duet_dataset_size(db), NIMG);
+        for (int64_t i = 0; i < NIMG; i++) {
+            duet_sample a, b;
+            TU_OK(duet_dataset_get(folders, i, 9, 1, &a));
+            TU_OK(duet_dataset_get(db, i, 9, 1, &b));
+            assert_string_equal(a.name, b.name);
+            assert_memory_equal(a.gt->data, b.gt->data, sizeof(float) * (size_t)a.gt->numel);
+            assert_memory_equal(a.lq->data, b.lq->data, sizeof(float) * (size_t)a.lq->numel);
+            duet_sample_clear(&a);
+            duet_sample_clear(&b);
+        }
+        duet_dataset_destroy(db);
+    }
+    duet_dataset_destroy(folders);
+
+    /* A key meta_info.txt lists but the LMDB lacks. */
+    f = fopen(p, "a");
+    assert_non_null(f);
+    fputs("zz.png (40,40,3) 1\n", f);
+    fclose(f);
+    duet_dataset *db = NULL;
+    lmo.lazy = true;
+    assert_int_equal(duet_sr_train_dataset_create(&lmo, &db), DUET_ENOTFOUND);
+    if (strstr(duet_last_error(), "has no key \"zz\"") == NULL ||
+        strstr(duet_last_error(), "entry 6") == NULL)
+        fail_msg("missing key: %s", duet_last_error());
+    /* Not an LMDB. */
+    char dmg[300];
+    tu_path(dmg, sizeof(dmg), root, "damaged.lmdb");
+    assert_int_equal(mkdir(dmg, 0755), 0);
+    tu_path(p, sizeof(p), dmg, "data.mdb");
+    tu_write_text(p, "this is not an LMDB file, only some text standing where one should be\n");
+    lmo.gt_dir = dmg;
+    assert_int_equal(duet_sr_train_dataset_create(&lmo, &db), DUET_EFORMAT);
+    if (strstr(duet_last_error(), dmg) == NULL) fail_msg("damaged: %s", duet_last_error());
+    /* An LQ LMDB is required. */
+    lmo.gt_dir = gl;
+    lmo.lq_dir = NULL;
+    assert_int_equal(duet_sr_train_dataset_create(&lmo, &db), DUET_EINVAL);
+}
+
+/* duet_image_encode_png: bytes that decode to the same pixels. */
+static void test_encode_png(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_image *img = tu_random_image(&rng, 13, 17, 3), *back = NULL;
+    for (int level = 0; level <= 9; level += 9) {
+        uint8_t *bytes = NULL;
+        size_t nb = 0;
+        TU_OK(duet_image_encode_png(img, level, "x", &bytes, &nb));
+        TU_OK(duet_image_decode(bytes, nb, "x", &back));
+        assert_int_equal(back->width, 17);
+        assert_int_equal(back->height, 13);
+        assert_memory_equal(back->data, img->data, 13 * 17 * 3);
+        duet_image_destroy(back);
+        free(bytes);
+    }
+    uint8_t *bytes = NULL;
+    size_t nb = 0;
+    assert_int_equal(duet_image_encode_png(img, 10, "x", &bytes, &nb), DUET_EINVAL);
+    duet_image_destroy(img);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_train_crops_and_bicubic_lq),
@@ -623,6 +725,8 @@ int main(void) {
         cmocka_unit_test(test_loader_resume),
         cmocka_unit_test(test_loader_one_epoch_validation),
         cmocka_unit_test(test_loader_thread_error),
+        cmocka_unit_test(test_lmdb_matches_folders),
+        cmocka_unit_test(test_encode_png),
     };
     return cmocka_run_group_tests(tests, setup_folders, teardown_folders);
 }

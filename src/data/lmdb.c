@@ -1,0 +1,226 @@
+/* LMDB image stores in MMEditing's layout (mmcv's LmdbBackend, MMEditing's
+ * make_lmdb): a folder NAME.lmdb with LMDB's data.mdb and lock.mdb, one
+ * value per image (its PNG file's bytes) under the image's name without
+ * extension, and meta_info.txt listing "name.png (h,w,c) level" per image.
+ * The reader is the SR datasets' (data_internal.h); the writer is
+ * duet_lmdb_write_folder (duet/data.h). Debian's liblmdb. */
+#include "data/data_internal.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct duet__lmdb {
+    MDB_env *env;
+    MDB_dbi dbi;
+    char *path;
+};
+
+int duet__lmdb_open(const char *path, duet__lmdb **out) {
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return duet__error(errno == ENOENT ? DUET_ENOTFOUND : DUET_EIO, "cannot open LMDB %s: %s",
+                           path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return duet__error(DUET_EFORMAT, "LMDB %s is not a folder (want NAME.lmdb/ with "
+                           "data.mdb, as MMEditing's make_lmdb writes it)", path);
+    duet__lmdb *db = calloc(1, sizeof *db);
+    if (db == NULL || (db->path = duet__strdup(path)) == NULL) {
+        free(db);
+        return duet__error(DUET_ENOMEM, "opening LMDB %s: out of memory", path);
+    }
+    /* As mmcv's LmdbBackend: read-only, no lock file writes, no readahead;
+     * MDB_NOTLS so that any thread may run a read transaction. */
+    int e = mdb_env_create(&db->env);
+    if (e == 0) e = mdb_env_open(db->env, path, MDB_RDONLY | MDB_NOLOCK | MDB_NORDAHEAD | MDB_NOTLS,
+                                 0644);
+    MDB_txn *txn = NULL;
+    if (e == 0) e = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+    if (e == 0) e = mdb_dbi_open(txn, NULL, 0, &db->dbi);
+    if (txn != NULL) mdb_txn_abort(txn);
+    if (e != 0) {
+        int rc = duet__error(e == ENOENT ? DUET_ENOTFOUND : DUET_EFORMAT,
+                             "cannot open LMDB %s: %s (not an LMDB folder, or a damaged one: "
+                             "make it again with duet prepare div2k --lmdb)", path,
+                             mdb_strerror(e));
+        duet__lmdb_close(db);
+        return rc;
+    }
+    *out = db;
+    return DUET_OK;
+}
+
+void duet__lmdb_close(duet__lmdb *db) {
+    if (db == NULL) return;
+    if (db->env != NULL) mdb_env_close(db->env);
+    free(db->path);
+    free(db);
+}
+
+const char *duet__lmdb_path(const duet__lmdb *db) { return db->path; }
+
+int duet__lmdb_get(duet__lmdb *db, const char *key, void **bytes, size_t *nbytes) {
+    if (bytes != NULL) *bytes = NULL;
+    if (nbytes != NULL) *nbytes = 0;
+    MDB_txn *txn = NULL;
+    int e = mdb_txn_begin(db->env, NULL, MDB_RDONLY, &txn);
+    MDB_val k = {strlen(key), (void *)key}, v = {0, NULL};
+    if (e == 0) e = mdb_get(txn, db->dbi, &k, &v);
+    int rc = DUET_OK;
+    if (e == MDB_NOTFOUND)
+        rc = duet__error(DUET_ENOTFOUND, "LMDB %s has no key \"%s\"", db->path, key);
+    else if (e != 0)
+        rc = duet__error(DUET_EFORMAT, "LMDB %s, key \"%s\": %s (a damaged LMDB? make it again "
+                         "with duet prepare div2k --lmdb)", db->path, key, mdb_strerror(e));
+    else if (bytes != NULL) {
+        *bytes = malloc(v.mv_size ? v.mv_size : 1);
+        if (*bytes == NULL) rc = duet__error(DUET_ENOMEM, "LMDB %s: out of memory", db->path);
+        else {
+            memcpy(*bytes, v.mv_data, v.mv_size);
+            *nbytes = v.mv_size;
+        }
+    }
+    if (txn != NULL) mdb_txn_abort(txn);
+    return rc;
+}
+
+/* ---- writing ---------------------------------------------------------------- */
+
+typedef struct encoded {
+    uint8_t *bytes;
+    size_t n;
+    int64_t h, w, c;
+} encoded;
+
+/* Image i of the folder decoded and encoded again as PNG at `level`
+ * (MMEditing's make_lmdb re-encodes with cv2.imencode, level 1). */
+static int encode_one(const char *dir, const char *name, int level, encoded *e) {
+    char *path = duet__path_join(dir, name);
+    if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    duet_image *img = NULL;
+    int rc = duet_image_load(path, &img);
+    if (rc == DUET_OK) rc = duet_image_encode_png(img, level, path, &e->bytes, &e->n);
+    if (rc == DUET_OK) {
+        e->h = img->height;
+        e->w = img->width;
+        e->c = img->channels;
+    }
+    duet_image_destroy(img);
+    free(path);
+    return rc;
+}
+
+static int mdb_fail(const char *path, const char *what, int e) {
+    return duet__error(DUET_EIO, "cannot write LMDB %s: %s: %s", path, what, mdb_strerror(e));
+}
+
+int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lmdb_opts *o,
+                           int64_t *count) {
+    *count = 0;
+    size_t len = strlen(lmdb_path);
+    if (len < 5 || strcmp(lmdb_path + len - 5, ".lmdb") != 0)
+        return duet__error(DUET_EINVAL, "LMDB path %s must end with .lmdb (as MMEditing's "
+                           "make_lmdb and SRLmdbDataset want)", lmdb_path);
+    if (o->compression_level < 0 || o->compression_level > 9)
+        return duet__error(DUET_EINVAL, "LMDB %s: compression level %d is not in [0, 9]",
+                           lmdb_path, o->compression_level);
+    char **names = NULL;
+    int64_t n = 0;
+    DUET_TRY(duet__list_images(dir, &names, &n));
+    int rc = DUET_OK;
+    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
+        const char *dot = strrchr(names[i], '.');
+        if (dot == NULL || strcmp(dot, ".png") != 0)
+            rc = duet__error(DUET_EUNSUPPORTED, "LMDB: %s/%s is not a .png (MMEditing's keys are "
+                             "the names before .png)", dir, names[i]);
+    }
+    /* The map is address space, not disk: room for every image as raw
+     * RGBA pixels (a PNG of them is never much larger) plus LMDB's pages,
+     * from the sizes in the files' headers. */
+    size_t map = (size_t)64 << 20;
+    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
+        char *path = duet__path_join(dir, names[i]);
+        int64_t w = 0, h = 0;
+        rc = path == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__png_size(path, &w, &h);
+        free(path);
+        map += (size_t)(w * h * 4) + (size_t)(w * h * 4) / 8 + 16384;
+    }
+    if (rc == DUET_OK && mkdir(lmdb_path, 0755) != 0)
+        rc = duet__error(errno == EEXIST ? DUET_ESTATE : DUET_EIO, "cannot make LMDB %s: %s%s",
+                         lmdb_path, strerror(errno),
+                         errno == EEXIST ? " (it exists already: remove it to make it anew, as "
+                                           "MMEditing's make_lmdb asks)" : "");
+    if (rc != DUET_OK) {
+        duet__free_names(names, n);
+        return rc;
+    }
+    MDB_env *env = NULL;
+    MDB_txn *txn = NULL;
+    MDB_dbi dbi = 0;
+    char *meta_path = duet__path_join(lmdb_path, "meta_info.txt");
+    FILE *meta = meta_path != NULL ? fopen(meta_path, "w") : NULL;
+    if (meta == NULL)
+        rc = duet__error(DUET_EIO, "cannot write %s: %s", meta_path ? meta_path : lmdb_path,
+                         meta_path ? strerror(errno) : "out of memory");
+    int e = 0;
+    const int64_t chunk = 64;
+    encoded *batch = calloc((size_t)chunk, sizeof *batch);
+    if (rc == DUET_OK && batch == NULL) rc = duet__error(DUET_ENOMEM, "out of memory");
+    const int threads = o->threads > 0 ? o->threads : duet_cpu_available_cores();
+    for (int64_t at = 0; at < n && rc == DUET_OK; at += chunk) {
+        const int64_t m = n - at < chunk ? n - at : chunk;
+        int brc = DUET_OK;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int64_t j = 0; j < m; j++) {
+            int r = encode_one(dir, names[at + j], o->compression_level, &batch[j]);
+            if (r != DUET_OK) {
+#pragma omp critical(duet_lmdb_encode)
+                if (brc == DUET_OK) brc = r;
+            }
+        }
+        rc = brc;
+        if (rc == DUET_OK && env == NULL) {
+            if ((e = mdb_env_create(&env)) != 0 || (e = mdb_env_set_mapsize(env, map)) != 0 ||
+                (e = mdb_env_open(env, lmdb_path, 0, 0644)) != 0)
+                rc = mdb_fail(lmdb_path, "open", e);
+        }
+        if (rc == DUET_OK && (e = mdb_txn_begin(env, NULL, 0, &txn)) != 0)
+            rc = mdb_fail(lmdb_path, "begin", e);
+        if (rc == DUET_OK && (e = mdb_dbi_open(txn, NULL, 0, &dbi)) != 0)
+            rc = mdb_fail(lmdb_path, "open the database", e);
+        for (int64_t j = 0; j < m && rc == DUET_OK; j++) {
+            const char *name = names[at + j];
+            size_t stem = (size_t)(strrchr(name, '.') - name);
+            MDB_val k = {stem, (void *)name}, v = {batch[j].n, batch[j].bytes};
+            if ((e = mdb_put(txn, dbi, &k, &v, 0)) != 0) rc = mdb_fail(lmdb_path, name, e);
+            else if (fprintf(meta, "%.*s.png (%lld,%lld,%lld) %d\n", (int)stem, name,
+                             (long long)batch[j].h, (long long)batch[j].w, (long long)batch[j].c,
+                             o->compression_level) < 0)
+                rc = duet__error(DUET_EIO, "cannot write %s", meta_path);
+        }
+        if (txn != NULL) {
+            if (rc == DUET_OK) {
+                if ((e = mdb_txn_commit(txn)) != 0) rc = mdb_fail(lmdb_path, "commit", e);
+            } else {
+                mdb_txn_abort(txn);
+            }
+            txn = NULL;
+        }
+        for (int64_t j = 0; j < m; j++) {
+            free(batch[j].bytes);
+            batch[j] = (encoded){NULL, 0, 0, 0, 0};
+        }
+        if (o->progress != NULL) o->progress(o->progress_ctx, at + m, n);
+    }
+    free(batch);
+    if (env != NULL) mdb_env_close(env);
+    if (meta != NULL && fclose(meta) != 0 && rc == DUET_OK)
+        rc = duet__error(DUET_EIO, "cannot write %s: %s", meta_path, strerror(errno));
+    free(meta_path);
+    duet__free_names(names, n);
+    if (rc == DUET_OK) *count = n;
+    return rc;
+}
