@@ -286,8 +286,15 @@ DDP_BATCH = 6
 # process. Without its third (PyTorch's own im2col convolutions, which cost
 # as much as the float64 run) the yardstick shrinks sevenfold in places:
 # SRGAN at 3 ranks, PyTorch float32's generator after step 10 is 0.0232
-# from float64 without oneDNN, 0.0032 with it, duet 0.0249; a jump of one
-# draw of rounding noise (F32_CONFIGS says why), not more rounding.
+# from float64 without oneDNN, 0.0032 with it, duet 0.0249. It starts in
+# step 1 (0.0191 without oneDNN, duet 0.0191, oneDNN 2.7e-5), in the
+# generator's convolution weights at the highest resolutions (PyTorch
+# without oneDNN: conv_hr.weight 44% of it, upsample2 29%, upsample1 22%):
+# their weight gradients are dot products over 2 x 128 x 128 positions
+# summed by a float32 GEMM over im2col's columns, which duet's and
+# PyTorch's own convolutions share and oneDNN's blocked backward-weights
+# kernel does not (the mechanism, presumably Adam's first step lr g /
+# (|g| + eps) on elements whose gradient is near eps, is not measured).
 DDP_F32_CONFIGS = F32_CONFIGS
 
 
