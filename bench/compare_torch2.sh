@@ -15,10 +15,11 @@
 # ENVS: `found` runs with the environment as found, `unset` with every
 # OPENBLAS_* variable removed (issue 19 asks for both); the table has a
 # column for it, and the header lines of each environment's first run name
-# the kernels both sides ran. The 12 row kinds x REPS runs take about 12
-# minutes per environment with the defaults on a quiet 2-core machine
-# (estimated from the per-step times in docs/performance.md, the full
-# model's rows dominate); ENVS=found halves it.
+# the kernels both sides ran; where no OPENBLAS_* variable is set, `unset`
+# is `found` and runs once. Not timed on a quiet machine: from the per-step
+# times in docs/performance.md, the 8 rows x REPS=3 take about 20 minutes
+# per environment (the full model's 12 rows about 17 of them: 3 steps of
+# each side plus start-up); BENCH_ARGS="--steps 1" brings that to about 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPS=${1:-3}
@@ -34,7 +35,12 @@ touch "$out/rows.txt"
 for e in ${ENVS//,/ }; do
   case "$e" in
     found) envcmd=(env) ;;
-    unset) envcmd=(env "${unset_openblas[@]}") ;;
+    unset)
+      if [ ${#unset_openblas[@]} -eq 0 ]; then
+        echo "environment unset: no OPENBLAS_* variable is set, so it is 'found'; not run twice"
+        continue
+      fi
+      envcmd=(env "${unset_openblas[@]}") ;;
     *) echo "compare_torch2: ENVS: '$e' is neither found nor unset" >&2; exit 2 ;;
   esac
   for prec in ${PRECISIONS//,/ }; do
