@@ -215,6 +215,39 @@ foreach(model srgan esrgan pix2pix cyclegan basic_restorer)
     PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
     FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 endforeach()
+# The same at 1, 2 and 3 processes (issue 19): duet under mpiexec -n N with
+# its DistributedDataParallelWrapper against MMEditing's own train_step run
+# as N ranks in lockstep in float64 (gen_mmedit_refs.py --ranks), rank 0's
+# distance from it at most 3 times PyTorch float32's, step by step over 10
+# steps (tests/mmedit/test_mmedit_ddp.c). The 1-process case is the
+# mmedit_<model> test above.
+add_executable(test_mmedit_ddp ${PROJECT_SOURCE_DIR}/tests/mmedit/test_mmedit_ddp.c)
+target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
+# Cost: generating the 10 files took 647 s of wall time (275 s of CPU) on
+# the shared 2-core machine at load 8; the SR models' float64 and
+# without-oneDNN float32 runs at 128 px are most of it (Pix2Pix and
+# CycleGAN take 12 s and 20 s); the duet side 20 s in all. A CI that cannot
+# afford it names fewer models here.
+set(DUET_MMEDIT_DDP_MODELS "srgan;esrgan;pix2pix;cyclegan;basic_restorer" CACHE STRING
+  "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
+add_test(NAME mmedit_gen_refs_ddp
+  COMMAND bash ${DUET_MMEDIT_RUN} gen ${DUET_MMEDIT_VENV} ${DUET_MMEDIT_REF_DIR}-ddp --ranks 2,3
+          ${DUET_MMEDIT_DDP_MODELS})
+set_tests_properties(mmedit_gen_refs_ddp PROPERTIES FIXTURES_SETUP mmedit_refs_ddp TIMEOUT 900
+  SKIP_RETURN_CODE 77 LABELS mmedit)
+foreach(model ${DUET_MMEDIT_DDP_MODELS})
+  foreach(np 2 3)
+    add_test(NAME mmedit_ddp_${model}_np${np}
+      COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR}-ddp ${model}_np${np}.safetensors
+              ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mmedit_ddp> ${MPIEXEC_POSTFLAGS} ${model})
+    set_tests_properties(mmedit_ddp_${model}_np${np} PROPERTIES
+      ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-ddp"
+      FIXTURES_REQUIRED mmedit_refs_ddp SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+      PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+      FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+  endforeach()
+endforeach()
 # GenerationPairedDataset's pipeline against MMEditing's own pipeline classes
 # on OpenCV's resize (cv2 in the same venv), every value equal.
 add_test(NAME mmedit_translation

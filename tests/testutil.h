@@ -108,6 +108,11 @@ void tu_compare_adam_moments(const duet_optimizer_set *opts, const char *const *
  * nothing to do there. */
 void tu_compare_distance(duet_module *root, const duet_st *st, int step,
                          const char *const *parts, int nparts);
+/* The same check without failing (for a test whose ranks must agree first,
+ * tests/mmedit/test_mmedit_ddp.c): prints the same line; false, with the
+ * reason in why, where a part is farther than 3 times PyTorch's. */
+bool tu_distance_within(duet_module *root, const duet_st *st, int step,
+                        const char *const *parts, int nparts, char *why, size_t why_size);
 /* Compares t's data with the reference entry `name` (shapes must agree). */
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);

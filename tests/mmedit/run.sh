@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The `mmedit` CTest tests (cmake/DuetTests.cmake) run through this:
-#   run.sh gen VENV OUTDIR           tests/ref/gen_mmedit_refs.py in VENV
+#   run.sh gen VENV OUTDIR [ARG..]   tests/ref/gen_mmedit_refs.py OUTDIR ARG.. in VENV
 #   run.sh check OUTDIR FILE PROG..  PROG.. once OUTDIR/FILE exists
 # Each exits 77 (CTest's SKIP_RETURN_CODE) with the reason when MMEditing's
 # venv, or the file it would have written, is absent.
@@ -9,6 +9,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 case "$1" in
   gen)
     venv="$2" out="$3"
+    shift 3
     # No file of an earlier run may stand in for this one's.
     rm -rf "$out"
     if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/duet-stamp" ]; then
@@ -16,7 +17,7 @@ case "$1" in
            "(make test does; about 15 s once its Debian packages are installed)"
       exit 77
     fi
-    exec "$venv/bin/python" "$here/../ref/gen_mmedit_refs.py" "$out"
+    exec "$venv/bin/python" "$here/../ref/gen_mmedit_refs.py" "$out" "$@"
     ;;
   check)
     out="$2" file="$3"
@@ -29,5 +30,5 @@ case "$1" in
     exec "$@"
     ;;
 esac
-echo "usage: run.sh gen VENV OUTDIR | run.sh check OUTDIR FILE PROG..." >&2
+echo "usage: run.sh gen VENV OUTDIR [ARG...] | run.sh check OUTDIR FILE PROG..." >&2
 exit 2

@@ -38,9 +38,11 @@ changes in MMEditing's environment is all in mmedit_oracle.py.
 
 Usage (in the venv of scripts/make-mmedit-venv.sh): gen_mmedit_refs.py OUTDIR
 """
+import copy
 import os
 import sys
 import tempfile
+import threading
 
 import torch
 
@@ -261,11 +263,145 @@ def write(spec, outdir):
           f"of the C test's tolerance: " + ", ".join(f"{k} {v:.3g}" for v, k in worst))
 
 
+# ---- N processes (issue 19): MMEditing's DistributedDataParallel on one process ----
+#
+# <model>_np<N>.safetensors: what N ranks of MMEditing's own distributed
+# training do with a global batch of DDP_BATCH, each rank running its
+# train_step on its share of DDP_BATCH / N samples, computed in one process
+# by N replicas of the model in N threads that meet at every optimizer
+# step: there the gradients are averaged over the replicas (DDP's
+# allreduce, divided by the world size) and every replica steps with the
+# average. So each rank's forward sees the others' earlier updates exactly
+# when it would under DDP (Pix2Pix and CycleGAN step the discriminator
+# before the generator's loss runs it), BatchNorm takes each rank's own
+# batch statistics and keeps its own running statistics (MMEditing's
+# configs have no SyncBN; its wrapper does not broadcast buffers), and
+# ESRGAN's relativistic means are each rank's. Rank 0's state is written.
+# With N = 1 it is the single-process train_step on the whole batch.
+#
+# What would differ by rank beyond the batch is left out, so that duet's
+# ranks and these replicas meet the same data: Pix2Pix's UNet without
+# dropout (each rank would draw its own masks) and CycleGAN with
+# buffer_size 0 (each rank's pool would draw its own swaps). The files hold
+# init.*, the batch, step<s>.* (rank 0's state after each step) and
+# f32dist<s>.* (PyTorch float32's distance from float64, run the same way),
+# for tests/mmedit/test_mmedit_ddp.c.
+DDP_BATCH = 6
+# PyTorch float32's configurations: all three of F32_CONFIGS, as for one
+# process. Without its third (PyTorch's own im2col convolutions, which cost
+# as much as the float64 run) the yardstick shrinks sevenfold in places:
+# SRGAN at 3 ranks, PyTorch float32's generator after step 10 is 0.0232
+# from float64 without oneDNN, 0.0032 with it, duet 0.0249. It starts in
+# step 1 (0.0191 without oneDNN, duet 0.0191, oneDNN 2.7e-5), in the
+# generator's convolution weights at the highest resolutions (PyTorch
+# without oneDNN: conv_hr.weight 44% of it, upsample2 29%, upsample1 22%):
+# their weight gradients are dot products over 2 x 128 x 128 positions
+# summed by a float32 GEMM over im2col's columns, which duet's and
+# PyTorch's own convolutions share and oneDNN's blocked backward-weights
+# kernel does not (the mechanism, presumably Adam's first step lr g /
+# (|g| + eps) on elements whose gradient is near eps, is not measured).
+DDP_F32_CONFIGS = F32_CONFIGS
+
+
+class DDPRun:
+    """spec trained for spec.steps steps by `ranks` replicas in lockstep
+    (above), in dtype; steps[i]['state'] is rank 0's state after step i+1."""
+
+    def __init__(self, spec, dtype, ranks):
+        self.spec = spec
+        with tempfile.TemporaryDirectory() as tmp:
+            model, cfg = spec.build(tmp)
+        model.train()
+        self.init = {k: v.clone() for k, v in model.state_dict().items()}
+        replicas = [copy.deepcopy(model).to(dtype) for _ in range(ranks)]
+        opts = [mo.optimizers(m, cfg) for m in replicas]
+        barrier = threading.Barrier(ranks)
+        for r, opt in enumerate(opts):
+            for name, o in opt.items():
+                o.step = self._allreduce_step(r, name, opts, barrier, o.step)
+        n = DDP_BATCH // ranks
+        shards = [{k: (v[r * n:(r + 1) * n].to(dtype) if torch.is_tensor(v) else v[r * n:(r + 1) * n])
+                   for k, v in spec.batch.items()} for r in range(ranks)]
+        self.steps = []
+        for _ in range(spec.steps):
+            errors = []
+
+            def rank(r):
+                try:
+                    spec.step(replicas[r], shards[r], opts[r])
+                except BaseException as e:  # noqa: B902  (re-raised below)
+                    errors.append(e)
+                    barrier.abort()
+            threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            self.steps.append(dict(state={k: v.clone()
+                                          for k, v in replicas[0].state_dict().items()}))
+
+    @staticmethod
+    def _allreduce_step(r, name, opts, barrier, step):
+        def allreduce_then_step(*a, **k):
+            barrier.wait()  # every rank's gradients for this optimizer are in
+            if r == 0:
+                params = [[p for g in opt[name].param_groups for p in g['params']]
+                          for opt in opts]
+                for same in zip(*params):
+                    grads = [p.grad for p in same if p.grad is not None]
+                    if not grads:
+                        continue
+                    mean = sum(grads) / len(same)  # a rank without one adds zero
+                    for p in same:
+                        p.grad = mean.clone()
+            barrier.wait()
+            return step(*a, **k)
+        return allreduce_then_step
+
+
+def ddp_spec(name, ranks):
+    spec = DDP_SPECS[name]()
+    spec.ddp = True
+    spec.file = f"{name}_np{ranks}.safetensors"
+    return spec
+
+
+def write_ddp(name, ranks, outdir):
+    spec = ddp_spec(name, ranks)
+    ref = DDPRun(spec, torch.float64, ranks)
+    f32s = []
+    for _, mkldnn, threads in DDP_F32_CONFIGS:
+        torch.backends.mkldnn.enabled = mkldnn
+        torch.set_num_threads(threads)
+        try:
+            f32s.append(DDPRun(spec, torch.float32, ranks))
+        finally:
+            torch.backends.mkldnn.enabled = True
+            torch.set_num_threads(1)
+    d = {f"init.{k}": v for k, v in ref.init.items()}
+    d.update({k: v for k, v in spec.batch.items() if torch.is_tensor(v)})
+    for i, r in enumerate(ref.steps):
+        for k, v in r['state'].items():
+            d[f"step{i + 1}.{k}"] = v
+    distances(ref, f32s, d)
+    st.save(d, os.path.join(outdir, spec.file),
+            metadata={"oracle": f"mmedit {mo.mmedit.__version__} {spec.name}.train_step, "
+                                f"float64, {ranks} ranks in lockstep; f32dist*: PyTorch "
+                                "float32's distance",
+                      "ranks": str(ranks)})
+    last = ", ".join(f"{p} {d[f'f32dist{spec.steps}.{p}'].item():.3g}" for p in spec.parts)
+    print(f"gen_mmedit_refs: {spec.file}: {ranks} ranks, PyTorch float32's distance from "
+          f"float64 after step {spec.steps}: {last}")
+
+
 class Spec:
     steps = 10  # step by step over 10 iterations (issue 19)
     parts = ("generator", "discriminator")  # whose distance from float64 is written
     reload = False
     structural_zero = 0.0
+    ddp = False  # set by ddp_spec
 
     def extra(self, model):
         return {}
@@ -279,12 +415,12 @@ class SRGANSpec(Spec):
     from the config."""
     lr = 1e-4
 
-    def __init__(self, name, cfg_path, generator, seed, batch_seed):
+    def __init__(self, name, cfg_path, generator, seed, batch_seed, n=4):
         self.name, self.cfg_path, self.generator, self.seed = name, cfg_path, generator, seed
         self.file = f"{name.lower()}.safetensors"
         g = torch.Generator().manual_seed(batch_seed)
-        self.batch = dict(lq=torch.rand(4, 3, 32, 32, generator=g),
-                          gt=torch.rand(4, 3, 128, 128, generator=g))
+        self.batch = dict(lq=torch.rand(n, 3, 32, 32, generator=g),
+                          gt=torch.rand(n, 3, 128, 128, generator=g))
 
     def build(self, tmp):
         cfg = mo.config(self.cfg_path)
@@ -339,19 +475,22 @@ class Pix2Pix(Spec):
     train_steps on one batch of two 64x64 pairs, Adam from the config."""
     name, file, lr = "Pix2Pix", "pix2pix.safetensors", 2e-4
 
-    def __init__(self):
+    def __init__(self, n=2):
         g = torch.Generator().manual_seed(8)
-        self.batch = dict(img_a=torch.rand(2, 3, 64, 64, generator=g) * 2 - 1,
-                          img_b=torch.rand(2, 3, 64, 64, generator=g) * 2 - 1,
-                          meta=[dict(img_a_path="a", img_b_path="b")] * 2)
+        self.batch = dict(img_a=torch.rand(n, 3, 64, 64, generator=g) * 2 - 1,
+                          img_b=torch.rand(n, 3, 64, 64, generator=g) * 2 - 1,
+                          meta=[dict(img_a_path="a", img_b_path="b")] * n)
 
     def build(self, tmp):
         cfg = mo.config("synthesizers/pix2pix/pix2pix_vanilla_unet_bn_a2b_1x1_219200_maps.py")
         cfg.model.generator.update(num_down=6, base_channels=4)
         cfg.model.discriminator.base_channels = 4
+        if self.ddp:
+            cfg.model.generator.use_dropout = False  # per-rank masks: see DDP_SPECS
         torch.manual_seed(20261221)
         model = mo.build(cfg)
-        assert mo.use_duet_dropout(model.generator, 77) > 0
+        if not self.ddp:
+            assert mo.use_duet_dropout(model.generator, 77) > 0
         return model, cfg
 
     def step(self, model, batch, opt):
@@ -374,17 +513,17 @@ class CycleGAN(Spec):
     parts = ("generators", "discriminators")
     structural_zero = 1e-10  # test_ref_cyclegan.c's STRUCTURAL_ZERO
 
-    def __init__(self):
+    def __init__(self, n=2):
         g = torch.Generator().manual_seed(9)
-        self.batch = dict(img_a=torch.rand(2, 3, 32, 32, generator=g) * 2 - 1,
-                          img_b=(torch.rand(2, 3, 32, 32, generator=g) * 2 - 1) * 0.5,
-                          meta=[dict(img_a_path="a", img_b_path="b")] * 2)
+        self.batch = dict(img_a=torch.rand(n, 3, 32, 32, generator=g) * 2 - 1,
+                          img_b=(torch.rand(n, 3, 32, 32, generator=g) * 2 - 1) * 0.5,
+                          meta=[dict(img_a_path="a", img_b_path="b")] * n)
 
     def build(self, tmp):
         cfg = mo.config("synthesizers/cyclegan/cyclegan_lsgan_resnet_in_1x1_80k_facades.py")
         cfg.model.generator.update(base_channels=4, num_blocks=1)
         cfg.model.discriminator.update(base_channels=4, num_conv=2)
-        cfg.train_cfg.update(direction='a2b', buffer_size=2)
+        cfg.train_cfg.update(direction='a2b', buffer_size=0 if self.ddp else 2)
         cfg.test_cfg.update(direction='a2b')
         torch.manual_seed(20261222)
         model = mo.build(cfg)
@@ -415,10 +554,10 @@ class BasicRestorer(Spec):
     name, file, lr = "BasicRestorer", "basic_restorer.safetensors", 2e-4
     parts = ("generator",)
 
-    def __init__(self):
+    def __init__(self, n=4):
         g = torch.Generator().manual_seed(11)
-        self.batch = dict(lq=torch.rand(4, 3, 32, 32, generator=g),
-                          gt=torch.rand(4, 3, 128, 128, generator=g))
+        self.batch = dict(lq=torch.rand(n, 3, 32, 32, generator=g),
+                          gt=torch.rand(n, 3, 128, 128, generator=g))
 
     def build(self, tmp):
         cfg = mo.config("restorers/srresnet_srgan/msrresnet_x4c64b16_g1_1000k_div2k.py")
@@ -633,11 +772,33 @@ MODELS = {
 }
 
 
+# The global batch of DDP_BATCH samples, divisible by 2 and 3.
+DDP_SPECS = {
+    "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
+                           dict(mid_channels=16, num_blocks=2), 20261219, 7, n=DDP_BATCH),
+    "esrgan": lambda: ESRGAN("ESRGAN", "restorers/esrgan/esrgan_x4c64b23g32_g1_400k_div2k.py",
+                             dict(mid_channels=8, num_blocks=2, growth_channels=4), 20261220, 9,
+                             n=DDP_BATCH),
+    "pix2pix": lambda: Pix2Pix(n=DDP_BATCH),
+    "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
+    "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
+}
+
+
 def main():
+    """gen_mmedit_refs.py OUTDIR [MODEL...]: the single-process files;
+    gen_mmedit_refs.py OUTDIR --ranks 2,3 [MODEL...]: <model>_np<N>.safetensors."""
     outdir = sys.argv[1]
-    only = sys.argv[2:] or list(MODELS)
+    args = sys.argv[2:]
     os.makedirs(outdir, exist_ok=True)
     torch.set_num_threads(1)
+    if args[:1] == ["--ranks"]:
+        ranks = [int(n) for n in args[1].split(",")]
+        for name in args[2:] or list(DDP_SPECS):
+            for n in ranks:
+                write_ddp(name, n, outdir)
+        return
+    only = args or list(MODELS)
     for name in only:
         spec = MODELS[name]()
         if hasattr(spec, "write"):
