@@ -387,6 +387,21 @@ static int open_temp_beside(const char *path, char *tmp, size_t size, FILE **out
     return DUET_OK;
 }
 
+/* The PNG of img through a writer whose output is set up (a file or a
+ * memory sink): header, rows, end. libpng's errors longjmp to the caller's
+ * setjmp; the writer is destroyed here on success. */
+static void write_png_image(png_structp png, png_infop info, const duet_image *img, int level) {
+    if (level >= 0) png_set_compression_level(png, level);
+    png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8,
+                 img->channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
+                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    png_write_info(png, info);
+    size_t stride = (size_t)img->width * (size_t)img->channels;
+    for (int64_t y = 0; y < img->height; y++) png_write_row(png, img->data + (size_t)y * stride);
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+}
+
 int duet_image_save_png(const duet_image *img, const char *path) {
     return duet_image_save_png_level(img, path, -1);
 }
@@ -418,15 +433,7 @@ int duet_image_save_png_level(const duet_image *img, const char *path, int level
         return duet__error(DUET_EIO, "cannot write %s: %s", path, err.msg);
     }
     png_init_io(png, f);
-    if (level >= 0) png_set_compression_level(png, level);
-    png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8,
-                 img->channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    size_t stride = (size_t)img->width * (size_t)img->channels;
-    for (int64_t y = 0; y < img->height; y++) png_write_row(png, img->data + (size_t)y * stride);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
+    write_png_image(png, info, img, level);
     FILE *fc = f;
     int e = 0;
     if (fflush(fc) != 0 || ferror(fc)) e = errno ? errno : EIO;
@@ -486,15 +493,7 @@ int duet_image_encode_png(const duet_image *img, int level, const char *name, ui
         return duet__error(DUET_ENOMEM, "cannot encode %s as PNG: %s", name, err.msg);
     }
     png_set_write_fn(png, sink, png_write_mem, png_flush_mem);
-    if (level >= 0) png_set_compression_level(png, level);
-    png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8,
-                 img->channels == 3 ? PNG_COLOR_TYPE_RGB : PNG_COLOR_TYPE_GRAY,
-                 PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-    png_write_info(png, info);
-    size_t stride = (size_t)img->width * (size_t)img->channels;
-    for (int64_t y = 0; y < img->height; y++) png_write_row(png, img->data + (size_t)y * stride);
-    png_write_end(png, NULL);
-    png_destroy_write_struct(&png, &info);
+    write_png_image(png, info, img, level);
     *bytes = sink->bytes;
     *nbytes = sink->n;
     return DUET_OK;
