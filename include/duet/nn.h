@@ -161,11 +161,9 @@ int duet_module_load_state(duet_module *m, const duet_st *st, const char *prefix
  * +-1/sqrt(fan_in). Params: weight (O, C, K, K), bias (O). */
 int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                               int padding, bool bias, duet_rng *rng, duet_module **out);
-/* A duet_conv2d_module_create module's stride and padding (for exporters);
- * DUET_EINVAL naming the type for any other module. */
-int duet_conv2d_module_geometry(const duet_module *m, int *stride, int *padding);
 /* The settings an exporter needs beyond a layer's tensors, for the layer
- * types that have any: ConvTranspose2d (stride, padding, output_padding),
+ * types that have any: Conv2d (stride, padding), ConvTranspose2d (stride,
+ * padding, output_padding),
  * ReflectionPad2d (padding), BatchNorm2d and InstanceNorm2d (eps; affine
  * for InstanceNorm2d), LeakyReLU (negative_slope), Dropout (p). Fields a
  * type lacks are 0. DUET_EINVAL naming the type for any other module. */

@@ -91,15 +91,6 @@ static int conv_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type conv_type = {"Conv2d", conv_forward, free};
 
-int duet_conv2d_module_geometry(const duet_module *m, int *stride, int *padding) {
-    if (duet_module_get_type(m) != &conv_type)
-        return duet__error(DUET_EINVAL, "a %s is not a (plain) Conv2d", duet_module_type_name(m));
-    const conv_impl *c = duet_module_impl(m);
-    *stride = c->stride;
-    *padding = c->padding;
-    return DUET_OK;
-}
-
 int duet_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                               int padding, bool bias, duet_rng *rng, duet_module **out) {
     *out = NULL;
@@ -439,7 +430,10 @@ int duet_layer_settings_of(const duet_module *m, duet_layer_settings *s) {
     *s = (duet_layer_settings){0};
     const duet_module_type *t = duet_module_get_type(m);
     const void *impl = duet_module_impl(m);
-    if (t == &tconv_type) {
+    if (t == &conv_type) {
+        s->stride = ((const conv_impl *)impl)->stride;
+        s->padding = ((const conv_impl *)impl)->padding;
+    } else if (t == &tconv_type) {
         const tconv_impl *c = impl;
         s->stride = c->stride;
         s->padding = c->padding;

@@ -190,12 +190,13 @@ static void emit_child(gx *g, duet_module *m, const char *path, const char *name
 }
 
 static void emit_conv(gx *g, duet_module *m, const char *path, const char *in, char *out) {
-    int stride = 1, pad = 0;
-    int rc = duet_conv2d_module_geometry(m, &stride, &pad);
+    duet_layer_settings ls;
+    int rc = duet_layer_settings_of(m, &ls);
     if (rc != DUET_OK) {
         fail(g, duet__error_context(rc, "export: %s", path));
         return;
     }
+    const int stride = ls.stride, pad = ls.padding;
     duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
     char wn[600], bn[600];
     snprintf(wn, sizeof wn, "%s.weight", path);

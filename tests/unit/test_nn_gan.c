@@ -246,8 +246,14 @@ static void test_export_settings(void **state) {
     assert_true(s.negative_slope == 0.3f);
     TU_OK(duet_layer_settings_of(m[5], &s));
     assert_true(s.p == 0.25f);
-    tu_expect_error(duet_layer_settings_of(m[6], &s), DUET_EINVAL, "a Conv2d has no layer settings",
-                    NULL);
+    TU_OK(duet_layer_settings_of(m[6], &s));
+    assert_int_equal(s.stride, 1);
+    assert_int_equal(s.padding, 1);
+    duet_module *seq = NULL;
+    TU_OK(duet_sequential_create(&seq));
+    tu_expect_error(duet_layer_settings_of(seq, &s), DUET_EINVAL,
+                    "a Sequential has no layer settings", NULL);
+    duet_module_destroy(seq);
     bool first = true;
     tu_expect_error(duet_conv_module_act_first(m[6], &first), DUET_EINVAL,
                     "a Conv2d is not a ConvModule", NULL);
