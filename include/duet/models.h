@@ -164,6 +164,11 @@ typedef struct duet_gl_encdec_opts {
 int duet_gl_encdec_create(const duet_gl_encdec_opts *opts, duet_rng *init_rng,
                           duet_module **out);
 
+/* GLDiscs' two discriminators, as its config groups them. */
+typedef struct duet_gl_discs_opts {
+    duet_multi_layer_disc_opts global, local; /* global_disc_cfg, local_disc_cfg */
+} duet_gl_discs_opts;
+
 /* PatchDiscriminator: model.0 (4x4 s2 conv with bias, LeakyReLU 0.2),
  * model.1 .. model.<num_conv-1> (4x4 s2, channels doubling up to 8x,
  * norm, LeakyReLU), model.<num_conv> (4x4 s1, norm, LeakyReLU), and
@@ -530,6 +535,50 @@ int duet_perceptual_loss_create(const duet_perceptual_loss_opts *opts, duet_rng 
 int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_tensor **percep,
                          duet_tensor **style);
 
+/* ---- inpaintors (mmedit/models/inpaintors) ---------------------------- */
+
+/* GLInpaintor (mmedit/models/inpaintors/gl_inpaintor.py on one_stage.py):
+ * parts generator (GLEncoderDecoder, the config's `encdec`), disc (GLDiscs
+ * on the composite image and the patch of train_cfg.local_size around the
+ * hole's box), loss_gan, and optionally loss_disc_shift; the L1 losses in
+ * the hole and the valid region are MMEditing's L1Loss weighted by the
+ * mask (duet_l1_loss_masked). One train_step, with cur_iter starting at
+ * start_iter:
+ *   fake_res = generator(cat(masked_img, mask)); fake_img = gt * (1 - mask)
+ *   + fake_res * mask; fake_local and gt_local cut at mask_bbox grown to
+ *   local_size around its centre (scale_bbox);
+ *   cur_iter > iter_tc (and disc_step > 0): a discriminator update, fake
+ *   (detached) then real, each with its own backward (plus half the disc
+ *   shift loss of each); it ends the step (cur_iter++) unless this was the
+ *   disc_step-th in a row and cur_iter > iter_td;
+ *   cur_iter <= iter_tc or cur_iter > iter_td: a generator update on the L1
+ *   losses, plus the adversarial loss (the frozen discriminator on fake_img
+ *   and fake_local, target real) once cur_iter > iter_td.
+ * Log keys as MMEditing: fake_loss, real_loss, loss_disc_shift,
+ * loss_g_fake, loss_l1_hole, loss_l1_valid. val_step (forward_test): the
+ * output is fake_res * mask + masked_img * (1 - mask), with test metrics
+ * "l1" (the L1 in the hole, on [-1, 1]), "psnr" and "ssim" (on the uint8
+ * images of tensor2img(min_max=(-1, 1))). forward takes cat(masked_img,
+ * mask) (N, 4, H, W) and gives that composite. */
+typedef struct duet_gl_inpaintor_opts {
+    duet_gl_encdec_opts encdec;
+    duet_gl_discs_opts disc;
+    duet_gan_loss_opts loss_gan;
+    float l1_hole_weight, l1_valid_weight; /* <= 0: no such loss */
+    float disc_shift_weight;               /* <= 0: no loss_disc_shift */
+    int disc_step;                         /* train_cfg.disc_step, 1 */
+    int64_t iter_tc, iter_td, start_iter;  /* 0, 0, 0 */
+    int local_h, local_w;                  /* train_cfg.local_size, 128 x 128 */
+    int nmetrics;
+    const char *metrics[4];                /* "l1", "psnr", "ssim" (static strings) */
+} duet_gl_inpaintor_opts;
+duet_gl_inpaintor_opts duet_gl_inpaintor_opts_default(void);
+int duet_gl_inpaintor_create(const duet_gl_inpaintor_opts *opts, duet_rng *rng,
+                             duet_model **out);
+/* MMEditing's cur_iter (the schedule's clock) and disc_step_count. */
+int64_t duet_gl_inpaintor_cur_iter(duet_model *m);
+int duet_gl_inpaintor_disc_step_count(duet_model *m);
+
 /* ---- metrics (mmedit/core/evaluation/metrics.py) ----------------------- */
 
 /* tensor2img: one image (C, H, W) floats of min_max [0,1] -> uint8 HWC BGR
@@ -558,6 +607,16 @@ duet_test_cfg duet_test_cfg_default(void); /* PSNR, SSIM, crop 0, RGB */
 /* Mean over the batch of each metric for output and gt (N, C, H, W). */
 int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const duet_tensor *gt,
                   duet_log_vars *metrics);
+
+/* An inpaintor's metrics (OneStageInpaintor.forward_test), the mean over
+ * the batch of each: "l1" MMEditing's L1Evaluation, the L1 of res (the
+ * generator's output) against gt in the hole of mask, on [-1, 1]; "psnr"
+ * and "ssim" of the composite img against gt as uint8 images of
+ * tensor2img(min_max=(-1, 1)), crop_border 0. res, img, gt (N, C, H, W),
+ * mask (N, 1 or C, H, W). */
+int duet_inpainting_evaluate(const char *const *metrics, int nmetrics, const duet_tensor *res,
+                             const duet_tensor *img, const duet_tensor *gt,
+                             const duet_tensor *mask, duet_log_vars *out);
 
 /* ---- SRGAN and BasicRestorer (mmedit/models/restorers) --------------------- */
 

@@ -27,7 +27,7 @@ typedef struct duet__module_row {
 } duet__module_row;
 
 #define DUET__MAX_PART_TYPES 3
-#define DUET__MAX_PARTS 6
+#define DUET__MAX_PARTS 8
 
 typedef struct duet__part_row {
     const char *key; /* the part's name and its config group; NULL ends the list */

@@ -356,12 +356,8 @@ static int read_mld(duet_config *c, void *opts) {
     return DUET_OK;
 }
 
-typedef struct gl_discs_opts {
-    duet_multi_layer_disc_opts global, local;
-} gl_discs_opts;
-
 static int read_gl_discs(duet_config *c, void *opts) {
-    gl_discs_opts *o = opts;
+    duet_gl_discs_opts *o = opts;
     static const char *const groups[2] = {"global_disc_cfg", "local_disc_cfg"};
     duet_multi_layer_disc_opts *dst[2] = {&o->global, &o->local};
     for (int i = 0; i < 2; i++) {
@@ -412,7 +408,7 @@ static void def_mld(void *o) {
     *(duet_multi_layer_disc_opts *)o = duet_multi_layer_disc_opts_default();
 }
 static void def_gl_discs(void *o) {
-    gl_discs_opts *g = o;
+    duet_gl_discs_opts *g = o;
     g->global = g->local = duet_multi_layer_disc_opts_default();
 }
 static void def_gl_encdec(void *o) { *(duet_gl_encdec_opts *)o = (duet_gl_encdec_opts){0}; }
@@ -420,7 +416,7 @@ static int make_mld(const void *o, duet_rng *rng, duet_module **out) {
     return duet_multi_layer_disc_create(o, rng, out);
 }
 static int make_gl_discs(const void *o, duet_rng *rng, duet_module **out) {
-    const gl_discs_opts *g = o;
+    const duet_gl_discs_opts *g = o;
     return duet_gl_discs_create(&g->global, &g->local, rng, out);
 }
 static int make_gl_encdec(const void *o, duet_rng *rng, duet_module **out) {
@@ -515,7 +511,7 @@ const duet__module_row duet__module_rows[] = {
     {"ResnetGenerator", sizeof(duet_resnet_generator_opts), def_resnet, read_resnet,
      make_resnet},
     {"MultiLayerDiscriminator", sizeof(duet_multi_layer_disc_opts), def_mld, read_mld, make_mld},
-    {"GLDiscs", sizeof(gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
+    {"GLDiscs", sizeof(duet_gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
     {"GLEncoderDecoder", sizeof(duet_gl_encdec_opts), def_gl_encdec, read_gl_encdec,
      make_gl_encdec},
 };
