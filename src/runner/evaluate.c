@@ -29,10 +29,11 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * dataset's sample goes to val_step as it is (a batch of one, named
  * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
 /* sums: [0] images, [1 + k] the model's metric k of test_cfg, [1 + NM + k]
- * bicubic's, [1 + 2 NM] images with a bicubic comparison (super-resolution
- * samples only). */
+ * the baseline's: bicubic upscaling (super-resolution samples) or the
+ * masked input itself (inpainting samples); [1 + 2 NM] images with a
+ * bicubic comparison, [2 + 2 NM] with a masked-input one. */
 #define NM DUET_MAX_METRICS
-#define NSUMS (2 + 2 * NM)
+#define NSUMS (3 + 2 * NM)
 
 /* Translation data ("img_a" / "img_b", no "lq" / "gt") is normalised to
  * [-1, 1], and so are the outputs of the models that take it: MMEditing's
@@ -165,6 +166,15 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
         for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&bl, tc->metrics[k]);
         sums[1 + 2 * NM] += 1;
     }
+    if (rc == DUET_OK && bicubic && inpainting) {
+        duet_log_vars il;
+        duet_log_vars_clear(&il);
+        duet_tensor *mask = duet_batch_tensor_get(&batch, "mask");
+        rc = duet_inpainting_evaluate(tc->metrics, tc->nmetrics, masked, masked, gt_img, mask,
+                                      &il);
+        for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&il, tc->metrics[k]);
+        sums[2 + 2 * NM] += 1;
+    }
     if (rc == DUET_OK && out_dir != NULL) {
         if (translation || inpainting) rc = duet__from_signed(vo.output, &saved);
         if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
@@ -245,11 +255,14 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     /* The metrics test_cfg names, in its order, and no others. */
     const duet_test_cfg *tc = &r->test_cfg;
     for (int k = 0; k < tc->nmetrics; k++) {
-        const double nb = sums[1 + 2 * NM];
+        const double nb = sums[1 + 2 * NM], ni = sums[2 + 2 * NM];
         double m = sums[1 + k] / sums[0], b = nb > 0 ? sums[1 + NM + k] / nb : 0.0;
         DUET_TRY(duet_log_vars_set(&res->metrics, tc->metrics[k], m));
         if (bicubic && nb > 0)
             DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
+        if (bicubic && ni > 0)
+            DUET_TRY(duet_log_vars_set(&res->metrics_input, tc->metrics[k],
+                                       sums[1 + NM + k] / ni));
         if (strcmp(tc->metrics[k], "PSNR") == 0) res->psnr = m, res->psnr_bicubic = b;
         if (strcmp(tc->metrics[k], "SSIM") == 0) res->ssim = m, res->ssim_bicubic = b;
     }
