@@ -20,7 +20,8 @@ static int gated_forward(duet_module *self, int nin, duet_tensor *const *in, due
     if (rc == DUET_OK) rc = duet_slice_channels(h, 0, c, &feat);
     if (rc == DUET_OK) rc = duet_slice_channels(h, c, c, &gate);
     duet_tensor_release(h);
-    duet_module *fa = duet_module_child(self, "feat_act"), *ga = duet_module_child(self, "gate_act");
+    duet_module *fa = duet_module_child(self, "feat_act");
+    duet_module *ga = duet_module_child(self, "gate_act");
     if (rc == DUET_OK && fa != NULL) rc = duet__gan_step(fa, &feat);
     if (rc == DUET_OK && ga != NULL) rc = duet__gan_step(ga, &gate);
     if (rc == DUET_OK) rc = duet_mul(feat, gate, out);
