@@ -180,9 +180,13 @@ int duet_gl_encdec_create(const duet_gl_encdec_opts *opts, duet_rng *init_rng,
  * 0.75 on the encoders and stage 1's decoder (so in_channels 96 and 192)
  * and the decoders' out_act Tanh. CPU (the contextual attention is).
  *
+ * Usage:
+ *
  *   duet_deepfill_encdec_opts o = duet_deepfill_encdec_opts_default();
+ *   duet_module *g = NULL;
  *   DUET_TRY(duet_deepfill_encdec_create(&o, &rng, &g));
- *   // x: (N, 5, H, W) = [masked image, ones, mask], H and W multiples of 8
+ *   // x (N, 5, H, W) = [masked image, ones, mask], H and W multiples of 8
+ *   duet_tensor *stage1 = NULL, *stage2 = NULL, *offset = NULL;
  *   DUET_TRY(duet_deepfill_encdec_forward(g, x, &stage1, &stage2, &offset));
  */
 
