@@ -19,6 +19,9 @@ this directory:
   gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
                        GLEncoderDecoder: forward, input and parameter
                        gradients, BatchNorm buffers
+  deepfill_nets.safetensors  MMEditing's DeepFillEncoderDecoder of the
+                       DeepFillv1 and v2 configs, shrunk: both stages'
+                       outputs, offsets, input and parameter gradients
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
