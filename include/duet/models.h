@@ -309,7 +309,9 @@ int duet_ca_neck_forward(duet_module *m, duet_tensor *x, duet_tensor *mask, duet
 int duet_deepfill_refiner_forward(duet_module *m, duet_tensor *x, duet_tensor *mask,
                                   duet_tensor **out, duet_tensor **offset);
 /* DeepFillEncoderDecoder.forward(x) with return_offset: x (N, C, H, W) is
- * [masked image (3), ones when the inpaintor adds them, mask (1)], H and W
+ * [masked image (3), ones (1) when the inpaintor adds them (its
+ * input_with_ones, the default; without them C = 4 and the encoders'
+ * in_channels 4), mask (1)], H and W
  * multiples of 8 (and large enough for the reflect paddings: H/4 > 16 for
  * the necks). stage1 = stage 1's output; its image stage1 * mask +
  * masked_img * (1 - mask) with x's channels 3.. is the refiner's input,

@@ -310,10 +310,10 @@ int duet_deepfill_encdec_forward(duet_module *m, duet_tensor *x, duet_tensor **s
         return duet__error(DUET_EINVAL, "duet_deepfill_encdec_forward: the module is a %s",
                            duet_module_type_name(m));
     char sx[DUET_SHAPE_STR_MAX];
-    if (x->ndim != 4 || x->shape[1] < 5 || x->shape[2] % 8 != 0 || x->shape[3] % 8 != 0)
+    if (x->ndim != 4 || x->shape[1] < 4 || x->shape[2] % 8 != 0 || x->shape[3] % 8 != 0)
         return duet__error(DUET_ESHAPE, "DeepFillEncoderDecoder: the input %s must be (N, C, H, "
-                           "W), the masked image, ones and the mask, with H and W multiples of "
-                           "8", duet_shape_str(x, sx, sizeof sx));
+                           "W), the masked image, the ones (input_with_ones) and the mask, with "
+                           "H and W multiples of 8", duet_shape_str(x, sx, sizeof sx));
     const int64_t c = x->shape[1];
     duet_tensor *img = NULL, *mask = NULL, *rest = NULL, *s1 = NULL, *mask3 = NULL,
                 *diff = NULL, *hole = NULL, *img1 = NULL, *in2 = NULL;
@@ -396,12 +396,12 @@ int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *o, duet_rng *in
         return duet__error(DUET_EINVAL, "DeepFillEncoderDecoder: stage1's encoder gives %d "
                            "channels, dilation_neck.in_channels is %d, decoder.in_channels %d",
                            enc_c, o->dilation_neck.in_channels, o->decoder.in_channels);
-    if (o->encoder.in_channels < 5 ||
+    if (o->encoder.in_channels < 4 ||
         o->stage2.encoder_conv.in_channels != o->encoder.in_channels)
         return duet__error(DUET_EINVAL, "DeepFillEncoderDecoder: stage1's encoder takes %d "
-                           "channels (masked image, ones, mask: 5), stage2's encoders %d: "
-                           "they must be equal", o->encoder.in_channels,
-                           o->stage2.encoder_conv.in_channels);
+                           "channels (masked image, ones, mask: 5; without the ones 4), "
+                           "stage2's encoders %d: they must be equal (at least 4)",
+                           o->encoder.in_channels, o->stage2.encoder_conv.in_channels);
     DUET_TRY(refiner_check(&o->stage2));
     duet_module *m = NULL, *enc = NULL, *dec = NULL, *neck = NULL, *s1 = NULL, *s2 = NULL;
     DUET_TRY(duet_module_create(&encdec_type, NULL, &m));

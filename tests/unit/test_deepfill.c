@@ -196,9 +196,13 @@ static void test_errors(void **state) {
     tu_expect_error(duet_deepfill_encdec_forward(m, x, &s1, &s2, NULL), DUET_ESHAPE,
                     "multiples of 8", NULL);
     duet_tensor_release(x);
-    x = tu_randn(&rng, 4, (int64_t[]){1, 4, 24, 24}, 1.0f);
+    x = tu_randn(&rng, 4, (int64_t[]){1, 3, 24, 24}, 1.0f);
     tu_expect_error(duet_deepfill_encdec_forward(m, x, &s1, &s2, NULL), DUET_ESHAPE,
                     "(N, C, H, W)", NULL);
+    duet_tensor_release(x);
+    x = tu_randn(&rng, 4, (int64_t[]){1, 4, 24, 24}, 1.0f); /* the generator takes 5 */
+    tu_expect_error(duet_deepfill_encdec_forward(m, x, &s1, &s2, NULL), DUET_ESHAPE,
+                    "(N, 5, H, W)", NULL);
     duet_tensor_release(x);
     /* zeros padding: a small input runs; the offsets are (N, L, H/8, W/8) */
     duet_tensor *off = NULL;
@@ -213,6 +217,16 @@ static void test_errors(void **state) {
     for (size_t i = 0; i < 4; i++) duet_tensor_release(ts[i]);
     tu_expect_error(duet_ca_neck_forward(m, NULL, NULL, &x, NULL), DUET_EINVAL,
                     "DeepFillEncoderDecoder", NULL);
+    duet_module_destroy(m);
+    /* without the ones channel (input_with_ones false): 4 input channels */
+    o.encoder.in_channels = o.stage2.encoder_conv.in_channels = 4;
+    o.stage2.encoder_attention.in_channels = 4;
+    TU_OK(duet_deepfill_encdec_create(&o, &rng, &m));
+    x = tu_randn(&rng, 4, (int64_t[]){1, 4, 16, 16}, 1.0f);
+    TU_OK(duet_deepfill_encdec_forward(m, x, &s1, &s2, NULL));
+    assert_int_equal(s2->shape[1], 3);
+    duet_tensor *ts4[] = {x, s1, s2};
+    for (size_t i = 0; i < 3; i++) duet_tensor_release(ts4[i]);
     duet_module_destroy(m);
 }
 
