@@ -312,6 +312,18 @@ set_tests_properties(gl_inpaintor PROPERTIES
   ENVIRONMENT "${DUET_MPI_ENV};DUET_TEST_FILTER=test_gl_unit_*" TIMEOUT 600 LABELS unit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 4"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# DeepFillEncoderDecoder (v1's conv and v2's gated_conv generator) against
+# MMEditing's own module: outputs, offsets, input and parameter gradients.
+add_executable(test_ref_deepfill_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_deepfill_nets.c)
+target_link_libraries(test_ref_deepfill_nets PRIVATE duet_testutil)
+add_test(NAME mmedit_deepfill_nets
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} deepfill_nets.safetensors
+          $<TARGET_FILE:test_ref_deepfill_nets>)
+set_tests_properties(mmedit_deepfill_nets PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # The same on OpenBLAS with the BatchNorm generator's gradients compared
 # too (see test_gl_encdec: on oneDNN they diverge, open).
 add_test(NAME mmedit_gl_nets_openblas

@@ -202,14 +202,16 @@ typedef enum duet_activation {
     DUET_ACT_RELU,
     DUET_ACT_LEAKY_RELU,
     DUET_ACT_SIGMOID,
-    DUET_ACT_TANH
+    DUET_ACT_TANH,
+    DUET_ACT_ELU /* nn.ELU(alpha=1), mmcv's act_cfg=dict(type='ELU') */
 } duet_activation;
+/* negative_slope is LeakyReLU's; the others ignore it. */
 int duet_activation_module_create(duet_activation kind, float negative_slope, duet_module **out);
 /* MaxPool2d(kernel, stride); no parameters. */
 int duet_max_pool2d_module_create(int kernel, int stride, duet_module **out);
 
 /* Type checks ("Conv2d", "Linear", "BatchNorm2d", "Sequential", "ReLU",
- * "LeakyReLU", "Sigmoid", "Tanh", "MaxPool2d", ...). */
+ * "LeakyReLU", "Sigmoid", "Tanh", "ELU", "MaxPool2d", ...). */
 bool duet_module_is(const duet_module *m, const char *type_name);
 
 /* MMEditing's default_init_weights(module, scale): for every Conv2d and

@@ -113,6 +113,9 @@ int duet_flatten(duet_tensor *x, duet_tensor **out);
 int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out);
 /* Concatenation along dim 1 of n tensors (N, Ci, H, W) -> (N, sum Ci, H, W). */
 int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out);
+/* Channels [start, start + count) of x (N, C, ...) -> (N, count, ...), a
+ * copy, as x[:, start:start + count] (torch.split's pieces). */
+int duet_slice_channels(duet_tensor *x, int64_t start, int64_t count, duet_tensor **out);
 
 /* ---- ESRGAN and MMEditing's losses (src/ops/upsample.c) ------------------- */
 

@@ -285,7 +285,7 @@ static int read_resnet(duet_config *c, void *opts) {
 
 /* norm_cfg of a GL part: none, or BN / SyncBN (SyncBN is BatchNorm on one
  * process; under the wrapper the DDP's SyncBatchNorm conversion applies). */
-static int read_gl_norm(duet_config *c, const char *key, bool *norm) {
+int duet__reg_read_gl_norm(duet_config *c, const char *key, bool *norm) {
     *norm = false;
     if (!duet_config_has(c, key)) return DUET_OK;
     const char *t = NULL;
@@ -344,7 +344,7 @@ static int read_mld(duet_config *c, void *opts) {
     o->fc_in_channels = fc_in;
     DUET_TRY(duet__reg_get_int(c, "fc_out_channels", o->fc_out_channels, &o->fc_out_channels));
     DUET_TRY(duet__reg_get_int(c, "kernel_size", o->kernel_size, &o->kernel_size));
-    DUET_TRY(read_gl_norm(c, "norm_cfg", &o->with_norm));
+    DUET_TRY(duet__reg_read_gl_norm(c, "norm_cfg", &o->with_norm));
     DUET_TRY(read_gl_act(c, "act_cfg", DUET_MLD_ACT_RELU, &o->act));
     DUET_TRY(read_gl_act(c, "out_act_cfg", DUET_MLD_ACT_RELU, &o->out_act));
     DUET_TRY(duet_config_get_bool_or(c, "with_input_norm", true, &o->with_input_norm));
@@ -388,7 +388,7 @@ static int read_gl_encdec(duet_config *c, void *opts) {
             return duet_config_error(c, k, "'%s' = \"%s\": GLEncoderDecoder's %s is %s", k, t,
                                      parts[i], types[i]);
         snprintf(k, sizeof k, "%s.norm_cfg", parts[i]);
-        DUET_TRY(read_gl_norm(c, k, norms[i]));
+        DUET_TRY(duet__reg_read_gl_norm(c, k, norms[i]));
     }
     const char *act = "clip";
     DUET_TRY(duet_config_get_string_or(c, "decoder.out_act", "clip", &act));
@@ -514,6 +514,8 @@ const duet__module_row duet__module_rows[] = {
     {"GLDiscs", sizeof(duet_gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
     {"GLEncoderDecoder", sizeof(duet_gl_encdec_opts), def_gl_encdec, read_gl_encdec,
      make_gl_encdec},
+    {"DeepFillEncoderDecoder", sizeof(duet_deepfill_encdec_opts), duet__reg_def_deepfill_encdec,
+     duet__reg_read_deepfill_encdec, duet__reg_make_deepfill_encdec},
 };
 const size_t duet__module_row_count = sizeof duet__module_rows / sizeof *duet__module_rows;
 

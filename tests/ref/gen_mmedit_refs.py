@@ -19,6 +19,9 @@ this directory:
   gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
                        GLEncoderDecoder: forward, input and parameter
                        gradients, BatchNorm buffers
+  deepfill_nets.safetensors  MMEditing's DeepFillEncoderDecoder of the
+                       DeepFillv1 and v2 configs, shrunk: both stages'
+                       outputs, offsets, input and parameter gradients
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -821,6 +824,92 @@ class GLNets:
               "MultiLayerDiscriminator and GLEncoderDecoder")
 
 
+class DeepFillNets:
+    """MMEditing's own DeepFillEncoderDecoder (built by its registry from the
+    generator of deepfillv1_256x256_8x2_places.py, conv, and of
+    deepfillv2_256x256_8x2_places.py, gated_conv, both with padding_mode
+    'reflect'), channels shrunk by channel_factor, run in float64 in
+    training mode on 128x128 (the smallest size whose neck, at 32x32, takes
+    the reflect padding of dilation 16; the contextual attention sees 16x16
+    patches).
+    Each case NAME holds the state dict (NAME.sd.*), the parameter count,
+    the input NAME.x (masked image, ones, mask), both stages' outputs
+    (NAME.stage1, NAME.stage2), the attention offsets (NAME.offset, the
+    scores as (n, L, h, w)), the cotangents NAME.r1, NAME.r2 of the two
+    outputs and the gradients of the input and every parameter
+    (NAME.grad.*) of sum(stage1 * r1) + sum(stage2 * r2);
+    tests/mmedit/test_ref_deepfill_nets.c compares duet's with them.
+
+    Weights: mmcv's ConvModule init (kaiming) times a gain per case, not
+    DeepFillEncoderDecoder's init_weights (normal(0, 0.02), under which the
+    features shrink layer by layer and the comparison would test little);
+    the gains (0.7 for v1, 2 for v2) keep v1's stage-1 output inside its
+    clip at +-1 (max 0.993) and v2's gated features away from zero; biases
+    are drawn uniform(-0.1, 0.1) so that they matter too. channel_factor
+    1/3 on v2 makes int() truncate (42, 21, 10, 5 channels in the refiner's
+    decoder)."""
+    file = "deepfill_nets.safetensors"
+
+    @staticmethod
+    def generator(cfg_path, factor):
+        """The config's encdec with every part's channels times factor."""
+        cfg = mo.config(cfg_path).model.encdec.to_dict()
+        for stage in ("stage1", "stage2"):
+            for part in cfg[stage].values():
+                if not isinstance(part, dict):
+                    continue
+                if part["type"] in ("DeepFillEncoder", "DeepFillDecoder"):
+                    part["channel_factor"] = part.get("channel_factor", 1.0) * factor
+                if "in_channels" in part and part["type"] != "DeepFillEncoder":
+                    part["in_channels"] = int(round(part["in_channels"] * factor))
+        return cfg
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_backbone
+        torch.manual_seed(20261205)
+        cases = {
+            "deepfillv1": ("inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py", 0.25, 0.7),
+            "deepfillv2": ("inpainting/deepfillv2/deepfillv2_256x256_8x2_places.py", 1 / 3, 2.0),
+        }
+        tensors = {}
+        for name, (cfg_path, factor, gain) in cases.items():
+            cfg = self.generator(cfg_path, factor)
+            net = build_backbone(dict(cfg, return_offset=True))
+            for mod in net.modules():
+                if isinstance(mod, torch.nn.Conv2d):
+                    mod.weight.data.mul_(gain)
+                    torch.nn.init.uniform_(mod.bias, -0.1, 0.1)
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            tensors[f"{name}.nparams"] = torch.tensor(
+                [float(sum(p.numel() for p in net.parameters()))])
+            net = net.double().train()
+            n, h, w = 2, 128, 128
+            img = torch.rand(n, 3, h, w, dtype=torch.float64) * 2 - 1
+            mask = torch.zeros(n, 1, h, w, dtype=torch.float64)
+            mask[0, :, 32:80, 40:88] = 1
+            mask[1, :, 16:48, 60:124] = 1
+            x = torch.cat([img * (1 - mask), torch.ones_like(mask), mask], dim=1)
+            x.requires_grad_(True)
+            s1, s2, offset = net(x)
+            r1, r2 = torch.randn_like(s1), torch.randn_like(s2)
+            ((s1 * r1).sum() + (s2 * r2).sum()).backward()
+            tensors[f"{name}.x"] = x.detach().float()
+            tensors[f"{name}.grad.x"] = x.grad.float()
+            tensors[f"{name}.stage1"] = s1.detach().float()
+            tensors[f"{name}.stage2"] = s2.detach().float()
+            tensors[f"{name}.offset"] = offset.detach().reshape(
+                n, -1, offset.shape[-2], offset.shape[-1]).float()
+            tensors[f"{name}.r1"] = r1.float()
+            tensors[f"{name}.r2"] = r2.float()
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} DeepFillEncoderDecoder "
+                                    "(float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's DeepFillEncoderDecoder, v1 and v2")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -833,6 +922,7 @@ MODELS = {
     "inpainting": InpaintingPipeline,
     "gl_nets": GLNets,
     "gl_inpaintor": GLInpaintor,
+    "deepfill_nets": DeepFillNets,
 }
 
 
