@@ -577,7 +577,9 @@ duet_optimizer_set *tu_adam_pair(duet_model *m, float lr) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = lr;
     TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &a));
-    TU_OK(duet_optimizer_set_add_adam(s, m, "discriminator", &a));
+    /* MMEditing's inpaintors call their discriminator part "disc". */
+    TU_OK(duet_optimizer_set_add_adam(
+        s, m, duet_model_part(m, "discriminator") != NULL ? "discriminator" : "disc", &a));
     return s;
 }
 

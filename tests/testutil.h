@@ -225,6 +225,7 @@ void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);
 duet_model *tu_tiny_srgan(uint64_t seed);
 /* An optimizer set with one Adam (default betas, learning rate lr) each for
  * "generator" and "discriminator". */
+/* Adam on "generator" and "discriminator" (an inpaintor's "disc"). */
 duet_optimizer_set *tu_adam_pair(duet_model *m, float lr);
 /* One Adam (default betas, learning rate lr) over m's trainable parameters. */
 duet_optimizer *tu_adam_for(duet_module *m, float lr);

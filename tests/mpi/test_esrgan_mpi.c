@@ -84,7 +84,7 @@ static void global_batch(duet_batch *b, int it) {
     duet_tensor_release(gt);
 }
 
-static const tu_gan_run run = {global_batch, LR, ITERS, B, PARAM_ATOL};
+static const tu_gan_run run = {global_batch, LR, ITERS, B, PARAM_ATOL, 0};
 
 static void test_syncbn_matches_one_process(void **state) {
     (void)state;

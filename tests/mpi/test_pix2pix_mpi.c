@@ -195,7 +195,7 @@ static void assert_val_steps_local(duet_model *m, duet_model *ref) {
  * (assert_val_steps_local). */
 static void test_batchnorm_syncbn_matches_one_process(void **state) {
     (void)state;
-    const tu_gan_run run = {batch_per_iter, 2e-4f, ITERS, B, 1e-6};
+    const tu_gan_run run = {batch_per_iter, 2e-4f, ITERS, B, 1e-6, 0};
     duet_model *ref = tiny_pix2pix_norm(DUET_GEN_NORM_BN);
     duet_wrapper_opts wo = duet_wrapper_opts_default();
     wo.sync_bn = true;
@@ -248,7 +248,7 @@ static void test_batchnorm_syncbn_matches_one_process(void **state) {
  * on every rank, not hang. */
 static void test_whole_model_ddp_fails_everywhere(void **state) {
     (void)state;
-    const tu_gan_run run = {batch_of, 2e-4f, ITERS, B, 1e-6};
+    const tu_gan_run run = {batch_of, 2e-4f, ITERS, B, 1e-6, 0};
     tu_gan_whole_model_fails_everywhere(tiny_pix2pix(), &run, WHOLE_ITER, WHOLE_NEEDLE);
 }
 

@@ -29,7 +29,7 @@ static duet_model *tiny_srgan(void) { return tiny_srgan_init(0); }
 
 static void srgan_batch(duet_batch *b, int it) { tu_sr_batch(b, 500 + (uint64_t)it, B); }
 
-static const tu_gan_run run = {srgan_batch, LR, ITERS, B, 1e-6};
+static const tu_gan_run run = {srgan_batch, LR, ITERS, B, 1e-6, 0};
 
 static void test_syncbn_matches_one_process(void **state) {
     (void)state;

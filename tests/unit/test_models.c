@@ -730,7 +730,8 @@ static void test_registry_errors(void **state) {
     assert_string_equal(t[2], "BasicRestorer");
     assert_string_equal(t[3], "Pix2Pix");
     assert_string_equal(t[4], "CycleGAN");
-    assert_null(t[5]);
+    assert_string_equal(t[5], "GLInpaintor");
+    assert_null(t[6]);
 }
 
 int main(void) {

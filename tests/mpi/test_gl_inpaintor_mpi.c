@@ -1,0 +1,128 @@
+/* GLInpaintor under the DistributedDataParallelWrapper, run under mpiexec
+ * -n 1, 2 and 3 with a global batch of 6:
+ * - N ranks with 6/N samples each match one process with the whole batch
+ *   over 8 iterations of the schedule disc_step 2, iter_tc 1, iter_td 3
+ *   (G, G, D, D, D, D+G, D, D+G): the generator's DDP sits out the
+ *   discriminator-only stretch after a forward each time, the
+ *   discriminators' DDP the first two iterations entirely, and neither
+ *   hangs or complains. Every log value, every state entry (the BatchNorm
+ *   statistics too: SyncBatchNorm, as the shipped config) to the GAN tests'
+ *   tolerances, bit-identical parameters on every rank. Every hole is
+ *   12x12 here: the L1 in the hole is normalised by each rank's own hole
+ *   area (MMEditing's mask_reduce_loss under DDP does the same), so with
+ *   holes of different sizes N ranks weigh the samples differently than one
+ *   process; the MMEditing DDP oracle (tests/mmedit/test_mmedit_ddp.c) has
+ *   holes of different sizes.
+ * - one DDP around the whole model fails on every rank at the forward of
+ *   the second step, after the first (generator-only) update left the
+ *   discriminators without gradients, with the error naming them. */
+#include "testutil_gan.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { B = 6, ITERS = 8 };
+static const char *cpu[] = {"cpu"};
+
+static duet_model *tiny_gl(void) {
+    duet_gl_inpaintor_opts o = duet_gl_inpaintor_opts_default();
+    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
+    d.in_channels = 3;
+    d.max_channels = 8;
+    d.fc_in_channels = 8 * 4 * 4;
+    d.fc_out_channels = 1024;
+    d.with_norm = true;
+    o.disc.global = d;
+    o.disc.global.num_convs = 3;
+    o.disc.local = d;
+    o.disc.local.num_convs = 2;
+    /* The generator without BatchNorm: with it, its first conv's weight
+     * gradient cancels (BatchNorm's backward leaves dy zero-mean per
+     * channel, the 4-channel input has a large mean), and the rounding of
+     * N partial sums against one moves elements by 10% of lr in two Adam
+     * steps. The discriminators keep theirs (SyncBatchNorm). */
+    o.encdec.out_sigmoid = false;
+    o.loss_gan.loss_weight = 0.001f;
+    o.l1_valid_weight = 0.5f;
+    /* No DiscShiftLoss (GL's config has none): it squares each rank's GAN
+     * loss, so N ranks average loss_r^2 where one process has loss^2, in
+     * MMEditing under DDP as here. */
+    o.disc_shift_weight = 0.0f;
+    o.disc_step = 2;
+    o.iter_tc = 1;
+    o.iter_td = 3;
+    o.local_h = o.local_w = 16;
+    duet_rng rng = duet_rng_make(2028, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_gl_inpaintor_create(&o, &rng, &m));
+    return m;
+}
+
+/* Iteration it's global batch: 32x32 images in [-0.8, 0.8] (away from the
+ * generator's clip at +-1), a 12x12 hole per sample. */
+static void batch_of(duet_batch *b, int it) {
+    duet_rng r = duet_rng_make(300 + (uint64_t)it, 0);
+    duet_tensor *gt = tu_rand(&r, 4, (int64_t[]){B, 3, 32, 32}, -0.8f, 0.8f);
+    duet_tensor *mask = tu_zeros(4, (int64_t[]){B, 1, 32, 32});
+    duet_tensor *masked = tu_zeros(4, (int64_t[]){B, 3, 32, 32});
+    duet_tensor *bbox = tu_zeros(2, (int64_t[]){B, 4});
+    for (int n = 0; n < B; n++) {
+        const int top = 4 + (int)(duet_rng_uniform(&r) * 15), left = 4 + (int)(duet_rng_uniform(&r) * 15);
+        const float box[4] = {(float)top, (float)left, 12, 12};
+        memcpy(bbox->data + n * 4, box, sizeof box);
+        for (int y = top; y < top + 12; y++)
+            for (int x = left; x < left + 12; x++) mask->data[(n * 32 + y) * 32 + x] = 1.0f;
+    }
+    for (int64_t i = 0; i < gt->numel; i++)
+        masked->data[i] = gt->data[i] * (1.0f - mask->data[i / 3072 * 1024 + i % 1024]);
+    static const char *const keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
+    duet_tensor *ts[4] = {gt, mask, masked, bbox};
+    for (int i = 0; i < 4; i++) {
+        TU_OK(duet_batch_add_tensor(b, keys[i], ts[i]));
+        duet_tensor_release(ts[i]);
+    }
+}
+
+static void test_ranks_match_one_process(void **state) {
+    (void)state;
+    const tu_gan_run run = {batch_of, 4e-4f, ITERS, B, 1e-6, 1.0 / 12};
+    duet_model *ref = tiny_gl();
+    duet_wrapper_opts wo = duet_wrapper_opts_default();
+    wo.sync_bn = true;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(tiny_gl(), tu_comm, cpu, 1, &wo, &w));
+    assert_int_equal(duet_wrapper_num_ddps(w), 2);
+    duet_model *m = duet_wrapper_model(w);
+    tu_noise_masks nm = {0};
+    tu_gan_train_pair(ref, w, &nm, true, &run);
+    assert_int_equal(duet_gl_inpaintor_cur_iter(m), ITERS);
+    assert_int_equal(duet_gl_inpaintor_disc_step_count(m), duet_gl_inpaintor_disc_step_count(ref));
+    tu_gan_assert_model_close(m, ref, &nm, &run);
+    tu_gan_assert_params_identical(m);
+    TU_OK(duet_wrapper_check_replicas(w));
+    tu_noise_masks_free(&nm);
+    duet_wrapper_destroy(w);
+    duet_model_destroy(ref);
+}
+
+static void test_whole_model_ddp_fails_everywhere(void **state) {
+    (void)state;
+    const tu_gan_run run = {batch_of, 4e-4f, 3, B, 1e-6, 0};
+    tu_gan_whole_model_fails_everywhere(tiny_gl(), &run, 2, "disc.");
+}
+
+static int setup(void **state) {
+    if (tu_world_setup(state) != 0) return -1;
+    duet_log_set_rank(tu_rank, false);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ranks_match_one_process),
+        cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
+    };
+    int failed = cmocka_run_group_tests(tests, setup, tu_world_teardown);
+    duet_comm_finalize();
+    return failed;
+}
