@@ -681,6 +681,57 @@ class InpaintingPipeline:
               f"{cv2.__version__} (its scalar code)")
 
 
+# How close to its kink a (Leaky)ReLU's input may come in a reference's float64
+# forward, in units of that input's root mean square. Which side of 0 such a
+# value lands on in float32 is rounding: in the first gl_encdec_bn draw one
+# input of decoder.dec4's ReLU was -8.6e-7 in float64, -5.9e-6 in PyTorch's
+# own float32 and +1.2e-7 in duet on oneDNN (closer than PyTorch), so duet
+# let one gradient through that MMEditing's float64 run stops, and every
+# gradient upstream moved by up to 4.5e-3 of its scale. PyTorch float32's
+# own distance from float64 there was 5e-6 of the RMS; the margin is twice it.
+KINK_MARGIN = 1e-5
+
+
+def kink_margin(net, inputs):
+    """The smallest |v| / rms(v) over the inputs v of every ReLU and LeakyReLU
+    module of net in one forward (on a copy: net's BatchNorm buffers stay),
+    and the module it is at."""
+    net = copy.deepcopy(net)
+    worst = [float("inf"), None]
+
+    def pre_hook(module, args):  # before an inplace ReLU overwrites its input
+        v = args[0].detach()
+        rms = v.pow(2).mean().sqrt().item()
+        if rms > 0:
+            m = v.abs().min().item() / rms
+            if m < worst[0]:
+                worst[:] = [m, names[module]]
+
+    names = {m: n for n, m in net.named_modules()
+             if isinstance(m, (torch.nn.ReLU, torch.nn.LeakyReLU))}
+    hooks = [m.register_forward_pre_hook(pre_hook) for m in names]
+    with torch.no_grad():
+        net(tuple(inputs)) if len(inputs) == 2 else net(inputs[0])
+    for h in hooks:
+        h.remove()
+    return worst[0], worst[1]
+
+
+def draw_inputs(name, net, shapes, dtype=torch.float64, tries=20):
+    """Inputs of the given shapes from torch's generator, drawn again until no
+    ReLU input lies within KINK_MARGIN of its kink (a draw that passes at once
+    takes what a single torch.randn per shape would)."""
+    for _ in range(tries):
+        xs = [torch.randn(*sh, dtype=dtype) for sh in shapes]
+        margin, where = kink_margin(net, xs)
+        if margin >= KINK_MARGIN:
+            return [x.requires_grad_() for x in xs]
+        print(f"gen_mmedit_refs: {name}: an input of {where} is {margin:.2g} of its RMS "
+              f"from the kink (< {KINK_MARGIN}): drawing the inputs again")
+    raise RuntimeError(f"{name}: no draw of {tries} kept every ReLU input {KINK_MARGIN} of its "
+                       "RMS from 0; the comparison would hinge on float32 rounding")
+
+
 class GLNets:
     """MMEditing's own GLDiscs, MultiLayerDiscriminator and GLEncoderDecoder
     (built by its registry, its init_weights), run in float64 in training mode: each case
@@ -689,7 +740,8 @@ class GLNets:
     gradients of the inputs and of every parameter (NAME.grad.*) and the
     BatchNorm buffers after the forward (NAME.after.*), the layout
     test_ref_networks_gan.c reads; tests/mmedit/test_ref_gl_nets.c
-    compares duet's networks with them."""
+    compares duet's networks with them. The inputs keep every ReLU input
+    clear of its kink (draw_inputs)."""
     file = "gl_nets.safetensors"
 
     def write(self, outdir):
@@ -736,7 +788,7 @@ class GLNets:
             tensors[f"{name}.nparams"] = torch.tensor(
                 [float(sum(p.numel() for p in net.parameters()))])
             net = net.double().train()
-            xs = [torch.randn(*sh, dtype=torch.float64, requires_grad=True) for sh in shapes]
+            xs = draw_inputs(name, net, shapes)
             out = net(tuple(xs)) if len(xs) == 2 else net(xs[0])
             r = torch.randn_like(out)
             (out * r).sum().backward()
