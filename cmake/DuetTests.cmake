@@ -284,6 +284,19 @@ set_tests_properties(mmedit_gl_nets PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# DeepFillv1Discriminators, the SN-PatchGAN (MultiLayerDiscriminator under
+# spectral norm), GANLoss hinge and the gradient penalty through DeepFillv1's
+# discriminators against MMEditing's own modules.
+add_executable(test_ref_deepfill_discs ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_deepfill_discs.c)
+target_link_libraries(test_ref_deepfill_discs PRIVATE duet_testutil)
+add_test(NAME mmedit_deepfill_discs
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} deepfill_discs.safetensors
+          $<TARGET_FILE:test_ref_deepfill_discs>)
+set_tests_properties(mmedit_deepfill_discs PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # The same on OpenBLAS, the other GEMM backend.
 add_test(NAME mmedit_gl_nets_openblas
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors

@@ -182,6 +182,11 @@ int duet_layer_settings_of(const duet_module *m, duet_layer_settings *s);
 int duet_sn_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                                  int padding, bool bias, float eps, duet_rng *rng,
                                  duet_module **out);
+/* Linear under spectral_norm (MMEditing's LinearModule with
+ * with_spectral_norm=True), the same way: params bias (OUT) and weight_orig
+ * (OUT, IN) with Linear's init, buffers weight_u (OUT) and weight_v (IN). */
+int duet_sn_linear_module_create(int in_features, int out_features, bool bias, float eps,
+                                 duet_rng *rng, duet_module **out);
 /* Params: weight (OUT, IN), bias (OUT). */
 int duet_linear_module_create(int in_features, int out_features, bool bias, duet_rng *rng,
                               duet_module **out);
@@ -202,14 +207,16 @@ typedef enum duet_activation {
     DUET_ACT_RELU,
     DUET_ACT_LEAKY_RELU,
     DUET_ACT_SIGMOID,
-    DUET_ACT_TANH
+    DUET_ACT_TANH,
+    DUET_ACT_ELU /* nn.ELU(alpha=1), mmcv's act_cfg=dict(type='ELU') */
 } duet_activation;
+/* negative_slope is LeakyReLU's; the others ignore it. */
 int duet_activation_module_create(duet_activation kind, float negative_slope, duet_module **out);
 /* MaxPool2d(kernel, stride); no parameters. */
 int duet_max_pool2d_module_create(int kernel, int stride, duet_module **out);
 
 /* Type checks ("Conv2d", "Linear", "BatchNorm2d", "Sequential", "ReLU",
- * "LeakyReLU", "Sigmoid", "Tanh", "MaxPool2d", ...). */
+ * "LeakyReLU", "Sigmoid", "Tanh", "ELU", "MaxPool2d", ...). */
 bool duet_module_is(const duet_module *m, const char *type_name);
 
 /* MMEditing's default_init_weights(module, scale): for every Conv2d and

@@ -82,7 +82,15 @@ int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module 
     if (o->reflect)
         rc = add(m, "padding_layer", duet_reflection_pad2d_module_create(o->padding, &part), &part);
     const int pad = o->reflect ? 0 : o->padding;
-    if (rc == DUET_OK && o->deconv)
+    if (rc == DUET_OK && o->spectral_norm && o->deconv)
+        rc = duet__error(DUET_EUNSUPPORTED, "ConvModule: spectral norm on a ConvTranspose2d "
+                         "is not supported");
+    else if (rc == DUET_OK && o->spectral_norm)
+        rc = add(m, "conv",
+                 duet_sn_conv2d_module_create(o->in_channels, o->out_channels, o->kernel,
+                                              o->stride, pad, o->bias, 1e-12f, rng, &part),
+                 &part);
+    else if (rc == DUET_OK && o->deconv)
         rc = add(m, "conv",
                  duet_conv_transpose2d_module_create(o->in_channels, o->out_channels, o->kernel,
                                                      o->stride, pad, o->output_padding,
@@ -106,6 +114,7 @@ int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module 
     if (rc == DUET_OK && o->act != DUET__CM_ACT_NONE) {
         const duet_activation kind = o->act == DUET__CM_ACT_RELU    ? DUET_ACT_RELU
                                      : o->act == DUET__CM_ACT_LRELU ? DUET_ACT_LEAKY_RELU
+                                     : o->act == DUET__CM_ACT_ELU   ? DUET_ACT_ELU
                                                                     : DUET_ACT_TANH;
         rc = add(m, "activate", duet_activation_module_create(kind, 0.2f, &part), &part);
     }

@@ -69,7 +69,8 @@ typedef enum duet__cm_act {
     DUET__CM_ACT_NONE,
     DUET__CM_ACT_RELU,
     DUET__CM_ACT_LRELU, /* LeakyReLU(0.2) */
-    DUET__CM_ACT_TANH
+    DUET__CM_ACT_TANH,
+    DUET__CM_ACT_ELU    /* ELU(alpha=1) */
 } duet__cm_act;
 
 typedef struct duet__cm_opts {
@@ -82,6 +83,7 @@ typedef struct duet__cm_opts {
     duet_gen_norm norm;
     duet__cm_act act;
     bool act_first;     /* order=('act', 'conv', 'norm'), else conv-norm-act */
+    bool spectral_norm; /* with_spectral_norm: the Conv2d under spectral_norm (not a deconv) */
 } duet__cm_opts;
 
 /* A "ConvModule" with children padding_layer, conv, bn or in, activate as

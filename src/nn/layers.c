@@ -338,6 +338,7 @@ static int act_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
     case DUET_ACT_LEAKY_RELU: return duet_leaky_relu(in[0], a->negative_slope, out);
     case DUET_ACT_SIGMOID: return duet_sigmoid(in[0], out);
     case DUET_ACT_TANH: return duet_tanh(in[0], out);
+    case DUET_ACT_ELU: return duet_elu(in[0], 1.0f, out);
     }
     return duet__error(DUET_EINVAL, "activation: unknown kind %d", (int)a->kind);
 }
@@ -346,6 +347,7 @@ static const duet_module_type relu_type = {"ReLU", act_forward, free};
 static const duet_module_type lrelu_type = {"LeakyReLU", act_forward, free};
 static const duet_module_type sigmoid_type = {"Sigmoid", act_forward, free};
 static const duet_module_type tanh_type = {"Tanh", act_forward, free};
+static const duet_module_type elu_type = {"ELU", act_forward, free};
 
 int duet_activation_module_create(duet_activation kind, float negative_slope, duet_module **out) {
     *out = NULL;
@@ -355,6 +357,7 @@ int duet_activation_module_create(duet_activation kind, float negative_slope, du
     case DUET_ACT_LEAKY_RELU: type = &lrelu_type; break;
     case DUET_ACT_SIGMOID: type = &sigmoid_type; break;
     case DUET_ACT_TANH: type = &tanh_type; break;
+    case DUET_ACT_ELU: type = &elu_type; break;
     default: return duet__error(DUET_EINVAL, "activation: unknown kind %d", (int)kind);
     }
     act_impl *a = malloc(sizeof *a);
