@@ -228,7 +228,7 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # without-oneDNN float32 runs at 128 px are most of it (Pix2Pix and
 # CycleGAN take 12 s and 20 s); the duet side 20 s in all. A CI that cannot
 # afford it names fewer models here.
-set(DUET_MMEDIT_DDP_MODELS "srgan;esrgan;pix2pix;cyclegan;basic_restorer" CACHE STRING
+set(DUET_MMEDIT_DDP_MODELS "srgan;esrgan;pix2pix;cyclegan;basic_restorer;gl_inpaintor" CACHE STRING
   "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
 add_test(NAME mmedit_gen_refs_ddp
   COMMAND bash ${DUET_MMEDIT_RUN} gen ${DUET_MMEDIT_VENV} ${DUET_MMEDIT_REF_DIR}-ddp --ranks 2,3
@@ -241,8 +241,14 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
       COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR}-ddp ${model}_np${np}.safetensors
               ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mmedit_ddp> ${MPIEXEC_POSTFLAGS} ${model})
+    # GLInpaintor's BatchNorm discriminators on OpenBLAS: see
+    # mmedit_gl_inpaintor.
+    set(gemm "")
+    if(model STREQUAL "gl_inpaintor")
+      set(gemm ";DUET_GEMM=openblas")
+    endif()
     set_tests_properties(mmedit_ddp_${model}_np${np} PROPERTIES
-      ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-ddp"
+      ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-ddp${gemm}"
       FIXTURES_REQUIRED mmedit_refs_ddp SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
       PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
       FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
@@ -297,7 +303,41 @@ set_tests_properties(mmedit_deepfill_discs PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
-# The same on OpenBLAS, the other GEMM backend.
+# GLInpaintor's train_step against MMEditing's own (schedule switch in the
+# first three steps); the same program's schedule, resume, val_step and
+# error tests need no reference and run as the unit test gl_inpaintor.
+# On OpenBLAS for now: on oneDNN the BatchNorm discriminators' update in
+# step 2 lands 4.7 times as far from float64 as PyTorch float32's (2.1
+# times on OpenBLAS), the BatchNorm gradient difference test_ref_gl_nets
+# shows (open; mmedit_gl_nets_openblas below).
+add_executable(test_ref_gl_inpaintor ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_gl_inpaintor.c)
+target_link_libraries(test_ref_gl_inpaintor PRIVATE duet_testutil)
+add_test(NAME mmedit_gl_inpaintor
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_inpaintor.safetensors
+          $<TARGET_FILE:test_ref_gl_inpaintor>)
+set_tests_properties(mmedit_gl_inpaintor PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*train_step*;DUET_GEMM=openblas"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+add_test(NAME gl_inpaintor COMMAND test_ref_gl_inpaintor)
+set_tests_properties(gl_inpaintor PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_TEST_FILTER=test_gl_unit_*" TIMEOUT 600 LABELS unit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 4"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# DeepFillEncoderDecoder (v1's conv and v2's gated_conv generator) against
+# MMEditing's own module: outputs, offsets, input and parameter gradients.
+add_executable(test_ref_deepfill_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_deepfill_nets.c)
+target_link_libraries(test_ref_deepfill_nets PRIVATE duet_testutil)
+add_test(NAME mmedit_deepfill_nets
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} deepfill_nets.safetensors
+          $<TARGET_FILE:test_ref_deepfill_nets>)
+set_tests_properties(mmedit_deepfill_nets PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# test_ref_gl_nets again on OpenBLAS, the other GEMM backend.
 add_test(NAME mmedit_gl_nets_openblas
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors
           $<TARGET_FILE:test_ref_gl_nets>)

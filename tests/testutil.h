@@ -81,6 +81,11 @@ double tu_max_abs(const duet_tensor *t);
  * (see test_ref_srgan.c). */
 void tu_ref_compare_state(duet_module *root, const duet_st *st, int step, double lr,
                           double structural_zero);
+/* The same with another bound on the share of noise-level elements than 1
+ * in 50 (a network whose gradients spread over more decades: the GL
+ * generator's). */
+void tu_ref_compare_state_noisy(duet_module *root, const duet_st *st, int step, double lr,
+                                double structural_zero, double max_noisy);
 /* Adam's moments after `step` steps against MMEditing's, for the optimizers
  * `names` of the set: the `mmedit` reference files (metadata "oracle")
  * hold "adam<step>.<optimizer>.<param>.exp_avg" and ".exp_avg_sq" from the

@@ -188,6 +188,170 @@ typedef struct duet_gl_encdec_opts {
 int duet_gl_encdec_create(const duet_gl_encdec_opts *opts, duet_rng *init_rng,
                           duet_module **out);
 
+/* GLDiscs' two discriminators, as its config groups them. */
+typedef struct duet_gl_discs_opts {
+    duet_multi_layer_disc_opts global, local; /* global_disc_cfg, local_disc_cfg */
+} duet_gl_discs_opts;
+
+/* ---- DeepFill's generator (deepfill.c, gated_conv.c) ------------------------
+ * MMEditing's DeepFillEncoderDecoder and its parts (backbones/
+ * encoder_decoders/: two_stage_encoder_decoder.py, encoders/
+ * deepfill_encoder.py, decoders/deepfill_decoder.py, necks/
+ * gl_dilation.py, necks/contextual_attention_neck.py; components/refiners/
+ * deepfill_refiner.py; common/gated_conv_module.py) under MMEditing's
+ * names. Every part takes conv_type ('conv': mmcv ConvModules with ELU,
+ * names <conv>.conv.weight; 'gated_conv': SimpleGatedConvModules, names
+ * <conv>.conv.conv.weight) and padding_mode ('reflect': a ReflectionPad2d
+ * "padding_layer" before each conv). Channel counts are int(c *
+ * channel_factor), as MMEditing truncates them. The defaults are
+ * MMEditing's class defaults; its DeepFillv1 config sets reflect on every
+ * part, its DeepFillv2 config gated and reflect everywhere, channel_factor
+ * 0.75 on the encoders and stage 1's decoder (so in_channels 96 and 192)
+ * and the decoders' out_act Tanh. CPU (the contextual attention is).
+ *
+ * Usage:
+ *
+ *   duet_deepfill_encdec_opts o = duet_deepfill_encdec_opts_default();
+ *   duet_module *g = NULL;
+ *   DUET_TRY(duet_deepfill_encdec_create(&o, &rng, &g));
+ *   // x (N, 5, H, W) = [masked image, ones, mask], H and W multiples of 8
+ *   duet_tensor *stage1 = NULL, *stage2 = NULL, *offset = NULL;
+ *   DUET_TRY(duet_deepfill_encdec_forward(g, x, &stage1, &stage2, &offset));
+ */
+
+/* SimpleGatedConvModule: child conv (a ConvModule to 2 * out_channels with
+ * bias, no activation), then feat_act(first half) * gate_act(second half),
+ * children feat_act (ELU) and gate_act (Sigmoid) when on. Default: 3 -> 3
+ * channels, 3x3, stride 1, padding 1, dilation 1, zeros padding, both
+ * activations on. PyTorch's default init. */
+typedef struct duet_gated_conv_opts {
+    int in_channels, out_channels, kernel, stride, padding, dilation;
+    bool reflect;  /* padding_mode 'reflect' */
+    bool feat_act; /* feat_act_cfg ELU; false: None */
+    bool gate_act; /* gate_act_cfg Sigmoid; false: None */
+} duet_gated_conv_opts;
+duet_gated_conv_opts duet_gated_conv_opts_default(void);
+int duet_simple_gated_conv_module_create(const duet_gated_conv_opts *opts, duet_rng *init_rng,
+                                         duet_module **out);
+
+typedef enum duet_deepfill_encoder_type {
+    DUET_DEEPFILL_ENC_STAGE1,           /* channels 32, 64, 64, 128, 128, 128 */
+    DUET_DEEPFILL_ENC_STAGE2_CONV,      /* 32, 32, 64, 64, 128, 128 */
+    DUET_DEEPFILL_ENC_STAGE2_ATTENTION  /* 32, 32, 64, 128, 128, 128 */
+} duet_deepfill_encoder_type;
+
+typedef enum duet_deepfill_out_act {
+    DUET_DEEPFILL_OUT_CLIP,    /* out_act_cfg=dict(type='clip', min=-1., max=1.) */
+    DUET_DEEPFILL_OUT_TANH,    /* dict(type='Tanh') */
+    DUET_DEEPFILL_OUT_SIGMOID, /* dict(type='Sigmoid') */
+    DUET_DEEPFILL_OUT_NONE     /* None */
+} duet_deepfill_out_act;
+
+/* DeepFillEncoder: enc1..enc6, kernels 5, 3, 3, 3, 3, 3, strides 1, 2, 1,
+ * 2, 1, 1, ELU (gated: ELU feature act). (N, in, H, W) -> (N, C6, H/4, W/4)
+ * for H, W multiples of 4. */
+typedef struct duet_deepfill_encoder_opts {
+    int in_channels; /* 5 */
+    duet_deepfill_encoder_type encoder_type;
+    double channel_factor; /* 1 */
+    bool gated, reflect;
+} duet_deepfill_encoder_opts;
+/* DeepFillDecoder: dec1..dec7, 3x3 convs to 128, 128, 64, 64, 32, 16
+ * (times channel_factor) and 3 channels, ELU after all but dec7 (gated:
+ * dec7 without feature act), nearest 2x upsampling after dec2 and dec4,
+ * then out_act. */
+typedef struct duet_deepfill_decoder_opts {
+    int in_channels;       /* 128 in stage 1, 256 in the refiner */
+    double channel_factor; /* 1 */
+    duet_deepfill_out_act out_act;
+    bool gated, reflect;
+} duet_deepfill_decoder_opts;
+/* GLDilationNeck as DeepFill configures it: dilation_convs.0..3 of
+ * in_channels, dilation and padding 2, 4, 8, 16, act ReLU or ELU (gated:
+ * ELU feature act whatever act_cfg says, as MMEditing). BN when norm. */
+typedef struct duet_gl_dilation_neck_opts {
+    int in_channels; /* 256 (MMEditing's default); DeepFill's configs 128 */
+    bool norm, elu, gated, reflect;
+} duet_gl_dilation_neck_opts;
+/* ContextualAttentionNeck: contextual_attention (ContextualAttentionModule
+ * with these two settings), then conv1, conv2 (3x3, in_channels, ELU). */
+typedef struct duet_ca_neck_opts {
+    int in_channels;      /* 128 */
+    int fuse_kernel_size; /* 3 */
+    float softmax_scale;  /* 10 */
+    bool gated, reflect;
+} duet_ca_neck_opts;
+/* DeepFillRefiner (stage 2): encoder_attention -> contextual_attention_neck
+ * (with the mask resized to its size) and encoder_conv -> dilation_neck,
+ * concatenated (conv branch first) into decoder. */
+typedef struct duet_deepfill_refiner_opts {
+    duet_deepfill_encoder_opts encoder_attention, encoder_conv;
+    duet_gl_dilation_neck_opts dilation_neck;
+    duet_ca_neck_opts contextual_attention;
+    duet_deepfill_decoder_opts decoder;
+} duet_deepfill_refiner_opts;
+/* DeepFillEncoderDecoder: stage1 a GLEncoderDecoder of encoder,
+ * dilation_neck and decoder; stage2 a DeepFillRefiner. */
+typedef struct duet_deepfill_encdec_opts {
+    duet_deepfill_encoder_opts encoder;
+    duet_gl_dilation_neck_opts dilation_neck;
+    duet_deepfill_decoder_opts decoder;
+    duet_deepfill_refiner_opts stage2;
+} duet_deepfill_encdec_opts;
+
+duet_deepfill_encoder_opts duet_deepfill_encoder_opts_default(void);
+duet_deepfill_decoder_opts duet_deepfill_decoder_opts_default(void); /* in_channels 128 */
+duet_gl_dilation_neck_opts duet_gl_dilation_neck_opts_default(void);
+duet_ca_neck_opts duet_ca_neck_opts_default(void);
+duet_deepfill_refiner_opts duet_deepfill_refiner_opts_default(void);
+duet_deepfill_encdec_opts duet_deepfill_encdec_opts_default(void);
+
+/* The parts on their own, PyTorch's default init from init_rng (free with
+ * duet_module_destroy). Bad channel settings are DUET_EINVAL naming the
+ * part and the setting. */
+int duet_deepfill_encoder_create(const duet_deepfill_encoder_opts *opts, duet_rng *init_rng,
+                                 duet_module **out);
+int duet_deepfill_decoder_create(const duet_deepfill_decoder_opts *opts, duet_rng *init_rng,
+                                 duet_module **out);
+int duet_gl_dilation_neck_create(const duet_gl_dilation_neck_opts *opts, duet_rng *init_rng,
+                                 duet_module **out);
+int duet_ca_neck_create(const duet_ca_neck_opts *opts, duet_rng *init_rng, duet_module **out);
+int duet_deepfill_refiner_create(const duet_deepfill_refiner_opts *opts, duet_rng *init_rng,
+                                 duet_module **out);
+/* The generator, with DeepFillEncoderDecoder.init_weights: every Conv2d's
+ * weight N(0, 0.02), bias 0 (BatchNorm weight 1, bias 0). The parts'
+ * channels must chain (stage 1 encoder -> neck -> decoder; the refiner's
+ * encoders into its necks, the two necks' sum into its decoder; stage 2's
+ * encoders take stage 1's input channels): DUET_EINVAL naming the keys. */
+int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *opts, duet_rng *init_rng,
+                                duet_module **out);
+
+/* ContextualAttentionNeck.forward(x, mask): x (N, C, H, W), mask (N, 1, H,
+ * W), H and W even. *out (N, C, H, W); offset (may be NULL): the attention
+ * scores (N, L, H/2, W/2), L = (H/2)*(W/2) (MMEditing's 5-D view of them).
+ * The module's forward2(x, mask) gives out alone. */
+int duet_ca_neck_forward(duet_module *m, duet_tensor *x, duet_tensor *mask, duet_tensor **out,
+                         duet_tensor **offset);
+/* DeepFillRefiner.forward(x, mask): x (N, C, H, W), mask (N, 1, H, W), H
+ * and W multiples of 8; *out (N, 3, H, W) and the offset as above at H/4.
+ * The module's forward2(x, mask) gives out alone. */
+int duet_deepfill_refiner_forward(duet_module *m, duet_tensor *x, duet_tensor *mask,
+                                  duet_tensor **out, duet_tensor **offset);
+/* DeepFillEncoderDecoder.forward(x) with return_offset: x (N, C, H, W) is
+ * [masked image (3), ones (1) when the inpaintor adds them (its
+ * input_with_ones, the default; without them C = 4 and the encoders'
+ * in_channels 4), mask (1)], H and W
+ * multiples of 8 (and large enough for the reflect paddings: H/4 > 16 for
+ * the necks). stage1 = stage 1's output; its image stage1 * mask +
+ * masked_img * (1 - mask) with x's channels 3.. is the refiner's input,
+ * with x's last channel as its mask; stage2 = the refiner's output;
+ * offset (may be NULL) its attention scores (N, L, H/8, W/8). New
+ * references; differentiable in x and every parameter. The module's own
+ * forward (through a DDP) gives stage1 and stage2 concatenated along the
+ * channels, (N, 6, H, W): split with duet_slice_channels. */
+int duet_deepfill_encdec_forward(duet_module *m, duet_tensor *x, duet_tensor **stage1,
+                                 duet_tensor **stage2, duet_tensor **offset);
+
 /* PatchDiscriminator: model.0 (4x4 s2 conv with bias, LeakyReLU 0.2),
  * model.1 .. model.<num_conv-1> (4x4 s2, channels doubling up to 8x,
  * norm, LeakyReLU), model.<num_conv> (4x4 s1, norm, LeakyReLU), and
@@ -554,6 +718,50 @@ int duet_perceptual_loss_create(const duet_perceptual_loss_opts *opts, duet_rng 
 int duet_perceptual_loss(duet_module *m, duet_tensor *x, duet_tensor *gt, duet_tensor **percep,
                          duet_tensor **style);
 
+/* ---- inpaintors (mmedit/models/inpaintors) ---------------------------- */
+
+/* GLInpaintor (mmedit/models/inpaintors/gl_inpaintor.py on one_stage.py):
+ * parts generator (GLEncoderDecoder, the config's `encdec`), disc (GLDiscs
+ * on the composite image and the patch of train_cfg.local_size around the
+ * hole's box), loss_gan, and optionally loss_disc_shift; the L1 losses in
+ * the hole and the valid region are MMEditing's L1Loss weighted by the
+ * mask (duet_l1_loss_masked). One train_step, with cur_iter starting at
+ * start_iter:
+ *   fake_res = generator(cat(masked_img, mask)); fake_img = gt * (1 - mask)
+ *   + fake_res * mask; fake_local and gt_local cut at mask_bbox grown to
+ *   local_size around its centre (scale_bbox);
+ *   cur_iter > iter_tc (and disc_step > 0): a discriminator update, fake
+ *   (detached) then real, each with its own backward (plus half the disc
+ *   shift loss of each); it ends the step (cur_iter++) unless this was the
+ *   disc_step-th in a row and cur_iter > iter_td;
+ *   cur_iter <= iter_tc or cur_iter > iter_td: a generator update on the L1
+ *   losses, plus the adversarial loss (the frozen discriminator on fake_img
+ *   and fake_local, target real) once cur_iter > iter_td.
+ * Log keys as MMEditing: fake_loss, real_loss, loss_disc_shift,
+ * loss_g_fake, loss_l1_hole, loss_l1_valid. val_step (forward_test): the
+ * output is fake_res * mask + masked_img * (1 - mask), with test metrics
+ * "l1" (the L1 in the hole, on [-1, 1]), "psnr" and "ssim" (on the uint8
+ * images of tensor2img(min_max=(-1, 1))). forward takes cat(masked_img,
+ * mask) (N, 4, H, W) and gives that composite. */
+typedef struct duet_gl_inpaintor_opts {
+    duet_gl_encdec_opts encdec;
+    duet_gl_discs_opts disc;
+    duet_gan_loss_opts loss_gan;
+    float l1_hole_weight, l1_valid_weight; /* <= 0: no such loss */
+    float disc_shift_weight;               /* <= 0: no loss_disc_shift */
+    int disc_step;                         /* train_cfg.disc_step, 1 */
+    int64_t iter_tc, iter_td, start_iter;  /* 0, 0, 0 */
+    int local_h, local_w;                  /* train_cfg.local_size, 128 x 128 */
+    int nmetrics;
+    const char *metrics[4];                /* "l1", "psnr", "ssim" (static strings) */
+} duet_gl_inpaintor_opts;
+duet_gl_inpaintor_opts duet_gl_inpaintor_opts_default(void);
+int duet_gl_inpaintor_create(const duet_gl_inpaintor_opts *opts, duet_rng *rng,
+                             duet_model **out);
+/* MMEditing's cur_iter (the schedule's clock) and disc_step_count. */
+int64_t duet_gl_inpaintor_cur_iter(duet_model *m);
+int duet_gl_inpaintor_disc_step_count(duet_model *m);
+
 /* ---- metrics (mmedit/core/evaluation/metrics.py) ----------------------- */
 
 /* tensor2img: one image (C, H, W) floats of min_max [0,1] -> uint8 HWC BGR
@@ -582,6 +790,16 @@ duet_test_cfg duet_test_cfg_default(void); /* PSNR, SSIM, crop 0, RGB */
 /* Mean over the batch of each metric for output and gt (N, C, H, W). */
 int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const duet_tensor *gt,
                   duet_log_vars *metrics);
+
+/* An inpaintor's metrics (OneStageInpaintor.forward_test), the mean over
+ * the batch of each: "l1" MMEditing's L1Evaluation, the L1 of res (the
+ * generator's output) against gt in the hole of mask, on [-1, 1]; "psnr"
+ * and "ssim" of the composite img against gt as uint8 images of
+ * tensor2img(min_max=(-1, 1)), crop_border 0. res, img, gt (N, C, H, W),
+ * mask (N, 1 or C, H, W). */
+int duet_inpainting_evaluate(const char *const *metrics, int nmetrics, const duet_tensor *res,
+                             const duet_tensor *img, const duet_tensor *gt,
+                             const duet_tensor *mask, duet_log_vars *out);
 
 /* ---- SRGAN and BasicRestorer (mmedit/models/restorers) --------------------- */
 

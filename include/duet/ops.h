@@ -113,6 +113,9 @@ int duet_flatten(duet_tensor *x, duet_tensor **out);
 int duet_reshape(duet_tensor *x, int ndim, const int64_t *shape, duet_tensor **out);
 /* Concatenation along dim 1 of n tensors (N, Ci, H, W) -> (N, sum Ci, H, W). */
 int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out);
+/* Channels [start, start + count) of x (N, C, ...) -> (N, count, ...), a
+ * copy, as x[:, start:start + count] (torch.split's pieces). */
+int duet_slice_channels(duet_tensor *x, int64_t start, int64_t count, duet_tensor **out);
 
 /* ---- ESRGAN and MMEditing's losses (src/ops/upsample.c) ------------------- */
 
@@ -167,6 +170,25 @@ int duet_fuse_correlation(duet_tensor *corr, int kernel, duet_tensor **out);
  * (n, c) with masked[n*C + c] set get 0 (a -inf logit). */
 int duet_softmax_channels(duet_tensor *x, float scale, const uint8_t *masked,
                           duet_tensor **out);
+
+/* ---- the inpaintors' arithmetic (src/ops/inpaint.c, CPU) ------------------
+ * A mask is (N, 1, H, W), standing for every channel of its (N, C, H, W)
+ * image, or (N, C, H, W); it is a constant (no gradient reaches it). */
+
+/* keep * (1 - mask) + fill * mask, MMEditing's composite of a generator's
+ * output (fill) with the known pixels (keep); gradients to keep and fill. */
+int duet_mask_composite(duet_tensor *keep, duet_tensor *fill, duet_tensor *mask,
+                        duet_tensor **out);
+/* MMEditing's L1Loss with weight=mask, reduction 'mean', sample_wise False:
+ * weight * sum(|pred - target| * mask) / (sum(mask expanded to pred's
+ * shape) + 1e-12); the gradient reaches pred only. */
+int duet_l1_loss_masked(duet_tensor *pred, duet_tensor *target, duet_tensor *mask, float weight,
+                        duet_tensor **out);
+/* out[n] = x[n, :, tops[n]:tops[n]+h, lefts[n]:lefts[n]+w]: x (N, C, H, W)
+ * -> (N, C, h, w) (extract_bbox_patch); a patch leaving its image is
+ * DUET_EINVAL naming the sample. Differentiable in x. */
+int duet_crop_boxes(duet_tensor *x, const int64_t *tops, const int64_t *lefts, int64_t h,
+                    int64_t w, duet_tensor **out);
 
 /* ---- reductions and losses (scalar outputs of shape [1]) ----------------- */
 

@@ -75,6 +75,7 @@ typedef struct duet_runner_opts {
      * the result equal to the whole-image one); super-resolution models. */
     int64_t tile, tile_pad;
     int onnx_opset;                 /* export: the ONNX opset, 13..18 (0: 17) */
+    const char *mask;               /* infer: an inpaintor's hole (nonzero pixels) */
     bool quiet;                     /* print nothing on stdout (tests) */
     /* train: leave the stop-signal handlers (SIGTERM, SIGINT, SIGUSR1) and
      * the ignored SIGPIPE in place when duet_runner_train returns, so that
@@ -101,6 +102,9 @@ typedef struct duet_test_result {
     /* The metrics model.test_cfg.metrics names (default PSNR, SSIM), no
      * others, in its order: the model, and bicubic upscaling. */
     duet_log_vars metrics, metrics_bicubic;
+    /* Inpainting: the same metrics of the masked input itself (the hole
+     * left as the pipeline blanks it) against gt_img. */
+    duet_log_vars metrics_input;
 } duet_test_result;
 
 /* `duet info`: version, CPU and its features, cores, the kernel path

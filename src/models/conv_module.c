@@ -1,11 +1,58 @@
 /* mmcv's ConvModule for the generation backbones: an optional explicit
- * ReflectionPad2d ("padding_layer"), a Conv2d or ConvTranspose2d ("conv"),
+ * ReflectionPad2d ("padding_layer"), a Conv2d (dilated or not) or
+ * ConvTranspose2d ("conv"),
  * an optional BatchNorm2d ("bn") or InstanceNorm2d ("in") after the conv,
  * and an optional activation ("activate") before the conv or after the
  * norm. The activations make fresh tensors; mmcv's in-place ReLU changes
  * only what the caller sees of its input, which UnetSkipConnectionBlock
  * reproduces explicitly (duet__conv_module_act). */
 #include "models/models_internal.h"
+
+/* ---- the dilated Conv2d ------------------------------------------------------------- */
+
+typedef struct dconv_impl {
+    int padding, dilation;
+} dconv_impl;
+
+static int dconv_forward(duet_module *self, int nin, duet_tensor *const *in, duet_tensor **out) {
+    *out = NULL;
+    if (nin != 1) return duet__error(DUET_EINVAL, "Conv2d takes one input, got %d", nin);
+    const dconv_impl *d = duet_module_impl(self);
+    return duet_conv2d_dilated(in[0], duet_module_param(self, "weight"),
+                               duet_module_param(self, "bias"), 1, d->padding, d->dilation, out);
+}
+
+static const duet_module_type dconv_type = {"Conv2d", dconv_forward, free};
+
+/* A stride-1 Conv2d with dilation, PyTorch's default init (taken from a
+ * duet_conv2d_module_create of the same shape). */
+static int dconv_create(const duet__cm_opts *o, int padding, duet_rng *rng, duet_module **out) {
+    *out = NULL;
+    duet_module *plain = NULL, *m = NULL;
+    DUET_TRY(duet_conv2d_module_create(o->in_channels, o->out_channels, o->kernel, 1, padding,
+                                       o->bias, rng, &plain));
+    dconv_impl *impl = malloc(sizeof *impl);
+    if (impl == NULL) {
+        duet_module_destroy(plain);
+        return duet__error(DUET_ENOMEM, "ConvModule: out of memory");
+    }
+    *impl = (dconv_impl){padding, o->dilation};
+    int rc = duet_module_create(&dconv_type, impl, &m);
+    if (rc == DUET_OK)
+        rc = duet_module_add_param(m, "weight",
+                                   duet_tensor_retain(duet_module_param(plain, "weight")));
+    if (rc == DUET_OK && o->bias)
+        rc = duet_module_add_param(m, "bias", duet_tensor_retain(duet_module_param(plain, "bias")));
+    duet_module_destroy(plain);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return DUET_OK;
+}
+
+/* ---- ConvModule ---------------------------------------------------------------------- */
 
 typedef struct cm_impl {
     duet__cm_opts o;
@@ -73,6 +120,8 @@ static int add(duet_module *m, const char *name, int rc, duet_module *const *par
 
 int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module **out) {
     *out = NULL;
+    if (o->dilation > 1 && (o->deconv || o->stride != 1))
+        return duet__error(DUET_EINVAL, "ConvModule: a dilated conv must be a stride-1 Conv2d");
     cm_impl *impl = malloc(sizeof *impl);
     if (impl == NULL) return duet__error(DUET_ENOMEM, "ConvModule: out of memory");
     impl->o = *o;
@@ -96,6 +145,8 @@ int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module 
                                                      o->stride, pad, o->output_padding,
                                                      o->bias, rng, &part),
                  &part);
+    else if (rc == DUET_OK && o->dilation > 1)
+        rc = add(m, "conv", dconv_create(o, pad, rng, &part), &part);
     else if (rc == DUET_OK)
         rc = add(m, "conv",
                  duet_conv2d_module_create(o->in_channels, o->out_channels, o->kernel, o->stride,

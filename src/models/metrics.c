@@ -3,9 +3,12 @@
  * (clamp to [0,1], *255, round, uint8, RGB -> BGR, HWC), then crop_border,
  * optionally the Y channel of bgr2ycbcr, then the formulas in float64. */
 #include "duet/models.h"
+#include "duet/ops.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 void duet_tensor2img(uint8_t *img, const float *chw, int64_t c, int64_t h, int64_t w) {
@@ -212,5 +215,76 @@ int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const due
         rc = duet_log_vars_set(metrics, cfg->metrics[m], sums[m] / (double)n);
     free(a);
     free(b);
+    return rc;
+}
+
+/* ---- inpainting (OneStageInpaintor.forward_test) ------------------------------ */
+
+/* tensor2img(min_max=(-1, 1)) of sample i of t (N, C, H, W) into img. */
+static void signed_to_img(uint8_t *img, const duet_tensor *t, int64_t i, float *scratch) {
+    const int64_t c = t->shape[1], h = t->shape[2], w = t->shape[3], k = c * h * w;
+    for (int64_t j = 0; j < k; j++) {
+        const float v = t->data[i * k + j];
+        scratch[j] = ((v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v) + 1.0f) * 0.5f;
+    }
+    duet_tensor2img(img, scratch, c, h, w);
+}
+
+/* MMEditing's L1Evaluation on one sample: the L1 of res against gt in the
+ * hole. */
+static int sample_l1(const duet_tensor *res, const duet_tensor *gt, const duet_tensor *mask,
+                     int64_t i, double *out) {
+    const int64_t c = gt->shape[1], h = gt->shape[2], w = gt->shape[3], mc = mask->shape[1];
+    duet_tensor *r1 = NULL, *g1 = NULL, *m1 = NULL, *l = NULL;
+    int rc = duet_tensor_from_data(4, (int64_t[]){1, c, h, w}, res->data + i * c * h * w, &r1);
+    if (rc == DUET_OK)
+        rc = duet_tensor_from_data(4, (int64_t[]){1, c, h, w}, gt->data + i * c * h * w, &g1);
+    if (rc == DUET_OK)
+        rc = duet_tensor_from_data(4, (int64_t[]){1, mc, h, w}, mask->data + i * mc * h * w, &m1);
+    if (rc == DUET_OK) rc = duet_l1_loss_masked(r1, g1, m1, 1.0f, &l);
+    if (rc == DUET_OK) *out = l->data[0];
+    duet_tensor *ts[4] = {r1, g1, m1, l};
+    for (int t = 0; t < 4; t++) duet_tensor_release(ts[t]);
+    return rc;
+}
+
+int duet_inpainting_evaluate(const char *const *metrics, int nmetrics, const duet_tensor *res,
+                             const duet_tensor *img, const duet_tensor *gt,
+                             const duet_tensor *mask, duet_log_vars *out) {
+    duet_log_vars_clear(out);
+    if (img->ndim != 4 || !duet_tensor_same_shape(img, gt) || !duet_tensor_same_shape(res, gt) ||
+        mask->ndim != 4 || mask->shape[0] != gt->shape[0])
+        return duet__error(DUET_ESHAPE, "inpainting metrics: the output, the composite, gt_img "
+                           "and the mask must be (N, C, H, W) of one N, H, W");
+    const int64_t n = gt->shape[0], c = gt->shape[1], h = gt->shape[2], w = gt->shape[3];
+    const size_t k = (size_t)(c * h * w);
+    uint8_t *a = malloc(k), *b = malloc(k);
+    float *scratch = malloc(k * sizeof *scratch);
+    double sums[DUET_MAX_METRICS] = {0};
+    int rc = a != NULL && b != NULL && scratch != NULL
+                 ? DUET_OK
+                 : duet__error(DUET_ENOMEM, "inpainting metrics: out of memory");
+    for (int j = 0; j < nmetrics && rc == DUET_OK; j++)
+        if (j >= DUET_MAX_METRICS || (strcmp(metrics[j], "l1") != 0 &&
+                                      strcmp(metrics[j], "psnr") != 0 &&
+                                      strcmp(metrics[j], "ssim") != 0))
+            rc = duet__error(DUET_EINVAL, "inpainting metrics: '%s' (l1, psnr, ssim; at most "
+                             "%d)", metrics[j], DUET_MAX_METRICS);
+    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
+        signed_to_img(a, img, i, scratch);
+        signed_to_img(b, gt, i, scratch);
+        for (int j = 0; j < nmetrics && rc == DUET_OK; j++) {
+            double v = 0.0;
+            if (strcmp(metrics[j], "psnr") == 0) rc = duet_psnr(a, b, h, w, c, 0, NULL, &v);
+            else if (strcmp(metrics[j], "ssim") == 0) rc = duet_ssim(a, b, h, w, c, 0, NULL, &v);
+            else rc = sample_l1(res, gt, mask, i, &v);
+            sums[j] += v;
+        }
+    }
+    for (int j = 0; j < nmetrics && rc == DUET_OK; j++)
+        rc = duet_log_vars_set(out, metrics[j], sums[j] / (double)n);
+    free(a);
+    free(b);
+    free(scratch);
     return rc;
 }

@@ -75,6 +75,7 @@ typedef enum duet__cm_act {
 
 typedef struct duet__cm_opts {
     int in_channels, out_channels, kernel, stride, padding;
+    int dilation;       /* > 1: a dilated Conv2d (duet_conv2d_dilated); 0 or 1: plain */
     bool bias;
     bool deconv;        /* conv_cfg=dict(type='Deconv'): ConvTranspose2d */
     int output_padding; /* deconv only */
@@ -87,7 +88,8 @@ typedef struct duet__cm_opts {
 } duet__cm_opts;
 
 /* A "ConvModule" with children padding_layer, conv, bn or in, activate as
- * enabled, with PyTorch's default init from rng. */
+ * enabled, with PyTorch's default init from rng. A dilated conv is stride
+ * 1 and not a deconv. */
 int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module **out);
 /* Its forward; skip_act leaves the activation out (the caller applied it
  * already, see UnetSkipConnectionBlock). */
@@ -97,6 +99,55 @@ int duet__conv_module_act(duet_module *m, duet_tensor *x, duet_tensor **out);
 
 /* Replaces *cur by m(*cur) (releasing the old tensor, also on failure). */
 int duet__gan_step(duet_module *m, duet_tensor **cur);
+
+/* MMEditing's SimpleGatedConvModule (gated_conv.c): child "conv", the
+ * ConvModule of o with 2 * o->out_channels and no activation, then the
+ * first half through "feat_act" (ELU, when feat_act) times the second
+ * through "gate_act" (Sigmoid). o->act is ignored, as MMEditing ignores
+ * act_cfg there. */
+int duet__gated_conv_create(const duet__cm_opts *o, bool feat_act, duet_rng *rng,
+                            duet_module **out);
+
+/* ---- Global&Local's generator pieces, shared with DeepFill's (gl_encdec.c,
+ * deepfill.c) ------------------------------------------------------------------ */
+
+typedef enum duet__chain_out_act {
+    DUET__CHAIN_OUT_NONE,
+    DUET__CHAIN_OUT_CLIP,    /* torch.clamp(-1, 1) */
+    DUET__CHAIN_OUT_SIGMOID,
+    DUET__CHAIN_OUT_TANH
+} duet__chain_out_act;
+
+/* A module of `type` (whose forward is duet__conv_chain_forward) that runs
+ * its children <prefix>1 .. <prefix>n in order, a nearest 2x upsampling
+ * after child i + 1 where bit i of upsample_after is set, then out_act:
+ * GLEncoder, GLDecoder, DeepFillEncoder, DeepFillDecoder. The caller adds
+ * the children (duet__add_numbered). */
+int duet__conv_chain_create(const duet_module_type *type, const char *prefix, int n,
+                            duet__chain_out_act out_act, unsigned upsample_after,
+                            duet_module **out);
+int duet__conv_chain_forward(duet_module *self, int nin, duet_tensor *const *in,
+                             duet_tensor **out);
+/* Adds *part as child <prefix><i> of m when rc (the status of making it)
+ * is OK; *part is read only after the call that made it has run. */
+int duet__add_numbered(duet_module *m, const char *prefix, int i, int rc,
+                       duet_module *const *part);
+
+/* GLDilationNeck: dilation_convs.0..3, 3x3 ConvModules (or
+ * SimpleGatedConvModules) of `channels` with dilation and padding 2, 4, 8,
+ * 16, BN when norm (then no bias), act after each (gated: ELU always). */
+typedef struct duet__neck_opts {
+    int channels;
+    bool norm, gated, reflect;
+    duet__cm_act act;
+} duet__neck_opts;
+int duet__gl_dilation_neck_create(const duet__neck_opts *o, duet_rng *rng, duet_module **out);
+
+/* A GLEncoderDecoder (children encoder, decoder, dilation_neck; forward
+ * encoder -> neck -> decoder on (N, in_channels, H, W), H and W multiples
+ * of 4) of the given parts, which it takes over (destroyed on failure). */
+int duet__gl_encdec_assemble(int in_channels, duet_module *encoder, duet_module *decoder,
+                             duet_module *neck, duet_module **out);
 
 /* ---- MMEditing's GANImageBuffer (image_pool.c) --------------------------------
  * (mmedit/models/common/generation_model_utils.py): a history of generated

@@ -1,5 +1,6 @@
 /* Shape ops: reshape and flatten (sharing the input's data, as PyTorch's
- * view), and concatenation along the channel dimension. */
+ * view), concatenation along the channel dimension and its inverse, a
+ * slice of channels. */
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -160,4 +161,55 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out) {
         cc->inner = inner;
     }
     return duet__op_finish(y, "concat_channels", concat_backward, cc, free, n, xs, out);
+}
+
+/* ---- slice_channels ----------------------------------------------------------------
+ * x (N, C, inner) -> out (N, count, inner): channels [start, start + count)
+ * of every sample, a copy (x[:, start:start + count]). */
+
+typedef struct slicec_ctx {
+    int64_t start;
+} slicec_ctx;
+
+static int slice_channels_backward(duet_node *node) {
+    const slicec_ctx *c = node->ctx;
+    float *gx = duet_node_input_grad(node, 0);
+    if (gx == NULL) return DUET_OK;
+    const duet_tensor *x = node->inputs[0], *y = node->output;
+    const int64_t n = y->shape[0], blk = y->numel / n, cx = x->shape[1];
+    const int64_t inner = x->numel / (n * cx);
+    for (int64_t s = 0; s < n; s++) {
+        float *dst = gx + (s * cx + c->start) * inner;
+        const float *src = y->grad + s * blk;
+        for (int64_t k = 0; k < blk; k++) dst[k] += src[k];
+    }
+    return DUET_OK;
+}
+
+int duet_slice_channels(duet_tensor *x, int64_t start, int64_t count, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    DUET__OP_ON_CPU(out, "slice_channels", "x", x);
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim < 2 || start < 0 || count < 1 || start + count > x->shape[1])
+        return duet__error(DUET_ESHAPE, "slice_channels: channels [%" PRId64 ", %" PRId64
+                           ") of %s", start, start + count, duet_shape_str(x, sx, sizeof sx));
+    int64_t shape[DUET_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[1] = count;
+    duet_tensor *y = NULL;
+    DUET_TRY(duet_tensor_create_uninit(x->ndim, shape, &y));
+    const int64_t n = x->shape[0], inner = x->numel / (n * x->shape[1]);
+    for (int64_t s = 0; s < n; s++)
+        memcpy(y->data + s * count * inner, x->data + (s * x->shape[1] + start) * inner,
+               (size_t)(count * inner) * sizeof(float));
+    slicec_ctx *c = NULL;
+    if (duet_autograd_needs_record(1, &x)) {
+        if ((c = malloc(sizeof *c)) == NULL) {
+            duet_tensor_release(y);
+            return duet__error(DUET_ENOMEM, "slice_channels: out of memory");
+        }
+        c->start = start;
+    }
+    return duet__op_finish_unread(
+        duet__op_finish(y, "slice_channels", slice_channels_backward, c, free, 1, &x, out), out);
 }

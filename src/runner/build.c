@@ -132,6 +132,13 @@ int duet__run_read_settings(duet__run *r) {
 int duet__run_read_test_cfg(duet__run *r) {
     duet_config *cfg = r->cfg;
     r->test_cfg = duet_test_cfg_default();
+    /* An inpaintor's metrics are MMEditing's lower-case l1, psnr, ssim; its
+     * configs name l1 alone. */
+    const char *type = "";
+    DUET_TRY(duet_config_get_string_or(cfg, "model.type", "", &type));
+    const size_t tl = strlen(type);
+    const bool inpaintor = tl >= 9 && strcmp(type + tl - 9, "Inpaintor") == 0;
+    if (inpaintor) r->test_cfg = (duet_test_cfg){.nmetrics = 1, .metrics = {"l1"}};
     /* The metrics evaluation logs: test_cfg's (the model checks the names). */
     if (duet_config_has(cfg, "model.test_cfg.metrics")) {
         const char *names[DUET_MAX_METRICS];
@@ -139,11 +146,16 @@ int duet__run_read_test_cfg(duet__run *r) {
         DUET_TRY(duet_config_get_string_array(cfg, "model.test_cfg.metrics", names,
                                               DUET_MAX_METRICS, &n));
         for (size_t i = 0; i < n; i++) {
-            if (strcmp(names[i], "PSNR") == 0) r->test_cfg.metrics[i] = "PSNR";
-            else if (strcmp(names[i], "SSIM") == 0) r->test_cfg.metrics[i] = "SSIM";
-            else
-                return bad_value(cfg, "model.test_cfg.metrics", "names '%s' (use PSNR, SSIM)",
-                                 names[i]);
+            static const char *const sr[2] = {"PSNR", "SSIM"}, *const inp[3] = {"l1", "psnr",
+                                                                                 "ssim"};
+            const char *const *known = inpaintor ? inp : sr;
+            const int nknown = inpaintor ? 3 : 2;
+            r->test_cfg.metrics[i] = NULL;
+            for (int k = 0; k < nknown; k++)
+                if (strcmp(names[i], known[k]) == 0) r->test_cfg.metrics[i] = known[k];
+            if (r->test_cfg.metrics[i] == NULL)
+                return bad_value(cfg, "model.test_cfg.metrics", "names '%s' (use %s)", names[i],
+                                 inpaintor ? "l1, psnr, ssim" : "PSNR, SSIM");
         }
         r->test_cfg.nmetrics = (int)n;
     }

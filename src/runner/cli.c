@@ -89,7 +89,7 @@ static const char test_usage[] =
 
 static const char infer_usage[] =
     "usage: duet infer CONFIG CKPT IMAGE... --out DIR [--tile N [--tile-pad P]]\n"
-    "                  [--set KEY=VALUE]...\n"
+    "                  [--mask MASK] [--set KEY=VALUE]...\n"
     "\n"
     "Upscales each IMAGE (PNG or JPEG) with the generator of checkpoint CKPT and\n"
     "writes DIR/<name>.png. Under mpirun the images are shared out between the\n"
@@ -104,6 +104,12 @@ static const char infer_usage[] =
     "Normalize to [-1, 1], ...) and the output is mapped back from [-1, 1] to\n"
     "[0, 255], so that infer writes what `duet test --out` writes.\n"
     "\n"
+    "Inpaintors (GLInpaintor) fill the hole that --mask MASK (a PNG or JPEG,\n"
+    "nonzero = hole; the same mask for every IMAGE) cuts into each IMAGE: both\n"
+    "go through data.val.pipeline (LoadMask reads MASK whatever its mode), and\n"
+    "DIR/<name>.png is the generator's output in the hole and the image around\n"
+    "it, at the pipeline's size.\n"
+    "\n"
     "options:\n"
     "  --out DIR          output folder, created when missing (required)\n"
     "  --tile N           super-resolution: run the generator on N x N input tiles\n"
@@ -112,6 +118,8 @@ static const char infer_usage[] =
     "  --tile-pad P       input pixels of context around each tile (default: the\n"
     "                     generator's receptive radius, measured: then the result\n"
     "                     equals the whole-image output up to float rounding)\n"
+    "  --mask MASK        inpaintors: the hole to fill (required for them, refused\n"
+    "                     for other models)\n"
     "  --set KEY=VALUE    override a config key (repeatable; or --cfg-options)\n"
     "  -h, --help         this text\n";
 
@@ -150,7 +158,7 @@ static const char plot_usage[] =
     "  -h, --help         this text\n";
 
 enum { OPT_WORK_DIR = 1, OPT_RESUME = 2, OPT_OUT = 4, OPT_JSON = 8, OPT_DRY_RUN = 16, OPT_TILE = 32,
-       OPT_PART = 64, OPT_OPSET = 128 };
+       OPT_PART = 64, OPT_OPSET = 128, OPT_MASK = 256 };
 
 static int usage_error(const char *usage, const char *msg, const char *arg) {
     fprintf(stderr, "duet: %s%s\n\n%s", msg, arg, usage);
@@ -260,6 +268,9 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
                 return usage_error(usage, "--opset needs an ONNX opset from 13 to 18, got ",
                                    v != NULL ? v : "nothing");
             o->onnx_opset = (int)n;
+        } else if ((allowed & OPT_MASK) && is_option(a, "--mask")) {
+            if ((o->mask = option_value(argc, argv, &i, "--mask")) == NULL)
+                return usage_error(usage, "--mask needs a mask image", "");
         } else if ((allowed & OPT_DRY_RUN) && strcmp(a, "--dry-run") == 0) {
             o->dry_run = true;
         } else if ((allowed & OPT_TILE) && (is_option(a, "--tile") || is_option(a, "--tile-pad"))) {
@@ -290,6 +301,7 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             if (allowed & OPT_TILE) known[n++] = "--tile", known[n++] = "--tile-pad";
             if (allowed & OPT_PART) known[n++] = "--part";
             if (allowed & OPT_OPSET) known[n++] = "--opset";
+            if (allowed & OPT_MASK) known[n++] = "--mask";
             return unknown_error(usage, "option", a, known, n);
         } else {
             pos[(*npos)++] = a;
@@ -301,14 +313,17 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
 
 /* `duet test`'s answer: one JSON object, or a table next to bicubic, of the
  * metrics model.test_cfg.metrics names (none for a translation model, whose
- * outputs are the answer; bicubic only where the data is super-resolution). */
+ * outputs are the answer; bicubic only where the data is super-resolution,
+ * the masked input where it is inpainting). */
 static void print_test_result(const duet_runner_opts *o, const duet_test_result *r, bool json) {
-    const duet_log_vars *m = &r->metrics, *b = &r->metrics_bicubic;
+    const duet_log_vars *m = &r->metrics, *b = &r->metrics_bicubic, *in = &r->metrics_input;
     if (json) {
         printf("{");
         for (int i = 0; i < m->count; i++) printf("\"%s\": %.4f, ", m->names[i], m->values[i]);
         for (int i = 0; i < b->count; i++)
             printf("\"%s_bicubic\": %.4f, ", b->names[i], b->values[i]);
+        for (int i = 0; i < in->count; i++)
+            printf("\"%s_input\": %.4f, ", in->names[i], in->values[i]);
         printf("\"images\": %" PRId64 "}\n", r->images);
     } else {
         printf("duet test: %s on %" PRId64 " validation images (crop_border %d)\n",
@@ -324,6 +339,11 @@ static void print_test_result(const duet_runner_opts *o, const duet_test_result 
             printf("  bicubic");
             for (int i = 0; i < b->count; i++) printf(" %9.4f", b->values[i]);
             printf("\n");
+        }
+        if (in->count > 0) {
+            printf("  input  ");
+            for (int i = 0; i < in->count; i++) printf(" %9.4f", in->values[i]);
+            printf("   (the masked input itself)\n");
         }
         if (o->out_dir != NULL) printf("outputs: %s/\n", o->out_dir);
     }
@@ -503,7 +523,8 @@ static int run(const char *cmd, int argc, char **argv) {
         if (trc == DUET_OK && res.rank == 0) print_test_result(&o, &res, json);
         rc = finish(trc);
     } else if (strcmp(cmd, "infer") == 0) {
-        rc = parse(argc, argv, infer_usage, OPT_OUT | OPT_TILE, &o, pos, &npos, sets, &json, &part);
+        rc = parse(argc, argv, infer_usage, OPT_OUT | OPT_TILE | OPT_MASK, &o, pos, &npos, sets,
+                   &json, &part);
         if (rc >= 0) goto done;
         if (npos < 3) {
             rc = usage_error(infer_usage, "infer takes CONFIG, CKPT and at least one IMAGE", "");

@@ -29,10 +29,11 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * dataset's sample goes to val_step as it is (a batch of one, named
  * tensors); the bicubic numbers and the grid need its "lq" and "gt". */
 /* sums: [0] images, [1 + k] the model's metric k of test_cfg, [1 + NM + k]
- * bicubic's, [1 + 2 NM] images with a bicubic comparison (super-resolution
- * samples only). */
+ * the baseline's: bicubic upscaling (super-resolution samples) or the
+ * masked input itself (inpainting samples); [1 + 2 NM] images with a
+ * bicubic comparison, [2 + 2 NM] with a masked-input one. */
 #define NM DUET_MAX_METRICS
-#define NSUMS (2 + 2 * NM)
+#define NSUMS (3 + 2 * NM)
 
 /* Translation data ("img_a" / "img_b", no "lq" / "gt") is normalised to
  * [-1, 1], and so are the outputs of the models that take it: MMEditing's
@@ -44,8 +45,9 @@ int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
     return DUET_OK;
 }
 
-/* The picture's row for translation data: img_a | output | img_b. */
-static int translation_row(duet_image **row, const duet_tensor *a, const duet_tensor *out,
+/* The picture's row for data on [-1, 1]: translation's img_a | output |
+ * img_b, inpainting's masked_img | output | gt_img. */
+static int signed_row(duet_image **row, const duet_tensor *a, const duet_tensor *out,
                            const duet_tensor *b) {
     duet_tensor *u[3] = {NULL, NULL, NULL};
     int rc = duet__from_signed(a, &u[0]);
@@ -134,16 +136,22 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     duet_tensor *img_b = duet_batch_tensor_get(&batch, "img_b");
     const bool sr = lq != NULL && gt != NULL;
     const bool translation = !sr && img_a != NULL && img_b != NULL;
+    duet_tensor *masked = duet_batch_tensor_get(&batch, "masked_img");
+    duet_tensor *gt_img = duet_batch_tensor_get(&batch, "gt_img");
+    const bool inpainting = !sr && !translation && masked != NULL && gt_img != NULL &&
+                            duet_batch_tensor_get(&batch, "mask") != NULL;
     duet_tensor *bic = NULL, *saved = NULL;
     duet_val_output vo = {0};
     const char *name = duet_batch_meta_get(&batch, "gt_path", 0);
+    if (name == NULL) name = duet_batch_meta_get(&batch, "gt_img_path", 0);
     if (name == NULL) name = duet_dataset_name(r->val_set, index);
     if (name == NULL) name = "image";
     int rc = DUET_OK;
-    if ((bicubic || row != NULL) && !sr && !translation)
+    if ((bicubic || row != NULL) && !sr && !translation && !inpainting)
         rc = duet__error(DUET_ENOTFOUND, "the validation sample has neither 'lq' and 'gt' "
-                         "tensors (super-resolution) nor 'img_a' and 'img_b' (translation), "
-                         "which the bicubic numbers and the evaluation picture compare");
+                         "tensors (super-resolution), nor 'img_a' and 'img_b' (translation), "
+                         "nor 'masked_img', 'mask' and 'gt_img' (inpainting), which the "
+                         "bicubic numbers and the evaluation picture compare");
     if (rc == DUET_OK && sr) rc = duet__check_forward_memory(r, lq, name);
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
     if (rc == DUET_OK) {
@@ -158,13 +166,23 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
         for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&bl, tc->metrics[k]);
         sums[1 + 2 * NM] += 1;
     }
+    if (rc == DUET_OK && bicubic && inpainting) {
+        duet_log_vars il;
+        duet_log_vars_clear(&il);
+        duet_tensor *mask = duet_batch_tensor_get(&batch, "mask");
+        rc = duet_inpainting_evaluate(tc->metrics, tc->nmetrics, masked, masked, gt_img, mask,
+                                      &il);
+        for (int k = 0; k < tc->nmetrics; k++) sums[1 + NM + k] += metric(&il, tc->metrics[k]);
+        sums[2 + 2 * NM] += 1;
+    }
     if (rc == DUET_OK && out_dir != NULL) {
-        if (translation) rc = duet__from_signed(vo.output, &saved);
+        if (translation || inpainting) rc = duet__from_signed(vo.output, &saved);
         if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
     }
     if (rc == DUET_OK && row != NULL)
-        rc = translation ? translation_row(row, img_a, vo.output, img_b)
-                         : duet__grid_row(lq, vo.output, gt, 0, 4, row);
+        rc = translation  ? signed_row(row, img_a, vo.output, img_b)
+             : inpainting ? signed_row(row, masked, vo.output, gt_img)
+                          : duet__grid_row(lq, vo.output, gt, 0, 4, row);
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);
     duet_tensor_release(bic);
@@ -237,11 +255,14 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     /* The metrics test_cfg names, in its order, and no others. */
     const duet_test_cfg *tc = &r->test_cfg;
     for (int k = 0; k < tc->nmetrics; k++) {
-        const double nb = sums[1 + 2 * NM];
+        const double nb = sums[1 + 2 * NM], ni = sums[2 + 2 * NM];
         double m = sums[1 + k] / sums[0], b = nb > 0 ? sums[1 + NM + k] / nb : 0.0;
         DUET_TRY(duet_log_vars_set(&res->metrics, tc->metrics[k], m));
         if (bicubic && nb > 0)
             DUET_TRY(duet_log_vars_set(&res->metrics_bicubic, tc->metrics[k], b));
+        if (bicubic && ni > 0)
+            DUET_TRY(duet_log_vars_set(&res->metrics_input, tc->metrics[k],
+                                       sums[1 + NM + k] / ni));
         if (strcmp(tc->metrics[k], "PSNR") == 0) res->psnr = m, res->psnr_bicubic = b;
         if (strcmp(tc->metrics[k], "SSIM") == 0) res->ssim = m, res->ssim_bicubic = b;
     }

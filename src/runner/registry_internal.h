@@ -27,7 +27,7 @@ typedef struct duet__module_row {
 } duet__module_row;
 
 #define DUET__MAX_PART_TYPES 3
-#define DUET__MAX_PARTS 6
+#define DUET__MAX_PARTS 8
 
 typedef struct duet__part_row {
     const char *key; /* the part's name and its config group; NULL ends the list */
@@ -70,5 +70,12 @@ int duet__reg_get_float(duet_config *c, const char *key, float def, float *out);
 /* The group at `path` of cfg as a view to destroy, and its type. */
 int duet__reg_open_group(duet_config *cfg, const char *path, duet_config **sub,
                          const char **type);
+/* norm_cfg `key` of a GL / DeepFill part: absent (false), or BN / SyncBN. */
+int duet__reg_read_gl_norm(duet_config *c, const char *key, bool *norm);
+
+/* DeepFillEncoderDecoder's row (registry_deepfill.c). */
+void duet__reg_def_deepfill_encdec(void *opts);
+int duet__reg_read_deepfill_encdec(duet_config *c, void *opts);
+int duet__reg_make_deepfill_encdec(const void *opts, duet_rng *rng, duet_module **out);
 
 #endif

@@ -268,6 +268,72 @@ static int make_cyclegan(const void *o, duet_rng *rng, duet_model **out) {
     return duet_cyclegan_create(o, rng, out);
 }
 
+/* ---- inpaintors (mmedit/models/inpaintors) ----------------------------------------- */
+
+static void def_gl_inpaintor(void *opts) {
+    duet_gl_inpaintor_opts *o = opts;
+    *o = duet_gl_inpaintor_opts_default();
+    /* An absent loss is none: the registry reads a present one's weight. */
+    o->l1_hole_weight = o->l1_valid_weight = o->disc_shift_weight = 0.0f;
+}
+
+/* The losses OneStageInpaintor builds but GLInpaintor's train_step never
+ * reads: refused rather than ignored. */
+static const char *const gl_unused_losses[] = {"loss_gp", "loss_composed_percep",
+                                               "loss_out_percep", "loss_tv"};
+
+/* train_cfg.{disc_step, iter_tc, iter_td, start_iter, local_size},
+ * test_cfg.metrics (l1, psnr, ssim). Absent parts' weights stay 0. */
+static int read_gl_inpaintor(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    duet_gl_inpaintor_opts *o = opts;
+    for (size_t i = 0; i < sizeof gl_unused_losses / sizeof *gl_unused_losses; i++)
+        if (duet_config_has(m, gl_unused_losses[i]))
+            return duet_config_error(m, gl_unused_losses[i], "'%s': GLInpaintor's train_step "
+                                     "does not use it (MMEditing builds it and never calls it): "
+                                     "leave it out", gl_unused_losses[i]);
+    if (!duet_config_has(m, "train_cfg"))
+        return duet__error(DUET_ECONFIG, "%s.train_cfg is required (GLInpaintor's schedule: "
+                           "disc_step, iter_tc, iter_td, local_size)", path);
+    DUET_TRY(duet__reg_get_int_in(m, "train_cfg.disc_step", 1, 0, &o->disc_step));
+    const char *iters[3] = {"train_cfg.iter_tc", "train_cfg.iter_td", "train_cfg.start_iter"};
+    int64_t *dst[3] = {&o->iter_tc, &o->iter_td, &o->start_iter};
+    for (int i = 0; i < 3; i++) {
+        if (i < 2 && !duet_config_has(m, iters[i]))
+            return duet_config_error(m, iters[i], "'%s' is required (GLInpaintor)", iters[i]);
+        DUET_TRY(duet_config_get_int_in_or(m, iters[i], 0, 0, INT64_MAX / 2, dst[i]));
+    }
+    if (duet_config_has(m, "train_cfg.local_size")) {
+        int64_t ls[2];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_int_array(m, "train_cfg.local_size", ls, 2, &n));
+        if (n != 2 || ls[0] < 1 || ls[1] < 1 || ls[0] > 65536 || ls[1] > 65536)
+            return duet_config_error(m, "train_cfg.local_size", "'train_cfg.local_size' must "
+                                     "be [h, w] of positive sizes");
+        o->local_h = (int)ls[0];
+        o->local_w = (int)ls[1];
+    }
+    if (duet_config_has(m, "test_cfg.metrics")) {
+        const char *names[4];
+        size_t n = 0;
+        DUET_TRY(duet_config_get_string_array(m, "test_cfg.metrics", names, 4, &n));
+        for (size_t i = 0; i < n; i++) {
+            if (strcmp(names[i], "l1") == 0) o->metrics[i] = "l1";
+            else if (strcmp(names[i], "psnr") == 0) o->metrics[i] = "psnr";
+            else if (strcmp(names[i], "ssim") == 0) o->metrics[i] = "ssim";
+            else
+                return duet_config_error(m, "test_cfg.metrics", "'test_cfg.metrics': '%s' (an "
+                                         "inpaintor's metrics are l1, psnr, ssim)", names[i]);
+        }
+        o->nmetrics = (int)n;
+    }
+    return check_pretrained(m, path);
+}
+
+static int make_gl_inpaintor(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_gl_inpaintor_create(o, rng, out);
+}
+
 /* ---- the rows ------------------------------------------------------------------------ */
 
 #define PART(T, key, type, field) {key, {type}, offsetof(T, field), false}
@@ -311,5 +377,14 @@ const duet__model_row duet__model_rows[] = {
       PART(duet_cyclegan_opts, "cycle_loss", "L1Loss", cycle_loss_weight),
       OPTIONAL_PART(duet_cyclegan_opts, "id_loss", "L1Loss", id_loss_weight)},
      read_cyclegan, make_cyclegan},
+    {"GLInpaintor", sizeof(duet_gl_inpaintor_opts), def_gl_inpaintor,
+     {PART(duet_gl_inpaintor_opts, "encdec", "GLEncoderDecoder", encdec),
+      PART(duet_gl_inpaintor_opts, "disc", "GLDiscs", disc),
+      PART(duet_gl_inpaintor_opts, "loss_gan", "GANLoss", loss_gan),
+      OPTIONAL_PART(duet_gl_inpaintor_opts, "loss_l1_hole", "L1Loss", l1_hole_weight),
+      OPTIONAL_PART(duet_gl_inpaintor_opts, "loss_l1_valid", "L1Loss", l1_valid_weight),
+      OPTIONAL_PART(duet_gl_inpaintor_opts, "loss_disc_shift", "DiscShiftLoss",
+                    disc_shift_weight)},
+     read_gl_inpaintor, make_gl_inpaintor},
 };
 const size_t duet__model_row_count = sizeof duet__model_rows / sizeof *duet__model_rows;

@@ -285,7 +285,7 @@ static int read_resnet(duet_config *c, void *opts) {
 
 /* norm_cfg of a GL part: none, or BN / SyncBN (SyncBN is BatchNorm on one
  * process; under the wrapper the DDP's SyncBatchNorm conversion applies). */
-static int read_gl_norm(duet_config *c, const char *key, bool *norm) {
+int duet__reg_read_gl_norm(duet_config *c, const char *key, bool *norm) {
     *norm = false;
     if (!duet_config_has(c, key)) return DUET_OK;
     const char *t = NULL;
@@ -370,7 +370,7 @@ static int read_mld(duet_config *c, void *opts) {
     o->fc_in_channels = fc_in;
     DUET_TRY(duet__reg_get_int(c, "fc_out_channels", o->fc_out_channels, &o->fc_out_channels));
     DUET_TRY(duet__reg_get_int(c, "kernel_size", o->kernel_size, &o->kernel_size));
-    DUET_TRY(read_gl_norm(c, "norm_cfg", &o->with_norm));
+    DUET_TRY(duet__reg_read_gl_norm(c, "norm_cfg", &o->with_norm));
     DUET_TRY(read_gl_act(c, "act_cfg", DUET_MLD_ACT_RELU, &o->act));
     DUET_TRY(read_gl_act(c, "out_act_cfg", DUET_MLD_ACT_RELU, &o->out_act));
     DUET_TRY(duet_config_get_bool_or(c, "with_input_norm", true, &o->with_input_norm));
@@ -382,11 +382,7 @@ static int read_mld(duet_config *c, void *opts) {
 /* GLDiscs' and DeepFillv1Discriminators' global_disc_cfg and
  * local_disc_cfg: MultiLayerDiscriminators (a type key, when written, must
  * say so). */
-typedef struct gl_discs_opts {
-    duet_multi_layer_disc_opts global, local;
-} gl_discs_opts;
-
-static int read_disc_pair(duet_config *c, gl_discs_opts *o, const char *owner) {
+static int read_disc_pair(duet_config *c, duet_gl_discs_opts *o, const char *owner) {
     static const char *const groups[2] = {"global_disc_cfg", "local_disc_cfg"};
     duet_multi_layer_disc_opts *dst[2] = {&o->global, &o->local};
     for (int i = 0; i < 2; i++) {
@@ -432,7 +428,7 @@ static int read_gl_encdec(duet_config *c, void *opts) {
             return duet_config_error(c, k, "'%s' = \"%s\": GLEncoderDecoder's %s is %s", k, t,
                                      parts[i], types[i]);
         snprintf(k, sizeof k, "%s.norm_cfg", parts[i]);
-        DUET_TRY(read_gl_norm(c, k, norms[i]));
+        DUET_TRY(duet__reg_read_gl_norm(c, k, norms[i]));
     }
     const char *act = "clip";
     DUET_TRY(duet_config_get_string_or(c, "decoder.out_act", "clip", &act));
@@ -452,7 +448,7 @@ static void def_mld(void *o) {
     *(duet_multi_layer_disc_opts *)o = duet_multi_layer_disc_opts_default();
 }
 static void def_gl_discs(void *o) {
-    gl_discs_opts *g = o;
+    duet_gl_discs_opts *g = o;
     g->global = g->local = duet_multi_layer_disc_opts_default();
 }
 static void def_gl_encdec(void *o) { *(duet_gl_encdec_opts *)o = (duet_gl_encdec_opts){0}; }
@@ -460,11 +456,11 @@ static int make_mld(const void *o, duet_rng *rng, duet_module **out) {
     return duet_multi_layer_disc_create(o, rng, out);
 }
 static int make_gl_discs(const void *o, duet_rng *rng, duet_module **out) {
-    const gl_discs_opts *g = o;
+    const duet_gl_discs_opts *g = o;
     return duet_gl_discs_create(&g->global, &g->local, rng, out);
 }
 static int make_deepfill_discs(const void *o, duet_rng *rng, duet_module **out) {
-    const gl_discs_opts *g = o;
+    const duet_gl_discs_opts *g = o;
     return duet_deepfill_v1_discs_create(&g->global, &g->local, rng, out);
 }
 static int make_gl_encdec(const void *o, duet_rng *rng, duet_module **out) {
@@ -559,11 +555,13 @@ const duet__module_row duet__module_rows[] = {
     {"ResnetGenerator", sizeof(duet_resnet_generator_opts), def_resnet, read_resnet,
      make_resnet},
     {"MultiLayerDiscriminator", sizeof(duet_multi_layer_disc_opts), def_mld, read_mld, make_mld},
-    {"GLDiscs", sizeof(gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
-    {"DeepFillv1Discriminators", sizeof(gl_discs_opts), def_gl_discs, read_deepfill_discs,
+    {"GLDiscs", sizeof(duet_gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
+    {"DeepFillv1Discriminators", sizeof(duet_gl_discs_opts), def_gl_discs, read_deepfill_discs,
      make_deepfill_discs},
     {"GLEncoderDecoder", sizeof(duet_gl_encdec_opts), def_gl_encdec, read_gl_encdec,
      make_gl_encdec},
+    {"DeepFillEncoderDecoder", sizeof(duet_deepfill_encdec_opts), duet__reg_def_deepfill_encdec,
+     duet__reg_read_deepfill_encdec, duet__reg_make_deepfill_encdec},
 };
 const size_t duet__module_row_count = sizeof duet__module_rows / sizeof *duet__module_rows;
 

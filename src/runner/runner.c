@@ -838,6 +838,7 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
             result->ssim_bicubic = res.ssim_bicubic;
             result->metrics = res.metrics;
             result->metrics_bicubic = res.metrics_bicubic;
+            result->metrics_input = res.metrics_input;
         }
     }
     close_run(&r);
@@ -864,7 +865,27 @@ static int translate(duet__run *r, duet_tensor *x, duet_tensor **y) {
     return rc;
 }
 
+/* An inpaintor: image and mask through data.val.pipeline, its val_step's
+ * composite, saved as duet test --out saves it: (x + 1) / 2. */
+static int inpaint(duet__run *r, const char *path, const char *mask, const char *out_dir) {
+    duet_batch b = {0};
+    duet_val_output vo = {0};
+    duet_tensor *shown = NULL;
+    int rc = duet__inpainting_infer_input(r->cfg, path, mask, r->max_pixels, &b);
+    bool prev = duet_set_grad_enabled(false);
+    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &b, &vo);
+    duet_set_grad_enabled(prev);
+    if (rc == DUET_OK) rc = duet__from_signed(vo.output, &shown);
+    if (rc == DUET_OK) rc = duet__save_tensor_png(shown, out_dir, path);
+    if (rc != DUET_OK) duet__error_context(rc, "%s", path);
+    duet_tensor_release(shown);
+    duet_val_output_clear(&vo);
+    duet_batch_clear(&b);
+    return rc;
+}
+
 static int infer_one(duet__run *r, const char *path, const char *out_dir) {
+    if (r->infer_mask != NULL) return inpaint(r, path, r->infer_mask, out_dir);
     duet_image *img = NULL;
     duet_tensor *chw = NULL, *x = NULL, *y = NULL, *shown = NULL;
     const char *key = duet_model_input_key(r->model);
@@ -977,6 +998,7 @@ int duet_runner_infer(const duet_runner_opts *o) {
     int rc = agree(&r, open_run(&r, o));
     r.tile = o->tile;
     r.tile_pad = o->tile_pad;
+    r.infer_mask = o->mask;
     if (rc == DUET_OK && (o->checkpoint == NULL || o->out_dir == NULL || o->nimages == 0))
         rc = agree(&r, duet__error(DUET_EINVAL, "infer needs a checkpoint, images and an "
                                                 "output folder"));
@@ -985,6 +1007,18 @@ int duet_runner_infer(const duet_runner_opts *o) {
          * config serves both commands. */
         int src = duet__run_read_test_cfg(&r);
         if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
+        if (src == DUET_OK) {
+            const bool inpaintor = strcmp(duet_model_input_key(r.model), "masked_img") == 0;
+            if (inpaintor && o->mask == NULL)
+                src = duet__error(DUET_EINVAL, "infer: a %s fills a hole: give the hole as "
+                                  "--mask MASK (nonzero pixels)", duet_model_type_name(r.model));
+            else if (!inpaintor && o->mask != NULL)
+                src = duet__error(DUET_EINVAL, "infer: --mask is for inpaintors; a %s takes the "
+                                  "image alone", duet_model_type_name(r.model));
+            if (src == DUET_OK && inpaintor && r.tile > 0)
+                src = duet__error(DUET_EUNSUPPORTED, "--tile: an inpaintor fills the hole from "
+                                  "the whole image; run without --tile");
+        }
         if (src == DUET_OK) src = duet__run_read_pixel_limit(&r);
         if (src == DUET_OK) src = duet__mkdirs(o->out_dir);
         /* Every rank checks all outputs (the same answer everywhere). */
@@ -1009,7 +1043,9 @@ int duet_runner_infer(const duet_runner_opts *o) {
     if (rc == DUET_OK && !o->quiet)
         duet_log(DUET_LOG_INFO, "infer: %" PRId64 " image%s %s into %s/", written,
                  written == 1 ? "" : "s",
-                 strcmp(duet_model_input_key(r.model), "lq") == 0 ? "upscaled" : "translated",
+                 strcmp(duet_model_input_key(r.model), "lq") == 0           ? "upscaled"
+                 : strcmp(duet_model_input_key(r.model), "masked_img") == 0 ? "inpainted"
+                                                                            : "translated",
                  o->out_dir);
     close_run(&r);
     return rc;

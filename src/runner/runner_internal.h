@@ -32,6 +32,7 @@ typedef struct duet__run {
     duet_rng rng;    /* model init; saved in checkpoints */
     /* infer --tile: the generator's receptive radius, measured once. */
     int64_t tile, tile_pad; /* opts' */
+    const char *infer_mask; /* infer: an inpaintor's hole (opts' mask) */
     int64_t tile_radius;
     bool tile_radius_known;
 
@@ -181,13 +182,15 @@ typedef struct duet__eval_result {
     int64_t images;
     double psnr, ssim, psnr_bicubic, ssim_bicubic; /* 0 when not in test_cfg */
     duet_log_vars metrics, metrics_bicubic;         /* test_cfg's metrics only */
+    duet_log_vars metrics_input; /* inpainting: the masked input against gt_img */
 } duet__eval_result;
 /* Each rank evaluates images rank, rank + world, ...; sums are reduced so
  * that every rank gets the means over all images. grid_path (the same on
  * every rank, or NULL on every rank): rank 0 writes a PNG of the first
  * eval_num_images images, whose rows the other ranks send it;
  * out_dir (may be NULL): every output saved as <out_dir>/<name>.png by its
- * rank; bicubic: also measure bicubic upscaling. */
+ * rank; bicubic: also measure bicubic upscaling (super-resolution) or the
+ * masked input itself (inpainting). */
 int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir, bool bicubic,
                        duet__eval_result *res);
 

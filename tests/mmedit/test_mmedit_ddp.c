@@ -14,7 +14,7 @@
  * parameters are bit-identical to rank 0's.
  *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
- * cyclegan, basic_restorer), with DUET_REF_DIR the directory of the files. */
+ * cyclegan, basic_restorer, gl_inpaintor), with DUET_REF_DIR the directory of the files. */
 #include "testutil_gan.h"
 
 #include <stdio.h>
@@ -105,18 +105,54 @@ static duet_model *basic_restorer(void) {
     return m;
 }
 
+/* test_ref_gl_inpaintor.c's model: GLEncoderDecoder without norm, GLDiscs
+ * of 16 channels with BatchNorm, the schedule iter_tc 0, iter_td 1. */
+static duet_model *gl_inpaintor(void) {
+    duet_gl_inpaintor_opts o = duet_gl_inpaintor_opts_default();
+    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
+    d.in_channels = 3;
+    d.max_channels = 16;
+    d.fc_in_channels = 16 * 4 * 4;
+    d.fc_out_channels = 1024;
+    d.with_norm = true;
+    o.disc.global = d;
+    o.disc.global.num_convs = 3;
+    o.disc.local = d;
+    o.disc.local.num_convs = 2;
+    o.loss_gan.loss_weight = 0.001f;
+    o.l1_valid_weight = 0.5f;
+    o.disc_shift_weight = 0.1f;
+    o.iter_tc = 0;
+    o.iter_td = 1;
+    o.local_h = o.local_w = 16;
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_gl_inpaintor_create(&o, &rng, &m));
+    return m;
+}
+
 static const ddp_model models[] = {
     {"srgan", srgan, 1e-4, 0.9, {"generator", "discriminator"}, 2},
     {"esrgan", esrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2},
     {"pix2pix", pix2pix, 2e-4, 0.5, {"generator", "discriminator"}, 2},
     {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2},
     {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1},
+    {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2},
 };
 
 /* The batch keys of each model's file: the SR models' lq and gt, the
  * translation models' img_a and img_b (with the meta MMEditing's
  * train_step reads, which duet's does not). */
 static void add_batch(duet_batch *b, const duet_st *st) {
+    if (duet_st_has(st, "mask_bbox")) { /* an inpaintor's */
+        const char *keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
+        for (int i = 0; i < 4; i++) {
+            duet_tensor *t = tu_ref_tensor(st, keys[i]);
+            TU_OK(duet_batch_add_tensor(b, keys[i], t));
+            duet_tensor_release(t);
+        }
+        return;
+    }
     const char *keys[2][2] = {{"lq", "gt"}, {"img_a", "img_b"}};
     const int k = duet_st_has(st, "lq") ? 0 : 1;
     for (int i = 0; i < 2; i++) {

@@ -22,6 +22,9 @@ this directory:
   deepfill_discs.safetensors  DeepFillv1Discriminators, DeepFillv2's
                        SN-PatchGAN and a MultiLayerDiscriminator under
                        spectral norm, GANLoss hinge, GradientPenaltyLoss
+  deepfill_nets.safetensors  MMEditing's DeepFillEncoderDecoder of the
+                       DeepFillv1 and v2 configs, shrunk: both stages'
+                       outputs, offsets, input and parameter gradients
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -59,7 +62,8 @@ TINY_VGG = [8, 8, 'M', 16, 16]
 # Allowances are measured against the C tests' own tolerances (see
 # yardstick()); these are those tolerances, per file.
 LOG_TOL = (1e-4, 1e-7)
-# Steps compared entry by entry; all `steps` by the distance from float64.
+# Steps compared entry by entry (a spec may ask for more: full_steps); all
+# `steps` by the distance from float64.
 FULL_STEPS = 2
 # tu_compare_adam_moments's floors (testutil.c says why).
 MOMENT_FLOOR, MOMENT_FLOOR_SQ = 0.1 * 6e-8, 1e-3 * 6e-8 ** 2
@@ -106,7 +110,10 @@ class Run:
         self.steps = []
         grads = {}
         snapshot_grads(model, opt, grads)
-        batch = {k: v.to(dtype) if torch.is_tensor(v) else v for k, v in spec.batch.items()}
+        # Floating tensors only: GLInpaintor's mask_bbox stays integer, as
+        # MMEditing's collate gives it (it slices with the values).
+        batch = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+                 for k, v in spec.batch.items()}
         for step in range(1, spec.steps + 1):
             if reload is not None and step == 2:
                 # The C test starts step 2 from the reference's state after
@@ -166,7 +173,7 @@ def yardstick(ref, f32s, d):
 
 def _yardstick(ref, f32, d):
     spec = ref.spec
-    for i, (r, t) in enumerate(zip(ref.steps[:FULL_STEPS], f32.steps)):
+    for i, (r, t) in enumerate(zip(ref.steps[:spec.full_steps], f32.steps)):
         step = i + 1
         for k, v in r['log'].items():
             e = abs(t['log'][k] - v) / (LOG_TOL[0] * abs(v) + LOG_TOL[1])
@@ -210,7 +217,9 @@ def distances(ref, f32s, d):
                         continue
                     dd += ((f32.steps[i]['state'][k].double() - v) ** 2).sum().item()
                     moved += ((v - ref.init[k].double()) ** 2).sum().item()
-                worst = max(worst, (dd / moved) ** 0.5)
+                # A part that has not moved yet must sit exactly at init.
+                dist = (dd / moved) ** 0.5 if moved > 0 else (0.0 if dd == 0 else float("inf"))
+                worst = max(worst, dist)
             d[f"f32dist{i + 1}.{part}"] = torch.tensor([worst], dtype=torch.float64)
 
 
@@ -241,14 +250,14 @@ def write(spec, outdir):
     ref = Run(spec, torch.float64)
     f32 = float32_runs(spec, ref)
     d = {f"init.{k}": v for k, v in ref.init.items()}
-    d.update({k: v for k, v in spec.batch.items() if torch.is_tensor(v)})
+    d.update({k: v.float() for k, v in spec.batch.items() if torch.is_tensor(v)})
     for i, r in enumerate(ref.steps):
         step = i + 1
         for k, v in r['state'].items():
             d[f"step{step}.{k}"] = v
         for k, v in r['log'].items():
             d[f"log{step}.{k}"] = torch.tensor([v], dtype=torch.float64)
-        if step > FULL_STEPS:
+        if step > spec.full_steps:
             continue  # only the distance from here on
         for k, v in r['grads'].items():
             d[f"grad{step}.{k}"] = v
@@ -323,7 +332,8 @@ class DDPRun:
             for name, o in opt.items():
                 o.step = self._allreduce_step(r, name, opts, barrier, o.step)
         n = DDP_BATCH // ranks
-        shards = [{k: (v[r * n:(r + 1) * n].to(dtype) if torch.is_tensor(v) else v[r * n:(r + 1) * n])
+        shards = [{k: (v[r * n:(r + 1) * n].to(dtype)
+                       if torch.is_tensor(v) and v.is_floating_point() else v[r * n:(r + 1) * n])
                    for k, v in spec.batch.items()} for r in range(ranks)]
         self.steps = []
         for _ in range(spec.steps):
@@ -384,7 +394,7 @@ def write_ddp(name, ranks, outdir):
             torch.backends.mkldnn.enabled = True
             torch.set_num_threads(1)
     d = {f"init.{k}": v for k, v in ref.init.items()}
-    d.update({k: v for k, v in spec.batch.items() if torch.is_tensor(v)})
+    d.update({k: v.float() for k, v in spec.batch.items() if torch.is_tensor(v)})
     for i, r in enumerate(ref.steps):
         for k, v in r['state'].items():
             d[f"step{i + 1}.{k}"] = v
@@ -401,6 +411,7 @@ def write_ddp(name, ranks, outdir):
 
 class Spec:
     steps = 10  # step by step over 10 iterations (issue 19)
+    full_steps = FULL_STEPS
     parts = ("generator", "discriminator")  # whose distance from float64 is written
     reload = False
     structural_zero = 0.0
@@ -570,6 +581,61 @@ class BasicRestorer(Spec):
 
     def step(self, model, batch, opt):
         return model.train_step(batch, opt)['log_vars']
+
+    def grad_tol(self, g):
+        return 1e-3, 1e-4 * g.abs().max().item()
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
+class GLInpaintor(Spec):
+    """gl_256x256_8x12_places.py on 32x32 images: GLEncoderDecoder without
+    norm (the config's SyncBN needs a process group; its BatchNorm
+    generator is compared as a network in gl_nets), GLDiscs of 16 channels
+    with BatchNorm, 3 convs global and 2 local (fc 1024 each, as GLDiscs'
+    fixed 2048-input fc wants); the config's losses (vanilla GAN 0.001, L1
+    in the hole) plus L1 in the valid region (0.5) and DiscShiftLoss (0.1),
+    which GLInpaintor's steps support and the config leaves out. The
+    schedule shrunk to show each phase in the first steps: start_iter 0,
+    iter_tc 0, iter_td 1, disc_step 1, local_size 16x16, so step 1 updates
+    the generator on L1 alone, step 2 the discriminators alone, step 3 both
+    (the adversarial term on); those three are compared entry by entry. One
+    batch of box holes (mask_bbox as LoadMask's bbox mode gives it), Adam
+    from the config (lr 4e-4)."""
+    name, file, lr = "GLInpaintor", "gl_inpaintor.safetensors", 4e-4
+    parts = ("generator", "disc")
+    full_steps = 3
+    BOXES = [(8, 10, 12, 14), (3, 5, 16, 9), (14, 2, 10, 16), (6, 12, 12, 12), (10, 8, 8, 13),
+             (2, 3, 14, 15)]
+
+    def __init__(self, n=2):
+        g = torch.Generator().manual_seed(12)
+        gt = torch.rand(n, 3, 32, 32, generator=g) * 2 - 1
+        mask = torch.zeros(n, 1, 32, 32)
+        for i, (t, l, h, w) in enumerate(self.BOXES[:n]):
+            mask[i, :, t:t + h, l:l + w] = 1
+        self.batch = dict(gt_img=gt, mask=mask, masked_img=gt * (1 - mask),
+                          mask_bbox=torch.tensor(self.BOXES[:n], dtype=torch.int64))
+
+    def build(self, tmp):
+        cfg = mo.config("inpainting/global_local/gl_256x256_8x12_places.py")
+        cfg.model.encdec = dict(type='GLEncoderDecoder')
+        small = dict(in_channels=3, max_channels=16, fc_in_channels=16 * 4 * 4,
+                     fc_out_channels=1024, norm_cfg=dict(type='BN'))
+        cfg.model.disc = dict(type='GLDiscs', global_disc_cfg=dict(small, num_convs=3),
+                              local_disc_cfg=dict(small, num_convs=2))
+        cfg.model.loss_l1_valid = dict(type='L1Loss', loss_weight=0.5)
+        cfg.model.loss_disc_shift = dict(type='DiscShiftLoss', loss_weight=0.1)
+        cfg.train_cfg = dict(disc_step=1, iter_tc=0, iter_td=1, start_iter=0,
+                             local_size=(16, 16))
+        torch.manual_seed(20261225)
+        return mo.build(cfg), cfg
+
+    def step(self, model, batch, opt):
+        log = dict(model.train_step(batch, opt)['log_vars'])
+        log.pop('loss')  # parse_losses' running total; duet logs the terms
+        return log
 
     def grad_tol(self, g):
         return 1e-3, 1e-4 * g.abs().max().item()
@@ -816,6 +882,92 @@ class GLNets:
               "MultiLayerDiscriminator and GLEncoderDecoder")
 
 
+class DeepFillNets:
+    """MMEditing's own DeepFillEncoderDecoder (built by its registry from the
+    generator of deepfillv1_256x256_8x2_places.py, conv, and of
+    deepfillv2_256x256_8x2_places.py, gated_conv, both with padding_mode
+    'reflect'), channels shrunk by channel_factor, run in float64 in
+    training mode on 128x128 (the smallest size whose neck, at 32x32, takes
+    the reflect padding of dilation 16; the contextual attention sees 16x16
+    patches).
+    Each case NAME holds the state dict (NAME.sd.*), the parameter count,
+    the input NAME.x (masked image, ones, mask), both stages' outputs
+    (NAME.stage1, NAME.stage2), the attention offsets (NAME.offset, the
+    scores as (n, L, h, w)), the cotangents NAME.r1, NAME.r2 of the two
+    outputs and the gradients of the input and every parameter
+    (NAME.grad.*) of sum(stage1 * r1) + sum(stage2 * r2);
+    tests/mmedit/test_ref_deepfill_nets.c compares duet's with them.
+
+    Weights: mmcv's ConvModule init (kaiming) times a gain per case, not
+    DeepFillEncoderDecoder's init_weights (normal(0, 0.02), under which the
+    features shrink layer by layer and the comparison would test little);
+    the gains (0.7 for v1, 2 for v2) keep v1's stage-1 output inside its
+    clip at +-1 (max 0.993) and v2's gated features away from zero; biases
+    are drawn uniform(-0.1, 0.1) so that they matter too. channel_factor
+    1/3 on v2 makes int() truncate (42, 21, 10, 5 channels in the refiner's
+    decoder)."""
+    file = "deepfill_nets.safetensors"
+
+    @staticmethod
+    def generator(cfg_path, factor):
+        """The config's encdec with every part's channels times factor."""
+        cfg = mo.config(cfg_path).model.encdec.to_dict()
+        for stage in ("stage1", "stage2"):
+            for part in cfg[stage].values():
+                if not isinstance(part, dict):
+                    continue
+                if part["type"] in ("DeepFillEncoder", "DeepFillDecoder"):
+                    part["channel_factor"] = part.get("channel_factor", 1.0) * factor
+                if "in_channels" in part and part["type"] != "DeepFillEncoder":
+                    part["in_channels"] = int(round(part["in_channels"] * factor))
+        return cfg
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_backbone
+        torch.manual_seed(20261205)
+        cases = {
+            "deepfillv1": ("inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py", 0.25, 0.7),
+            "deepfillv2": ("inpainting/deepfillv2/deepfillv2_256x256_8x2_places.py", 1 / 3, 2.0),
+        }
+        tensors = {}
+        for name, (cfg_path, factor, gain) in cases.items():
+            cfg = self.generator(cfg_path, factor)
+            net = build_backbone(dict(cfg, return_offset=True))
+            for mod in net.modules():
+                if isinstance(mod, torch.nn.Conv2d):
+                    mod.weight.data.mul_(gain)
+                    torch.nn.init.uniform_(mod.bias, -0.1, 0.1)
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            tensors[f"{name}.nparams"] = torch.tensor(
+                [float(sum(p.numel() for p in net.parameters()))])
+            net = net.double().train()
+            n, h, w = 2, 128, 128
+            img = torch.rand(n, 3, h, w, dtype=torch.float64) * 2 - 1
+            mask = torch.zeros(n, 1, h, w, dtype=torch.float64)
+            mask[0, :, 32:80, 40:88] = 1
+            mask[1, :, 16:48, 60:124] = 1
+            x = torch.cat([img * (1 - mask), torch.ones_like(mask), mask], dim=1)
+            x.requires_grad_(True)
+            s1, s2, offset = net(x)
+            r1, r2 = torch.randn_like(s1), torch.randn_like(s2)
+            ((s1 * r1).sum() + (s2 * r2).sum()).backward()
+            tensors[f"{name}.x"] = x.detach().float()
+            tensors[f"{name}.grad.x"] = x.grad.float()
+            tensors[f"{name}.stage1"] = s1.detach().float()
+            tensors[f"{name}.stage2"] = s2.detach().float()
+            tensors[f"{name}.offset"] = offset.detach().reshape(
+                n, -1, offset.shape[-2], offset.shape[-1]).float()
+            tensors[f"{name}.r1"] = r1.float()
+            tensors[f"{name}.r2"] = r2.float()
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} DeepFillEncoderDecoder "
+                                    "(float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's DeepFillEncoderDecoder, v1 and v2")
+
+
 class DeepFillDiscs:
     """MMEditing's own DeepFill discriminators, built by its registry from
     the disc dicts of its configs (shrunk through the dict), its
@@ -977,6 +1129,8 @@ MODELS = {
     "translation": TranslationPipeline,
     "inpainting": InpaintingPipeline,
     "gl_nets": GLNets,
+    "gl_inpaintor": GLInpaintor,
+    "deepfill_nets": DeepFillNets,
     "deepfill_discs": DeepFillDiscs,
 }
 
@@ -991,6 +1145,7 @@ DDP_SPECS = {
     "pix2pix": lambda: Pix2Pix(n=DDP_BATCH),
     "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
     "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
+    "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
 }
 
 

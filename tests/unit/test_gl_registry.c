@@ -221,9 +221,82 @@ static void test_deepfill_discs(void **state) {
     duet_module_destroy(m);
 }
 
+/* DeepFillv2's encdec as its MMEditing config writes it (gated_conv,
+ * channel_factor 0.75, Tanh, reflect): the networks of the C options,
+ * MMEditing's parameter count (4,414,908). */
+static const char *const deepfillv2 =
+    "net = { type = \"DeepFillEncoderDecoder\";\n"
+    "  stage1 = { type = \"GLEncoderDecoder\";\n"
+    "    encoder = { type = \"DeepFillEncoder\"; conv_type = \"gated_conv\"; channel_factor = 0.75;"
+    " padding_mode = \"reflect\"; };\n"
+    "    decoder = { type = \"DeepFillDecoder\"; conv_type = \"gated_conv\"; in_channels = 96;"
+    " channel_factor = 0.75; out_act_cfg = { type = \"Tanh\"; }; padding_mode = \"reflect\"; };\n"
+    "    dilation_neck = { type = \"GLDilationNeck\"; in_channels = 96; conv_type = \"gated_conv\";"
+    " act_cfg = { type = \"ELU\"; }; padding_mode = \"reflect\"; }; };\n"
+    "  stage2 = { type = \"DeepFillRefiner\";\n"
+    "    encoder_attention = { type = \"DeepFillEncoder\"; encoder_type = \"stage2_attention\";"
+    " conv_type = \"gated_conv\"; channel_factor = 0.75; padding_mode = \"reflect\"; };\n"
+    "    encoder_conv = { type = \"DeepFillEncoder\"; encoder_type = \"stage2_conv\";"
+    " conv_type = \"gated_conv\"; channel_factor = 0.75; padding_mode = \"reflect\"; };\n"
+    "    dilation_neck = { type = \"GLDilationNeck\"; in_channels = 96; conv_type = \"gated_conv\";"
+    " act_cfg = { type = \"ELU\"; }; padding_mode = \"reflect\"; };\n"
+    "    contextual_attention = { type = \"ContextualAttentionNeck\"; in_channels = 96;"
+    " conv_type = \"gated_conv\"; padding_mode = \"reflect\"; };\n"
+    "    decoder = { type = \"DeepFillDecoder\"; in_channels = 192; conv_type = \"gated_conv\";"
+    " out_act_cfg = { type = \"Tanh\"; }; padding_mode = \"reflect\"; }; }; };";
+
+static void test_deepfill_encdec(void **state) {
+    (void)state;
+    duet_module *m = build(deepfillv2, DUET_OK, NULL);
+    assert_int_equal(duet_module_num_parameters(m, false), 4414908);
+    duet_deepfill_encdec_opts o = duet_deepfill_encdec_opts_default();
+    duet_deepfill_encoder_opts *encs[3] = {&o.encoder, &o.stage2.encoder_attention,
+                                           &o.stage2.encoder_conv};
+    for (int i = 0; i < 3; i++) encs[i]->channel_factor = 0.75, encs[i]->gated = true;
+    o.decoder.channel_factor = 0.75, o.decoder.in_channels = 96, o.decoder.gated = true;
+    o.dilation_neck.in_channels = o.stage2.dilation_neck.in_channels = 96;
+    o.dilation_neck.gated = o.stage2.dilation_neck.gated = true;
+    o.stage2.contextual_attention.in_channels = 96, o.stage2.contextual_attention.gated = true;
+    o.stage2.decoder.in_channels = 192, o.stage2.decoder.gated = true;
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_module *d = NULL;
+    TU_OK(duet_deepfill_encdec_create(&o, &rng, &d));
+    same_names(m, d);
+    /* reflect padding: a padding_layer in front of every conv */
+    assert_non_null(duet_module_child(duet_module_child(duet_module_child(duet_module_child(
+        duet_module_child(m, "stage2"), "decoder"), "dec1"), "conv"), "padding_layer"));
+    assert_null(duet_module_child(duet_module_child(duet_module_child(duet_module_child(
+        duet_module_child(d, "stage2"), "decoder"), "dec1"), "conv"), "padding_layer"));
+    duet_module_destroy(m);
+    duet_module_destroy(d);
+    /* MMEditing's defaults without any group: DeepFillv1's networks */
+    m = build("net = { type = \"DeepFillEncoderDecoder\"; };", DUET_OK, NULL);
+    assert_int_equal(duet_module_num_parameters(m, false), 3601542);
+    duet_module_destroy(m);
+    build("net = { type = \"DeepFillEncoderDecoder\"; stage2 = { type = \"DeepFillRefiner\";"
+          " encoder_conv = { type = \"DeepFillEncoder\"; conv_type = \"gated\"; }; }; };",
+          DUET_ECONFIG, "gated_conv");
+    build("net = { type = \"DeepFillEncoderDecoder\"; stage1 = { type = \"GLEncoderDecoder\";"
+          " encoder = { type = \"DeepFillEncoder\"; }; }; };", DUET_ECONFIG,
+          "'decoder' is required");
+    build("net = { type = \"DeepFillEncoderDecoder\"; stage2 = { type = \"DeepFillRefiner\";"
+          " decoder = { type = \"DeepFillDecoder\"; }; }; };", DUET_ECONFIG,
+          "'in_channels' is required");
+    /* a GLDilationNeck group starts from MMEditing's class defaults: 256
+     * channels, so the refiner's channels no longer chain */
+    build("net = { type = \"DeepFillEncoderDecoder\"; stage2 = { type = \"DeepFillRefiner\";"
+          " dilation_neck = { type = \"GLDilationNeck\"; }; }; };", DUET_EINVAL,
+          "dilation_neck.in_channels is 256");
+    build("net = { type = \"DeepFillEncoderDecoder\"; stage2 = { type = \"DeepFillRefiner\";"
+          " decoder = { type = \"DeepFillDecoder\"; in_channels = 256;"
+          " out_act_cfg = { type = \"clip\"; min = 0.0; }; }; }; };", DUET_ECONFIG,
+          "min = -1.0");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gl_encdec),
+        cmocka_unit_test(test_deepfill_encdec),
         cmocka_unit_test(test_gl_discs),
         cmocka_unit_test(test_multi_layer_disc),
         cmocka_unit_test(test_deepfill_discs),
