@@ -116,13 +116,17 @@ int duet_unet_generator_create(const duet_unet_generator_opts *opts, duet_rng *i
  * conv<n+2> (stride 1, to 1 channel, no act). With fc_in_channels > 0 the
  * output is flattened into fc, a LinearModule ("fc.linear", then out_act).
  * Init as its init_weights: Linear weights normal(0, 0.02), bias 0; convs
- * PyTorch's default. Activations: "ReLU", "LeakyReLU" (0.2), "Tanh" or
- * none. */
+ * PyTorch's default. Activations: "ReLU", "LeakyReLU" (0.2), "Tanh", "ELU"
+ * (alpha 1) or none. with_spectral_norm puts every conv and the fc's
+ * Linear under spectral norm (duet_sn_conv2d_module_create,
+ * duet_sn_linear_module_create: weight_orig, weight_u, weight_v, the power
+ * iteration advancing in each training forward), DeepFillv2's SN-PatchGAN. */
 typedef enum duet_mld_act {
     DUET_MLD_ACT_NONE,
     DUET_MLD_ACT_RELU,
     DUET_MLD_ACT_LRELU,
-    DUET_MLD_ACT_TANH
+    DUET_MLD_ACT_TANH,
+    DUET_MLD_ACT_ELU
 } duet_mld_act;
 typedef struct duet_multi_layer_disc_opts {
     int in_channels, max_channels, num_convs;
@@ -131,9 +135,10 @@ typedef struct duet_multi_layer_disc_opts {
     bool with_norm;         /* norm_cfg BN / SyncBN */
     duet_mld_act act, out_act;
     bool with_input_norm, with_out_convs;
+    bool with_spectral_norm;
 } duet_multi_layer_disc_opts;
 /* MMEditing's defaults: 3, 512, 5 convs, no fc, fc out 1024, kernel 5, no
- * norm, ReLU, out ReLU, with_input_norm, no out convs. */
+ * norm, ReLU, out ReLU, with_input_norm, no out convs, no spectral norm. */
 duet_multi_layer_disc_opts duet_multi_layer_disc_opts_default(void);
 int duet_multi_layer_disc_create(const duet_multi_layer_disc_opts *opts, duet_rng *init_rng,
                                  duet_module **out);
@@ -146,6 +151,25 @@ int duet_multi_layer_disc_create(const duet_multi_layer_disc_opts *opts, duet_rn
 int duet_gl_discs_create(const duet_multi_layer_disc_opts *global,
                          const duet_multi_layer_disc_opts *local, duet_rng *init_rng,
                          duet_module **out);
+
+/* DeepFillv1Discriminators (components/discriminators/deepfill_disc.py):
+ * global_disc and local_disc, two independent MultiLayerDiscriminators
+ * (DeepFillv1's config: ELU, no norm, fc to 1 with LeakyReLU(0.2)). Init as
+ * its init_weights: every Conv2d and Linear weight normal(0, 0.02), bias 0.
+ * MMEditing's forward((global image, local patch)) returns the tuple
+ * (global_pred, local_pred): duet_deepfill_v1_discs_forward gives both;
+ * the module's forward2(global image, local patch) gives them joined
+ * along dim 1, (N, Fg + Fl), global first (each pred flattened to (N, F)).
+ * The penalty of WGAN-GP runs on the child "global_disc" or "local_disc"
+ * (a DDP reaches them with duet_ddp_forward_child). */
+int duet_deepfill_v1_discs_create(const duet_multi_layer_disc_opts *global,
+                                  const duet_multi_layer_disc_opts *local, duet_rng *init_rng,
+                                  duet_module **out);
+/* The two predictions of a DeepFillv1Discriminators; *global_pred and
+ * *local_pred are new references (both NULL on failure). */
+int duet_deepfill_v1_discs_forward(duet_module *discs, duet_tensor *global_img,
+                                   duet_tensor *local_img, duet_tensor **global_pred,
+                                   duet_tensor **local_pred);
 
 /* GLEncoderDecoder (backbones/encoder_decoders/gl_encoder_decoder.py), the
  * Global&Local generator: encoder (GLEncoder: enc1..enc6 ConvModules from

@@ -182,6 +182,11 @@ int duet_layer_settings_of(const duet_module *m, duet_layer_settings *s);
 int duet_sn_conv2d_module_create(int in_channels, int out_channels, int kernel, int stride,
                                  int padding, bool bias, float eps, duet_rng *rng,
                                  duet_module **out);
+/* Linear under spectral_norm (MMEditing's LinearModule with
+ * with_spectral_norm=True), the same way: params bias (OUT) and weight_orig
+ * (OUT, IN) with Linear's init, buffers weight_u (OUT) and weight_v (IN). */
+int duet_sn_linear_module_create(int in_features, int out_features, bool bias, float eps,
+                                 duet_rng *rng, duet_module **out);
 /* Params: weight (OUT, IN), bias (OUT). */
 int duet_linear_module_create(int in_features, int out_features, bool bias, duet_rng *rng,
                               duet_module **out);

@@ -177,7 +177,7 @@ static bool node_reads(const duet_node *n, int slot) {
     static const char *const reads_no_input[] = {
         "relu",    "leaky_relu", "max_pool2d", "pixel_shuffle", "add",
         "sub",     "scale",      "reshape",    "flatten",       "sigmoid",
-        "tanh",    "upsample_bilinear",        "channel_affine"};
+        "tanh",    "upsample_bilinear",        "channel_affine", "relu_backward"};
     for (size_t i = 0; i < sizeof reads_no_input / sizeof reads_no_input[0]; i++)
         if (op_is(n, reads_no_input[i])) return false;
     return true; /* batch_norm2d reads x, weight and bias */

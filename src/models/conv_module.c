@@ -131,7 +131,15 @@ int duet__conv_module_create(const duet__cm_opts *o, duet_rng *rng, duet_module 
     if (o->reflect)
         rc = add(m, "padding_layer", duet_reflection_pad2d_module_create(o->padding, &part), &part);
     const int pad = o->reflect ? 0 : o->padding;
-    if (rc == DUET_OK && o->deconv)
+    if (rc == DUET_OK && o->spectral_norm && o->deconv)
+        rc = duet__error(DUET_EUNSUPPORTED, "ConvModule: spectral norm on a ConvTranspose2d "
+                         "is not supported");
+    else if (rc == DUET_OK && o->spectral_norm)
+        rc = add(m, "conv",
+                 duet_sn_conv2d_module_create(o->in_channels, o->out_channels, o->kernel,
+                                              o->stride, pad, o->bias, 1e-12f, rng, &part),
+                 &part);
+    else if (rc == DUET_OK && o->deconv)
         rc = add(m, "conv",
                  duet_conv_transpose2d_module_create(o->in_channels, o->out_channels, o->kernel,
                                                      o->stride, pad, o->output_padding,

@@ -1,7 +1,9 @@
-/* MMEditing's MultiLayerDiscriminator and GLDiscs (mmedit/models/components/
- * discriminators/multi_layer_disc.py, gl_disc.py), the discriminators of the
- * Global&Local inpaintor: strided ConvModules, an optional LinearModule
- * head, and for GLDiscs a global and a local one joined by a Linear. */
+/* MMEditing's MultiLayerDiscriminator, GLDiscs and DeepFillv1Discriminators
+ * (mmedit/models/components/discriminators/multi_layer_disc.py, gl_disc.py,
+ * deepfill_disc.py), the discriminators of the inpaintors: strided
+ * ConvModules, an optional LinearModule head, all optionally under spectral
+ * norm (DeepFillv2's SN-PatchGAN); GLDiscs joins a global and a local one by
+ * a Linear, DeepFillv1Discriminators keeps their two predictions apart. */
 #include <stdio.h>
 
 #include "models/models_internal.h"
@@ -19,6 +21,7 @@ static duet__cm_act cm_act(duet_mld_act a) {
     case DUET_MLD_ACT_RELU: return DUET__CM_ACT_RELU;
     case DUET_MLD_ACT_LRELU: return DUET__CM_ACT_LRELU;
     case DUET_MLD_ACT_TANH: return DUET__CM_ACT_TANH;
+    case DUET_MLD_ACT_ELU: return DUET__CM_ACT_ELU;
     default: return DUET__CM_ACT_NONE;
     }
 }
@@ -43,23 +46,30 @@ static int linear_module_forward(duet_module *self, int nin, duet_tensor *const 
 
 static const duet_module_type linear_module_type = {"LinearModule", linear_module_forward, NULL};
 
+/* A Linear's or Conv2d's weight: "weight_orig" under spectral norm. */
+static duet_tensor *layer_weight(const duet_module *m) {
+    duet_tensor *w = duet_module_param(m, "weight");
+    return w != NULL ? w : duet_module_param(m, "weight_orig");
+}
+
 /* nn.init.normal_(weight, 0, 0.02); constant_(bias, 0). */
 static void init_linear(duet_module *lin, duet_rng *rng) {
-    duet_tensor *w = duet_module_param(lin, "weight"), *b = duet_module_param(lin, "bias");
+    duet_tensor *w = layer_weight(lin), *b = duet_module_param(lin, "bias");
     for (int64_t i = 0; i < w->numel; i++) w->data[i] = 0.02f * duet_rng_normal(rng);
     if (b != NULL)
         for (int64_t i = 0; i < b->numel; i++) b->data[i] = 0.0f;
 }
 
-static int linear_module_create(int64_t in, int outc, duet_mld_act act, duet_rng *rng,
-                                duet_module **out) {
+static int linear_module_create(int64_t in, int outc, duet_mld_act act, bool sn,
+                                duet_rng *rng, duet_module **out) {
     *out = NULL;
     if (in > INT32_MAX)
         return duet__error(DUET_EINVAL, "LinearModule: fc_in_channels %lld is too large",
                            (long long)in);
     duet_module *m = NULL, *part = NULL;
     DUET_TRY(duet_module_create(&linear_module_type, NULL, &m));
-    int rc = duet_linear_module_create((int)in, outc, true, rng, &part);
+    int rc = sn ? duet_sn_linear_module_create((int)in, outc, true, 1e-12f, rng, &part)
+                : duet_linear_module_create((int)in, outc, true, rng, &part);
     if (rc == DUET_OK) {
         init_linear(part, rng);
         rc = duet_module_add_child(m, "linear", part);
@@ -67,6 +77,7 @@ static int linear_module_create(int64_t in, int outc, duet_mld_act act, duet_rng
     if (rc == DUET_OK && act != DUET_MLD_ACT_NONE) {
         const duet_activation kind = act == DUET_MLD_ACT_RELU    ? DUET_ACT_RELU
                                      : act == DUET_MLD_ACT_LRELU ? DUET_ACT_LEAKY_RELU
+                                     : act == DUET_MLD_ACT_ELU   ? DUET_ACT_ELU
                                                                  : DUET_ACT_TANH;
         rc = duet_activation_module_create(kind, 0.2f, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(m, "activate", part);
@@ -106,7 +117,7 @@ static int mld_forward(duet_module *self, int nin, duet_tensor *const *in, duet_
         h = flat;
         if (rc == DUET_OK) {
             duet_module *fc = duet_module_child(self, "fc");
-            int64_t want = duet_module_param(duet_module_child(fc, "linear"), "weight")->shape[1];
+            int64_t want = layer_weight(duet_module_child(fc, "linear"))->shape[1];
             if (h->shape[1] != want)
                 rc = duet__error(DUET_ESHAPE, "MultiLayerDiscriminator: the convs give %lld "
                                  "values per sample, fc_in_channels is %lld (for a %lldx%lld "
@@ -169,7 +180,8 @@ int duet_multi_layer_disc_create(const duet_multi_layer_disc_opts *opts, duet_rn
         /* mmcv's bias='auto': a bias when there is no norm */
         duet__cm_opts cm = {.in_channels = cur, .out_channels = oc, .kernel = o.kernel_size,
                             .stride = 2, .padding = o.kernel_size / 2, .bias = !norm,
-                            .with_norm = norm, .norm = DUET_GEN_NORM_BN, .act = cm_act(act)};
+                            .with_norm = norm, .norm = DUET_GEN_NORM_BN, .act = cm_act(act),
+                            .spectral_norm = o.with_spectral_norm};
         rc = add_conv(m, i + 1, &cm, init_rng);
         cur = oc;
     }
@@ -178,16 +190,17 @@ int duet_multi_layer_disc_create(const duet_multi_layer_disc_opts *opts, duet_rn
         duet__cm_opts cm = {.in_channels = cur, .out_channels = oc, .kernel = o.kernel_size,
                             .stride = 1, .padding = o.kernel_size / 2, .bias = !o.with_norm,
                             .with_norm = o.with_norm, .norm = DUET_GEN_NORM_BN,
-                            .act = cm_act(o.act)};
+                            .act = cm_act(o.act), .spectral_norm = o.with_spectral_norm};
         rc = add_conv(m, o.num_convs + 1, &cm, init_rng);
         cm = (duet__cm_opts){.in_channels = oc, .out_channels = 1, .kernel = o.kernel_size,
                              .stride = 1, .padding = o.kernel_size / 2, .bias = true,
-                             .act = DUET__CM_ACT_NONE};
+                             .act = DUET__CM_ACT_NONE, .spectral_norm = o.with_spectral_norm};
         if (rc == DUET_OK) rc = add_conv(m, o.num_convs + 2, &cm, init_rng);
     }
     if (rc == DUET_OK && impl->with_fc) {
         duet_module *fc = NULL;
-        rc = linear_module_create(o.fc_in_channels, o.fc_out_channels, o.out_act, init_rng, &fc);
+        rc = linear_module_create(o.fc_in_channels, o.fc_out_channels, o.out_act,
+                                  o.with_spectral_norm, init_rng, &fc);
         if (rc == DUET_OK) rc = duet_module_add_child(m, "fc", fc);
     }
     if (rc != DUET_OK) {
@@ -253,6 +266,79 @@ int duet_gl_discs_create(const duet_multi_layer_disc_opts *global,
         duet_module_destroy(m);
         return rc;
     }
+    *out = m;
+    return DUET_OK;
+}
+
+/* ---- DeepFillv1Discriminators ------------------------------------------------------ */
+
+int duet_deepfill_v1_discs_forward(duet_module *discs, duet_tensor *global_img,
+                                   duet_tensor *local_img, duet_tensor **global_pred,
+                                   duet_tensor **local_pred) {
+    *global_pred = *local_pred = NULL;
+    duet_module *g = duet_module_child(discs, "global_disc");
+    duet_module *l = duet_module_child(discs, "local_disc");
+    if (g == NULL || l == NULL)
+        return duet__error(DUET_EINVAL, "DeepFillv1Discriminators forward: a %s has no "
+                           "global_disc and local_disc", duet_module_type_name(discs));
+    int rc = duet_module_forward(g, global_img, global_pred);
+    if (rc == DUET_OK) rc = duet_module_forward(l, local_img, local_pred);
+    if (rc != DUET_OK) {
+        duet_tensor_release(*global_pred);
+        *global_pred = NULL;
+        return duet__error_context(rc, "DeepFillv1Discriminators forward");
+    }
+    return DUET_OK;
+}
+
+/* (N, ...) -> (N, F, 1, 1), F the rest. */
+static int as_channels(duet_tensor *t, duet_tensor **out) {
+    return duet_reshape(t, 4, (int64_t[]){t->shape[0], t->numel / t->shape[0], 1, 1}, out);
+}
+
+static int deepfill_discs_forward(duet_module *self, int nin, duet_tensor *const *in,
+                                  duet_tensor **out) {
+    *out = NULL;
+    if (nin != 2)
+        return duet__error(DUET_EINVAL, "DeepFillv1Discriminators takes (global image, local "
+                           "patch), got %d inputs", nin);
+    duet_tensor *g = NULL, *l = NULL, *g4 = NULL, *l4 = NULL, *cat = NULL;
+    int rc = duet_deepfill_v1_discs_forward(self, in[0], in[1], &g, &l);
+    if (rc == DUET_OK) rc = as_channels(g, &g4);
+    if (rc == DUET_OK) rc = as_channels(l, &l4);
+    if (rc == DUET_OK) rc = duet_concat_channels(2, (duet_tensor *[]){g4, l4}, &cat);
+    if (rc == DUET_OK) rc = duet_reshape(cat, 2, (int64_t[]){cat->shape[0], cat->shape[1]}, out);
+    duet_tensor *ts[] = {g, l, g4, l4, cat};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+    return rc;
+}
+
+static const duet_module_type deepfill_discs_type = {"DeepFillv1Discriminators",
+                                                     deepfill_discs_forward, NULL};
+
+/* normal_init(m, 0, 0.02) of every Conv2d and Linear below m, in
+ * self.modules() order. */
+static void deepfill_init(duet_module *m, duet_rng *rng) {
+    if (duet_module_is(m, "Conv2d") || duet_module_is(m, "Linear")) init_linear(m, rng);
+    for (size_t i = 0; i < duet_module_child_count(m); i++)
+        deepfill_init(duet_module_child_at(m, i), rng);
+}
+
+int duet_deepfill_v1_discs_create(const duet_multi_layer_disc_opts *global,
+                                  const duet_multi_layer_disc_opts *local, duet_rng *init_rng,
+                                  duet_module **out) {
+    *out = NULL;
+    duet_module *m = NULL, *part = NULL;
+    DUET_TRY(duet_module_create(&deepfill_discs_type, NULL, &m));
+    int rc = duet_multi_layer_disc_create(global, init_rng, &part);
+    if (rc == DUET_OK) rc = duet_module_add_child(m, "global_disc", part);
+    if (rc == DUET_OK) rc = duet_multi_layer_disc_create(local, init_rng, &part);
+    if (rc == DUET_OK) rc = duet_module_add_child(m, "local_disc", part);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return duet__error_context(rc, "DeepFillv1Discriminators");
+    }
+    deepfill_init(m, init_rng);
     *out = m;
     return DUET_OK;
 }

@@ -84,6 +84,7 @@ typedef struct duet__cm_opts {
     duet_gen_norm norm;
     duet__cm_act act;
     bool act_first;     /* order=('act', 'conv', 'norm'), else conv-norm-act */
+    bool spectral_norm; /* with_spectral_norm: the Conv2d under spectral_norm (not a deconv) */
 } duet__cm_opts;
 
 /* A "ConvModule" with children padding_layer, conv, bn or in, activate as

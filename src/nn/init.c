@@ -15,12 +15,19 @@ static void kaiming_normal_scaled(duet_tensor *w, float scale, duet_rng *rng) {
         w->data[i] = (float)(std * duet_rng_normal(rng)) * scale;
 }
 
+/* A layer's weight: "weight", or "weight_orig" under spectral norm (whose
+ * module.weight PyTorch's inits write through to weight_orig). */
+static duet_tensor *layer_weight(const duet_module *m) {
+    duet_tensor *w = duet_module_param(m, "weight");
+    return w != NULL ? w : duet_module_param(m, "weight_orig");
+}
+
 /* Visits the subtree in PyTorch's module.modules() order (the module, then
  * its children depth first), which fixes the order of the random draws. */
 void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng) {
     DUET_ASSERT(m != NULL && rng != NULL);
     if (duet_module_is(m, "Conv2d") || duet_module_is(m, "Linear")) {
-        duet_tensor *w = duet_module_param(m, "weight");
+        duet_tensor *w = layer_weight(m);
         duet_tensor *b = duet_module_param(m, "bias");
         if (w != NULL) kaiming_normal_scaled(w, scale, rng);
         if (b != NULL) duet_tensor_fill(b, 0.0f);
@@ -45,7 +52,7 @@ void duet_generation_init_weights(duet_module *m, float gain, duet_rng *rng) {
     /* module.apply visits children before the module itself. */
     for (size_t i = 0; i < duet_module_child_count(m); i++)
         duet_generation_init_weights(duet_module_child_at(m, i), gain, rng);
-    duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
+    duet_tensor *w = layer_weight(m), *b = duet_module_param(m, "bias");
     float mean;
     if (duet_module_is(m, "Conv2d") || duet_module_is(m, "ConvTranspose2d") ||
         duet_module_is(m, "Linear"))

@@ -127,19 +127,47 @@ static int masked_backward_node(duet_node *node) {
     return DUET_OK;
 }
 
-/* In recorded ops: gx = gy * m, m (1 where x > 0, else slope) a constant
- * made from the saved bits; the second derivative is zero. */
+/* relu_backward (gy, x) -> gy * m, m in the context (1 where x > 0, else
+ * slope): the recorded form of relu's and leaky_relu's backward. Its
+ * derivative in gy is m; in x it is zero, and x is an input all the same,
+ * as in PyTorch's threshold_backward and leaky_relu_backward: a backward
+ * through the gradient reaches what made x (a Linear's bias before the
+ * activation) and gives it a zero gradient rather than none. A DDP counts
+ * on that: WGAN-GP's penalty backpropagated on its own through a
+ * discriminator ending in Linear + LeakyReLU (DeepFillv1) would otherwise
+ * leave the bias unready and the reduction unfinished. */
+static int relu_backward_node(duet_node *node) {
+    const float *m = node->ctx, *g = node->output->grad;
+    float *ggy = duet_node_input_grad(node, 0);
+    if (ggy != NULL)
+        for (int64_t i = 0; i < node->output->numel; i++) ggy[i] += g[i] * m[i];
+    (void)duet_node_input_grad(node, 1); /* x: zero, but reached */
+    return DUET_OK;
+}
+
+/* In recorded ops: gx = relu_backward(gy, x) with the saved bits; the
+ * second derivative is zero. */
 static int masked_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
     if (!want[0]) return DUET_OK;
     const mask_ctx *c = node->ctx;
     const duet_tensor *y = node->output;
-    duet_tensor *m = NULL;
-    DUET_TRY(duet_tensor_create(y->ndim, y->shape, &m));
-    for (int64_t i = 0; i < y->numel; i++)
-        m->data[i] = (c->bits[i / 64] >> (i % 64)) & 1u ? 1.0f : c->slope;
-    int rc = duet_mul(gy, m, &gx[0]);
-    duet_tensor_release(m);
-    return rc;
+    DUET_TRY(duet__op_check_same_shape("relu_backward", gy, y));
+    float *m = malloc((size_t)y->numel * sizeof *m);
+    duet_tensor *g = NULL;
+    int rc = m == NULL ? duet__error(DUET_ENOMEM, "relu_backward: out of memory")
+                       : duet_tensor_create_uninit(y->ndim, y->shape, &g);
+    if (rc != DUET_OK) {
+        free(m);
+        return rc;
+    }
+    for (int64_t i = 0; i < y->numel; i++) {
+        m[i] = (c->bits[i / 64] >> (i % 64)) & 1u ? 1.0f : c->slope;
+        g->data[i] = gy->data[i] * m[i];
+    }
+    duet_tensor *ins[2] = {gy, node->inputs[0]};
+    return duet__op_finish_unread(
+        duet__op_finish(g, "relu_backward", relu_backward_node, m, free, 2, ins, &gx[0]),
+        &gx[0]);
 }
 
 /* out = relu(x) (is_relu; slope 0) or leaky_relu(x, slope), copying. */

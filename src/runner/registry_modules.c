@@ -290,6 +290,13 @@ int duet__reg_read_gl_norm(duet_config *c, const char *key, bool *norm) {
     if (!duet_config_has(c, key)) return DUET_OK;
     const char *t = NULL;
     char k[64];
+    if (duet_config_kind(c, key) == DUET_CONFIG_STRING) { /* MMEditing's None */
+        DUET_TRY(duet_config_get_string(c, key, &t));
+        if (strcmp(t, "None") != 0)
+            return duet_config_error(c, key, "'%s' must be a group {type = ...} or \"None\"",
+                                     key);
+        return DUET_OK;
+    }
     snprintf(k, sizeof k, "%s.type", key);
     DUET_TRY(duet_config_get_string(c, k, &t));
     if (strcmp(t, "BN") != 0 && strcmp(t, "SyncBN") != 0)
@@ -320,6 +327,14 @@ static int read_gl_act(duet_config *c, const char *key, duet_mld_act def, duet_m
     DUET_TRY(duet_config_get_string(c, k, &t));
     if (strcmp(t, "ReLU") == 0) *out = DUET_MLD_ACT_RELU;
     else if (strcmp(t, "Tanh") == 0) *out = DUET_MLD_ACT_TANH;
+    else if (strcmp(t, "ELU") == 0) {
+        double alpha = 1.0;
+        snprintf(k, sizeof k, "%s.alpha", key);
+        DUET_TRY(duet_config_get_double_or(c, k, 1.0, &alpha));
+        if (alpha != 1.0)
+            return duet_config_error(c, k, "'%s': duet's ELU has alpha = 1.0", k);
+        *out = DUET_MLD_ACT_ELU;
+    }
     else if (strcmp(t, "LeakyReLU") == 0) {
         double slope = 0.01;
         snprintf(k, sizeof k, "%s.negative_slope", key);
@@ -329,7 +344,8 @@ static int read_gl_act(duet_config *c, const char *key, duet_mld_act def, duet_m
                                      "0.2 (mmcv's default is 0.01: set it)", k);
         *out = DUET_MLD_ACT_LRELU;
     } else {
-        return duet_config_error(c, k, "'%s' = \"%s\": duet has ReLU, LeakyReLU, Tanh", k, t);
+        return duet_config_error(c, k, "'%s' = \"%s\": duet has ReLU, LeakyReLU, Tanh, ELU", k,
+                                 t);
     }
     return DUET_OK;
 }
@@ -340,7 +356,17 @@ static int read_mld(duet_config *c, void *opts) {
     DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
     DUET_TRY(duet__reg_get_int(c, "max_channels", o->max_channels, &o->max_channels));
     DUET_TRY(duet__reg_get_int(c, "num_convs", o->num_convs, &o->num_convs));
-    DUET_TRY(duet_config_get_int_in_or(c, "fc_in_channels", fc_in, 0, INT32_MAX, &fc_in));
+    if (duet_config_has(c, "fc_in_channels") &&
+        duet_config_kind(c, "fc_in_channels") == DUET_CONFIG_STRING) {
+        const char *t = NULL; /* MMEditing's None: no fc */
+        DUET_TRY(duet_config_get_string(c, "fc_in_channels", &t));
+        if (strcmp(t, "None") != 0)
+            return duet_config_error(c, "fc_in_channels", "'fc_in_channels' must be a count or "
+                                     "\"None\"");
+        fc_in = 0;
+    } else {
+        DUET_TRY(duet_config_get_int_in_or(c, "fc_in_channels", fc_in, 0, INT32_MAX, &fc_in));
+    }
     o->fc_in_channels = fc_in;
     DUET_TRY(duet__reg_get_int(c, "fc_out_channels", o->fc_out_channels, &o->fc_out_channels));
     DUET_TRY(duet__reg_get_int(c, "kernel_size", o->kernel_size, &o->kernel_size));
@@ -349,20 +375,26 @@ static int read_mld(duet_config *c, void *opts) {
     DUET_TRY(read_gl_act(c, "out_act_cfg", DUET_MLD_ACT_RELU, &o->out_act));
     DUET_TRY(duet_config_get_bool_or(c, "with_input_norm", true, &o->with_input_norm));
     DUET_TRY(duet_config_get_bool_or(c, "with_out_convs", false, &o->with_out_convs));
-    bool sn = false;
-    DUET_TRY(duet_config_get_bool_or(c, "with_spectral_norm", false, &sn));
-    if (sn) return duet_config_error(c, "with_spectral_norm", "'with_spectral_norm' = true is "
-                                     "not supported for MultiLayerDiscriminator yet");
+    DUET_TRY(duet_config_get_bool_or(c, "with_spectral_norm", false, &o->with_spectral_norm));
     return DUET_OK;
 }
 
-static int read_gl_discs(duet_config *c, void *opts) {
-    duet_gl_discs_opts *o = opts;
+/* GLDiscs' and DeepFillv1Discriminators' global_disc_cfg and
+ * local_disc_cfg: MultiLayerDiscriminators (a type key, when written, must
+ * say so). */
+static int read_disc_pair(duet_config *c, duet_gl_discs_opts *o, const char *owner) {
     static const char *const groups[2] = {"global_disc_cfg", "local_disc_cfg"};
     duet_multi_layer_disc_opts *dst[2] = {&o->global, &o->local};
     for (int i = 0; i < 2; i++) {
         if (!duet_config_has(c, groups[i]))
-            return duet_config_error(c, groups[i], "'%s' is required (GLDiscs)", groups[i]);
+            return duet_config_error(c, groups[i], "'%s' is required (%s)", groups[i], owner);
+        char k[64];
+        const char *t = NULL;
+        snprintf(k, sizeof k, "%s.type", groups[i]);
+        DUET_TRY(duet_config_get_string_or(c, k, "MultiLayerDiscriminator", &t));
+        if (strcmp(t, "MultiLayerDiscriminator") != 0)
+            return duet_config_error(c, k, "'%s' = \"%s\": %s's discriminators are "
+                                     "MultiLayerDiscriminators", k, t, owner);
         duet_config *g = NULL;
         DUET_TRY(duet_config_sub(c, groups[i], &g));
         int rc = read_mld(g, dst[i]);
@@ -370,6 +402,14 @@ static int read_gl_discs(duet_config *c, void *opts) {
         DUET_TRY(rc);
     }
     return DUET_OK;
+}
+
+static int read_gl_discs(duet_config *c, void *opts) {
+    return read_disc_pair(c, opts, "GLDiscs");
+}
+
+static int read_deepfill_discs(duet_config *c, void *opts) {
+    return read_disc_pair(c, opts, "DeepFillv1Discriminators");
 }
 
 /* encoder/decoder/dilation_neck groups with MMEditing's types and norm_cfg;
@@ -418,6 +458,10 @@ static int make_mld(const void *o, duet_rng *rng, duet_module **out) {
 static int make_gl_discs(const void *o, duet_rng *rng, duet_module **out) {
     const duet_gl_discs_opts *g = o;
     return duet_gl_discs_create(&g->global, &g->local, rng, out);
+}
+static int make_deepfill_discs(const void *o, duet_rng *rng, duet_module **out) {
+    const duet_gl_discs_opts *g = o;
+    return duet_deepfill_v1_discs_create(&g->global, &g->local, rng, out);
 }
 static int make_gl_encdec(const void *o, duet_rng *rng, duet_module **out) {
     return duet_gl_encdec_create(o, rng, out);
@@ -512,6 +556,8 @@ const duet__module_row duet__module_rows[] = {
      make_resnet},
     {"MultiLayerDiscriminator", sizeof(duet_multi_layer_disc_opts), def_mld, read_mld, make_mld},
     {"GLDiscs", sizeof(duet_gl_discs_opts), def_gl_discs, read_gl_discs, make_gl_discs},
+    {"DeepFillv1Discriminators", sizeof(duet_gl_discs_opts), def_gl_discs, read_deepfill_discs,
+     make_deepfill_discs},
     {"GLEncoderDecoder", sizeof(duet_gl_encdec_opts), def_gl_encdec, read_gl_encdec,
      make_gl_encdec},
     {"DeepFillEncoderDecoder", sizeof(duet_deepfill_encdec_opts), duet__reg_def_deepfill_encdec,

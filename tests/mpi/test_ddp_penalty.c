@@ -43,6 +43,36 @@ static void disc_step(duet_module *disc, duet_module *gp_disc, uint64_t seed, in
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
 }
 
+/* MMEditing's own order in DeepFillv1's train_step: three backwards, the
+ * fake term, the real term, then the penalty alone (its own
+ * loss_disc.backward()). The penalty's backward reaches the fc bias before
+ * the LeakyReLU only through the activation's recorded backward (a zero
+ * gradient); without that edge the bias was never ready and the DDP failed
+ * the next forward with DUET_EUNUSED naming fc.bias. */
+static void disc_step_separate(duet_module *disc, duet_module *gp_disc, uint64_t seed,
+                               int64_t start, int64_t n) {
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_tensor *real_all = tu_randn(&rng, 4, (int64_t[]){B, 3, 8, 8}, 1.0f);
+    duet_tensor *fake_all = tu_randn(&rng, 4, (int64_t[]){B, 3, 8, 8}, 1.0f);
+    float alpha[B];
+    for (int i = 0; i < B; i++) alpha[i] = duet_rng_uniform(&rng);
+    duet_tensor *real = tu_slice0(real_all, start, n), *fake = tu_slice0(fake_all, start, n);
+    duet_tensor *pf = NULL, *lf = NULL, *pr = NULL, *mr = NULL, *lr = NULL, *pen = NULL;
+    TU_OK(duet_module_forward(disc, fake, &pf));
+    TU_OK(duet_mean(pf, &lf));
+    TU_OK(duet_backward(lf));
+    TU_OK(duet_module_forward(disc, real, &pr));
+    TU_OK(duet_mean(pr, &mr));
+    TU_OK(duet_scale(mr, -1.0f, &lr));
+    TU_OK(duet_backward(lr));
+    TU_OK(duet_gradient_penalty_loss_alpha(gp_disc, real, fake, NULL, 10.0f, alpha + start,
+                                           NULL, &pen));
+    TU_OK(duet_backward(pen));
+    assert_int_equal(duet_tape_size(), 0);
+    duet_tensor *ts[] = {real_all, fake_all, real, fake, pf, lf, pr, mr, lr, pen};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+}
+
 static void assert_grads_close(duet_module *got, duet_module *want) {
     duet_named_tensors g = {0}, w = {0};
     TU_OK(duet_module_named_parameters(got, true, &g));
@@ -93,9 +123,39 @@ static void test_penalty_step_matches_full_batch(void **state) {
     duet_module_destroy(ref);
 }
 
+/* Three synchronised backwards per step, the last the penalty's alone. */
+static void test_penalty_backward_alone(void **state) {
+    (void)state;
+    if (B % tu_size != 0) tu_skip("batch %d does not split over %d ranks", B, tu_size);
+    duet_rng r1 = duet_rng_make(5, 0), r2 = duet_rng_make(5 + 1000 * (uint64_t)tu_rank, 0);
+    duet_module *ref = NULL, *net = NULL;
+    tu_tiny_deepfill_disc(&r1, &ref);
+    tu_tiny_deepfill_disc(&r2, &net);
+    duet_module *ddp = tu_ddp_of(net, NULL);
+    duet_optimizer *oref = tu_adam_for(ref, 1e-2f), *oddp = tu_adam_for(ddp, 1e-2f);
+    const int64_t n = B / tu_size;
+    for (int s = 0; s < STEPS; s++) {
+        duet_optimizer_zero_grad(oref);
+        duet_optimizer_zero_grad(oddp);
+        disc_step_separate(ref, ref, 100 + (uint64_t)s, 0, B);
+        disc_step_separate(ddp, ddp, 100 + (uint64_t)s, tu_rank * n, n);
+        assert_int_equal(duet_ddp_get_stats(ddp).syncs, 3 * (s + 1));
+        assert_grads_close(ddp, ref);
+        TU_OK(duet_optimizer_step(oref));
+        TU_OK(duet_optimizer_step(oddp));
+    }
+    tu_assert_state_close(ddp, ref, 1e-5, 1e-7);
+    tu_assert_bit_identical(ddp, true);
+    duet_optimizer_destroy(oref);
+    duet_optimizer_destroy(oddp);
+    duet_module_destroy(ddp);
+    duet_module_destroy(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_penalty_step_matches_full_batch),
+        cmocka_unit_test(test_penalty_backward_alone),
     };
     int failed = cmocka_run_group_tests(tests, tu_world_setup, tu_world_teardown);
     duet_comm_finalize();

@@ -19,6 +19,9 @@ this directory:
   gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
                        GLEncoderDecoder: forward, input and parameter
                        gradients, BatchNorm buffers
+  deepfill_discs.safetensors  DeepFillv1Discriminators, DeepFillv2's
+                       SN-PatchGAN and a MultiLayerDiscriminator under
+                       spectral norm, GANLoss hinge, GradientPenaltyLoss
   deepfill_nets.safetensors  MMEditing's DeepFillEncoderDecoder of the
                        DeepFillv1 and v2 configs, shrunk: both stages'
                        outputs, offsets, input and parameter gradients
@@ -747,6 +750,60 @@ class InpaintingPipeline:
               f"{cv2.__version__} (its scalar code)")
 
 
+# How close to its kink a (Leaky)ReLU's input may come in a reference's float64
+# forward, in units of that input's root mean square. Which side of 0 such a
+# value lands on in float32 is rounding: in the first gl_encdec_bn draw one
+# input of decoder.dec4's ReLU was -8.6e-7 in float64, -5.9e-6 in PyTorch's
+# own float32 and +1.2e-7 in duet on oneDNN (closer than PyTorch), so duet
+# let one gradient through that MMEditing's float64 run stops, and every
+# gradient upstream moved by up to 4.5e-3 of its scale. PyTorch float32's
+# own distance from float64 there was 5e-6 of the RMS; the margin is twice it.
+KINK_MARGIN = 1e-5
+
+
+def kink_margin(net, inputs, calls=None):
+    """The smallest |v| / rms(v) over the inputs v of every ReLU and LeakyReLU
+    module of net in its forwards (on a copy: net's buffers stay), and the
+    module it is at. calls: the forwards, as lists of indices into inputs
+    (one forward of all of them by default; two inputs are one tuple)."""
+    net = copy.deepcopy(net)
+    worst = [float("inf"), None]
+
+    def pre_hook(module, args):  # before an inplace ReLU overwrites its input
+        v = args[0].detach()
+        rms = v.pow(2).mean().sqrt().item()
+        if rms > 0:
+            m = v.abs().min().item() / rms
+            if m < worst[0]:
+                worst[:] = [m, names[module]]
+
+    names = {m: n for n, m in net.named_modules()
+             if isinstance(m, (torch.nn.ReLU, torch.nn.LeakyReLU))}
+    hooks = [m.register_forward_pre_hook(pre_hook) for m in names]
+    with torch.no_grad():
+        for idx in calls or [list(range(len(inputs)))]:
+            args = [inputs[i] for i in idx]
+            net(tuple(args)) if len(args) == 2 else net(args[0])
+    for h in hooks:
+        h.remove()
+    return worst[0], worst[1]
+
+
+def draw_inputs(name, net, shapes, dtype=torch.float64, tries=20, calls=None):
+    """Inputs of the given shapes from torch's generator, drawn again until no
+    ReLU input lies within KINK_MARGIN of its kink (a draw that passes at once
+    takes what a single torch.randn per shape would)."""
+    for _ in range(tries):
+        xs = [torch.randn(*sh, dtype=dtype) for sh in shapes]
+        margin, where = kink_margin(net, xs, calls)
+        if margin >= KINK_MARGIN:
+            return [x.requires_grad_() for x in xs]
+        print(f"gen_mmedit_refs: {name}: an input of {where} is {margin:.2g} of its RMS "
+              f"from the kink (< {KINK_MARGIN}): drawing the inputs again")
+    raise RuntimeError(f"{name}: no draw of {tries} kept every ReLU input {KINK_MARGIN} of its "
+                       "RMS from 0; the comparison would hinge on float32 rounding")
+
+
 class GLNets:
     """MMEditing's own GLDiscs, MultiLayerDiscriminator and GLEncoderDecoder
     (built by its registry, its init_weights), run in float64 in training mode: each case
@@ -755,7 +812,8 @@ class GLNets:
     gradients of the inputs and of every parameter (NAME.grad.*) and the
     BatchNorm buffers after the forward (NAME.after.*), the layout
     test_ref_networks_gan.c reads; tests/mmedit/test_ref_gl_nets.c
-    compares duet's networks with them."""
+    compares duet's networks with them. The inputs keep every ReLU input
+    clear of its kink (draw_inputs)."""
     file = "gl_nets.safetensors"
 
     def write(self, outdir):
@@ -802,7 +860,7 @@ class GLNets:
             tensors[f"{name}.nparams"] = torch.tensor(
                 [float(sum(p.numel() for p in net.parameters()))])
             net = net.double().train()
-            xs = [torch.randn(*sh, dtype=torch.float64, requires_grad=True) for sh in shapes]
+            xs = draw_inputs(name, net, shapes)
             out = net(tuple(xs)) if len(xs) == 2 else net(xs[0])
             r = torch.randn_like(out)
             (out * r).sum().backward()
@@ -910,6 +968,156 @@ class DeepFillNets:
         print(f"gen_mmedit_refs: {self.file}: MMEditing's DeepFillEncoderDecoder, v1 and v2")
 
 
+class DeepFillDiscs:
+    """MMEditing's own DeepFill discriminators, built by its registry from
+    the disc dicts of its configs (shrunk through the dict), its
+    init_weights, run in float64 in training mode (deepfill_discs.safetensors,
+    compared by tests/mmedit/test_ref_deepfill_discs.c):
+
+      dfv1_discs  DeepFillv1Discriminators of deepfillv1_256x256_8x2_places.py
+                  (ELU, no norm, fc to 1, LeakyReLU(0.2) out), channels 16
+                  and 32 on a 32x32 image and a 16x16 patch: NAME.out.global
+                  and NAME.out.local, their cotangents NAME.r.global/.local,
+                  the gradients of both inputs (grad.x, grad.l) and of every
+                  parameter.
+      dfv2_disc   the SN-PatchGAN of deepfillv2_256x256_8x2_places.py
+                  (MultiLayerDiscriminator, in_channels 4, 6 convs, LeakyReLU,
+                  with_spectral_norm, no fc), 16 channels on 32x32; and
+      mld_sn_fc   a MultiLayerDiscriminator under spectral norm with
+                  BatchNorm, out convs and an fc head: two training
+                  forwards (NAME.x then NAME.x2; NAME.out1, NAME.out2, every
+                  buffer after each, NAME.after1.* and NAME.after2.*: the power
+                  iteration's weight_u and weight_v), the backward of
+                  sum(out2 * r) (the gradients of x2 and of every
+                  parameter), then an eval forward of x (NAME.out_eval),
+                  which moves no buffer.
+      hinge       GANLoss(gan_type='hinge', loss_weight=0.1) on dfv2_disc's
+                  out2: real and fake for the discriminator, real for the
+                  generator; each value and its gradient in the prediction.
+      gp          MMEditing's GradientPenaltyLoss(loss_weight=10) through
+                  dfv1_discs' global_disc with a mask and its local_disc
+                  without, as DeepFillv1Inpaintor's train_step calls them:
+                  alpha from torch.rand after manual_seed (gp.<disc>.alpha),
+                  the penalty, and after its backward every parameter's
+                  gradient.
+    Every input keeps its (Leaky)ReLU inputs clear of their kinks
+    (draw_inputs)."""
+    file = "deepfill_discs.safetensors"
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_component
+        from mmedit.models.losses import GANLoss, GradientPenaltyLoss
+        torch.manual_seed(20261205)
+        tensors = {}
+
+        def record_init(name, net):
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            tensors[f"{name}.nparams"] = torch.tensor(
+                [float(sum(p.numel() for p in net.parameters()))])
+
+        # DeepFillv1Discriminators
+        v1 = mo.config("inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py").model.disc
+        v1.global_disc_cfg.update(max_channels=16, fc_in_channels=16 * 2 * 2)
+        v1.local_disc_cfg.update(max_channels=32, fc_in_channels=32 * 1 * 1)
+        net = build_component(v1)
+        net.init_weights()
+        record_init("dfv1_discs", net)
+        net = net.double().train()
+        xs = draw_inputs("dfv1_discs", net, [(2, 3, 32, 32), (2, 3, 16, 16)])
+        g, l = net(tuple(xs))
+        rg, rl = torch.randn_like(g), torch.randn_like(l)
+        ((g * rg).sum() + (l * rl).sum()).backward()
+        tensors.update({"dfv1_discs.x": xs[0].detach().float(),
+                        "dfv1_discs.l": xs[1].detach().float(),
+                        "dfv1_discs.out.global": g.detach().float(),
+                        "dfv1_discs.out.local": l.detach().float(),
+                        "dfv1_discs.r.global": rg.float(), "dfv1_discs.r.local": rl.float(),
+                        "dfv1_discs.grad.x": xs[0].grad.float(),
+                        "dfv1_discs.grad.l": xs[1].grad.float()})
+        for k, p in net.named_parameters():
+            tensors[f"dfv1_discs.grad.{k}"] = p.grad.float()
+        v1net = net
+
+        # the spectral-norm discriminators: two training forwards
+        v2 = mo.config("inpainting/deepfillv2/deepfillv2_256x256_8x2_places.py").model.disc
+        v2.update(max_channels=16)
+        cases = {
+            "dfv2_disc": (v2, (2, 4, 32, 32)),
+            "mld_sn_fc": (dict(type='MultiLayerDiscriminator', in_channels=3, max_channels=8,
+                               num_convs=2, kernel_size=3, fc_in_channels=1 * 2 * 2,
+                               fc_out_channels=3, norm_cfg=dict(type='BN'),
+                               with_out_convs=True, with_spectral_norm=True,
+                               out_act_cfg=dict(type='LeakyReLU', negative_slope=0.2)),
+                          (3, 3, 8, 8)),
+        }
+        for name, (cfg, shape) in cases.items():
+            net = build_component(cfg)
+            net.init_weights()
+            record_init(name, net)
+            net = net.double().train()
+            x, x2 = draw_inputs(name, net, [shape, shape], calls=[[0], [1]])
+            out1 = net(x.detach())
+            for k, b in net.named_buffers():
+                tensors[f"{name}.after1.{k}"] = b.detach().float()
+            out2 = net(x2)
+            for k, b in net.named_buffers():
+                tensors[f"{name}.after2.{k}"] = b.detach().float()
+            r = torch.randn_like(out2)
+            (out2 * r).sum().backward()
+            tensors.update({f"{name}.x": x.detach().float(), f"{name}.x2": x2.detach().float(),
+                            f"{name}.out1": out1.detach().float(),
+                            f"{name}.out2": out2.detach().float(), f"{name}.r": r.float(),
+                            f"{name}.grad.x2": x2.grad.float()})
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+            net.eval()
+            with torch.no_grad():
+                tensors[f"{name}.out_eval"] = net(x.detach()).float()
+            if name == "dfv2_disc":
+                hinge = GANLoss(gan_type='hinge', loss_weight=0.1)
+                for case, real, is_disc in (("real_d", True, True), ("fake_d", False, True),
+                                            ("real_g", True, False)):
+                    pred = out2.detach().clone().requires_grad_(True)
+                    loss = hinge(pred, real, is_disc=is_disc)
+                    loss.backward()
+                    tensors[f"hinge.{case}.value"] = loss.detach().float().reshape(1)
+                    tensors[f"hinge.{case}.grad"] = pred.grad.float()
+
+        # WGAN-GP through each of DeepFillv1's discriminators
+        loss_gp = GradientPenaltyLoss(loss_weight=10.)
+        for disc_name, shape, with_mask in (("global_disc", (2, 3, 32, 32), True),
+                                            ("local_disc", (2, 3, 16, 16), False)):
+            disc = getattr(v1net, disc_name)
+            disc.zero_grad()
+            real = torch.randn(*shape, dtype=torch.float64)
+            fake = torch.randn(*shape, dtype=torch.float64)
+            mask = (torch.rand(shape[0], 1, *shape[2:]) > 0.5).double() if with_mask else None
+            seed = 77 + len(disc_name)
+            torch.manual_seed(seed)
+            alpha = torch.rand(shape[0], 1, 1, 1)
+            interp = alpha.double() * real + (1. - alpha.double()) * fake
+            margin, where = kink_margin(disc, [interp])
+            assert margin >= KINK_MARGIN, (disc_name, margin, where)
+            torch.manual_seed(seed)
+            penalty = loss_gp(disc, real, fake, mask=mask)
+            penalty.backward()
+            key = f"gp.{disc_name}"
+            tensors.update({f"{key}.real": real.float(), f"{key}.fake": fake.float(),
+                            f"{key}.alpha": alpha.reshape(-1).float(),
+                            f"{key}.penalty": penalty.detach().float().reshape(1)})
+            if with_mask:
+                tensors[f"{key}.mask"] = mask.float()
+            for k, p in disc.named_parameters():
+                tensors[f"{key}.grad.{k}"] = p.grad.float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} DeepFillv1Discriminators, "
+                                    "MultiLayerDiscriminator with spectral norm, GANLoss "
+                                    "hinge, GradientPenaltyLoss (float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's DeepFill discriminators, hinge loss "
+              "and gradient penalty")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -923,6 +1131,7 @@ MODELS = {
     "gl_nets": GLNets,
     "gl_inpaintor": GLInpaintor,
     "deepfill_nets": DeepFillNets,
+    "deepfill_discs": DeepFillDiscs,
 }
 
 

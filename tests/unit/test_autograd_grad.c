@@ -398,6 +398,41 @@ static void test_released_intermediates(void **state) {
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
 }
 
+/* A Linear's bias before relu or leaky_relu: the gradient in the input does
+ * not depend on it, yet a backward through that gradient reaches it, as in
+ * PyTorch (leaky_relu_backward takes the forward's input): the bias gets an
+ * exact zero gradient and its ready hook fires once (a DDP waits for it:
+ * WGAN-GP's penalty backpropagated alone through DeepFillv1's
+ * discriminators). Copying and in-place forms. */
+static void test_rectifier_reaches_bias(void **state) {
+    (void)state;
+    for (int k = 0; k < 4; k++) {
+        duet_rng rng = duet_rng_make(12, (uint64_t)k);
+        duet_tensor *x = randn_grad(&rng, 2, (int64_t[]){3, 5}, 1.0f);
+        duet_tensor *w = randn_grad(&rng, 2, (int64_t[]){4, 5}, 0.5f);
+        duet_tensor *b = randn_grad(&rng, 1, (int64_t[]){4}, 0.5f);
+        duet_autograd_set_grad_hook(b, count_hook, NULL);
+        n_hook = 0;
+        duet_tensor *h = NULL, *y = NULL, *s = NULL, *g = NULL, *g2 = NULL, *p = NULL;
+        TU_OK(duet_linear(x, w, b, &h));
+        const float slope = k % 2 ? 0.2f : 0.0f;
+        if (k < 2) TU_OK(duet_leaky_relu(h, slope, &y));
+        else TU_OK(duet_leaky_relu_inplace(h, slope, &y));
+        TU_OK(duet_sum(y, &s));
+        TU_OK(duet_autograd_grad(1, &s, NULL, 1, &x, true, &g));
+        TU_OK(duet_mul(g, g, &g2));
+        TU_OK(duet_sum(g2, &p));
+        TU_OK(duet_backward(p));
+        if (b->grad == NULL) fail_msg("case %d: the bias got no gradient", k);
+        for (int64_t i = 0; i < b->numel; i++) assert_true(b->grad[i] == 0.0f);
+        assert_int_equal(n_hook, 1);
+        assert_non_null(w->grad);
+        assert_int_equal(duet_tape_size(), 0);
+        duet_tensor *ts[] = {x, w, b, h, y, s, g, g2, p};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) duet_tensor_release(ts[i]);
+    }
+}
+
 static void test_errors(void **state) {
     (void)state;
     duet_rng rng = duet_rng_make(8, 0);
@@ -434,6 +469,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),    cmocka_unit_test(test_building_blocks),
         cmocka_unit_test(test_hooks_and_grads), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_released_intermediates),
+        cmocka_unit_test(test_rectifier_reaches_bias),
     };
     return tu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -2,8 +2,10 @@
  * MMEditing's config keys build the same networks, under the same
  * state-dict names, as the C options (GLEncoderDecoder with SyncBN norms
  * and 'clip', GLDiscs with MMEditing's global/local cfgs,
- * MultiLayerDiscriminator with LeakyReLU and out_act_cfg None), and wrong
- * values are named. */
+ * MultiLayerDiscriminator with LeakyReLU and out_act_cfg None,
+ * DeepFillv1Discriminators, the SN-PatchGAN), and wrong values are named. */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "duet/train.h"
@@ -124,6 +126,101 @@ static void test_multi_layer_disc(void **state) {
           "  act_cfg = { type = \"LeakyReLU\"; }; };", DUET_ECONFIG, "negative_slope");
 }
 
+/* mean and standard deviation of a tensor's values */
+static void moments(const duet_tensor *t, double *mean, double *sd) {
+    double s = 0, q = 0;
+    for (int64_t i = 0; i < t->numel; i++) s += t->data[i], q += (double)t->data[i] * t->data[i];
+    *mean = s / (double)t->numel;
+    *sd = sqrt(q / (double)t->numel - *mean * *mean);
+}
+
+/* DeepFillv1Discriminators as deepfillv1_256x256_8x2_places.py writes it
+ * (channels shrunk): the C options' names, ELU convs, its init (every conv
+ * and Linear weight N(0, 0.02), biases 0), the two predictions; and the
+ * SN-PatchGAN of deepfillv2's config: every conv under spectral norm. */
+static void test_deepfill_discs(void **state) {
+    (void)state;
+    duet_module *m = build(
+        "net = { type = \"DeepFillv1Discriminators\";\n"
+        "  global_disc_cfg = { type = \"MultiLayerDiscriminator\"; in_channels = 3;\n"
+        "    max_channels = 32; fc_in_channels = 512; fc_out_channels = 1; num_convs = 4;\n"
+        "    norm_cfg = \"None\"; act_cfg = { type = \"ELU\"; };\n"
+        "    out_act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; }; };\n"
+        "  local_disc_cfg = { type = \"MultiLayerDiscriminator\"; in_channels = 3;\n"
+        "    max_channels = 64; fc_in_channels = 256; fc_out_channels = 1; num_convs = 4;\n"
+        "    norm_cfg = \"None\"; act_cfg = { type = \"ELU\"; };\n"
+        "    out_act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; }; }; };",
+        DUET_OK, NULL);
+    duet_multi_layer_disc_opts g = duet_multi_layer_disc_opts_default();
+    g.max_channels = 32, g.fc_in_channels = 512, g.fc_out_channels = 1, g.num_convs = 4;
+    g.act = DUET_MLD_ACT_ELU, g.out_act = DUET_MLD_ACT_LRELU;
+    duet_multi_layer_disc_opts l = g;
+    l.max_channels = 64, l.fc_in_channels = 256;
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_module *d = NULL;
+    TU_OK(duet_deepfill_v1_discs_create(&g, &l, &rng, &d));
+    same_names(m, d);
+    duet_module *conv1 = duet_module_child(duet_module_child(m, "global_disc"), "conv1");
+    assert_true(duet_module_is(duet_module_child(conv1, "activate"), "ELU"));
+    duet_named_tensors ps;
+    TU_OK(duet_module_named_parameters(m, false, &ps));
+    for (size_t i = 0; i < ps.count; i++) {
+        double mean, sd;
+        moments(ps.items[i].tensor, &mean, &sd);
+        if (strstr(ps.items[i].name, "bias") != NULL) {
+            assert_true(mean == 0.0 && sd == 0.0);
+        } else if (ps.items[i].tensor->numel >= 1000) {
+            if (fabs(mean) > 0.002 || fabs(sd - 0.02) > 0.002)
+                fail_msg("%s: mean %g, sd %g; want N(0, 0.02)", ps.items[i].name, mean, sd);
+        }
+    }
+    duet_named_tensors_clear(&ps);
+    duet_rng xr = duet_rng_make(3, 0);
+    duet_tensor *x = tu_randn(&xr, 4, (int64_t[]){2, 3, 64, 64}, 1.0f);
+    duet_tensor *p = tu_randn(&xr, 4, (int64_t[]){2, 3, 32, 32}, 1.0f), *gp = NULL, *lp = NULL;
+    TU_OK(duet_deepfill_v1_discs_forward(m, x, p, &gp, &lp));
+    assert_int_equal(gp->shape[0], 2);
+    assert_int_equal(gp->shape[1], 1);
+    assert_int_equal(lp->shape[1], 1);
+    duet_tensor_release(gp);
+    duet_tensor_release(lp);
+    /* the global image where the patch belongs: named */
+    tu_expect_error(duet_deepfill_v1_discs_forward(m, p, p, &gp, &lp), DUET_ESHAPE,
+                    "fc_in_channels", NULL);
+    assert_null(gp);
+    duet_tensor_release(x);
+    duet_tensor_release(p);
+    duet_module_destroy(m);
+    duet_module_destroy(d);
+    build("net = { type = \"DeepFillv1Discriminators\"; global_disc_cfg = {\n"
+          "  type = \"GLDiscs\"; }; local_disc_cfg = { }; };",
+          DUET_ECONFIG, "global_disc_cfg.type");
+    build("net = { type = \"DeepFillv1Discriminators\"; global_disc_cfg = { }; };",
+          DUET_ECONFIG, "local_disc_cfg");
+    build("net = { type = \"MultiLayerDiscriminator\"; act_cfg = { type = \"ELU\"; alpha = 0.5; }; };",
+          DUET_ECONFIG, "alpha");
+    build("net = { type = \"MultiLayerDiscriminator\"; fc_in_channels = \"none\"; };",
+          DUET_ECONFIG, "fc_in_channels");
+
+    m = build("net = { type = \"MultiLayerDiscriminator\"; in_channels = 4; max_channels = 16;\n"
+              "  fc_in_channels = \"None\"; num_convs = 6; norm_cfg = \"None\";\n"
+              "  act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; };\n"
+              "  out_act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; };\n"
+              "  with_spectral_norm = true; };",
+              DUET_OK, NULL);
+    assert_null(duet_module_child(m, "fc"));
+    for (int i = 1; i <= 6; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "conv%d", i);
+        duet_module *conv = duet_module_child(duet_module_child(m, name), "conv");
+        assert_non_null(duet_module_param(conv, "weight_orig"));
+        assert_null(duet_module_param(conv, "weight"));
+        assert_non_null(duet_module_buffer(conv, "weight_u"));
+        assert_non_null(duet_module_buffer(conv, "weight_v"));
+    }
+    duet_module_destroy(m);
+}
+
 /* DeepFillv2's encdec as its MMEditing config writes it (gated_conv,
  * channel_factor 0.75, Tanh, reflect): the networks of the C options,
  * MMEditing's parameter count (4,414,908). */
@@ -202,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_deepfill_encdec),
         cmocka_unit_test(test_gl_discs),
         cmocka_unit_test(test_multi_layer_disc),
+        cmocka_unit_test(test_deepfill_discs),
     };
     return tu_exit(cmocka_run_group_tests(tests, NULL, NULL));
 }
