@@ -547,6 +547,29 @@ duet_image *tu_random_image(duet_rng *rng, int64_t h, int64_t w, int c) {
     return img;
 }
 
+duet_gl_inpaintor_opts tu_tiny_gl_inpaintor_opts(void) {
+    duet_gl_inpaintor_opts o = duet_gl_inpaintor_opts_default();
+    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
+    d.in_channels = 3;
+    d.max_channels = 16;
+    d.fc_in_channels = 16 * 4 * 4;
+    d.fc_out_channels = 1024;
+    d.with_norm = true;
+    o.disc.global = d;
+    o.disc.global.num_convs = 3;
+    o.disc.local = d;
+    o.disc.local.num_convs = 2;
+    o.loss_gan.loss_weight = 0.001f;
+    o.l1_hole_weight = 1.0f;
+    o.l1_valid_weight = 0.5f;
+    o.disc_shift_weight = 0.1f;
+    o.disc_step = 1;
+    o.iter_tc = 0;
+    o.iter_td = 1;
+    o.local_h = o.local_w = 16;
+    return o;
+}
+
 duet_srgan_opts tu_tiny_srgan_opts(void) {
     duet_srgan_opts o = duet_srgan_opts_default();
     o.generator.mid_channels = 8;

@@ -217,6 +217,13 @@ duet_image *tu_random_image(duet_rng *rng, int64_t h, int64_t w, int c);
 /* A small SRGAN (generator 8 channels 1 block, discriminator 4 channels on
  * 32x32, perceptual VGG cfg {4, 4, M, 8} at layer 5) for x4 on 8x8 LQ. */
 duet_srgan_opts tu_tiny_srgan_opts(void);
+/* The small GLInpaintor of the `mmedit` GLInpaintor tests
+ * (gen_mmedit_refs.py's GLInpaintor spec): GLEncoderDecoder without norm,
+ * GLDiscs of 16 channels with BatchNorm (global 3 convs on 32x32, local 2
+ * on 16x16, fc 1024 each), vanilla GAN 0.001, L1 in the hole 1 and the
+ * valid region 0.5, DiscShiftLoss 0.1, disc_step 1, iter_tc 0, iter_td 1,
+ * local_size 16x16. */
+duet_gl_inpaintor_opts tu_tiny_gl_inpaintor_opts(void);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);

@@ -108,23 +108,7 @@ static duet_model *basic_restorer(void) {
 /* test_ref_gl_inpaintor.c's model: GLEncoderDecoder without norm, GLDiscs
  * of 16 channels with BatchNorm, the schedule iter_tc 0, iter_td 1. */
 static duet_model *gl_inpaintor(void) {
-    duet_gl_inpaintor_opts o = duet_gl_inpaintor_opts_default();
-    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
-    d.in_channels = 3;
-    d.max_channels = 16;
-    d.fc_in_channels = 16 * 4 * 4;
-    d.fc_out_channels = 1024;
-    d.with_norm = true;
-    o.disc.global = d;
-    o.disc.global.num_convs = 3;
-    o.disc.local = d;
-    o.disc.local.num_convs = 2;
-    o.loss_gan.loss_weight = 0.001f;
-    o.l1_valid_weight = 0.5f;
-    o.disc_shift_weight = 0.1f;
-    o.iter_tc = 0;
-    o.iter_td = 1;
-    o.local_h = o.local_w = 16;
+    duet_gl_inpaintor_opts o = tu_tiny_gl_inpaintor_opts();
     duet_rng rng = duet_rng_make(5, 0);
     duet_model *m = NULL;
     TU_OK(duet_gl_inpaintor_create(&o, &rng, &m));

@@ -18,28 +18,7 @@
 
 #define LR 4e-4
 
-static duet_gl_inpaintor_opts tiny_opts(void) {
-    duet_gl_inpaintor_opts o = duet_gl_inpaintor_opts_default();
-    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
-    d.in_channels = 3;
-    d.max_channels = 16;
-    d.fc_in_channels = 16 * 4 * 4;
-    d.fc_out_channels = 1024;
-    d.with_norm = true;
-    o.disc.global = d;
-    o.disc.global.num_convs = 3;
-    o.disc.local = d;
-    o.disc.local.num_convs = 2;
-    o.loss_gan.loss_weight = 0.001f;
-    o.l1_hole_weight = 1.0f;
-    o.l1_valid_weight = 0.5f;
-    o.disc_shift_weight = 0.1f;
-    o.disc_step = 1;
-    o.iter_tc = 0;
-    o.iter_td = 1;
-    o.local_h = o.local_w = 16;
-    return o;
-}
+static duet_gl_inpaintor_opts tiny_opts(void) { return tu_tiny_gl_inpaintor_opts(); }
 
 static duet_model *make_model(const duet_gl_inpaintor_opts *o) {
     duet_rng rng = duet_rng_make(5, 0);

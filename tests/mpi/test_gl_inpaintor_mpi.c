@@ -24,26 +24,17 @@
 enum { B = 6, ITERS = 8 };
 static const char *cpu[] = {"cpu"};
 
+/* tu_tiny_gl_inpaintor_opts with 8-channel discriminators and the
+ * schedule disc_step 2, iter_tc 1, iter_td 3. Its generator has no
+ * BatchNorm: with it, the first conv's weight gradient cancels (BatchNorm's
+ * backward leaves dy zero-mean per channel, and the 4-channel input has a
+ * large mean), and the rounding of N partial sums against one moves
+ * elements by 10% of lr in two Adam steps. The discriminators keep theirs
+ * (SyncBatchNorm). */
 static duet_model *tiny_gl(void) {
-    duet_gl_inpaintor_opts o = duet_gl_inpaintor_opts_default();
-    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
-    d.in_channels = 3;
-    d.max_channels = 8;
-    d.fc_in_channels = 8 * 4 * 4;
-    d.fc_out_channels = 1024;
-    d.with_norm = true;
-    o.disc.global = d;
-    o.disc.global.num_convs = 3;
-    o.disc.local = d;
-    o.disc.local.num_convs = 2;
-    /* The generator without BatchNorm: with it, its first conv's weight
-     * gradient cancels (BatchNorm's backward leaves dy zero-mean per
-     * channel, the 4-channel input has a large mean), and the rounding of
-     * N partial sums against one moves elements by 10% of lr in two Adam
-     * steps. The discriminators keep theirs (SyncBatchNorm). */
-    o.encdec.out_sigmoid = false;
-    o.loss_gan.loss_weight = 0.001f;
-    o.l1_valid_weight = 0.5f;
+    duet_gl_inpaintor_opts o = tu_tiny_gl_inpaintor_opts();
+    o.disc.global.max_channels = o.disc.local.max_channels = 8;
+    o.disc.global.fc_in_channels = o.disc.local.fc_in_channels = 8 * 4 * 4;
     /* No DiscShiftLoss (GL's config has none): it squares each rank's GAN
      * loss, so N ranks average loss_r^2 where one process has loss^2, in
      * MMEditing under DDP as here. */
@@ -51,7 +42,6 @@ static duet_model *tiny_gl(void) {
     o.disc_step = 2;
     o.iter_tc = 1;
     o.iter_td = 3;
-    o.local_h = o.local_w = 16;
     duet_rng rng = duet_rng_make(2028, 0);
     duet_model *m = NULL;
     TU_OK(duet_gl_inpaintor_create(&o, &rng, &m));
