@@ -19,14 +19,15 @@
  * The primitives want blocked layouts (nChw16c), so each call reorders:
  * x, w and dY from duet's NCHW float32 into the primitive's layout (in bf16
  * the reorder is the rounding; a float32 operand whose chosen layout is
- * NCHW already, such as a 3-channel image, is read in place), the float32
+ * NCHW or OIHW already is read in place, and a float32 output written in
+ * place), the float32
  * result back into NCHW, adding into dX and dW where the op accumulates
  * (the reorder's "sum" post-op). The blocked copies live in conv.c's
  * scratch slots 0-3 and the primitives' scratchpad in slot 5, reused from
  * call to call.
  *
- * A shape's primitives (forward, backward data, backward weights and the
- * reorders) are made once and kept in a small table: a training step
+ * A shape's primitives (forward, backward data, in bf16 backward weights,
+ * and the reorders) are made once and kept in a small table: a training step
  * repeats the same few dozen conv shapes, keyed by shape and precision.
  * Where oneDNN has no JIT kernel for a shape (its reference or GEMM-based
  * implementations would be slower than duet's own im2col), or where
@@ -190,8 +191,8 @@ static int input_reorder(const dnnl_memory_desc_t *user, const dnnl_memory_desc_
 
 /* Makes e's primitives for key: the forward without and with a bias (the
  * backward does not know which the forward had), the backward passes (in
- * float32 backward data only) and the reorders. e->usable stays false (and DUET_OK is returned) when oneDNN
- * has no JIT kernel for one of them. */
+ * float32 backward data only) and the reorders. e->usable stays false (and
+ * DUET_OK is returned) when oneDNN has no JIT kernel for one of them. */
 static int entry_make(conv_entry *e, const conv_key *key) {
     const duet__conv_dims *d = &key->d;
     const bool bf16 = key->bf16 != 0;
@@ -529,8 +530,8 @@ int duet__conv_onednn_check(bool bf16, char *impl, size_t size) {
     bool done;
     DUET_TRY(duet__conv_onednn_forward(&d, bf16, x, w, NULL, y, &done));
     pthread_mutex_lock(&cb.lock);
-    snprintf(impl, size, "%s",
-             done && cb.impl[bf16][0] ? cb.impl[bf16] : bf16 ? "im2col + matmul" : "im2col + sgemm");
+    const char *own = bf16 ? "im2col + matmul" : "im2col + sgemm";
+    snprintf(impl, size, "%s", done && cb.impl[bf16][0] ? cb.impl[bf16] : own);
     pthread_mutex_unlock(&cb.lock);
     return DUET_OK;
 }

@@ -182,7 +182,8 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
         n = v > 0 ? (int)v : duet_default_num_threads(o->local_ranks);
     }
     char impl[96] = "", bconv_impl[96] = "", fconv_impl[96] = "im2col + sgemm";
-    if (cp == DUET_CONV_ONEDNN) DUET_TRY(duet__conv_onednn_check(false, fconv_impl, sizeof fconv_impl));
+    if (cp == DUET_CONV_ONEDNN)
+        DUET_TRY(duet__conv_onednn_check(false, fconv_impl, sizeof fconv_impl));
     if (o->bf16) {
         duet_cpu_info ci = duet_cpu_info_get();
         if (!ci.avx512_bf16 && !ci.amx_bf16) {
