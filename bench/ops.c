@@ -2,7 +2,8 @@
  * SRGAN shapes, next to plain single-thread cblas_sgemm on the same GEMM
  * shapes measured in the same run, and the ratio. Medians over repetitions.
  *
- *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall] [--bf16 | --bf16-im2col]
+ *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall] [--im2col]
+ *             [--bf16 | --bf16-im2col]
  *
  * The sgemm baseline runs the GEMMs the conv issues, with the same sizes and
  * the same count, on fixed buffers: forward (O x P x K) once per sample;
@@ -15,7 +16,10 @@
  * the wall clock instead. --bf16 runs the convs in bf16 mixed precision
  * (the sgemm baseline stays float32): on oneDNN's bf16 convolutions where
  * it has JIT kernels for the shape, or with --bf16-im2col always on
- * im2col's bf16 columns and the bf16 matmul. */
+ * im2col's bf16 columns and the bf16 matmul. In float32 the convs run as
+ * DUET_CONV says: im2col + SGEMM by default, with DUET_CONV=onednn the
+ * forward and dX on oneDNN's float32 convolutions where conv_onednn.c takes
+ * the shape (dW stays on the GEMM); --im2col keeps every conv on im2col. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,10 +102,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--wall") == 0) use_wall = true;
         else if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
         else if (strcmp(argv[i], "--bf16-im2col") == 0) bf16 = im2col = true;
+        else if (strcmp(argv[i], "--im2col") == 0) im2col = true;
         else {
             fprintf(stderr,
                     "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall] "
-                    "[--bf16 | --bf16-im2col]\n",
+                    "[--im2col] [--bf16 | --bf16-im2col]\n",
                     argv[0]);
             return 2;
         }
@@ -120,8 +125,9 @@ int main(int argc, char **argv) {
     printf("bench_ops: batch %lld, median of %d reps, %s time, %s\n", (long long)batch, reps,
            use_wall ? "wall" : "thread CPU", ki.summary);
     if (im2col) {
-        duet__conv_bf16_enable(false);
-        printf("(--bf16-im2col: every conv on im2col's bf16 columns and the bf16 matmul)\n");
+        duet__conv_onednn_enable(false);
+        printf("(%s: every conv on im2col's columns and the %s)\n",
+               bf16 ? "--bf16-im2col" : "--im2col", bf16 ? "bf16 matmul" : "SGEMM");
     }
     printf("(fwd includes creating the output tensor)\n");
     printf("%-24s %8s %7s %7s %6s | %8s %7s %7s %6s\n", "conv", "fwd ms", "GF/s", "sgemm",

@@ -9,6 +9,10 @@ Usage: train_torch.py --model tiny|full --nproc N [--steps S] [--warmup W]
 Prints one JSON line: {"framework": "torch", "model", "nproc", "batch",
 "step_s", "images_per_s", "peak_rss_mb"} (peak resident memory: the largest
 over the processes).
+
+--profile ROWS: one process, the same steps under torch.profiler; prints
+the ROWS operators with the most self CPU time (docs/performance.md's
+per-op profile) instead of the JSON line.
 """
 import argparse
 import contextlib
@@ -42,7 +46,8 @@ MODELS = {
 }
 
 
-def worker(rank, world, model_name, steps, warmup, initfile, queue, threads, bf16=False):
+def worker(rank, world, model_name, steps, warmup, initfile, queue, threads, bf16=False,
+           profile=0):
     torch.set_num_threads(threads)
     # A rendezvous that does not complete fails in a minute instead of
     # leaving bench_train to its 20-minute child timeout (seen once in ~10
@@ -101,6 +106,15 @@ def worker(rank, world, model_name, steps, warmup, initfile, queue, threads, bf1
     for _ in range(warmup):
         step()
     dist.barrier()
+    if profile > 0:
+        from torch.profiler import ProfilerActivity
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        print(f"torch {torch.__version__}, {model_name}, {steps} steps, {threads} thread(s)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=profile))
+        queue.put((0.0, 0.0))
+        return
     t0 = time.perf_counter()
     for _ in range(steps):
         step()
@@ -125,6 +139,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--bf16", action="store_true",
                     help="torch.autocast('cpu', dtype=torch.bfloat16) around forwards and losses")
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                    help="one process under torch.profiler: print the ROWS costliest ops")
     ap.add_argument("--info", action="store_true",
                     help="print torch's version and CPU kernel path as JSON and exit")
     a = ap.parse_args()
@@ -146,14 +162,18 @@ def main():
     fd, initfile = tempfile.mkstemp(prefix="duet_bench_gloo_")
     os.close(fd)
     os.unlink(initfile)
+    if a.profile > 0:
+        a.nproc = 1
     try:
         mp.start_processes(worker, args=(a.nproc, a.model, a.steps, a.warmup, initfile, queue, a.threads,
-                                         a.bf16),
+                                         a.bf16, a.profile),
                            nprocs=a.nproc, join=True, start_method="spawn")
     finally:
         if os.path.exists(initfile):
             os.unlink(initfile)
     step_s, rss = queue.get()
+    if a.profile > 0:
+        return
     batch = MODELS[a.model]["batch"] * a.nproc
     print(json.dumps({"framework": "torch", "model": a.model, "nproc": a.nproc, "batch": batch,
                       "step_s": step_s, "images_per_s": batch / step_s, "peak_rss_mb": rss}))

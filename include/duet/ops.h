@@ -224,6 +224,21 @@ typedef enum duet_gemm_backend {
     DUET_GEMM_OPENBLAS = 2,
 } duet_gemm_backend;
 
+/* How conv2d runs on the CPU (the config's `conv`, DUET_CONV when AUTO):
+ * - AUTO: im2col + SGEMM in float32; in bf16 mixed precision oneDNN's bf16
+ *   convolution primitives where they have JIT kernels for the shape.
+ * - ONEDNN: as AUTO, and in float32 too the forward and the input gradient
+ *   on oneDNN's float32 convolution primitives (16 input and output channels
+ *   and more; the weight gradient stays on the GEMM). Faster on the inner
+ *   layers, a different rounding (docs/performance.md says why it is not the
+ *   default).
+ * - IM2COL: every convolution on im2col + the GEMM, bf16 included. */
+typedef enum duet_conv_path {
+    DUET_CONV_AUTO = 0,
+    DUET_CONV_ONEDNN = 1,
+    DUET_CONV_IM2COL = 2,
+} duet_conv_path;
+
 typedef struct duet_kernel_opts {
     duet_gemm_backend gemm;
     /* Threads inside this process for GEMMs. 0: DUET_NUM_THREADS when set,
@@ -238,6 +253,7 @@ typedef struct duet_kernel_opts {
      * float32. Needs a CPU with AVX512_BF16 or AMX-BF16 (else
      * DUET_EUNSUPPORTED naming the CPU). */
     bool bf16;
+    duet_conv_path conv;
 } duet_kernel_opts;
 duet_kernel_opts duet_kernel_opts_default(void); /* AUTO, 0, 1, false */
 
@@ -258,6 +274,9 @@ int duet_default_num_threads(int local_ranks);
  * DUET_EINVAL naming the value. */
 const char *duet_gemm_backend_name(duet_gemm_backend b);
 int duet_gemm_backend_parse(const char *s, duet_gemm_backend *out);
+/* "auto", "onednn", "im2col"; parse: DUET_EINVAL naming the three. */
+const char *duet_conv_path_name(duet_conv_path c);
+int duet_conv_path_parse(const char *s, duet_conv_path *out);
 
 /* What runs, for the startup log line and `duet info`. */
 typedef struct duet_kernels_info {
@@ -269,11 +288,18 @@ typedef struct duet_kernels_info {
     char bf16_impl[96]; /* oneDNN's matmul implementation for it ("brg:avx512_core_bf16") */
     char bf16_conv_impl[96]; /* its convolutions' ("jit_bf16:avx512_core_bf16", or
                               * "im2col + matmul") */
-    char summary[384]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, 1 thread" (+ ", bf16 ...") */
+    duet_conv_path conv; /* resolved: never AUTO in float32 (IM2COL or ONEDNN) */
+    char conv_impl[96]; /* float32 convolutions: oneDNN's implementation
+                         * ("jit:avx512_common") with conv ONEDNN, or
+                         * "im2col + sgemm" */
+    char summary[384]; /* "GEMM: oneDNN 2.6.3 avx512_core_bf16, conv jit:avx512_common,
+                        * 1 thread" (+ ", bf16 ...") */
 } duet_kernels_info;
 int duet_kernels_info_get(duet_kernels_info *out);
 /* Floating-point operations (2 m n k per call) this process has sent
- * through duet_sgemm so far: what a benchmark divides by time. */
+ * through duet_sgemm so far, and the GEMM-equivalent work of the
+ * convolutions that ran on oneDNN's primitives (2 N O C KH KW OH OW per
+ * pass): what a benchmark divides by time. */
 uint64_t duet_kernels_gemm_flops(void);
 
 /* ---- image-to-image GAN ops (Pix2Pix, CycleGAN) -------------------------- */

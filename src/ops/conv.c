@@ -14,9 +14,11 @@
  * than kept, which costs one im2col per sample but no N*K*P floats of saved
  * state.
  *
- * In bf16 mixed precision, convolutions go to oneDNN's bf16 convolution
- * primitives (conv_bf16.c) where it has JIT kernels for the shape; the
- * others build bf16 columns here for the bf16 matmul. */
+ * In bf16 mixed precision, and in float32 with the conv path "onednn"
+ * (duet_conv_path), convolutions go to oneDNN's convolution primitives
+ * (conv_onednn.c) where it has JIT kernels for the shape and they are the
+ * faster path (in float32 the forward and dX; dW stays here); the others run
+ * here, in bf16 on bf16 columns for the bf16 matmul. */
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -531,11 +533,16 @@ static int conv2d_backward(duet_node *node) {
         }
     }
     if (dw == NULL && dx == NULL) return DUET_OK;
-    if (duet__gemm_bf16_on()) {
+    bool bf16_on;
+    if (duet__conv_onednn_on(&bf16_on) && (bf16_on || dx != NULL)) {
+        /* In float32 oneDNN computes dx only; dw is the GEMM's below (see
+         * conv_onednn.c: its weight gradient sums in one long chain). */
         const duet__conv_dims d = conv_dims(&g);
         bool done;
-        DUET_TRY(duet__conv_bf16_backward(&d, x->data, w->data, dy, dx, dw, &done));
-        if (done) return DUET_OK;
+        DUET_TRY(duet__conv_onednn_backward(&d, bf16_on, x->data, w->data, dy, dx,
+                                            bf16_on ? dw : NULL, &done));
+        if (done && (bf16_on || dw == NULL)) return DUET_OK;
+        if (done) dx = NULL; /* the weight gradient is left */
     }
     if (g.nb == 1) {
         int rc = conv_backward_by_sample(dx, dw, x->data, w->data, dy, &g);
@@ -641,11 +648,12 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
                              duet__cuda_conv2d_op((duet__conv_dims[]){conv_dims(&g)}, x, w, b, out));
     duet_tensor *y = NULL;
     DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
-    if (duet__gemm_bf16_on()) {
+    bool bf16_on;
+    if (duet__conv_onednn_on(&bf16_on)) {
         const duet__conv_dims d = conv_dims(&g);
         bool done;
-        int rc = duet__conv_bf16_forward(&d, x->data, w->data, b != NULL ? b->data : NULL,
-                                         y->data, &done);
+        int rc = duet__conv_onednn_forward(&d, bf16_on, x->data, w->data,
+                                           b != NULL ? b->data : NULL, y->data, &done);
         if (rc != DUET_OK) {
             duet_tensor_release(y);
             return rc;

@@ -34,7 +34,8 @@ static _Atomic int kernels_ready;                 /* configured at least once */
 static _Atomic int gemm_backend = DUET_GEMM_ONEDNN; /* resolved: never AUTO */
 static _Atomic int kernel_threads = 1;
 static _Atomic bool use_bf16;
-static char bf16_impl[96], bf16_conv_impl[96]; /* under kernels_lock */
+static _Atomic int conv_path = DUET_CONV_AUTO; /* as configured; AUTO: im2col in float32 */
+static char bf16_impl[96], bf16_conv_impl[96], conv_impl[96]; /* under kernels_lock */
 static _Atomic uint64_t gemm_flops; /* 2 m n k summed over duet_sgemm calls */
 
 /* ---- signals and the libraries' kernels ------------------------------------
@@ -76,6 +77,7 @@ duet_kernel_opts duet_kernel_opts_default(void) {
     o.num_threads = 0;
     o.local_ranks = 1;
     o.bf16 = false;
+    o.conv = DUET_CONV_AUTO;
     return o;
 }
 
@@ -97,6 +99,26 @@ int duet_gemm_backend_parse(const char *s, duet_gemm_backend *out) {
             return DUET_OK;
         }
     return duet__error(DUET_EINVAL, "unknown GEMM backend '%s': use auto, onednn or openblas",
+                       s ? s : "(null)");
+}
+
+const char *duet_conv_path_name(duet_conv_path c) {
+    switch (c) {
+    case DUET_CONV_AUTO: return "auto";
+    case DUET_CONV_ONEDNN: return "onednn";
+    case DUET_CONV_IM2COL: return "im2col";
+    }
+    return "?";
+}
+
+int duet_conv_path_parse(const char *s, duet_conv_path *out) {
+    static const duet_conv_path all[] = {DUET_CONV_AUTO, DUET_CONV_ONEDNN, DUET_CONV_IM2COL};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (s != NULL && strcmp(s, duet_conv_path_name(all[i])) == 0) {
+            *out = all[i];
+            return DUET_OK;
+        }
+    return duet__error(DUET_EINVAL, "unknown convolution path '%s': use auto, onednn or im2col",
                        s ? s : "(null)");
 }
 
@@ -143,6 +165,14 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
         if (rc != DUET_OK) return duet__error_context(rc, "DUET_GEMM");
     }
     if (b == DUET_GEMM_AUTO) b = onednn_has_jit() ? DUET_GEMM_ONEDNN : DUET_GEMM_OPENBLAS;
+    duet_conv_path cp = o->conv;
+    if (cp != DUET_CONV_AUTO && cp != DUET_CONV_ONEDNN && cp != DUET_CONV_IM2COL)
+        return duet__error(DUET_EINVAL, "kernels: unknown convolution path %d", (int)cp);
+    const char *cenv = use_env ? getenv("DUET_CONV") : NULL;
+    if (cp == DUET_CONV_AUTO && cenv != NULL && cenv[0] != '\0') {
+        int rc = duet_conv_path_parse(cenv, &cp);
+        if (rc != DUET_OK) return duet__error_context(rc, "DUET_CONV");
+    }
     int n = o->num_threads;
     if (n == 0) {
         long v = use_env ? env_count("DUET_NUM_THREADS", 1024) : 0;
@@ -151,7 +181,9 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                                getenv("DUET_NUM_THREADS"));
         n = v > 0 ? (int)v : duet_default_num_threads(o->local_ranks);
     }
-    char impl[96] = "", conv_impl[96] = "";
+    char impl[96] = "", bconv_impl[96] = "", fconv_impl[96] = "im2col + sgemm";
+    if (cp == DUET_CONV_ONEDNN)
+        DUET_TRY(duet__conv_onednn_check(false, fconv_impl, sizeof fconv_impl));
     if (o->bf16) {
         duet_cpu_info ci = duet_cpu_info_get();
         if (!ci.avx512_bf16 && !ci.amx_bf16) {
@@ -163,7 +195,9 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                                ci.brand[0] ? ci.brand : ci.vendor, f[0] ? f : "no AVX");
         }
         DUET_TRY(duet__bf16_check(impl, sizeof impl));
-        DUET_TRY(duet__conv_bf16_check(conv_impl, sizeof conv_impl));
+        if (cp != DUET_CONV_IM2COL)
+            DUET_TRY(duet__conv_onednn_check(true, bconv_impl, sizeof bconv_impl));
+        else snprintf(bconv_impl, sizeof bconv_impl, "im2col + matmul");
     }
     int avail = duet_cpu_available_cores();
     if (n > avail)
@@ -174,8 +208,10 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
                  n, avail, avail == 1 ? "" : "s", n);
     pthread_mutex_lock(&kernels_lock);
     snprintf(bf16_impl, sizeof bf16_impl, "%s", impl);
-    snprintf(bf16_conv_impl, sizeof bf16_conv_impl, "%s", conv_impl);
+    snprintf(bf16_conv_impl, sizeof bf16_conv_impl, "%s", bconv_impl);
+    snprintf(conv_impl, sizeof conv_impl, "%s", fconv_impl);
     atomic_store(&use_bf16, o->bf16);
+    atomic_store(&conv_path, (int)cp);
     /* Both libraries get the count: oneDNN runs on OpenMP, and OpenBLAS
      * would otherwise start a thread per core of its own. */
     omp_set_num_threads(n);
@@ -223,6 +259,16 @@ int duet__par_threads(int64_t work) {
     return (int)(t < most ? t : most);
 }
 
+void duet__gemm_count_flops(uint64_t n) {
+    atomic_fetch_add_explicit(&gemm_flops, n, memory_order_relaxed);
+}
+
+bool duet__conv_onednn_on(bool *bf16) {
+    *bf16 = atomic_load_explicit(&use_bf16, memory_order_relaxed);
+    const int path = atomic_load_explicit(&conv_path, memory_order_relaxed);
+    return path == DUET_CONV_ONEDNN || (*bf16 && path != DUET_CONV_IM2COL);
+}
+
 uint64_t duet_kernels_gemm_flops(void) {
     return atomic_load_explicit(&gemm_flops, memory_order_relaxed);
 }
@@ -262,14 +308,16 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     out->bf16 = atomic_load(&use_bf16);
     snprintf(out->bf16_impl, sizeof out->bf16_impl, "%s", bf16_impl);
     snprintf(out->bf16_conv_impl, sizeof out->bf16_conv_impl, "%s", bf16_conv_impl);
+    snprintf(out->conv_impl, sizeof out->conv_impl, "%s", conv_impl);
+    out->conv = atomic_load(&conv_path) == DUET_CONV_ONEDNN ? DUET_CONV_ONEDNN : DUET_CONV_IM2COL;
     pthread_mutex_unlock(&kernels_lock);
     char mp[256] = "";
     if (out->bf16)
         snprintf(mp, sizeof mp, ", bf16 inputs on oneDNN matmul %s and convolution %s",
                  out->bf16_impl, out->bf16_conv_impl);
-    snprintf(out->summary, sizeof out->summary, "GEMM: %s%s, %d thread%s",
-             out->gemm == DUET_GEMM_ONEDNN ? out->onednn : out->openblas, mp, out->num_threads,
-             out->num_threads == 1 ? "" : "s");
+    snprintf(out->summary, sizeof out->summary, "GEMM: %s, conv %s%s, %d thread%s",
+             out->gemm == DUET_GEMM_ONEDNN ? out->onednn : out->openblas, out->conv_impl, mp,
+             out->num_threads, out->num_threads == 1 ? "" : "s");
     return DUET_OK;
 }
 

@@ -1,5 +1,5 @@
 /* What the ops layer's two users of oneDNN primitives (gemm_bf16.c,
- * conv_bf16.c) share: the process's CPU engine and the status of a failed
+ * conv_onednn.c) share: the process's CPU engine and the status of a failed
  * call. Not installed. */
 #ifndef DUET_OPS_ONEDNN_INTERNAL_H
 #define DUET_OPS_ONEDNN_INTERNAL_H

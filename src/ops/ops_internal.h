@@ -197,7 +197,7 @@ void duet__sgemm_held_a(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_
 void duet__gemm_release_a(void);
 int duet__bf16_check(char *impl, size_t size);
 
-/* ---- bf16 convolutions on oneDNN's primitives (conv_bf16.c) -------------- */
+/* ---- convolutions on oneDNN's primitives (conv_onednn.c) ---------------- */
 
 /* A 2-D convolution's sizes: x (n, c, h, w), weight (o, c, kh, kw), y (n, o,
  * oh, ow), one stride and one zero padding for both dimensions. */
@@ -210,30 +210,42 @@ typedef struct duet__conv_dims {
 int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *w, duet_tensor *b,
                          duet_tensor **out);
 
-/* In bf16 mixed precision (duet__gemm_bf16_on()): y = conv2d(x, w, bias)
- * (bias may be NULL) on bf16-rounded x and w with float32 sums, y float32
- * NCHW. *done is false (and DUET_OK returned) when oneDNN has no JIT kernel
- * for the shape: the caller runs its own path. DUET_ENOMEM or
+/* Whether conv2d tries oneDNN's convolution primitives (conv_onednn.c)
+ * before its own im2col + SGEMM: in bf16 mixed precision unless the
+ * kernels' conv path is IM2COL, and in float32 when it is ONEDNN
+ * (duet_conv_path). *bf16 says which precision. */
+bool duet__conv_onednn_on(bool *bf16);
+
+/* y = conv2d(x, w, bias) (bias may be NULL), y float32 NCHW: in float32
+ * (bf16 false), or on bf16-rounded x and w with float32 sums (bf16 true,
+ * only while duet__gemm_bf16_on()). *done is false (and DUET_OK returned)
+ * when oneDNN has no JIT kernel for the shape, or when im2col is measured
+ * faster for it: the caller runs its own path. DUET_ENOMEM or
  * DUET_EUNSUPPORTED (message set) when it fails. Uses scratch slots 0-3 and
  * 5; runs on all of duet's threads. */
-int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const float *w,
-                            const float *bias, float *y, bool *done);
+int duet__conv_onednn_forward(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
+                              const float *bias, float *y, bool *done);
 /* Its backward: dx += conv2d's input gradient for dY (when dx is not NULL),
- * dw += its weight gradient (when dw is not NULL), both from bf16-rounded
+ * dw += its weight gradient (when dw is not NULL; bf16 only: in float32 dw
+ * must be NULL, the caller's GEMM computes it), in bf16 from rounded
  * operands (dY and w; x and dY). The bias gradient is the caller's. *done
  * and the status as for the forward. */
-int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const float *w,
-                             const float *dy, float *dx, float *dw, bool *done);
-/* Runs a small bf16 convolution and names the implementation oneDNN chose
- * ("jit_bf16:avx512_core_bf16"), or says that convolutions use im2col and
- * the bf16 matmul. */
-int duet__conv_bf16_check(char *impl, size_t size);
-/* For tests and benchmarks: whether bf16 convolutions may use oneDNN's
- * (true by default; false: conv.c's im2col and the bf16 matmul), returning
- * the previous setting; and how many passes (forward or backward) ran on
- * oneDNN's so far. */
-bool duet__conv_bf16_enable(bool on);
-uint64_t duet__conv_bf16_runs(void);
+int duet__conv_onednn_backward(const duet__conv_dims *d, bool bf16, const float *x,
+                               const float *w, const float *dy, float *dx, float *dw, bool *done);
+/* Runs a small convolution in the precision and names the implementation
+ * oneDNN chose ("jit_bf16:avx512_core_bf16", "jit:avx512_common"), or says
+ * that convolutions use im2col and the matmul. */
+int duet__conv_onednn_check(bool bf16, char *impl, size_t size);
+/* For tests and benchmarks: whether convolutions may use oneDNN's (true by
+ * default; false: conv.c's im2col and the GEMM, in both precisions),
+ * returning the previous setting; and how many passes (forward or
+ * backward) ran on oneDNN's so far. */
+bool duet__conv_onednn_enable(bool on);
+uint64_t duet__conv_onednn_runs(void);
+
+/* Adds n to duet_kernels_gemm_flops (GEMM-equivalent work done outside
+ * duet_sgemm: the oneDNN convolutions). */
+void duet__gemm_count_flops(uint64_t n);
 
 /* Per-thread scratch buffers, reused across calls so that an op does not
  * allocate its im2col columns on every call (slots 0-2: conv; 3 and 4: the

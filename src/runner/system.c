@@ -55,6 +55,13 @@ int duet__run_setup_kernels(duet__run *r) {
         free(where);
         return rc;
     }
+    const char *conv = NULL;
+    DUET_TRY(duet_config_get_string_or(r->cfg, "conv", "auto", &conv));
+    if (duet_conv_path_parse(conv, &ko.conv) != DUET_OK)
+        return duet_config_error(r->cfg, "conv",
+                                 "conv = \"%s\" is not known (use \"auto\", \"onednn\" or "
+                                 "\"im2col\")",
+                                 conv);
     const char *mp = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "mixed_precision", "none", &mp));
     if (strcmp(mp, "bf16") != 0 && strcmp(mp, "none") != 0)
@@ -102,7 +109,7 @@ int duet_info_print(FILE *f) {
                "cores available, at most online cores / ranks on the node; under mpirun, "
                "--bind-to none or --map-by slot:PE=T gives a rank more than one)\n",
             ki.num_threads);
-    const char *vars[] = {"DUET_GEMM", "DUET_NUM_THREADS", "OPENBLAS_CORETYPE",
+    const char *vars[] = {"DUET_GEMM", "DUET_CONV", "DUET_NUM_THREADS", "OPENBLAS_CORETYPE",
                           "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `duet info` and the kernel settings of a run: the features it reports are
-# the kernel's (/proc/cpuinfo), DUET_GEMM picks the GEMM library, the
-# training log names the kernel path, and bad values of num_threads / gemm /
-# DUET_GEMM are errors that name the key. Needs DUET_EXE (set by CTest).
+# the kernel's (/proc/cpuinfo), DUET_GEMM picks the GEMM library and
+# DUET_CONV the convolutions' path, the training log names the kernel path,
+# and bad values of num_threads / gemm / DUET_GEMM / conv / DUET_CONV are
+# errors that name the key. Needs DUET_EXE (set by CTest).
 set -euo pipefail
 DUET=${DUET_EXE:?set DUET_EXE to the duet binary}
 SRC=${DUET_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -25,6 +26,12 @@ if [[ "$flags" == *" avx2 "* ]]; then
         || fail "an AVX2 CPU must default to oneDNN"
 fi
 DUET_GEMM=openblas "$DUET" info | grep -q 'kernels:    GEMM: OpenBLAS' || fail "DUET_GEMM=openblas ignored"
+env -u DUET_CONV "$DUET" info | grep -q 'GEMM: .*, conv im2col + sgemm,' \
+    || fail "float32 convs must default to im2col: $(grep kernels: "$T/info")"
+if [[ "$flags" == *" avx2 "* ]]; then
+    DUET_CONV=onednn "$DUET" info | grep -Eq 'GEMM: .*, conv (jit|brg)[^,]*,' \
+        || fail "DUET_CONV=onednn does not name oneDNN's convolution"
+fi
 DUET_NUM_THREADS=3 "$DUET" info | grep -q ', 3 threads' || fail "DUET_NUM_THREADS=3 ignored"
 "$DUET" info extra > /dev/null 2>&1 && fail "duet info extra must be a usage error"
 
@@ -43,6 +50,15 @@ if DUET_GEMM=cublas "$DUET" train "$cfg" --work-dir "$T/w" > "$T/out" 2>&1; then
     fail "DUET_GEMM=cublas accepted"
 fi
 grep -q 'DUET_GEMM' "$T/out" || fail "DUET_GEMM error: $(cat "$T/out")"
+
+if "$DUET" train "$cfg" --work-dir "$T/w" --set 'conv="winograd"' > "$T/out" 2>&1; then
+    fail "conv=winograd accepted"
+fi
+grep -q 'conv = "winograd" is not known' "$T/out" || fail "conv error: $(cat "$T/out")"
+if DUET_CONV=direct "$DUET" train "$cfg" --work-dir "$T/w" > "$T/out" 2>&1; then
+    fail "DUET_CONV=direct accepted"
+fi
+grep -q 'DUET_CONV' "$T/out" || fail "DUET_CONV error: $(cat "$T/out")"
 
 if "$DUET" train "$cfg" --work-dir "$T/w" --set 'mixed_precision="fp8"' > "$T/out" 2>&1; then
     fail "mixed_precision=fp8 accepted"

@@ -1,5 +1,7 @@
 /* conv2d: forward and backward against a direct (loop) convolution in
- * double for several kernels, strides, paddings and non-square inputs;
+ * double for several kernels, strides, paddings and non-square inputs, on
+ * oneDNN's float32 convolutions (where conv_onednn.c takes the shape) and
+ * on im2col + SGEMM;
  * finite-difference gradient checks of x, w and b; the same in bf16 mixed
  * precision against the rounded inputs, on oneDNN's convolutions and on
  * im2col's bf16 columns; accumulation into existing gradients; skipped work
@@ -102,9 +104,11 @@ static const cfg configs[] = {
      * row is gathered and rounded on its own. */
     {1, 2, 2, 8200, 2, 4, 4, 2, 1, true},
     /* 16 channels and more, as in a network's inner layers, where bf16
-     * mixed precision uses oneDNN's JIT convolutions: 3x3 s1 and 4x4 s2. */
+     * mixed precision and float32 use oneDNN's JIT convolutions: 3x3 s1
+     * and 4x4 s2, and 4x4 s2 on an odd size with a bias. */
     {3, 16, 10, 9, 32, 3, 3, 1, 1, true},
     {2, 32, 12, 12, 16, 4, 4, 2, 1, false},
+    {2, 16, 13, 11, 24, 4, 4, 2, 1, true},
 };
 
 /* Random x, w and (when c->bias) b for config c, all requiring gradients. */
@@ -119,13 +123,30 @@ static void conv_inputs(duet_rng *rng, const cfg *c, duet_tensor **x, duet_tenso
 
 /* ---- tests ----------------------------------------------------------------- */
 
-static void test_forward_backward_vs_direct(void **state) {
-    (void)state;
+/* The kernels on 2 threads with convolution path cp. */
+static void set_conv_path(duet_conv_path cp, bool bf16) {
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.conv = cp;
+    o.bf16 = bf16;
+    o.num_threads = 2;
+    TU_OK(duet_kernels_configure(&o));
+}
+
+/* onednn: float32 convolutions on oneDNN's primitives (conv path ONEDNN)
+ * where conv_onednn.c takes them (16 input and output channels and more),
+ * which must then run the forward and the backward; otherwise (IM2COL)
+ * every conv on im2col + SGEMM. */
+static void f32_vs_direct(bool onednn) {
+    set_conv_path(onednn ? DUET_CONV_ONEDNN : DUET_CONV_IM2COL, false);
+    duet_kernels_info ki;
+    TU_OK(duet_kernels_info_get(&ki));
+    const bool jit = strncmp(ki.conv_impl, "jit", 3) == 0 || strncmp(ki.conv_impl, "brg", 3) == 0;
     duet_rng rng = duet_rng_make(11, 0);
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
         const cfg *c = &configs[k];
         duet_tensor *x, *w, *b;
         conv_inputs(&rng, c, &x, &w, &b);
+        const uint64_t runs = duet__conv_onednn_runs();
         duet_tensor *y = NULL;
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         int64_t oh = out_size(c->h, c->kh, c->stride, c->pad),
@@ -143,6 +164,10 @@ static void test_forward_backward_vs_direct(void **state) {
 
         duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
         tu_backprop_with(y, r->data);
+        const uint64_t ran = duet__conv_onednn_runs() - runs;
+        const bool wide = c->c >= 16 && c->o >= 16;
+        if (onednn && wide && jit) assert_int_equal(ran, 2);
+        else assert_int_equal(ran, 0);
         double *dx = calloc((size_t)x->numel, sizeof(double));
         double *dw = calloc((size_t)w->numel, sizeof(double));
         double *db = calloc((size_t)c->o, sizeof(double));
@@ -165,6 +190,16 @@ static void test_forward_backward_vs_direct(void **state) {
         duet_tensor_release(w);
         duet_tensor_release(b);
     }
+}
+
+static void test_forward_backward_vs_direct(void **state) {
+    (void)state;
+    f32_vs_direct(true);
+}
+
+static void test_im2col_forward_backward_vs_direct(void **state) {
+    (void)state;
+    f32_vs_direct(false);
 }
 
 /* x rounded to bf16 (round to nearest even), as a new float array. */
@@ -194,14 +229,14 @@ static float *rounded(const float *x, int64_t n) {
  * above, the chunks of several samples and the row tiles. */
 static void bf16_vs_direct(bool onednn) {
     tu_bf16_or_skip(2);
-    duet__conv_bf16_enable(onednn);
+    duet__conv_onednn_enable(onednn);
     duet_rng rng = duet_rng_make(12, 0);
     double worst_unrounded = 0.0;
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
         const cfg *c = &configs[k];
         duet_tensor *x, *w, *b;
         conv_inputs(&rng, c, &x, &w, &b);
-        const uint64_t runs = duet__conv_bf16_runs();
+        const uint64_t runs = duet__conv_onednn_runs();
         duet_tensor *y = NULL;
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         float *xr = rounded(x->data, x->numel), *wr = rounded(w->data, w->numel);
@@ -221,7 +256,7 @@ static void bf16_vs_direct(bool onednn) {
         duet_tensor_release(y);
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         tu_backprop_with(y, r->data);
-        const uint64_t ran = duet__conv_bf16_runs() - runs;
+        const uint64_t ran = duet__conv_onednn_runs() - runs;
         if (!onednn) assert_int_equal(ran, 0);
         else if (ran != 0 || c->c >= 16) assert_int_equal(ran, 4); /* 2 forwards, 2 backwards */
         double *dx = calloc((size_t)x->numel, sizeof(double));
@@ -290,11 +325,11 @@ static void test_bf16_onednn_one_gradient(void **state) {
         memcpy(w1->data, w->data, (size_t)w->numel * sizeof(float));
         x1->requires_grad = only_dx;
         w1->requires_grad = !only_dx;
-        const uint64_t runs = duet__conv_bf16_runs();
+        const uint64_t runs = duet__conv_onednn_runs();
         TU_OK(duet_conv2d(x1, w1, b, c.stride, c.pad, &y));
         tu_backprop_with(y, r->data);
         duet_tensor_release(y);
-        assert_int_equal(duet__conv_bf16_runs() - runs, 2);
+        assert_int_equal(duet__conv_onednn_runs() - runs, 2);
         if (only_dx) {
             assert_null(w1->grad);
             assert_memory_equal(x1->grad, dx, (size_t)x->numel * sizeof(float));
@@ -313,10 +348,68 @@ static void test_bf16_onednn_one_gradient(void **state) {
     duet_tensor_release(b);
 }
 
-/* Back to float32 on the default threads, oneDNN's bf16 convs allowed. */
-static int bf16_teardown(void **state) {
-    duet__conv_bf16_enable(true);
+/* Back to float32 on the default threads, oneDNN's convs allowed. */
+static int kernels_teardown(void **state) {
+    duet__conv_onednn_enable(true);
     return tu_kernels_default(state);
+}
+
+/* Which path each conv path setting takes: AUTO keeps float32 on im2col
+ * without DUET_CONV (and says so in the kernels info), ONEDNN moves it to oneDNN's JIT
+ * convolutions, IM2COL keeps bf16 mixed precision on im2col's bf16 columns
+ * too; a weight-only backward (dx not wanted) in float32 is all GEMM. */
+static void test_conv_path_setting(void **state) {
+    (void)state;
+    const cfg c = {2, 16, 10, 9, 32, 3, 3, 1, 1, true};
+    const duet_conv_path paths[] = {DUET_CONV_AUTO, DUET_CONV_ONEDNN, DUET_CONV_IM2COL};
+    unsetenv("DUET_CONV"); /* AUTO reads it: the default is what is tested */
+    const duet_cpu_info ci = duet_cpu_info_get();
+    const bool has_bf16 = ci.avx512_bf16 || ci.amx_bf16;
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (size_t p = 0; p < 3; p++)
+            for (int want_dx = 0; want_dx < 2; want_dx++) {
+                if (bf16 && !has_bf16) continue;
+                set_conv_path(paths[p], bf16);
+                duet_kernels_info ki;
+                TU_OK(duet_kernels_info_get(&ki));
+                const bool jit = strncmp(ki.conv_impl, "jit", 3) == 0 ||
+                                 strncmp(ki.conv_impl, "brg", 3) == 0;
+                if (paths[p] != DUET_CONV_ONEDNN) {
+                    assert_string_equal(ki.conv_impl, "im2col + sgemm");
+                    assert_int_equal(ki.conv, DUET_CONV_IM2COL);
+                } else {
+                    assert_int_equal(ki.conv, DUET_CONV_ONEDNN);
+                }
+                assert_non_null(strstr(ki.summary, ki.conv_impl));
+                duet_rng rng = duet_rng_make(15, 0);
+                duet_tensor *x, *w, *b;
+                conv_inputs(&rng, &c, &x, &w, &b);
+                x->requires_grad = want_dx;
+                const uint64_t runs = duet__conv_onednn_runs();
+                duet_tensor *y = NULL;
+                TU_OK(duet_conv2d(x, w, b, c.stride, c.pad, &y));
+                duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+                tu_backprop_with(y, r->data);
+                int want;
+                if (bf16) want = paths[p] == DUET_CONV_IM2COL ? 0 : 2;
+                else want = paths[p] == DUET_CONV_ONEDNN && jit ? 1 + want_dx : 0;
+                assert_int_equal(duet__conv_onednn_runs() - runs, want);
+                duet_tensor_release(r);
+                duet_tensor_release(y);
+                duet_tensor_release(x);
+                duet_tensor_release(w);
+                duet_tensor_release(b);
+            }
+}
+
+/* An unknown name for the conv path is refused with the three names. */
+static void test_conv_path_parse(void **state) {
+    (void)state;
+    duet_conv_path cp;
+    TU_OK(duet_conv_path_parse("onednn", &cp));
+    assert_int_equal(cp, DUET_CONV_ONEDNN);
+    assert_int_equal(duet_conv_path_parse("direct", &cp), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "auto, onednn or im2col"));
 }
 
 typedef struct conv_args {
@@ -490,10 +583,13 @@ static void test_other_thread(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_forward_backward_vs_direct),
-        cmocka_unit_test_teardown(test_bf16_onednn_vs_direct_on_rounded_inputs, bf16_teardown),
-        cmocka_unit_test_teardown(test_bf16_im2col_vs_direct_on_rounded_inputs, bf16_teardown),
-        cmocka_unit_test_teardown(test_bf16_onednn_one_gradient, bf16_teardown),
+        cmocka_unit_test_teardown(test_forward_backward_vs_direct, kernels_teardown),
+        cmocka_unit_test_teardown(test_im2col_forward_backward_vs_direct, kernels_teardown),
+        cmocka_unit_test_teardown(test_conv_path_setting, kernels_teardown),
+        cmocka_unit_test(test_conv_path_parse),
+        cmocka_unit_test_teardown(test_bf16_onednn_vs_direct_on_rounded_inputs, kernels_teardown),
+        cmocka_unit_test_teardown(test_bf16_im2col_vs_direct_on_rounded_inputs, kernels_teardown),
+        cmocka_unit_test_teardown(test_bf16_onednn_one_gradient, kernels_teardown),
         cmocka_unit_test(test_gradcheck_3x3_s1_p1),
         cmocka_unit_test(test_gradcheck_4x4_s2_p1),
         cmocka_unit_test(test_gradcheck_no_bias_p0),

@@ -3,7 +3,7 @@
  * (above DUET__PAR_MIN_WORK), run with 1 and with 3 threads. Ops without a
  * GEMM must agree bit for bit (threads split channels or planes, never a
  * sum); conv2d, whose GEMM library may split its inner dimension, to float
- * rounding. */
+ * rounding, on im2col + SGEMM and on oneDNN's float32 convolutions. */
 #include "testutil.h"
 
 #include <math.h>
@@ -100,8 +100,11 @@ static result run_no_gemm(int threads) {
 
 /* 3x3 stride-1 and stride-2 convolutions with bias (columns of several
  * samples per GEMM in the second) and a 1x1; outputs and gradients. */
-static result run_conv(int threads) {
-    set_threads(threads);
+static result run_conv_on(int threads, duet_conv_path cp) {
+    duet_kernel_opts o = duet_kernel_opts_default();
+    o.num_threads = threads;
+    o.conv = cp;
+    assert_int_equal(duet_kernels_configure(&o), DUET_OK);
     duet_rng rng = duet_rng_make(11, 0);
     duet_tensor *x = randn(&rng, 4, 16, 32, 32, true);
     duet_tensor *w1 = randn(&rng, 16, 16, 3, 3, true), *w2 = randn(&rng, 24, 16, 3, 3, true);
@@ -123,6 +126,8 @@ static result run_conv(int threads) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) duet_tensor_release(all[i]);
     return res;
 }
+
+static result run_conv(int threads) { return run_conv_on(threads, DUET_CONV_IM2COL); }
 
 /* The first n values of a (1 thread) and b (3 threads) are the same bits. */
 static void assert_same_bits(const result *a, const result *b, int64_t n) {
@@ -147,6 +152,20 @@ static void test_conv_agrees_to_rounding(void **state) {
     result a = run_conv(1), b = run_conv(3);
     assert_int_equal(a.n, b.n);
     tu_assert_close(b.v, a.v, a.n, 1e-4, 1e-4, "conv2d with 3 threads against 1");
+    free(a.v);
+    free(b.v);
+    set_threads(1);
+}
+
+/* The same with the float32 convolutions on oneDNN's primitives
+ * (DUET_CONV=onednn; the 16-channel convs go there): oneDNN splits the
+ * work among its threads as it likes, so only agreement to rounding is
+ * claimed (1 and 3 threads gave the same bits on this machine). */
+static void test_onednn_conv_agrees_to_rounding(void **state) {
+    (void)state;
+    result a = run_conv_on(1, DUET_CONV_ONEDNN), b = run_conv_on(3, DUET_CONV_ONEDNN);
+    assert_int_equal(a.n, b.n);
+    tu_assert_close(b.v, a.v, a.n, 1e-4, 1e-4, "oneDNN conv2d with 3 threads against 1");
     free(a.v);
     free(b.v);
     set_threads(1);
@@ -184,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_non_gemm_ops_are_bitwise_the_same),
         cmocka_unit_test(test_conv_agrees_to_rounding),
         cmocka_unit_test(test_conv_by_sample_is_bitwise),
+        cmocka_unit_test(test_onednn_conv_agrees_to_rounding),
         cmocka_unit_test(test_par_threads_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

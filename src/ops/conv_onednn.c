@@ -1,24 +1,38 @@
-/* The convolutions of bf16 mixed precision on oneDNN's bf16 convolution
- * primitives: inputs rounded to bfloat16, products summed in float32,
- * outputs and gradients float32, as in the im2col path of conv.c, but
- * without columns. oneDNN's direct JIT kernels read the input once where
- * im2col writes and the GEMM reads K = C*KH*KW values per output pixel; in
- * bf16 the GEMM is twice as fast and the columns became a third of a conv's
- * time.
+/* Convolutions on oneDNN's convolution primitives, in float32 and in bf16
+ * mixed precision. oneDNN's direct JIT kernels read the input once where
+ * im2col writes and the GEMM reads K = C*KH*KW values per output pixel.
+ * - bf16: inputs rounded to bfloat16, products summed in float32, outputs
+ *   and gradients float32, as in the im2col path of conv.c, but without
+ *   columns (in bf16 the GEMM is twice as fast and the columns became a
+ *   third of a conv's time).
+ * - float32 (only with the conv path "onednn": DUET_CONV=onednn or the
+ *   config's conv; duet_conv_path): the forward and the input gradient on
+ *   the same primitives with float32 data, PyTorch 2's path on this CPU.
+ *   Not the weight gradient: oneDNN 2.6's float32 backward-weights kernel
+ *   sums all N*OH*OW products of a weight in one float32 chain (a 129x127
+ *   input's weight gradient missed test_ops_conv's 1e-4), where conv.c's
+ *   GEMM sums in blocks. Not the default: the forward and dX are as close
+ *   to float64 as im2col's (bench: rms 2-3e-7 relative on both), but the
+ *   other rounding moves MMEditing's 2-process SRGAN run past its float64
+ *   check (docs/performance.md).
  *
  * The primitives want blocked layouts (nChw16c), so each call reorders:
- * x, w and dY from duet's NCHW float32 into the primitive's bf16 layout (the
- * reorder is the rounding), the float32 result back into NCHW, adding into
- * dX and dW where the op accumulates (the reorder's "sum" post-op). The
- * blocked copies live in conv.c's scratch slots 0-3 and the primitives'
- * scratchpad in slot 5, reused from call to call.
+ * x, w and dY from duet's NCHW float32 into the primitive's layout (in bf16
+ * the reorder is the rounding; a float32 operand whose chosen layout is
+ * NCHW or OIHW already is read in place, and a float32 output written in
+ * place), the float32
+ * result back into NCHW, adding into dX and dW where the op accumulates
+ * (the reorder's "sum" post-op). The blocked copies live in conv.c's
+ * scratch slots 0-3 and the primitives' scratchpad in slot 5, reused from
+ * call to call.
  *
- * A shape's primitives (forward, backward data, backward weights and the
- * reorders) are made once and kept in a small table: a training step
- * repeats the same few dozen conv shapes. Where oneDNN has no JIT kernel
- * for a shape (its reference or GEMM-based implementations would be slower
- * than duet's own im2col), or the input has fewer than 16 channels, the
- * entry says so and conv.c keeps its path.
+ * A shape's primitives (forward, backward data, in bf16 backward weights,
+ * and the reorders) are made once and kept in a small table: a training step
+ * repeats the same few dozen conv shapes, keyed by shape and precision.
+ * Where oneDNN has no JIT kernel for a shape (its reference or GEMM-based
+ * implementations would be slower than duet's own im2col), or where
+ * bench_ops measured im2col faster (see entry_make), the entry says so and
+ * conv.c keeps its path.
  * Calls take the table's lock for their whole run: convolutions are run by
  * one thread at a time, each on all of duet's threads (oneDNN's OpenMP
  * team), so the scratch, the stream and the entries are never shared. */
@@ -28,7 +42,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#define CONV_BF16_SLOTS 64
+#define CONV_SLOTS 96
 
 
 /* A primitive and the scratchpad it asks for (user-managed). */
@@ -37,13 +51,21 @@ typedef struct prim {
     size_t scratch;
 } prim;
 
+/* A table key: the shape and the precision (all int64_t: no padding for
+ * memcmp). */
+typedef struct conv_key {
+    duet__conv_dims d;
+    int64_t bf16;
+} conv_key;
+
 typedef struct conv_entry {
-    duet__conv_dims key;
+    conv_key key;
     bool made, usable; /* usable: JIT kernels for all three passes */
     uint64_t last_use;
     prim fwd[2], bwd_data, bwd_weights; /* fwd[1] adds the bias */
-    /* Reorders: user float32 -> the primitives' bf16 layouts, and their
-     * float32 results -> user NCHW / OIHW (dx and dw adding). */
+    /* Reorders: user float32 -> the primitives' layouts, and their float32
+     * results -> user NCHW / OIHW (dx and dw adding). An input reorder left
+     * NULL: the primitive reads the user's layout in place. */
     prim x_fwd, w_fwd, y_out, dy_data, w_data, dx_out, x_wei, dy_wei, dw_out;
     dnnl_memory_desc_t user_x, user_w, user_y, bias;
     dnnl_memory_desc_t x_fwd_md, w_fwd_md, y_md;        /* forward */
@@ -58,29 +80,30 @@ static struct {
     int init_rc;
     dnnl_engine_t engine;
     dnnl_stream_t stream;
-    conv_entry slots[CONV_BF16_SLOTS];
+    conv_entry slots[CONV_SLOTS];
     uint64_t clock;
-    char impl[96]; /* the forward implementation of the last shape made */
+    char impl[2][96]; /* the forward implementation of the last shape made,
+                       * float32 [0] and bf16 [1] */
 } cb = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static _Atomic bool enabled = true;
 static _Atomic uint64_t runs;
 
-bool duet__conv_bf16_enable(bool on) { return atomic_exchange(&enabled, on); }
+bool duet__conv_onednn_enable(bool on) { return atomic_exchange(&enabled, on); }
 
-uint64_t duet__conv_bf16_runs(void) { return atomic_load(&runs); }
+uint64_t duet__conv_onednn_runs(void) { return atomic_load(&runs); }
 
-#define DNNL_TRY(call, what) DUET__DNNL_TRY("bf16 conv", call, what)
+#define DNNL_TRY(call, what) DUET__DNNL_TRY("oneDNN conv", call, what)
 
 static int dnnl_fail(dnnl_status_t st, const char *what) {
-    return duet__dnnl_fail("bf16 conv", st, what);
+    return duet__dnnl_fail("oneDNN conv", st, what);
 }
 
-static void conv_bf16_init(void) {
+static void conv_onednn_init(void) {
     cb.init_rc = duet__dnnl_engine(&cb.engine);
     if (cb.init_rc == DUET_OK &&
         dnnl_stream_create(&cb.stream, cb.engine, dnnl_stream_default_flags) != dnnl_success)
-        cb.init_rc = duet__error(DUET_EUNSUPPORTED, "bf16 conv: cannot create a oneDNN stream");
+        cb.init_rc = duet__error(DUET_EUNSUPPORTED, "oneDNN conv: cannot create a stream");
 }
 
 static void prim_free(prim *p) {
@@ -149,21 +172,42 @@ static const dnnl_memory_desc_t *md_query(const_dnnl_primitive_desc_t pd, dnnl_q
     return dnnl_primitive_desc_query_md(pd, what, 0);
 }
 
-/* Makes e's primitives for d: the forward without and with a bias (the
- * backward does not know which the forward had), the backward passes and
- * the reorders. e->usable stays false (and DUET_OK is returned) when oneDNN
- * has no JIT kernel for one of them. */
-static int entry_make(conv_entry *e, const duet__conv_dims *d) {
-    e->key = *d;
+/* Whether im2col + SGEMM beat oneDNN's float32 kernels for d on this
+ * machine (bench_ops against bench_ops --im2col, 1 thread, batch 8): with
+ * fewer than 16 input or output channels (an image's 3) oneDNN pads them to
+ * its block of 16. An image in: backward 30.8 against 34.2 GF/s (3->64 at
+ * 32x32), 20.3 against 44.4 (at 128x128); an image out (64->3 at 128x128):
+ * forward 12.9 against 26.0. The inner layers gain 10-35% on oneDNN
+ * (64->64 3x3 at 32x32: forward 110 against 84 GF/s, backward 99 against
+ * 69). Such shapes keep conv.c's path. */
+static bool f32_prefers_im2col(const duet__conv_dims *d) { return d->c < 16 || d->o < 16; }
+
+/* An input reorder from user into the primitive's layout md, or none
+ * (p->p NULL) in float32 when md is the user's layout already. */
+static int input_reorder(const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *md, prim *p) {
+    if (dnnl_memory_desc_equal(user, md)) return DUET_OK;
+    return reorder_make(user, md, false, p);
+}
+
+/* Makes e's primitives for key: the forward without and with a bias (the
+ * backward does not know which the forward had), the backward passes (in
+ * float32 backward data only) and the reorders. e->usable stays false (and
+ * DUET_OK is returned) when oneDNN has no JIT kernel for one of them. */
+static int entry_make(conv_entry *e, const conv_key *key) {
+    const duet__conv_dims *d = &key->d;
+    const bool bf16 = key->bf16 != 0;
+    e->key = *key;
     e->made = true;
     const int64_t pad_r_h = (d->oh - 1) * d->stride + d->kh - d->h - d->pad;
     const int64_t pad_r_w = (d->ow - 1) * d->stride + d->kw - d->w - d->pad;
     if (pad_r_h < 0 || pad_r_w < 0) return DUET_OK; /* rows or columns never read */
     /* Fewer input channels than oneDNN's block of 16 (an image's 3): its
-     * kernels pad the channels and lose to im2col, the backward most
+     * bf16 kernels pad the channels and lose to im2col, the backward most
      * (bench_ops --bf16 against --bf16-im2col, 3->64 3x3 @128, 1 thread:
      * backward 61 against 87 GF/s). */
-    if (d->c < 16) return DUET_OK;
+    if (bf16 && d->c < 16) return DUET_OK;
+    if (!bf16 && f32_prefers_im2col(d)) return DUET_OK;
+    const dnnl_data_type_t in_t = bf16 ? dnnl_bf16 : dnnl_f32;
     dnnl_dims_t xd = {d->n, d->c, d->h, d->w}, wd = {d->o, d->c, d->kh, d->kw};
     dnnl_dims_t yd = {d->n, d->o, d->oh, d->ow}, bd = {d->o};
     dnnl_dims_t strides = {d->stride, d->stride}, pl = {d->pad, d->pad}, pr = {pad_r_h, pad_r_w};
@@ -172,10 +216,10 @@ static int entry_make(conv_entry *e, const duet__conv_dims *d) {
     dnnl_memory_desc_init_by_tag(&e->user_y, 4, yd, dnnl_f32, dnnl_nchw);
     dnnl_memory_desc_init_by_tag(&e->bias, 1, bd, dnnl_f32, dnnl_a);
     dnnl_memory_desc_t x_any, w_any, y_any, dy_any, dx_any, dw_any;
-    dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_bf16, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&x_any, 4, xd, in_t, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&w_any, 4, wd, in_t, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, in_t, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&dx_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, dnnl_f32, dnnl_format_tag_any);
 
@@ -200,11 +244,13 @@ static int entry_make(conv_entry *e, const duet__conv_dims *d) {
     dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &fd, attr, cb.engine, NULL);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&fbpd, &fbd, attr, cb.engine, NULL);
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&dpd, &bdd, attr, cb.engine, fpd);
-    if (st == dnnl_success) st = dnnl_primitive_desc_create(&wpd, &bwd, attr, cb.engine, fpd);
+    if (st == dnnl_success && bf16)
+        st = dnnl_primitive_desc_create(&wpd, &bwd, attr, cb.engine, fpd);
     dnnl_primitive_attr_destroy(attr);
     /* Unimplemented, not a JIT kernel, or the bias changing the layouts:
      * conv.c's own path. */
-    if (st != dnnl_success || !is_jit(fpd) || !is_jit(fbpd) || !is_jit(dpd) || !is_jit(wpd) ||
+    if (st != dnnl_success || !is_jit(fpd) || !is_jit(fbpd) || !is_jit(dpd) ||
+        (bf16 && !is_jit(wpd)) ||
         !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_src_md),
                                 md_query(fbpd, dnnl_query_src_md)) ||
         !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_weights_md),
@@ -219,43 +265,48 @@ static int entry_make(conv_entry *e, const duet__conv_dims *d) {
     }
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
-        snprintf(cb.impl, sizeof cb.impl, "%s", impl);
+        snprintf(cb.impl[bf16], sizeof cb.impl[bf16], "%s", impl);
     e->x_fwd_md = *md_query(fpd, dnnl_query_src_md);
     e->w_fwd_md = *md_query(fpd, dnnl_query_weights_md);
     e->y_md = *md_query(fpd, dnnl_query_dst_md);
     e->dy_data_md = *md_query(dpd, dnnl_query_diff_dst_md);
     e->w_data_md = *md_query(dpd, dnnl_query_weights_md);
     e->dx_md = *md_query(dpd, dnnl_query_diff_src_md);
-    e->x_wei_md = *md_query(wpd, dnnl_query_src_md);
-    e->dy_wei_md = *md_query(wpd, dnnl_query_diff_dst_md);
-    e->dw_md = *md_query(wpd, dnnl_query_diff_weights_md);
-    e->dy_shared = dnnl_memory_desc_equal(&e->dy_wei_md, &e->dy_data_md) != 0;
+    if (bf16) {
+        e->x_wei_md = *md_query(wpd, dnnl_query_src_md);
+        e->dy_wei_md = *md_query(wpd, dnnl_query_diff_dst_md);
+        e->dw_md = *md_query(wpd, dnnl_query_diff_weights_md);
+        e->dy_shared = dnnl_memory_desc_equal(&e->dy_wei_md, &e->dy_data_md) != 0;
+    }
     int rc = prim_from(fpd, &e->fwd[0], "forward convolution");
     int rc_b = prim_from(fbpd, &e->fwd[1], "forward convolution with bias");
     int rc_d = prim_from(dpd, &e->bwd_data, "backward-data convolution");
-    int rc_w = prim_from(wpd, &e->bwd_weights, "backward-weights convolution");
+    int rc_w = bf16 ? prim_from(wpd, &e->bwd_weights, "backward-weights convolution") : DUET_OK;
     DUET_TRY(rc);
     DUET_TRY(rc_b);
     DUET_TRY(rc_d);
     DUET_TRY(rc_w);
-    DUET_TRY(reorder_make(&e->user_x, &e->x_fwd_md, false, &e->x_fwd));
-    DUET_TRY(reorder_make(&e->user_w, &e->w_fwd_md, false, &e->w_fwd));
-    DUET_TRY(reorder_make(&e->y_md, &e->user_y, false, &e->y_out));
-    DUET_TRY(reorder_make(&e->user_y, &e->dy_data_md, false, &e->dy_data));
-    DUET_TRY(reorder_make(&e->user_w, &e->w_data_md, false, &e->w_data));
+    DUET_TRY(input_reorder(&e->user_x, &e->x_fwd_md, &e->x_fwd));
+    DUET_TRY(input_reorder(&e->user_w, &e->w_fwd_md, &e->w_fwd));
+    if (!dnnl_memory_desc_equal(&e->y_md, &e->user_y))
+        DUET_TRY(reorder_make(&e->y_md, &e->user_y, false, &e->y_out));
+    DUET_TRY(input_reorder(&e->user_y, &e->dy_data_md, &e->dy_data));
+    DUET_TRY(input_reorder(&e->user_w, &e->w_data_md, &e->w_data));
     DUET_TRY(reorder_make(&e->dx_md, &e->user_x, true, &e->dx_out));
-    DUET_TRY(reorder_make(&e->user_x, &e->x_wei_md, false, &e->x_wei));
-    if (!e->dy_shared) DUET_TRY(reorder_make(&e->user_y, &e->dy_wei_md, false, &e->dy_wei));
-    DUET_TRY(reorder_make(&e->dw_md, &e->user_w, true, &e->dw_out));
+    if (bf16) {
+        DUET_TRY(input_reorder(&e->user_x, &e->x_wei_md, &e->x_wei));
+        if (!e->dy_shared) DUET_TRY(input_reorder(&e->user_y, &e->dy_wei_md, &e->dy_wei));
+        DUET_TRY(reorder_make(&e->dw_md, &e->user_w, true, &e->dw_out));
+    }
     e->usable = true;
     return DUET_OK;
 }
 
 /* The entry for key, made when missing (evicting the least recently used).
  * With the lock held. */
-static int entry_get(const duet__conv_dims *key, conv_entry **out) {
+static int entry_get(const conv_key *key, conv_entry **out) {
     conv_entry *victim = &cb.slots[0];
-    for (int i = 0; i < CONV_BF16_SLOTS; i++) {
+    for (int i = 0; i < CONV_SLOTS; i++) {
         conv_entry *e = &cb.slots[i];
         if (e->made && memcmp(&e->key, key, sizeof *key) == 0) {
             e->last_use = ++cb.clock;
@@ -333,15 +384,31 @@ static void *buffer(int slot, const dnnl_memory_desc_t *md) {
     return duet__scratch(slot, (dnnl_memory_desc_get_size(md) + sizeof(float) - 1) / sizeof(float));
 }
 
+/* An operand in the primitive's layout md: the user's buffer itself when p
+ * has no reorder (same layout), else reordered into scratch slot `slot`.
+ * *out NULL and DUET_ENOMEM when out of memory. */
+static int operand(const prim *p, const dnnl_memory_desc_t *user_md, const float *user,
+                   const dnnl_memory_desc_t *md, int slot, const void **out) {
+    if (p->p == NULL) {
+        *out = user;
+        return DUET_OK;
+    }
+    void *buf = buffer(slot, md);
+    *out = buf;
+    if (buf == NULL) return DUET_ENOMEM;
+    return reorder(p, user_md, user, md, buf);
+}
+
 /* Looks the entry up with the lock taken; on DUET_OK with *e NULL the shape
  * is conv.c's (lock released); otherwise the caller unlocks. */
-static int begin(const duet__conv_dims *d, conv_entry **e) {
+static int begin(const duet__conv_dims *d, bool bf16, conv_entry **e) {
     *e = NULL;
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return DUET_OK;
-    pthread_once(&cb.once, conv_bf16_init);
+    pthread_once(&cb.once, conv_onednn_init);
     if (cb.init_rc != DUET_OK) return cb.init_rc;
     pthread_mutex_lock(&cb.lock);
-    int rc = entry_get(d, e); /* all int64_t: no padding for memcmp */
+    const conv_key key = {*d, bf16};
+    int rc = entry_get(&key, e);
     if (rc != DUET_OK || !(*e)->usable) {
         *e = NULL;
         pthread_mutex_unlock(&cb.lock);
@@ -349,16 +416,24 @@ static int begin(const duet__conv_dims *d, conv_entry **e) {
     return rc;
 }
 
-static int forward_held(const duet__conv_dims *d, const float *x, const float *w,
+/* The GEMM-equivalent work of one pass (2 N O C KH KW OH OW), counted with
+ * duet_sgemm's so that bench_train's GEMM rate covers these convolutions. */
+static void count_pass(const duet__conv_dims *d) {
+    duet__gemm_count_flops(2u * (uint64_t)(d->n * d->o) * (uint64_t)(d->c * d->kh * d->kw) *
+                           (uint64_t)(d->oh * d->ow));
+}
+
+static int forward_held(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
                         const float *bias, float *y, bool *done) {
     conv_entry *e;
     *done = false;
-    DUET_TRY(begin(d, &e));
+    DUET_TRY(begin(d, bf16, &e));
     if (e == NULL) return DUET_OK;
-    void *xs = buffer(0, &e->x_fwd_md), *ws = buffer(2, &e->w_fwd_md), *yb = buffer(1, &e->y_md);
-    int rc = xs != NULL && ws != NULL && yb != NULL ? DUET_OK : DUET_ENOMEM;
-    if (rc == DUET_OK) rc = reorder(&e->x_fwd, &e->user_x, x, &e->x_fwd_md, xs);
-    if (rc == DUET_OK) rc = reorder(&e->w_fwd, &e->user_w, w, &e->w_fwd_md, ws);
+    const void *xs = NULL, *ws = NULL;
+    void *yb = e->y_out.p != NULL ? buffer(1, &e->y_md) : y;
+    int rc = yb != NULL ? DUET_OK : DUET_ENOMEM;
+    if (rc == DUET_OK) rc = operand(&e->x_fwd, &e->user_x, x, &e->x_fwd_md, 0, &xs);
+    if (rc == DUET_OK) rc = operand(&e->w_fwd, &e->user_w, w, &e->w_fwd_md, 2, &ws);
     if (rc == DUET_OK) {
         const arg a[4] = {{DNNL_ARG_SRC, &e->x_fwd_md, xs},
                           {DNNL_ARG_WEIGHTS, &e->w_fwd_md, ws},
@@ -366,27 +441,31 @@ static int forward_held(const duet__conv_dims *d, const float *x, const float *w
                           {DNNL_ARG_BIAS, &e->bias, bias}};
         rc = run(&e->fwd[bias != NULL], bias != NULL ? 4 : 3, a);
     }
-    if (rc == DUET_OK) rc = reorder(&e->y_out, &e->y_md, yb, &e->user_y, y);
+    if (rc == DUET_OK && e->y_out.p != NULL) rc = reorder(&e->y_out, &e->y_md, yb, &e->user_y, y);
     pthread_mutex_unlock(&cb.lock);
     *done = rc == DUET_OK;
-    if (*done) atomic_fetch_add(&runs, 1);
+    if (*done) {
+        atomic_fetch_add(&runs, 1);
+        count_pass(d);
+    }
     return rc;
 }
 
-static int backward_held(const duet__conv_dims *d, const float *x, const float *w,
+static int backward_held(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
                          const float *dy, float *dx, float *dw, bool *done) {
     conv_entry *e;
     *done = false;
-    DUET_TRY(begin(d, &e));
+    DUET_ASSERT(bf16 || dw == NULL);
+    DUET_TRY(begin(d, bf16, &e));
     if (e == NULL) return DUET_OK;
     int rc = DUET_OK;
-    void *dyb = NULL; /* dY in backward data's layout, when made */
+    const void *dyb = NULL; /* dY in backward data's layout, when made */
     if (dx != NULL) {
-        void *ws = buffer(2, &e->w_data_md), *dxb = buffer(1, &e->dx_md);
-        dyb = buffer(3, &e->dy_data_md);
-        rc = ws != NULL && dxb != NULL && dyb != NULL ? DUET_OK : DUET_ENOMEM;
-        if (rc == DUET_OK) rc = reorder(&e->dy_data, &e->user_y, dy, &e->dy_data_md, dyb);
-        if (rc == DUET_OK) rc = reorder(&e->w_data, &e->user_w, w, &e->w_data_md, ws);
+        const void *ws = NULL;
+        void *dxb = buffer(1, &e->dx_md);
+        rc = dxb != NULL ? DUET_OK : DUET_ENOMEM;
+        if (rc == DUET_OK) rc = operand(&e->dy_data, &e->user_y, dy, &e->dy_data_md, 3, &dyb);
+        if (rc == DUET_OK) rc = operand(&e->w_data, &e->user_w, w, &e->w_data_md, 2, &ws);
         if (rc == DUET_OK) {
             const arg a[3] = {{DNNL_ARG_DIFF_DST, &e->dy_data_md, dyb},
                               {DNNL_ARG_WEIGHTS, &e->w_data_md, ws},
@@ -394,15 +473,18 @@ static int backward_held(const duet__conv_dims *d, const float *x, const float *
             rc = run(&e->bwd_data, 3, a);
         }
         if (rc == DUET_OK) rc = reorder(&e->dx_out, &e->dx_md, dxb, &e->user_x, dx);
+        count_pass(d);
     }
     if (dw != NULL && rc == DUET_OK) {
-        void *xs = buffer(0, &e->x_wei_md), *dwb = buffer(1, &e->dw_md);
-        void *dyw = e->dy_shared && dyb != NULL ? dyb : buffer(3, &e->dy_wei_md);
-        rc = xs != NULL && dwb != NULL && dyw != NULL ? DUET_OK : DUET_ENOMEM;
-        if (rc == DUET_OK) rc = reorder(&e->x_wei, &e->user_x, x, &e->x_wei_md, xs);
-        if (rc == DUET_OK && dyw != dyb)
-            rc = reorder(e->dy_shared ? &e->dy_data : &e->dy_wei, &e->user_y, dy, &e->dy_wei_md,
-                         dyw);
+        const void *xs = NULL, *dyw = NULL;
+        void *dwb = buffer(1, &e->dw_md);
+        rc = dwb != NULL ? DUET_OK : DUET_ENOMEM;
+        if (rc == DUET_OK) rc = operand(&e->x_wei, &e->user_x, x, &e->x_wei_md, 0, &xs);
+        if (rc == DUET_OK) {
+            if (e->dy_shared && dyb != NULL) dyw = dyb;
+            else rc = operand(e->dy_shared ? &e->dy_data : &e->dy_wei, &e->user_y, dy,
+                              &e->dy_wei_md, 3, &dyw);
+        }
         if (rc == DUET_OK) {
             const arg a[3] = {{DNNL_ARG_SRC, &e->x_wei_md, xs},
                               {DNNL_ARG_DIFF_DST, &e->dy_wei_md, dyw},
@@ -410,6 +492,7 @@ static int backward_held(const duet__conv_dims *d, const float *x, const float *
             rc = run(&e->bwd_weights, 3, a);
         }
         if (rc == DUET_OK) rc = reorder(&e->dw_out, &e->dw_md, dwb, &e->user_w, dw);
+        count_pass(d);
     }
     pthread_mutex_unlock(&cb.lock);
     *done = rc == DUET_OK;
@@ -418,25 +501,25 @@ static int backward_held(const duet__conv_dims *d, const float *x, const float *
 }
 
 /* The passes run with the signals held (see duet__signals_hold). */
-int duet__conv_bf16_forward(const duet__conv_dims *d, const float *x, const float *w,
-                            const float *bias, float *y, bool *done) {
+int duet__conv_onednn_forward(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
+                              const float *bias, float *y, bool *done) {
     sigset_t old;
     duet__signals_hold(&old);
-    int rc = forward_held(d, x, w, bias, y, done);
+    int rc = forward_held(d, bf16, x, w, bias, y, done);
     duet__signals_release(&old);
     return rc;
 }
 
-int duet__conv_bf16_backward(const duet__conv_dims *d, const float *x, const float *w,
-                             const float *dy, float *dx, float *dw, bool *done) {
+int duet__conv_onednn_backward(const duet__conv_dims *d, bool bf16, const float *x,
+                               const float *w, const float *dy, float *dx, float *dw, bool *done) {
     sigset_t old;
     duet__signals_hold(&old);
-    int rc = backward_held(d, x, w, dy, dx, dw, done);
+    int rc = backward_held(d, bf16, x, w, dy, dx, dw, done);
     duet__signals_release(&old);
     return rc;
 }
 
-int duet__conv_bf16_check(char *impl, size_t size) {
+int duet__conv_onednn_check(bool bf16, char *impl, size_t size) {
     /* 16 channels at 8x8, 3x3: the shape of a network's inner layers. */
     enum { C = 16, H = 8, K = 3 };
     float x[C * H * H], w[C * C * K * K], y[C * H * H];
@@ -445,9 +528,10 @@ int duet__conv_bf16_check(char *impl, size_t size) {
     const duet__conv_dims d = {.n = 1, .c = C, .h = H, .w = H, .o = C, .kh = K, .kw = K,
                                .oh = H, .ow = H, .stride = 1, .pad = 1};
     bool done;
-    DUET_TRY(duet__conv_bf16_forward(&d, x, w, NULL, y, &done));
+    DUET_TRY(duet__conv_onednn_forward(&d, bf16, x, w, NULL, y, &done));
     pthread_mutex_lock(&cb.lock);
-    snprintf(impl, size, "%s", done && cb.impl[0] ? cb.impl : "im2col + matmul");
+    const char *own = bf16 ? "im2col + matmul" : "im2col + sgemm";
+    snprintf(impl, size, "%s", done && cb.impl[bf16][0] ? cb.impl[bf16] : own);
     pthread_mutex_unlock(&cb.lock);
     return DUET_OK;
 }
