@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MAX_INCLUDE_DEPTH 10
 
@@ -57,6 +58,16 @@ static int scan_include(const char *p, const char *name, unsigned line, const ch
                      ? duet__strf("%s/%.*s", include_dir, len, q + 1)
                      : duet__strf("%.*s", len, q + 1);
     if (path == NULL) return duet__error(DUET_ENOMEM, "%s:%u: out of memory", name, line);
+    /* libconfig's scanner exits the process on a file it cannot read as
+     * text (a folder, a device): refused here with the line. A missing
+     * file is libconfig's to report. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        int rc = duet__error(DUET_ECONFIG, "%s:%u: @include \"%.*s\": %s is not a regular file",
+                             name, line, len, q + 1, path);
+        free(path);
+        return rc;
+    }
     char *sub = NULL;
     int rc = read_text(path, &sub);
     if (rc == DUET_OK && sub != NULL) rc = scan(sub, path, include_dir, depth + 1);

@@ -197,6 +197,15 @@ static void test_include_relative(void **state) {
     tu_expect_error(duet_config_get_double(cfg, "lr", &d), DUET_ECONFIG,
                     "_base.cfg:2: 'lr' must be a number", NULL);
     duet_config_destroy(cfg);
+    /* An @include of a folder (libconfig's scanner would exit the process
+     * on it, found by the config fuzzer) is an error with file and line,
+     * from a file and from a string. */
+    write_cfg(fx, "configs/dir.cfg", "seed = 3;\n@include \".\"\n", path, sizeof path);
+    tu_expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, "dir.cfg:2: @include \".\"",
+                    "is not a regular file", NULL);
+    assert_null(cfg);
+    tu_expect_error(duet_config_load_string("@include \"/\"\n", "<text>", &cfg), DUET_ECONFIG,
+                    "<text>:1: @include \"/\"", "is not a regular file", NULL);
 }
 
 static void test_overrides(void **state) {
