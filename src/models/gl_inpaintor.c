@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <string.h>
 
 typedef struct gl_inpaintor {
@@ -219,16 +218,9 @@ static int gl_forward(duet_model *m, duet_tensor *x, duet_tensor **out) {
     if (x->ndim != 4 || x->shape[1] != 4)
         return duet__error(DUET_ESHAPE, "GLInpaintor: forward takes cat(masked_img, mask), "
                            "(N, 4, H, W)");
-    const int64_t n = x->shape[0], hw = x->shape[2] * x->shape[3];
     duet_tensor *masked = NULL, *mask = NULL, *fake_res = NULL;
-    const int64_t s3[4] = {n, 3, x->shape[2], x->shape[3]}, s1[4] = {n, 1, x->shape[2],
-                                                                      x->shape[3]};
-    int rc = duet_tensor_create_uninit(4, s3, &masked);
-    if (rc == DUET_OK) rc = duet_tensor_create_uninit(4, s1, &mask);
-    for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
-        memcpy(masked->data + i * 3 * hw, x->data + i * 4 * hw, (size_t)(3 * hw) * sizeof(float));
-        memcpy(mask->data + i * hw, x->data + (i * 4 + 3) * hw, (size_t)hw * sizeof(float));
-    }
+    int rc = duet_slice_channels(x, 0, 3, &masked);
+    if (rc == DUET_OK) rc = duet_slice_channels(x, 3, 1, &mask);
     if (rc == DUET_OK) rc = duet_module_forward(gen, x, &fake_res);
     /* forward_test's fake_res * mask + masked_img * (1. - mask). */
     if (rc == DUET_OK) rc = duet_mask_composite(masked, fake_res, mask, out);
