@@ -801,6 +801,32 @@ void tu_assert_bit_identical(duet_module *m, bool with_grads) {
     duet_named_tensors_clear(&s);
 }
 
+void tu_ref_compare_scaled(const duet_st *st, const char *key, const float *got, int64_t n,
+                           double rtol) {
+    duet_tensor *want = tu_ref_tensor(st, key);
+    if (want->numel != n)
+        fail_msg("%s: %lld values, MMEditing has %lld", key, (long long)n, (long long)want->numel);
+    const double mx = tu_max_abs(want);
+    if (getenv("DUET_TEST_VERBOSE") != NULL) {
+        double worst = 0;
+        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want->data[i]));
+        printf("%-64s scale %.3g  max error / scale %.3g\n", key, mx, mx > 0 ? worst / mx : worst);
+        if (getenv("DUET_TEST_NOFAIL") != NULL) {
+            duet_tensor_release(want);
+            return;
+        }
+    }
+    tu_assert_close(got, want->data, n, rtol, rtol * mx, key);
+    duet_tensor_release(want);
+}
+
+size_t tu_st_count_prefixed(const duet_st *st, const char *prefix) {
+    size_t n = 0, plen = strlen(prefix);
+    for (size_t i = 0; i < duet_st_count(st); i++)
+        n += strncmp(duet_st_name(st, i), prefix, plen) == 0;
+    return n;
+}
+
 double tu_max_abs(const duet_tensor *t) {
     double m = 0;
     for (int64_t i = 0; i < t->numel; i++) m = fmax(m, fabs(t->data[i]));

@@ -118,6 +118,15 @@ void tu_compare_distance(duet_module *root, const duet_st *st, int step,
  * reason in why, where a part is farther than 3 times PyTorch's. */
 bool tu_distance_within(duet_module *root, const duet_st *st, int step,
                         const char *const *parts, int nparts, char *why, size_t why_size);
+/* The network checks against MMEditing's own modules (tests/mmedit/
+ * test_ref_{gl_nets,deepfill_nets,deepfill_discs}.c): got (n values)
+ * against st's entry `key` within rtol of each value plus rtol times the
+ * entry's largest |value|. DUET_TEST_VERBOSE=1 prints each entry's scale
+ * and largest error over scale; with DUET_TEST_NOFAIL too, nothing fails. */
+void tu_ref_compare_scaled(const duet_st *st, const char *key, const float *got, int64_t n,
+                           double rtol);
+/* How many entries of st are named prefix... */
+size_t tu_st_count_prefixed(const duet_st *st, const char *prefix);
 /* Compares t's data with the reference entry `name` (shapes must agree). */
 void tu_assert_ref(const duet_st *st, const char *name, const float *got, int64_t n,
                    double rtol, double atol);

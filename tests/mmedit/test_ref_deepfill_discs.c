@@ -26,26 +26,10 @@
 static duet_st *ref;
 
 static void compare(const char *key, const float *got, int64_t n) {
-    duet_tensor *want = tu_ref_tensor(ref, key);
-    if (want->numel != n)
-        fail_msg("%s: %lld values, MMEditing has %lld", key, (long long)n, (long long)want->numel);
-    double mx = 0;
-    for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(want->data[i]));
-    if (getenv("DUET_TEST_VERBOSE") != NULL) {
-        double worst = 0;
-        for (int64_t i = 0; i < n; i++) worst = fmax(worst, fabs(got[i] - want->data[i]));
-        printf("%-50s scale %.3g  max error / scale %.3g\n", key, mx, mx > 0 ? worst / mx : worst);
-    }
-    tu_assert_close(got, want->data, n, RTOL, RTOL * mx, key);
-    duet_tensor_release(want);
+    tu_ref_compare_scaled(ref, key, got, n, RTOL);
 }
 
-static size_t count_prefixed(const char *prefix) {
-    size_t n = 0, plen = strlen(prefix);
-    for (size_t i = 0; i < duet_st_count(ref); i++)
-        n += strncmp(duet_st_name(ref, i), prefix, plen) == 0;
-    return n;
-}
+static size_t count_prefixed(const char *prefix) { return tu_st_count_prefixed(ref, prefix); }
 
 static duet_tensor *ref_input(const char *name, const char *what) {
     char key[256];
