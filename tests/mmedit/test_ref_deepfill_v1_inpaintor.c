@@ -1,4 +1,16 @@
 /* DeepFillv1Inpaintor and TwoStageInpaintor (src/models/two_stage_inpaintor.c).
+ * DeepFillv1Inpaintor's train_step against MMEditing 0.16.1's own
+ * (tests/ref/gen_mmedit_refs.py, DeepFillv1Inpaintor ->
+ * deepfill_v1_inpaintor.safetensors): the model built by MMEditing's
+ * registry from deepfillv1_256x256_8x2_places.py shrunk to 72x72
+ * (tu_tiny_deepfill_v1_opts), disc_step 2, the penalty's alphas from duet's
+ * rng on both sides. Step 1 updates the discriminators alone (fake, real,
+ * both penalties), step 2 both; those two compare every log value, every
+ * gradient each update used, the Adam moments and every state-dict entry;
+ * all 10 the distance from MMEditing's float64 run. Runs as the `mmedit`
+ * test mmedit_deepfill_v1_inpaintor. The penalty's second-order gradient
+ * on its own, through each of DeepFillv1's discriminators, is
+ * mmedit_deepfill_discs' (test_ref_deepfill_discs.c, gp.*).
  * The tests named test_ts_unit_* need no reference and run as the unit
  * test two_stage_inpaintor: which part each step updates for disc_step 3
  * and the log keys of each step (DeepFillv1 with the penalty; a
@@ -28,8 +40,7 @@ static duet_optimizer_set *adam_pair(duet_model *m) {
     duet_optimizer_set *s = NULL;
     TU_OK(duet_optimizer_set_create(&s));
     duet_adam_opts a = duet_adam_opts_default();
-    a.lr = (float)LR; /* the DeepFill configs' Adam(lr=0.0001), betas (0.5, 0.999) */
-    a.beta1 = 0.5f;
+    a.lr = (float)LR; /* the DeepFill configs' Adam(lr=0.0001), betas (0.9, 0.999) */
     TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &a));
     TU_OK(duet_optimizer_set_add_adam(s, m, "disc", &a));
     return s;
@@ -70,6 +81,92 @@ static void make_batch(duet_batch *b, const duet_st *st) {
         TU_OK(duet_batch_add_tensor(b, keys[i], ts[i]));
         duet_tensor_release(ts[i]);
     }
+}
+
+/* The log holds exactly the reference's keys for this step. */
+static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
+    static const char *const all[] = {
+        "fake_loss_global",    "fake_loss_local",      "loss_disc_shift_global",
+        "loss_disc_shift_local", "real_loss_global",   "real_loss_local",
+        "loss_gp_global",      "loss_gp_local",        "stage1_loss_l1_hole",
+        "stage1_loss_l1_valid", "stage2_loss_l1_hole", "stage2_loss_l1_valid",
+        "stage2_loss_g_fake"};
+    enum { NALL = sizeof all / sizeof *all };
+    const char *names[NALL];
+    int n = 0;
+    for (int i = 0; i < NALL; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "log%d.%s", step, all[i]);
+        if (duet_st_has(st, key)) names[n++] = all[i];
+    }
+    assert_int_equal(log->count, n);
+    tu_ref_compare_log(st, log, step, names, n);
+}
+
+/* The gradients of each part whose optimizer stepped in this step (the
+ * reference holds those only): 1e-3 |want| + 1e-4 max|want|. Returns the
+ * parts compared. */
+static int compare_grads(duet_model *m, const duet_st *st, int step) {
+    static const char *const parts[2] = {"generator", "disc"};
+    int compared = 0;
+    for (int p = 0; p < 2; p++) {
+        duet_named_tensors l = {0};
+        TU_OK(duet_module_named_parameters(duet_model_part(m, parts[p]), false, &l));
+        char key[256];
+        snprintf(key, sizeof key, "grad%d.%s.%s", step, parts[p], l.items[0].name);
+        if (duet_st_has(st, key)) {
+            compared++;
+            for (size_t i = 0; i < l.count; i++) {
+                snprintf(key, sizeof key, "grad%d.%s.%s", step, parts[p], l.items[i].name);
+                duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
+                if (t->grad == NULL) fail_msg("%s: no gradient", key);
+                const double a = tu_ref_allowance(st, key);
+                tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * tu_max_abs(want));
+                duet_tensor_release(want);
+            }
+        }
+        duet_named_tensors_clear(&l);
+    }
+    return compared;
+}
+
+static void test_deepfill_v1_train_step_vs_mmedit(void **state) {
+    static const char *const parts[2] = {"generator", "disc"};
+    (void)state;
+    duet_st *st = tu_ref_load("deepfill_v1_inpaintor.safetensors");
+    duet_two_stage_inpaintor_opts o = tu_tiny_deepfill_v1_opts();
+    o.disc_step = 2;
+    duet_model *m = make_model(&o);
+    duet_module *root = duet_model_module(m);
+    size_t missing = 1, unexpected = 1;
+    TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));
+    assert_int_equal(missing, 0);
+    assert_int_equal(unexpected, 0);
+    duet_optimizer_set *opts = adam_pair(m);
+    duet_batch b = {0};
+    make_batch(&b, st);
+    duet_log_vars log;
+    int step = 1;
+    for (char key[64] = "step1.disc.local_disc.fc.linear.bias"; duet_st_has(st, key);
+         snprintf(key, sizeof key, "step%d.disc.local_disc.fc.linear.bias", ++step)) {
+        TU_OK(duet_model_train_step(m, &b, opts, &log));
+        tu_compare_distance(root, st, step, parts, 2);
+        if (step > 2) continue;
+        compare_log(st, &log, step);
+        assert_int_equal(compare_grads(m, st, step), step); /* D; D then G */
+        tu_ref_compare_state(root, st, step, LR, 0);
+        /* MMEditing's Adam has no state before its first step (duet's
+         * holds zeros): the generator's from step 2 on. */
+        static const char *const disc_only[1] = {"disc"};
+        if (step == 1) tu_compare_adam_moments(opts, disc_only, 1, st, step);
+        else tu_compare_adam_moments(opts, parts, 2, st, step);
+    }
+    assert_true(step - 1 >= 2);
+    assert_int_equal(duet_tape_size(), 0);
+    duet_batch_clear(&b);
+    duet_optimizer_set_destroy(opts);
+    duet_model_destroy(m);
+    duet_st_destroy(st);
 }
 
 /* DeepFillv2's TwoStageInpaintor in small: the DeepFillv1 generator of
@@ -467,6 +564,7 @@ static void test_ts_unit_config(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deepfill_v1_train_step_vs_mmedit),
         cmocka_unit_test(test_ts_unit_schedule_deepfill_v1),
         cmocka_unit_test(test_ts_unit_schedule_two_stage),
         cmocka_unit_test(test_ts_unit_resume_bitwise),
