@@ -452,6 +452,14 @@ static void test_ts_unit_errors(void **state) {
     create_fails(&o, "loss_gp with disc_input_with_mask");
     o = tiny_two_stage();
     o.disc_input_with_mask = false;
+    o.disc.in_channels = 3;
+    o.gp_weight = 10.0f;
+    create_fails(&o, "loss_gp through a discriminator with with_spectral_norm");
+    o = tu_tiny_deepfill_v1_opts();
+    o.discs.local.with_norm = true;
+    create_fails(&o, "loss_gp through a discriminator local_disc with norm_cfg");
+    o = tiny_two_stage();
+    o.disc_input_with_mask = false;
     create_fails(&o, "disc.in_channels is 4");
     o = tu_tiny_deepfill_v1_opts();
     o.metrics[0] = "PSNR";
