@@ -241,8 +241,23 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
       COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR}-ddp ${model}_np${np}.safetensors
               ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mmedit_ddp> ${MPIEXEC_POSTFLAGS} ${model})
+    # GLInpaintor's DDP runs on OpenBLAS: on oneDNN's GEMM the 2-process
+    # run's generator jumps in step 6 from 6e-6 to 9.6e-4 from float64
+    # (PyTorch float32 5e-6; without the noise-decided elements the same);
+    # the 3-process run passes. Not Adam's noise: the jump sits in dec5 and
+    # the layers before it (dec6 and dec7 within 4e-7), the pattern of a
+    # ReLU whose input lies within the float32 run's distance of 0 in the
+    # float64 run (its closest in step 6: 1.5e-6 of its RMS, at
+    # decoder.dec5.activate) and lands on the other side; PyTorch's own
+    # float32 run without oneDNN jumps the same way in steps 9-10 (to
+    # 1.7e-3). On OpenBLAS duet stays within 2.2x of PyTorch over all 10
+    # steps.
+    set(gemm "")
+    if(model STREQUAL "gl_inpaintor")
+      set(gemm ";DUET_GEMM=openblas")
+    endif()
     set_tests_properties(mmedit_ddp_${model}_np${np} PROPERTIES
-      ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-ddp"
+      ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-ddp${gemm}"
       FIXTURES_REQUIRED mmedit_refs_ddp SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
       PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
       FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")

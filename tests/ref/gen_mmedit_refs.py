@@ -28,7 +28,8 @@ this directory:
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
-float32's own distances from the float64 run (f32err.*, f32dist*), the
+float32's own distances from the float64 run (f32err.*, f32dist*; f32qdist*
+without the noise-decided elements of noise.*: noise_steps), the
 yardstick of tu_ref_allowance and tu_compare_distance (tests/testutil.h).
 
 Initial weights are MMEditing's own initialisation (its init_weights, from
@@ -370,9 +371,11 @@ def write(spec, outdir):
 # ranks and these replicas meet the same data: Pix2Pix's UNet without
 # dropout (each rank would draw its own masks) and CycleGAN with
 # buffer_size 0 (each rank's pool would draw its own swaps). The files hold
-# init.*, the batch, step<s>.* (rank 0's state after each step) and
-# f32dist<s>.* (PyTorch float32's distance from float64, run the same way),
-# for tests/mmedit/test_mmedit_ddp.c.
+# init.*, the batch, step<s>.* (rank 0's state after each step),
+# f32dist<s>.* (PyTorch float32's distance from float64, run the same way)
+# and f32qdist<s>.* with noise.* (the same without the noise-decided
+# elements of the averaged gradients: noise_steps), for
+# tests/mmedit/test_mmedit_ddp.c.
 DDP_BATCH = 6
 # PyTorch float32's configurations: all three of F32_CONFIGS, as for one
 # process. Without its third (PyTorch's own im2col convolutions, which cost
