@@ -395,9 +395,12 @@ DDP_F32_CONFIGS = F32_CONFIGS
 
 class DDPRun:
     """spec trained for spec.steps steps by `ranks` replicas in lockstep
-    (above), in dtype; steps[i]['state'] is rank 0's state after step i+1."""
+    (above), in dtype; steps[i]['state'] is rank 0's state after step i+1,
+    steps[i]['grads'] the averaged gradients of its updates (first_only:
+    each parameter's in its first update only, all noise_steps reads of a
+    float32 run)."""
 
-    def __init__(self, spec, dtype, ranks):
+    def __init__(self, spec, dtype, ranks, first_only=False):
         self.spec = spec
         with tempfile.TemporaryDirectory() as tmp:
             model, cfg = spec.build(tmp)
@@ -435,9 +438,11 @@ class DDPRun:
                 t.join()
             if errors:
                 raise errors[0]
+            kept = {k: v for k, v in grads.items()
+                    if not (first_only and any(k in done['grads'] for done in self.steps))}
             self.steps.append(dict(state={k: v.clone()
                                           for k, v in replicas[0].state_dict().items()},
-                                   grads=dict(grads)))
+                                   grads=kept))
 
     @staticmethod
     def _allreduce_step(r, name, opts, barrier, step):
@@ -473,7 +478,7 @@ def write_ddp(name, ranks, outdir):
         torch.backends.mkldnn.enabled = mkldnn
         torch.set_num_threads(threads)
         try:
-            f32s.append(DDPRun(spec, torch.float32, ranks))
+            f32s.append(DDPRun(spec, torch.float32, ranks, first_only=True))
         finally:
             torch.backends.mkldnn.enabled = True
             torch.set_num_threads(1)
