@@ -217,7 +217,7 @@ def _yardstick(ref, f32, d):
 # holds the real one. The rounding error is measured, not guessed: in the
 # step a tensor is first updated, its float32 runs (F32_CONFIGS) start it
 # from the float64 run's weights, and the largest |g32 - g64| over its
-# elements, over its largest |g64|, is its float32 noise ratio (0.2e-6 to
+# elements, over its largest |g64|, is its float32 noise ratio (1.4e-7 to
 # 2.5e-6 in GLInpaintor; tu_ref_compare_state's 3e-4 would leave out 3.4%
 # of its generator). Later steps' |g32 - g64| hold the runs' divergence
 # too (up to 6e-3 of scale in GLInpaintor's third step, where the
