@@ -241,8 +241,17 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
       COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR}-ddp ${model}_np${np}.safetensors
               ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
               ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mmedit_ddp> ${MPIEXEC_POSTFLAGS} ${model})
-    # GLInpaintor's BatchNorm discriminators on OpenBLAS: see
-    # mmedit_gl_inpaintor.
+    # GLInpaintor's DDP runs on OpenBLAS: on oneDNN's GEMM the 2-process
+    # run's generator jumps in step 6 from 6e-6 to 9.6e-4 from float64
+    # (PyTorch float32 5e-6; without the noise-decided elements the same);
+    # the 3-process run passes. Not Adam's noise: the jump sits in dec5 and
+    # the layers before it (dec6 and dec7 within 4e-7), the pattern of a
+    # ReLU whose input lies within the float32 run's distance of 0 in the
+    # float64 run (its closest in step 6: 1.5e-6 of its RMS, at
+    # decoder.dec5.activate) and lands on the other side; PyTorch's own
+    # float32 run without oneDNN jumps the same way in steps 9-10 (to
+    # 1.7e-3). On OpenBLAS duet stays within 2.2x of PyTorch over all 10
+    # steps.
     set(gemm "")
     if(model STREQUAL "gl_inpaintor")
       set(gemm ";DUET_GEMM=openblas")
@@ -306,21 +315,22 @@ set_tests_properties(mmedit_deepfill_discs PROPERTIES
 # GLInpaintor's train_step against MMEditing's own (schedule switch in the
 # first three steps); the same program's schedule, resume, val_step and
 # error tests need no reference and run as the unit test gl_inpaintor.
-# On OpenBLAS for now: on oneDNN the discriminators' state after step 2
+# On oneDNN's GEMM (the default) the discriminators' state after step 2
 # lands 4.7 times as far from float64 as PyTorch float32's (2.1 times on
 # OpenBLAS). All of that distance is one element, global_disc.conv3's
 # weight [15, 5, 0, 0], whose float64 gradient is -8.0e-9, 2.4e-7 of its
 # tensor's largest: float32 noise, which Adam's first step (eps 1e-8) turns
 # into a move of 1.8e-4 in float64, 9.8e-5 on OpenBLAS (-3.3e-9) and 0 on
-# oneDNN (its sum rounds to 0). Every disc gradient of step 2 is within
-# 1.7e-6 of scale on both backends, no sign differs.
+# oneDNN (its sum rounds to 0). The yardstick then falls back on the
+# distance without such noise-decided elements, 26 of the discriminators'
+# 550,305 (tu_distance_within), where duet is 0.35 times PyTorch's.
 add_executable(test_ref_gl_inpaintor ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_gl_inpaintor.c)
 target_link_libraries(test_ref_gl_inpaintor PRIVATE duet_testutil)
 add_test(NAME mmedit_gl_inpaintor
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_inpaintor.safetensors
           $<TARGET_FILE:test_ref_gl_inpaintor>)
 set_tests_properties(mmedit_gl_inpaintor PROPERTIES
-  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*train_step*;DUET_GEMM=openblas"
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*train_step*"
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")

@@ -10,8 +10,9 @@
  * discriminators) must be no farther from the float64 run than 3 times
  * PyTorch float32's own distance, run the same way
  * (tu_compare_distance: |x32 - x64| / |x64 - init| over each part's state
- * entries, running statistics included). Every rank also checks that the
- * parameters are bit-identical to rank 0's.
+ * entries, running statistics included; where it misses, the same without
+ * Adam's few noise-decided elements on both sides, within caps). Every rank
+ * also checks that the parameters are bit-identical to rank 0's.
  *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
  * cyclegan, basic_restorer, gl_inpaintor), with DUET_REF_DIR the directory of the files. */
