@@ -362,6 +362,20 @@ set_tests_properties(mmedit_deepfill_nets PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# DeepFillv2's TwoStageInpaintor train_step against MMEditing's own (the
+# model built by duet's registry from the keys of the shrunk config; steps 1
+# and 2 entry by entry, the spectral norm's buffers and the distance from
+# float64 over all 10).
+add_executable(test_ref_deepfillv2 ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_deepfillv2.c)
+target_link_libraries(test_ref_deepfillv2 PRIVATE duet_testutil)
+add_test(NAME mmedit_deepfillv2
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} deepfillv2.safetensors
+          $<TARGET_FILE:test_ref_deepfillv2>)
+set_tests_properties(mmedit_deepfillv2 PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # test_ref_gl_nets again on OpenBLAS, the other GEMM backend.
 add_test(NAME mmedit_gl_nets_openblas
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors
