@@ -3,7 +3,9 @@
  * under mpiexec -n 1, 2 and 3 with a global batch of 6 72x72 images:
  * - N ranks with 6/N samples each match one process with the whole batch
  *   over 4 iterations: every log value, every parameter to the GAN tests'
- *   tolerances, bit-identical parameters on every rank.
+ *   tolerances (the discriminator's last bias, whose gradient counts signs,
+ *   to the noise-level bound: mark_sign_count_bias says why),
+ *   bit-identical parameters on every rank.
  * - The spectral norm's power-iteration vectors (disc.convK.conv.weight_u,
  *   weight_v) are buffers that each rank updates in each of its own
  *   training forwards (three per iteration: fake, real, the generator's
