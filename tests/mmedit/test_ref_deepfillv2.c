@@ -3,8 +3,8 @@
  * the model of deepfillv2_256x256_8x2_places.py on 72x72 images, every
  * generator part's channels times 1/3, the SN-PatchGAN of 16 channels with
  * the mask as its fourth input channel, hinge loss 0.1, L1 in the hole and
- * in the valid region for both stages, disc_step 1, built here by duet's
- * registry from the same keys. duet loads the reference's init.* strictly
+ * in the valid region for both stages, disc_step 1, built by duet's
+ * registry from the same keys (tu_deepfillv2_ref_model). duet loads the reference's init.* strictly
  * by name, the spectral norm's weight_u and weight_v included: the power
  * iteration that moves them in each of the discriminator's three training
  * forwards per step (fake, real, the generator's adversarial term) starts
@@ -21,71 +21,6 @@
 #include <string.h>
 
 #define LR 1e-4
-
-/* deepfillv2_256x256_8x2_places.py's model as gen_mmedit_refs.py shrinks
- * it: DeepFillNets.generator(cfg, 1/3) (channel_factor 0.75 / 3 on the
- * encoders and stage 1's decoder, 1 / 3 on the refiner's decoder, whose
- * int() truncation gives 42, 42, 21, 21, 10, 5 channels; in_channels 96 /
- * 3 and 192 / 3) and the disc's max_channels 16. */
-static const char model_cfg[] =
-    "model = {\n"
-    "  type = \"TwoStageInpaintor\";\n"
-    "  disc_input_with_mask = true;\n"
-    "  encdec = {\n"
-    "    type = \"DeepFillEncoderDecoder\";\n"
-    "    stage1 = {\n"
-    "      type = \"GLEncoderDecoder\";\n"
-    "      encoder = { type = \"DeepFillEncoder\"; conv_type = \"gated_conv\";\n"
-    "                  channel_factor = 0.25; padding_mode = \"reflect\"; };\n"
-    "      decoder = { type = \"DeepFillDecoder\"; conv_type = \"gated_conv\"; in_channels = 32;\n"
-    "                  channel_factor = 0.25; out_act_cfg = { type = \"Tanh\"; };\n"
-    "                  padding_mode = \"reflect\"; };\n"
-    "      dilation_neck = { type = \"GLDilationNeck\"; in_channels = 32;\n"
-    "                        conv_type = \"gated_conv\"; act_cfg = { type = \"ELU\"; };\n"
-    "                        padding_mode = \"reflect\"; };\n"
-    "    };\n"
-    "    stage2 = {\n"
-    "      type = \"DeepFillRefiner\";\n"
-    "      encoder_attention = { type = \"DeepFillEncoder\"; encoder_type = \"stage2_attention\";\n"
-    "                            conv_type = \"gated_conv\"; channel_factor = 0.25;\n"
-    "                            padding_mode = \"reflect\"; };\n"
-    "      encoder_conv = { type = \"DeepFillEncoder\"; encoder_type = \"stage2_conv\";\n"
-    "                       conv_type = \"gated_conv\"; channel_factor = 0.25;\n"
-    "                       padding_mode = \"reflect\"; };\n"
-    "      dilation_neck = { type = \"GLDilationNeck\"; in_channels = 32;\n"
-    "                        conv_type = \"gated_conv\"; act_cfg = { type = \"ELU\"; };\n"
-    "                        padding_mode = \"reflect\"; };\n"
-    "      contextual_attention = { type = \"ContextualAttentionNeck\"; in_channels = 32;\n"
-    "                               conv_type = \"gated_conv\"; padding_mode = \"reflect\"; };\n"
-    "      decoder = { type = \"DeepFillDecoder\"; in_channels = 64; conv_type = \"gated_conv\";\n"
-    "                  channel_factor = 0.3333333333333333; out_act_cfg = { type = \"Tanh\"; };\n"
-    "                  padding_mode = \"reflect\"; };\n"
-    "    };\n"
-    "  };\n"
-    "  disc = { type = \"MultiLayerDiscriminator\"; in_channels = 4; max_channels = 16;\n"
-    "    fc_in_channels = \"None\"; num_convs = 6; norm_cfg = \"None\";\n"
-    "    act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; };\n"
-    "    out_act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; };\n"
-    "    with_spectral_norm = true; };\n"
-    "  stage1_loss_type = [\"loss_l1_hole\", \"loss_l1_valid\"];\n"
-    "  stage2_loss_type = [\"loss_l1_hole\", \"loss_l1_valid\", \"loss_gan\"];\n"
-    "  loss_gan = { type = \"GANLoss\"; gan_type = \"hinge\"; loss_weight = 0.1; };\n"
-    "  loss_l1_hole = { type = \"L1Loss\"; loss_weight = 1.0; };\n"
-    "  loss_l1_valid = { type = \"L1Loss\"; loss_weight = 1.0; };\n"
-    "  train_cfg = { disc_step = 1; };\n"
-    "  test_cfg = { metrics = [\"l1\", \"psnr\", \"ssim\"]; };\n"
-    "};\n";
-
-static duet_model *build_model(void) {
-    duet_config *cfg = NULL;
-    TU_OK(duet_config_load_string(model_cfg, "<deepfillv2>", &cfg));
-    duet_rng rng = duet_rng_make(5, 0);
-    duet_model *m = NULL;
-    TU_OK(duet_build_model(cfg, "model", &rng, &m));
-    TU_OK(duet_config_check_unused(cfg));
-    duet_config_destroy(cfg);
-    return m;
-}
 
 static const char *const log_keys[7] = {
     "fake_loss", "real_loss", "stage1_loss_l1_hole", "stage1_loss_l1_valid",
@@ -150,7 +85,7 @@ static void test_deepfillv2_train_step_vs_mmedit(void **state) {
     static const char *const parts[2] = {"generator", "disc"};
     (void)state;
     duet_st *st = tu_ref_load("deepfillv2.safetensors");
-    duet_model *m = build_model();
+    duet_model *m = tu_deepfillv2_ref_model();
     duet_module *root = duet_model_module(m);
     size_t missing = 1, unexpected = 1;
     TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));

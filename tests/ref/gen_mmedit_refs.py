@@ -1308,6 +1308,7 @@ DDP_SPECS = {
     "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
     "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
     "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
+    "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
 }
 
 
