@@ -680,6 +680,72 @@ duet_two_stage_inpaintor_opts tu_tiny_deepfill_v1_opts(void) {
     return o;
 }
 
+/* deepfillv2_256x256_8x2_places.py's model as gen_mmedit_refs.py's
+ * DeepFillv2 spec shrinks it: DeepFillNets.generator(cfg, 1/3)
+ * (channel_factor 0.75 / 3 on the encoders and stage 1's decoder, 1 / 3 on
+ * the refiner's decoder, whose int() truncation gives 42, 42, 21, 21, 10, 5
+ * channels; in_channels 96 / 3 and 192 / 3) and the disc's max_channels
+ * 16. */
+static const char deepfillv2_ref_cfg[] =
+    "model = {\n"
+    "  type = \"TwoStageInpaintor\";\n"
+    "  disc_input_with_mask = true;\n"
+    "  encdec = {\n"
+    "    type = \"DeepFillEncoderDecoder\";\n"
+    "    stage1 = {\n"
+    "      type = \"GLEncoderDecoder\";\n"
+    "      encoder = { type = \"DeepFillEncoder\"; conv_type = \"gated_conv\";\n"
+    "                  channel_factor = 0.25; padding_mode = \"reflect\"; };\n"
+    "      decoder = { type = \"DeepFillDecoder\"; conv_type = \"gated_conv\"; in_channels = 32;\n"
+    "                  channel_factor = 0.25; out_act_cfg = { type = \"Tanh\"; };\n"
+    "                  padding_mode = \"reflect\"; };\n"
+    "      dilation_neck = { type = \"GLDilationNeck\"; in_channels = 32;\n"
+    "                        conv_type = \"gated_conv\"; act_cfg = { type = \"ELU\"; };\n"
+    "                        padding_mode = \"reflect\"; };\n"
+    "    };\n"
+    "    stage2 = {\n"
+    "      type = \"DeepFillRefiner\";\n"
+    "      encoder_attention = { type = \"DeepFillEncoder\"; encoder_type = \"stage2_attention\";\n"
+    "                            conv_type = \"gated_conv\"; channel_factor = 0.25;\n"
+    "                            padding_mode = \"reflect\"; };\n"
+    "      encoder_conv = { type = \"DeepFillEncoder\"; encoder_type = \"stage2_conv\";\n"
+    "                       conv_type = \"gated_conv\"; channel_factor = 0.25;\n"
+    "                       padding_mode = \"reflect\"; };\n"
+    "      dilation_neck = { type = \"GLDilationNeck\"; in_channels = 32;\n"
+    "                        conv_type = \"gated_conv\"; act_cfg = { type = \"ELU\"; };\n"
+    "                        padding_mode = \"reflect\"; };\n"
+    "      contextual_attention = { type = \"ContextualAttentionNeck\"; in_channels = 32;\n"
+    "                               conv_type = \"gated_conv\"; padding_mode = \"reflect\"; };\n"
+    "      decoder = { type = \"DeepFillDecoder\"; in_channels = 64; conv_type = \"gated_conv\";\n"
+    "                  channel_factor = 0.3333333333333333; out_act_cfg = { type = \"Tanh\"; };\n"
+    "                  padding_mode = \"reflect\"; };\n"
+    "    };\n"
+    "  };\n"
+    "  disc = { type = \"MultiLayerDiscriminator\"; in_channels = 4; max_channels = 16;\n"
+    "    fc_in_channels = \"None\"; num_convs = 6; norm_cfg = \"None\";\n"
+    "    act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; };\n"
+    "    out_act_cfg = { type = \"LeakyReLU\"; negative_slope = 0.2; };\n"
+    "    with_spectral_norm = true; };\n"
+    "  stage1_loss_type = [\"loss_l1_hole\", \"loss_l1_valid\"];\n"
+    "  stage2_loss_type = [\"loss_l1_hole\", \"loss_l1_valid\", \"loss_gan\"];\n"
+    "  loss_gan = { type = \"GANLoss\"; gan_type = \"hinge\"; loss_weight = 0.1; };\n"
+    "  loss_l1_hole = { type = \"L1Loss\"; loss_weight = 1.0; };\n"
+    "  loss_l1_valid = { type = \"L1Loss\"; loss_weight = 1.0; };\n"
+    "  train_cfg = { disc_step = 1; };\n"
+    "  test_cfg = { metrics = [\"l1\", \"psnr\", \"ssim\"]; };\n"
+    "};\n";
+
+duet_model *tu_deepfillv2_ref_model(void) {
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(deepfillv2_ref_cfg, "<deepfillv2>", &cfg));
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, "model", &rng, &m));
+    TU_OK(duet_config_check_unused(cfg));
+    duet_config_destroy(cfg);
+    return m;
+}
+
 duet_srgan_opts tu_tiny_srgan_opts(void) {
     duet_srgan_opts o = duet_srgan_opts_default();
     o.generator.mid_channels = 8;

@@ -255,6 +255,13 @@ duet_gl_inpaintor_opts tu_tiny_gl_inpaintor_opts(void);
  * 1 in both stages plus stage 2's GAN loss, GradientPenaltyLoss 10,
  * DiscShiftLoss 0.001, disc_step 1, local_size 32x32, gp_seed 77. */
 duet_two_stage_inpaintor_opts tu_tiny_deepfill_v1_opts(void);
+/* The TwoStageInpaintor of the `mmedit` DeepFillv2 tests (gen_mmedit_refs.py's
+ * DeepFillv2 spec) on 72x72 images, built by the registry from the keys of
+ * deepfillv2_256x256_8x2_places.py shrunk: the generator's channels x 1/3,
+ * the SN-PatchGAN of 16 channels with the mask as input, hinge 0.1, L1 in
+ * the hole and the valid region 1 in both stages, disc_step 1. Its init
+ * is duet's (the tests load MMEditing's). */
+duet_model *tu_deepfillv2_ref_model(void);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);

@@ -167,7 +167,9 @@ int duet_normalize_rows(duet_tensor *x, float eps, duet_tensor **out);
  * identity kernel: corr (N, H*W, H, W) -> same shape. */
 int duet_fuse_correlation(duet_tensor *corr, int kernel, duet_tensor **out);
 /* softmax over dim 1 of scale * x; masked (N*C bytes, or NULL): channels
- * (n, c) with masked[n*C + c] set get 0 (a -inf logit). */
+ * (n, c) with masked[n*C + c] set get 0 (a -inf logit). A sample whose
+ * channels are all masked gets 0 everywhere (and no gradient), where
+ * PyTorch's softmax of -inf logits is NaN. */
 int duet_softmax_channels(duet_tensor *x, float scale, const uint8_t *masked,
                           duet_tensor **out);
 

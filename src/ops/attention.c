@@ -362,6 +362,11 @@ int duet_softmax_channels(duet_tensor *x, float scale, const uint8_t *masked,
                 yy[l * inner] = e;
                 s += e;
             }
+            /* Every channel masked (each context patch touches the hole):
+             * zeros, as the original DeepFill's mask product gives; the
+             * -inf logits of MMEditing's module make PyTorch's softmax NaN
+             * here, which would reach every weight a step later. */
+            if (s == 0.0) continue; /* yy is all 0 already */
             for (int64_t l = 0; l < ch; l++) yy[l * inner] = (float)(yy[l * inner] / s);
         }
     softmax_ctx *c = NULL;

@@ -78,3 +78,53 @@ seed = 1;
 ${5:-}
 CFG_END
 }
+
+# e2e_inpainting_photos DIR W H CROP TRAIN_TXT VAL_TXT: smooth W x H stand-ins
+# for the sample photos under the names the annotation files list (as .png),
+# for the inpainting configs: sines whose frequencies follow each photo's
+# index, scaled so that a CROP crop resized to CROP / 4 looks alike whatever
+# CROP (a hole is then filled well by what surrounds it, which a short run
+# can learn); the held-out photos' frequencies lie between the training
+# photos'. Also writes DIR/train.txt and DIR/val.txt pointing at the PNGs.
+e2e_inpainting_photos() {
+  "${PY:-python3}" - "$@" <<'PY_INPAINT'
+import math, os, struct, sys, zlib
+root, w, h, crop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+train = [l.split()[0] for l in open(sys.argv[5]) if l.strip()]
+val = [l.split()[0] for l in open(sys.argv[6]) if l.strip()]
+named = list(zip(train, range(len(train)))) + list(zip(val, (1.5, 3.5)))
+scale = 128.0 / crop
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+for name, k in named:
+    fx, fy = (0.012 + 0.003 * k) * scale, (0.02 - 0.002 * k) * scale
+    raw = b"".join(b"\x00" + bytes(int(127 + 100 * math.sin(fx * x + (c + 1) * fy * y + 2 * c + k))
+                                   for x in range(w) for c in range(3)) for y in range(h))
+    path = os.path.join(root, os.path.splitext(name)[0] + ".png")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").write(b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+for src, dst in ((sys.argv[5], "train.txt"), (sys.argv[6], "val.txt")):
+    with open(os.path.join(root, dst), "w") as f:
+        for l in open(src):
+            if l.strip():
+                f.write(os.path.splitext(l.split()[0])[0] + ".png\n")
+PY_INPAINT
+}
+
+# e2e_mask_png PATH SIZE TOP LEFT H W: a SIZE x SIZE grey mask PNG, 255 in
+# the H x W box at (TOP, LEFT) (the hole), 0 elsewhere.
+e2e_mask_png() {
+  "${PY:-python3}" - "$@" <<'PY_MASK'
+import struct, sys, zlib
+path, n, top, left, h, w = sys.argv[1], *map(int, sys.argv[2:7])
+rows = b"".join(b"\x00" + bytes(255 if top <= y < top + h and left <= x < left + w else 0
+                                for x in range(n)) for y in range(n))
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+open(path, "wb").write(b"\x89PNG\r\n\x1a\n"
+    + chunk(b"IHDR", struct.pack(">IIBBBBB", n, n, 8, 0, 0, 0, 0))
+    + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+PY_MASK
+}

@@ -15,7 +15,8 @@
  * also checks that the parameters are bit-identical to rank 0's.
  *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
- * cyclegan, basic_restorer, gl_inpaintor), with DUET_REF_DIR the directory of the files. */
+ * cyclegan, basic_restorer, gl_inpaintor, deepfillv2), with DUET_REF_DIR the directory of
+ * the files. */
 #include "testutil_gan.h"
 
 #include <stdio.h>
@@ -116,6 +117,10 @@ static duet_model *gl_inpaintor(void) {
     return m;
 }
 
+/* test_ref_deepfillv2.c's model: TwoStageInpaintor with the SN-PatchGAN,
+ * whose spectral-norm buffers each rank moves on its own (not broadcast). */
+static duet_model *deepfillv2(void) { return tu_deepfillv2_ref_model(); }
+
 static const ddp_model models[] = {
     {"srgan", srgan, 1e-4, 0.9, {"generator", "discriminator"}, 2},
     {"esrgan", esrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2},
@@ -123,15 +128,16 @@ static const ddp_model models[] = {
     {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2},
     {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1},
     {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2},
+    {"deepfillv2", deepfillv2, 1e-4, 0.9, {"generator", "disc"}, 2},
 };
 
 /* The batch keys of each model's file: the SR models' lq and gt, the
  * translation models' img_a and img_b (with the meta MMEditing's
  * train_step reads, which duet's does not). */
 static void add_batch(duet_batch *b, const duet_st *st) {
-    if (duet_st_has(st, "mask_bbox")) { /* an inpaintor's */
+    if (duet_st_has(st, "gt_img")) { /* an inpaintor's (mask_bbox for box holes) */
         const char *keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < (duet_st_has(st, "mask_bbox") ? 4 : 3); i++) {
             duet_tensor *t = tu_ref_tensor(st, keys[i]);
             TU_OK(duet_batch_add_tensor(b, keys[i], t));
             duet_tensor_release(t);

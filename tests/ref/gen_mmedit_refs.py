@@ -27,6 +27,9 @@ this directory:
                        outputs, offsets, input and parameter gradients
   deepfill_v1_inpaintor.safetensors  DeepFillv1Inpaintor from
                        deepfillv1_256x256_8x2_places.py, shrunk
+  deepfillv2.safetensors  TwoStageInpaintor from
+                       deepfillv2_256x256_8x2_places.py, shrunk (SN-PatchGAN
+                       with the mask as input, hinge, both stages' L1)
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -819,6 +822,77 @@ class DeepFillv1Inpaintor(Spec):
         return 2.1 * self.lr * step
 
 
+class DeepFillv2(Spec):
+    """deepfillv2_256x256_8x2_places.py's TwoStageInpaintor on 72x72 images
+    (the smallest multiple of 8 whose neck, at 18x18, takes the reflect
+    padding of dilation 16): MMEditing's own DeepFillEncoderDecoder with
+    every part's channels times 1/3 (DeepFillNets.generator), the
+    SN-PatchGAN (MultiLayerDiscriminator, 6 convs under spectral norm, no
+    norm, LeakyReLU) of 16 channels with the mask as a fourth input channel
+    (disc_input_with_mask), hinge GANLoss 0.1, L1 in the hole and in the
+    valid region for both stages, the adversarial term on stage 2,
+    disc_step 1; Adam from the config (lr 1e-4). One batch of two
+    free-form masks drawn by MMEditing's get_irregular_mask (the
+    config's 'irregular' mode, lengths and widths shrunk with the image)
+    from numpy seed 20261226.
+
+    Weights: MMEditing's init for the discriminator (its init_weights;
+    the spectral norm's power-iteration vectors weight_u and weight_v are
+    PyTorch's draws at construction), but not the generator's
+    normal(0, 0.02): under it the gated features vanish layer by layer (the
+    two stages' first L1 losses agree to 1e-8 and the generator's
+    gradients are noise). The generator gets DeepFillNets' weights instead
+    (mmcv's kaiming init of each conv times 2, biases uniform(-0.1, 0.1)).
+    Every entry of init.* (weight_u and weight_v included) is what duet
+    loads: the power iteration, which updates u and v in each of the
+    discriminator's three training forwards per step (fake, real, and the
+    generator's adversarial term), starts from the same vectors on both
+    sides, and step<s>.disc.*.weight_u / weight_v are the buffers after
+    each step."""
+    name, file, lr = "TwoStageInpaintor", "deepfillv2.safetensors", 1e-4
+    parts = ("generator", "disc")
+    CFG = "inpainting/deepfillv2/deepfillv2_256x256_8x2_places.py"
+    SIZE = 72
+
+    def __init__(self, n=2):
+        import numpy as np
+        from mmedit.core.mask import get_irregular_mask
+        g = torch.Generator().manual_seed(13)
+        gt = torch.rand(n, 3, self.SIZE, self.SIZE, generator=g) * 2 - 1
+        np.random.seed(20261226)
+        masks = [torch.from_numpy(get_irregular_mask(
+            (self.SIZE, self.SIZE), num_vertices=(4, 10), max_angle=6.0, length_range=(5, 36),
+            brush_width=(3, 12), area_ratio_range=(0.15, 0.65)).astype(np.float32))
+            .permute(2, 0, 1) for _ in range(n)]
+        mask = torch.stack(masks)
+        self.batch = dict(gt_img=gt, mask=mask, masked_img=gt * (1 - mask))
+
+    def build(self, tmp):
+        cfg = mo.config(self.CFG)
+        cfg.model.encdec = DeepFillNets.generator(self.CFG, 1 / 3)
+        cfg.model.disc.max_channels = 16
+        torch.manual_seed(20261226)
+        model = mo.build(cfg)
+        for mod in model.generator.modules():
+            if isinstance(mod, torch.nn.Conv2d):
+                torch.nn.init.kaiming_normal_(mod.weight, a=0, mode='fan_out',
+                                              nonlinearity='relu')
+                mod.weight.data.mul_(2.0)
+                torch.nn.init.uniform_(mod.bias, -0.1, 0.1)
+        return model, cfg
+
+    def step(self, model, batch, opt):
+        log = dict(model.train_step(batch, opt)['log_vars'])
+        log.pop('loss')  # parse_losses' running total; duet logs the terms
+        return log
+
+    def grad_tol(self, g):
+        return 1e-3, 1e-4 * g.abs().max().item()
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
 class TranslationPipeline:
     """GenerationPairedDataset's pipeline run by MMEditing itself
     (mmedit.datasets.pipelines.Compose over LoadPairedImageFromFile,
@@ -1308,6 +1382,7 @@ MODELS = {
     "deepfill_nets": DeepFillNets,
     "deepfill_discs": DeepFillDiscs,
     "deepfill_v1_inpaintor": DeepFillv1Inpaintor,
+    "deepfillv2": DeepFillv2,
 }
 
 
@@ -1322,6 +1397,7 @@ DDP_SPECS = {
     "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
     "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
     "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
+    "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
 }
 
 

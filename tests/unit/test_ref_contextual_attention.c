@@ -4,6 +4,7 @@
  * without a mask; finite-difference checks of the ops it is built from. */
 #include "testutil.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -105,6 +106,21 @@ static void test_ops_gradcheck(void **state) {
     assert_float_equal(y->data[3 * 12], 0.0f, 0.0f);
     duet_tape_clear();
     duet_tensor_release(y);
+    /* Sample 1 with every channel masked: zeros there, no NaN, no gradient;
+     * sample 0 a softmax as before. */
+    uint8_t all1[24] = {0};
+    memset(all1 + 12, 1, 12);
+    all1[5] = 1;
+    tu_gradcheck(g_softmax, all1, 1, &corr, EPS, RTOL, ATOL, 96);
+    TU_OK(duet_softmax_channels(corr, 3.0f, all1, &y));
+    for (int64_t i = 12 * 12; i < 24 * 12; i++) assert_true(y->data[i] == 0.0f);
+    for (int64_t i = 0; i < 12; i++) {
+        double sum = 0.0;
+        for (int l = 0; l < 12; l++) sum += y->data[l * 12 + i];
+        assert_float_equal(sum, 1.0, 1e-5);
+    }
+    duet_tape_clear();
+    duet_tensor_release(y);
     duet_tensor_release(corr);
     /* Errors name the op and the shape. */
     duet_tensor *bad = tu_zeros(4, (int64_t[]){1, 5, 2, 2}), *o = NULL;
@@ -116,6 +132,22 @@ static void test_ops_gradcheck(void **state) {
     tu_expect_error(duet_contextual_attention(m, odd, odd, NULL, &o, NULL), DUET_ESHAPE,
                     "ContextualAttentionModule", "even", NULL);
     duet_tensor_release(odd);
+    /* A hole over the whole image leaves no context patch to attend to:
+     * the output is 0 (MMEditing's module gives NaN). */
+    duet_tensor *fx = tu_randn(&rng, 4, (int64_t[]){2, 4, 8, 8}, 1.0f), *fo = NULL;
+    duet_tensor *full = tu_zeros(4, (int64_t[]){2, 1, 8, 8});
+    for (int64_t i = 64; i < 128; i++) full->data[i] = 1.0f; /* sample 1 only */
+    TU_OK(duet_contextual_attention(m, fx, fx, full, &fo, NULL));
+    int64_t nonzero0 = 0;
+    for (int64_t i = 0; i < fo->numel; i++) {
+        assert_true(isfinite(fo->data[i]));
+        if (i < fo->numel / 2) nonzero0 += fo->data[i] != 0.0f;
+        else assert_true(fo->data[i] == 0.0f);
+    }
+    assert_true(nonzero0 > 0);
+    duet_tensor_release(fo);
+    duet_tensor_release(full);
+    duet_tensor_release(fx);
     duet_tensor_release(bad);
     duet_module_destroy(m);
 }
