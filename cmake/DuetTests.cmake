@@ -268,7 +268,10 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
     # L1 sign or a LeakyReLU side that float32 rounding picks; the
     # reference's SN-PatchGAN has LeakyReLU inputs within 1.1e-7 of their
     # RMS of the kink). On OpenBLAS both rank counts stay below PyTorch's
-    # own distance in every step, on oneDNN 3 ranks too.
+    # own distance in every step, on oneDNN 3 ranks too. (Measured at 4
+    # steps; the default run stops at 3, gen_mmedit_refs.py's ddp_steps,
+    # before that jump; the OpenBLAS choice stays for whoever runs more.)
+    # deepfill_v1_inpaintor passes on the default GEMM at 2 and 3 ranks.
     set(gemm "")
     if(model STREQUAL "gl_inpaintor" OR model STREQUAL "deepfillv2")
       set(gemm ";DUET_GEMM=openblas")
