@@ -14,12 +14,18 @@
  * Adam's few noise-decided elements on both sides, within caps). Every rank
  * also checks that the parameters are bit-identical to rank 0's.
  *
+ * The DeepFills run 4 and 3 steps, not 10 (what their float64 and float32
+ * runs cost in gen_mmedit_refs.py's ddp_steps), and every state
+ * entry, their spectral-norm buffers included, must be bit-identical on
+ * every rank.
+ *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
- * cyclegan, basic_restorer, gl_inpaintor, deepfillv2), with DUET_REF_DIR the directory of
- * the files. */
+ * cyclegan, basic_restorer, gl_inpaintor, deepfill_v1_inpaintor,
+ * deepfillv2), with DUET_REF_DIR the directory of the files. */
 #include "testutil_gan.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *cpu[] = {"cpu"};
@@ -31,6 +37,8 @@ typedef struct ddp_model {
     double lr, beta1;
     const char *parts[2];
     int nparts;
+    int steps;             /* the file's: 10; DeepFillv1 4, DeepFillv2 3 (ddp_steps) */
+    bool state_identical;  /* every state entry bit-identical on every rank (no BatchNorm) */
 } ddp_model;
 
 /* The tiny models of test_ref_<model>.c, as gen_mmedit_refs.py's specs
@@ -117,18 +125,34 @@ static duet_model *gl_inpaintor(void) {
     return m;
 }
 
+/* test_ref_deepfill_v1_inpaintor.c's model: tu_tiny_deepfill_v1_opts with
+ * disc_step 2; the penalty's alphas the global batch's, each rank its slice
+ * (draw_alpha), and its gradients reduced as every other's (duet's
+ * semantics, which gen_mmedit_refs.py's replicas follow; MMEditing's own
+ * DDP leaves them unreduced, docs/architecture.md). */
+static duet_model *deepfill_v1_inpaintor(void) {
+    duet_two_stage_inpaintor_opts o = tu_tiny_deepfill_v1_opts();
+    o.disc_step = 2;
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_two_stage_inpaintor_create(&o, &rng, &m));
+    return m;
+}
+
 /* test_ref_deepfillv2.c's model: TwoStageInpaintor with the SN-PatchGAN,
  * whose spectral-norm buffers each rank moves on its own (not broadcast). */
 static duet_model *deepfillv2(void) { return tu_deepfillv2_ref_model(); }
 
 static const ddp_model models[] = {
-    {"srgan", srgan, 1e-4, 0.9, {"generator", "discriminator"}, 2},
-    {"esrgan", esrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2},
-    {"pix2pix", pix2pix, 2e-4, 0.5, {"generator", "discriminator"}, 2},
-    {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2},
-    {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1},
-    {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2},
-    {"deepfillv2", deepfillv2, 1e-4, 0.9, {"generator", "disc"}, 2},
+    {"srgan", srgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, false},
+    {"esrgan", esrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, false},
+    {"pix2pix", pix2pix, 2e-4, 0.5, {"generator", "discriminator"}, 2, 10, false},
+    {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2, 10, false},
+    {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
+    {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2, 10, false},
+    {"deepfill_v1_inpaintor", deepfill_v1_inpaintor, 1e-4, 0.9, {"generator", "disc"}, 2, 4,
+     true},
+    {"deepfillv2", deepfillv2, 1e-4, 0.9, {"generator", "disc"}, 2, 3, true},
 };
 
 /* The batch keys of each model's file: the SR models' lq and gt, the
@@ -151,6 +175,34 @@ static void add_batch(duet_batch *b, const duet_st *st) {
         TU_OK(duet_batch_add_tensor(b, keys[k][i], t));
         duet_tensor_release(t);
     }
+}
+
+/* Every state entry (DeepFillv2's spectral-norm u and v included, which
+ * each rank's power iteration moves on its own from the weights, with no
+ * broadcast) bit-identical to rank 0's; every rank fails together. */
+static void assert_state_identical(duet_module *mod) {
+    duet_named_tensors s = {0};
+    TU_OK(duet_module_state(mod, &s));
+    int32_t bad = 0;
+    char first[128] = "";
+    for (size_t i = 0; i < s.count; i++) {
+        const duet_tensor *t = s.items[i].tensor;
+        float *root = malloc((size_t)t->numel * sizeof *root);
+        assert_non_null(root);
+        memcpy(root, t->data, (size_t)t->numel * sizeof *root);
+        TU_OK(duet_comm_bcast(tu_comm, root, (size_t)t->numel, DUET_DTYPE_F32, 0));
+        if (memcmp(root, t->data, (size_t)t->numel * sizeof *root) != 0 && bad++ == 0)
+            snprintf(first, sizeof first, "%s", s.items[i].name);
+        free(root);
+    }
+    duet_named_tensors_clear(&s);
+    int32_t all = bad;
+    TU_OK(duet_comm_allreduce(tu_comm, &all, 1, DUET_DTYPE_I32, DUET_REDUCE_SUM));
+    if (all != 0 && bad == 0)
+        fail_msg("rank %d: %d state entries of other ranks differ from rank 0's", tu_rank, all);
+    if (all != 0)
+        fail_msg("rank %d: %d state entries differ from rank 0's, the first %s", tu_rank, bad,
+                 first);
 }
 
 static void test_ddp_distance_from_mmedit_float64(void **state) {
@@ -201,8 +253,9 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
         TU_OK(duet_comm_bcast(tu_comm, &ok, 1, DUET_DTYPE_I32, 0));
         if (!ok) fail_msg("%s", tu_rank == 0 ? why : "rank 0 found its state too far");
     }
-    assert_int_equal(step - 1, 10);
+    assert_int_equal(step - 1, spec->steps);
     tu_gan_assert_params_identical(wm);
+    if (spec->state_identical) assert_state_identical(duet_model_module(wm));
     duet_batch_clear(&local);
     duet_batch_clear(&whole);
     duet_optimizer_set_destroy(opts);

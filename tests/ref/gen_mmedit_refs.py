@@ -412,6 +412,8 @@ class DDPRun:
         model.train()
         self.init = {k: v.clone() for k, v in model.state_dict().items()}
         replicas = [copy.deepcopy(model).to(dtype) for _ in range(ranks)]
+        for r, m in enumerate(replicas):
+            m._duet_rank = (r, ranks)  # for a spec's draws of the global batch (DeepFillv1's alphas)
         opts = [mo.optimizers(m, cfg) for m in replicas]
         barrier = threading.Barrier(ranks)
         # The averaged gradients rank 0's updates use (noise_steps): recorded
@@ -443,11 +445,28 @@ class DDPRun:
                 t.join()
             if errors:
                 raise errors[0]
+            self._check_identical(replicas, len(self.steps) + 1)
             kept = {k: v for k, v in grads.items()
                     if not (first_only and any(k in done['grads'] for done in self.steps))}
             self.steps.append(dict(state={k: v.clone()
                                           for k, v in replicas[0].state_dict().items()},
                                    grads=kept))
+
+    @staticmethod
+    def _check_identical(replicas, step):
+        """Every replica's state equal to rank 0's, bit for bit, but for
+        BatchNorm's running statistics (each rank's own batches): the
+        parameters, which step with the same averaged gradients, and the
+        spectral norm's u and v (DeepFillv2's SN-PatchGAN), which each
+        replica's power iteration moves on its own from the weights alone,
+        with no broadcast."""
+        mine = replicas[0].state_dict()
+        for r, m in enumerate(replicas[1:], 1):
+            for k, v in m.state_dict().items():
+                if "running_" in k or k.endswith("num_batches_tracked"):
+                    continue
+                if not torch.equal(v, mine[k]):
+                    raise AssertionError(f"step {step}: rank {r}'s {k} differs from rank 0's")
 
     @staticmethod
     def _allreduce_step(r, name, opts, barrier, step):
@@ -471,6 +490,7 @@ class DDPRun:
 def ddp_spec(name, ranks):
     spec = DDP_SPECS[name]()
     spec.ddp = True
+    spec.steps = spec.ddp_steps
     spec.file = f"{name}_np{ranks}.safetensors"
     return spec
 
@@ -505,6 +525,7 @@ def write_ddp(name, ranks, outdir):
 
 class Spec:
     steps = 10  # step by step over 10 iterations (issue 19)
+    ddp_steps = 10  # the same under --ranks, where a model's runs cost too much for 10
     full_steps = FULL_STEPS
     parts = ("generator", "discriminator")  # whose distance from float64 is written
     reload = False
@@ -738,6 +759,31 @@ class GLInpaintor(Spec):
         return 2.1 * self.lr * step
 
 
+class _gp_alphas:
+    """gradient_penalty_loss's torch.rand(n, 1, 1, 1), replaced for the
+    calling thread by local.draw(n) where set: mmedit's gan_loss module sees
+    a torch whose rand dispatches by thread, so that the lockstep replicas
+    (one thread each) draw their own alphas at the same time."""
+    local = threading.local()
+
+    class _Torch:
+        def __getattr__(self, k):
+            return getattr(torch, k)
+
+        @staticmethod
+        def rand(*shape, **kw):
+            draw = getattr(_gp_alphas.local, "draw", None)
+            if draw is None:
+                return torch.rand(*shape, **kw)
+            return draw(shape[0]).reshape(*shape)
+
+    @classmethod
+    def install(cls):
+        import mmedit.models.losses.gan_loss as gan_loss
+        if not isinstance(gan_loss.torch, cls._Torch):
+            gan_loss.torch = cls._Torch()
+
+
 class DeepFillv1Inpaintor(Spec):
     """deepfillv1_256x256_8x2_places.py on 72x72 images (the smallest size,
     a multiple of 8, whose necks at 18x18 take the reflect padding of
@@ -756,10 +802,30 @@ class DeepFillv1Inpaintor(Spec):
     (tests/ref/duet_rng.py, seed 77 stream 0: tu_tiny_deepfill_v1_opts'
     gp_seed), one draw per sample, global then local, in place of
     gradient_penalty_loss's torch.rand. One batch of box holes, Adam from
-    the config (lr 1e-4)."""
+    the config (lr 1e-4).
+
+    Under --ranks (DDP_SPECS) the batch is DDP_BATCH of these, the holes of
+    different sizes (each at most the 32x32 local patch), so that each
+    rank's L1 terms, normalised by its own hole and valid areas, differ
+    from the whole batch's. The alphas are the global batch's: each
+    replica draws DDP_BATCH of them per penalty from the same duet stream
+    and keeps its own slice, as duet's draw_alpha
+    (src/models/two_stage_inpaintor.c). The lockstep replicas average
+    every gradient at the optimizer step, the penalty's included, which is
+    duet's semantics and not MMEditing's under PyTorch's DDP: there the
+    penalty runs on get_module(self.disc, ...), outside the DDP's forward,
+    so its gradients stay on each rank unreduced and the replicas drift
+    apart (docs/architecture.md, "The penalty under a DDP"). This oracle
+    is MMEditing's train_step with duet's reduction, not a multi-process
+    MMEditing run."""
     name, file, lr = "DeepFillv1Inpaintor", "deepfill_v1_inpaintor.safetensors", 1e-4
     parts = ("generator", "disc")
-    BOXES = [(20, 18, 24, 28), (30, 36, 20, 16)]
+    BOXES = [(20, 18, 24, 28), (30, 36, 20, 16), (6, 30, 30, 20), (40, 8, 16, 30),
+             (10, 8, 12, 12), (38, 40, 28, 26)]
+    # Under --ranks 4 steps (the discriminators alone, then both, twice):
+    # 10 cost 36 s of CPU per rank count on the shared 2-core machine, 4
+    # about 14 s.
+    ddp_steps = 4
     GP_SEED = 77
     S = 72
 
@@ -791,27 +857,21 @@ class DeepFillv1Inpaintor(Spec):
         return model, cfg
 
     def step(self, model, batch, opt):
-        import mmedit.models.losses.gan_loss as gan_loss
         from duet_rng import DuetRng
         if getattr(model, "_duet_gp_rng", None) is None:
             model._duet_gp_rng = DuetRng(self.GP_SEED, 0)
         rng = model._duet_gp_rng
+        rank, world = getattr(model, "_duet_rank", (0, 1))
 
-        class TorchWithDuetRand:
-            """torch, but rand(n, 1, 1, 1) draws duet's alphas."""
-            def __getattr__(self, k):
-                return getattr(torch, k)
-
-            @staticmethod
-            def rand(*shape, **kw):
-                vals = [float(rng.uniform()) for _ in range(shape[0])]
-                return torch.tensor(vals, dtype=torch.float32).reshape(*shape)
-        saved = gan_loss.torch
-        gan_loss.torch = TorchWithDuetRand()
+        def alphas(n):
+            vals = [float(rng.uniform()) for _ in range(n * world)]
+            return torch.tensor(vals[rank * n:(rank + 1) * n], dtype=torch.float32)
+        _gp_alphas.install()
+        _gp_alphas.local.draw = alphas  # this thread's (replica's) only
         try:
             log = dict(model.train_step(batch, opt)['log_vars'])
         finally:
-            gan_loss.torch = saved
+            _gp_alphas.local.draw = None
         log.pop('loss')  # parse_losses' running total; duet logs the terms
         return log
 
@@ -851,6 +911,9 @@ class DeepFillv2(Spec):
     each step."""
     name, file, lr = "TwoStageInpaintor", "deepfillv2.safetensors", 1e-4
     parts = ("generator", "disc")
+    # Under --ranks 3 steps (each updates both parts): 10 cost about 55 s
+    # of CPU per rank count, 3 about 17 s.
+    ddp_steps = 3
     CFG = "inpainting/deepfillv2/deepfillv2_256x256_8x2_places.py"
     SIZE = 72
 
@@ -1397,6 +1460,7 @@ DDP_SPECS = {
     "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
     "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
     "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
+    "deepfill_v1_inpaintor": lambda: DeepFillv1Inpaintor(n=DDP_BATCH),
     "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
 }
 
