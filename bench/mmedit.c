@@ -22,7 +22,7 @@
  *   srgan_tiny  configs/srgan_x4_tiny.cfg at 128x128 gt (MMEditing's
  *               ModifiedVGG takes 128 only): model.discriminator.input_size
  *               = 128, data.train.gt_patch_size = 128; batch 8
- *   deepfillv1  configs/deepfillv1_256x256_places.cfg; batch 2 of 256x256
+ *   deepfillv1  configs/deepfillv1_256x256_8x2_places.cfg; batch 2 of 256x256
  *               with bbox masks from the config's LoadMask (duet's
  *               random_bbox on duet's side, MMEditing's on its side). One
  *               train_step is a discriminator step, every disc_step-th also
@@ -68,7 +68,7 @@ static mm_model MODELS[] = {
      false, 5, 1},
     {"srgan_full", "configs/srgan_x4c64b16_div2k.cfg",
      {"model.perceptual_loss.pretrained=\"\"", NULL}, false, 2, 1},
-    {"deepfillv1", "configs/deepfillv1_256x256_places.cfg", {NULL}, true, 5, 1},
+    {"deepfillv1", "configs/deepfillv1_256x256_8x2_places.cfg", {NULL}, true, 5, 1},
 };
 #define NMODELS (sizeof MODELS / sizeof MODELS[0])
 
@@ -225,7 +225,12 @@ static int worker(const mm_model *mm, const char *config, int steps, int warmup)
     CHECK(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
 
     int64_t b = 0;
-    CHECK(duet_config_get_int(cfg, "data.samples_per_gpu", &b));
+    /* MMEditing's data.train_dataloader.samples_per_gpu (a converted
+     * config), else duet's data.samples_per_gpu. */
+    if (duet_config_has(cfg, "data.train_dataloader.samples_per_gpu"))
+        CHECK(duet_config_get_int(cfg, "data.train_dataloader.samples_per_gpu", &b));
+    else
+        CHECK(duet_config_get_int(cfg, "data.samples_per_gpu", &b));
     duet_rng drng = duet_rng_make(1, (uint64_t)rank);
     duet_batch batch = {0};
     if (mm->inpaint) inpaint_batch(cfg, b, &drng, &batch);
