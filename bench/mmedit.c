@@ -78,6 +78,14 @@ static mm_model *find_model(const char *name) {
     return NULL;
 }
 
+/* User + system CPU seconds of this process so far (all its threads). */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
 static double peak_rss_mb(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -239,18 +247,20 @@ static int worker(const mm_model *mm, const char *config, int steps, int warmup)
     duet_log_vars lv;
     for (int i = 0; i < warmup; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
     CHECK(duet_comm_barrier(comm));
-    double t0 = duet_time_now();
+    double t0 = duet_time_now(), c0 = cpu_seconds();
     for (int i = 0; i < steps; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
+    double cpu = (cpu_seconds() - c0) / steps;
     CHECK(duet_comm_barrier(comm));
     double res[2] = {(duet_time_now() - t0) / steps, peak_rss_mb()};
     CHECK(duet_comm_allreduce(comm, res, 2, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    CHECK(duet_comm_allreduce(comm, &cpu, 1, DUET_DTYPE_F64, DUET_REDUCE_SUM));
     duet_kernels_info ki;
     CHECK(duet_kernels_info_get(&ki));
     if (rank == 0) {
         printf("{\"framework\": \"duet\", \"model\": \"%s\", \"nproc\": %d, \"batch\": %" PRId64
                ", \"step_s\": %.6f, \"images_per_s\": %.4f, \"peak_rss_mb\": %.1f, "
-               "\"threads\": %d, \"kernels\": \"%s\"}\n",
-               mm->name, world, b * world, res[0], (double)(b * world) / res[0], res[1],
+               "\"cpu_s_per_step\": %.4f, \"threads\": %d, \"kernels\": \"%s\"}\n",
+               mm->name, world, b * world, res[0], (double)(b * world) / res[0], res[1], cpu,
                ki.num_threads, ki.summary);
         fflush(stdout);
     }
@@ -433,7 +443,8 @@ int main(int argc, char **argv) {
     printf("OpenMP wait policy (both sides): %s; children's stderr: %s\n", wait, log);
     print_load("at start");
     printf("\n| model | procs x threads | batch | duet img/s | MMEditing img/s | ratio "
-           "(median; runs) | duet MB | MMEditing MB |\n|---|---|---|---|---|---|---|---|\n");
+           "(median; runs) | CPU ratio (median; runs) | duet MB | MMEditing MB |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     fflush(stdout);
     snprintf(mlist, sizeof mlist, "%s", model_list);
     for (char *save = NULL, *m = strtok_r(mlist, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
@@ -448,7 +459,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
             int thr = threads > 0 ? threads : duet_default_num_threads(np);
-            double di[64], mi[64], dm[64], mmb[64], ratio[64];
+            double di[64], mi[64], dm[64], mmb[64], ratio[64], cratio[64];
             int batch = 0;
             char dcmd[16384], mcmd[16384];
             snprintf(dcmd, sizeof dcmd,
@@ -474,30 +485,39 @@ int main(int argc, char **argv) {
                 mi[r] = mok ? json_num(mline, "images_per_s") : NAN;
                 mmb[r] = mok ? json_num(mline, "peak_rss_mb") : NAN;
                 ratio[r] = di[r] / mi[r];
+                /* CPU seconds per step, all processes: MMEditing's over duet's. */
+                cratio[r] = (mok ? json_num(mline, "cpu_s_per_step") : NAN) /
+                            (dok ? json_num(dline, "cpu_s_per_step") : NAN);
                 if (dok) batch = (int)json_num(dline, "batch");
                 if (!dok) fprintf(stderr, "bench_mmedit: duet's side failed (%s): %s\n", log, dcmd);
                 if (mmedit && !mok)
                     fprintf(stderr, "bench_mmedit: MMEditing's side failed (%s): %s\n", log, mcmd);
                 if (!dok || (mmedit && !mok)) failed = true;
             }
-            char runs[512] = "";
+            char runs[512] = "", cruns[512] = "";
             for (int r = 0; r < reps; r++) {
                 size_t len = strlen(runs);
                 snprintf(runs + len, sizeof runs - len, "%s%.2f", r ? ", " : "", ratio[r]);
+                len = strlen(cruns);
+                snprintf(cruns + len, sizeof cruns - len, "%s%.2f", r ? ", " : "", cratio[r]);
             }
             if (mmedit)
-                printf("| %s | %d x %d | %d | %.3g | %.3g | **%.2fx** (%s) | %.0f | %.0f |\n",
+                printf("| %s | %d x %d | %d | %.3g | %.3g | **%.2fx** (%s) | %.2fx (%s) | %.0f | "
+                       "%.0f |\n",
                        m, np, thr, batch, median(di, reps), median(mi, reps),
-                       median(ratio, reps), runs, max_finite(dm, reps), max_finite(mmb, reps));
+                       median(ratio, reps), runs, median(cratio, reps), cruns,
+                       max_finite(dm, reps), max_finite(mmb, reps));
             else
-                printf("| %s | %d x %d | %d | %.3g | - | - | %.0f | - |\n", m, np, thr, batch,
-                       median(di, reps), max_finite(dm, reps));
+                printf("| %s | %d x %d | %d | %.3g | - | - | - | %.0f | - |\n", m, np, thr,
+                       batch, median(di, reps), max_finite(dm, reps));
             fflush(stdout);
         }
     }
     print_load("at end");
     printf("\nimg/s: medians over the repetitions; ratio = duet img/s / MMEditing img/s "
-           "within each repetition (> 1: duet is faster); MB = peak resident memory of the "
+           "within each repetition (> 1: duet is faster); CPU ratio = MMEditing's CPU seconds "
+           "(user + system, all processes) per timed step / duet's (> 1: duet needs less; "
+           "the measure that a loaded machine moves least); MB = peak resident memory of the "
            "largest process (largest over the repetitions).\n");
     return failed ? 1 : 0;
 }

@@ -44,8 +44,10 @@ batch (rank-seeded), the same every step.
 Usage (mmedit venv python): mmedit_step.py --model NAME [--nproc N]
     [--threads T] [--steps S] [--warmup W] | --info
 Prints one JSON line {"framework": "mmedit", "model", "nproc", "batch",
-"step_s", "images_per_s", "peak_rss_mb"} (step_s: the mean of the timed
-steps; peak_rss_mb: the largest process's ru_maxrss).
+"step_s", "images_per_s", "peak_rss_mb", "cpu_s_per_step"} (step_s: the
+mean of the timed steps; peak_rss_mb: the largest process's ru_maxrss;
+cpu_s_per_step: user + system CPU seconds per timed step, summed over the
+processes).
 """
 import argparse
 import datetime
@@ -138,6 +140,12 @@ def to_ddp_cpu(model):
                 module, broadcast_buffers=False, find_unused_parameters=False)
 
 
+def cpu_seconds():
+    """User + system CPU seconds of this process so far (all its threads)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def worker(rank, world, a, initfile, queue):
     torch.set_num_threads(a.threads)
     import mmedit_oracle as mo
@@ -156,18 +164,21 @@ def worker(rank, world, a, initfile, queue):
         model.train_step(batch_data, optimizers)
     if world > 1:
         dist.barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     for _ in range(a.steps):
         model.train_step(batch_data, optimizers)
+    cpu = (cpu_seconds() - c0) / a.steps
     if world > 1:
         dist.barrier()
     dt = (time.perf_counter() - t0) / a.steps
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     t = torch.tensor([dt, rss], dtype=torch.float64)
+    c = torch.tensor([cpu], dtype=torch.float64)
     if world > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(c, op=dist.ReduceOp.SUM)
     if rank == 0:
-        queue.put((t[0].item(), t[1].item(), batch))
+        queue.put((t[0].item(), t[1].item(), c[0].item(), batch))
 
 
 def info():
@@ -177,11 +188,12 @@ def info():
     cfg = torch.__config__.show()
     isa = [l.strip() for l in cfg.splitlines() if "CPU capability" in l]
     dnn = [l.strip(" -*") for l in cfg.splitlines() if "oneDNN" in l or "MKL-DNN" in l]
-    blas = [l.strip(" -*") for l in cfg.splitlines() if "BLAS_INFO" in l or "LAPACK" in l]
+    import re
+    blas = re.findall(r"BLAS_INFO=([^,\s]+)", cfg)
     print(json.dumps({"torch": torch.__version__, "mmedit": mmedit.__version__,
                       "mmcv": mmcv.__version__, "onednn": dnn[0] if dnn else None,
                       "cpu_capability": isa[0] if isa else None,
-                      "blas": blas[0] if blas else None, "threads": torch.get_num_threads()}))
+                      "blas_info": blas[0] if blas else None, "threads": torch.get_num_threads()}))
 
 
 def main():
@@ -215,10 +227,11 @@ def main():
     finally:
         if os.path.exists(initfile):
             os.unlink(initfile)
-    step_s, rss, batch = queue.get()
+    step_s, rss, cpu, batch = queue.get()
     print(json.dumps({"framework": "mmedit", "model": a.model, "nproc": a.nproc,
                       "batch": batch * a.nproc, "step_s": step_s,
-                      "images_per_s": batch * a.nproc / step_s, "peak_rss_mb": rss}))
+                      "images_per_s": batch * a.nproc / step_s, "peak_rss_mb": rss,
+                      "cpu_s_per_step": cpu}))
     sys.stdout.flush()
 
 
