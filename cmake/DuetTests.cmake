@@ -344,6 +344,27 @@ set_tests_properties(gl_inpaintor PROPERTIES
   ENVIRONMENT "${DUET_MPI_ENV};DUET_TEST_FILTER=test_gl_unit_*" TIMEOUT 600 LABELS unit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 4"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# DeepFillv1Inpaintor's train_step against MMEditing's own (a
+# discriminator-only step, then one with the generator); the same program's
+# schedule, resume, val_step, error and config tests (TwoStageInpaintor and
+# DeepFillv1Inpaintor) need no reference and run as the unit test
+# two_stage_inpaintor.
+add_executable(test_ref_deepfill_v1_inpaintor
+  ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_deepfill_v1_inpaintor.c)
+target_link_libraries(test_ref_deepfill_v1_inpaintor PRIVATE duet_testutil)
+add_test(NAME mmedit_deepfill_v1_inpaintor
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} deepfill_v1_inpaintor.safetensors
+          $<TARGET_FILE:test_ref_deepfill_v1_inpaintor>)
+set_tests_properties(mmedit_deepfill_v1_inpaintor PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*train_step*"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+add_test(NAME two_stage_inpaintor COMMAND test_ref_deepfill_v1_inpaintor)
+set_tests_properties(two_stage_inpaintor PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_TEST_FILTER=test_ts_unit_*" TIMEOUT 600 LABELS unit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 6"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # DeepFillEncoderDecoder (v1's conv and v2's gated_conv generator) against
 # MMEditing's own module: outputs, offsets, input and parameter gradients.
 add_executable(test_ref_deepfill_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_deepfill_nets.c)

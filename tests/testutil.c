@@ -570,6 +570,48 @@ duet_gl_inpaintor_opts tu_tiny_gl_inpaintor_opts(void) {
     return o;
 }
 
+duet_two_stage_inpaintor_opts tu_tiny_deepfill_v1_opts(void) {
+    duet_two_stage_inpaintor_opts o = duet_two_stage_inpaintor_opts_default();
+    o.deepfill_v1 = true;
+    duet_deepfill_encdec_opts *e = &o.encdec;
+    duet_deepfill_encoder_opts *encs[3] = {&e->encoder, &e->stage2.encoder_attention,
+                                           &e->stage2.encoder_conv};
+    for (int i = 0; i < 3; i++) encs[i]->channel_factor = 0.25, encs[i]->reflect = true;
+    e->decoder.channel_factor = e->stage2.decoder.channel_factor = 0.25;
+    e->decoder.in_channels = 32, e->stage2.decoder.in_channels = 64;
+    e->dilation_neck.in_channels = e->stage2.dilation_neck.in_channels = 32;
+    e->stage2.contextual_attention.in_channels = 32;
+    e->decoder.reflect = e->stage2.decoder.reflect = true;
+    e->dilation_neck.reflect = e->stage2.dilation_neck.reflect = true;
+    e->stage2.contextual_attention.reflect = true;
+    duet_multi_layer_disc_opts d = duet_multi_layer_disc_opts_default();
+    d.in_channels = 3;
+    d.max_channels = 16;
+    d.num_convs = 4;
+    d.fc_out_channels = 1;
+    d.act = DUET_MLD_ACT_ELU;
+    d.out_act = DUET_MLD_ACT_LRELU;
+    o.discs.global = o.discs.local = d;
+    o.discs.global.fc_in_channels = 16 * 5 * 5;
+    o.discs.local.fc_in_channels = 16 * 2 * 2;
+    o.loss_gan.gan_type = "wgan";
+    o.loss_gan.loss_weight = 0.01f;
+    o.l1_hole_weight = o.l1_valid_weight = 1.0f;
+    o.gp_weight = 10.0f;
+    o.disc_shift_weight = 0.001f;
+    o.nstage1 = 2;
+    o.stage1[0] = DUET_INPAINT_LOSS_L1_HOLE;
+    o.stage1[1] = DUET_INPAINT_LOSS_L1_VALID;
+    o.nstage2 = 3;
+    o.stage2[0] = DUET_INPAINT_LOSS_L1_HOLE;
+    o.stage2[1] = DUET_INPAINT_LOSS_L1_VALID;
+    o.stage2[2] = DUET_INPAINT_LOSS_GAN;
+    o.disc_step = 1;
+    o.local_h = o.local_w = 32;
+    o.gp_seed = 77;
+    return o;
+}
+
 duet_srgan_opts tu_tiny_srgan_opts(void) {
     duet_srgan_opts o = duet_srgan_opts_default();
     o.generator.mid_channels = 8;

@@ -233,6 +233,15 @@ duet_srgan_opts tu_tiny_srgan_opts(void);
  * valid region 0.5, DiscShiftLoss 0.1, disc_step 1, iter_tc 0, iter_td 1,
  * local_size 16x16. */
 duet_gl_inpaintor_opts tu_tiny_gl_inpaintor_opts(void);
+/* The small DeepFillv1Inpaintor of the `mmedit` DeepFillv1 tests
+ * (gen_mmedit_refs.py's DeepFillv1Inpaintor spec) on 72x72 images:
+ * deepfillv1_256x256_8x2_places.py's model with the generator's channels
+ * x 0.25 (as test_ref_deepfill_nets.c), both discriminators 4 convs of 16
+ * channels (ELU, fc to 1, LeakyReLU 0.2; global 16*5*5 in, local on the
+ * 32x32 patch 16*2*2 in), wgan 0.01, L1 in the hole and the valid region
+ * 1 in both stages plus stage 2's GAN loss, GradientPenaltyLoss 10,
+ * DiscShiftLoss 0.001, disc_step 1, local_size 32x32, gp_seed 77. */
+duet_two_stage_inpaintor_opts tu_tiny_deepfill_v1_opts(void);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);

@@ -762,6 +762,71 @@ int duet_gl_inpaintor_create(const duet_gl_inpaintor_opts *opts, duet_rng *rng,
 int64_t duet_gl_inpaintor_cur_iter(duet_model *m);
 int duet_gl_inpaintor_disc_step_count(duet_model *m);
 
+/* TwoStageInpaintor (mmedit/models/inpaintors/two_stage.py, DeepFillv2's
+ * model) and DeepFillv1Inpaintor (deepfillv1.py on it): parts generator (a
+ * DeepFillEncoderDecoder, the config's `encdec`), disc (TwoStageInpaintor:
+ * a MultiLayerDiscriminator; DeepFillv1Inpaintor: DeepFillv1Discriminators,
+ * global_disc on the image and local_disc on the patch of
+ * train_cfg.local_size around the hole's box, scale_bbox as GLInpaintor),
+ * loss_gan, and optionally loss_gp (GradientPenaltyLoss) and
+ * loss_disc_shift. One train_step:
+ *   x = cat(masked_img, ones (input_with_ones), mask); stage1, stage2 =
+ *   generator(x); stageK_fake_img = masked_img * (1 - mask) + stageK * mask;
+ *   disc_step > 0: a discriminator update on stage 2: fake (detached) then
+ *   real, each with its own backward (GAN loss, plus half the disc shift
+ *   loss of it; DeepFillv1: the global and the local discriminator's, each
+ *   logged), then with loss_gp the penalty's backward (TwoStageInpaintor:
+ *   loss_gp on the image, with the mask; DeepFillv1: loss_gp_global with the
+ *   mask plus loss_gp_local on the patches without), the step;
+ *   disc_step_count = (disc_step_count + 1) % disc_step, and the step ends
+ *   there unless it is 0;
+ *   a generator update on stage1_loss_type's losses of stage 1 then
+ *   stage2_loss_type's of stage 2, each logged "stageK_" + name:
+ *   loss_l1_hole and loss_l1_valid (L1 of stageK against gt weighted by
+ *   the mask / 1 - mask) and loss_gan (the frozen discriminator on
+ *   stageK_fake_img, with the mask as a fourth channel when
+ *   disc_input_with_mask, target real, logged stageK_loss_g_fake;
+ *   DeepFillv1: stage 2 only, global + local).
+ * The penalty's alpha (one per sample, as torch.rand(N, 1, 1, 1)) comes
+ * from the model's own rng (gp_seed), saved in checkpoints with
+ * disc_step_count; under a DDP each rank draws the whole global batch's
+ * alphas (its size times the DDP's world size) and takes its own slice, so
+ * N ranks draw what one process with the whole batch draws. DeepFillv1's
+ * penalties run through the discriminators' DDP (duet_ddp_forward_child),
+ * where MMEditing reaches around it (docs/architecture.md). val_step and
+ * forward as GLInpaintor's, on stage 2's output. */
+typedef enum duet_inpaint_loss_kind {
+    DUET_INPAINT_LOSS_L1_HOLE,
+    DUET_INPAINT_LOSS_L1_VALID,
+    DUET_INPAINT_LOSS_GAN
+} duet_inpaint_loss_kind;
+
+typedef struct duet_two_stage_inpaintor_opts {
+    bool deepfill_v1; /* DeepFillv1Inpaintor (disc from `discs`), else TwoStageInpaintor */
+    duet_deepfill_encdec_opts encdec;
+    duet_multi_layer_disc_opts disc; /* TwoStageInpaintor's discriminator */
+    duet_gl_discs_opts discs;        /* DeepFillv1Inpaintor's two */
+    duet_gan_loss_opts loss_gan;
+    float l1_hole_weight, l1_valid_weight; /* <= 0: no such loss */
+    float disc_shift_weight, gp_weight;    /* <= 0: none */
+    int nstage1, nstage2;                  /* ('loss_l1_hole',), ('loss_l1_hole', 'loss_gan') */
+    duet_inpaint_loss_kind stage1[3], stage2[3];
+    bool input_with_ones;                  /* true */
+    bool disc_input_with_mask;             /* false */
+    int disc_step;                         /* train_cfg.disc_step, 1 */
+    int local_h, local_w;                  /* train_cfg.local_size (DeepFillv1), 128 x 128 */
+    uint64_t gp_seed;                      /* the penalty's alpha */
+    int nmetrics;
+    const char *metrics[4];                /* "l1", "psnr", "ssim" (static strings) */
+} duet_two_stage_inpaintor_opts;
+/* MMEditing's class defaults (the parts' own defaults). */
+duet_two_stage_inpaintor_opts duet_two_stage_inpaintor_opts_default(void);
+int duet_two_stage_inpaintor_create(const duet_two_stage_inpaintor_opts *opts, duet_rng *rng,
+                                    duet_model **out);
+/* disc_step_count, and the penalty's rng (borrowed, a plain value). */
+int duet_two_stage_inpaintor_disc_step_count(duet_model *m);
+duet_rng *duet_two_stage_inpaintor_gp_rng(duet_model *m);
+
 /* ---- metrics (mmedit/core/evaluation/metrics.py) ----------------------- */
 
 /* tensor2img: one image (C, H, W) floats of min_max [0,1] -> uint8 HWC BGR

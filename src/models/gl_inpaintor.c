@@ -7,7 +7,6 @@
  * discriminator-only stretch) like Pix2Pix's disc_init_steps. */
 #include "models/models_internal.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <string.h>
 
@@ -40,38 +39,6 @@ duet_gl_inpaintor_opts duet_gl_inpaintor_opts_default(void) {
 static int inpaint_input(duet_tensor *masked, duet_tensor *mask, duet_tensor **x) {
     duet_tensor *pair[2] = {masked, mask};
     return duet_concat_channels(2, pair, x);
-}
-
-/* mask_bbox (N, 4) = (top, left, h, w) grown to local_size around its
- * centre and clamped at the top-left (MMEditing's scale_bbox): the patch
- * corners in tops / lefts (N each). */
-static int local_boxes(const gl_inpaintor *p, const duet_tensor *bbox, int64_t n, int64_t **tops,
-                       int64_t **lefts) {
-    if (bbox->ndim != 2 || bbox->shape[0] != n || bbox->shape[1] != 4)
-        return duet__error(DUET_ESHAPE, "GLInpaintor: 'mask_bbox' must be (N, 4) = (top, left, "
-                           "h, w) for the batch's %lld samples", (long long)n);
-    *tops = malloc((size_t)n * sizeof **tops);
-    *lefts = malloc((size_t)n * sizeof **lefts);
-    if (*tops == NULL || *lefts == NULL) return duet__error(DUET_ENOMEM, "GLInpaintor: out of memory");
-    for (int64_t i = 0; i < n; i++) {
-        const float *b = bbox->data + i * 4;
-        const int64_t t = (int64_t)b[0], l = (int64_t)b[1], h = (int64_t)b[2], w = (int64_t)b[3];
-        if (h > p->local_h || w > p->local_w)
-            return duet__error(DUET_EINVAL, "GLInpaintor: sample %lld's hole box is %lldx%lld, "
-                               "larger than train_cfg.local_size %dx%d", (long long)i,
-                               (long long)h, (long long)w, p->local_h, p->local_w);
-        const int64_t top = t - (p->local_h - h) / 2, left = l - (p->local_w - w) / 2;
-        (*tops)[i] = top > 0 ? top : 0;
-        (*lefts)[i] = left > 0 ? left : 0;
-    }
-    return DUET_OK;
-}
-
-/* 1 - mask, a constant. */
-static int valid_mask(duet_tensor *mask, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create_uninit(mask->ndim, mask->shape, out));
-    for (int64_t i = 0; i < mask->numel; i++) (*out)->data[i] = 1.0f - mask->data[i];
-    return DUET_OK;
 }
 
 /* One half of the discriminator update (forward_train_d, then its own
@@ -135,7 +102,7 @@ static int gen_update(duet_model *m, duet_tensor *fake_res, duet_tensor *fake_im
         if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_l1_hole", terms[n - 1]->data[0]);
     }
     if (rc == DUET_OK && p->l1_valid_weight > 0.0f) {
-        rc = valid_mask(mask, &valid);
+        rc = duet__inpaint_valid_mask(mask, &valid);
         if (rc == DUET_OK) rc = duet_l1_loss_masked(fake_res, gt, valid, p->l1_valid_weight,
                                                     &terms[n++]);
         if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_l1_valid", terms[n - 1]->data[0]);
@@ -181,7 +148,8 @@ static int gl_train_step(duet_model *m, const duet_batch *batch, duet_optimizer_
     int64_t *tops = NULL, *lefts = NULL;
     duet_tensor *x = NULL, *fake_res = NULL, *fake_img = NULL, *fake_local = NULL,
                 *gt_local = NULL;
-    int rc = local_boxes(p, bbox, n, &tops, &lefts);
+    int rc = duet__inpaint_local_boxes("GLInpaintor", p->local_h, p->local_w, bbox, n, &tops,
+                                       &lefts);
     if (rc == DUET_OK) rc = inpaint_input(masked, mask, &x);
     if (rc == DUET_OK) rc = duet_module_forward(gen, x, &fake_res);
     if (rc == DUET_OK) rc = duet_mask_composite(gt, fake_res, mask, &fake_img);
@@ -256,31 +224,18 @@ static const char *const gl_keys[] = {"gl_inpaintor.cur_iter", "gl_inpaintor.dis
 
 static int gl_save_state(duet_model *m, duet_st_writer *w) {
     const gl_inpaintor *p = duet_model_impl(m);
-    char s[32];
-    snprintf(s, sizeof s, "%" PRId64, p->cur_iter);
-    DUET_TRY(duet_st_writer_set_meta(w, gl_keys[0], s));
-    snprintf(s, sizeof s, "%d", p->disc_step_count);
-    return duet_st_writer_set_meta(w, gl_keys[1], s);
+    DUET_TRY(duet__inpaint_meta_set_int(w, gl_keys[0], p->cur_iter));
+    return duet__inpaint_meta_set_int(w, gl_keys[1], p->disc_step_count);
 }
 
 static int gl_load_state(duet_model *m, const duet_st *ckpt) {
     gl_inpaintor *p = duet_model_impl(m);
-    long long v[2];
-    for (int i = 0; i < 2; i++) {
-        const char *s = duet_st_meta(ckpt, gl_keys[i]);
-        if (s == NULL)
-            return duet__error(DUET_ENOTFOUND, "the checkpoint has no metadata '%s' (a "
-                               "GLInpaintor checkpoint has): resume a GLInpaintor run, or start "
-                               "from it with load_from", gl_keys[i]);
-        char *end = NULL;
-        errno = 0;
-        v[i] = strtoll(s, &end, 10);
-        if (end == s || *end != '\0' || errno != 0 || (i == 1 && (v[i] < 0 || v[i] >= p->disc_step)))
-            return duet__error(DUET_EFORMAT, "metadata '%s' is '%s', not a %s", gl_keys[i], s,
-                               i == 0 ? "count" : "count below disc_step");
-    }
-    p->cur_iter = v[0];
-    p->disc_step_count = (int)v[1];
+    long long it = 0, count = 0;
+    DUET_TRY(duet__inpaint_meta_int(ckpt, "GLInpaintor", gl_keys[0], 0, INT64_MAX, &it));
+    DUET_TRY(duet__inpaint_meta_int(ckpt, "GLInpaintor", gl_keys[1], 0,
+                                    p->disc_step > 0 ? p->disc_step - 1 : 0, &count));
+    p->cur_iter = it;
+    p->disc_step_count = (int)count;
     return DUET_OK;
 }
 
@@ -317,11 +272,7 @@ int duet_gl_inpaintor_create(const duet_gl_inpaintor_opts *o, duet_rng *rng, due
         return duet__error(DUET_EINVAL, "GLInpaintor: disc_step 0 leaves iterations %" PRId64
                            "..%" PRId64 " (after iter_tc, up to iter_td) with nothing to train",
                            o->iter_tc + 1, o->iter_td);
-    for (int j = 0; j < o->nmetrics; j++)
-        if (strcmp(o->metrics[j], "l1") != 0 && strcmp(o->metrics[j], "psnr") != 0 &&
-            strcmp(o->metrics[j], "ssim") != 0)
-            return duet__error(DUET_EINVAL, "GLInpaintor: metric '%s' (an inpaintor has l1, psnr, "
-                               "ssim)", o->metrics[j]);
+    DUET_TRY(duet__inpaint_check_metrics("GLInpaintor", o->metrics, o->nmetrics));
     gl_inpaintor *p = calloc(1, sizeof *p);
     if (p == NULL) return duet__error(DUET_ENOMEM, "GLInpaintor: out of memory");
     p->l1_hole_weight = o->l1_hole_weight;

@@ -1,6 +1,6 @@
 /* MMEditing's pixel and GAN losses as parameterless modules, so that they
  * are parts of a model (pixel_loss, gan_loss) as in MMEditing's state. */
-#include "duet/models.h"
+#include "models/models_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -286,9 +286,20 @@ static int expand_mask(const duet_tensor *mask, const duet_tensor *g, duet_tenso
     return DUET_OK;
 }
 
+static int module_forward1(void *disc, duet_tensor *x, duet_tensor **out) {
+    return duet_module_forward(disc, x, out);
+}
+
 int duet_gradient_penalty_loss_alpha(duet_module *disc, duet_tensor *real, duet_tensor *fake,
                                      duet_tensor *mask, float loss_weight, const float *alpha,
                                      duet_tensor **interp_out, duet_tensor **out) {
+    return duet__gradient_penalty_fwd(module_forward1, disc, real, fake, mask, loss_weight, alpha,
+                                      interp_out, out);
+}
+
+int duet__gradient_penalty_fwd(duet__disc_fwd_fn disc_fwd, void *disc, duet_tensor *real,
+                               duet_tensor *fake, duet_tensor *mask, float loss_weight,
+                               const float *alpha, duet_tensor **interp_out, duet_tensor **out) {
     *out = NULL;
     if (interp_out != NULL) *interp_out = NULL;
     char sr[DUET_SHAPE_STR_MAX], sf[DUET_SHAPE_STR_MAX];
@@ -306,7 +317,7 @@ int duet_gradient_penalty_loss_alpha(duet_module *disc, duet_tensor *real, duet_
             interp->data[i] = a * real->data[i] + (1.0f - a) * fake->data[i];
         }
         interp->requires_grad = true;
-        rc = duet_module_forward(disc, interp, &score);
+        rc = disc_fwd(disc, interp, &score);
     }
     if (rc == DUET_OK) rc = duet_autograd_grad(1, &score, NULL, 1, &interp, true, &g);
     double mask_mean = 1.0;
@@ -366,6 +377,11 @@ int duet_gradient_penalty_loss_module_create(float loss_weight, duet_module **ou
     if (g == NULL) return duet__error(DUET_ENOMEM, "GradientPenaltyLoss: out of memory");
     g->loss_weight = loss_weight;
     return duet_module_create(&gp_type, g, out);
+}
+
+float duet__gradient_penalty_weight(duet_module *m) {
+    DUET_ASSERT(duet_module_is(m, "GradientPenaltyLoss"));
+    return ((const gp_loss *)duet_module_impl(m))->loss_weight;
 }
 
 int duet_gradient_penalty_apply(duet_module *m, duet_module *disc, duet_tensor *real,

@@ -179,4 +179,34 @@ int duet__image_pool_query(duet__image_pool *p, const duet_tensor *images, duet_
 int duet__image_pool_save(const duet__image_pool *p, duet_st_writer *w, const char *key);
 int duet__image_pool_load(duet__image_pool *p, const duet_st *st, const char *key);
 
+/* duet_gradient_penalty_loss_alpha with the discriminator's forward as a
+ * function (a network reached through a DDP: duet_ddp_forward_child). */
+typedef int (*duet__disc_fwd_fn)(void *disc, duet_tensor *x, duet_tensor **out);
+int duet__gradient_penalty_fwd(duet__disc_fwd_fn disc_fwd, void *disc, duet_tensor *real,
+                               duet_tensor *fake, duet_tensor *mask, float loss_weight,
+                               const float *alpha, duet_tensor **interp_out, duet_tensor **out);
+/* A GradientPenaltyLoss module's loss_weight. */
+float duet__gradient_penalty_weight(duet_module *gp_loss);
+
+/* ---- what the inpaintors share (inpaintor.c): gl_inpaintor.c,
+ * two_stage_inpaintor.c ---------------------------------------------------------- */
+
+/* mask_bbox (N, 4) = (top, left, h, w) grown to local_h x local_w around
+ * its centre and clamped at the top-left (MMEditing's scale_bbox): the
+ * patch corners in *tops / *lefts (N each, malloc'd; the caller frees them,
+ * also on failure). Errors name the model. */
+int duet__inpaint_local_boxes(const char *model, int local_h, int local_w,
+                              const duet_tensor *bbox, int64_t n, int64_t **tops,
+                              int64_t **lefts);
+/* 1 - mask, a constant. */
+int duet__inpaint_valid_mask(duet_tensor *mask, duet_tensor **out);
+/* DUET_EINVAL naming the model unless every metric is l1, psnr or ssim and
+ * there are at most 4. */
+int duet__inpaint_check_metrics(const char *model, const char *const *metrics, int n);
+/* Checkpoint metadata `key` as an integer in [lo, hi]: DUET_ENOTFOUND (a
+ * checkpoint of another model) or DUET_EFORMAT, naming the key. */
+int duet__inpaint_meta_int(const duet_st *ckpt, const char *model, const char *key, long long lo,
+                           long long hi, long long *out);
+int duet__inpaint_meta_set_int(duet_st_writer *w, const char *key, long long v);
+
 #endif

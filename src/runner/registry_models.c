@@ -270,6 +270,38 @@ static int make_cyclegan(const void *o, duet_rng *rng, duet_model **out) {
 
 /* ---- inpaintors (mmedit/models/inpaintors) ----------------------------------------- */
 
+/* train_cfg.local_size = [h, w], when present. */
+static int read_local_size(duet_config *m, int *h, int *w) {
+    if (!duet_config_has(m, "train_cfg.local_size")) return DUET_OK;
+    int64_t ls[2];
+    size_t n = 0;
+    DUET_TRY(duet_config_get_int_array(m, "train_cfg.local_size", ls, 2, &n));
+    if (n != 2 || ls[0] < 1 || ls[1] < 1 || ls[0] > 65536 || ls[1] > 65536)
+        return duet_config_error(m, "train_cfg.local_size", "'train_cfg.local_size' must "
+                                 "be [h, w] of positive sizes");
+    *h = (int)ls[0];
+    *w = (int)ls[1];
+    return DUET_OK;
+}
+
+/* test_cfg.metrics (l1, psnr, ssim), when present. */
+static int read_inpaint_metrics(duet_config *m, const char **metrics, int *count) {
+    if (!duet_config_has(m, "test_cfg.metrics")) return DUET_OK;
+    const char *names[4];
+    size_t n = 0;
+    DUET_TRY(duet_config_get_string_array(m, "test_cfg.metrics", names, 4, &n));
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "l1") == 0) metrics[i] = "l1";
+        else if (strcmp(names[i], "psnr") == 0) metrics[i] = "psnr";
+        else if (strcmp(names[i], "ssim") == 0) metrics[i] = "ssim";
+        else
+            return duet_config_error(m, "test_cfg.metrics", "'test_cfg.metrics': '%s' (an "
+                                     "inpaintor's metrics are l1, psnr, ssim)", names[i]);
+    }
+    *count = (int)n;
+    return DUET_OK;
+}
+
 static void def_gl_inpaintor(void *opts) {
     duet_gl_inpaintor_opts *o = opts;
     *o = duet_gl_inpaintor_opts_default();
@@ -303,35 +335,84 @@ static int read_gl_inpaintor(duet_config *m, const char *path, duet_rng *rng, vo
             return duet_config_error(m, iters[i], "'%s' is required (GLInpaintor)", iters[i]);
         DUET_TRY(duet_config_get_int_in_or(m, iters[i], 0, 0, INT64_MAX / 2, dst[i]));
     }
-    if (duet_config_has(m, "train_cfg.local_size")) {
-        int64_t ls[2];
-        size_t n = 0;
-        DUET_TRY(duet_config_get_int_array(m, "train_cfg.local_size", ls, 2, &n));
-        if (n != 2 || ls[0] < 1 || ls[1] < 1 || ls[0] > 65536 || ls[1] > 65536)
-            return duet_config_error(m, "train_cfg.local_size", "'train_cfg.local_size' must "
-                                     "be [h, w] of positive sizes");
-        o->local_h = (int)ls[0];
-        o->local_w = (int)ls[1];
-    }
-    if (duet_config_has(m, "test_cfg.metrics")) {
-        const char *names[4];
-        size_t n = 0;
-        DUET_TRY(duet_config_get_string_array(m, "test_cfg.metrics", names, 4, &n));
-        for (size_t i = 0; i < n; i++) {
-            if (strcmp(names[i], "l1") == 0) o->metrics[i] = "l1";
-            else if (strcmp(names[i], "psnr") == 0) o->metrics[i] = "psnr";
-            else if (strcmp(names[i], "ssim") == 0) o->metrics[i] = "ssim";
-            else
-                return duet_config_error(m, "test_cfg.metrics", "'test_cfg.metrics': '%s' (an "
-                                         "inpaintor's metrics are l1, psnr, ssim)", names[i]);
-        }
-        o->nmetrics = (int)n;
-    }
+    DUET_TRY(read_local_size(m, &o->local_h, &o->local_w));
+    DUET_TRY(read_inpaint_metrics(m, o->metrics, &o->nmetrics));
     return check_pretrained(m, path);
 }
 
 static int make_gl_inpaintor(const void *o, duet_rng *rng, duet_model **out) {
     return duet_gl_inpaintor_create(o, rng, out);
+}
+
+static void def_two_stage(void *opts) {
+    duet_two_stage_inpaintor_opts *o = opts;
+    *o = duet_two_stage_inpaintor_opts_default();
+    o->l1_hole_weight = o->l1_valid_weight = o->disc_shift_weight = o->gp_weight = 0.0f;
+}
+
+static void def_deepfill_v1(void *opts) {
+    def_two_stage(opts);
+    ((duet_two_stage_inpaintor_opts *)opts)->deepfill_v1 = true;
+}
+
+/* OneStageInpaintor's losses duet does not compute. */
+static const char *const ts_unsupported_losses[] = {"loss_composed_percep", "loss_out_percep",
+                                                    "loss_tv"};
+
+/* stageK_loss_type (a list of MMEditing's loss names; absent: the class
+ * default kept). */
+static int read_stage_losses(duet_config *m, const char *key, duet_inpaint_loss_kind *kinds,
+                             int *count) {
+    if (!duet_config_has(m, key)) return DUET_OK;
+    const char *names[3];
+    size_t n = 0;
+    DUET_TRY(duet_config_get_string_array(m, key, names, 3, &n));
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(names[i], "loss_l1_hole") == 0) kinds[i] = DUET_INPAINT_LOSS_L1_HOLE;
+        else if (strcmp(names[i], "loss_l1_valid") == 0) kinds[i] = DUET_INPAINT_LOSS_L1_VALID;
+        else if (strcmp(names[i], "loss_gan") == 0) kinds[i] = DUET_INPAINT_LOSS_GAN;
+        else
+            return duet_config_error(m, key, "'%s': '%s' is not a loss duet computes (it has "
+                                     "loss_l1_hole, loss_l1_valid, loss_gan; not "
+                                     "loss_composed_percep, loss_out_percep, loss_tv)", key,
+                                     names[i]);
+    }
+    *count = (int)n;
+    return DUET_OK;
+}
+
+/* stage1_loss_type, stage2_loss_type, input_with_ones,
+ * disc_input_with_mask, train_cfg.{disc_step, local_size}, test_cfg.metrics;
+ * gp_seed drawn from rng. */
+static int read_two_stage(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    duet_two_stage_inpaintor_opts *o = opts;
+    const char *type = o->deepfill_v1 ? "DeepFillv1Inpaintor" : "TwoStageInpaintor";
+    for (size_t i = 0; i < sizeof ts_unsupported_losses / sizeof *ts_unsupported_losses; i++)
+        if (duet_config_has(m, ts_unsupported_losses[i]))
+            return duet_config_error(m, ts_unsupported_losses[i], "'%s': duet's %s does not "
+                                     "compute this loss (it has loss_l1_hole, loss_l1_valid, "
+                                     "loss_gan, loss_gp, loss_disc_shift)",
+                                     ts_unsupported_losses[i], type);
+    DUET_TRY(read_stage_losses(m, "stage1_loss_type", o->stage1, &o->nstage1));
+    DUET_TRY(read_stage_losses(m, "stage2_loss_type", o->stage2, &o->nstage2));
+    DUET_TRY(duet_config_get_bool_or(m, "input_with_ones", true, &o->input_with_ones));
+    DUET_TRY(duet_config_get_bool_or(m, "disc_input_with_mask", false,
+                                     &o->disc_input_with_mask));
+    if (!duet_config_has(m, "train_cfg.disc_step"))
+        return duet__error(DUET_ECONFIG, "%s.train_cfg.disc_step is required (%s's train_step "
+                           "reads it)", path, type);
+    DUET_TRY(duet__reg_get_int_in(m, "train_cfg.disc_step", 1, 0, &o->disc_step));
+    if (o->deepfill_v1 && !duet_config_has(m, "train_cfg.local_size"))
+        return duet__error(DUET_ECONFIG, "%s.train_cfg.local_size is required (the local "
+                           "discriminator's patch, [h, w])", path);
+    DUET_TRY(read_local_size(m, &o->local_h, &o->local_w));
+    DUET_TRY(read_inpaint_metrics(m, o->metrics, &o->nmetrics));
+    o->gp_seed = duet_rng_u64(rng);
+    return check_pretrained(m, path);
+}
+
+static int make_two_stage(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_two_stage_inpaintor_create(o, rng, out);
 }
 
 /* ---- the rows ------------------------------------------------------------------------ */
@@ -386,5 +467,25 @@ const duet__model_row duet__model_rows[] = {
       OPTIONAL_PART(duet_gl_inpaintor_opts, "loss_disc_shift", "DiscShiftLoss",
                     disc_shift_weight)},
      read_gl_inpaintor, make_gl_inpaintor},
+    {"TwoStageInpaintor", sizeof(duet_two_stage_inpaintor_opts), def_two_stage,
+     {PART(duet_two_stage_inpaintor_opts, "encdec", "DeepFillEncoderDecoder", encdec),
+      PART(duet_two_stage_inpaintor_opts, "disc", "MultiLayerDiscriminator", disc),
+      PART(duet_two_stage_inpaintor_opts, "loss_gan", "GANLoss", loss_gan),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_l1_hole", "L1Loss", l1_hole_weight),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_l1_valid", "L1Loss", l1_valid_weight),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_gp", "GradientPenaltyLoss", gp_weight),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_disc_shift", "DiscShiftLoss",
+                    disc_shift_weight)},
+     read_two_stage, make_two_stage},
+    {"DeepFillv1Inpaintor", sizeof(duet_two_stage_inpaintor_opts), def_deepfill_v1,
+     {PART(duet_two_stage_inpaintor_opts, "encdec", "DeepFillEncoderDecoder", encdec),
+      PART(duet_two_stage_inpaintor_opts, "disc", "DeepFillv1Discriminators", discs),
+      PART(duet_two_stage_inpaintor_opts, "loss_gan", "GANLoss", loss_gan),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_l1_hole", "L1Loss", l1_hole_weight),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_l1_valid", "L1Loss", l1_valid_weight),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_gp", "GradientPenaltyLoss", gp_weight),
+      OPTIONAL_PART(duet_two_stage_inpaintor_opts, "loss_disc_shift", "DiscShiftLoss",
+                    disc_shift_weight)},
+     read_two_stage, make_two_stage},
 };
 const size_t duet__model_row_count = sizeof duet__model_rows / sizeof *duet__model_rows;

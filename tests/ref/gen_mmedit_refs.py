@@ -25,6 +25,8 @@ this directory:
   deepfill_nets.safetensors  MMEditing's DeepFillEncoderDecoder of the
                        DeepFillv1 and v2 configs, shrunk: both stages'
                        outputs, offsets, input and parameter gradients
+  deepfill_v1_inpaintor.safetensors  DeepFillv1Inpaintor from
+                       deepfillv1_256x256_8x2_places.py, shrunk
 
 Each file holds 10 steps: every entry (log values, gradients, Adam moments,
 state) of the first 2, the log values and state of all, and PyTorch
@@ -644,6 +646,90 @@ class GLInpaintor(Spec):
         return 2.1 * self.lr * step
 
 
+class DeepFillv1Inpaintor(Spec):
+    """deepfillv1_256x256_8x2_places.py on 72x72 images (the smallest size,
+    a multiple of 8, whose necks at 18x18 take the reflect padding of
+    dilation 16): the generator's channels x 0.25 (DeepFillNets.generator),
+    both discriminators 4 convs of 16 channels (global fc 16*5*5 on the
+    image, local fc 16*2*2 on the 32x32 patch), the config's losses (L1 in
+    the hole and the valid region in both stages, stage 2's GAN loss,
+    GradientPenaltyLoss 10, DiscShiftLoss 0.001) with wgan's weight 0.01
+    instead of 0.0001, so that the adversarial term shows in the
+    generator's gradients; disc_step 2, so step 1 updates the
+    discriminators alone and step 2 both (each compared entry by entry),
+    local_size 32x32. Weights: the model's init_weights (normal(0, 0.02))
+    replaced by kaiming-normal x 0.7 and biases U(-0.1, 0.1) in every Conv2d
+    and Linear, as DeepFillNets does, so that the features do not shrink to
+    nothing layer by layer. The penalty's alpha comes from duet's rng
+    (tests/ref/duet_rng.py, seed 77 stream 0: tu_tiny_deepfill_v1_opts'
+    gp_seed), one draw per sample, global then local, in place of
+    gradient_penalty_loss's torch.rand. One batch of box holes, Adam from
+    the config (lr 1e-4)."""
+    name, file, lr = "DeepFillv1Inpaintor", "deepfill_v1_inpaintor.safetensors", 1e-4
+    parts = ("generator", "disc")
+    BOXES = [(20, 18, 24, 28), (30, 36, 20, 16)]
+    GP_SEED = 77
+    S = 72
+
+    def __init__(self, n=2):
+        g = torch.Generator().manual_seed(12)
+        s = self.S
+        gt = torch.rand(n, 3, s, s, generator=g) * 2 - 1
+        mask = torch.zeros(n, 1, s, s)
+        for i, (t, l, h, w) in enumerate(self.BOXES[:n]):
+            mask[i, :, t:t + h, l:l + w] = 1
+        self.batch = dict(gt_img=gt, mask=mask, masked_img=gt * (1 - mask),
+                          mask_bbox=torch.tensor(self.BOXES[:n], dtype=torch.int64))
+
+    def build(self, tmp):
+        path = "inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py"
+        cfg = mo.config(path)
+        cfg.model.encdec = DeepFillNets.generator(path, 0.25)
+        cfg.model.disc.global_disc_cfg.update(max_channels=16, fc_in_channels=16 * 5 * 5)
+        cfg.model.disc.local_disc_cfg.update(max_channels=16, fc_in_channels=16 * 2 * 2)
+        cfg.model.loss_gan.loss_weight = 0.01
+        cfg.train_cfg = dict(disc_step=2, local_size=(32, 32))
+        torch.manual_seed(20261226)
+        model = mo.build(cfg)
+        for mod in model.modules():
+            if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
+                torch.nn.init.kaiming_normal_(mod.weight, nonlinearity='relu')
+                mod.weight.data.mul_(0.7)
+                torch.nn.init.uniform_(mod.bias, -0.1, 0.1)
+        return model, cfg
+
+    def step(self, model, batch, opt):
+        import mmedit.models.losses.gan_loss as gan_loss
+        from duet_rng import DuetRng
+        if getattr(model, "_duet_gp_rng", None) is None:
+            model._duet_gp_rng = DuetRng(self.GP_SEED, 0)
+        rng = model._duet_gp_rng
+
+        class TorchWithDuetRand:
+            """torch, but rand(n, 1, 1, 1) draws duet's alphas."""
+            def __getattr__(self, k):
+                return getattr(torch, k)
+
+            @staticmethod
+            def rand(*shape, **kw):
+                vals = [float(rng.uniform()) for _ in range(shape[0])]
+                return torch.tensor(vals, dtype=torch.float32).reshape(*shape)
+        saved = gan_loss.torch
+        gan_loss.torch = TorchWithDuetRand()
+        try:
+            log = dict(model.train_step(batch, opt)['log_vars'])
+        finally:
+            gan_loss.torch = saved
+        log.pop('loss')  # parse_losses' running total; duet logs the terms
+        return log
+
+    def grad_tol(self, g):
+        return 1e-3, 1e-4 * g.abs().max().item()
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
 class TranslationPipeline:
     """GenerationPairedDataset's pipeline run by MMEditing itself
     (mmedit.datasets.pipelines.Compose over LoadPairedImageFromFile,
@@ -1132,6 +1218,7 @@ MODELS = {
     "gl_inpaintor": GLInpaintor,
     "deepfill_nets": DeepFillNets,
     "deepfill_discs": DeepFillDiscs,
+    "deepfill_v1_inpaintor": DeepFillv1Inpaintor,
 }
 
 

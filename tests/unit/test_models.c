@@ -731,7 +731,9 @@ static void test_registry_errors(void **state) {
     assert_string_equal(t[3], "Pix2Pix");
     assert_string_equal(t[4], "CycleGAN");
     assert_string_equal(t[5], "GLInpaintor");
-    assert_null(t[6]);
+    assert_string_equal(t[6], "TwoStageInpaintor");
+    assert_string_equal(t[7], "DeepFillv1Inpaintor");
+    assert_null(t[8]);
 }
 
 int main(void) {
