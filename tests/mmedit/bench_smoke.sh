@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CTest's mmedit_bench_mmedit (cmake/DuetTests.cmake): bench_mmedit runs one
+# CTest's mmedit_bench_mmedit_<model> (cmake/DuetTests.cmake): bench_mmedit runs one
 # train_step of MODEL on each side, duet's and MMEditing's own (its venv),
 # and prints a row with a number on both sides and their ratio. No timing
 # is judged: the row's numbers only have to exist (bench_mmedit exits 1 and
