@@ -42,7 +42,9 @@ of on CUDA (the wrapper itself calls .cuda()). Each process has its own
 batch (rank-seeded), the same every step.
 
 Usage (mmedit venv python): mmedit_step.py --model NAME [--nproc N]
-    [--threads T] [--steps S] [--warmup W] | --info
+    [--threads T] [--steps S] [--warmup W] [--profile ROWS] | --info
+--profile ROWS: one process, the timed steps under torch.profiler; prints
+the ROWS operators with the most self CPU time instead of the JSON line.
 Prints one JSON line {"framework": "mmedit", "model", "nproc", "batch",
 "step_s", "images_per_s", "peak_rss_mb", "cpu_s_per_step"} (step_s: the
 mean of the timed steps; peak_rss_mb: the largest process's ru_maxrss;
@@ -164,6 +166,16 @@ def worker(rank, world, a, initfile, queue):
         model.train_step(batch_data, optimizers)
     if world > 1:
         dist.barrier()
+    if a.profile > 0:
+        from torch.profiler import ProfilerActivity
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(a.steps):
+                model.train_step(batch_data, optimizers)
+        print(f"torch {torch.__version__}, MMEditing {a.model}, {a.steps} steps, "
+              f"{a.threads} thread(s)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.profile))
+        queue.put((0.0, 0.0, 0.0, batch))
+        return
     t0, c0 = time.perf_counter(), cpu_seconds()
     for _ in range(a.steps):
         model.train_step(batch_data, optimizers)
@@ -203,6 +215,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                    help="one process, the timed steps under torch.profiler: print the ROWS "
+                         "operators with the most self CPU time instead of the JSON line")
     ap.add_argument("--info", action="store_true",
                     help="print torch's, MMEditing's and mmcv's versions and kernels as JSON")
     a = ap.parse_args()
@@ -211,6 +226,8 @@ def main():
         return
     if a.steps < 1 or a.warmup < 0 or a.nproc < 1 or a.threads < 1:
         ap.error("--steps, --nproc and --threads must be >= 1, --warmup >= 0")
+    if a.profile > 0:
+        a.nproc = 1
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -228,6 +245,8 @@ def main():
         if os.path.exists(initfile):
             os.unlink(initfile)
     step_s, rss, cpu, batch = queue.get()
+    if a.profile > 0:
+        return
     print(json.dumps({"framework": "mmedit", "model": a.model, "nproc": a.nproc,
                       "batch": batch * a.nproc, "step_s": step_s,
                       "images_per_s": batch * a.nproc / step_s, "peak_rss_mb": rss,
