@@ -489,6 +489,13 @@ int main(int argc, char **argv) {
                 cratio[r] = (mok ? json_num(mline, "cpu_s_per_step") : NAN) /
                             (dok ? json_num(dline, "cpu_s_per_step") : NAN);
                 if (dok) batch = (int)json_num(dline, "batch");
+                /* Each repetition's raw numbers, on stderr. */
+                fprintf(stderr, "bench_mmedit: %s %d x %d rep %d: duet step %.3f s, CPU %.3f "
+                        "s/step, %.0f MB; MMEditing step %.3f s, CPU %.3f s/step, %.0f MB\n",
+                        m, np, thr, r + 1, dok ? json_num(dline, "step_s") : NAN,
+                        dok ? json_num(dline, "cpu_s_per_step") : NAN, dm[r],
+                        mok ? json_num(mline, "step_s") : NAN,
+                        mok ? json_num(mline, "cpu_s_per_step") : NAN, mmb[r]);
                 if (!dok) fprintf(stderr, "bench_mmedit: duet's side failed (%s): %s\n", log, dcmd);
                 if (mmedit && !mok)
                     fprintf(stderr, "bench_mmedit: MMEditing's side failed (%s): %s\n", log, mcmd);
