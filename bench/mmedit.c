@@ -228,7 +228,13 @@ static int worker(const mm_model *mm, const char *config, int steps, int warmup)
     duet_model *model = NULL;
     CHECK(duet_build_model(cfg, "model", &rng, &model));
     duet_wrapper *w = NULL;
-    CHECK(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
+    if (duet_config_has(cfg, "wrapper")) {
+        CHECK(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
+    } else { /* as duet train does: the default DistributedDataParallelWrapper */
+        duet_wrapper_opts wo = duet_wrapper_opts_default();
+        const char *devices[] = {"cpu"};
+        CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));
+    }
     duet_optimizer_set *opts = NULL;
     CHECK(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
 
