@@ -481,6 +481,20 @@ static int check_opts(const duet_two_stage_inpaintor_opts *o, const char *name) 
     if (o->gp_weight > 0.0f && o->disc_input_with_mask)
         return duet__error(DUET_EINVAL, "%s: loss_gp with disc_input_with_mask (MMEditing "
                            "asserts the penalty is not used with the mask as input)", name);
+    /* The penalty differentiates the discriminator's input gradient: its
+     * ops need a backward in recorded ops, which batch norm and spectral
+     * norm have not (docs/architecture.md, "Second-order autograd"). */
+    const duet_multi_layer_disc_opts *ds[2] = {o->deepfill_v1 ? &o->discs.global : &o->disc,
+                                               o->deepfill_v1 ? &o->discs.local : NULL};
+    static const char *const ds_names[2] = {"global_disc", "local_disc"};
+    for (int i = 0; i < 2 && o->gp_weight > 0.0f; i++)
+        if (ds[i] != NULL && (ds[i]->with_norm || ds[i]->with_spectral_norm))
+            return duet__error(DUET_EINVAL, "%s: loss_gp through a discriminator%s%s with %s: "
+                               "duet's %s has no second-order backward, which the penalty "
+                               "needs (MMEditing's DeepFillv1 config has neither)", name,
+                               o->deepfill_v1 ? " " : "", o->deepfill_v1 ? ds_names[i] : "",
+                               ds[i]->with_norm ? "norm_cfg" : "with_spectral_norm",
+                               ds[i]->with_norm ? "batch norm" : "spectral norm");
     if (o->deepfill_v1 && o->disc_input_with_mask)
         return duet__error(DUET_EINVAL, "%s: disc_input_with_mask: DeepFillv1Inpaintor's "
                            "discriminators take the image alone", name);

@@ -15,7 +15,8 @@
  * test two_stage_inpaintor: which part each step updates for disc_step 3
  * and the log keys of each step (DeepFillv1 with the penalty; a
  * TwoStageInpaintor with the mask as the discriminator's fourth channel,
- * an SN discriminator and hinge loss), a bitwise resume in the middle of a
+ * an SN discriminator and hinge loss, and one with WGAN-GP on its one
+ * discriminator; disc_step 0, the generator alone), a bitwise resume in the middle of a
  * run of discriminator steps (the penalty's rng included), val_step and
  * forward, and the errors (options and config). */
 #include "testutil.h"
@@ -273,6 +274,17 @@ static void test_ts_unit_schedule_two_stage(void **state) {
                                          "stage2_loss_l1_hole", "stage2_loss_l1_valid",
                                          "stage2_loss_g_fake"};
     schedule(tiny_two_stage(), d_keys, 2, g_keys, 5);
+    /* WGAN-GP on TwoStageInpaintor's one discriminator (no spectral norm,
+     * the image alone), with DiscShiftLoss */
+    static const char *const d_keys_gp[] = {"fake_loss", "loss_disc_shift", "real_loss",
+                                            "loss_gp"};
+    duet_two_stage_inpaintor_opts gp = tiny_two_stage();
+    gp.disc.with_spectral_norm = gp.disc_input_with_mask = false;
+    gp.disc.in_channels = 3;
+    gp.gp_weight = 10.0f;
+    gp.disc_shift_weight = 0.001f;
+    gp.loss_gan.gan_type = "wgan";
+    schedule(gp, d_keys_gp, 4, g_keys, 5);
     /* disc_step 0: the generator alone, every step; loss_gan in stage 1
      * too (TwoStageInpaintor's discriminator takes any image). */
     duet_two_stage_inpaintor_opts o = tiny_two_stage();
@@ -450,6 +462,14 @@ static void test_ts_unit_errors(void **state) {
     o = tiny_two_stage();
     o.gp_weight = 10.0f;
     create_fails(&o, "loss_gp with disc_input_with_mask");
+    o = tiny_two_stage();
+    o.disc_input_with_mask = false;
+    o.disc.in_channels = 3;
+    o.gp_weight = 10.0f;
+    create_fails(&o, "loss_gp through a discriminator with with_spectral_norm");
+    o = tu_tiny_deepfill_v1_opts();
+    o.discs.local.with_norm = true;
+    create_fails(&o, "loss_gp through a discriminator local_disc with norm_cfg");
     o = tiny_two_stage();
     o.disc_input_with_mask = false;
     create_fails(&o, "disc.in_channels is 4");
