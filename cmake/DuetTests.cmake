@@ -283,6 +283,33 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
       FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
   endforeach()
 endforeach()
+# bench_mmedit (bench/mmedit.c) runs: one duet train_step of the tiny SRGAN
+# from configs/srgan_x4_tiny.cfg (its row must have a number), and, with
+# MMEditing's venv, one step of the tiny SRGAN and of DeepFillv1 on each
+# side (tests/mmedit/bench_smoke.sh). No timing is judged.
+add_test(NAME bench_mmedit_duet
+  COMMAND $<TARGET_FILE:bench_mmedit> --models srgan_tiny --nproc 1 --threads 1 --reps 1
+          --steps 1 --warmup 0 --duet-only --log /dev/stderr)
+set_tests_properties(bench_mmedit_duet PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+  ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300 LABELS bench
+  PASS_REGULAR_EXPRESSION "\\| srgan_tiny \\| 1 x 1 \\| 8 \\| [0-9]")
+# configs/deepfillv1_256x256_8x2_places.cfg (MMEditing's DeepFillv1 at full
+# size) builds and one train_step (a discriminator step with the penalty)
+# runs at 256x256, batch 2: the one run of that config (1.8 GB peak).
+add_test(NAME bench_mmedit_deepfillv1_duet
+  COMMAND $<TARGET_FILE:bench_mmedit> --models deepfillv1 --nproc 1 --threads 1 --reps 1
+          --steps 1 --warmup 0 --duet-only --log /dev/stderr)
+set_tests_properties(bench_mmedit_deepfillv1_duet PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+  ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300 LABELS bench
+  PASS_REGULAR_EXPRESSION "\\| deepfillv1 \\| 1 x 1 \\| 2 \\| [0-9]")
+foreach(model srgan_tiny deepfillv1)
+  add_test(NAME mmedit_bench_mmedit_${model}
+    COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mmedit/bench_smoke.sh ${DUET_MMEDIT_VENV}
+            $<TARGET_FILE:bench_mmedit> ${model})
+  set_tests_properties(mmedit_bench_mmedit_${model} PROPERTIES
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300
+    SKIP_RETURN_CODE 77 LABELS "mmedit;bench")
+endforeach()
 # GenerationPairedDataset's pipeline against MMEditing's own pipeline classes
 # on OpenCV's resize (cv2 in the same venv), every value equal.
 add_test(NAME mmedit_translation
