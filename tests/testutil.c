@@ -1075,6 +1075,44 @@ void tu_ref_compare_log(const duet_st *st, const duet_log_vars *log, int step,
     }
 }
 
+void tu_ref_compare_log_present(const duet_st *st, const duet_log_vars *log, int step,
+                                const char *const *all, int nall) {
+    const char *names[32];
+    int n = 0;
+    assert_true(nall <= 32);
+    for (int i = 0; i < nall; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "log%d.%s", step, all[i]);
+        if (duet_st_has(st, key)) names[n++] = all[i];
+    }
+    tu_ref_compare_log(st, log, step, names, n);
+}
+
+int tu_ref_compare_part_grads(duet_model *m, const duet_st *st, int step,
+                              const char *const *parts, int nparts) {
+    int compared = 0;
+    for (int p = 0; p < nparts; p++) {
+        char key[256];
+        snprintf(key, sizeof key, "grad%d.%s.", step, parts[p]);
+        const size_t held = tu_st_count_prefixed(st, key);
+        if (held == 0) continue;
+        compared++;
+        duet_named_tensors l = {0};
+        TU_OK(duet_module_named_parameters(duet_model_part(m, parts[p]), false, &l));
+        assert_int_equal(held, l.count);
+        for (size_t i = 0; i < l.count; i++) {
+            snprintf(key, sizeof key, "grad%d.%s.%s", step, parts[p], l.items[i].name);
+            duet_tensor *t = l.items[i].tensor, *want = tu_ref_tensor(st, key);
+            if (t->grad == NULL) fail_msg("%s: no gradient", key);
+            const double a = tu_ref_allowance(st, key);
+            tu_assert_ref(st, key, t->grad, t->numel, a * 1e-3, a * 1e-4 * tu_max_abs(want));
+            duet_tensor_release(want);
+        }
+        duet_named_tensors_clear(&l);
+    }
+    return compared;
+}
+
 size_t tu_ref_compare_grads(duet_module *root, const duet_st *st, int step) {
     duet_named_tensors l = {0};
     TU_OK(duet_module_named_parameters(root, false, &l));

@@ -65,6 +65,17 @@ double tu_ref_allowance(const duet_st *st, const char *key);
  * tu_ref_allowance. */
 void tu_ref_compare_log(const duet_st *st, const duet_log_vars *log, int step,
                         const char *const *names, int n);
+/* tu_ref_compare_log over those of the nall names the reference holds for
+ * this step (a model whose log keys depend on which parts stepped; at most
+ * 32 names). */
+void tu_ref_compare_log_present(const duet_st *st, const duet_log_vars *log, int step,
+                                const char *const *all, int nall);
+/* The gradients of each of the model's parts that the reference holds for
+ * this step ("grad<step>.<part>.<name>", every parameter of the part, 1e-3
+ * |want| + 1e-4 max|want| times tu_ref_allowance); a part without entries
+ * is skipped (its optimizer did not step). Returns the parts compared. */
+int tu_ref_compare_part_grads(duet_model *m, const duet_st *st, int step,
+                              const char *const *parts, int nparts);
 /* Every parameter's gradient against "grad<step>.<name>": 1e-3 |want| +
  * 1e-4 max|want|, times tu_ref_allowance. Returns the parameter count. */
 size_t tu_ref_compare_grads(duet_module *root, const duet_st *st, int step);
