@@ -770,6 +770,42 @@ void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n) {
     duet_tensor_release(gt);
 }
 
+int tu_ref_batch(duet_batch *b, const duet_st *st, const char *const *keys, int n) {
+    int added = 0;
+    for (int i = 0; i < n; i++) {
+        if (!duet_st_has(st, keys[i])) continue;
+        duet_tensor *t = tu_ref_tensor(st, keys[i]);
+        TU_OK(duet_batch_add_tensor(b, keys[i], t));
+        duet_tensor_release(t);
+        added++;
+    }
+    return added;
+}
+
+void tu_inpainting_batch(duet_batch *b, duet_tensor *gt, const int (*boxes)[4], bool with_bbox) {
+    assert_int_equal(gt->ndim, 4);
+    assert_int_equal(gt->shape[1], 3);
+    const int64_t N = gt->shape[0], H = gt->shape[2], W = gt->shape[3];
+    duet_tensor *mask = tu_zeros(4, (int64_t[]){N, 1, H, W});
+    duet_tensor *masked = tu_zeros(4, (int64_t[]){N, 3, H, W});
+    duet_tensor *bbox = tu_zeros(2, (int64_t[]){N, 4});
+    for (int64_t n = 0; n < N; n++) {
+        const int *bx = boxes[n];
+        assert_true(bx[0] >= 0 && bx[1] >= 0 && bx[0] + bx[2] <= H && bx[1] + bx[3] <= W);
+        for (int k = 0; k < 4; k++) bbox->data[n * 4 + k] = (float)bx[k];
+        for (int y = bx[0]; y < bx[0] + bx[2]; y++)
+            for (int x = bx[1]; x < bx[1] + bx[3]; x++) mask->data[(n * H + y) * W + x] = 1.0f;
+    }
+    for (int64_t i = 0; i < gt->numel; i++)
+        masked->data[i] = gt->data[i] * (1.0f - mask->data[i / (3 * H * W) * H * W + i % (H * W)]);
+    static const char *const keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
+    duet_tensor *ts[4] = {gt, mask, masked, bbox};
+    for (int i = 0; i < 4; i++) {
+        if (i < 3 || with_bbox) TU_OK(duet_batch_add_tensor(b, keys[i], ts[i]));
+        duet_tensor_release(ts[i]);
+    }
+}
+
 duet_optimizer_set *tu_adam_pair(duet_model *m, float lr) {
     duet_optimizer_set *s = NULL;
     TU_OK(duet_optimizer_set_create(&s));

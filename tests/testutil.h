@@ -50,6 +50,9 @@ const char *tu_ref_dir(void);
 duet_st *tu_ref_load(const char *name);
 /* A tensor from a reference file; fails when absent. */
 duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
+/* Adds to b, under its own name, each of keys[0..n) that st holds (a
+ * reference file's batch); returns how many it added. */
+int tu_ref_batch(duet_batch *b, const duet_st *st, const char *const *keys, int n);
 /* The factor on today's tolerance for the reference entry `key`: 1, unless
  * the file holds "f32err.<key>" (the `mmedit` references of
  * tests/ref/gen_mmedit_refs.py: MMEditing in float64, and PyTorch float32's
@@ -283,6 +286,11 @@ duet_model *tu_tiny_srgan(uint64_t seed);
  * "generator" and "discriminator". */
 /* Adam on "generator" and "discriminator" (an inpaintor's "disc"). */
 duet_optimizer_set *tu_adam_pair(duet_model *m, float lr);
+/* An inpaintor's batch around gt (N, 3, H, W; taken): one box hole per
+ * sample, boxes[n] = {top, left, height, width}. Adds gt_img, mask (N, 1,
+ * H, W; 1 in the hole), masked_img (gt_img * (1 - mask), as MMEditing's
+ * GetMaskedImage) and, with with_bbox, mask_bbox (N, 4: the boxes). */
+void tu_inpainting_batch(duet_batch *b, duet_tensor *gt, const int (*boxes)[4], bool with_bbox);
 /* One Adam (default betas, learning rate lr) over m's trainable parameters. */
 duet_optimizer *tu_adam_for(duet_module *m, float lr);
 

@@ -76,6 +76,15 @@ void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise
     duet_named_tensors_clear(&bw);
 }
 
+void tu_gan_assert_ranks_agree(duet_wrapper *w, duet_model *ref, tu_noise_masks *nm,
+                               const tu_gan_run *run) {
+    duet_model *m = duet_wrapper_model(w);
+    tu_gan_assert_model_close(m, ref, nm, run);
+    tu_gan_assert_params_identical(m);
+    TU_OK(duet_wrapper_check_replicas(w));
+    tu_noise_masks_free(nm);
+}
+
 void tu_gan_assert_params_identical(duet_model *m) {
     duet_named_tensors l = {0};
     TU_OK(duet_module_named_parameters(duet_model_module(m), false, &l));

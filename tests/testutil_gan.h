@@ -41,6 +41,12 @@ void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise
                                const tu_gan_run *run);
 /* Every parameter equal, bit for bit, to rank 0's (on every rank). */
 void tu_gan_assert_params_identical(duet_model *m);
+/* What a run of tu_gan_train_pair must end with: the wrapped model close to
+ * ref (tu_gan_assert_model_close), its parameters bit-identical on every
+ * rank, every DDP's replicas identical (duet_wrapper_check_replicas); frees
+ * nm. */
+void tu_gan_assert_ranks_agree(duet_wrapper *w, duet_model *ref, tu_noise_masks *nm,
+                               const tu_gan_run *run);
 
 /* The DeepFillv1-like discriminator of tests/ref/ref_gradient_penalty.py:
  * conv1 Conv2d(3, 4, 5, s2, p2) + ELU, conv2 Conv2d(4, 8, 5, s2, p2) + ELU,

@@ -160,21 +160,12 @@ static const ddp_model models[] = {
  * train_step reads, which duet's does not). */
 static void add_batch(duet_batch *b, const duet_st *st) {
     if (duet_st_has(st, "gt_img")) { /* an inpaintor's (mask_bbox for box holes) */
-        const char *keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
-        for (int i = 0; i < (duet_st_has(st, "mask_bbox") ? 4 : 3); i++) {
-            duet_tensor *t = tu_ref_tensor(st, keys[i]);
-            TU_OK(duet_batch_add_tensor(b, keys[i], t));
-            duet_tensor_release(t);
-        }
+        static const char *const keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
+        tu_ref_batch(b, st, keys, 4);
         return;
     }
-    const char *keys[2][2] = {{"lq", "gt"}, {"img_a", "img_b"}};
-    const int k = duet_st_has(st, "lq") ? 0 : 1;
-    for (int i = 0; i < 2; i++) {
-        duet_tensor *t = tu_ref_tensor(st, keys[k][i]);
-        TU_OK(duet_batch_add_tensor(b, keys[k][i], t));
-        duet_tensor_release(t);
-    }
+    static const char *const keys[2][2] = {{"lq", "gt"}, {"img_a", "img_b"}};
+    assert_int_equal(tu_ref_batch(b, st, keys[duet_st_has(st, "lq") ? 0 : 1], 2), 2);
 }
 
 /* Every state entry (DeepFillv2's spectral-norm u and v included, which

@@ -52,36 +52,15 @@ static duet_optimizer_set *adam_pair(duet_model *m) {
 static void make_batch(duet_batch *b, const duet_st *st) {
     static const char *const keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
     if (st != NULL) {
-        for (int i = 0; i < 4; i++) {
-            duet_tensor *t = tu_ref_tensor(st, keys[i]);
-            TU_OK(duet_batch_add_tensor(b, keys[i], t));
-            duet_tensor_release(t);
-        }
+        assert_int_equal(tu_ref_batch(b, st, keys, 4), 4);
         return;
     }
     static const int boxes[2][4] = {{20, 18, 24, 28}, {30, 36, 20, 16}};
-    duet_tensor *gt = NULL, *mask = NULL, *masked = NULL, *bbox = NULL;
+    duet_tensor *gt = NULL;
     TU_OK(duet_tensor_create(4, (int64_t[]){2, 3, S, S}, &gt));
-    TU_OK(duet_tensor_create(4, (int64_t[]){2, 1, S, S}, &mask));
-    TU_OK(duet_tensor_create(4, (int64_t[]){2, 3, S, S}, &masked));
-    TU_OK(duet_tensor_create(2, (int64_t[]){2, 4}, &bbox));
     duet_rng r = duet_rng_make(12, 0);
     for (int64_t i = 0; i < gt->numel; i++) gt->data[i] = 2.0f * (float)duet_rng_uniform(&r) - 1;
-    for (int n = 0; n < 2; n++) {
-        for (int k = 0; k < 4; k++) bbox->data[n * 4 + k] = (float)boxes[n][k];
-        for (int y = boxes[n][0]; y < boxes[n][0] + boxes[n][2]; y++)
-            for (int x = boxes[n][1]; x < boxes[n][1] + boxes[n][3]; x++)
-                mask->data[(n * S + y) * S + x] = 1.0f;
-    }
-    for (int64_t i = 0; i < gt->numel; i++) {
-        const int64_t n = i / (3 * S * S), p = i % (S * S);
-        masked->data[i] = gt->data[i] * (1.0f - mask->data[n * S * S + p]);
-    }
-    duet_tensor *ts[4] = {gt, mask, masked, bbox};
-    for (int i = 0; i < 4; i++) {
-        TU_OK(duet_batch_add_tensor(b, keys[i], ts[i]));
-        duet_tensor_release(ts[i]);
-    }
+    tu_inpainting_batch(b, gt, boxes, true);
 }
 
 /* MMEditing's log keys of DeepFillv1Inpaintor's train_step; a step holds

@@ -52,11 +52,7 @@ static int compare_sn_buffers(duet_model *m, const duet_st *st, int step) {
 
 static void make_batch(duet_batch *b, const duet_st *st) {
     static const char *const keys[3] = {"gt_img", "mask", "masked_img"};
-    for (int i = 0; i < 3; i++) {
-        duet_tensor *t = tu_ref_tensor(st, keys[i]);
-        TU_OK(duet_batch_add_tensor(b, keys[i], t));
-        duet_tensor_release(t);
-    }
+    assert_int_equal(tu_ref_batch(b, st, keys, 3), 3);
 }
 
 static void test_deepfillv2_train_step_vs_mmedit(void **state) {
