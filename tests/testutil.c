@@ -770,6 +770,13 @@ void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n) {
     duet_tensor_release(gt);
 }
 
+void tu_ref_load_state(duet_module *root, const duet_st *st, const char *prefix) {
+    size_t missing = 1, unexpected = 1;
+    TU_OK(duet_module_load_state(root, st, prefix, true, &missing, &unexpected));
+    assert_int_equal(missing, 0);
+    assert_int_equal(unexpected, 0);
+}
+
 int tu_ref_batch(duet_batch *b, const duet_st *st, const char *const *keys, int n) {
     int added = 0;
     for (int i = 0; i < n; i++) {

@@ -50,6 +50,10 @@ const char *tu_ref_dir(void);
 duet_st *tu_ref_load(const char *name);
 /* A tensor from a reference file; fails when absent. */
 duet_tensor *tu_ref_tensor(const duet_st *st, const char *name);
+/* Loads a state of the reference ("<prefix><name>", e.g. "init.") into
+ * root, strictly: every entry of root from the file, none of the file's
+ * under prefix left over. */
+void tu_ref_load_state(duet_module *root, const duet_st *st, const char *prefix);
 /* Adds to b, under its own name, each of keys[0..n) that st holds (a
  * reference file's batch); returns how many it added. */
 int tu_ref_batch(duet_batch *b, const duet_st *st, const char *const *keys, int n);

@@ -210,8 +210,7 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
     assert_non_null(duet_st_meta(st, "ranks"));
     assert_string_equal(duet_st_meta(st, "ranks"), ranks);
     duet_model *m = spec->create();
-    size_t missing = 0, unexpected = 0;
-    TU_OK(duet_module_load_state(duet_model_module(m), st, "init.", true, &missing, &unexpected));
+    tu_ref_load_state(duet_model_module(m), st, "init.");
     duet_wrapper *w = NULL;
     TU_OK(duet_wrapper_create(m, tu_comm, cpu, 1, NULL, &w));
     duet_model *wm = duet_wrapper_model(w);

@@ -37,8 +37,7 @@ static void test_basic_restorer_train_step_vs_pytorch(void **state) {
     duet_model *m = NULL;
     TU_OK(duet_basic_restorer_create(&o, &rng, &m));
     duet_module *root = duet_model_module(m);
-    size_t missing = 1, unexpected = 1;
-    TU_OK(duet_module_load_state(root, st, "init.", true, &missing, &unexpected));
+    tu_ref_load_state(root, st, "init.");
     duet_optimizer_set *opts = NULL;
     TU_OK(duet_optimizer_set_create(&opts));
     duet_adam_opts a = duet_adam_opts_default();
