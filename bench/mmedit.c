@@ -52,6 +52,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/harness.h"
 #include "duet/duet.h"
 
 typedef struct mm_model {
@@ -78,37 +79,16 @@ static mm_model *find_model(const char *name) {
     return NULL;
 }
 
-/* User + system CPU seconds of this process so far (all its threads). */
-static double cpu_seconds(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-static double peak_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
-
-#define CHECK(expr)                                                                   \
-    do {                                                                              \
-        int rc_ = (expr);                                                             \
-        if (rc_ != DUET_OK)                                                           \
-            duet_comm_abort(NULL, 1, "%s: %s", #expr, duet_last_error());             \
-    } while (0)
-
 /* An int or an [h, w] pair at path (MMEditing writes both). */
 static void get_pair(duet_config *c, const char *path, int64_t out[2]) {
     if (!duet_config_has(c, path)) return;
     if (duet_config_kind(c, path) == DUET_CONFIG_INT) {
-        CHECK(duet_config_get_int(c, path, &out[0]));
+        BENCH_CHECK(duet_config_get_int(c, path, &out[0]));
         out[1] = out[0];
         return;
     }
     size_t n = 0;
-    CHECK(duet_config_get_int_array(c, path, out, 2, &n));
+    BENCH_CHECK(duet_config_get_int_array(c, path, out, 2, &n));
     if (n != 2) duet_comm_abort(NULL, 1, "%s: expected an int or [h, w]", path);
 }
 
@@ -116,21 +96,21 @@ static void get_pair(duet_config *c, const char *path, int64_t out[2]) {
 static duet_mask_opts train_mask_opts(duet_config *cfg) {
     duet_mask_opts o = duet_mask_options_default(DUET_MASK_BBOX);
     size_t n = 0;
-    CHECK(duet_config_length(cfg, "data.train.pipeline", &n));
+    BENCH_CHECK(duet_config_length(cfg, "data.train.pipeline", &n));
     for (size_t i = 0; i < n; i++) {
         char key[96];
         const char *type = NULL, *mode = NULL;
         snprintf(key, sizeof key, "data.train.pipeline.[%zu].type", i);
-        CHECK(duet_config_get_string(cfg, key, &type));
+        BENCH_CHECK(duet_config_get_string(cfg, key, &type));
         if (strcmp(type, "LoadMask") != 0) continue;
         snprintf(key, sizeof key, "data.train.pipeline.[%zu].mask_mode", i);
-        CHECK(duet_config_get_string(cfg, key, &mode));
+        BENCH_CHECK(duet_config_get_string(cfg, key, &mode));
         if (strcmp(mode, "bbox") != 0)
             duet_comm_abort(NULL, 1, "%s: bench_mmedit draws bbox masks only, not %s",
                             duet_config_name(cfg), mode);
         duet_config *mc = NULL;
         snprintf(key, sizeof key, "data.train.pipeline.[%zu].mask_config", i);
-        CHECK(duet_config_sub(cfg, key, &mc));
+        BENCH_CHECK(duet_config_sub(cfg, key, &mc));
         int64_t shape[2] = {o.img_h, o.img_w};
         get_pair(mc, "img_shape", shape);
         o.img_h = shape[0];
@@ -139,7 +119,7 @@ static duet_mask_opts train_mask_opts(duet_config *cfg) {
         get_pair(mc, "max_bbox_delta", o.max_delta);
         get_pair(mc, "min_margin", o.min_margin);
         duet_config_destroy(mc);
-        CHECK(duet_mask_options_check(&o));
+        BENCH_CHECK(duet_mask_options_check(&o));
         return o;
     }
     duet_comm_abort(NULL, 1, "%s: data.train.pipeline has no LoadMask step",
@@ -150,12 +130,12 @@ static duet_mask_opts train_mask_opts(duet_config *cfg) {
 /* The SR batch: gt uniform in [0, 1), lq its scale x scale box average. */
 static void sr_batch(duet_config *cfg, int64_t b, duet_rng *rng, duet_batch *batch) {
     int64_t c = 0, scale = 0;
-    CHECK(duet_config_get_int(cfg, "data.train.gt_patch_size", &c));
-    CHECK(duet_config_get_int(cfg, "data.train.scale", &scale));
+    BENCH_CHECK(duet_config_get_int(cfg, "data.train.gt_patch_size", &c));
+    BENCH_CHECK(duet_config_get_int(cfg, "data.train.scale", &scale));
     int64_t l = c / scale;
     duet_tensor *gt = NULL, *lq = NULL;
-    CHECK(duet_tensor_create4(b, 3, c, c, &gt));
-    CHECK(duet_tensor_create4(b, 3, l, l, &lq));
+    BENCH_CHECK(duet_tensor_create4(b, 3, c, c, &gt));
+    BENCH_CHECK(duet_tensor_create4(b, 3, l, l, &lq));
     for (int64_t i = 0; i < gt->numel; i++) gt->data[i] = duet_rng_uniform(rng);
     for (int64_t n = 0; n < b * 3; n++)
         for (int64_t y = 0; y < l; y++)
@@ -166,8 +146,8 @@ static void sr_batch(duet_config *cfg, int64_t b, duet_rng *rng, duet_batch *bat
                         s += gt->data[(n * c + y * scale + dy) * c + x * scale + dx];
                 lq->data[(n * l + y) * l + x] = s / (float)(scale * scale);
             }
-    CHECK(duet_batch_add_tensor(batch, "lq", lq));
-    CHECK(duet_batch_add_tensor(batch, "gt", gt));
+    BENCH_CHECK(duet_batch_add_tensor(batch, "lq", lq));
+    BENCH_CHECK(duet_batch_add_tensor(batch, "gt", gt));
     duet_tensor_release(gt);
     duet_tensor_release(lq);
 }
@@ -178,11 +158,11 @@ static void inpaint_batch(duet_config *cfg, int64_t b, duet_rng *rng, duet_batch
     duet_mask_opts mo = train_mask_opts(cfg);
     int64_t h = mo.img_h, w = mo.img_w;
     duet_tensor *gt = NULL, *mask = NULL, *masked = NULL, *bbox = NULL;
-    CHECK(duet_tensor_create4(b, 3, h, w, &gt));
-    CHECK(duet_tensor_create4(b, 1, h, w, &mask));
-    CHECK(duet_tensor_create4(b, 3, h, w, &masked));
+    BENCH_CHECK(duet_tensor_create4(b, 3, h, w, &gt));
+    BENCH_CHECK(duet_tensor_create4(b, 1, h, w, &mask));
+    BENCH_CHECK(duet_tensor_create4(b, 3, h, w, &masked));
     int64_t bshape[2] = {b, 4};
-    CHECK(duet_tensor_create(2, bshape, &bbox));
+    BENCH_CHECK(duet_tensor_create(2, bshape, &bbox));
     for (int64_t i = 0; i < gt->numel; i++) gt->data[i] = 2.0f * duet_rng_uniform(rng) - 1.0f;
     for (int64_t n = 0; n < b; n++) {
         int64_t box[4];
@@ -199,10 +179,10 @@ static void inpaint_batch(duet_config *cfg, int64_t b, duet_rng *rng, duet_batch
                 }
             }
     }
-    CHECK(duet_batch_add_tensor(batch, "gt_img", gt));
-    CHECK(duet_batch_add_tensor(batch, "mask", mask));
-    CHECK(duet_batch_add_tensor(batch, "masked_img", masked));
-    CHECK(duet_batch_add_tensor(batch, "mask_bbox", bbox));
+    BENCH_CHECK(duet_batch_add_tensor(batch, "gt_img", gt));
+    BENCH_CHECK(duet_batch_add_tensor(batch, "mask", mask));
+    BENCH_CHECK(duet_batch_add_tensor(batch, "masked_img", masked));
+    BENCH_CHECK(duet_batch_add_tensor(batch, "mask_bbox", bbox));
     duet_tensor_release(gt);
     duet_tensor_release(mask);
     duet_tensor_release(masked);
@@ -213,55 +193,55 @@ static void inpaint_batch(duet_config *cfg, int64_t b, duet_rng *rng, duet_batch
  * (maxima over ranks) on rank 0. */
 static int worker(const mm_model *mm, const char *config, int steps, int warmup) {
     duet_comm *comm = NULL;
-    CHECK(duet_comm_world(&comm));
+    BENCH_CHECK(duet_comm_world(&comm));
     duet_kernel_opts ko = duet_kernel_opts_default(); /* DUET_NUM_THREADS, DUET_CONV */
-    CHECK(duet_comm_local_size(comm, &ko.local_ranks));
-    CHECK(duet_kernels_configure(&ko));
+    BENCH_CHECK(duet_comm_local_size(comm, &ko.local_ranks));
+    BENCH_CHECK(duet_kernels_configure(&ko));
     int rank = duet_comm_rank(comm), world = duet_comm_size(comm);
     duet_log_set_rank(rank, false);
     duet_log_set_level(DUET_LOG_ERROR); /* no random-VGG warning */
 
     duet_config *cfg = NULL;
-    CHECK(duet_config_load(config, &cfg));
-    for (int i = 0; mm->sets[i] != NULL; i++) CHECK(duet_config_set(cfg, mm->sets[i]));
+    BENCH_CHECK(duet_config_load(config, &cfg));
+    for (int i = 0; mm->sets[i] != NULL; i++) BENCH_CHECK(duet_config_set(cfg, mm->sets[i]));
     duet_rng rng = duet_rng_make(0, 0);
     duet_model *model = NULL;
-    CHECK(duet_build_model(cfg, "model", &rng, &model));
+    BENCH_CHECK(duet_build_model(cfg, "model", &rng, &model));
     duet_wrapper *w = NULL;
     if (duet_config_has(cfg, "wrapper")) {
-        CHECK(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
+        BENCH_CHECK(duet_build_wrapper(cfg, "wrapper", model, comm, &w));
     } else { /* as duet train does: the default DistributedDataParallelWrapper */
         duet_wrapper_opts wo = duet_wrapper_opts_default();
         const char *devices[] = {"cpu"};
-        CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));
+        BENCH_CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));
     }
     duet_optimizer_set *opts = NULL;
-    CHECK(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
+    BENCH_CHECK(duet_build_optimizers(cfg, "optimizers", duet_wrapper_model(w), &opts));
 
     int64_t b = 0;
     /* MMEditing's data.train_dataloader.samples_per_gpu (a converted
      * config), else duet's data.samples_per_gpu. */
     if (duet_config_has(cfg, "data.train_dataloader.samples_per_gpu"))
-        CHECK(duet_config_get_int(cfg, "data.train_dataloader.samples_per_gpu", &b));
+        BENCH_CHECK(duet_config_get_int(cfg, "data.train_dataloader.samples_per_gpu", &b));
     else
-        CHECK(duet_config_get_int(cfg, "data.samples_per_gpu", &b));
+        BENCH_CHECK(duet_config_get_int(cfg, "data.samples_per_gpu", &b));
     duet_rng drng = duet_rng_make(1, (uint64_t)rank);
     duet_batch batch = {0};
     if (mm->inpaint) inpaint_batch(cfg, b, &drng, &batch);
     else sr_batch(cfg, b, &drng, &batch);
 
     duet_log_vars lv;
-    for (int i = 0; i < warmup; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
-    CHECK(duet_comm_barrier(comm));
-    double t0 = duet_time_now(), c0 = cpu_seconds();
-    for (int i = 0; i < steps; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
-    double cpu = (cpu_seconds() - c0) / steps;
-    CHECK(duet_comm_barrier(comm));
-    double res[2] = {(duet_time_now() - t0) / steps, peak_rss_mb()};
-    CHECK(duet_comm_allreduce(comm, res, 2, DUET_DTYPE_F64, DUET_REDUCE_MAX));
-    CHECK(duet_comm_allreduce(comm, &cpu, 1, DUET_DTYPE_F64, DUET_REDUCE_SUM));
+    for (int i = 0; i < warmup; i++) BENCH_CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
+    BENCH_CHECK(duet_comm_barrier(comm));
+    double t0 = duet_time_now(), c0 = bench_cpu_seconds();
+    for (int i = 0; i < steps; i++) BENCH_CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
+    double cpu = (bench_cpu_seconds() - c0) / steps;
+    BENCH_CHECK(duet_comm_barrier(comm));
+    double res[2] = {(duet_time_now() - t0) / steps, bench_peak_rss_mb()};
+    BENCH_CHECK(duet_comm_allreduce(comm, res, 2, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    BENCH_CHECK(duet_comm_allreduce(comm, &cpu, 1, DUET_DTYPE_F64, DUET_REDUCE_SUM));
     duet_kernels_info ki;
-    CHECK(duet_kernels_info_get(&ki));
+    BENCH_CHECK(duet_kernels_info_get(&ki));
     if (rank == 0) {
         printf("{\"framework\": \"duet\", \"model\": \"%s\", \"nproc\": %d, \"batch\": %" PRId64
                ", \"step_s\": %.6f, \"images_per_s\": %.4f, \"peak_rss_mb\": %.1f, "
@@ -277,46 +257,6 @@ static int worker(const mm_model *mm, const char *config, int steps, int warmup)
     duet_comm_destroy(comm);
     duet_comm_finalize();
     return 0;
-}
-
-/* Runs a command and keeps the last line that starts with '{'. */
-static bool run_json(const char *cmd, char *line, size_t size) {
-    FILE *p = popen(cmd, "r");
-    if (p == NULL) return false;
-    char buf[2048];
-    bool found = false;
-    while (fgets(buf, sizeof buf, p) != NULL)
-        if (buf[0] == '{') {
-            snprintf(line, size, "%s", buf);
-            found = true;
-        }
-    int st = pclose(p);
-    line[strcspn(line, "\n")] = '\0';
-    return found && st == 0;
-}
-
-/* The number after "key": in a one-line JSON object; NAN when absent. */
-static double json_num(const char *line, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *s = strstr(line, pat);
-    return s != NULL ? strtod(s + strlen(pat), NULL) : NAN;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of the finite values of v (NAN when none). */
-static double median(const double *v, int n) {
-    double s[64];
-    int k = 0;
-    for (int i = 0; i < n && k < 64; i++)
-        if (isfinite(v[i])) s[k++] = v[i];
-    if (k == 0) return NAN;
-    qsort(s, (size_t)k, sizeof s[0], cmp_double);
-    return k % 2 ? s[k / 2] : 0.5 * (s[k / 2 - 1] + s[k / 2]);
 }
 
 static double max_finite(const double *v, int n) {
@@ -426,9 +366,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 1;
-    self[n] = '\0';
+    if (!bench_self_path(self, sizeof self)) return 1;
     const char *root = getuid() == 0 ? " --allow-run-as-root" : "";
 
     duet_kernel_opts kdef = duet_kernel_opts_default();
@@ -439,7 +377,7 @@ int main(int argc, char **argv) {
     if (mmedit) {
         char cmd[8192];
         snprintf(cmd, sizeof cmd, "timeout -k 5 300 '%s' '%s' --info 2>/dev/null", python, script);
-        if (!run_json(cmd, mm_info, sizeof mm_info)) snprintf(mm_info, sizeof mm_info, "?");
+        if (!bench_run_json(cmd, mm_info, sizeof mm_info)) snprintf(mm_info, sizeof mm_info, "?");
     }
     printf("train_step of duet (its config) against MMEditing 0.16.1's own (its config), "
            "float32, synthetic batches of the configs' shapes; %d repetition(s), the two "
@@ -483,25 +421,25 @@ int main(int argc, char **argv) {
                 bool dok = false, mok = false;
                 for (int side = 0; side < 2; side++) {
                     bool duet_now = (side == 0) == (r % 2 == 0);
-                    if (duet_now) dok = run_json(dcmd, dline, sizeof dline);
-                    else if (mmedit) mok = run_json(mcmd, mline, sizeof mline);
+                    if (duet_now) dok = bench_run_json(dcmd, dline, sizeof dline);
+                    else if (mmedit) mok = bench_run_json(mcmd, mline, sizeof mline);
                 }
-                di[r] = dok ? json_num(dline, "images_per_s") : NAN;
-                dm[r] = dok ? json_num(dline, "peak_rss_mb") : NAN;
-                mi[r] = mok ? json_num(mline, "images_per_s") : NAN;
-                mmb[r] = mok ? json_num(mline, "peak_rss_mb") : NAN;
+                di[r] = dok ? bench_json_num(dline, "images_per_s") : NAN;
+                dm[r] = dok ? bench_json_num(dline, "peak_rss_mb") : NAN;
+                mi[r] = mok ? bench_json_num(mline, "images_per_s") : NAN;
+                mmb[r] = mok ? bench_json_num(mline, "peak_rss_mb") : NAN;
                 ratio[r] = di[r] / mi[r];
                 /* CPU seconds per step, all processes: MMEditing's over duet's. */
-                cratio[r] = (mok ? json_num(mline, "cpu_s_per_step") : NAN) /
-                            (dok ? json_num(dline, "cpu_s_per_step") : NAN);
-                if (dok) batch = (int)json_num(dline, "batch");
+                cratio[r] = (mok ? bench_json_num(mline, "cpu_s_per_step") : NAN) /
+                            (dok ? bench_json_num(dline, "cpu_s_per_step") : NAN);
+                if (dok) batch = (int)bench_json_num(dline, "batch");
                 /* Each repetition's raw numbers, on stderr. */
                 fprintf(stderr, "bench_mmedit: %s %d x %d rep %d: duet step %.3f s, CPU %.3f "
                         "s/step, %.0f MB; MMEditing step %.3f s, CPU %.3f s/step, %.0f MB\n",
-                        m, np, thr, r + 1, dok ? json_num(dline, "step_s") : NAN,
-                        dok ? json_num(dline, "cpu_s_per_step") : NAN, dm[r],
-                        mok ? json_num(mline, "step_s") : NAN,
-                        mok ? json_num(mline, "cpu_s_per_step") : NAN, mmb[r]);
+                        m, np, thr, r + 1, dok ? bench_json_num(dline, "step_s") : NAN,
+                        dok ? bench_json_num(dline, "cpu_s_per_step") : NAN, dm[r],
+                        mok ? bench_json_num(mline, "step_s") : NAN,
+                        mok ? bench_json_num(mline, "cpu_s_per_step") : NAN, mmb[r]);
                 if (!dok) fprintf(stderr, "bench_mmedit: duet's side failed (%s): %s\n", log, dcmd);
                 if (mmedit && !mok)
                     fprintf(stderr, "bench_mmedit: MMEditing's side failed (%s): %s\n", log, mcmd);
@@ -517,12 +455,12 @@ int main(int argc, char **argv) {
             if (mmedit)
                 printf("| %s | %d x %d | %d | %.3g | %.3g | **%.2fx** (%s) | %.2fx (%s) | %.0f | "
                        "%.0f |\n",
-                       m, np, thr, batch, median(di, reps), median(mi, reps),
-                       median(ratio, reps), runs, median(cratio, reps), cruns,
+                       m, np, thr, batch, bench_median(di, reps), bench_median(mi, reps),
+                       bench_median(ratio, reps), runs, bench_median(cratio, reps), cruns,
                        max_finite(dm, reps), max_finite(mmb, reps));
             else
                 printf("| %s | %d x %d | %d | %.3g | - | - | - | %.0f | - |\n", m, np, thr,
-                       batch, median(di, reps), max_finite(dm, reps));
+                       batch, bench_median(di, reps), max_finite(dm, reps));
             fflush(stdout);
         }
     }

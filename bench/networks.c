@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/harness.h"
 #include "duet/duet.h"
 #include "ops/ops_internal.h"
 
@@ -46,16 +47,6 @@ static const bench_config configs[] = {
 
 static const char *const cases[] = {"g_fwd", "g_fwdbwd", "d_fwdbwd", "d_fwdbwd_x"};
 #define NCASES (sizeof cases / sizeof cases[0])
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 static double cpu_now(void) {
     struct timespec ts;
@@ -187,7 +178,7 @@ int main(int argc, char **argv) {
         }
         printf("{\"framework\": \"duet\", \"config\": \"%s\", \"case\": \"%s\", \"batch\": %d, "
                "\"cpu_ms\": %.3f, \"wall_ms\": %.3f}\n", cfg->name, cases[c], batch,
-               1e3 * median(tc, reps), 1e3 * median(tw, reps));
+               1e3 * bench_median(tc, reps), 1e3 * bench_median(tw, reps));
         fflush(stdout);
     }
     free(tc);

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/harness.h"
 #include "duet/duet.h"
 #include "ops/ops_internal.h"
 
@@ -52,16 +53,6 @@ static const shape shapes[] = {
     {"vgg 256->256 3x3 @32", 256, 256, 32, 3, 1, 1},
     {"vgg 512->512 3x3 @16", 512, 512, 16, 3, 1, 1},
 };
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* Untimed runs first: the allocator settles into reusing the same blocks
  * after a few rounds (fresh pages are slow on some VMs), as it does over
@@ -156,7 +147,7 @@ int main(int argc, char **argv) {
             if (r >= 0) t[r] = now() - t0;
             duet_tensor_release(y);
         }
-        double fwd = median(t, reps);
+        double fwd = bench_median(t, reps);
 
         /* Backward: dX + dW (+ the bias's O(N O P) sum). The conv's node
          * runs on its own, with the upstream gradient in a buffer kept across
@@ -178,7 +169,7 @@ int main(int argc, char **argv) {
             duet_tape_clear();
             duet_tensor_release(y);
         }
-        double bwd = median(t, reps);
+        double bwd = bench_median(t, reps);
         x->requires_grad = w->requires_grad = b->requires_grad = false;
         free(dy);
 
@@ -202,7 +193,7 @@ int main(int argc, char **argv) {
                             P, 0.0f, gc, P);
             if (r >= 0) t[r] = now() - t0;
         }
-        double gfwd = median(t, reps);
+        double gfwd = bench_median(t, reps);
         for (int r = -WARMUP; r < reps; r++) {
             double t0 = now();
             for (int64_t n = 0; n < batch; n++) {
@@ -213,7 +204,7 @@ int main(int argc, char **argv) {
             }
             if (r >= 0) t[r] = now() - t0;
         }
-        double gbwd = median(t, reps);
+        double gbwd = bench_median(t, reps);
         free(ga);
         free(gb);
         free(gc);

@@ -38,32 +38,20 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/harness.h"
 #include "common/srgan_models.h"
 #include "duet/duet.h"
-
-static double peak_rss_mb(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
-}
-
-#define CHECK(expr)                                                                   \
-    do {                                                                              \
-        int rc_ = (expr);                                                             \
-        if (rc_ != DUET_OK)                                                           \
-            duet_comm_abort(NULL, 1, "%s: %s", #expr, duet_last_error());             \
-    } while (0)
 
 /* One process of the duet side: prints {"step_s", "peak_rss_mb"} (maxima
  * over ranks) on rank 0. */
 static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_comm *comm = NULL;
-    CHECK(duet_comm_world(&comm));
+    BENCH_CHECK(duet_comm_world(&comm));
     if (bf16) { /* every GEMM on bf16 inputs, float32 sums (the config's mixed_precision) */
         duet_kernel_opts ko = duet_kernel_opts_default();
         ko.bf16 = true;
-        CHECK(duet_comm_local_size(comm, &ko.local_ranks));
-        CHECK(duet_kernels_configure(&ko));
+        BENCH_CHECK(duet_comm_local_size(comm, &ko.local_ranks));
+        BENCH_CHECK(duet_kernels_configure(&ko));
     }
     int rank = duet_comm_rank(comm), world = duet_comm_size(comm);
     duet_log_set_rank(rank, false);
@@ -72,24 +60,24 @@ static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_srgan_opts so = bench_srgan_opts(bm);
     duet_rng rng = duet_rng_make(0, 0);
     duet_model *model = NULL;
-    CHECK(duet_srgan_create(&so, &rng, &model));
+    BENCH_CHECK(duet_srgan_create(&so, &rng, &model));
     duet_wrapper_opts wo = duet_wrapper_opts_default();
     const char *devices[] = {"cpu"};
     duet_wrapper *w = NULL;
-    CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));
+    BENCH_CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));
     duet_optimizer_set *opts = NULL;
-    CHECK(duet_optimizer_set_create(&opts));
+    BENCH_CHECK(duet_optimizer_set_create(&opts));
     duet_adam_opts adam = duet_adam_opts_default();
     adam.lr = 1e-4f;
-    CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "generator", &adam));
-    CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "discriminator", &adam));
+    BENCH_CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "generator", &adam));
+    BENCH_CHECK(duet_optimizer_set_add_adam(opts, duet_wrapper_model(w), "discriminator", &adam));
 
     /* A fixed synthetic batch per rank: gt uniform, lq its 4x4 box average. */
     duet_rng drng = duet_rng_make(1, (uint64_t)rank);
     int64_t b = bm->batch, c = bm->crop, l = bm->crop / 4;
     duet_tensor *gt = NULL, *lq = NULL;
-    CHECK(duet_tensor_create4(b, 3, c, c, &gt));
-    CHECK(duet_tensor_create4(b, 3, l, l, &lq));
+    BENCH_CHECK(duet_tensor_create4(b, 3, c, c, &gt));
+    BENCH_CHECK(duet_tensor_create4(b, 3, l, l, &lq));
     for (int64_t i = 0; i < gt->numel; i++) gt->data[i] = duet_rng_uniform(&drng);
     for (int64_t n = 0; n < b * 3; n++)
         for (int64_t y = 0; y < l; y++)
@@ -101,21 +89,21 @@ static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
                 lq->data[(n * l + y) * l + x] = s / 16;
             }
     duet_batch batch = {0};
-    CHECK(duet_batch_add_tensor(&batch, "lq", lq));
-    CHECK(duet_batch_add_tensor(&batch, "gt", gt));
+    BENCH_CHECK(duet_batch_add_tensor(&batch, "lq", lq));
+    BENCH_CHECK(duet_batch_add_tensor(&batch, "gt", gt));
 
     duet_log_vars lv;
-    for (int i = 0; i < warmup; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
-    CHECK(duet_comm_barrier(comm));
+    for (int i = 0; i < warmup; i++) BENCH_CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
+    BENCH_CHECK(duet_comm_barrier(comm));
     uint64_t f0 = duet_kernels_gemm_flops();
     double t0 = duet_time_now();
-    for (int i = 0; i < steps; i++) CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
-    CHECK(duet_comm_barrier(comm));
+    for (int i = 0; i < steps; i++) BENCH_CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
+    BENCH_CHECK(duet_comm_barrier(comm));
     double dt = (duet_time_now() - t0) / steps;
-    double res[3] = {dt, peak_rss_mb(), (double)(duet_kernels_gemm_flops() - f0) / steps};
-    CHECK(duet_comm_allreduce(comm, res, 3, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    double res[3] = {dt, bench_peak_rss_mb(), (double)(duet_kernels_gemm_flops() - f0) / steps};
+    BENCH_CHECK(duet_comm_allreduce(comm, res, 3, DUET_DTYPE_F64, DUET_REDUCE_MAX));
     duet_kernels_info ki;
-    CHECK(duet_kernels_info_get(&ki));
+    BENCH_CHECK(duet_kernels_info_get(&ki));
     if (rank == 0) {
         printf("{\"framework\": \"duet\", \"model\": \"%s\", \"nproc\": %d, \"batch\": %" PRId64
                ", \"step_s\": %.6f, \"images_per_s\": %.4f, \"peak_rss_mb\": %.1f, "
@@ -132,29 +120,6 @@ static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_comm_destroy(comm);
     duet_comm_finalize();
     return 0;
-}
-
-/* Runs a command and keeps the last line that starts with '{'. */
-static bool run_json(const char *cmd, char *line, size_t size) {
-    FILE *p = popen(cmd, "r");
-    if (p == NULL) return false;
-    char buf[1024];
-    bool found = false;
-    while (fgets(buf, sizeof buf, p) != NULL)
-        if (buf[0] == '{') {
-            snprintf(line, size, "%s", buf);
-            found = true;
-        }
-    int st = pclose(p);
-    return found && st == 0;
-}
-
-/* The number after "key": in a one-line JSON object; NAN when absent. */
-static double json_num(const char *line, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\": ", key);
-    const char *s = strstr(line, pat);
-    return s != NULL ? strtod(s + strlen(pat), NULL) : 0.0 / 0.0;
 }
 
 /* Single-core sgemm peak of this machine through duet's GEMM: the best of
@@ -233,9 +198,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 1;
-    self[n] = '\0';
+    if (!bench_self_path(self, sizeof self)) return 1;
     const char *root = getuid() == 0 ? " --allow-run-as-root" : "";
 
     double peak = measure_peak();
@@ -249,8 +212,7 @@ int main(int argc, char **argv) {
     if (torch) {
         char cmd[4096];
         snprintf(cmd, sizeof cmd, "timeout -k 5 120 '%s' '%s' --info", python, script);
-        if (!run_json(cmd, torch_info, sizeof torch_info)) snprintf(torch_info, sizeof torch_info, "?");
-        torch_info[strcspn(torch_info, "\n")] = '\0';
+        if (!bench_run_json(cmd, torch_info, sizeof torch_info)) snprintf(torch_info, sizeof torch_info, "?");
     }
     printf("SRGAN training step, synthetic data, %d warm-up step(s), then the mean of the timed "
            "ones; %s\n", warmup, bf16 ? "bf16: duet's mixed_precision = \"bf16\" against "
@@ -290,7 +252,7 @@ int main(int argc, char **argv) {
                      "--bind-to none%s '%s' --worker --models %s --steps %d --warmup %d%s",
                      wait_env, thr, timeout_s, np, root, self, m, nsteps, warmup,
                      bf16 ? " --bf16" : "");
-            bool dok = run_json(cmd, dline, sizeof dline);
+            bool dok = bench_run_json(cmd, dline, sizeof dline);
             bool tok = false;
             if (torch) {
                 snprintf(cmd, sizeof cmd,
@@ -298,28 +260,28 @@ int main(int argc, char **argv) {
                          "--threads %d --steps %d --warmup %d%s",
                          wait_env, thr, timeout_s, python, script, m, np, thr, nsteps, warmup,
                          bf16 ? " --bf16" : "");
-                tok = run_json(cmd, tline, sizeof tline);
+                tok = bench_run_json(cmd, tline, sizeof tline);
                 if (!tok) { /* gloo's rendezvous has failed now and then: once more */
                     fprintf(stderr, "bench_train: the PyTorch side failed; running it again\n");
-                    tok = run_json(cmd, tline, sizeof tline);
+                    tok = bench_run_json(cmd, tline, sizeof tline);
                 }
             }
-            double di = dok ? json_num(dline, "images_per_s") : 0.0 / 0.0;
-            double ti = tok ? json_num(tline, "images_per_s") : 0.0 / 0.0;
+            double di = dok ? bench_json_num(dline, "images_per_s") : 0.0 / 0.0;
+            double ti = tok ? bench_json_num(tline, "images_per_s") : 0.0 / 0.0;
             char ts[32] = "-", rs[32] = "-", tm[32] = "-", ds[32] = "failed", dm[32] = "-";
             char gs[32] = "-", ps[32] = "-";
             if (torch && !tok) snprintf(ts, sizeof ts, "failed");
             if (dok) {
                 snprintf(ds, sizeof ds, "%.2f", di);
-                snprintf(dm, sizeof dm, "%.0f", json_num(dline, "peak_rss_mb"));
+                snprintf(dm, sizeof dm, "%.0f", bench_json_num(dline, "peak_rss_mb"));
                 /* GEMM work of one process per second, per core it ran on. */
-                double gf = json_num(dline, "gemm_gflop_per_step") / json_num(dline, "step_s") /
-                            json_num(dline, "threads");
+                double gf = bench_json_num(dline, "gemm_gflop_per_step") / bench_json_num(dline, "step_s") /
+                            bench_json_num(dline, "threads");
                 snprintf(gs, sizeof gs, "%.1f", gf);
                 snprintf(ps, sizeof ps, "%.0f%%", 100.0 * gf / peak);
             }
             if (tok) snprintf(ts, sizeof ts, "%.2f", ti);
-            if (tok) snprintf(tm, sizeof tm, "%.0f", json_num(tline, "peak_rss_mb"));
+            if (tok) snprintf(tm, sizeof tm, "%.0f", bench_json_num(tline, "peak_rss_mb"));
             if (dok && tok) snprintf(rs, sizeof rs, "%.2fx", di / ti);
             printf("%-5s %5d %4d %6d | %10s %10s %7s | %8s %8s | %10s %6s\n", m, np, thr,
                    bm->batch * np, ds, ts, rs, dm, tm, gs, ps);
