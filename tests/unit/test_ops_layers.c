@@ -2,8 +2,9 @@
  * test_kernels.c): linear, batch_norm2d
  * (training and eval statistics, running updates, gradients, and the
  * SyncBatchNorm reduce path checked by splitting a batch in two),
- * max_pool2d (values, argmax routing, ties, NaN, overlap), and elu's
- * vectorised expm1 against double precision. */
+ * max_pool2d (values, argmax routing, ties, NaN, overlap), elu's
+ * vectorised expm1 against double precision, and relu / leaky_relu (their
+ * vectorised mask words) against their definitions. */
 #include "testutil.h"
 
 #include <math.h>
@@ -469,6 +470,70 @@ static void test_elu_forward_accuracy(void **state) {
     duet_tensor_release(t);
 }
 
+/* ---- relu, leaky_relu ----------------------------------------------------------- */
+
+/* relu and leaky_relu (slopes 0.2 and -0.5, copying and in place) against
+ * their definitions element by element, bit for bit, on sizes around the
+ * kernels' 64-element mask words and 4096-element chunks (a partial last
+ * word, a partial last chunk, one large enough for threads), with +-0,
+ * +-inf and NaN among the inputs: the output, and the gradient of
+ * sum(out * r), which reads back the bit mask. */
+static void test_rectifiers_elementwise(void **state) {
+    (void)state;
+    const int64_t sizes[] = {1, 31, 33, 63, 64, 65, 4096, 4096 + 64 * 3 + 5, 70001};
+    const float slopes[] = {0.0f, 0.2f, -0.5f}; /* 0: relu */
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-38f, -1e-38f};
+    duet_rng rng = duet_rng_make(11, 0);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        duet_tensor *x0 = tu_randn(&rng, 1, (int64_t[]){n}, 1.0f);
+        duet_tensor *r = tu_randn(&rng, 1, (int64_t[]){n}, 1.0f);
+        for (int64_t i = 0; i < n; i += 5) x0->data[i] = special[(i / 5) % 7];
+        for (size_t k = 0; k < sizeof slopes / sizeof slopes[0]; k++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                const float slope = slopes[k];
+                duet_tensor *x = NULL, *h = NULL, *y = NULL, *m = NULL, *loss = NULL;
+                TU_OK(duet_tensor_create(1, (int64_t[]){n}, &x));
+                memcpy(x->data, x0->data, (size_t)n * sizeof(float));
+                x->requires_grad = true;
+                /* A fresh op output that the in-place form may overwrite. */
+                TU_OK(duet_scale(x, 1.0f, &h));
+                if (slope == 0.0f) TU_OK(inplace ? duet_relu_inplace(h, &y) : duet_relu(h, &y));
+                else
+                    TU_OK(inplace ? duet_leaky_relu_inplace(h, slope, &y)
+                                  : duet_leaky_relu(h, slope, &y));
+                duet_tensor_release(h);
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = x0->data[i];
+                    const float want = slope == 0.0f ? (v < 0.0f ? 0.0f : v)
+                                                     : (v > 0.0f ? v : slope * v);
+                    if (memcmp(&want, &y->data[i], sizeof want) != 0)
+                        fail_msg("n %lld slope %g inplace %d: out[%lld] = %a for x %a, want %a",
+                                 (long long)n, (double)slope, inplace, (long long)i,
+                                 (double)y->data[i], (double)v, (double)want);
+                }
+                TU_OK(duet_mul(y, r, &m));
+                TU_OK(duet_sum(m, &loss));
+                TU_OK(duet_backward(loss));
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = x0->data[i], g = r->data[i];
+                    const float want = 0.0f + (v > 0.0f ? g : slope * g);
+                    if (memcmp(&want, &x->grad[i], sizeof want) != 0)
+                        fail_msg("n %lld slope %g inplace %d: grad[%lld] = %a for x %a, want %a",
+                                 (long long)n, (double)slope, inplace, (long long)i,
+                                 (double)x->grad[i], (double)v, (double)want);
+                }
+                duet_tensor_release(loss);
+                duet_tensor_release(m);
+                duet_tensor_release(y);
+                duet_tensor_release(x);
+            }
+        }
+        duet_tensor_release(r);
+        duet_tensor_release(x0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_forward),
@@ -481,6 +546,7 @@ int main(void) {
         cmocka_unit_test(test_max_pool_forward_and_grad),
         cmocka_unit_test(test_max_pool_ties_nan_errors),
         cmocka_unit_test(test_elu_forward_accuracy),
+        cmocka_unit_test(test_rectifiers_elementwise),
     };
     return cmocka_run_group_tests_name("ops_layers", tests, NULL, NULL);
 }
