@@ -4,7 +4,8 @@
  * SyncBatchNorm reduce path checked by splitting a batch in two),
  * max_pool2d (values, argmax routing, ties, NaN, overlap), elu's
  * vectorised expm1 against double precision, and relu / leaky_relu (their
- * vectorised mask words) against their definitions. */
+ * vectorised mask words) against their definitions, and Adam's vectorised,
+ * threaded update against its scalar element (duet__adam_element). */
 #include "testutil.h"
 
 #include <math.h>
@@ -534,6 +535,64 @@ static void test_rectifiers_elementwise(void **state) {
     }
 }
 
+/* ---- adam ------------------------------------------------------------------ */
+
+/* duet_adam_update (vectorised, in chunks over threads) against
+ * duet__adam_element one element at a time, bit for bit, with and without
+ * weight decay, over two tensors: one large enough for threads and a
+ * partial last chunk, one of 5 elements; second moments include zeros, and
+ * the two tensors are at different steps. */
+static void test_adam_update_matches_elementwise(void **state) {
+    (void)state;
+    const int64_t sizes[2] = {70001, 5}, steps[2] = {3, 1};
+    duet_rng rng = duet_rng_make(9, 0);
+    for (int wd = 0; wd < 2; wd++) {
+        const duet_adam_hparams hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                      .weight_decay = wd ? 0.01f : 0.0f};
+        duet_tensor *p[2], *m[2], *v[2];
+        float *want_p[2], *want_m[2], *want_v[2];
+        for (int i = 0; i < 2; i++) {
+            const int64_t n = sizes[i];
+            p[i] = tu_randn(&rng, 1, (int64_t[]){n}, 1.0f);
+            m[i] = tu_randn(&rng, 1, (int64_t[]){n}, 0.1f);
+            v[i] = tu_randn(&rng, 1, (int64_t[]){n}, 0.1f);
+            TU_OK(duet_tensor_ensure_grad(p[i]));
+            for (int64_t j = 0; j < n; j++) {
+                v[i]->data[j] = j % 7 == 0 ? 0.0f : v[i]->data[j] * v[i]->data[j];
+                p[i]->grad[j] = duet_rng_normal(&rng);
+            }
+            want_p[i] = malloc((size_t)n * sizeof(float));
+            want_m[i] = malloc((size_t)n * sizeof(float));
+            want_v[i] = malloc((size_t)n * sizeof(float));
+            assert_true(want_p[i] != NULL && want_m[i] != NULL && want_v[i] != NULL);
+            memcpy(want_p[i], p[i]->data, (size_t)n * sizeof(float));
+            memcpy(want_m[i], m[i]->data, (size_t)n * sizeof(float));
+            memcpy(want_v[i], v[i]->data, (size_t)n * sizeof(float));
+            duet__adam_consts k;
+            duet__adam_consts_make(&hp, steps[i], &k);
+            for (int64_t j = 0; j < n; j++)
+                duet__adam_element(&want_p[i][j], &want_m[i][j], &want_v[i][j], p[i]->grad[j], &k);
+        }
+        TU_OK(duet_adam_update(2, p, m, v, steps, &hp));
+        for (int i = 0; i < 2; i++) {
+            const float *got[3] = {p[i]->data, m[i]->data, v[i]->data};
+            const float *want[3] = {want_p[i], want_m[i], want_v[i]};
+            for (int t = 0; t < 3; t++)
+                for (int64_t j = 0; j < sizes[i]; j++)
+                    if (memcmp(&got[t][j], &want[t][j], sizeof(float)) != 0)
+                        fail_msg("wd %d tensor %d %s[%lld] = %a, want %a", wd, i,
+                                 t == 0 ? "param" : t == 1 ? "exp_avg" : "exp_avg_sq",
+                                 (long long)j, (double)got[t][j], (double)want[t][j]);
+            free(want_p[i]);
+            free(want_m[i]);
+            free(want_v[i]);
+            duet_tensor_release(p[i]);
+            duet_tensor_release(m[i]);
+            duet_tensor_release(v[i]);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_forward),
@@ -547,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_max_pool_ties_nan_errors),
         cmocka_unit_test(test_elu_forward_accuracy),
         cmocka_unit_test(test_rectifiers_elementwise),
+        cmocka_unit_test(test_adam_update_matches_elementwise),
     };
     return cmocka_run_group_tests_name("ops_layers", tests, NULL, NULL);
 }
