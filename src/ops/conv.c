@@ -77,6 +77,15 @@ static void clamp_rows(int64_t *lo, int64_t *hi, int64_t r0, int64_t r1) {
     if (*hi < *lo) *hi = *lo;
 }
 
+/* The helpers of im2col_channel and col2im_channel below are inlined into
+ * each of their clones: called, they ran in the baseline build (SSE), the
+ * stride-2 gather among them. */
+#if defined(__GNUC__)
+#define COL_INLINE static inline __attribute__((always_inline))
+#else
+#define COL_INLINE static inline
+#endif
+
 /* Where im2col writes: float32 columns (f), or bf16 ones (h) rounded as
  * they are written, which the bf16 GEMM reads as they are (mixed
  * precision: no float32 copy to write, read back and round). One of the
@@ -91,11 +100,11 @@ static col_dst col_dst_of(float *buf, bool bf16) {
 }
 
 /* d moved on by i entries. */
-static col_dst col_at(col_dst d, int64_t i) {
+COL_INLINE col_dst col_at(col_dst d, int64_t i) {
     return d.h != NULL ? (col_dst){NULL, d.h + i} : (col_dst){d.f + i, NULL};
 }
 
-static void col_zero(col_dst d, int64_t n) {
+COL_INLINE void col_zero(col_dst d, int64_t n) {
     if (d.h != NULL) {
         for (int64_t i = 0; i < n; i++) d.h[i] = 0;
     } else {
@@ -104,7 +113,7 @@ static void col_zero(col_dst d, int64_t n) {
 }
 
 /* d[i] = src[i * s] for i in [0, n) */
-static void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
+COL_INLINE void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
     if (n <= 0) return;
     if (s == 1) {
         if (d.h != NULL) duet_f32_to_bf16(d.h, src, (size_t)n);
@@ -127,7 +136,7 @@ static void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
 
 /* In rows [0, nrows) of a tap's columns (OW entries each), the entries
  * outside [lo, hi) read padding: zero them. */
-static void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
+COL_INLINE void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
     for (int64_t oh = 0; oh < nrows; oh++) {
         const col_dst d = col_at(rows, oh * ow_n);
         col_zero(d, lo);
