@@ -2,7 +2,8 @@
  * test_kernels.c): linear, batch_norm2d
  * (training and eval statistics, running updates, gradients, and the
  * SyncBatchNorm reduce path checked by splitting a batch in two),
- * max_pool2d (values, argmax routing, ties, NaN, overlap), elu's
+ * max_pool2d (values, argmax routing, ties, NaN, overlap; the 2x2 stride-2
+ * loop against the general rule), elu's
  * vectorised expm1 against double precision, and relu / leaky_relu (their
  * vectorised mask words) against their definitions, and Adam's vectorised,
  * threaded update against its scalar element (duet__adam_element). */
@@ -406,6 +407,58 @@ static void test_max_pool_ties_nan_errors(void **state) {
     duet_tensor_release(x);
 }
 
+/* 2x2 stride-2 pooling (its own vectorised loop) against the rule of the
+ * general one, on planes with odd and even sides, many ties and NaNs:
+ * every output, and which input each output's gradient reaches (the first
+ * maximum in row-major window order; the first NaN when there is one). */
+static void test_max_pool_2x2_ties_and_nans(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(13, 0);
+    const int64_t sides[3][2] = {{7, 6}, {8, 9}, {64, 64}};
+    for (int t = 0; t < 3; t++) {
+        const int64_t h = sides[t][0], w = sides[t][1], oh = h / 2, ow = w / 2, planes = 2 * 3;
+        duet_tensor *x = tu_zeros(4, (int64_t[]){2, 3, h, w});
+        for (int64_t i = 0; i < x->numel; i++) {
+            const uint64_t r = duet_rng_u64(&rng) % 16;
+            x->data[i] = r == 0 ? NAN : r == 1 ? -INFINITY : (float)(r % 3) - 1.0f;
+        }
+        x->requires_grad = true;
+        duet_tensor *y = NULL;
+        TU_OK(duet_max_pool2d(x, 2, 2, &y));
+        float *dy = malloc((size_t)y->numel * sizeof(float));
+        float *want_dx = calloc((size_t)x->numel, sizeof(float));
+        assert_true(dy != NULL && want_dx != NULL);
+        for (int64_t p = 0; p < planes; p++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    const int64_t q = (p * oh + i) * ow + j;
+                    int64_t best = -1;
+                    for (int a = 0; a < 2 && (best < 0 || !isnan(x->data[best])); a++)
+                        for (int b = 0; b < 2; b++) {
+                            const int64_t idx = (p * h + 2 * i + a) * w + 2 * j + b;
+                            const float v = x->data[idx];
+                            if (best < 0 || v > x->data[best] || isnan(v)) best = idx;
+                            if (isnan(v)) break;
+                        }
+                    const float want = x->data[best];
+                    if (memcmp(&want, &y->data[q], sizeof want) != 0)
+                        fail_msg("%lldx%lld: y[%lld] = %g, want %g", (long long)h, (long long)w,
+                                 (long long)q, (double)y->data[q], (double)want);
+                    dy[q] = (float)(q + 1);
+                    want_dx[best] += dy[q];
+                }
+        tu_backprop_with(y, dy);
+        for (int64_t i = 0; i < x->numel; i++)
+            if (x->grad[i] != want_dx[i])
+                fail_msg("%lldx%lld: dx[%lld] = %g, want %g", (long long)h, (long long)w,
+                         (long long)i, (double)x->grad[i], (double)want_dx[i]);
+        free(dy);
+        free(want_dx);
+        duet_tensor_release(y);
+        duet_tensor_release(x);
+    }
+}
+
 /* ---- elu ------------------------------------------------------------------- */
 
 /* Distance in units in the last place between two finite floats of one sign. */
@@ -604,6 +657,7 @@ int main(void) {
         cmocka_unit_test(test_bn_errors),
         cmocka_unit_test(test_max_pool_forward_and_grad),
         cmocka_unit_test(test_max_pool_ties_nan_errors),
+        cmocka_unit_test(test_max_pool_2x2_ties_and_nans),
         cmocka_unit_test(test_elu_forward_accuracy),
         cmocka_unit_test(test_rectifiers_elementwise),
         cmocka_unit_test(test_adam_update_matches_elementwise),
