@@ -137,11 +137,12 @@ static void rectify_kernel(float *out, const float *x, uint64_t *bits, float slo
 }
 
 /* masked_backward on whole words, in halves of 32 as rectify_words (gx
- * and gout are different tensors). */
+ * and gout are different tensors' gradients; no restrict all the same: the
+ * compiler versions the loop on their overlap). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif
-static void masked_backward_words(float *restrict gx, const float *restrict gout,
+static void masked_backward_words(float *gx, const float *gout,
                                   const uint64_t *bits, float slope, int64_t words) {
     for (int64_t w = 0; w < words; w++) {
         for (int h = 0; h < 2; h++) {
