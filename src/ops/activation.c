@@ -82,7 +82,7 @@ static uint64_t positive_word(const float *x, int64_t len) {
 /* Elements per chunk a thread takes in the rectifiers: whole mask words. */
 #define RECTIFY_CHUNK 4096
 
-/* rectify_kernel on whole words: out[0, 64 words) and bits[0, words). Each
+/* rectify_kernel on whole words: out[0, 64 * words) and bits[0, words). Each
  * word goes as two halves of 32 elements, copied to the stack first (out
  * may be x): a 32-bit mask and a select per element are loops the compiler
  * turns into vector compares and blends, where a 64-bit mask built one

@@ -94,7 +94,8 @@ int duet_adam_update(size_t n, duet_tensor *const *params, duet_tensor *const *e
         const int64_t chunks = (numel + ADAM_CHUNK - 1) / ADAM_CHUNK;
 #pragma omp parallel for num_threads(duet__par_threads(numel)) schedule(static)
         for (int64_t c = 0; c < chunks; c++) {
-            const int64_t j0 = c * ADAM_CHUNK, len = numel - j0 < ADAM_CHUNK ? numel - j0 : ADAM_CHUNK;
+            const int64_t j0 = c * ADAM_CHUNK;
+            const int64_t len = numel - j0 < ADAM_CHUNK ? numel - j0 : ADAM_CHUNK;
             adam_range(x + j0, m + j0, v + j0, g + j0, &k, len);
         }
     }

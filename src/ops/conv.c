@@ -136,7 +136,8 @@ COL_INLINE void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
 
 /* In rows [0, nrows) of a tap's columns (OW entries each), the entries
  * outside [lo, hi) read padding: zero them. */
-COL_INLINE void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
+COL_INLINE void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo,
+                                  int64_t hi) {
     for (int64_t oh = 0; oh < nrows; oh++) {
         const col_dst d = col_at(rows, oh * ow_n);
         col_zero(d, lo);
