@@ -30,7 +30,12 @@
  * and PyTorch through --torch-python (default $DUET_PYTHON, else
  * /usr/bin/python3: Debian's torch 1.13; the venv of
  * scripts/make-torch2-venv.sh has the current PyTorch), so run it from the
- * source folder (make bench does) or give --torch-script. */
+ * source folder (make bench does) or give --torch-script.
+ *
+ * DUET_BENCH_DDP_TRACE=PATH (a worker's environment): each rank writes its
+ * DDPs' Chrome traces (duet_wrapper_opts.trace_path: "%s" the part, else
+ * PATH.part.rankN), with every bucket's allreduce and the end-of-backward
+ * wait. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +67,10 @@ static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_model *model = NULL;
     BENCH_CHECK(duet_srgan_create(&so, &rng, &model));
     duet_wrapper_opts wo = duet_wrapper_opts_default();
+    /* Each DDP's Chrome trace (forward, backward, bucket allreduces, the
+     * end-of-backward wait "finalize"), for where a step's time goes. */
+    const char *trace = getenv("DUET_BENCH_DDP_TRACE");
+    if (trace != NULL && trace[0] != '\0') wo.trace_path = trace;
     const char *devices[] = {"cpu"};
     duet_wrapper *w = NULL;
     BENCH_CHECK(duet_wrapper_create(model, comm, devices, 1, &wo, &w));

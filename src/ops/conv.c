@@ -77,6 +77,15 @@ static void clamp_rows(int64_t *lo, int64_t *hi, int64_t r0, int64_t r1) {
     if (*hi < *lo) *hi = *lo;
 }
 
+/* The helpers of im2col_channel and col2im_channel below are inlined into
+ * each of their clones: called, they ran in the baseline build (SSE), the
+ * stride-2 gather among them. */
+#if defined(__GNUC__)
+#define COL_INLINE static inline __attribute__((always_inline))
+#else
+#define COL_INLINE static inline
+#endif
+
 /* Where im2col writes: float32 columns (f), or bf16 ones (h) rounded as
  * they are written, which the bf16 GEMM reads as they are (mixed
  * precision: no float32 copy to write, read back and round). One of the
@@ -91,11 +100,11 @@ static col_dst col_dst_of(float *buf, bool bf16) {
 }
 
 /* d moved on by i entries. */
-static col_dst col_at(col_dst d, int64_t i) {
+COL_INLINE col_dst col_at(col_dst d, int64_t i) {
     return d.h != NULL ? (col_dst){NULL, d.h + i} : (col_dst){d.f + i, NULL};
 }
 
-static void col_zero(col_dst d, int64_t n) {
+COL_INLINE void col_zero(col_dst d, int64_t n) {
     if (d.h != NULL) {
         for (int64_t i = 0; i < n; i++) d.h[i] = 0;
     } else {
@@ -104,7 +113,7 @@ static void col_zero(col_dst d, int64_t n) {
 }
 
 /* d[i] = src[i * s] for i in [0, n) */
-static void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
+COL_INLINE void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
     if (n <= 0) return;
     if (s == 1) {
         if (d.h != NULL) duet_f32_to_bf16(d.h, src, (size_t)n);
@@ -127,7 +136,8 @@ static void col_gather(col_dst d, const float *src, int64_t s, int64_t n) {
 
 /* In rows [0, nrows) of a tap's columns (OW entries each), the entries
  * outside [lo, hi) read padding: zero them. */
-static void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo, int64_t hi) {
+COL_INLINE void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t lo,
+                                  int64_t hi) {
     for (int64_t oh = 0; oh < nrows; oh++) {
         const col_dst d = col_at(rows, oh * ow_n);
         col_zero(d, lo);
@@ -139,65 +149,131 @@ static void zero_outside_cols(col_dst rows, int64_t nrows, int64_t ow_n, int64_t
  * (16 KB of stack per thread). */
 #define IM2COL_STAGE 4096
 
-/* Output rows [r0, r1) of the columns of one sample x (C, H, W): col has
- * C*KH*KW rows with leading dimension ld, and row (c, i, j), column
- * (oh - r0)*OW + ow holds x[c, oh*s - p + i, ow*s - p + j], or 0 in the
- * padding. */
-static void im2col(col_dst col, int64_t ld, const float *x, const conv_geom *g, int64_t r0,
-                   int64_t r1) {
+/* Compiled for AVX2 and AVX-512 as well as the baseline, picked at load
+ * time, for im2col's and col2im's work on one channel: the discriminator's
+ * stride-2 gather and scatter and the short rows of small planes were SSE
+ * loops (a quarter of im2col's time in the tiny SRGAN was the stride-2
+ * gather). The work is copies and single additions, so every clone gives
+ * the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CONV_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CONV_CLONES
+#endif
+
+/* im2col's rows (c, i, j) of channel c for output rows [r0, r1). */
+CONV_CLONES static void im2col_channel(col_dst col, int64_t ld, const float *x,
+                                       const conv_geom *g, int64_t r0, int64_t r1, int64_t c) {
     const int64_t s = g->stride, pad = g->pad, ow_n = g->ow;
     /* Stride 1 with "same" width: output row oh of kernel tap (i, j) is input
      * row oh - p + i shifted by j - p, so the valid rows are one shifted copy
      * of the plane, after which the few columns that wrapped around from the
      * neighbouring row are zeroed. */
     const bool shifted_plane = s == 1 && g->ow == g->w;
-    /* Channels fill disjoint rows: threads split them. */
-#pragma omp parallel for num_threads(duet__par_threads(g->k * (r1 - r0) * ow_n)) \
-    schedule(static)
-    for (int64_t c = 0; c < g->c; c++) {
-        const float *plane = x + c * g->h * g->w;
-        float stage[IM2COL_STAGE];
-        for (int64_t i = 0; i < g->kh; i++) {
-            int64_t rlo, rhi;
-            valid_rows(g, i, &rlo, &rhi);
-            clamp_rows(&rlo, &rhi, r0, r1);
-            for (int64_t j = 0; j < g->kw; j++) {
-                const col_dst row = col_at(col, ((c * g->kh + i) * g->kw + j) * ld);
-                int64_t lo, hi;
-                valid_cols(g, j, &lo, &hi);
-                col_zero(row, (rlo - r0) * ow_n);
-                col_zero(col_at(row, (rhi - r0) * ow_n), (r1 - rhi) * ow_n);
-                const int64_t off = j - pad;
-                if (shifted_plane && rhi > rlo) {
-                    /* Elements [lo, n - (OW - hi)) of the block read inside
-                     * the plane; the rest are zeroed below. */
-                    const col_dst dst = col_at(row, (rlo - r0) * ow_n);
-                    const float *src = plane + (rlo - pad + i) * g->w + off;
-                    const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
-                    col_gather(col_at(dst, lo), src + lo, 1, end - lo);
-                    zero_outside_cols(dst, rhi - rlo, ow_n, lo, hi);
-                    continue;
+    const float *plane = x + c * g->h * g->w;
+    float stage[IM2COL_STAGE];
+    for (int64_t i = 0; i < g->kh; i++) {
+        int64_t rlo, rhi;
+        valid_rows(g, i, &rlo, &rhi);
+        clamp_rows(&rlo, &rhi, r0, r1);
+        for (int64_t j = 0; j < g->kw; j++) {
+            const col_dst row = col_at(col, ((c * g->kh + i) * g->kw + j) * ld);
+            int64_t lo, hi;
+            valid_cols(g, j, &lo, &hi);
+            col_zero(row, (rlo - r0) * ow_n);
+            col_zero(col_at(row, (rhi - r0) * ow_n), (r1 - rhi) * ow_n);
+            const int64_t off = j - pad;
+            if (shifted_plane && rhi > rlo) {
+                /* Elements [lo, n - (OW - hi)) of the block read inside
+                 * the plane; the rest are zeroed below. */
+                const col_dst dst = col_at(row, (rlo - r0) * ow_n);
+                const float *src = plane + (rlo - pad + i) * g->w + off;
+                const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
+                col_gather(col_at(dst, lo), src + lo, 1, end - lo);
+                zero_outside_cols(dst, rhi - rlo, ow_n, lo, hi);
+                continue;
+            }
+            /* bf16 at a stride: whole rows gathered in float32 on the
+             * stack, then rounded in one run (a rounding call per
+             * gathered row made the discriminator's convs slower than
+             * rounding the float32 columns afterwards). */
+            const int64_t staged =
+                row.h != NULL && s != 1 && ow_n <= IM2COL_STAGE ? IM2COL_STAGE / ow_n : 0;
+            for (int64_t oh = rlo; oh < rhi;) {
+                const int64_t nrows = staged == 0 ? 1 : staged < rhi - oh ? staged : rhi - oh;
+                const col_dst out = col_at(row, (oh - r0) * ow_n);
+                const col_dst put = staged == 0 ? out : col_dst_of(stage, false);
+                for (int64_t q = 0; q < nrows; q++) {
+                    const col_dst dst = col_at(put, q * ow_n);
+                    /* Input column of output column ow: ow*s + off. */
+                    const float *src = plane + ((oh + q) * s - pad + i) * g->w + off;
+                    col_zero(dst, lo);
+                    col_gather(col_at(dst, lo), src + lo * s, s, hi - lo);
+                    col_zero(col_at(dst, hi), ow_n - hi);
                 }
-                /* bf16 at a stride: whole rows gathered in float32 on the
-                 * stack, then rounded in one run (a rounding call per
-                 * gathered row made the discriminator's convs slower than
-                 * rounding the float32 columns afterwards). */
-                const int64_t staged =
-                    row.h != NULL && s != 1 && ow_n <= IM2COL_STAGE ? IM2COL_STAGE / ow_n : 0;
-                for (int64_t oh = rlo; oh < rhi;) {
-                    const int64_t nrows = staged == 0 ? 1 : staged < rhi - oh ? staged : rhi - oh;
-                    const col_dst out = col_at(row, (oh - r0) * ow_n);
-                    const col_dst put = staged == 0 ? out : col_dst_of(stage, false);
-                    for (int64_t q = 0; q < nrows; q++) {
-                        const col_dst dst = col_at(put, q * ow_n);
-                        /* Input column of output column ow: ow*s + off. */
-                        const float *src = plane + ((oh + q) * s - pad + i) * g->w + off;
-                        col_zero(dst, lo);
-                        col_gather(col_at(dst, lo), src + lo * s, s, hi - lo);
-                        col_zero(col_at(dst, hi), ow_n - hi);
-                    }
-                    if (staged != 0) duet_f32_to_bf16(out.h, stage, (size_t)(nrows * ow_n));
-                    oh += nrows;
+                if (staged != 0) duet_f32_to_bf16(out.h, stage, (size_t)(nrows * ow_n));
+                oh += nrows;
+            }
+        }
+    }
+}
+
+/* Output rows [r0, r1) of the columns of one sample x (C, H, W): col has
+ * C*KH*KW rows with leading dimension ld, and row (c, i, j), column
+ * (oh - r0)*OW + ow holds x[c, oh*s - p + i, ow*s - p + j], or 0 in the
+ * padding. */
+static void im2col(col_dst col, int64_t ld, const float *x, const conv_geom *g, int64_t r0,
+                   int64_t r1) {
+    /* Channels fill disjoint rows: threads split them. */
+#pragma omp parallel for num_threads(duet__par_threads(g->k * (r1 - r0) * g->ow)) \
+    schedule(static)
+    for (int64_t c = 0; c < g->c; c++) im2col_channel(col, ld, x, g, r0, r1, c);
+}
+
+/* col2im's additions of channel c's rows into its plane of dx. */
+CONV_CLONES static void col2im_channel(float *dx, float *col, int64_t ld, const conv_geom *g,
+                                       int64_t r0, int64_t r1, int64_t c) {
+    const int64_t s = g->stride, pad = g->pad, ow_n = g->ow;
+    /* As in im2col: at stride 1 with "same" width, the valid rows of a tap
+     * add into one contiguous run of the plane, once the entries that read
+     * padding (and would land on the neighbouring row) are zeroed. One long
+     * add instead of a short one per row: the small planes of the tiny
+     * SRGAN spent a tenth of their step here. */
+    const bool shifted_plane = s == 1 && g->ow == g->w;
+    for (int64_t i = 0; i < g->kh; i++) {
+        int64_t rlo, rhi;
+        valid_rows(g, i, &rlo, &rhi);
+        clamp_rows(&rlo, &rhi, r0, r1);
+        for (int64_t j = 0; j < g->kw; j++) {
+            float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
+            int64_t lo, hi;
+            valid_cols(g, j, &lo, &hi);
+            const int64_t off = j - pad;
+            if (shifted_plane && rhi > rlo) {
+                float *src = row + (rlo - r0) * ow_n;
+                const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
+                zero_outside_cols(col_dst_of(src, false), rhi - rlo, ow_n, lo, hi);
+                /* Entry e of the run lands at plane index base + e. */
+                float *dst = dx + (c * g->h + rlo - pad + i) * g->w;
+                if (off >= 0) {
+                    dst += off;
+                    for (int64_t e = lo; e < end; e++) dst[e] += src[e];
+                } else {
+                    for (int64_t e = lo; e < end; e++) dst[e + off] += src[e];
+                }
+                continue;
+            }
+            for (int64_t oh = rlo; oh < rhi; oh++) {
+                const float *src = row + (oh - r0) * g->ow;
+                float *dst = dx + (c * g->h + oh * s - pad + i) * g->w;
+                if (s == 1) {
+                    /* Unit stride: a plain vectorisable add of rows. */
+                    float *d1 = dst + off;
+                    for (int64_t ow = lo; ow < hi; ow++) d1[ow] += src[ow];
+                } else if (s == 2) {
+                    for (int64_t ow = lo; ow < hi; ow++) dst[2 * ow + off] += src[ow];
+                } else {
+                    for (int64_t ow = lo; ow < hi; ow++) dst[ow * s + off] += src[ow];
                 }
             }
         }
@@ -209,57 +285,11 @@ static void im2col(col_dst col, int64_t ld, const float *x, const conv_geom *g, 
  * are dropped). col is scratch: entries that read padding may be zeroed. */
 static void col2im(float *dx, float *col, int64_t ld, const conv_geom *g, int64_t r0,
                    int64_t r1) {
-    const int64_t s = g->stride, pad = g->pad, ow_n = g->ow;
-    /* As in im2col: at stride 1 with "same" width, the valid rows of a tap
-     * add into one contiguous run of the plane, once the entries that read
-     * padding (and would land on the neighbouring row) are zeroed. One long
-     * add instead of a short one per row: the small planes of the tiny
-     * SRGAN spent a tenth of their step here. */
-    const bool shifted_plane = s == 1 && g->ow == g->w;
     /* A channel's rows add only into its own plane of dx: threads split
      * channels, and each sum keeps its order whatever their number. */
 #pragma omp parallel for num_threads(duet__par_threads(g->k * (r1 - r0) * g->ow)) \
     schedule(static)
-    for (int64_t c = 0; c < g->c; c++) {
-        for (int64_t i = 0; i < g->kh; i++) {
-            int64_t rlo, rhi;
-            valid_rows(g, i, &rlo, &rhi);
-            clamp_rows(&rlo, &rhi, r0, r1);
-            for (int64_t j = 0; j < g->kw; j++) {
-                float *row = col + ((c * g->kh + i) * g->kw + j) * ld;
-                int64_t lo, hi;
-                valid_cols(g, j, &lo, &hi);
-                const int64_t off = j - pad;
-                if (shifted_plane && rhi > rlo) {
-                    float *src = row + (rlo - r0) * ow_n;
-                    const int64_t n = (rhi - rlo) * ow_n, end = n - (ow_n - hi);
-                    zero_outside_cols(col_dst_of(src, false), rhi - rlo, ow_n, lo, hi);
-                    /* Entry e of the run lands at plane index base + e. */
-                    float *dst = dx + (c * g->h + rlo - pad + i) * g->w;
-                    if (off >= 0) {
-                        dst += off;
-                        for (int64_t e = lo; e < end; e++) dst[e] += src[e];
-                    } else {
-                        for (int64_t e = lo; e < end; e++) dst[e + off] += src[e];
-                    }
-                    continue;
-                }
-                for (int64_t oh = rlo; oh < rhi; oh++) {
-                    const float *src = row + (oh - r0) * g->ow;
-                    float *dst = dx + (c * g->h + oh * s - pad + i) * g->w;
-                    if (s == 1) {
-                        /* Unit stride: a plain vectorisable add of rows. */
-                        float *d1 = dst + off;
-                        for (int64_t ow = lo; ow < hi; ow++) d1[ow] += src[ow];
-                    } else if (s == 2) {
-                        for (int64_t ow = lo; ow < hi; ow++) dst[2 * ow + off] += src[ow];
-                    } else {
-                        for (int64_t ow = lo; ow < hi; ow++) dst[ow * s + off] += src[ow];
-                    }
-                }
-            }
-        }
-    }
+    for (int64_t c = 0; c < g->c; c++) col2im_channel(dx, col, ld, g, r0, r1, c);
 }
 
 static int conv_geometry(const duet_tensor *x, const duet_tensor *w, const duet_tensor *b,

@@ -32,6 +32,38 @@ static int max_pool_backward(duet_node *node) {
     return DUET_OK;
 }
 
+/* One plane of a 2x2 stride-2 max pool (VGG's and the tiny models' only
+ * kind), the same rule as the general loop without its branches: a window's
+ * four values in row-major order, each taking over when the maximum so far
+ * is not NaN and it is not <= it (greater, or NaN): the first maximum wins
+ * and the first NaN sticks. Also compiled for AVX2 and AVX-512, picked at
+ * load time; comparisons and selects only, so the same result from each.
+ * argmax may be NULL. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+static void pool2x2_plane(float *restrict py, int32_t *restrict argmax, const float *restrict px,
+                          int64_t w, int64_t oh, int64_t ow) {
+    for (int64_t i = 0; i < oh; i++) {
+        const float *r0 = px + 2 * i * w, *r1 = r0 + w;
+        const int32_t base = (int32_t)(2 * i * w);
+        for (int64_t j = 0; j < ow; j++) {
+            const float v[4] = {r0[2 * j], r0[2 * j + 1], r1[2 * j], r1[2 * j + 1]};
+            const int32_t at[4] = {base + (int32_t)(2 * j), base + (int32_t)(2 * j + 1),
+                                   base + (int32_t)(w + 2 * j), base + (int32_t)(w + 2 * j + 1)};
+            float m = v[0];
+            int32_t best = at[0];
+            for (int k = 1; k < 4; k++) {
+                const bool take = m == m && !(v[k] <= m);
+                m = take ? v[k] : m;
+                best = take ? at[k] : best;
+            }
+            py[i * ow + j] = m;
+            if (argmax != NULL) argmax[i * ow + j] = best;
+        }
+    }
+}
+
 int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
     DUET__OP_ON_CPU(out, "max_pool2d", "x", x);
     char sx[DUET_SHAPE_STR_MAX];
@@ -67,6 +99,10 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *px = x->data + pl * h * w;
         float *py = y->data + pl * oh * ow;
+        if (kernel == 2 && stride == 2) {
+            pool2x2_plane(py, c != NULL ? c->argmax + pl * oh * ow : NULL, px, w, oh, ow);
+            continue;
+        }
         for (int64_t i = 0; i < oh; i++) {
             for (int64_t j = 0; j < ow; j++) {
                 int64_t best = i * stride * w + j * stride;

@@ -163,8 +163,11 @@ int duet_wrapper_create(duet_model *model, duet_comm *comm, const char *const *d
     w->model = model;
     w->comm = comm;
     w->opts = o;
-    w->opts.trace_path = NULL; /* not kept past create */
     rc = o.kind == DUET_WRAPPER_WHOLE_MODEL ? wrap_whole(w) : wrap_parts(w);
+    /* Not kept past create (the DDPs have their own copies); cleared only
+     * now: wrapping reads it (it was cleared before, and no trace was ever
+     * written). */
+    w->opts.trace_path = NULL;
     if (rc != DUET_OK) {
         duet_wrapper_destroy(w);
         return rc;

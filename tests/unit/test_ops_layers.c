@@ -2,8 +2,11 @@
  * test_kernels.c): linear, batch_norm2d
  * (training and eval statistics, running updates, gradients, and the
  * SyncBatchNorm reduce path checked by splitting a batch in two),
- * max_pool2d (values, argmax routing, ties, NaN, overlap), and elu's
- * vectorised expm1 against double precision. */
+ * max_pool2d (values, argmax routing, ties, NaN, overlap; the 2x2 stride-2
+ * loop against the general rule), elu's
+ * vectorised expm1 against double precision, and relu / leaky_relu (their
+ * vectorised mask words) against their definitions, and Adam's vectorised,
+ * threaded update against its scalar element (duet__adam_element). */
 #include "testutil.h"
 
 #include <math.h>
@@ -404,6 +407,58 @@ static void test_max_pool_ties_nan_errors(void **state) {
     duet_tensor_release(x);
 }
 
+/* 2x2 stride-2 pooling (its own vectorised loop) against the rule of the
+ * general one, on planes with odd and even sides, many ties and NaNs:
+ * every output, and which input each output's gradient reaches (the first
+ * maximum in row-major window order; the first NaN when there is one). */
+static void test_max_pool_2x2_ties_and_nans(void **state) {
+    (void)state;
+    duet_rng rng = duet_rng_make(13, 0);
+    const int64_t sides[3][2] = {{7, 6}, {8, 9}, {64, 64}};
+    for (int t = 0; t < 3; t++) {
+        const int64_t h = sides[t][0], w = sides[t][1], oh = h / 2, ow = w / 2, planes = 2 * 3;
+        duet_tensor *x = tu_zeros(4, (int64_t[]){2, 3, h, w});
+        for (int64_t i = 0; i < x->numel; i++) {
+            const uint64_t r = duet_rng_u64(&rng) % 16;
+            x->data[i] = r == 0 ? NAN : r == 1 ? -INFINITY : (float)(r % 3) - 1.0f;
+        }
+        x->requires_grad = true;
+        duet_tensor *y = NULL;
+        TU_OK(duet_max_pool2d(x, 2, 2, &y));
+        float *dy = malloc((size_t)y->numel * sizeof(float));
+        float *want_dx = calloc((size_t)x->numel, sizeof(float));
+        assert_true(dy != NULL && want_dx != NULL);
+        for (int64_t p = 0; p < planes; p++)
+            for (int64_t i = 0; i < oh; i++)
+                for (int64_t j = 0; j < ow; j++) {
+                    const int64_t q = (p * oh + i) * ow + j;
+                    int64_t best = -1;
+                    for (int a = 0; a < 2 && (best < 0 || !isnan(x->data[best])); a++)
+                        for (int b = 0; b < 2; b++) {
+                            const int64_t idx = (p * h + 2 * i + a) * w + 2 * j + b;
+                            const float v = x->data[idx];
+                            if (best < 0 || v > x->data[best] || isnan(v)) best = idx;
+                            if (isnan(v)) break;
+                        }
+                    const float want = x->data[best];
+                    if (memcmp(&want, &y->data[q], sizeof want) != 0)
+                        fail_msg("%lldx%lld: y[%lld] = %g, want %g", (long long)h, (long long)w,
+                                 (long long)q, (double)y->data[q], (double)want);
+                    dy[q] = (float)(q + 1);
+                    want_dx[best] += dy[q];
+                }
+        tu_backprop_with(y, dy);
+        for (int64_t i = 0; i < x->numel; i++)
+            if (x->grad[i] != want_dx[i])
+                fail_msg("%lldx%lld: dx[%lld] = %g, want %g", (long long)h, (long long)w,
+                         (long long)i, (double)x->grad[i], (double)want_dx[i]);
+        free(dy);
+        free(want_dx);
+        duet_tensor_release(y);
+        duet_tensor_release(x);
+    }
+}
+
 /* ---- elu ------------------------------------------------------------------- */
 
 /* Distance in units in the last place between two finite floats of one sign. */
@@ -469,6 +524,128 @@ static void test_elu_forward_accuracy(void **state) {
     duet_tensor_release(t);
 }
 
+/* ---- relu, leaky_relu ----------------------------------------------------------- */
+
+/* relu and leaky_relu (slopes 0.2 and -0.5, copying and in place) against
+ * their definitions element by element, bit for bit, on sizes around the
+ * kernels' 64-element mask words and 4096-element chunks (a partial last
+ * word, a partial last chunk, one large enough for threads), with +-0,
+ * +-inf and NaN among the inputs: the output, and the gradient of
+ * sum(out * r), which reads back the bit mask. */
+static void test_rectifiers_elementwise(void **state) {
+    (void)state;
+    const int64_t sizes[] = {1, 31, 33, 63, 64, 65, 4096, 4096 + 64 * 3 + 5, 70001};
+    const float slopes[] = {0.0f, 0.2f, -0.5f}; /* 0: relu */
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-38f, -1e-38f};
+    duet_rng rng = duet_rng_make(11, 0);
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        const int64_t n = sizes[si];
+        duet_tensor *x0 = tu_randn(&rng, 1, (int64_t[]){n}, 1.0f);
+        duet_tensor *r = tu_randn(&rng, 1, (int64_t[]){n}, 1.0f);
+        for (int64_t i = 0; i < n; i += 5) x0->data[i] = special[(i / 5) % 7];
+        for (size_t k = 0; k < sizeof slopes / sizeof slopes[0]; k++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                const float slope = slopes[k];
+                duet_tensor *x = NULL, *h = NULL, *y = NULL, *m = NULL, *loss = NULL;
+                TU_OK(duet_tensor_create(1, (int64_t[]){n}, &x));
+                memcpy(x->data, x0->data, (size_t)n * sizeof(float));
+                x->requires_grad = true;
+                /* A fresh op output that the in-place form may overwrite. */
+                TU_OK(duet_scale(x, 1.0f, &h));
+                if (slope == 0.0f) TU_OK(inplace ? duet_relu_inplace(h, &y) : duet_relu(h, &y));
+                else
+                    TU_OK(inplace ? duet_leaky_relu_inplace(h, slope, &y)
+                                  : duet_leaky_relu(h, slope, &y));
+                duet_tensor_release(h);
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = x0->data[i];
+                    const float want = slope == 0.0f ? (v < 0.0f ? 0.0f : v)
+                                                     : (v > 0.0f ? v : slope * v);
+                    if (memcmp(&want, &y->data[i], sizeof want) != 0)
+                        fail_msg("n %lld slope %g inplace %d: out[%lld] = %a for x %a, want %a",
+                                 (long long)n, (double)slope, inplace, (long long)i,
+                                 (double)y->data[i], (double)v, (double)want);
+                }
+                TU_OK(duet_mul(y, r, &m));
+                TU_OK(duet_sum(m, &loss));
+                TU_OK(duet_backward(loss));
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = x0->data[i], g = r->data[i];
+                    const float want = 0.0f + (v > 0.0f ? g : slope * g);
+                    if (memcmp(&want, &x->grad[i], sizeof want) != 0)
+                        fail_msg("n %lld slope %g inplace %d: grad[%lld] = %a for x %a, want %a",
+                                 (long long)n, (double)slope, inplace, (long long)i,
+                                 (double)x->grad[i], (double)v, (double)want);
+                }
+                duet_tensor_release(loss);
+                duet_tensor_release(m);
+                duet_tensor_release(y);
+                duet_tensor_release(x);
+            }
+        }
+        duet_tensor_release(r);
+        duet_tensor_release(x0);
+    }
+}
+
+/* ---- adam ------------------------------------------------------------------ */
+
+/* duet_adam_update (vectorised, in chunks over threads) against
+ * duet__adam_element one element at a time, bit for bit, with and without
+ * weight decay, over two tensors: one large enough for threads and a
+ * partial last chunk, one of 5 elements; second moments include zeros, and
+ * the two tensors are at different steps. */
+static void test_adam_update_matches_elementwise(void **state) {
+    (void)state;
+    const int64_t sizes[2] = {70001, 5}, steps[2] = {3, 1};
+    duet_rng rng = duet_rng_make(9, 0);
+    for (int wd = 0; wd < 2; wd++) {
+        const duet_adam_hparams hp = {.lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                                      .weight_decay = wd ? 0.01f : 0.0f};
+        duet_tensor *p[2], *m[2], *v[2];
+        float *want_p[2], *want_m[2], *want_v[2];
+        for (int i = 0; i < 2; i++) {
+            const int64_t n = sizes[i];
+            p[i] = tu_randn(&rng, 1, (int64_t[]){n}, 1.0f);
+            m[i] = tu_randn(&rng, 1, (int64_t[]){n}, 0.1f);
+            v[i] = tu_randn(&rng, 1, (int64_t[]){n}, 0.1f);
+            TU_OK(duet_tensor_ensure_grad(p[i]));
+            for (int64_t j = 0; j < n; j++) {
+                v[i]->data[j] = j % 7 == 0 ? 0.0f : v[i]->data[j] * v[i]->data[j];
+                p[i]->grad[j] = duet_rng_normal(&rng);
+            }
+            want_p[i] = malloc((size_t)n * sizeof(float));
+            want_m[i] = malloc((size_t)n * sizeof(float));
+            want_v[i] = malloc((size_t)n * sizeof(float));
+            assert_true(want_p[i] != NULL && want_m[i] != NULL && want_v[i] != NULL);
+            memcpy(want_p[i], p[i]->data, (size_t)n * sizeof(float));
+            memcpy(want_m[i], m[i]->data, (size_t)n * sizeof(float));
+            memcpy(want_v[i], v[i]->data, (size_t)n * sizeof(float));
+            duet__adam_consts k;
+            duet__adam_consts_make(&hp, steps[i], &k);
+            for (int64_t j = 0; j < n; j++)
+                duet__adam_element(&want_p[i][j], &want_m[i][j], &want_v[i][j], p[i]->grad[j], &k);
+        }
+        TU_OK(duet_adam_update(2, p, m, v, steps, &hp));
+        for (int i = 0; i < 2; i++) {
+            const float *got[3] = {p[i]->data, m[i]->data, v[i]->data};
+            const float *want[3] = {want_p[i], want_m[i], want_v[i]};
+            for (int t = 0; t < 3; t++)
+                for (int64_t j = 0; j < sizes[i]; j++)
+                    if (memcmp(&got[t][j], &want[t][j], sizeof(float)) != 0)
+                        fail_msg("wd %d tensor %d %s[%lld] = %a, want %a", wd, i,
+                                 t == 0 ? "param" : t == 1 ? "exp_avg" : "exp_avg_sq",
+                                 (long long)j, (double)got[t][j], (double)want[t][j]);
+            free(want_p[i]);
+            free(want_m[i]);
+            free(want_v[i]);
+            duet_tensor_release(p[i]);
+            duet_tensor_release(m[i]);
+            duet_tensor_release(v[i]);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear_forward),
@@ -480,7 +657,10 @@ int main(void) {
         cmocka_unit_test(test_bn_errors),
         cmocka_unit_test(test_max_pool_forward_and_grad),
         cmocka_unit_test(test_max_pool_ties_nan_errors),
+        cmocka_unit_test(test_max_pool_2x2_ties_and_nans),
         cmocka_unit_test(test_elu_forward_accuracy),
+        cmocka_unit_test(test_rectifiers_elementwise),
+        cmocka_unit_test(test_adam_update_matches_elementwise),
     };
     return cmocka_run_group_tests_name("ops_layers", tests, NULL, NULL);
 }

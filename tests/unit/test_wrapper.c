@@ -1,10 +1,14 @@
 /* The DistributedDataParallelWrapper in one process (a world of one): the
  * wrapping rule, devices, scatter and delegation, SRGAN through the wrapper,
- * and the whole-model DDP that cannot train a GAN. The multi-process
- * behaviour is in tests/mpi/test_wrapper*.c and test_srgan*.c. */
+ * the whole-model DDP that cannot train a GAN, and the per-part DDP traces.
+ * The multi-process behaviour is in tests/mpi/test_wrapper*.c and
+ * test_srgan*.c. */
 #include "testutil.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "duet/train.h"
 
@@ -270,6 +274,32 @@ static void test_build_wrapper(void **state) {
     duet_config_destroy(cfg);
 }
 
+/* opts.trace_path gives each wrapped part's DDP its Chrome trace ("%s" the
+ * part's name), written when the wrapper is destroyed. */
+static void test_trace_per_part(void **state) {
+    (void)state;
+    char dir[] = "/tmp/duet_wrapper_traceXXXXXX", pattern[96], path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(pattern, sizeof pattern, "%s/%%s.json", dir);
+    duet_wrapper_opts wo = duet_wrapper_opts_default();
+    wo.trace_path = pattern;
+    duet_wrapper *w = NULL;
+    TU_OK(duet_wrapper_create(toy_model(), tu_comm, cpu, 1, &wo, &w));
+    duet_wrapper_destroy(w);
+    const char *parts[2] = {"mixed", "trainable"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s.json.rank0", dir, parts[i]);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) fail_msg("no trace file %s", path);
+        char head[32] = {0};
+        assert_true(fread(head, 1, sizeof head - 1, f) > 0);
+        fclose(f);
+        assert_non_null(strstr(head, "traceEvents"));
+        assert_int_equal(remove(path), 0);
+    }
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrapping_rule),
@@ -278,6 +308,7 @@ int main(void) {
         cmocka_unit_test(test_srgan_wrapped_matches_plain),
         cmocka_unit_test(test_whole_model_ddp_fails),
         cmocka_unit_test(test_build_wrapper),
+        cmocka_unit_test(test_trace_per_part),
     };
     int failed = cmocka_run_group_tests(tests, tu_world_setup, tu_world_teardown);
     return duet_comm_finalize() == DUET_OK ? failed : 1;
