@@ -218,6 +218,8 @@ class KinkWatch:
         return self.margins[s] + (s,)
 
     def summary(self):
+        if not self.margins:
+            return "no ReLU or LeakyReLU input"
         m, where, step = self.margin()
         return (f"every ReLU input at least {m:.3g} of its RMS from the kink (step {step}, "
                 f"{where}); of {self.inputs:.3g} inputs " +
@@ -225,10 +227,11 @@ class KinkWatch:
 
     def tensors(self, draw):
         """kink.margin: per step, the smallest |v| / rms(v); kink.draw."""
-        steps = sorted(self.margins)
-        return {"kink.margin": torch.tensor([self.margins[s][0] for s in steps],
-                                            dtype=torch.float64),
-                "kink.draw": torch.tensor([float(draw)], dtype=torch.float64)}
+        out = {"kink.draw": torch.tensor([float(draw)], dtype=torch.float64)}
+        if self.margins:
+            out["kink.margin"] = torch.tensor([self.margins[s][0] for s in sorted(self.margins)],
+                                              dtype=torch.float64)
+        return out
 
 
 def part_distance(ref, other, step, part):
