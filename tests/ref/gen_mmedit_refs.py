@@ -123,8 +123,8 @@ def adam_moments(model, opt):
 # PyTorch float32's own distance from float64 at a ReLU input, step by
 # step from the same state, is 4e-7 to 6e-7 of its RMS (median of the
 # largest module's; the largest single one 5e-6). Within 1e-6 of the
-# kink lie 120 of SRGAN's inputs and 18 to 27 of GLInpaintor's in every
-# draw measured, so the chance that a batch keeps them all clear is
+# kink lie 75 to 117 of SRGAN's inputs and 18 to 27 of GLInpaintor's in
+# every draw measured, so the chance that a batch keeps them all clear is
 # exp(-18) or less; a margin a redraw can reach (1e-8: SRGAN's four draws
 # 1.2e-10, 8.9e-9, 3.1e-8, 1.9e-8) covers a thousandth of that band and
 # does not tell the failing draws (SRGAN draw 0 at 1.2e-10 fails on
@@ -144,7 +144,11 @@ def adam_moments(model, opt):
 # after some step; --draw K starts from draw K. Measured with it (2 ranks):
 #   SRGAN, MARGIN 5e-7 (the median float32 distance): draw 0 flipped lands
 #     134 times PyTorch's distance from float64 in the discriminator (step
-#     2; duet on oneDNN fails there), draw 2 within 1.5 times (passes).
+#     2; duet on oneDNN fails there), draw 1 8.9 times (duet on oneDNN
+#     passes: it crossed fewer of them), draw 2 within 1.5 times (passes).
+#     A draw that passes this check is one whose near-kink inputs all
+#     crossed at once stay within the test's bound, a sufficient condition,
+#     not a necessary one.
 #   GLInpaintor, draw 0, 5e-7: the 24 inputs flipped put the generator
 #     0.0159 from float64 after step 1, duet on oneDNN's distance to three
 #     digits (PyTorch 1.05e-5): the crossing is that one. Draw 3 (duet on
@@ -172,7 +176,7 @@ class KinkWatch:
     forward of the step, the module it is at, and how many inputs lay within
     1e-7 and 1e-6 of their RMS. With flip, each call's inputs within flip of
     their RMS are put on the other side of the kink instead (the value: the
-    gradient through them stays the identity), for kink_flipped."""
+    gradient through them stays the identity), for --kink-flip (draw_batch)."""
 
     def __init__(self, flip=0.0):
         self.flip = flip
