@@ -623,8 +623,9 @@ class DDPRun:
         model.train()
         self.init = {k: v.clone() for k, v in model.state_dict().items()}
         replicas = [copy.deepcopy(model).to(dtype) for _ in range(ranks)]
-        for m in replicas if watch is not None else ():
-            watch.watch(m)
+        if watch is not None:
+            for m in replicas:
+                watch.watch(m)
         for r, m in enumerate(replicas):
             m._duet_rank = (r, ranks)  # for a spec's draws of the global batch (DeepFillv1's alphas)
         opts = [mo.optimizers(m, cfg) for m in replicas]
