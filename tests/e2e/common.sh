@@ -130,25 +130,26 @@ PY_MASK
 }
 
 # One DeepFill tiny config end to end on 2 processes (test_deepfillv1_e2e.sh,
-# test_deepfillv2_e2e.sh): e2e_deepfill CFG LOG_KEY... trains CFG 100
-# iterations on smooth stand-in photos written under the sample photos'
-# names (nothing is downloaded), then checks:
+# test_deepfillv2_e2e.sh): E2E_DEEPFILL_GAIN_DB=X e2e_deepfill CFG LOG_KEY...
+# trains CFG 100 iterations on smooth stand-in photos written under the
+# sample photos' names (nothing is downloaded), then checks:
 # - every LOG_KEY is in the log at iterations 10, 50 and 100, and stage 2's
 #   L1 in the hole falls;
-# - `duet test --json` scores the final generator and the masked input
-#   itself (l1, psnr, ssim), and `duet test --out` writes the filled images;
+# - `duet test --json` on the two held-out stand-ins: the filled images beat
+#   the masked input itself by at least X dB of PSNR, and by L1 in the hole;
+#   `duet test --out` writes the filled images;
 # - the evaluation picture is where the log says;
 # - `duet infer --mask` writes the filled 72x72 image; without --mask it is
 #   refused with the reason.
-# Whether the tiny generators beat the masked input is not asked: after 100
-# iterations they fill holes with one flat colour (README, "Inpainting"),
-# and whether that colour beats the grey hole turned on last-bit
-# differences (a vectorised ELU within 2 ulp moved v2 from 22.35 dB to
-# 15.99 against the input's 17.57). These tests check the pipeline; the
-# MMEditing reference tests check the training.
+# X is a third or less of what the scripts' runs measured (README,
+# "Inpainting": v1 +11.1 dB, v2 +5.0 dB), so the verdict does not turn on
+# last-bit differences; with MMEditing's 0.02 init instead of the configs'
+# init_cfg.gain, v2 fills its holes with one flat colour and scores 1.6 dB
+# below the masked input, which this check refuses.
 e2e_deepfill() {
   local CFG=$1
   shift
+  [ -n "${E2E_DEEPFILL_GAIN_DB:-}" ] || fail "e2e_deepfill: set E2E_DEEPFILL_GAIN_DB"
   export ROOT=$(cd "$(dirname "$0")/../.." && pwd)
   MPI=(mpiexec -n 2 --oversubscribe)
   [ "$(id -u)" -eq 0 ] && MPI+=(--allow-run-as-root)
@@ -178,12 +179,16 @@ PY_LOG
 
   "$DUET" test "$CFG" "$T/w/latest.safetensors" "${SETS[@]}" --json > "$T/test.json" \
     2> "$T/test.err" || { cat "$T/test.err"; fail "test --json"; }
-  "$PY" - "$T/test.json" <<'PY_TEST' || { cat "$T/test.json"; fail "test --json: a metric missing or not finite"; }
+  echo "e2e_deepfill: held-out stand-ins after 100 iterations: $(cat "$T/test.json")"
+  "$PY" - "$T/test.json" "$E2E_DEEPFILL_GAIN_DB" <<'PY_TEST' \
+    || { cat "$T/test.json"; fail "test --json: a metric missing, or the fill not better than the masked input by $E2E_DEEPFILL_GAIN_DB dB"; }
 import json, math, sys
 r = json.loads(open(sys.argv[1]).read())
 assert r["images"] == 2, r
 for k in ("l1", "psnr", "ssim", "l1_input", "psnr_input", "ssim_input"):
     assert math.isfinite(r[k]), (k, r)
+assert r["psnr"] >= r["psnr_input"] + float(sys.argv[2]), r
+assert r["l1"] < r["l1_input"], r
 PY_TEST
   "$DUET" test "$CFG" "$T/w/latest.safetensors" "${SETS[@]}" --out "$T/filled" > "$T/test.out" \
     2>&1 || { cat "$T/test.out"; fail "test"; }
