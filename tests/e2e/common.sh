@@ -139,8 +139,9 @@ PY_MASK
 #   the masked input itself by at least X dB of PSNR, and by L1 in the hole;
 #   `duet test --out` writes the filled images;
 # - the evaluation picture is where the log says;
-# - `duet infer --mask` writes the filled 72x72 image; without --mask it is
-#   refused with the reason.
+# - `duet infer --mask` writes the filled 72x72 image, in RGB (a red photo
+#   stays red outside the hole); without --mask it is refused with the
+#   reason.
 # X is a third or less of what the scripts' runs measured (README,
 # "Inpainting": v1 +11.1 dB, v2 +5.0 dB), so the verdict does not turn on
 # last-bit differences; with MMEditing's 0.02 init instead of the configs'
@@ -211,6 +212,30 @@ from pngio import read_png
 w, h, c, _ = read_png(sys.argv[1])
 assert (w, h, c) == (72, 72, 3), (w, h, c)
 PY_SIZE
+  # The written images are RGB: the pipeline loads BGR (MMEditing's
+  # default, as its inpainting configs do), so the writer swaps back. A red
+  # photo stays red outside the hole.
+  "$PY" - "$T/red/red.png" <<'PY_RED'
+import os, struct, sys, zlib
+os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+w = h = 300
+raw = b"".join(b"\x00" + bytes((230, 20, 10)) * w for _ in range(h))
+def chunk(t, d):
+    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n"
+    + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+    + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+PY_RED
+  "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/red/red.png" --mask "$T/hole.png" \
+    --out "$T/inf_red" "${SETS[@]}" > "$T/infer_red.out" 2>&1 || { cat "$T/infer_red.out"; fail "infer red"; }
+  "$PY" - "$T/inf_red/red.png" <<'PY_RGB' || fail "infer wrote the channels in the wrong order"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests", "e2e"))
+from pngio import read_png
+w, h, c, rows = read_png(sys.argv[1])
+corner = list(rows[0][0:3])  # row 0, column 0: outside the hole
+assert abs(corner[0] - 230) <= 1 and abs(corner[1] - 20) <= 1 and abs(corner[2] - 10) <= 1, corner
+PY_RGB
   if "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --out "$T/inf2" \
     "${SETS[@]}" > "$T/nomask.out" 2>&1; then
     fail "infer without --mask succeeded for an inpaintor"
