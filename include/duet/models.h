@@ -291,12 +291,16 @@ typedef struct duet_deepfill_refiner_opts {
     duet_deepfill_decoder_opts decoder;
 } duet_deepfill_refiner_opts;
 /* DeepFillEncoderDecoder: stage1 a GLEncoderDecoder of encoder,
- * dilation_neck and decoder; stage2 a DeepFillRefiner. */
+ * dilation_neck and decoder; stage2 a DeepFillRefiner. init_gain: the
+ * standard deviation of init_weights' normal init of every convolution
+ * (MMEditing's normal_init(m, 0, 0.02): 0.02, the default; config key
+ * init_cfg.gain, as the generation models' init_cfg writes it). */
 typedef struct duet_deepfill_encdec_opts {
     duet_deepfill_encoder_opts encoder;
     duet_gl_dilation_neck_opts dilation_neck;
     duet_deepfill_decoder_opts decoder;
     duet_deepfill_refiner_opts stage2;
+    float init_gain;
 } duet_deepfill_encdec_opts;
 
 duet_deepfill_encoder_opts duet_deepfill_encoder_opts_default(void);

@@ -457,6 +457,7 @@ typedef struct sample {
     bool has_bbox;
     int64_t bbox[4];
     float *masked;     /* masked_img, HWC */
+    bool bgr;          /* the channels' order so far: loaded BGR, swapped by to_rgb */
     const char *path;
 } sample;
 
@@ -569,6 +570,7 @@ static int run_step(const inpainting *t, const duet_istep *st, int64_t index, du
                     const char *mask_path, sample *s) {
     switch (st->kind) {
     case DUET_ISTEP_LOAD:
+        s->bgr = st->bgr;
         return load_image(s->path, t->max_pixels, st->bgr, s);
     case DUET_ISTEP_LOAD_MASK:
         if (mask_path != NULL) return load_mask_file(mask_path, t->max_pixels, s);
@@ -617,6 +619,7 @@ static int run_step(const inpainting *t, const duet_istep *st, int64_t index, du
         DUET_TRY(to_float(s));
         double inv[3];
         for (int c = 0; c < 3; c++) inv[c] = 1.0 / (double)st->std[c];
+        if (st->to_rgb) s->bgr = !s->bgr;
         for (int64_t i = 0; i < s->h * s->w; i++) {
             if (st->to_rgb) {
                 float v = s->f[i * 3];
@@ -678,6 +681,11 @@ static int build_batch(const sample *s, duet_batch *out) {
         duet_tensor_release(b);
         DUET_TRY(rc);
     }
+    /* what a writer of these images needs: MMEditing's inpainting data is
+     * BGR (LoadImageFromFile's default, Normalize without to_rgb), which its
+     * cv2.imwrite writes as such; a PNG writer of RGB must swap it back */
+    const char *order = s->bgr ? "bgr" : "rgb";
+    DUET_TRY(duet_batch_add_meta(out, "channel_order", 1, &order));
     return duet_batch_add_meta(out, "gt_img_path", 1, &s->path);
 }
 

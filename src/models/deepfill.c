@@ -364,26 +364,28 @@ duet_deepfill_encdec_opts duet_deepfill_encdec_opts_default(void) {
         .dilation_neck = duet_gl_dilation_neck_opts_default(),
         .decoder = duet_deepfill_decoder_opts_default(),
         .stage2 = duet_deepfill_refiner_opts_default(),
+        .init_gain = 0.02f,
     };
     o.dilation_neck.in_channels = 128;
     o.dilation_neck.elu = true;
     return o;
 }
 
-/* DeepFillEncoderDecoder.init_weights: normal_init(0, 0.02) (bias 0) on
- * every nn.Conv2d, constant_init(1) (bias 0) on the norms. */
-static void init_weights(duet_module *m, duet_rng *rng) {
+/* DeepFillEncoderDecoder.init_weights: normal_init(0, gain) (bias 0) on
+ * every nn.Conv2d (MMEditing's gain: 0.02), constant_init(1) (bias 0) on
+ * the norms. */
+static void init_weights(duet_module *m, float gain, duet_rng *rng) {
     duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
     if (duet_module_is(m, "Conv2d")) {
         for (int64_t i = 0; w != NULL && i < w->numel; i++)
-            w->data[i] = 0.02f * duet_rng_normal(rng);
+            w->data[i] = gain * duet_rng_normal(rng);
         if (b != NULL) duet_tensor_fill(b, 0.0f);
     } else if (duet_module_is(m, "BatchNorm2d")) {
         if (w != NULL) duet_tensor_fill(w, 1.0f);
         if (b != NULL) duet_tensor_fill(b, 0.0f);
     }
     for (size_t i = 0; i < duet_module_child_count(m); i++)
-        init_weights(duet_module_child_at(m, i), rng);
+        init_weights(duet_module_child_at(m, i), gain, rng);
 }
 
 int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *o, duet_rng *init_rng,
@@ -391,6 +393,10 @@ int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *o, duet_rng *in
     *out = NULL;
     if (init_rng == NULL)
         return duet__error(DUET_EINVAL, "DeepFillEncoderDecoder: init rng is NULL");
+    if (!(o->init_gain > 0.0f && o->init_gain < 1e3f))
+        return duet__error(DUET_EINVAL, "DeepFillEncoderDecoder: init_cfg.gain is %g: the "
+                           "normal init's standard deviation must be positive and finite",
+                           (double)o->init_gain);
     const int enc_c = encoder_out_channels(&o->encoder);
     if (enc_c != o->dilation_neck.in_channels || enc_c != o->decoder.in_channels)
         return duet__error(DUET_EINVAL, "DeepFillEncoderDecoder: stage1's encoder gives %d "
@@ -422,7 +428,7 @@ int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *o, duet_rng *in
         duet_module_destroy(m);
         return rc;
     }
-    init_weights(m, init_rng);
+    init_weights(m, o->init_gain, init_rng);
     *out = m;
     return DUET_OK;
 }

@@ -45,14 +45,32 @@ int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
     return DUET_OK;
 }
 
+/* Channels 0 and 2 of an (N, 3, H, W) tensor swapped in place when the
+ * batch's meta says its images are BGR (the inpainting data's
+ * "channel_order"): the PNG writer takes RGB. */
+void duet__to_rgb_for_png(const duet_batch *b, duet_tensor *t) {
+    const char *order = duet_batch_meta_get(b, "channel_order", 0);
+    if (order == NULL || strcmp(order, "bgr") != 0 || t->ndim != 4 || t->shape[1] != 3) return;
+    const int64_t plane = t->shape[2] * t->shape[3];
+    for (int64_t n = 0; n < t->shape[0]; n++) {
+        float *p = t->data + n * 3 * plane;
+        for (int64_t i = 0; i < plane; i++) {
+            float v = p[i];
+            p[i] = p[2 * plane + i];
+            p[2 * plane + i] = v;
+        }
+    }
+}
+
 /* The picture's row for data on [-1, 1]: translation's img_a | output |
- * img_b, inpainting's masked_img | output | gt_img. */
-static int signed_row(duet_image **row, const duet_tensor *a, const duet_tensor *out,
-                           const duet_tensor *b) {
+ * img_b, inpainting's masked_img | output | gt_img, in RGB. */
+static int signed_row(duet_image **row, const duet_batch *b_meta, const duet_tensor *a,
+                      const duet_tensor *out, const duet_tensor *b) {
     duet_tensor *u[3] = {NULL, NULL, NULL};
     int rc = duet__from_signed(a, &u[0]);
     if (rc == DUET_OK) rc = duet__from_signed(out, &u[1]);
     if (rc == DUET_OK) rc = duet__from_signed(b, &u[2]);
+    for (int k = 0; k < 3 && rc == DUET_OK; k++) duet__to_rgb_for_png(b_meta, u[k]);
     if (rc == DUET_OK) rc = duet__grid_row(u[0], u[1], u[2], 0, 4, row);
     for (int k = 0; k < 3; k++) duet_tensor_release(u[k]);
     return rc;
@@ -177,11 +195,12 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     }
     if (rc == DUET_OK && out_dir != NULL) {
         if (translation || inpainting) rc = duet__from_signed(vo.output, &saved);
+        if (rc == DUET_OK && saved != NULL) duet__to_rgb_for_png(&batch, saved);
         if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
     }
     if (rc == DUET_OK && row != NULL)
-        rc = translation  ? signed_row(row, img_a, vo.output, img_b)
-             : inpainting ? signed_row(row, masked, vo.output, gt_img)
+        rc = translation  ? signed_row(row, &batch, img_a, vo.output, img_b)
+             : inpainting ? signed_row(row, &batch, masked, vo.output, gt_img)
                           : duet__grid_row(lq, vo.output, gt, 0, 4, row);
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);

@@ -221,6 +221,18 @@ int duet__reg_read_deepfill_encdec(duet_config *c, void *opts) {
     rc = s != NULL ? read_stage2(s, &o->stage2) : DUET_OK;
     duet_config_destroy(s);
     DUET_TRY(rc);
+    /* init_cfg: duet's key for the standard deviation MMEditing's
+     * init_weights hard-codes (normal_init(m, 0, 0.02)), written as the
+     * generation models' init_cfg (type 'normal', gain). */
+    const char *init = "normal";
+    DUET_TRY(duet_config_get_string_or(c, "init_cfg.type", "normal", &init));
+    if (strcmp(init, "normal") != 0)
+        return duet_config_error(c, "init_cfg.type", "'init_cfg.type' = \"%s\": "
+                                 "DeepFillEncoderDecoder's init is 'normal'", init);
+    DUET_TRY(duet__reg_get_float(c, "init_cfg.gain", o->init_gain, &o->init_gain));
+    if (!(o->init_gain > 0.0f && o->init_gain < 1e3f))
+        return duet_config_error(c, "init_cfg.gain", "'init_cfg.gain' = %g: the normal init's "
+                                 "standard deviation must be positive", (double)o->init_gain);
     /* the offsets are always at hand (duet_deepfill_encdec_forward) */
     bool offset = false;
     return duet_config_get_bool_or(c, "return_offset", false, &offset);

@@ -866,7 +866,7 @@ static int translate(duet__run *r, duet_tensor *x, duet_tensor **y) {
 }
 
 /* An inpaintor: image and mask through data.val.pipeline, its val_step's
- * composite, saved as duet test --out saves it: (x + 1) / 2. */
+ * composite, saved as duet test --out saves it: (x + 1) / 2, in RGB. */
 static int inpaint(duet__run *r, const char *path, const char *mask, const char *out_dir) {
     duet_batch b = {0};
     duet_val_output vo = {0};
@@ -876,6 +876,7 @@ static int inpaint(duet__run *r, const char *path, const char *mask, const char 
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &b, &vo);
     duet_set_grad_enabled(prev);
     if (rc == DUET_OK) rc = duet__from_signed(vo.output, &shown);
+    if (rc == DUET_OK) duet__to_rgb_for_png(&b, shown);
     if (rc == DUET_OK) rc = duet__save_tensor_png(shown, out_dir, path);
     if (rc != DUET_OK) duet__error_context(rc, "%s", path);
     duet_tensor_release(shown);

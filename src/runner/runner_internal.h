@@ -90,6 +90,10 @@ int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *nam
  * tensor (x + 1) / 2 (MMEditing's tensor2img(min_max=(-1, 1)); saving
  * clamps). duet test --out and duet infer write it so. */
 int duet__from_signed(const duet_tensor *t, duet_tensor **out);
+/* t (N, 3, H, W) from BGR to RGB in place when b's meta "channel_order" is
+ * "bgr" (the inpainting data as MMEditing's configs load it), for the PNG
+ * writer; anything else is left as it is. */
+void duet__to_rgb_for_png(const duet_batch *b, duet_tensor *t);
 
 /* ---- workdir.c: one run per work dir ---- */
 /* Rank 0 before it writes anything there: takes an exclusive flock on

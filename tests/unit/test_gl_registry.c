@@ -293,10 +293,65 @@ static void test_deepfill_encdec(void **state) {
           "min = -1.0");
 }
 
+/* The root mean square of every convolution's weight (4-D parameters) and
+ * the largest |bias| of m. */
+static void conv_init_stats(duet_module *m, double *rms, double *max_bias) {
+    duet_named_tensors ps;
+    TU_OK(duet_module_named_parameters(m, false, &ps));
+    double ss = 0;
+    int64_t n = 0;
+    *max_bias = 0;
+    for (size_t i = 0; i < ps.count; i++) {
+        const duet_tensor *t = ps.items[i].tensor;
+        const char *name = ps.items[i].name;
+        size_t len = strlen(name);
+        for (int64_t k = 0; k < t->numel; k++) {
+            if (t->ndim == 4) {
+                ss += (double)t->data[k] * t->data[k];
+                n++;
+            } else if (len > 5 && strcmp(name + len - 5, ".bias") == 0) {
+                *max_bias = fmax(*max_bias, fabs(t->data[k]));
+            }
+        }
+    }
+    duet_named_tensors_clear(&ps);
+    *rms = sqrt(ss / (double)n);
+}
+
+/* init_cfg.gain: the standard deviation of DeepFillEncoderDecoder's normal
+ * init (MMEditing's 0.02 when absent), biases zero either way; anything but
+ * type 'normal' and a positive gain is named. */
+static void test_deepfill_encdec_init_gain(void **state) {
+    (void)state;
+    static const char *const gains[2] = {"", " init_cfg = { type = \"normal\"; gain = 0.08; };"};
+    static const double want[2] = {0.02, 0.08};
+    for (int i = 0; i < 2; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "net = { type = \"DeepFillEncoderDecoder\";%s };", gains[i]);
+        duet_module *m = build(text, DUET_OK, NULL);
+        double rms = 0, max_bias = 1;
+        conv_init_stats(m, &rms, &max_bias);
+        assert_true(fabs(rms / want[i] - 1.0) < 0.01);
+        assert_true(max_bias == 0.0);
+        duet_module_destroy(m);
+    }
+    build("net = { type = \"DeepFillEncoderDecoder\"; init_cfg = { type = \"kaiming\"; }; };",
+          DUET_ECONFIG, "init is 'normal'");
+    build("net = { type = \"DeepFillEncoderDecoder\"; init_cfg = { gain = 0.0; }; };",
+          DUET_ECONFIG, "must be positive");
+    duet_deepfill_encdec_opts o = duet_deepfill_encdec_opts_default();
+    o.init_gain = -1.0f;
+    duet_rng rng = duet_rng_make(5, 0);
+    duet_module *d = NULL;
+    tu_expect_error(duet_deepfill_encdec_create(&o, &rng, &d), DUET_EINVAL, "init_cfg.gain", NULL);
+    assert_null(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gl_encdec),
         cmocka_unit_test(test_deepfill_encdec),
+        cmocka_unit_test(test_deepfill_encdec_init_gain),
         cmocka_unit_test(test_gl_discs),
         cmocka_unit_test(test_multi_layer_disc),
         cmocka_unit_test(test_deepfill_discs),
