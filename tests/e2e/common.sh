@@ -1,6 +1,8 @@
 # Shared by the e2e scripts (sourced, not a test): the set-up every script
 # makes, random RGB PNGs and a tiny x4 MSRResNet config on them. Needs
-# python3 (standard library only).
+# python3 (standard library only). The Python snippets below read and write
+# PNGs through tests/e2e/pngio.py (E2E_DIR, on their path).
+export E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # e2e_begin NAME: DUET (from DUET_EXE, set by CTest), PY, a fresh folder T
 # (removed on exit unless KEEP=1), fail() that names the test, one BLAS
@@ -21,19 +23,15 @@ fail() { echo "${E2E_NAME:-e2e}: FAIL: $*" >&2; exit 1; }
 # 00.png, 01.png, ..., seeded (the same bytes every run).
 e2e_pngs() {
   "${PY:-python3}" - "$1" "$2" "${3:-16}" <<'PY_PNGS'
-import os, random, struct, sys, zlib
+import os, random, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from pngio import write_png
 folder, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rng = random.Random(0)
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
 os.makedirs(folder, exist_ok=True)
 for i in range(count):
-    raw = b"".join(b"\x00" + bytes(rng.randint(0, 255) for _ in range(size * 3))
-                   for _ in range(size))
-    with open(os.path.join(folder, "%02d.png" % i), "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n"
-                + chunk(b"IHDR", struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    write_png(os.path.join(folder, "%02d.png" % i), size, size, 3,
+              [rng.randint(0, 255) for _ in range(size * size * 3)])
 PY_PNGS
 }
 
@@ -42,18 +40,14 @@ PY_PNGS
 # random noise would make every difference look alike.
 e2e_photo() {
   "${PY:-python3}" - "$@" <<'PY_PHOTO'
-import math, os, struct, sys, zlib
+import math, os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from pngio import write_png
 path, w, h = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 seed = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 fx, fy = 0.3 - 0.01 * seed, 0.17 + 0.02 * seed
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-raw = b"".join(b"\x00" + bytes(int(127 + 120 * math.sin(fx * x + fy * y * (c + 1) + c))
-                               for x in range(w) for c in range(3)) for y in range(h))
-os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-with open(path, "wb") as f:
-    f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+write_png(path, w, h, 3, [int(127 + 120 * math.sin(fx * x + fy * y * (c + 1) + c))
+                          for y in range(h) for x in range(w) for c in range(3)])
 PY_PHOTO
 }
 
@@ -88,23 +82,19 @@ CFG_END
 # photos'. Also writes DIR/train.txt and DIR/val.txt pointing at the PNGs.
 e2e_inpainting_photos() {
   "${PY:-python3}" - "$@" <<'PY_INPAINT'
-import math, os, struct, sys, zlib
+import math, os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from pngio import write_png
 root, w, h, crop = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 train = [l.split()[0] for l in open(sys.argv[5]) if l.strip()]
 val = [l.split()[0] for l in open(sys.argv[6]) if l.strip()]
 named = list(zip(train, range(len(train)))) + list(zip(val, (1.5, 3.5)))
 scale = 128.0 / crop
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
 for name, k in named:
     fx, fy = (0.012 + 0.003 * k) * scale, (0.02 - 0.002 * k) * scale
-    raw = b"".join(b"\x00" + bytes(int(127 + 100 * math.sin(fx * x + (c + 1) * fy * y + 2 * c + k))
-                                   for x in range(w) for c in range(3)) for y in range(h))
-    path = os.path.join(root, os.path.splitext(name)[0] + ".png")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    open(path, "wb").write(b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    write_png(os.path.join(root, os.path.splitext(name)[0] + ".png"), w, h, 3,
+              [int(127 + 100 * math.sin(fx * x + (c + 1) * fy * y + 2 * c + k))
+               for y in range(h) for x in range(w) for c in range(3)])
 for src, dst in ((sys.argv[5], "train.txt"), (sys.argv[6], "val.txt")):
     with open(os.path.join(root, dst), "w") as f:
         for l in open(src):
@@ -117,15 +107,12 @@ PY_INPAINT
 # the H x W box at (TOP, LEFT) (the hole), 0 elsewhere.
 e2e_mask_png() {
   "${PY:-python3}" - "$@" <<'PY_MASK'
-import struct, sys, zlib
+import os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from pngio import write_png
 path, n, top, left, h, w = sys.argv[1], *map(int, sys.argv[2:7])
-rows = b"".join(b"\x00" + bytes(255 if top <= y < top + h and left <= x < left + w else 0
-                                for x in range(n)) for y in range(n))
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-open(path, "wb").write(b"\x89PNG\r\n\x1a\n"
-    + chunk(b"IHDR", struct.pack(">IIBBBBB", n, n, 8, 0, 0, 0, 0))
-    + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+write_png(path, n, n, 1, [255 if top <= y < top + h and left <= x < left + w else 0
+                          for y in range(n) for x in range(n)])
 PY_MASK
 }
 
@@ -216,15 +203,10 @@ PY_SIZE
   # default, as its inpainting configs do), so the writer swaps back. A red
   # photo stays red outside the hole.
   "$PY" - "$T/red/red.png" <<'PY_RED'
-import os, struct, sys, zlib
-os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
-w = h = 300
-raw = b"".join(b"\x00" + bytes((230, 20, 10)) * w for _ in range(h))
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n"
-    + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-    + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+import os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from pngio import write_png
+write_png(sys.argv[1], 300, 300, 3, bytes((230, 20, 10)) * (300 * 300))
 PY_RED
   "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/red/red.png" --mask "$T/hole.png" \
     --out "$T/inf_red" "${SETS[@]}" > "$T/infer_red.out" 2>&1 || { cat "$T/infer_red.out"; fail "infer red"; }

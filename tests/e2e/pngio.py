@@ -1,6 +1,8 @@
-"""Reads 8-bit PNGs (gray, RGB, RGBA; no interlace) with the standard library
-only, for the e2e scripts: read_png(path) -> (width, height, channels,
-rows), rows a list of bytearrays of width * channels values."""
+"""Reads and writes 8-bit PNGs (gray, RGB, RGBA; no interlace) with the
+standard library only, for the e2e scripts: read_png(path) -> (width,
+height, channels, rows), rows a list of bytearrays of width * channels
+values; write_png(path, width, height, channels, pixels)."""
+import os
 import struct
 import zlib
 
@@ -41,3 +43,24 @@ def read_png(path):
         rows.append(line)
         prev = line
     return w, h, ch, rows
+
+
+def write_png(path, width, height, channels, pixels):
+    """Writes pixels (height rows of width * channels bytes, one bytes-like
+    object or an iterable of ints, row after row) as an 8-bit PNG of 1 (gray),
+    3 (RGB) or 4 (RGBA) channels; makes the folder."""
+    pixels = bytes(pixels)
+    stride = width * channels
+    assert len(pixels) == height * stride, (len(pixels), width, height, channels)
+    raw = b"".join(b"\x00" + pixels[y * stride:(y + 1) * stride] for y in range(height))
+
+    def chunk(kind, body):
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body) & 0xffffffff))
+
+    ctype = {1: 0, 3: 2, 4: 6}[channels]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n"
+                + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, ctype, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))

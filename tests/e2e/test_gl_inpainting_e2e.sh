@@ -19,26 +19,10 @@ MPI=(mpiexec -n 2 --oversubscribe)
 
 # Smooth photos: at the 32x32 the model sees (a 128 crop resized by 4) a
 # hole is filled well by what surrounds it, which a short run can learn.
-"$PY" - "$T/sample" "$ROOT/configs/inpainting_tiny/train.txt" "$ROOT/configs/inpainting_tiny/val.txt" <<'PY_PHOTOS'
-import math, os, struct, sys, zlib
-root = sys.argv[1]
-train = [l.split()[0] for l in open(sys.argv[2]) if l.strip()]
-val = [l.split()[0] for l in open(sys.argv[3]) if l.strip()]
-# The held-out photos' frequencies lie between the training photos'.
-named = list(zip(train, range(len(train)))) + list(zip(val, (1.5, 3.5)))
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-w, h = 200, 160
-for name, k in named:
-    fx, fy = 0.012 + 0.003 * k, 0.02 - 0.002 * k
-    raw = b"".join(b"\x00" + bytes(int(127 + 100 * math.sin(fx * x + (c + 1) * fy * y + 2 * c + k))
-                                   for x in range(w) for c in range(3)) for y in range(h))
-    path = os.path.join(root, os.path.splitext(name)[0] + ".png")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    open(path, "wb").write(b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-PY_PHOTOS
+# (e2e_inpainting_photos at a 128 crop: the photos' frequencies as written
+# for 32x32.)
+e2e_inpainting_photos "$T/sample" 200 160 128 "$ROOT/configs/inpainting_tiny/train.txt" \
+  "$ROOT/configs/inpainting_tiny/val.txt"
 # The annotation files name .jpg files too: point them at the PNGs.
 sed 's/\.jpg$/.png/' "$ROOT/configs/inpainting_tiny/train.txt" > "$T/train.txt"
 sed 's/\.jpg$/.png/' "$ROOT/configs/inpainting_tiny/val.txt" > "$T/val.txt"
@@ -93,17 +77,7 @@ done
 # A hole in the middle of the 32x32 view the val pipeline makes of the
 # photo (centre crop 128, resize 32): the mask is at that size, as
 # MMEditing's LoadMask gives it (the pipeline resizes gt_img only).
-"$PY" - "$T/hole.png" <<'PY_MASK'
-import struct, sys, zlib
-w = h = 32
-rows = b"".join(b"\x00" + bytes(255 if 10 <= y < 22 and 8 <= x < 20 else 0 for x in range(w))
-                for y in range(h))
-def chunk(t, d):
-    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n"
-    + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
-    + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
-PY_MASK
+e2e_mask_png "$T/hole.png" 32 10 8 12 12
 "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --mask "$T/hole.png" \
   --out "$T/inf" "${SETS[@]}" > "$T/infer.out" 2>&1 || { cat "$T/infer.out"; fail "infer --mask"; }
 [ -s "$T/inf/rocket.png" ] || fail "infer wrote no rocket.png"
