@@ -200,3 +200,14 @@ void tu_tiny_deepfill_disc(duet_rng *rng, duet_module **out) {
     TU_OK(duet_module_add_child(m, "fc", fc));
     *out = m;
 }
+
+int tu_gan_world_setup(void **state) {
+    if (tu_world_setup(state) != 0) return -1;
+    duet_log_set_rank(tu_rank, false);
+    return 0;
+}
+
+int tu_gan_finalize(int failed) {
+    duet_comm_finalize();
+    return failed;
+}

@@ -1,5 +1,6 @@
 /* Test utilities for the GAN models under the DistributedDataParallelWrapper
- * (tests/mpi/test_srgan.c, test_esrgan_mpi.c, test_pix2pix_mpi.c): N ranks
+ * (tests/mpi/test_srgan.c, test_esrgan_mpi.c, test_pix2pix_mpi.c,
+ * test_cyclegan_mpi.c and the inpaintors' test_*_mpi.c): N ranks
  * against one process with the whole batch, bit-identical replicas, and the
  * whole-model DDP that must fail on every rank. They use tu_comm, tu_rank
  * and tu_size (tu_world_setup). */
@@ -63,5 +64,15 @@ void tu_gan_train_pair(duet_model *ref, duet_wrapper *w, tu_noise_masks *nm, boo
  * name) and "got no gradient". */
 void tu_gan_whole_model_fails_everywhere(duet_model *m, const tu_gan_run *run, int want_iter,
                                          const char *needle);
+
+/* The GAN MPI tests' group setup: tu_world_setup, and every log line
+ * prefixed with this rank. */
+int tu_gan_world_setup(void **state);
+/* Finalises MPI after a group; returns `failed` (main's value). */
+int tu_gan_finalize(int failed);
+/* main's body: runs the group `tests` with tu_gan_world_setup and
+ * tu_world_teardown, then finalises MPI. */
+#define TU_GAN_RUN_GROUP(tests) \
+    tu_gan_finalize(cmocka_run_group_tests(tests, tu_gan_world_setup, tu_world_teardown))
 
 #endif

@@ -18,7 +18,7 @@
  *   around its DDP (MMEditing's get_module(self.generators)['a'](x)) makes
  *   the backward fail on every rank instead of leaving its gradients
  *   unreduced. Each rank computes the single-process reference itself. */
-#include "testutil.h"
+#include "testutil_gan.h"
 
 #include <math.h>
 #include <string.h>
@@ -372,12 +372,6 @@ static void test_get_module_trap(void **state) {
     duet_wrapper_destroy(w);
 }
 
-static int setup(void **state) {
-    if (tu_world_setup(state) != 0) return -1;
-    duet_log_set_rank(tu_rank, false);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one_process),
@@ -387,7 +381,5 @@ int main(void) {
         cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
         cmocka_unit_test(test_get_module_trap),
     };
-    int failed = cmocka_run_group_tests(tests, setup, tu_world_teardown);
-    duet_comm_finalize();
-    return failed;
+    return TU_GAN_RUN_GROUP(tests);
 }

@@ -75,18 +75,10 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
     tu_gan_whole_model_fails_everywhere(tiny_dfv1(), &run, 2, "generator.");
 }
 
-static int setup(void **state) {
-    if (tu_world_setup(state) != 0) return -1;
-    duet_log_set_rank(tu_rank, false);
-    return 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranks_match_one_process),
         cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
     };
-    int failed = cmocka_run_group_tests(tests, setup, tu_world_teardown);
-    duet_comm_finalize();
-    return failed;
+    return TU_GAN_RUN_GROUP(tests);
 }

@@ -89,12 +89,6 @@ static void test_whole_model_ddp_fails_everywhere(void **state) {
     tu_gan_whole_model_fails_everywhere(tiny_srgan(), &run, 2, "discriminator.conv0_0.weight");
 }
 
-static int setup(void **state) {
-    if (tu_world_setup(state) != 0) return -1;
-    duet_log_set_rank(tu_rank, false);
-    return 0;
-}
-
 int main(void) {
     /* N ranks against one process at rtol 1e-4 after Adam, which turns a
      * gradient's float noise into up to lr per step: OpenBLAS keeps the
@@ -113,7 +107,5 @@ int main(void) {
         cmocka_unit_test(test_disc_init_steps),
         cmocka_unit_test(test_whole_model_ddp_fails_everywhere),
     };
-    int failed = cmocka_run_group_tests(tests, setup, tu_world_teardown);
-    duet_comm_finalize();
-    return failed;
+    return TU_GAN_RUN_GROUP(tests);
 }
