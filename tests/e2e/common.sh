@@ -116,6 +116,40 @@ write_png(path, n, n, 1, [255 if top <= y < top + h and left <= x < left + w els
 PY_MASK
 }
 
+# e2e_inpaint_outputs CFG SIZE TOP LEFT H W: what an inpaintor's run under
+# $T/w (trained with the overrides in SETS on the stand-in photos of
+# e2e_inpainting_photos) must give: `duet test --out` names the masked
+# input's row and writes both held-out photos; `duet infer --mask` with a
+# TOP LEFT H x W hole in the SIZE x SIZE view the val pipeline makes
+# ($T/hole.png) writes the filled SIZE x SIZE RGB image; `duet infer`
+# without --mask is refused with the reason.
+e2e_inpaint_outputs() {
+  local CFG=$1 SIZE=$2
+  "$DUET" test "$CFG" "$T/w/latest.safetensors" "${SETS[@]}" --out "$T/filled" > "$T/test.out" \
+    2>&1 || { cat "$T/test.out"; fail "test"; }
+  grep -q "input .*(the masked input itself)" "$T/test.out" || { cat "$T/test.out"; fail "no input row"; }
+  for n in motorcycle_left rocket; do
+    [ -s "$T/filled/val/$n.png" ] || [ -s "$T/filled/$n.png" ] || { ls -R "$T/filled"; fail "no $n.png"; }
+  done
+  e2e_mask_png "$T/hole.png" "$SIZE" "$3" "$4" "$5" "$6"
+  "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --mask "$T/hole.png" \
+    --out "$T/inf" "${SETS[@]}" > "$T/infer.out" 2>&1 || { cat "$T/infer.out"; fail "infer --mask"; }
+  [ -s "$T/inf/rocket.png" ] || fail "infer wrote no rocket.png"
+  "$PY" - "$T/inf/rocket.png" "$SIZE" <<'PY_SIZE' || fail "the filled image is not ${SIZE}x${SIZE} RGB"
+import os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from pngio import read_png
+w, h, c, _ = read_png(sys.argv[1])
+n = int(sys.argv[2])
+assert (w, h, c) == (n, n, 3), (w, h, c)
+PY_SIZE
+  if "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --out "$T/inf2" \
+    "${SETS[@]}" > "$T/nomask.out" 2>&1; then
+    fail "infer without --mask succeeded for an inpaintor"
+  fi
+  grep -q "give the hole as --mask MASK" "$T/nomask.out" || { cat "$T/nomask.out"; fail "no clear error"; }
+}
+
 # One DeepFill tiny config end to end on 2 processes (test_deepfillv1_e2e.sh,
 # test_deepfillv2_e2e.sh): E2E_DEEPFILL_GAIN_DB=X e2e_deepfill CFG LOG_KEY...
 # trains CFG 100 iterations on smooth stand-in photos written under the
@@ -178,27 +212,10 @@ for k in ("l1", "psnr", "ssim", "l1_input", "psnr_input", "ssim_input"):
 assert r["psnr"] >= r["psnr_input"] + float(sys.argv[2]), r
 assert r["l1"] < r["l1_input"], r
 PY_TEST
-  "$DUET" test "$CFG" "$T/w/latest.safetensors" "${SETS[@]}" --out "$T/filled" > "$T/test.out" \
-    2>&1 || { cat "$T/test.out"; fail "test"; }
-  grep -q "input .*(the masked input itself)" "$T/test.out" || { cat "$T/test.out"; fail "no input row"; }
-  for n in motorcycle_left rocket; do
-    [ -s "$T/filled/val/$n.png" ] || [ -s "$T/filled/$n.png" ] || { ls -R "$T/filled"; fail "no $n.png"; }
-  done
-
   # A hole in the middle of the 72x72 view the val pipeline makes of the
   # photo (centre crop 288, resize 72); the mask is at that size, as LoadMask
-  # gives it.
-  e2e_mask_png "$T/hole.png" 72 24 20 24 28
-  "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --mask "$T/hole.png" \
-    --out "$T/inf" "${SETS[@]}" > "$T/infer.out" 2>&1 || { cat "$T/infer.out"; fail "infer --mask"; }
-  [ -s "$T/inf/rocket.png" ] || fail "infer wrote no rocket.png"
-  "$PY" - "$T/inf/rocket.png" <<'PY_SIZE' || fail "the filled image is not 72x72 RGB"
-import os, sys
-sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests", "e2e"))
-from pngio import read_png
-w, h, c, _ = read_png(sys.argv[1])
-assert (w, h, c) == (72, 72, 3), (w, h, c)
-PY_SIZE
+  # gives it. The red photo below reuses it ($T/hole.png).
+  e2e_inpaint_outputs "$CFG" 72 24 20 24 28
   # The written images are RGB: the pipeline loads BGR (MMEditing's
   # default, as its inpainting configs do), so the writer swaps back. A red
   # photo stays red outside the hole.
@@ -218,9 +235,4 @@ w, h, c, rows = read_png(sys.argv[1])
 corner = list(rows[0][0:3])  # row 0, column 0: outside the hole
 assert abs(corner[0] - 230) <= 1 and abs(corner[1] - 20) <= 1 and abs(corner[2] - 10) <= 1, corner
 PY_RGB
-  if "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --out "$T/inf2" \
-    "${SETS[@]}" > "$T/nomask.out" 2>&1; then
-    fail "infer without --mask succeeded for an inpaintor"
-  fi
-  grep -q "give the hole as --mask MASK" "$T/nomask.out" || { cat "$T/nomask.out"; fail "no clear error"; }
 }

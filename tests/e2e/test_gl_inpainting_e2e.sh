@@ -67,30 +67,8 @@ assert r["images"] == 2, r
 assert r["psnr"] > r["psnr_input"] + 0.5, r
 assert r["l1"] < 0.9 * r["l1_input"], r
 PY_TEST
-"$DUET" test "$CFG" "$T/w/latest.safetensors" "${SETS[@]}" --out "$T/filled" > "$T/test.out" \
-  2>&1 || { cat "$T/test.out"; fail "test"; }
-grep -q "input .*(the masked input itself)" "$T/test.out" || { cat "$T/test.out"; fail "no input row"; }
-for n in motorcycle_left rocket; do
-  [ -s "$T/filled/val/$n.png" ] || [ -s "$T/filled/$n.png" ] || { ls -R "$T/filled"; fail "no $n.png"; }
-done
-
 # A hole in the middle of the 32x32 view the val pipeline makes of the
 # photo (centre crop 128, resize 32): the mask is at that size, as
 # MMEditing's LoadMask gives it (the pipeline resizes gt_img only).
-e2e_mask_png "$T/hole.png" 32 10 8 12 12
-"$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --mask "$T/hole.png" \
-  --out "$T/inf" "${SETS[@]}" > "$T/infer.out" 2>&1 || { cat "$T/infer.out"; fail "infer --mask"; }
-[ -s "$T/inf/rocket.png" ] || fail "infer wrote no rocket.png"
-"$PY" - "$T/inf/rocket.png" <<'PY_SIZE' || fail "the filled image is not 32x32 RGB"
-import os, sys
-sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests", "e2e"))
-from pngio import read_png
-w, h, c, _ = read_png(sys.argv[1])
-assert (w, h, c) == (32, 32, 3), (w, h, c)
-PY_SIZE
-if "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --out "$T/inf2" \
-    "${SETS[@]}" > "$T/nomask.out" 2>&1; then
-  fail "infer without --mask succeeded for an inpaintor"
-fi
-grep -q "give the hole as --mask MASK" "$T/nomask.out" || { cat "$T/nomask.out"; fail "no clear error"; }
+e2e_inpaint_outputs "$CFG" 32 10 8 12 12
 echo "test_gl_inpainting_e2e: ok"
