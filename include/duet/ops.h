@@ -234,11 +234,17 @@ typedef enum duet_gemm_backend {
  *   and more; the weight gradient stays on the GEMM). Faster on the inner
  *   layers, a different rounding (docs/performance.md says why it is not the
  *   default).
- * - IM2COL: every convolution on im2col + the GEMM, bf16 included. */
+ * - IM2COL: every convolution on im2col + the GEMM, bf16 included.
+ * - WINOGRAD: as ONEDNN, and in float32 the 3x3 stride-1 convolutions (16
+ *   input and output channels and more) on oneDNN's Winograd F(4x4, 3x3)
+ *   kernels, all three passes: 2.25x fewer multiplications, about 3.6x
+ *   the rounding of a direct convolution in the forward and the input
+ *   gradient (docs/performance.md has both measured). bf16 as AUTO. */
 typedef enum duet_conv_path {
     DUET_CONV_AUTO = 0,
     DUET_CONV_ONEDNN = 1,
     DUET_CONV_IM2COL = 2,
+    DUET_CONV_WINOGRAD = 3,
 } duet_conv_path;
 
 typedef struct duet_kernel_opts {
@@ -276,7 +282,7 @@ int duet_default_num_threads(int local_ranks);
  * DUET_EINVAL naming the value. */
 const char *duet_gemm_backend_name(duet_gemm_backend b);
 int duet_gemm_backend_parse(const char *s, duet_gemm_backend *out);
-/* "auto", "onednn", "im2col"; parse: DUET_EINVAL naming the three. */
+/* "auto", "onednn", "im2col", "winograd"; parse: DUET_EINVAL naming them. */
 const char *duet_conv_path_name(duet_conv_path c);
 int duet_conv_path_parse(const char *s, duet_conv_path *out);
 
@@ -290,7 +296,7 @@ typedef struct duet_kernels_info {
     char bf16_impl[96]; /* oneDNN's matmul implementation for it ("brg:avx512_core_bf16") */
     char bf16_conv_impl[96]; /* its convolutions' ("jit_bf16:avx512_core_bf16", or
                               * "im2col + matmul") */
-    duet_conv_path conv; /* resolved: never AUTO in float32 (IM2COL or ONEDNN) */
+    duet_conv_path conv; /* resolved: never AUTO (IM2COL, ONEDNN or WINOGRAD) */
     char conv_impl[96]; /* float32 convolutions: oneDNN's implementation
                          * ("jit:avx512_common") with conv ONEDNN, or
                          * "im2col + sgemm" */

@@ -14,11 +14,12 @@
  * than kept, which costs one im2col per sample but no N*K*P floats of saved
  * state.
  *
- * In bf16 mixed precision, and in float32 with the conv path "onednn"
- * (duet_conv_path), convolutions go to oneDNN's convolution primitives
- * (conv_onednn.c) where it has JIT kernels for the shape and they are the
- * faster path (in float32 the forward and dX; dW stays here); the others run
- * here, in bf16 on bf16 columns for the bf16 matmul. */
+ * In bf16 mixed precision, and in float32 with the conv paths "onednn" and
+ * "winograd" (duet_conv_path), convolutions go to oneDNN's convolution
+ * primitives (conv_onednn.c) where it has JIT kernels for the shape and
+ * they are the faster path (in float32 on the direct kernels the forward
+ * and dX, dW staying here; on the Winograd kernels all three); the others
+ * run here, in bf16 on bf16 columns for the bf16 matmul. */
 #include "ops/ops_internal.h"
 
 #include <inttypes.h>
@@ -564,15 +565,17 @@ static int conv2d_backward(duet_node *node) {
     }
     if (dw == NULL && dx == NULL) return DUET_OK;
     bool bf16_on;
-    if (duet__conv_onednn_on(&bf16_on) && (bf16_on || dx != NULL)) {
-        /* In float32 oneDNN computes dx only; dw is the GEMM's below (see
-         * conv_onednn.c: its weight gradient sums in one long chain). */
+    if (duet__conv_onednn_on(&bf16_on)) {
+        /* On float32's direct kernels oneDNN computes dx only; dw is the
+         * GEMM's below (see conv_onednn.c: its weight gradient sums in one
+         * long chain). */
         const duet__conv_dims d = conv_dims(&g);
-        bool done;
-        DUET_TRY(duet__conv_onednn_backward(&d, bf16_on, x->data, w->data, dy, dx,
-                                            bf16_on ? dw : NULL, &done));
-        if (done && (bf16_on || dw == NULL)) return DUET_OK;
-        if (done) dx = NULL; /* the weight gradient is left */
+        bool dx_done, dw_done;
+        DUET_TRY(duet__conv_onednn_backward(&d, bf16_on, x->data, w->data, dy, dx, dw, &dx_done,
+                                            &dw_done));
+        if (dx_done) dx = NULL;
+        if (dw_done) dw = NULL;
+        if (dx == NULL && dw == NULL) return DUET_OK;
     }
     if (g.nb == 1) {
         int rc = conv_backward_by_sample(dx, dw, x->data, w->data, dy, &g);

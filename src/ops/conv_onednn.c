@@ -5,9 +5,10 @@
  *   and gradients float32, as in the im2col path of conv.c, but without
  *   columns (in bf16 the GEMM is twice as fast and the columns became a
  *   third of a conv's time).
- * - float32 (only with the conv path "onednn": DUET_CONV=onednn or the
- *   config's conv; duet_conv_path): the forward and the input gradient on
- *   the same primitives with float32 data, PyTorch 2's path on this CPU.
+ * - float32 (only with the conv paths "onednn" and "winograd": DUET_CONV
+ *   or the config's conv; duet_conv_path): the forward and the input
+ *   gradient on the same primitives with float32 data, PyTorch 2's path on
+ *   this CPU.
  *   Not the weight gradient: oneDNN 2.6's float32 backward-weights kernel
  *   sums all N*OH*OW products of a weight in one float32 chain (a 129x127
  *   input's weight gradient missed test_ops_conv's 1e-4), where conv.c's
@@ -15,6 +16,12 @@
  *   to float64 as im2col's (bench: rms 2-3e-7 relative on both), but the
  *   other rounding moves MMEditing's 2-process SRGAN run past its float64
  *   check (docs/performance.md).
+ * - float32 on the Winograd kernels (conv path "winograd"): the 3x3
+ *   stride-1 shapes on oneDNN's F(4x4, 3x3) kernels, the weight gradient
+ *   too (it sums over tiles in the transformed domain: 5e-7 relative rms
+ *   against float64 where the direct kernel's chain gives 1e-6, and the
+ *   forward and dX 7.8e-7 against the direct 2.2e-7; 64->64 at 24x24 and
+ *   96x96). Other shapes, and a CPU without the kernels, run as "onednn".
  *
  * The primitives want blocked layouts (nChw16c), so each call reorders:
  * x, w and dY from duet's NCHW float32 into the primitive's layout (in bf16
@@ -56,11 +63,14 @@ typedef struct prim {
 typedef struct conv_key {
     duet__conv_dims d;
     int64_t bf16;
+    int64_t wino; /* float32 3x3 stride 1 on the Winograd kernels, where they have it */
 } conv_key;
 
 typedef struct conv_entry {
     conv_key key;
     bool made, usable; /* usable: JIT kernels for all three passes */
+    bool wino;         /* on the Winograd kernels */
+    char impl[64];     /* the forward's implementation ("jit:avx512_core") */
     uint64_t last_use;
     prim fwd[2], bwd_data, bwd_weights; /* fwd[1] adds the bias */
     /* Reorders: user float32 -> the primitives' layouts, and their float32
@@ -82,16 +92,16 @@ static struct {
     dnnl_stream_t stream;
     conv_entry slots[CONV_SLOTS];
     uint64_t clock;
-    char impl[2][96]; /* the forward implementation of the last shape made,
-                       * float32 [0] and bf16 [1] */
 } cb = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
 
 static _Atomic bool enabled = true;
-static _Atomic uint64_t runs;
+static _Atomic uint64_t runs, wino_runs;
 
 bool duet__conv_onednn_enable(bool on) { return atomic_exchange(&enabled, on); }
 
 uint64_t duet__conv_onednn_runs(void) { return atomic_load(&runs); }
+
+uint64_t duet__conv_onednn_winograd_runs(void) { return atomic_load(&wino_runs); }
 
 #define DNNL_TRY(call, what) DUET__DNNL_TRY("oneDNN conv", call, what)
 
@@ -159,12 +169,19 @@ static int reorder_make(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t
     return prim_from(pd, p, "reorder");
 }
 
-/* Whether oneDNN chose one of its JIT kernels (direct or brgemm-based). */
-static bool is_jit(const_dnnl_primitive_desc_t pd) {
+/* The name of the implementation oneDNN chose for pd ("" when unknown). */
+static const char *impl_of(const_dnnl_primitive_desc_t pd) {
     const char *impl = NULL;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
         impl == NULL)
-        return false;
+        return "";
+    return impl;
+}
+
+/* Whether oneDNN chose one of its JIT kernels (direct, Winograd or
+ * brgemm-based). */
+static bool is_jit(const_dnnl_primitive_desc_t pd) {
+    const char *impl = impl_of(pd);
     return strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0;
 }
 
@@ -189,9 +206,62 @@ static int input_reorder(const dnnl_memory_desc_t *user, const dnnl_memory_desc_
     return reorder_make(user, md, false, p);
 }
 
+/* The primitive descriptors of one algorithm into pd[0..3]: the forward
+ * without and with the bias, backward data, and backward weights when
+ * `weights` (else pd[3] NULL). *ok false, every pd[i] NULL, when oneDNN
+ * has not got them all as JIT kernels, or when the bias changes the
+ * layouts (the backward does not know which forward ran). */
+static int pds_create(dnnl_alg_kind_t alg, bool weights, const dnnl_memory_desc_t *x_any,
+                      const dnnl_memory_desc_t *w_any, const dnnl_memory_desc_t *y_any,
+                      const dnnl_memory_desc_t *dy_any, const dnnl_memory_desc_t *dx_any,
+                      const dnnl_memory_desc_t *dw_any, const dnnl_memory_desc_t *bias,
+                      const dnnl_dims_t strides, const dnnl_dims_t pl, const dnnl_dims_t pr,
+                      dnnl_primitive_desc_t *pd[4], bool *ok) {
+    *ok = false;
+    dnnl_convolution_desc_t fd, fbd, bdd, bwd;
+    dnnl_status_t st = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, x_any,
+                                                          w_any, NULL, y_any, strides, pl, pr);
+    if (st == dnnl_success)
+        st = dnnl_convolution_forward_desc_init(&fbd, dnnl_forward_training, alg, x_any, w_any,
+                                                bias, y_any, strides, pl, pr);
+    if (st == dnnl_success)
+        st = dnnl_convolution_backward_data_desc_init(&bdd, alg, dx_any, w_any, dy_any, strides,
+                                                      pl, pr);
+    if (st == dnnl_success)
+        st = dnnl_convolution_backward_weights_desc_init(&bwd, alg, x_any, dw_any, NULL, dy_any,
+                                                         strides, pl, pr);
+    /* A shape the direct kernels refuse is an error; the Winograd ones
+     * leave it to the direct. */
+    if (st != dnnl_success)
+        return alg == dnnl_convolution_winograd ? DUET_OK : dnnl_fail(st, "convolution desc");
+    dnnl_primitive_attr_t attr;
+    DUET_TRY(attr_make(false, &attr));
+    st = dnnl_primitive_desc_create(pd[0], &fd, attr, cb.engine, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(pd[1], &fbd, attr, cb.engine, NULL);
+    if (st == dnnl_success) st = dnnl_primitive_desc_create(pd[2], &bdd, attr, cb.engine, *pd[0]);
+    if (st == dnnl_success && weights)
+        st = dnnl_primitive_desc_create(pd[3], &bwd, attr, cb.engine, *pd[0]);
+    dnnl_primitive_attr_destroy(attr);
+    *ok = st == dnnl_success && is_jit(*pd[0]) && is_jit(*pd[1]) && is_jit(*pd[2]) &&
+          (!weights || is_jit(*pd[3])) &&
+          dnnl_memory_desc_equal(md_query(*pd[0], dnnl_query_src_md),
+                                 md_query(*pd[1], dnnl_query_src_md)) &&
+          dnnl_memory_desc_equal(md_query(*pd[0], dnnl_query_weights_md),
+                                 md_query(*pd[1], dnnl_query_weights_md)) &&
+          dnnl_memory_desc_equal(md_query(*pd[0], dnnl_query_dst_md),
+                                 md_query(*pd[1], dnnl_query_dst_md));
+    if (!*ok)
+        for (int i = 0; i < 4; i++) {
+            dnnl_primitive_desc_destroy(*pd[i]);
+            *pd[i] = NULL;
+        }
+    return DUET_OK;
+}
+
 /* Makes e's primitives for key: the forward without and with a bias (the
- * backward does not know which the forward had), the backward passes (in
- * float32 backward data only) and the reorders. e->usable stays false (and
+ * backward does not know which the forward had), the backward passes
+ * (backward weights in bf16 and on the Winograd kernels; on float32's
+ * direct kernels backward data only) and the reorders. e->usable stays false (and
  * DUET_OK is returned) when oneDNN has no JIT kernel for one of them. */
 static int entry_make(conv_entry *e, const conv_key *key) {
     const duet__conv_dims *d = &key->d;
@@ -222,57 +292,31 @@ static int entry_make(conv_entry *e, const conv_key *key) {
     dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, in_t, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&dx_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
     dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, dnnl_f32, dnnl_format_tag_any);
-
-    dnnl_convolution_desc_t fd, fbd, bdd, bwd;
-    DNNL_TRY(dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training,
-                                                dnnl_convolution_direct, &x_any, &w_any, NULL,
-                                                &y_any, strides, pl, pr),
-             "forward desc");
-    DNNL_TRY(dnnl_convolution_forward_desc_init(&fbd, dnnl_forward_training,
-                                                dnnl_convolution_direct, &x_any, &w_any, &e->bias,
-                                                &y_any, strides, pl, pr),
-             "forward desc");
-    DNNL_TRY(dnnl_convolution_backward_data_desc_init(&bdd, dnnl_convolution_direct, &dx_any,
-                                                      &w_any, &dy_any, strides, pl, pr),
-             "backward data desc");
-    DNNL_TRY(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &x_any,
-                                                         &dw_any, NULL, &dy_any, strides, pl, pr),
-             "backward weights desc");
-    dnnl_primitive_attr_t attr;
-    DUET_TRY(attr_make(false, &attr));
     dnnl_primitive_desc_t fpd = NULL, fbpd = NULL, dpd = NULL, wpd = NULL;
-    dnnl_status_t st = dnnl_primitive_desc_create(&fpd, &fd, attr, cb.engine, NULL);
-    if (st == dnnl_success) st = dnnl_primitive_desc_create(&fbpd, &fbd, attr, cb.engine, NULL);
-    if (st == dnnl_success) st = dnnl_primitive_desc_create(&dpd, &bdd, attr, cb.engine, fpd);
-    if (st == dnnl_success && bf16)
-        st = dnnl_primitive_desc_create(&wpd, &bwd, attr, cb.engine, fpd);
-    dnnl_primitive_attr_destroy(attr);
-    /* Unimplemented, not a JIT kernel, or the bias changing the layouts:
-     * conv.c's own path. */
-    if (st != dnnl_success || !is_jit(fpd) || !is_jit(fbpd) || !is_jit(dpd) ||
-        (bf16 && !is_jit(wpd)) ||
-        !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_src_md),
-                                md_query(fbpd, dnnl_query_src_md)) ||
-        !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_weights_md),
-                                md_query(fbpd, dnnl_query_weights_md)) ||
-        !dnnl_memory_desc_equal(md_query(fpd, dnnl_query_dst_md),
-                                md_query(fbpd, dnnl_query_dst_md))) {
-        dnnl_primitive_desc_destroy(fpd);
-        dnnl_primitive_desc_destroy(fbpd);
-        dnnl_primitive_desc_destroy(dpd);
-        dnnl_primitive_desc_destroy(wpd);
-        return DUET_OK;
+    dnnl_primitive_desc_t *pd_all[4] = {&fpd, &fbpd, &dpd, &wpd};
+    /* Winograd where asked for and oneDNN has its kernels for the shape
+     * (3x3, stride 1), else the direct kernels. */
+    const bool wino = key->wino && d->kh == 3 && d->kw == 3 && d->stride == 1;
+    bool ok = false;
+    if (wino) {
+        DUET_TRY(pds_create(dnnl_convolution_winograd, true, &x_any, &w_any, &y_any, &dy_any,
+                            &dx_any, &dw_any, &e->bias, strides, pl, pr, pd_all, &ok));
     }
-    const char *impl = NULL;
-    if (dnnl_primitive_desc_query(fpd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
-        snprintf(cb.impl[bf16], sizeof cb.impl[bf16], "%s", impl);
+    if (!ok) {
+        DUET_TRY(pds_create(dnnl_convolution_direct, bf16, &x_any, &w_any, &y_any, &dy_any,
+                            &dx_any, &dw_any, &e->bias, strides, pl, pr, pd_all, &ok));
+    }
+    if (!ok) return DUET_OK;
+    e->wino = wino && fpd != NULL && strncmp(impl_of(fpd), "jit_wino", 8) == 0;
+    const bool wei = wpd != NULL; /* the weight gradient on oneDNN's kernels too */
+    snprintf(e->impl, sizeof e->impl, "%s", impl_of(fpd));
     e->x_fwd_md = *md_query(fpd, dnnl_query_src_md);
     e->w_fwd_md = *md_query(fpd, dnnl_query_weights_md);
     e->y_md = *md_query(fpd, dnnl_query_dst_md);
     e->dy_data_md = *md_query(dpd, dnnl_query_diff_dst_md);
     e->w_data_md = *md_query(dpd, dnnl_query_weights_md);
     e->dx_md = *md_query(dpd, dnnl_query_diff_src_md);
-    if (bf16) {
+    if (wei) {
         e->x_wei_md = *md_query(wpd, dnnl_query_src_md);
         e->dy_wei_md = *md_query(wpd, dnnl_query_diff_dst_md);
         e->dw_md = *md_query(wpd, dnnl_query_diff_weights_md);
@@ -281,7 +325,7 @@ static int entry_make(conv_entry *e, const conv_key *key) {
     int rc = prim_from(fpd, &e->fwd[0], "forward convolution");
     int rc_b = prim_from(fbpd, &e->fwd[1], "forward convolution with bias");
     int rc_d = prim_from(dpd, &e->bwd_data, "backward-data convolution");
-    int rc_w = bf16 ? prim_from(wpd, &e->bwd_weights, "backward-weights convolution") : DUET_OK;
+    int rc_w = wei ? prim_from(wpd, &e->bwd_weights, "backward-weights convolution") : DUET_OK;
     DUET_TRY(rc);
     DUET_TRY(rc_b);
     DUET_TRY(rc_d);
@@ -293,7 +337,7 @@ static int entry_make(conv_entry *e, const conv_key *key) {
     DUET_TRY(input_reorder(&e->user_y, &e->dy_data_md, &e->dy_data));
     DUET_TRY(input_reorder(&e->user_w, &e->w_data_md, &e->w_data));
     DUET_TRY(reorder_make(&e->dx_md, &e->user_x, true, &e->dx_out));
-    if (bf16) {
+    if (wei) {
         DUET_TRY(input_reorder(&e->user_x, &e->x_wei_md, &e->x_wei));
         if (!e->dy_shared) DUET_TRY(input_reorder(&e->user_y, &e->dy_wei_md, &e->dy_wei));
         DUET_TRY(reorder_make(&e->dw_md, &e->user_w, true, &e->dw_out));
@@ -399,18 +443,80 @@ static int operand(const prim *p, const dnnl_memory_desc_t *user_md, const float
     return reorder(p, user_md, user, md, buf);
 }
 
-/* Looks the entry up with the lock taken; on DUET_OK with *e NULL the shape
- * is conv.c's (lock released); otherwise the caller unlocks. */
-static int begin(const duet__conv_dims *d, bool bf16, conv_entry **e) {
-    *e = NULL;
+/* Samples per oneDNN call. The primitives' blocked copies of x and y (or dY
+ * and dX) live in scratch for a call's whole batch, and the Winograd
+ * kernels' scratchpad grows with it (188 MB for the full SRGAN's 64->256
+ * 3x3 at 64x64, batch 16): a call runs on chunks of samples whose input and
+ * output together take about CHUNK_BYTES, and a chunk is halved while a
+ * primitive's scratchpad is over SCRATCH_MAX. The forward and dX are the
+ * same sample by sample; dW adds the chunks' sums.
+ * Measured on the full SRGAN step, one thread, DUET_CONV=winograd (peak
+ * resident MB, CPU s per step): whole batches 1443 MB, 7.6 s; 16 MB chunks
+ * 1188 MB; 32 MB 1236 MB; 8 MB 1175 MB. bench_ops --batch 16: the
+ * Winograd kernels keep 250-330 GF/s (direct-equivalent) on 16 MB chunks,
+ * except where the transformed 512x512 weights dominate the scratchpad
+ * (VGG's 512->512 at 16x16: 116 MB whole, 57 ms; halved to 32 MB, 141 ms),
+ * hence SCRATCH_MAX above that. */
+#define CHUNK_BYTES ((int64_t)16 << 20)
+#define SCRATCH_MAX ((size_t)128 << 20)
+
+static _Atomic int64_t chunk_bytes = CHUNK_BYTES;
+
+int64_t duet__conv_onednn_chunk_bytes(int64_t bytes) {
+    return atomic_exchange(&chunk_bytes, bytes > 0 ? bytes : CHUNK_BYTES);
+}
+
+/* The call's plan: chunks of nb samples on e[0], the last one (when
+ * shorter) on e[1]. */
+typedef struct chunks {
+    conv_entry *e[2];
+    int64_t nb;
+} chunks;
+
+static int64_t chunk_samples(const duet__conv_dims *d) {
+    const int64_t per = (int64_t)sizeof(float) * (d->c * d->h * d->w + d->o * d->oh * d->ow);
+    int64_t most = atomic_load_explicit(&chunk_bytes, memory_order_relaxed) / (per > 0 ? per : 1);
+    if (most < 1) most = 1;
+    if (most >= d->n) return d->n;
+    for (int64_t nb = most; 2 * nb >= most; nb--) /* a divisor of n: one shape */
+        if (d->n % nb == 0) return nb;
+    return most;
+}
+
+static size_t entry_scratch(const conv_entry *e) {
+    const prim *all[] = {&e->fwd[0], &e->fwd[1], &e->bwd_data, &e->bwd_weights};
+    size_t most = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i]->scratch > most) most = all[i]->scratch;
+    return most;
+}
+
+/* The entry of d's shape with n samples. With the lock held. */
+static int entry_for(const duet__conv_dims *d, int64_t n, bool bf16, bool wino, conv_entry **e) {
+    conv_key key = {*d, bf16, wino && !bf16};
+    key.d.n = n;
+    return entry_get(&key, e);
+}
+
+/* Plans the call with the lock taken; on DUET_OK with c->e[0] NULL the
+ * shape is conv.c's (lock released); otherwise the caller unlocks. */
+static int begin(const duet__conv_dims *d, bool bf16, bool wino, chunks *c) {
+    memset(c, 0, sizeof *c);
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return DUET_OK;
     pthread_once(&cb.once, conv_onednn_init);
     if (cb.init_rc != DUET_OK) return cb.init_rc;
     pthread_mutex_lock(&cb.lock);
-    const conv_key key = {*d, bf16};
-    int rc = entry_get(&key, e);
-    if (rc != DUET_OK || !(*e)->usable) {
-        *e = NULL;
+    int64_t nb = chunk_samples(d);
+    int rc = entry_for(d, nb, bf16, wino, &c->e[0]);
+    while (rc == DUET_OK && c->e[0]->usable && nb > 1 && entry_scratch(c->e[0]) > SCRATCH_MAX) {
+        nb = (nb + 1) / 2;
+        rc = entry_for(d, nb, bf16, wino, &c->e[0]);
+    }
+    c->nb = nb;
+    if (rc == DUET_OK && c->e[0]->usable && d->n % nb != 0)
+        rc = entry_for(d, d->n % nb, bf16, wino, &c->e[1]);
+    if (rc != DUET_OK || !c->e[0]->usable || (c->e[1] != NULL && !c->e[1]->usable)) {
+        c->e[0] = c->e[1] = NULL;
         pthread_mutex_unlock(&cb.lock);
     }
     return rc;
@@ -423,57 +529,76 @@ static void count_pass(const duet__conv_dims *d) {
                            (uint64_t)(d->oh * d->ow));
 }
 
-static int forward_held(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
-                        const float *bias, float *y, bool *done) {
-    conv_entry *e;
-    *done = false;
-    DUET_TRY(begin(d, bf16, &e));
-    if (e == NULL) return DUET_OK;
-    const void *xs = NULL, *ws = NULL;
+/* The weights in e's layout md, reordered by p into scratch slot 2 unless
+ * the previous chunk's entry left them there in the same layout (*had). */
+static int weights_in(const prim *p, const dnnl_memory_desc_t *user_md, const float *w,
+                      const dnnl_memory_desc_t *md, const dnnl_memory_desc_t **had,
+                      const void **out) {
+    if (*had != NULL && dnnl_memory_desc_equal(*had, md)) return DUET_OK;
+    *had = md;
+    return operand(p, user_md, w, md, 2, out);
+}
+
+static int forward_chunk(conv_entry *e, const float *x, const float *w, const float *bias,
+                         float *y, const dnnl_memory_desc_t **w_had, const void **ws) {
+    const void *xs = NULL;
     void *yb = e->y_out.p != NULL ? buffer(1, &e->y_md) : y;
     int rc = yb != NULL ? DUET_OK : DUET_ENOMEM;
     if (rc == DUET_OK) rc = operand(&e->x_fwd, &e->user_x, x, &e->x_fwd_md, 0, &xs);
-    if (rc == DUET_OK) rc = operand(&e->w_fwd, &e->user_w, w, &e->w_fwd_md, 2, &ws);
+    if (rc == DUET_OK) rc = weights_in(&e->w_fwd, &e->user_w, w, &e->w_fwd_md, w_had, ws);
     if (rc == DUET_OK) {
         const arg a[4] = {{DNNL_ARG_SRC, &e->x_fwd_md, xs},
-                          {DNNL_ARG_WEIGHTS, &e->w_fwd_md, ws},
+                          {DNNL_ARG_WEIGHTS, &e->w_fwd_md, *ws},
                           {DNNL_ARG_DST, &e->y_md, yb},
                           {DNNL_ARG_BIAS, &e->bias, bias}};
         rc = run(&e->fwd[bias != NULL], bias != NULL ? 4 : 3, a);
     }
     if (rc == DUET_OK && e->y_out.p != NULL) rc = reorder(&e->y_out, &e->y_md, yb, &e->user_y, y);
+    return rc;
+}
+
+static int forward_held(const duet__conv_dims *d, bool bf16, bool wino, const float *x,
+                        const float *w, const float *bias, float *y, bool *done) {
+    chunks c;
+    *done = false;
+    DUET_TRY(begin(d, bf16, wino, &c));
+    if (c.e[0] == NULL) return DUET_OK;
+    const int64_t xs = d->c * d->h * d->w, ys = d->o * d->oh * d->ow;
+    const dnnl_memory_desc_t *w_had = NULL;
+    const void *ws = NULL;
+    int rc = DUET_OK;
+    for (int64_t n0 = 0; n0 < d->n && rc == DUET_OK; n0 += c.nb) {
+        conv_entry *e = d->n - n0 >= c.nb ? c.e[0] : c.e[1];
+        rc = forward_chunk(e, x + n0 * xs, w, bias, y + n0 * ys, &w_had, &ws);
+    }
     pthread_mutex_unlock(&cb.lock);
     *done = rc == DUET_OK;
     if (*done) {
         atomic_fetch_add(&runs, 1);
+        if (c.e[0]->wino) atomic_fetch_add(&wino_runs, 1);
         count_pass(d);
     }
     return rc;
 }
 
-static int backward_held(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
-                         const float *dy, float *dx, float *dw, bool *done) {
-    conv_entry *e;
-    *done = false;
-    DUET_ASSERT(bf16 || dw == NULL);
-    DUET_TRY(begin(d, bf16, &e));
-    if (e == NULL) return DUET_OK;
+/* One chunk's dX (dx not NULL) and dW (dw not NULL). */
+static int backward_chunk(conv_entry *e, const float *x, const float *w, const float *dy,
+                          float *dx, float *dw, const dnnl_memory_desc_t **w_had,
+                          const void **ws) {
     int rc = DUET_OK;
     const void *dyb = NULL; /* dY in backward data's layout, when made */
     if (dx != NULL) {
-        const void *ws = NULL;
         void *dxb = buffer(1, &e->dx_md);
         rc = dxb != NULL ? DUET_OK : DUET_ENOMEM;
         if (rc == DUET_OK) rc = operand(&e->dy_data, &e->user_y, dy, &e->dy_data_md, 3, &dyb);
-        if (rc == DUET_OK) rc = operand(&e->w_data, &e->user_w, w, &e->w_data_md, 2, &ws);
+        if (rc == DUET_OK) rc = weights_in(&e->w_data, &e->user_w, w, &e->w_data_md, w_had, ws);
         if (rc == DUET_OK) {
             const arg a[3] = {{DNNL_ARG_DIFF_DST, &e->dy_data_md, dyb},
-                              {DNNL_ARG_WEIGHTS, &e->w_data_md, ws},
+                              {DNNL_ARG_WEIGHTS, &e->w_data_md, *ws},
                               {DNNL_ARG_DIFF_SRC, &e->dx_md, dxb}};
             rc = run(&e->bwd_data, 3, a);
         }
         if (rc == DUET_OK) rc = reorder(&e->dx_out, &e->dx_md, dxb, &e->user_x, dx);
-        count_pass(d);
     }
     if (dw != NULL && rc == DUET_OK) {
         const void *xs = NULL, *dyw = NULL;
@@ -492,11 +617,38 @@ static int backward_held(const duet__conv_dims *d, bool bf16, const float *x, co
             rc = run(&e->bwd_weights, 3, a);
         }
         if (rc == DUET_OK) rc = reorder(&e->dw_out, &e->dw_md, dwb, &e->user_w, dw);
-        count_pass(d);
+    }
+    return rc;
+}
+
+static int backward_held(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
+                         const float *dy, float *dx, float *dw, bool *dx_done, bool *dw_done) {
+    chunks c;
+    *dx_done = *dw_done = false;
+    DUET_TRY(begin(d, bf16, duet__conv_winograd_on(), &c));
+    if (c.e[0] == NULL) return DUET_OK;
+    /* dW on oneDNN's kernels where every chunk's entry has them; else the
+     * caller's GEMM. */
+    if (c.e[0]->bwd_weights.p == NULL || (c.e[1] != NULL && c.e[1]->bwd_weights.p == NULL))
+        dw = NULL;
+    const int64_t xs = d->c * d->h * d->w, ys = d->o * d->oh * d->ow;
+    const dnnl_memory_desc_t *w_had = NULL;
+    const void *ws = NULL;
+    int rc = DUET_OK;
+    for (int64_t n0 = 0; n0 < d->n && (dx != NULL || dw != NULL) && rc == DUET_OK; n0 += c.nb) {
+        conv_entry *e = d->n - n0 >= c.nb ? c.e[0] : c.e[1];
+        rc = backward_chunk(e, x + n0 * xs, w, dy + n0 * ys, dx != NULL ? dx + n0 * xs : NULL, dw,
+                            &w_had, &ws);
     }
     pthread_mutex_unlock(&cb.lock);
-    *done = rc == DUET_OK;
-    if (*done) atomic_fetch_add(&runs, 1);
+    if (rc == DUET_OK && (dx != NULL || dw != NULL)) {
+        *dx_done = dx != NULL;
+        *dw_done = dw != NULL;
+        atomic_fetch_add(&runs, 1);
+        if (c.e[0]->wino) atomic_fetch_add(&wino_runs, 1);
+        if (dx != NULL) count_pass(d);
+        if (dw != NULL) count_pass(d);
+    }
     return rc;
 }
 
@@ -505,21 +657,22 @@ int duet__conv_onednn_forward(const duet__conv_dims *d, bool bf16, const float *
                               const float *bias, float *y, bool *done) {
     sigset_t old;
     duet__signals_hold(&old);
-    int rc = forward_held(d, bf16, x, w, bias, y, done);
+    int rc = forward_held(d, bf16, !bf16 && duet__conv_winograd_on(), x, w, bias, y, done);
     duet__signals_release(&old);
     return rc;
 }
 
 int duet__conv_onednn_backward(const duet__conv_dims *d, bool bf16, const float *x,
-                               const float *w, const float *dy, float *dx, float *dw, bool *done) {
+                               const float *w, const float *dy, float *dx, float *dw,
+                               bool *dx_done, bool *dw_done) {
     sigset_t old;
     duet__signals_hold(&old);
-    int rc = backward_held(d, bf16, x, w, dy, dx, dw, done);
+    int rc = backward_held(d, bf16, x, w, dy, dx, dw, dx_done, dw_done);
     duet__signals_release(&old);
     return rc;
 }
 
-int duet__conv_onednn_check(bool bf16, char *impl, size_t size) {
+int duet__conv_onednn_check(bool bf16, bool winograd, char *impl, size_t size) {
     /* 16 channels at 8x8, 3x3: the shape of a network's inner layers. */
     enum { C = 16, H = 8, K = 3 };
     float x[C * H * H], w[C * C * K * K], y[C * H * H];
@@ -528,10 +681,17 @@ int duet__conv_onednn_check(bool bf16, char *impl, size_t size) {
     const duet__conv_dims d = {.n = 1, .c = C, .h = H, .w = H, .o = C, .kh = K, .kw = K,
                                .oh = H, .ow = H, .stride = 1, .pad = 1};
     bool done;
-    DUET_TRY(duet__conv_onednn_forward(&d, bf16, x, w, NULL, y, &done));
+    sigset_t old;
+    duet__signals_hold(&old);
+    int rc = forward_held(&d, bf16, winograd && !bf16, x, w, NULL, y, &done);
+    duet__signals_release(&old);
+    DUET_TRY(rc);
+    snprintf(impl, size, "%s", bf16 ? "im2col + matmul" : "im2col + sgemm");
+    if (!done) return DUET_OK;
     pthread_mutex_lock(&cb.lock);
-    const char *own = bf16 ? "im2col + matmul" : "im2col + sgemm";
-    snprintf(impl, size, "%s", done && cb.impl[bf16][0] ? cb.impl[bf16] : own);
+    conv_entry *e = NULL;
+    rc = entry_for(&d, d.n, bf16, winograd, &e); /* the one the forward ran on */
+    if (rc == DUET_OK && e->usable) snprintf(impl, size, "%s", e->impl);
     pthread_mutex_unlock(&cb.lock);
-    return DUET_OK;
+    return rc;
 }

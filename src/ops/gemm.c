@@ -107,18 +107,20 @@ const char *duet_conv_path_name(duet_conv_path c) {
     case DUET_CONV_AUTO: return "auto";
     case DUET_CONV_ONEDNN: return "onednn";
     case DUET_CONV_IM2COL: return "im2col";
+    case DUET_CONV_WINOGRAD: return "winograd";
     }
     return "?";
 }
 
 int duet_conv_path_parse(const char *s, duet_conv_path *out) {
-    static const duet_conv_path all[] = {DUET_CONV_AUTO, DUET_CONV_ONEDNN, DUET_CONV_IM2COL};
+    static const duet_conv_path all[] = {DUET_CONV_AUTO, DUET_CONV_ONEDNN, DUET_CONV_IM2COL,
+                                         DUET_CONV_WINOGRAD};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (s != NULL && strcmp(s, duet_conv_path_name(all[i])) == 0) {
             *out = all[i];
             return DUET_OK;
         }
-    return duet__error(DUET_EINVAL, "unknown convolution path '%s': use auto, onednn or im2col",
+    return duet__error(DUET_EINVAL, "unknown convolution path '%s': use auto, onednn, im2col or winograd",
                        s ? s : "(null)");
 }
 
@@ -166,7 +168,8 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
     }
     if (b == DUET_GEMM_AUTO) b = onednn_has_jit() ? DUET_GEMM_ONEDNN : DUET_GEMM_OPENBLAS;
     duet_conv_path cp = o->conv;
-    if (cp != DUET_CONV_AUTO && cp != DUET_CONV_ONEDNN && cp != DUET_CONV_IM2COL)
+    if (cp != DUET_CONV_AUTO && cp != DUET_CONV_ONEDNN && cp != DUET_CONV_IM2COL &&
+        cp != DUET_CONV_WINOGRAD)
         return duet__error(DUET_EINVAL, "kernels: unknown convolution path %d", (int)cp);
     const char *cenv = use_env ? getenv("DUET_CONV") : NULL;
     if (cp == DUET_CONV_AUTO && cenv != NULL && cenv[0] != '\0') {
@@ -182,8 +185,9 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
         n = v > 0 ? (int)v : duet_default_num_threads(o->local_ranks);
     }
     char impl[96] = "", bconv_impl[96] = "", fconv_impl[96] = "im2col + sgemm";
-    if (cp == DUET_CONV_ONEDNN)
-        DUET_TRY(duet__conv_onednn_check(false, fconv_impl, sizeof fconv_impl));
+    if (cp == DUET_CONV_ONEDNN || cp == DUET_CONV_WINOGRAD)
+        DUET_TRY(duet__conv_onednn_check(false, cp == DUET_CONV_WINOGRAD, fconv_impl,
+                                         sizeof fconv_impl));
     if (o->bf16) {
         duet_cpu_info ci = duet_cpu_info_get();
         if (!ci.avx512_bf16 && !ci.amx_bf16) {
@@ -196,7 +200,7 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
         }
         DUET_TRY(duet__bf16_check(impl, sizeof impl));
         if (cp != DUET_CONV_IM2COL)
-            DUET_TRY(duet__conv_onednn_check(true, bconv_impl, sizeof bconv_impl));
+            DUET_TRY(duet__conv_onednn_check(true, false, bconv_impl, sizeof bconv_impl));
         else snprintf(bconv_impl, sizeof bconv_impl, "im2col + matmul");
     }
     int avail = duet_cpu_available_cores();
@@ -266,7 +270,12 @@ void duet__gemm_count_flops(uint64_t n) {
 bool duet__conv_onednn_on(bool *bf16) {
     *bf16 = atomic_load_explicit(&use_bf16, memory_order_relaxed);
     const int path = atomic_load_explicit(&conv_path, memory_order_relaxed);
-    return path == DUET_CONV_ONEDNN || (*bf16 && path != DUET_CONV_IM2COL);
+    return path == DUET_CONV_ONEDNN || path == DUET_CONV_WINOGRAD ||
+           (*bf16 && path != DUET_CONV_IM2COL);
+}
+
+bool duet__conv_winograd_on(void) {
+    return atomic_load_explicit(&conv_path, memory_order_relaxed) == DUET_CONV_WINOGRAD;
 }
 
 uint64_t duet_kernels_gemm_flops(void) {
@@ -309,7 +318,9 @@ int duet_kernels_info_get(duet_kernels_info *out) {
     snprintf(out->bf16_impl, sizeof out->bf16_impl, "%s", bf16_impl);
     snprintf(out->bf16_conv_impl, sizeof out->bf16_conv_impl, "%s", bf16_conv_impl);
     snprintf(out->conv_impl, sizeof out->conv_impl, "%s", conv_impl);
-    out->conv = atomic_load(&conv_path) == DUET_CONV_ONEDNN ? DUET_CONV_ONEDNN : DUET_CONV_IM2COL;
+    const int cp = atomic_load(&conv_path);
+    out->conv = cp == DUET_CONV_ONEDNN || cp == DUET_CONV_WINOGRAD ? (duet_conv_path)cp
+                                                                   : DUET_CONV_IM2COL;
     pthread_mutex_unlock(&kernels_lock);
     char mp[256] = "";
     if (out->bf16)

@@ -215,6 +215,8 @@ int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *
  * kernels' conv path is IM2COL, and in float32 when it is ONEDNN
  * (duet_conv_path). *bf16 says which precision. */
 bool duet__conv_onednn_on(bool *bf16);
+/* Whether the conv path is WINOGRAD (float32 3x3 stride-1 on Winograd kernels). */
+bool duet__conv_winograd_on(void);
 
 /* y = conv2d(x, w, bias) (bias may be NULL), y float32 NCHW: in float32
  * (bf16 false), or on bf16-rounded x and w with float32 sums (bf16 true,
@@ -226,22 +228,33 @@ bool duet__conv_onednn_on(bool *bf16);
 int duet__conv_onednn_forward(const duet__conv_dims *d, bool bf16, const float *x, const float *w,
                               const float *bias, float *y, bool *done);
 /* Its backward: dx += conv2d's input gradient for dY (when dx is not NULL),
- * dw += its weight gradient (when dw is not NULL; bf16 only: in float32 dw
- * must be NULL, the caller's GEMM computes it), in bf16 from rounded
- * operands (dY and w; x and dY). The bias gradient is the caller's. *done
- * and the status as for the forward. */
+ * dw += its weight gradient (when dw is not NULL and the shape's kernels
+ * include one: in bf16, and on the Winograd kernels in float32; oneDNN's
+ * direct float32 one sums too long a chain), in bf16 from rounded operands
+ * (dY and w; x and dY). The bias gradient is the caller's. *dx_done and
+ * *dw_done say which were computed (both false when the shape is conv.c's);
+ * the status as for the forward. */
 int duet__conv_onednn_backward(const duet__conv_dims *d, bool bf16, const float *x,
-                               const float *w, const float *dy, float *dx, float *dw, bool *done);
-/* Runs a small convolution in the precision and names the implementation
- * oneDNN chose ("jit_bf16:avx512_core_bf16", "jit:avx512_common"), or says
- * that convolutions use im2col and the matmul. */
-int duet__conv_onednn_check(bool bf16, char *impl, size_t size);
+                               const float *w, const float *dy, float *dx, float *dw,
+                               bool *dx_done, bool *dw_done);
+/* Runs a small convolution in the precision (float32 on the Winograd
+ * kernels when winograd) and names the implementation oneDNN chose
+ * ("jit_bf16:avx512_core_bf16", "jit:avx512_common",
+ * "jit_wino_4x3:avx512_core"), or says that convolutions use im2col and the
+ * GEMM. */
+int duet__conv_onednn_check(bool bf16, bool winograd, char *impl, size_t size);
 /* For tests and benchmarks: whether convolutions may use oneDNN's (true by
  * default; false: conv.c's im2col and the GEMM, in both precisions),
  * returning the previous setting; and how many passes (forward or
  * backward) ran on oneDNN's so far. */
 bool duet__conv_onednn_enable(bool on);
 uint64_t duet__conv_onednn_runs(void);
+/* Of those, the passes on the Winograd kernels. */
+uint64_t duet__conv_onednn_winograd_runs(void);
+/* For tests: the input and output bytes per oneDNN call (the calls run on
+ * chunks of samples; conv_onednn.c), returning the previous value; 0
+ * restores the default (16 MB). */
+int64_t duet__conv_onednn_chunk_bytes(int64_t bytes);
 
 /* Adds n to duet_kernels_gemm_flops (GEMM-equivalent work done outside
  * duet_sgemm: the oneDNN convolutions). */

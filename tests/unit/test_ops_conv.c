@@ -132,21 +132,36 @@ static void set_conv_path(duet_conv_path cp, bool bf16) {
     TU_OK(duet_kernels_configure(&o));
 }
 
-/* onednn: float32 convolutions on oneDNN's primitives (conv path ONEDNN)
- * where conv_onednn.c takes them (16 input and output channels and more),
- * which must then run the forward and the backward; otherwise (IM2COL)
- * every conv on im2col + SGEMM. */
-static void f32_vs_direct(bool onednn) {
-    set_conv_path(onednn ? DUET_CONV_ONEDNN : DUET_CONV_IM2COL, false);
+/* Whether the kernels' float32 convolutions name oneDNN's JIT kernels, and
+ * its Winograd ones. */
+static bool impl_is_jit(const duet_kernels_info *ki) {
+    return strncmp(ki->conv_impl, "jit", 3) == 0 || strncmp(ki->conv_impl, "brg", 3) == 0;
+}
+
+static bool impl_is_wino(const duet_kernels_info *ki) {
+    return strncmp(ki->conv_impl, "jit_wino", 8) == 0;
+}
+
+/* ONEDNN: float32 convolutions on oneDNN's primitives where conv_onednn.c
+ * takes them (16 input and output channels and more), which must then run
+ * the forward and the backward; WINOGRAD: as ONEDNN, the 3x3 stride-1 ones
+ * on the Winograd kernels where the CPU has them (the check's 16->16 3x3
+ * named them), the weight gradient too; IM2COL: every conv on im2col +
+ * SGEMM. The same 1e-4 against float64 on every path. */
+static void f32_vs_direct(duet_conv_path path) {
+    set_conv_path(path, false);
     duet_kernels_info ki;
     TU_OK(duet_kernels_info_get(&ki));
-    const bool jit = strncmp(ki.conv_impl, "jit", 3) == 0 || strncmp(ki.conv_impl, "brg", 3) == 0;
+    const bool onednn = path != DUET_CONV_IM2COL;
+    const bool jit = impl_is_jit(&ki), wino = impl_is_wino(&ki);
+    if (path == DUET_CONV_WINOGRAD && jit) assert_true(wino || !duet_cpu_info_get().avx512f);
     duet_rng rng = duet_rng_make(11, 0);
     for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
         const cfg *c = &configs[k];
         duet_tensor *x, *w, *b;
         conv_inputs(&rng, c, &x, &w, &b);
         const uint64_t runs = duet__conv_onednn_runs();
+        const uint64_t wruns = duet__conv_onednn_winograd_runs();
         duet_tensor *y = NULL;
         TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
         int64_t oh = out_size(c->h, c->kh, c->stride, c->pad),
@@ -168,6 +183,9 @@ static void f32_vs_direct(bool onednn) {
         const bool wide = c->c >= 16 && c->o >= 16;
         if (onednn && wide && jit) assert_int_equal(ran, 2);
         else assert_int_equal(ran, 0);
+        const bool wino_shape = wide && c->kh == 3 && c->kw == 3 && c->stride == 1;
+        assert_int_equal(duet__conv_onednn_winograd_runs() - wruns,
+                         path == DUET_CONV_WINOGRAD && wino && wino_shape ? 2 : 0);
         double *dx = calloc((size_t)x->numel, sizeof(double));
         double *dw = calloc((size_t)w->numel, sizeof(double));
         double *db = calloc((size_t)c->o, sizeof(double));
@@ -194,12 +212,107 @@ static void f32_vs_direct(bool onednn) {
 
 static void test_forward_backward_vs_direct(void **state) {
     (void)state;
-    f32_vs_direct(true);
+    f32_vs_direct(DUET_CONV_ONEDNN);
+}
+
+static void test_winograd_forward_backward_vs_direct(void **state) {
+    (void)state;
+    f32_vs_direct(DUET_CONV_WINOGRAD);
 }
 
 static void test_im2col_forward_backward_vs_direct(void **state) {
     (void)state;
-    f32_vs_direct(false);
+    f32_vs_direct(DUET_CONV_IM2COL);
+}
+
+static float *copy_floats(const float *src, int64_t n) {
+    float *out = malloc((size_t)n * sizeof(float));
+    assert_non_null(out);
+    memcpy(out, src, (size_t)n * sizeof(float));
+    return out;
+}
+
+/* y, dx, dw and db of one conv (x, w, b and the output gradient from seed),
+ * copied out; the caller frees the four arrays. */
+typedef struct conv_result {
+    float *y, *dx, *dw, *db;
+    int64_t ny, nx, nw, nb;
+} conv_result;
+
+static conv_result conv_run(const cfg *c, uint64_t seed) {
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_tensor *x, *w, *b;
+    conv_inputs(&rng, c, &x, &w, &b);
+    duet_tensor *y = NULL;
+    TU_OK(duet_conv2d(x, w, b, c->stride, c->pad, &y));
+    duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
+    tu_backprop_with(y, r->data);
+    conv_result out = {.ny = y->numel, .nx = x->numel, .nw = w->numel, .nb = c->o};
+    out.y = copy_floats(y->data, y->numel);
+    out.dx = copy_floats(x->grad, x->numel);
+    out.dw = copy_floats(w->grad, w->numel);
+    out.db = copy_floats(b->grad, c->o);
+    duet_tensor_release(r);
+    duet_tensor_release(y);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    duet_tensor_release(b);
+    return out;
+}
+
+static void conv_result_free(conv_result *r) {
+    free(r->y);
+    free(r->dx);
+    free(r->dw);
+    free(r->db);
+}
+
+/* oneDNN's calls run on chunks of samples (conv_onednn.c): 5 samples in
+ * chunks of 3 and 2 (two shapes), and in 5 chunks of 1, give what the
+ * whole batch in one call gives: y and dx sample by sample (1e-6), dw and
+ * db summed over the chunks (1e-5 relative; 1e-4 absolute on dw's entries,
+ * up to about 20: the Winograd kernels' dW sums in another order by
+ * chunk, 5e-5 apart at most), on each oneDNN path (bf16 where the
+ * CPU has it). A chunk whose offset or count is wrong moves whole samples. */
+static void test_onednn_sample_chunks(void **state) {
+    (void)state;
+    const cfg c = {5, 16, 10, 9, 32, 3, 3, 1, 1, true};
+    const int64_t per = (int64_t)sizeof(float) * (16 * 10 * 9 + 32 * 10 * 9);
+    const duet_cpu_info ci = duet_cpu_info_get();
+    const struct {
+        duet_conv_path path;
+        bool bf16;
+    } runs[] = {{DUET_CONV_ONEDNN, false}, {DUET_CONV_WINOGRAD, false}, {DUET_CONV_AUTO, true}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        if (runs[k].bf16 && !ci.avx512_bf16 && !ci.amx_bf16) continue;
+        set_conv_path(runs[k].path, runs[k].bf16);
+        const int64_t old = duet__conv_onednn_chunk_bytes((int64_t)1 << 40);
+        const uint64_t before = duet__conv_onednn_runs();
+        conv_result whole = conv_run(&c, 21);
+        /* Not vacuous: where oneDNN has the kernels, they ran. */
+        duet_kernels_info ki;
+        TU_OK(duet_kernels_info_get(&ki));
+        const char *impl = runs[k].bf16 ? ki.bf16_conv_impl : ki.conv_impl;
+        if (strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0)
+            assert_int_equal(duet__conv_onednn_runs() - before, 2);
+        const int64_t chunk[2] = {3 * per, 1};
+        for (int j = 0; j < 2; j++) {
+            duet__conv_onednn_chunk_bytes(chunk[j]);
+            conv_result part = conv_run(&c, 21);
+            char what[64];
+            snprintf(what, sizeof what, "path %zu chunks %d y", k, j);
+            tu_assert_close(part.y, whole.y, whole.ny, 1e-6, 1e-6, what);
+            snprintf(what, sizeof what, "path %zu chunks %d dx", k, j);
+            tu_assert_close(part.dx, whole.dx, whole.nx, 1e-6, 1e-6, what);
+            snprintf(what, sizeof what, "path %zu chunks %d dw", k, j);
+            tu_assert_close(part.dw, whole.dw, whole.nw, 1e-5, 1e-4, what);
+            snprintf(what, sizeof what, "path %zu chunks %d db", k, j);
+            tu_assert_close(part.db, whole.db, whole.nb, 1e-5, 1e-5, what);
+            conv_result_free(&part);
+        }
+        duet__conv_onednn_chunk_bytes(old);
+        conv_result_free(&whole);
+    }
 }
 
 /* x rounded to bf16 (round to nearest even), as a new float array. */
@@ -356,29 +469,32 @@ static int kernels_teardown(void **state) {
 
 /* Which path each conv path setting takes: AUTO keeps float32 on im2col
  * without DUET_CONV (and says so in the kernels info), ONEDNN moves it to oneDNN's JIT
- * convolutions, IM2COL keeps bf16 mixed precision on im2col's bf16 columns
+ * convolutions, WINOGRAD to the Winograd ones (all three passes), IM2COL keeps bf16 mixed precision on im2col's bf16 columns
  * too; a weight-only backward (dx not wanted) in float32 is all GEMM. */
 static void test_conv_path_setting(void **state) {
     (void)state;
     const cfg c = {2, 16, 10, 9, 32, 3, 3, 1, 1, true};
-    const duet_conv_path paths[] = {DUET_CONV_AUTO, DUET_CONV_ONEDNN, DUET_CONV_IM2COL};
+    const duet_conv_path paths[] = {DUET_CONV_AUTO, DUET_CONV_ONEDNN, DUET_CONV_IM2COL,
+                                    DUET_CONV_WINOGRAD};
     unsetenv("DUET_CONV"); /* AUTO reads it: the default is what is tested */
     const duet_cpu_info ci = duet_cpu_info_get();
     const bool has_bf16 = ci.avx512_bf16 || ci.amx_bf16;
     for (int bf16 = 0; bf16 < 2; bf16++)
-        for (size_t p = 0; p < 3; p++)
+        for (size_t p = 0; p < 4; p++)
             for (int want_dx = 0; want_dx < 2; want_dx++) {
                 if (bf16 && !has_bf16) continue;
                 set_conv_path(paths[p], bf16);
                 duet_kernels_info ki;
                 TU_OK(duet_kernels_info_get(&ki));
-                const bool jit = strncmp(ki.conv_impl, "jit", 3) == 0 ||
-                                 strncmp(ki.conv_impl, "brg", 3) == 0;
-                if (paths[p] != DUET_CONV_ONEDNN) {
+                const bool jit = impl_is_jit(&ki), wino = impl_is_wino(&ki);
+                const bool f32_onednn =
+                    paths[p] == DUET_CONV_ONEDNN || paths[p] == DUET_CONV_WINOGRAD;
+                if (!f32_onednn) {
                     assert_string_equal(ki.conv_impl, "im2col + sgemm");
                     assert_int_equal(ki.conv, DUET_CONV_IM2COL);
                 } else {
-                    assert_int_equal(ki.conv, DUET_CONV_ONEDNN);
+                    assert_int_equal(ki.conv, paths[p]);
+                    if (paths[p] == DUET_CONV_ONEDNN) assert_false(wino);
                 }
                 assert_non_null(strstr(ki.summary, ki.conv_impl));
                 duet_rng rng = duet_rng_make(15, 0);
@@ -390,9 +506,12 @@ static void test_conv_path_setting(void **state) {
                 TU_OK(duet_conv2d(x, w, b, c.stride, c.pad, &y));
                 duet_tensor *r = tu_randn(&rng, 4, y->shape, 1.0f);
                 tu_backprop_with(y, r->data);
+                /* In float32 a weight-only backward is oneDNN's on the
+                 * Winograd kernels only. */
                 int want;
                 if (bf16) want = paths[p] == DUET_CONV_IM2COL ? 0 : 2;
-                else want = paths[p] == DUET_CONV_ONEDNN && jit ? 1 + want_dx : 0;
+                else if (!f32_onednn || !jit) want = 0;
+                else want = wino ? 2 : 1 + want_dx;
                 assert_int_equal(duet__conv_onednn_runs() - runs, want);
                 duet_tensor_release(r);
                 duet_tensor_release(y);
@@ -402,14 +521,17 @@ static void test_conv_path_setting(void **state) {
             }
 }
 
-/* An unknown name for the conv path is refused with the three names. */
+/* An unknown name for the conv path is refused with the four names. */
 static void test_conv_path_parse(void **state) {
     (void)state;
     duet_conv_path cp;
     TU_OK(duet_conv_path_parse("onednn", &cp));
     assert_int_equal(cp, DUET_CONV_ONEDNN);
+    TU_OK(duet_conv_path_parse("winograd", &cp));
+    assert_int_equal(cp, DUET_CONV_WINOGRAD);
+    assert_string_equal(duet_conv_path_name(DUET_CONV_WINOGRAD), "winograd");
     assert_int_equal(duet_conv_path_parse("direct", &cp), DUET_EINVAL);
-    assert_non_null(strstr(duet_last_error(), "auto, onednn or im2col"));
+    assert_non_null(strstr(duet_last_error(), "auto, onednn, im2col or winograd"));
 }
 
 typedef struct conv_args {
@@ -584,7 +706,9 @@ static void test_other_thread(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_forward_backward_vs_direct, kernels_teardown),
+        cmocka_unit_test_teardown(test_winograd_forward_backward_vs_direct, kernels_teardown),
         cmocka_unit_test_teardown(test_im2col_forward_backward_vs_direct, kernels_teardown),
+        cmocka_unit_test_teardown(test_onednn_sample_chunks, kernels_teardown),
         cmocka_unit_test_teardown(test_conv_path_setting, kernels_teardown),
         cmocka_unit_test(test_conv_path_parse),
         cmocka_unit_test_teardown(test_bf16_onednn_vs_direct_on_rounded_inputs, kernels_teardown),
