@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU seconds per SRGAN training step, one process on one thread: duet with
 # float32 convolutions on im2col + SGEMM (the default), duet with
-# DUET_CONV=onednn, and PyTorch (bench/train_torch.py), each run twice with
+# DUET_CONV=onednn and with DUET_CONV=winograd, and PyTorch (bench/train_torch.py), each run twice with
 # a different number of steps, so that start-up (imports, JIT, the first
 # allocations) drops out of the difference:
 #
@@ -37,7 +37,7 @@ cpu() {
   case "$side" in
     im2col) env -u DUET_CONV DUET_NUM_THREADS=1 /usr/bin/time -o "$f" -f "%U %S" \
               "$BUILD/bench_train" --worker --models "$MODEL" --steps "$steps" --warmup 1 > /dev/null ;;
-    onednn) env DUET_CONV=onednn DUET_NUM_THREADS=1 /usr/bin/time -o "$f" -f "%U %S" \
+    onednn|winograd) env DUET_CONV="$side" DUET_NUM_THREADS=1 /usr/bin/time -o "$f" -f "%U %S" \
               "$BUILD/bench_train" --worker --models "$MODEL" --steps "$steps" --warmup 1 > /dev/null ;;
     torch) OMP_NUM_THREADS=1 /usr/bin/time -o "$f" -f "%U %S" "$TORCH" bench/train_torch.py \
              --model "$MODEL" --nproc 1 --threads 1 --steps "$steps" --warmup 1 > /dev/null 2>&1 ;;
@@ -48,17 +48,21 @@ cpu() {
 
 echo "CPU s per $MODEL step, 1 process x 1 thread, (CPU($S2) - CPU($S1)) / $((S2 - S1)); load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "duet: $(DUET_NUM_THREADS=1 "$BUILD/duet" info | sed -n 's/^  kernels: *//p')"
-echo "duet DUET_CONV=onednn: $(DUET_CONV=onednn DUET_NUM_THREADS=1 "$BUILD/duet" info | sed -n 's/^  kernels: *//p')"
-printf "%-4s %10s %10s %10s %14s %14s\n" rep im2col onednn torch "torch/im2col" "torch/onednn"
+for c in onednn winograd; do
+  echo "duet DUET_CONV=$c: $(DUET_CONV=$c DUET_NUM_THREADS=1 "$BUILD/duet" info | sed -n 's/^  kernels: *//p')"
+done
+printf "%-4s %10s %10s %10s %10s %14s %14s %14s\n" rep im2col onednn winograd torch \
+  "torch/im2col" "torch/onednn" "torch/wino"
 for r in $(seq 1 "$REPS"); do
   declare -A per=()
-  for side in im2col onednn torch; do
+  for side in im2col onednn winograd torch; do
     a=$(cpu "$side" "$S1")
     b=$(cpu "$side" "$S2")
     per[$side]=$(awk -v a="$a" -v b="$b" -v n=$((S2 - S1)) 'BEGIN{printf "%.4f", (b - a) / n}')
   done
-  awk -v r="$r" -v i="${per[im2col]}" -v o="${per[onednn]}" -v t="${per[torch]}" \
-    'BEGIN{printf "%-4s %10.4f %10.4f %10.4f %13.2fx %13.2fx\n", r, i, o, t, t / i, t / o}'
+  awk -v r="$r" -v i="${per[im2col]}" -v o="${per[onednn]}" -v w="${per[winograd]}" \
+    -v t="${per[torch]}" 'BEGIN{printf "%-4s %10.4f %10.4f %10.4f %10.4f %13.2fx %13.2fx %13.2fx\n",
+      r, i, o, w, t, t / i, t / o, t / w}'
   unset per
 done
 echo "(ratios > 1: duet uses less CPU per step than PyTorch)"

@@ -109,6 +109,11 @@ static const cfg configs[] = {
     {3, 16, 10, 9, 32, 3, 3, 1, 1, true},
     {2, 32, 12, 12, 16, 4, 4, 2, 1, false},
     {2, 16, 13, 11, 24, 4, 4, 2, 1, true},
+    /* 3x3 stride 1 without padding (CycleGAN's and the inpaintors' convs
+     * after an explicit reflect padding), and a map smaller than the
+     * Winograd kernels' 4x4 output tile. */
+    {2, 32, 16, 16, 32, 3, 3, 1, 0, true},
+    {2, 16, 5, 5, 16, 3, 3, 1, 1, false},
 };
 
 /* Random x, w and (when c->bias) b for config c, all requiring gradients. */
