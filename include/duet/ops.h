@@ -235,11 +235,14 @@ typedef enum duet_gemm_backend {
  *   layers, a different rounding (docs/performance.md says why it is not the
  *   default).
  * - IM2COL: every convolution on im2col + the GEMM, bf16 included.
- * - WINOGRAD: as ONEDNN, and in float32 the 3x3 stride-1 convolutions (16
- *   input and output channels and more) on oneDNN's Winograd F(4x4, 3x3)
+ * - WINOGRAD: as ONEDNN, and the 3x3 stride-1 convolutions (16 input and
+ *   output channels and more) on oneDNN's float32 Winograd F(4x4, 3x3)
  *   kernels, all three passes: 2.25x fewer multiplications, about 3.6x
  *   the rounding of a direct convolution in the forward and the input
- *   gradient (docs/performance.md has both measured). bf16 as AUTO. */
+ *   gradient (docs/performance.md has both measured). In bf16 mixed
+ *   precision too (oneDNN has no bf16 Winograd kernels; these are faster
+ *   than its bf16 direct ones and nearer float32); the other shapes as
+ *   AUTO there. */
 typedef enum duet_conv_path {
     DUET_CONV_AUTO = 0,
     DUET_CONV_ONEDNN = 1,

@@ -22,6 +22,9 @@
  *   against float64 where the direct kernel's chain gives 1e-6, and the
  *   forward and dX 7.8e-7 against the direct 2.2e-7; 64->64 at 24x24 and
  *   96x96). Other shapes, and a CPU without the kernels, run as "onednn".
+ *   In bf16 mixed precision the same shapes run on the same float32
+ *   Winograd kernels (oneDNN 2.6 has no bf16 ones; the full SRGAN's bf16
+ *   step took 6.5 CPU s against 7.25 on the bf16 direct kernels).
  *
  * The primitives want blocked layouts (nChw16c), so each call reorders:
  * x, w and dY from duet's NCHW float32 into the primitive's layout (in bf16
@@ -206,18 +209,27 @@ static int input_reorder(const dnnl_memory_desc_t *user, const dnnl_memory_desc_
     return reorder_make(user, md, false, p);
 }
 
-/* The primitive descriptors of one algorithm into pd[0..3]: the forward
+/* The primitive descriptors of one algorithm into pd[0..3] for d with
+ * padding pl/pr, on inputs of type in_t (float32 outputs): the forward
  * without and with the bias, backward data, and backward weights when
  * `weights` (else pd[3] NULL). *ok false, every pd[i] NULL, when oneDNN
  * has not got them all as JIT kernels, or when the bias changes the
  * layouts (the backward does not know which forward ran). */
-static int pds_create(dnnl_alg_kind_t alg, bool weights, const dnnl_memory_desc_t *x_any,
-                      const dnnl_memory_desc_t *w_any, const dnnl_memory_desc_t *y_any,
-                      const dnnl_memory_desc_t *dy_any, const dnnl_memory_desc_t *dx_any,
-                      const dnnl_memory_desc_t *dw_any, const dnnl_memory_desc_t *bias,
-                      const dnnl_dims_t strides, const dnnl_dims_t pl, const dnnl_dims_t pr,
-                      dnnl_primitive_desc_t *pd[4], bool *ok) {
+static int pds_create(dnnl_alg_kind_t alg, const duet__conv_dims *d, const dnnl_dims_t pl,
+                      const dnnl_dims_t pr, dnnl_data_type_t in_t, bool weights,
+                      const dnnl_memory_desc_t *bias, dnnl_primitive_desc_t *pd[4], bool *ok) {
     *ok = false;
+    dnnl_dims_t xd = {d->n, d->c, d->h, d->w}, wd = {d->o, d->c, d->kh, d->kw};
+    dnnl_dims_t yd = {d->n, d->o, d->oh, d->ow}, strides = {d->stride, d->stride};
+    dnnl_memory_desc_t xa, wa, ya, dya, dxa, dwa;
+    const dnnl_memory_desc_t *x_any = &xa, *w_any = &wa, *y_any = &ya, *dy_any = &dya,
+                             *dx_any = &dxa, *dw_any = &dwa;
+    dnnl_memory_desc_init_by_tag(&xa, 4, xd, in_t, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&wa, 4, wd, in_t, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&ya, 4, yd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dya, 4, yd, in_t, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dxa, 4, xd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dwa, 4, wd, dnnl_f32, dnnl_format_tag_any);
     dnnl_convolution_desc_t fd, fbd, bdd, bwd;
     dnnl_status_t st = dnnl_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, x_any,
                                                           w_any, NULL, y_any, strides, pl, pr);
@@ -274,38 +286,32 @@ static int entry_make(conv_entry *e, const conv_key *key) {
     /* Fewer input channels than oneDNN's block of 16 (an image's 3): its
      * bf16 kernels pad the channels and lose to im2col, the backward most
      * (bench_ops --bf16 against --bf16-im2col, 3->64 3x3 @128, 1 thread:
-     * backward 61 against 87 GF/s). */
-    if (bf16 && d->c < 16) return DUET_OK;
-    if (!bf16 && f32_prefers_im2col(d)) return DUET_OK;
-    const dnnl_data_type_t in_t = bf16 ? dnnl_bf16 : dnnl_f32;
+     * backward 61 against 87 GF/s); float32 as f32_prefers_im2col says
+     * (below). */
     dnnl_dims_t xd = {d->n, d->c, d->h, d->w}, wd = {d->o, d->c, d->kh, d->kw};
     dnnl_dims_t yd = {d->n, d->o, d->oh, d->ow}, bd = {d->o};
-    dnnl_dims_t strides = {d->stride, d->stride}, pl = {d->pad, d->pad}, pr = {pad_r_h, pad_r_w};
+    dnnl_dims_t pl = {d->pad, d->pad}, pr = {pad_r_h, pad_r_w};
     dnnl_memory_desc_init_by_tag(&e->user_x, 4, xd, dnnl_f32, dnnl_nchw);
     dnnl_memory_desc_init_by_tag(&e->user_w, 4, wd, dnnl_f32, dnnl_oihw);
     dnnl_memory_desc_init_by_tag(&e->user_y, 4, yd, dnnl_f32, dnnl_nchw);
     dnnl_memory_desc_init_by_tag(&e->bias, 1, bd, dnnl_f32, dnnl_a);
-    dnnl_memory_desc_t x_any, w_any, y_any, dy_any, dx_any, dw_any;
-    dnnl_memory_desc_init_by_tag(&x_any, 4, xd, in_t, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&w_any, 4, wd, in_t, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&dy_any, 4, yd, in_t, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&dx_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
-    dnnl_memory_desc_init_by_tag(&dw_any, 4, wd, dnnl_f32, dnnl_format_tag_any);
     dnnl_primitive_desc_t fpd = NULL, fbpd = NULL, dpd = NULL, wpd = NULL;
     dnnl_primitive_desc_t *pd_all[4] = {&fpd, &fbpd, &dpd, &wpd};
-    /* Winograd where asked for and oneDNN has its kernels for the shape
-     * (3x3, stride 1), else the direct kernels. */
-    const bool wino = key->wino && d->kh == 3 && d->kw == 3 && d->stride == 1;
+    /* Winograd where asked for and oneDNN has its float32 kernels for the
+     * shape (3x3, stride 1, 16 channels in and out and more), in bf16 mixed
+     * precision too (there are no bf16 ones: float32 Winograd is faster
+     * than the bf16 direct kernels and nearer float32); else the direct
+     * kernels. */
+    const bool wino = key->wino && d->kh == 3 && d->kw == 3 && d->stride == 1 &&
+                      !f32_prefers_im2col(d);
     bool ok = false;
-    if (wino) {
-        DUET_TRY(pds_create(dnnl_convolution_winograd, true, &x_any, &w_any, &y_any, &dy_any,
-                            &dx_any, &dw_any, &e->bias, strides, pl, pr, pd_all, &ok));
-    }
-    if (!ok) {
-        DUET_TRY(pds_create(dnnl_convolution_direct, bf16, &x_any, &w_any, &y_any, &dy_any,
-                            &dx_any, &dw_any, &e->bias, strides, pl, pr, pd_all, &ok));
-    }
+    if (wino)
+        DUET_TRY(pds_create(dnnl_convolution_winograd, d, pl, pr, dnnl_f32, true, &e->bias,
+                            pd_all, &ok));
+    if (!ok && ((bf16 && d->c < 16) || (!bf16 && f32_prefers_im2col(d)))) return DUET_OK;
+    if (!ok)
+        DUET_TRY(pds_create(dnnl_convolution_direct, d, pl, pr, bf16 ? dnnl_bf16 : dnnl_f32, bf16,
+                            &e->bias, pd_all, &ok));
     if (!ok) return DUET_OK;
     e->wino = wino && fpd != NULL && strncmp(impl_of(fpd), "jit_wino", 8) == 0;
     const bool wei = wpd != NULL; /* the weight gradient on oneDNN's kernels too */
@@ -493,7 +499,7 @@ static size_t entry_scratch(const conv_entry *e) {
 
 /* The entry of d's shape with n samples. With the lock held. */
 static int entry_for(const duet__conv_dims *d, int64_t n, bool bf16, bool wino, conv_entry **e) {
-    conv_key key = {*d, bf16, wino && !bf16};
+    conv_key key = {*d, bf16, wino};
     key.d.n = n;
     return entry_get(&key, e);
 }
@@ -657,7 +663,7 @@ int duet__conv_onednn_forward(const duet__conv_dims *d, bool bf16, const float *
                               const float *bias, float *y, bool *done) {
     sigset_t old;
     duet__signals_hold(&old);
-    int rc = forward_held(d, bf16, !bf16 && duet__conv_winograd_on(), x, w, bias, y, done);
+    int rc = forward_held(d, bf16, duet__conv_winograd_on(), x, w, bias, y, done);
     duet__signals_release(&old);
     return rc;
 }
@@ -683,7 +689,7 @@ int duet__conv_onednn_check(bool bf16, bool winograd, char *impl, size_t size) {
     bool done;
     sigset_t old;
     duet__signals_hold(&old);
-    int rc = forward_held(&d, bf16, winograd && !bf16, x, w, NULL, y, &done);
+    int rc = forward_held(&d, bf16, winograd, x, w, NULL, y, &done);
     duet__signals_release(&old);
     DUET_TRY(rc);
     snprintf(impl, size, "%s", bf16 ? "im2col + matmul" : "im2col + sgemm");

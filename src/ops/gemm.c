@@ -200,7 +200,8 @@ static int configure(const duet_kernel_opts *o, bool use_env) {
         }
         DUET_TRY(duet__bf16_check(impl, sizeof impl));
         if (cp != DUET_CONV_IM2COL)
-            DUET_TRY(duet__conv_onednn_check(true, false, bconv_impl, sizeof bconv_impl));
+            DUET_TRY(duet__conv_onednn_check(true, cp == DUET_CONV_WINOGRAD, bconv_impl,
+                                             sizeof bconv_impl));
         else snprintf(bconv_impl, sizeof bconv_impl, "im2col + matmul");
     }
     int avail = duet_cpu_available_cores();
