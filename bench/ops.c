@@ -3,7 +3,7 @@
  * shapes measured in the same run, and the ratio. Medians over repetitions.
  *
  *   bench_ops [--batch N] [--reps R] [--only NAME] [--wall] [--im2col]
- *             [--bf16 | --bf16-im2col]
+ *             [--bf16 | --bf16-im2col] [--accuracy]
  *
  * The sgemm baseline runs the GEMMs the conv issues, with the same sizes and
  * the same count, on fixed buffers: forward (O x P x K) once per sample;
@@ -19,8 +19,13 @@
  * im2col's bf16 columns and the bf16 matmul. In float32 the convs run as
  * DUET_CONV says: im2col + SGEMM by default, with DUET_CONV=onednn the
  * forward and dX on oneDNN's float32 convolutions where conv_onednn.c takes
- * the shape (dW stays on the GEMM); --im2col keeps every conv on im2col. */
+ * the shape (dW stays on the GEMM), with DUET_CONV=winograd the 3x3 stride-1
+ * ones on its Winograd kernels (dW too); --im2col keeps every conv on
+ * im2col. --accuracy times nothing: it prints each conv's relative rms
+ * distance from float64 (y, dX, dW) on the path as configured, e.g.
+ * `DUET_CONV=winograd bench_ops --accuracy --batch 2`. */
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,11 +86,106 @@ static int check(int rc, const char *what) {
     return rc;
 }
 
+static void *alloc_or_die(size_t bytes) {
+    void *p = calloc(1, bytes);
+    if (p == NULL) {
+        fprintf(stderr, "bench_ops: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+/* |got - want| / |want| over n values (root mean squares). */
+static double rel_rms(const float *got, const double *want, int64_t n) {
+    double e = 0.0, r = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        e += (got[i] - want[i]) * (got[i] - want[i]);
+        r += want[i] * want[i];
+    }
+    return r > 0.0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* --accuracy: one conv of shape sh on the kernels as configured (the conv
+ * path of DUET_CONV) against the direct convolution in float64 on the same
+ * float32 inputs: relative rms of y, dX and dW. */
+static void accuracy(const shape *sh, int64_t batch, duet_rng *rng) {
+    const int64_t c = sh->c, o = sh->o, h = sh->h, k = sh->k, st = sh->stride, pad = sh->pad;
+    const int64_t oh = (h + 2 * pad - k) / st + 1, nx = batch * c * h * h, ny = batch * o * oh * oh;
+    duet_tensor *x = NULL, *w = NULL;
+    check(duet_tensor_create4(batch, c, h, h, &x), "create x");
+    check(duet_tensor_create4(o, c, k, k, &w), "create w");
+    fill(x->data, x->numel, rng);
+    fill(w->data, w->numel, rng);
+    x->requires_grad = w->requires_grad = true;
+    float *dy = alloc_or_die((size_t)ny * sizeof(float));
+    fill(dy, ny, rng);
+    duet_tensor *y = NULL;
+    check(duet_conv2d(x, w, NULL, (int)st, (int)pad, &y), "conv2d");
+    duet_tensor_set_grad_storage(y, dy);
+    check(y->grad_fn->backward(y->grad_fn), "conv2d backward");
+    double *ry = alloc_or_die((size_t)ny * sizeof(double));
+    double *rdx = alloc_or_die((size_t)nx * sizeof(double));
+    double *rdw = alloc_or_die((size_t)w->numel * sizeof(double));
+    /* y and dW by output channel, dX by input channel: no two threads add
+     * into the same value. */
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t oc = 0; oc < o; oc++)
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t ic = 0; ic < c; ic++)
+                for (int64_t a = 0; a < k; a++)
+                    for (int64_t b = 0; b < k; b++) {
+                        const double wv = w->data[((oc * c + ic) * k + a) * k + b];
+                        double dwv = 0.0;
+                        for (int64_t i = 0; i < oh; i++) {
+                            const int64_t ih = i * st - pad + a;
+                            if (ih < 0 || ih >= h) continue;
+                            for (int64_t j = 0; j < oh; j++) {
+                                const int64_t iw = j * st - pad + b;
+                                if (iw < 0 || iw >= h) continue;
+                                const int64_t yi = ((n * o + oc) * oh + i) * oh + j;
+                                const double xv = x->data[((n * c + ic) * h + ih) * h + iw];
+                                ry[yi] += wv * xv;
+                                dwv += (double)dy[yi] * xv;
+                            }
+                        }
+                        rdw[((oc * c + ic) * k + a) * k + b] += dwv;
+                    }
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t ic = 0; ic < c; ic++)
+        for (int64_t n = 0; n < batch; n++)
+            for (int64_t oc = 0; oc < o; oc++)
+                for (int64_t a = 0; a < k; a++)
+                    for (int64_t b = 0; b < k; b++) {
+                        const double wv = w->data[((oc * c + ic) * k + a) * k + b];
+                        for (int64_t i = 0; i < oh; i++) {
+                            const int64_t ih = i * st - pad + a;
+                            if (ih < 0 || ih >= h) continue;
+                            for (int64_t j = 0; j < oh; j++) {
+                                const int64_t iw = j * st - pad + b;
+                                if (iw < 0 || iw >= h) continue;
+                                rdx[((n * c + ic) * h + ih) * h + iw] +=
+                                    wv * dy[((n * o + oc) * oh + i) * oh + j];
+                            }
+                        }
+                    }
+    printf("%-24s %10.2e %10.2e %10.2e\n", sh->name, rel_rms(y->data, ry, ny),
+           rel_rms(x->grad, rdx, nx), rel_rms(w->grad, rdw, w->numel));
+    fflush(stdout);
+    duet_tape_clear();
+    duet_tensor_release(y);
+    duet_tensor_release(x);
+    duet_tensor_release(w);
+    free(dy);
+    free(ry);
+    free(rdx);
+    free(rdw);
+}
+
 int main(int argc, char **argv) {
     int64_t batch = 16;
     int reps = 3;
     const char *only = NULL;
-    bool bf16 = false, im2col = false;
+    bool bf16 = false, im2col = false, acc = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) batch = atoll(argv[++i]);
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
@@ -94,10 +194,11 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--bf16") == 0) bf16 = true;
         else if (strcmp(argv[i], "--bf16-im2col") == 0) bf16 = im2col = true;
         else if (strcmp(argv[i], "--im2col") == 0) im2col = true;
+        else if (strcmp(argv[i], "--accuracy") == 0) acc = true;
         else {
             fprintf(stderr,
                     "usage: %s [--batch N] [--reps R] [--only NAME-SUBSTRING] [--wall] "
-                    "[--im2col] [--bf16 | --bf16-im2col]\n",
+                    "[--im2col] [--bf16 | --bf16-im2col] [--accuracy]\n",
                     argv[0]);
             return 2;
         }
@@ -119,6 +220,16 @@ int main(int argc, char **argv) {
         duet__conv_onednn_enable(false);
         printf("(%s: every conv on im2col's columns and the %s)\n",
                bf16 ? "--bf16-im2col" : "--im2col", bf16 ? "bf16 matmul" : "SGEMM");
+    }
+    if (acc) {
+        printf("relative rms against float64 (the same float32 inputs, batch %lld)\n",
+               (long long)batch);
+        printf("%-24s %10s %10s %10s\n", "conv", "y", "dX", "dW");
+        duet_rng arng = duet_rng_make(1, 0);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            if (only == NULL || strstr(shapes[s].name, only) != NULL)
+                accuracy(&shapes[s], batch, &arng);
+        return 0;
     }
     printf("(fwd includes creating the output tensor)\n");
     printf("%-24s %8s %7s %7s %6s | %8s %7s %7s %6s\n", "conv", "fwd ms", "GF/s", "sgemm",
