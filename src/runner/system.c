@@ -59,8 +59,8 @@ int duet__run_setup_kernels(duet__run *r) {
     DUET_TRY(duet_config_get_string_or(r->cfg, "conv", "auto", &conv));
     if (duet_conv_path_parse(conv, &ko.conv) != DUET_OK)
         return duet_config_error(r->cfg, "conv",
-                                 "conv = \"%s\" is not known (use \"auto\", \"onednn\" or "
-                                 "\"im2col\")",
+                                 "conv = \"%s\" is not known (use \"auto\", \"onednn\", "
+                                 "\"im2col\" or \"winograd\")",
                                  conv);
     const char *mp = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "mixed_precision", "none", &mp));
