@@ -126,15 +126,18 @@ static void accuracy(const shape *sh, int64_t batch, duet_rng *rng) {
     double *ry = alloc_or_die((size_t)ny * sizeof(double));
     double *rdx = alloc_or_die((size_t)nx * sizeof(double));
     double *rdw = alloc_or_die((size_t)w->numel * sizeof(double));
-    /* y and dW by output channel, dX by input channel: no two threads add
-     * into the same value. */
+    /* Task t < o: y and dW of output channel t; else dX of input channel
+     * t - o. No two tasks add into the same value. */
 #pragma omp parallel for schedule(dynamic)
-    for (int64_t oc = 0; oc < o; oc++)
+    for (int64_t t = 0; t < o + c; t++) {
+        const bool out = t < o;
         for (int64_t n = 0; n < batch; n++)
-            for (int64_t ic = 0; ic < c; ic++)
+            for (int64_t other = 0; other < (out ? c : o); other++)
                 for (int64_t a = 0; a < k; a++)
                     for (int64_t b = 0; b < k; b++) {
-                        const double wv = w->data[((oc * c + ic) * k + a) * k + b];
+                        const int64_t oc = out ? t : other, ic = out ? other : t - o;
+                        const int64_t wi = ((oc * c + ic) * k + a) * k + b;
+                        const double wv = w->data[wi];
                         double dwv = 0.0;
                         for (int64_t i = 0; i < oh; i++) {
                             const int64_t ih = i * st - pad + a;
@@ -143,31 +146,18 @@ static void accuracy(const shape *sh, int64_t batch, duet_rng *rng) {
                                 const int64_t iw = j * st - pad + b;
                                 if (iw < 0 || iw >= h) continue;
                                 const int64_t yi = ((n * o + oc) * oh + i) * oh + j;
-                                const double xv = x->data[((n * c + ic) * h + ih) * h + iw];
-                                ry[yi] += wv * xv;
-                                dwv += (double)dy[yi] * xv;
+                                const int64_t xi = ((n * c + ic) * h + ih) * h + iw;
+                                if (out) {
+                                    ry[yi] += wv * x->data[xi];
+                                    dwv += (double)dy[yi] * x->data[xi];
+                                } else {
+                                    rdx[xi] += wv * dy[yi];
+                                }
                             }
                         }
-                        rdw[((oc * c + ic) * k + a) * k + b] += dwv;
+                        if (out) rdw[wi] += dwv;
                     }
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t ic = 0; ic < c; ic++)
-        for (int64_t n = 0; n < batch; n++)
-            for (int64_t oc = 0; oc < o; oc++)
-                for (int64_t a = 0; a < k; a++)
-                    for (int64_t b = 0; b < k; b++) {
-                        const double wv = w->data[((oc * c + ic) * k + a) * k + b];
-                        for (int64_t i = 0; i < oh; i++) {
-                            const int64_t ih = i * st - pad + a;
-                            if (ih < 0 || ih >= h) continue;
-                            for (int64_t j = 0; j < oh; j++) {
-                                const int64_t iw = j * st - pad + b;
-                                if (iw < 0 || iw >= h) continue;
-                                rdx[((n * c + ic) * h + ih) * h + iw] +=
-                                    wv * dy[((n * o + oc) * oh + i) * oh + j];
-                            }
-                        }
-                    }
+    }
     printf("%-24s %10.2e %10.2e %10.2e\n", sh->name, rel_rms(y->data, ry, ny),
            rel_rms(x->grad, rdx, nx), rel_rms(w->grad, rdw, w->numel));
     fflush(stdout);
