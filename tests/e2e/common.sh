@@ -164,7 +164,7 @@ PY_SIZE
 #   stays red outside the hole); without --mask it is refused with the
 #   reason.
 # X is a third or less of what the scripts' runs measured (README,
-# "Inpainting": v1 +11.1 dB, v2 +5.0 dB), so the verdict does not turn on
+# "Inpainting": v1 +8.7 dB, v2 +5.0 dB), so the verdict does not turn on
 # last-bit differences; with MMEditing's 0.02 init instead of the configs'
 # init_cfg.gain, v2 fills its holes with one flat colour and scores 1.6 dB
 # below the masked input, which this check refuses.
