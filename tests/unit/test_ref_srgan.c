@@ -240,7 +240,7 @@ static void test_srgan_train_step_vs_pytorch(void **state) {
         TU_OK(duet_model_train_step(m, &b, opts, &log));
         tu_compare_distance(root, st, step, parts, 2);
         if (step > 2) continue;
-        char prefix[16];
+        char prefix[24];
         snprintf(prefix, sizeof prefix, "grad%d.", step);
         compare_log(st, &log, step);
         compare_grads(root, st, prefix);
