@@ -72,8 +72,7 @@ typedef struct conv_key {
 typedef struct conv_entry {
     conv_key key;
     bool made, usable; /* usable: JIT kernels for all three passes */
-    bool wino;         /* on the Winograd kernels */
-    char impl[64];     /* the forward's implementation ("jit:avx512_core") */
+    char impl[64];     /* the forward's implementation ("jit:avx512_core", "jit_wino_4x3:...") */
     uint64_t last_use;
     prim fwd[2], bwd_data, bwd_weights; /* fwd[1] adds the bias */
     /* Reorders: user float32 -> the primitives' layouts, and their float32
@@ -313,7 +312,6 @@ static int entry_make(conv_entry *e, const conv_key *key) {
         DUET_TRY(pds_create(dnnl_convolution_direct, d, pl, pr, bf16 ? dnnl_bf16 : dnnl_f32, bf16,
                             &e->bias, pd_all, &ok));
     if (!ok) return DUET_OK;
-    e->wino = wino && fpd != NULL && strncmp(impl_of(fpd), "jit_wino", 8) == 0;
     const bool wei = wpd != NULL; /* the weight gradient on oneDNN's kernels too */
     snprintf(e->impl, sizeof e->impl, "%s", impl_of(fpd));
     e->x_fwd_md = *md_query(fpd, dnnl_query_src_md);
@@ -497,6 +495,8 @@ static size_t entry_scratch(const conv_entry *e) {
     return most;
 }
 
+static bool on_winograd(const conv_entry *e) { return strncmp(e->impl, "jit_wino", 8) == 0; }
+
 /* The entry of d's shape with n samples. With the lock held. */
 static int entry_for(const duet__conv_dims *d, int64_t n, bool bf16, bool wino, conv_entry **e) {
     conv_key key = {*d, bf16, wino};
@@ -581,7 +581,7 @@ static int forward_held(const duet__conv_dims *d, bool bf16, bool wino, const fl
     *done = rc == DUET_OK;
     if (*done) {
         atomic_fetch_add(&runs, 1);
-        if (c.e[0]->wino) atomic_fetch_add(&wino_runs, 1);
+        if (on_winograd(c.e[0])) atomic_fetch_add(&wino_runs, 1);
         count_pass(d);
     }
     return rc;
@@ -651,7 +651,7 @@ static int backward_held(const duet__conv_dims *d, bool bf16, const float *x, co
         *dx_done = dx != NULL;
         *dw_done = dw != NULL;
         atomic_fetch_add(&runs, 1);
-        if (c.e[0]->wino) atomic_fetch_add(&wino_runs, 1);
+        if (on_winograd(c.e[0])) atomic_fetch_add(&wino_runs, 1);
         if (dx != NULL) count_pass(d);
         if (dw != NULL) count_pass(d);
     }

@@ -55,6 +55,7 @@ the batch); KinkWatch says why that matters and what --kink-flip checks.
 Usage (in the venv of scripts/make-mmedit-venv.sh): gen_mmedit_refs.py OUTDIR
 [--ranks 2,3] [--draw K] [--kink-flip MARGIN] [MODEL...] (main says more)
 """
+import contextlib
 import copy
 import os
 import sys
@@ -512,16 +513,24 @@ F32_CONFIGS = (("oneDNN, 1 thread", True, 1), ("oneDNN, 2 threads", True, 2),
                ("without oneDNN", False, 1))
 
 
+@contextlib.contextmanager
+def float32_config(mkldnn, threads):
+    """PyTorch with oneDNN on or off and that many threads, then back to
+    oneDNN on and 1 thread (what every other run here uses)."""
+    torch.backends.mkldnn.enabled = mkldnn
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = True
+        torch.set_num_threads(1)
+
+
 def float32_runs(spec, ref):
     runs = []
     for _, mkldnn, threads in F32_CONFIGS:
-        torch.backends.mkldnn.enabled = mkldnn
-        torch.set_num_threads(threads)
-        try:
+        with float32_config(mkldnn, threads):
             runs.append(Run(spec, torch.float32, reload=ref if spec.reload else None))
-        finally:
-            torch.backends.mkldnn.enabled = True
-            torch.set_num_threads(1)
     return runs
 
 
@@ -723,13 +732,8 @@ class DDPRuns:
     def float32(self, ref):
         f32s = []
         for _, mkldnn, threads in DDP_F32_CONFIGS:
-            torch.backends.mkldnn.enabled = mkldnn
-            torch.set_num_threads(threads)
-            try:
+            with float32_config(mkldnn, threads):
                 f32s.append(DDPRun(self.spec, torch.float32, self.ranks, first_only=True))
-            finally:
-                torch.backends.mkldnn.enabled = True
-                torch.set_num_threads(1)
         return f32s
 
 
