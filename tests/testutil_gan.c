@@ -2,6 +2,7 @@
  * test_esrgan_mpi.c, which had their own copies. */
 #include "testutil_gan.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
 
@@ -83,6 +84,18 @@ void tu_gan_assert_ranks_agree(duet_wrapper *w, duet_model *ref, tu_noise_masks 
     tu_gan_assert_params_identical(m);
     TU_OK(duet_wrapper_check_replicas(w));
     tu_noise_masks_free(nm);
+}
+
+void tu_gan_assert_part_syncs(duet_wrapper *w, const char *part, int64_t want) {
+    for (size_t i = 0; i < duet_wrapper_num_ddps(w); i++)
+        if (strcmp(duet_wrapper_ddp_name(w, i), part) == 0) {
+            duet_ddp_stats st = duet_ddp_get_stats(duet_wrapper_ddp(w, i));
+            if (st.syncs != want)
+                fail_msg("%s: %" PRId64 " synchronised backwards, want %" PRId64, part,
+                         st.syncs, want);
+            return;
+        }
+    fail_msg("the wrapper has no DDP for part '%s'", part);
 }
 
 void tu_gan_assert_params_identical(duet_model *m) {

@@ -42,6 +42,9 @@ void tu_gan_assert_model_close(duet_model *got, duet_model *want, const tu_noise
                                const tu_gan_run *run);
 /* Every parameter equal, bit for bit, to rank 0's (on every rank). */
 void tu_gan_assert_params_identical(duet_model *m);
+/* The wrapper's DDP for `part` has completed `want` synchronised backwards
+ * (allreduce rounds of its gradients) on this rank. */
+void tu_gan_assert_part_syncs(duet_wrapper *w, const char *part, int64_t want);
 /* What a run of tu_gan_train_pair must end with: the wrapped model close to
  * ref (tu_gan_assert_model_close), its parameters bit-identical on every
  * rank, every DDP's replicas identical (duet_wrapper_check_replicas); frees

@@ -86,6 +86,9 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     DUET_TRY(duet__need_part(m, "gan_loss", &gan));
     duet_tensor *p = NULL, *fake_d_pred = NULL, *real_pred = NULL, *real_d = NULL;
     duet_tensor *fake_det = NULL, *fake_pred = NULL, *loss = NULL;
+    /* One allreduce of D's gradients per step: the first backward
+     * accumulates locally, the second reduces the sum (as in SRGAN's). */
+    bool sync_prev = duet__part_set_no_sync(disc, true);
     int rc = duet_module_forward(disc, fake, &p);
     if (rc == DUET_OK) rc = duet_detach(p, &fake_d_pred);
     duet_tensor_release(p);
@@ -96,6 +99,7 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
         duet_optimizer_zero_grad(opt_d);
         rc = duet_backward(loss);
     }
+    duet__part_set_no_sync(disc, sync_prev);
     duet_tensor_release(loss);
     loss = NULL;
     if (rc == DUET_OK) rc = duet_detach(fake, &fake_det);

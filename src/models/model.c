@@ -3,6 +3,7 @@
  * val_step to its type. */
 #include "models/models_internal.h"
 #include "duet/comm.h"
+#include "duet/ddp.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -423,6 +424,10 @@ int duet__need_part(duet_model *m, const char *name, duet_module **out) {
         return duet__error(DUET_ESTATE, "%s: the model has no part '%s'",
                            duet_model_type_name(m), name);
     return DUET_OK;
+}
+
+bool duet__part_set_no_sync(duet_module *part, bool no_sync) {
+    return duet_ddp_set_no_sync(part, no_sync);
 }
 
 int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,

@@ -11,6 +11,12 @@
 
 /* The part `name` of m, or DUET_ESTATE naming the model type and the part. */
 int duet__need_part(duet_model *m, const char *name, duet_module **out);
+/* PyTorch DDP's no_sync() on a part: while on, the part's backwards
+ * accumulate its gradients locally and the next synchronised backward
+ * reduces the sum (duet/ddp.h). A part that is no DDP (one process without
+ * the wrapper) ignores it. Returns the previous setting. The one place
+ * where a model asks for it, so that its two-backward steps reduce once. */
+bool duet__part_set_no_sync(duet_module *part, bool no_sync);
 /* A model's root module forward (a duet_module_type's forward): its child
  * "generator"'s, the test-mode output of the restorers and Pix2Pix. */
 int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,

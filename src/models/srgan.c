@@ -133,6 +133,10 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
     DUET_TRY(duet__need_part(m, "discriminator", &disc));
     DUET_TRY(duet__need_part(m, "gan_loss", &gan));
     duet_tensor *real_pred = NULL, *fake_pred = NULL, *loss = NULL, *fake_d = NULL;
+    /* The real half's backward accumulates locally and the fake half's
+     * reduces the sum: one allreduce of the discriminator's gradients per
+     * step where MMEditing makes two, equal up to the order of the sums. */
+    bool sync_prev = duet__part_set_no_sync(disc, true);
     int rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
@@ -140,6 +144,7 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
         duet_optimizer_zero_grad(opt_d);
         rc = duet_backward(loss);
     }
+    duet__part_set_no_sync(disc, sync_prev);
     duet_tensor_release(loss);
     loss = NULL;
     if (rc == DUET_OK) rc = duet_detach(fake, &fake_d);

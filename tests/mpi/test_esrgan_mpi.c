@@ -4,7 +4,8 @@
  * discriminator step and twice per generator step): with SyncBatchNorm, N
  * ranks with 6/N samples each match one process with the whole batch after
  * 3 iterations and hold bit-identical parameters; without it, training runs
- * and the parameters stay identical across ranks; a first iteration without
+ * and the parameters stay identical across ranks, one allreduce of each
+ * part's gradients per step; a first iteration without
  * a generator step (disc_init_steps) is fine; one DDP around the whole
  * model fails on every rank with the unfinished-reduction error, in bounded
  * time. Each rank computes the single-process reference itself.
@@ -113,6 +114,10 @@ static void test_without_syncbn(void **state) {
      * on one process), but every rank applies the same averaged update. */
     tu_gan_train_pair(ref, w, &nm, tu_size == 1, &run);
     tu_gan_assert_params_identical(duet_wrapper_model(w));
+    /* One allreduce round per step for each part (the discriminator's first
+     * backward accumulates under no_sync). */
+    tu_gan_assert_part_syncs(w, "generator", ITERS);
+    tu_gan_assert_part_syncs(w, "discriminator", ITERS);
     if (tu_size == 1) tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);
     tu_noise_masks_free(&nm);
     duet_wrapper_destroy(w);

@@ -2,7 +2,8 @@
  * and 3 with a global batch of 6: with SyncBatchNorm, N ranks with 6/N
  * samples each match one process with the whole batch after 3 iterations
  * (every state entry to 1e-4) and hold bit-identical parameters; without
- * it, training runs and the parameters stay identical across ranks; a
+ * it, training runs and the parameters stay identical across ranks, with
+ * one allreduce of each part's gradients per step; a
  * first iteration without a generator step (disc_init_steps) is fine; one
  * DDP around the whole model fails on every rank with the unfinished-
  * reduction error, in bounded time. Each rank computes the single-process
@@ -58,6 +59,10 @@ static void test_without_syncbn(void **state) {
      * on one process), but every rank applies the same averaged update. */
     tu_gan_train_pair(ref, w, &nm, tu_size == 1, &run);
     tu_gan_assert_params_identical(duet_wrapper_model(w));
+    /* One allreduce round per step for each part: the discriminator's real
+     * half accumulates under no_sync, its fake half reduces the sum. */
+    tu_gan_assert_part_syncs(w, "generator", ITERS);
+    tu_gan_assert_part_syncs(w, "discriminator", ITERS);
     if (tu_size == 1) tu_gan_assert_model_close(duet_wrapper_model(w), ref, &nm, &run);
     tu_noise_masks_free(&nm);
     duet_wrapper_destroy(w);
