@@ -47,7 +47,23 @@
 #include "common/srgan_models.h"
 #include "duet/duet.h"
 
-/* One process of the duet side: prints {"step_s", "peak_rss_mb"} (maxima
+/* The counters of every DDP the wrapper made, summed (bytes handed to
+ * allreduce, synchronised backwards, time waited after the backward). */
+static duet_ddp_stats wrapper_ddp_stats(duet_wrapper *w) {
+    duet_ddp_stats t = {0};
+    for (size_t i = 0; i < duet_wrapper_num_ddps(w); i++) {
+        duet_ddp_stats s = duet_ddp_get_stats(duet_wrapper_ddp(w, i));
+        t.syncs += s.syncs;
+        t.bytes += s.bytes;
+        t.comm_s += s.comm_s;
+        t.exposed_s += s.exposed_s;
+        t.backward_s += s.backward_s;
+    }
+    return t;
+}
+
+/* One process of the duet side: prints {"step_s", "peak_rss_mb", the GEMM
+ * work and the DDPs' allreduce MB, count and exposed wait per step} (maxima
  * over ranks) on rank 0. */
 static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_comm *comm = NULL;
@@ -104,21 +120,29 @@ static int worker(const bench_model *bm, int steps, int warmup, bool bf16) {
     duet_log_vars lv;
     for (int i = 0; i < warmup; i++) BENCH_CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
     BENCH_CHECK(duet_comm_barrier(comm));
+    /* Gradient traffic and exposed communication per step, from the DDPs'
+     * own counters (the timed steps only). */
+    duet_ddp_stats s0 = wrapper_ddp_stats(w);
     uint64_t f0 = duet_kernels_gemm_flops();
     double t0 = duet_time_now();
     for (int i = 0; i < steps; i++) BENCH_CHECK(duet_wrapper_train_step(w, &batch, opts, &lv));
     BENCH_CHECK(duet_comm_barrier(comm));
     double dt = (duet_time_now() - t0) / steps;
-    double res[3] = {dt, bench_peak_rss_mb(), (double)(duet_kernels_gemm_flops() - f0) / steps};
-    BENCH_CHECK(duet_comm_allreduce(comm, res, 3, DUET_DTYPE_F64, DUET_REDUCE_MAX));
+    duet_ddp_stats s1 = wrapper_ddp_stats(w);
+    double res[6] = {dt, bench_peak_rss_mb(), (double)(duet_kernels_gemm_flops() - f0) / steps,
+                     (double)(s1.bytes - s0.bytes) / steps, (double)(s1.syncs - s0.syncs) / steps,
+                     (s1.exposed_s - s0.exposed_s) / steps};
+    BENCH_CHECK(duet_comm_allreduce(comm, res, 6, DUET_DTYPE_F64, DUET_REDUCE_MAX));
     duet_kernels_info ki;
     BENCH_CHECK(duet_kernels_info_get(&ki));
     if (rank == 0) {
         printf("{\"framework\": \"duet\", \"model\": \"%s\", \"nproc\": %d, \"batch\": %" PRId64
                ", \"step_s\": %.6f, \"images_per_s\": %.4f, \"peak_rss_mb\": %.1f, "
-               "\"gemm_gflop_per_step\": %.3f, \"threads\": %d, \"kernels\": \"%s\"}\n",
+               "\"gemm_gflop_per_step\": %.3f, \"allreduce_mb_per_step\": %.3f, "
+               "\"allreduces_per_step\": %.1f, \"exposed_comm_s\": %.6f, \"threads\": %d, "
+               "\"kernels\": \"%s\"}\n",
                bm->name, world, b * world, res[0], (double)(b * world) / res[0], res[1],
-               res[2] / 1e9, ki.num_threads, ki.summary);
+               res[2] / 1e9, res[3] / (1 << 20), res[4], res[5], ki.num_threads, ki.summary);
         fflush(stdout);
     }
     duet_batch_clear(&batch);
