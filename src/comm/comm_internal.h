@@ -108,6 +108,16 @@ void duet__wait_begin(duet__wait *w, duet_comm *c, const char *op, uint64_t seq,
  * progress for the timeout. Also fails at once when the family is broken. */
 int duet__wait_idle(duet__wait *w, bool progressed);
 void duet__wait_end(duet__wait *w);
+/* What the poll loop of this process did, counted since it started (tests
+ * judge the backoff by these, not by clocks): polls that saw no progress,
+ * those that slept, and those that returned without sleeping although
+ * the wait had already backed off (sleep_s > 0) with no progress since
+ * (nor a roll call that every rank answered), which a backing-off loop
+ * never does. */
+typedef struct duet__wait_counts {
+    uint64_t idle_polls, sleeps, spins_after_sleep;
+} duet__wait_counts;
+duet__wait_counts duet__wait_counts_get(void);
 /* DUET_ETIMEOUT with the family's verdict when a timeout happened. */
 int duet__comm_check_broken(const duet_comm *c);
 

@@ -37,6 +37,8 @@ typedef struct roll_answer {
 /* The innermost wait of this process (waits nest only through callers'
  * own loops); MPI is used from one thread (MPI_THREAD_FUNNELED). */
 static duet__wait *current;
+/* duet__wait_counts_get; MPI, and so every wait, runs on one thread. */
+static duet__wait_counts counts;
 
 /* ---- family ---------------------------------------------------------------- */
 
@@ -330,6 +332,7 @@ static int check_alive(duet__wait *w, double now) {
     if (silent == 0) {
         w->asking = false;
         w->t_progress = now; /* alive, if slow: wait another timeout */
+        w->sleep_s = 0;      /* as after progress */
         return DUET_OK;
     }
     if (now - w->t_asked <= c->timeout_s) return DUET_OK;
@@ -381,14 +384,21 @@ int duet__wait_idle(duet__wait *w, bool progressed) {
         w->sleep_s = 0;
         return DUET_OK;
     }
+    counts.idle_polls++;
     if (w->c->size > 1) serve(w->c->family);
     if (now - w->t_progress > w->c->timeout_s || w->asking) {
         if (!w->no_timeout) return timed_out(w, now);
         if (w->c->size > 1) DUET_TRY(check_alive(w, now));
     }
-    if (now - w->t_progress < SPIN_S) return DUET_OK;
+    if (now - w->t_progress < SPIN_S) {
+        if (w->sleep_s > 0) counts.spins_after_sleep++;
+        return DUET_OK;
+    }
     w->sleep_s = w->sleep_s < SLEEP_MIN_S ? SLEEP_MIN_S : w->sleep_s * 2;
     if (w->sleep_s > SLEEP_MAX_S) w->sleep_s = SLEEP_MAX_S;
+    counts.sleeps++;
     sleep_s(w->sleep_s);
     return DUET_OK;
 }
+
+duet__wait_counts duet__wait_counts_get(void) { return counts; }
