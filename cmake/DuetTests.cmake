@@ -235,7 +235,7 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # the interpreter's start, which the other models share) at load 4.5, their
 # four duet checks 4 s.
 set(DUET_MMEDIT_DDP_MODELS
-  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
+  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
   CACHE STRING
   "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
 add_test(NAME mmedit_gen_refs_ddp
@@ -442,6 +442,21 @@ set_tests_properties(mmedit_deepfillv2 PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# BasicRestorer around EDSR and RDN: train_step against MMEditing's own
+# (one program, one test each: the model built by duet's registry from the
+# shrunk config's keys, MMEditing's init loaded strictly by name).
+add_executable(test_ref_sr_backbones ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_sr_backbones.c)
+target_link_libraries(test_ref_sr_backbones PRIVATE duet_testutil)
+foreach(model edsr rdn)
+  add_test(NAME mmedit_${model}
+    COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} ${model}.safetensors
+            $<TARGET_FILE:test_ref_sr_backbones>)
+  set_tests_properties(mmedit_${model} PROPERTIES
+    ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*${model}_train_step*"
+    FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+    PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 1"
+    FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+endforeach()
 # test_ref_gl_nets again on OpenBLAS, the other GEMM backend.
 add_test(NAME mmedit_gl_nets_openblas
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors

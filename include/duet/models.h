@@ -65,6 +65,42 @@ typedef struct duet_rrdbnet_opts {
 duet_rrdbnet_opts duet_rrdbnet_opts_default(void); /* 3, 3, 64, 23, 32, 4 */
 int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_module **out);
 
+/* MMEditing's EDSR (sr_backbones/edsr.py): x = (x - rgb_mean) / rgb_std,
+ * conv_first, body.<i> (ResidualBlockNoBN conv1/conv2, ReLU, the residual
+ * times res_scale), conv_after_body (conv_first's output added),
+ * upsample.<j>.upsample_conv (UpsampleModule: a PixelShufflePack of 2 per
+ * factor of 2 for 2^n, one of 3 for 3), conv_last, then x * rgb_std +
+ * rgb_mean. rgb_mean and rgb_std are constants (no state-dict entries), of
+ * rgb_len values (1, broadcast, or in_channels == out_channels). Init as
+ * MMEditing: PyTorch's default for conv_first, conv_after_body, conv_last
+ * and, for res_scale != 1, the blocks; res_scale == 1 blocks kaiming_normal
+ * times 0.1 (ResidualBlockNoBN's own init); the upsample convs
+ * kaiming_normal times 1, bias 0. DUET_EINVAL for another factor. */
+#define DUET_EDSR_MAX_RGB 4
+typedef struct duet_edsr_opts {
+    int in_channels, out_channels, mid_channels, num_blocks, upscale_factor;
+    float res_scale;
+    int rgb_len;
+    float rgb_mean[DUET_EDSR_MAX_RGB], rgb_std[DUET_EDSR_MAX_RGB];
+} duet_edsr_opts;
+/* 3, 3, 64, 16, 4, res_scale 1, rgb_mean (0.4488, 0.4371, 0.4040), rgb_std 1s */
+duet_edsr_opts duet_edsr_opts_default(void);
+int duet_edsr_create(const duet_edsr_opts *opts, duet_rng *rng, duet_module **out);
+
+/* MMEditing's RDN (sr_backbones/rdn.py): sfe1, sfe2 (3x3), rdbs.<i> (RDB:
+ * layers.<j>.conv, a DenseLayer cat([x, relu(conv(x))]) growing by
+ * channel_growth, then lff, a 1x1 conv back to mid, plus x), gff.0 (1x1 over
+ * every RDB's output concatenated) and gff.1 (3x3), plus sfe1's output;
+ * upscale (x2, x4: conv to 4 mid then PixelShuffle(2), as upscale.0 and
+ * upscale.2; x3: upscale.0 to 9 mid, PixelShuffle(3)), output. PyTorch's
+ * default init throughout (RDN has no init of its own). Factors 2, 3, 4. */
+typedef struct duet_rdn_opts {
+    int in_channels, out_channels, mid_channels, num_blocks, upscale_factor, num_layers,
+        channel_growth;
+} duet_rdn_opts;
+duet_rdn_opts duet_rdn_opts_default(void); /* 3, 3, 64, 16, 4, 8 layers, growth 64 */
+int duet_rdn_create(const duet_rdn_opts *opts, duet_rng *rng, duet_module **out);
+
 /* ---- image-to-image GAN networks (Pix2Pix, CycleGAN) -------------------
  * MMEditing's generation backbones, built from mmcv ConvModules whose
  * children are named as in PyTorch: "conv" (Conv2d or ConvTranspose2d),
@@ -940,6 +976,16 @@ int duet_basic_restorer_create(const duet_basic_restorer_opts *opts, duet_rng *r
 int duet_basic_restorer_rrdbnet_create(const duet_rrdbnet_opts *generator,
                                        const duet_basic_restorer_opts *opts, duet_rng *rng,
                                        duet_model **out);
+
+/* BasicRestorer with an EDSR or an RDN generator (MMEditing's
+ * edsr_x*c64b16_g1_300k_div2k, rdn_x*c64b16_g1_1000k_div2k): as
+ * duet_basic_restorer_create, opts->generator unused. */
+int duet_basic_restorer_edsr_create(const duet_edsr_opts *generator,
+                                    const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                    duet_model **out);
+int duet_basic_restorer_rdn_create(const duet_rdn_opts *generator,
+                                   const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                   duet_model **out);
 
 /* ---- Pix2Pix (mmedit/models/synthesizers/pix2pix.py) --------------------- */
 

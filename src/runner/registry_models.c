@@ -136,7 +136,7 @@ static int make_esrgan(const void *o, duet_rng *rng, duet_model **out) {
     return duet_esrgan_create(o, rng, out);
 }
 
-/* ---- BasicRestorer (around MSRResNet, or RRDBNet: ESRGAN's PSNR stage) ------------ */
+/* ---- BasicRestorer (around MSRResNet, RRDBNet: ESRGAN's PSNR stage, EDSR or RDN) -- */
 
 /* pixel_loss's type (its part row allows L1Loss and MSELoss), train_cfg
  * (empty), test_cfg (crop_border defaults to the generator's factor),
@@ -185,6 +185,50 @@ static int read_rrdb_restorer(duet_config *m, const char *path, duet_rng *rng, v
 static int make_rrdb_restorer(const void *opts, duet_rng *rng, duet_model **out) {
     const rrdb_restorer *o = opts;
     return duet_basic_restorer_rrdbnet_create(&o->generator, &o->restorer, rng, out);
+}
+
+typedef struct edsr_restorer {
+    duet_edsr_opts generator;
+    duet_basic_restorer_opts restorer; /* its generator unused */
+} edsr_restorer;
+
+static void def_edsr_restorer(void *opts) {
+    edsr_restorer *o = opts;
+    o->generator = duet_edsr_opts_default();
+    o->restorer = duet_basic_restorer_opts_default();
+}
+
+static int read_edsr_restorer(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    edsr_restorer *o = opts;
+    return read_restorer_keys(m, path, o->generator.upscale_factor, &o->restorer);
+}
+
+static int make_edsr_restorer(const void *opts, duet_rng *rng, duet_model **out) {
+    const edsr_restorer *o = opts;
+    return duet_basic_restorer_edsr_create(&o->generator, &o->restorer, rng, out);
+}
+
+typedef struct rdn_restorer {
+    duet_rdn_opts generator;
+    duet_basic_restorer_opts restorer; /* its generator unused */
+} rdn_restorer;
+
+static void def_rdn_restorer(void *opts) {
+    rdn_restorer *o = opts;
+    o->generator = duet_rdn_opts_default();
+    o->restorer = duet_basic_restorer_opts_default();
+}
+
+static int read_rdn_restorer(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    rdn_restorer *o = opts;
+    return read_restorer_keys(m, path, o->generator.upscale_factor, &o->restorer);
+}
+
+static int make_rdn_restorer(const void *opts, duet_rng *rng, duet_model **out) {
+    const rdn_restorer *o = opts;
+    return duet_basic_restorer_rdn_create(&o->generator, &o->restorer, rng, out);
 }
 
 /* ---- Pix2Pix and CycleGAN (mmedit/models/synthesizers) ------------------------------ */
@@ -445,6 +489,16 @@ const duet__model_row duet__model_rows[] = {
       {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(rrdb_restorer, restorer.pixel_loss_weight),
        false}},
      read_rrdb_restorer, make_rrdb_restorer},
+    {"BasicRestorer", sizeof(edsr_restorer), def_edsr_restorer,
+     {PART(edsr_restorer, "generator", "EDSR", generator),
+      {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(edsr_restorer, restorer.pixel_loss_weight),
+       false}},
+     read_edsr_restorer, make_edsr_restorer},
+    {"BasicRestorer", sizeof(rdn_restorer), def_rdn_restorer,
+     {PART(rdn_restorer, "generator", "RDN", generator),
+      {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(rdn_restorer, restorer.pixel_loss_weight),
+       false}},
+     read_rdn_restorer, make_rdn_restorer},
     {"Pix2Pix", sizeof(duet_pix2pix_opts), def_pix2pix,
      {PART(duet_pix2pix_opts, "generator", "UnetGenerator", generator),
       PART(duet_pix2pix_opts, "discriminator", "PatchDiscriminator", discriminator),

@@ -562,6 +562,9 @@ const duet__module_row duet__module_rows[] = {
      make_gl_encdec},
     {"DeepFillEncoderDecoder", sizeof(duet_deepfill_encdec_opts), duet__reg_def_deepfill_encdec,
      duet__reg_read_deepfill_encdec, duet__reg_make_deepfill_encdec},
+    {"EDSR", sizeof(duet_edsr_opts), duet__reg_def_edsr, duet__reg_read_edsr,
+     duet__reg_make_edsr},
+    {"RDN", sizeof(duet_rdn_opts), duet__reg_def_rdn, duet__reg_read_rdn, duet__reg_make_rdn},
 };
 const size_t duet__module_row_count = sizeof duet__module_rows / sizeof *duet__module_rows;
 

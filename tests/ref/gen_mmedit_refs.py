@@ -12,6 +12,9 @@ this directory:
   pix2pix.safetensors  Pix2Pix from pix2pix_vanilla_unet_bn_1x1_80k_facades.py
   cyclegan.safetensors CycleGAN from cyclegan_lsgan_resnet_in_1x1_80k_facades.py
   basic_restorer.safetensors  BasicRestorer from msrresnet_x4c64b16_g1_1000k_div2k.py
+  edsr.safetensors     BasicRestorer from edsr_x4c64b16_g1_300k_div2k.py, shrunk
+                       (res_scale 0.1, rgb_std not 1: SRBackboneRestorer)
+  rdn.safetensors      BasicRestorer from rdn_x3c64b16_g1_1000k_div2k.py, shrunk
   translation_pipeline.safetensors  GenerationPairedDataset's pipeline by
                        MMEditing's own pipeline classes on OpenCV's resize
   inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
@@ -964,6 +967,52 @@ class BasicRestorer(Spec):
         return 2.1 * self.lr * step
 
 
+class SRBackboneRestorer(BasicRestorer):
+    """BasicRestorer around another of MMEditing's SR backbones, from its
+    own config with the generator shrunk (`generator` overrides its keys):
+    L1 loss, 10 train_steps on one batch of n 32x32 LQ images and their
+    GTs at the config's scale, Adam from the config (lr 1e-4)."""
+    lr = 1e-4
+
+    def __init__(self, name, cfg_path, generator, scale, seed, batch_seed, n=4):
+        self.name, self.cfg_path, self.generator = "BasicRestorer", cfg_path, generator
+        self.file = f"{name}.safetensors"
+        self.scale, self.seed, self.batch_seed = scale, seed, batch_seed
+        self.n = n
+        self.make_batch()
+
+    def make_batch(self):
+        g, n, s = self.batch_rng(self.batch_seed), self.n, self.scale
+        self.batch = dict(lq=torch.rand(n, 3, 32, 32, generator=g),
+                          gt=torch.rand(n, 3, 32 * s, 32 * s, generator=g))
+
+    def build(self, tmp):
+        cfg = mo.config(self.cfg_path)
+        assert cfg.model.generator.upscale_factor == self.scale
+        cfg.model.generator.update(self.generator)
+        torch.manual_seed(self.seed)
+        return mo.build(cfg), cfg
+
+
+# EDSR x4 with the EDSR paper's res_scale 0.1 (its large model's; the
+# blocks then keep PyTorch's default init) and a std other than 1, so that
+# both paths of the mean shift and of ResidualBlockNoBN are MMEditing's;
+# RDN x3 (one conv and PixelShuffle(3)) with 3 blocks of 3 dense layers.
+EDSR_GENERATOR = dict(mid_channels=16, num_blocks=2, res_scale=0.1,
+                      rgb_std=[0.9, 1.1, 1.25])
+RDN_GENERATOR = dict(mid_channels=16, num_blocks=3, num_layers=3, channel_growth=8)
+
+
+def edsr_spec(n=4):
+    return SRBackboneRestorer("edsr", "restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py",
+                              EDSR_GENERATOR, 4, 20261230, 13, n=n)
+
+
+def rdn_spec(n=4):
+    return SRBackboneRestorer("rdn", "restorers/rdn/rdn_x3c64b16_g1_1000k_div2k.py",
+                              RDN_GENERATOR, 3, 20261231, 14, n=n)
+
+
 class GLInpaintor(Spec):
     """gl_256x256_8x12_places.py on 32x32 images: GLEncoderDecoder without
     norm (the config's SyncBN needs a process group; its BatchNorm
@@ -1710,6 +1759,8 @@ MODELS = {
     "pix2pix": Pix2Pix,
     "cyclegan": CycleGAN,
     "basic_restorer": BasicRestorer,
+    "edsr": edsr_spec,
+    "rdn": rdn_spec,
     "translation": TranslationPipeline,
     "inpainting": InpaintingPipeline,
     "gl_nets": GLNets,
@@ -1731,6 +1782,8 @@ DDP_SPECS = {
     "pix2pix": lambda: Pix2Pix(n=DDP_BATCH),
     "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
     "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
+    "edsr": lambda: edsr_spec(n=DDP_BATCH),
+    "rdn": lambda: rdn_spec(n=DDP_BATCH),
     "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
     "deepfill_v1_inpaintor": lambda: DeepFillv1Inpaintor(n=DDP_BATCH),
     "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
