@@ -101,6 +101,33 @@ typedef struct duet_rdn_opts {
 duet_rdn_opts duet_rdn_opts_default(void); /* 3, 3, 64, 16, 4, 8 layers, growth 64 */
 int duet_rdn_create(const duet_rdn_opts *opts, duet_rng *rng, duet_module **out);
 
+/* MMEditing's PConvEncoderDecoder (backbones/encoder_decoders), the
+ * generator of PConvInpaintor: encoder.enc1..enc<L> and decoder.dec<L>..dec1,
+ * each a MaskConvModule (mmcv's ConvModule over a PartialConv2d with
+ * multi_channel masks: children conv (weight; bias without a norm; buffer
+ * weight_mask_updater), bn, activate). Encoder: 64, 128, 256, then 512
+ * channels, kernels 7, 5, 5, 3..., stride 2, ReLU, no norm on enc1.
+ * Decoder: nearest x2 of the features and the masks, concatenated with
+ * the encoder's of the level below (the input and its mask for dec1), 3x3
+ * MaskConvModules with LeakyReLU 0.2, dec1 without norm or activation. The
+ * forward takes (masked image, mask) with the mask 1 where the image is
+ * valid, per channel, (N, C, H, W), H and W multiples of 2^num_layers, and
+ * gives the output; duet_pconv_encdec_forward also gives the final mask
+ * (new reference, or pass NULL). Init as mmcv's ConvModule: kaiming_normal
+ * (fan_out, a = 0, or 0.2 before a LeakyReLU), bias 0, BN 1 and 0.
+ * norm_eval (MMEditing's fine-tuning stage) is DUET_EUNSUPPORTED. */
+#define DUET_PCONV_MAX_LAYERS 8
+typedef struct duet_pconv_encdec_opts {
+    int in_channels, num_layers;
+    bool norm;      /* norm_cfg BN (true) or None, encoder and decoder alike */
+    bool norm_eval; /* the encoder's */
+} duet_pconv_encdec_opts;
+duet_pconv_encdec_opts duet_pconv_encdec_opts_default(void); /* 3, 7, BN, false */
+int duet_pconv_encdec_create(const duet_pconv_encdec_opts *opts, duet_rng *rng,
+                             duet_module **out);
+int duet_pconv_encdec_forward(duet_module *m, duet_tensor *x, duet_tensor *mask,
+                              duet_tensor **out, duet_tensor **final_mask);
+
 /* ---- image-to-image GAN networks (Pix2Pix, CycleGAN) -------------------
  * MMEditing's generation backbones, built from mmcv ConvModules whose
  * children are named as in PyTorch: "conv" (Conv2d or ConvTranspose2d),

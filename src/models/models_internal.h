@@ -34,6 +34,16 @@ int duet__resblock_nobn_create(int mid, float res_scale, duet_rng *rng, duet_mod
 int duet__pixel_shuffle_pack_create(int in_ch, int out_ch, int scale, int kernel, duet_rng *rng,
                                     duet_module **out);
 
+/* ---- partial convolutions (pconv.c) ------------------------------------------ */
+
+/* A PartialConv2d's output and, when new_mask is not NULL, its updated mask
+ * (new references); mask (N, C, H, W) like x. */
+int duet__pconv_forward(duet_module *pconv, duet_tensor *x, duet_tensor *mask, duet_tensor **out,
+                        duet_tensor **new_mask);
+/* A MaskConvModule's output and updated mask (new references). */
+int duet__mask_conv_forward(duet_module *m, duet_tensor *x, duet_tensor *mask,
+                            duet_tensor **out, duet_tensor **new_mask);
+
 /* ---- SRGAN's structure, shared with ESRGAN (srgan.c, esrgan.c) ------------- */
 
 /* The generator's adversarial term on the generator's output fake (the

@@ -19,6 +19,9 @@ this directory:
                        MMEditing's own pipeline classes on OpenCV's resize
   inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
                        (file mask, bilinear Resize, Normalize, GetMaskedImage)
+  pconv_nets.safetensors  MMEditing's PConvEncoderDecoder (partial
+                       convolutions): forward, final mask, input and
+                       parameter gradients, BatchNorm buffers
   gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
                        GLEncoderDecoder: forward, input and parameter
                        gradients, BatchNorm buffers
@@ -1437,6 +1440,107 @@ def draw_inputs(name, net, shapes, dtype=torch.float64, tries=20, calls=None):
                        "RMS from 0; the comparison would hinge on float32 rounding")
 
 
+class PConvNets:
+    """MMEditing's own PConvEncoderDecoder (PConvEncoder and PConvDecoder
+    over MaskConvModules of PartialConv2d, built by its registry with its
+    init), run in float64 in training mode on (masked image, mask), the mask
+    1 where the image is valid, per channel, as PConvInpaintor.train_step
+    gives it: each case NAME holds the state dict (NAME.sd.*), the inputs
+    (NAME.x, NAME.mask), the output and the final mask, the output's
+    cotangent NAME.r, the gradients of the input and of every parameter
+    (NAME.grad.*) and the BatchNorm buffers after the forward
+    (NAME.after.*), its biases and BatchNorm weights moved off their init;
+    tests/mmedit/test_ref_pconv.c compares duet's network
+    with them. The image is drawn again until every (Leaky)ReLU input that
+    is not exactly 0 lies KINK_MARGIN of its RMS from the kink (a partial
+    convolution's output is exactly 0 where its window saw no valid pixel,
+    in float32 as in float64)."""
+    file = "pconv_nets.safetensors"
+
+    @staticmethod
+    def _margin(net, x, mask):
+        worst = [float("inf"), None]
+
+        def pre_hook(module, args):
+            v = args[0].detach()
+            rms = v.pow(2).mean().sqrt().item()
+            nz = v[v != 0].abs()
+            if rms > 0 and nz.numel():
+                m = nz.min().item() / rms
+                if m < worst[0]:
+                    worst[:] = [m, names[module]]
+        net = copy.deepcopy(net)
+        names = {m: n for n, m in net.named_modules()
+                 if isinstance(m, (torch.nn.ReLU, torch.nn.LeakyReLU))}
+        for m in names:
+            m.register_forward_pre_hook(pre_hook)
+        with torch.no_grad():
+            net(x, mask)
+        return worst
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_backbone
+        torch.manual_seed(20261207)
+
+        def encdec(layers, norm):
+            n = dict(type='BN') if norm else None
+            return dict(type='PConvEncoderDecoder',
+                        encoder=dict(type='PConvEncoder', num_layers=layers, norm_cfg=n),
+                        decoder=dict(type='PConvDecoder', num_layers=layers, norm_cfg=n))
+        cases = {  # name: (config, input shape, holes as (top, left, h, w) per sample)
+            "pconv_bn": (encdec(4, True), (2, 3, 32, 32),
+                         [[(4, 6, 14, 10), (20, 18, 9, 12)], [(0, 0, 8, 32), (12, 10, 16, 6)]]),
+            "pconv_nonorm5": (encdec(5, False), (1, 3, 32, 64),
+                              [[(2, 30, 20, 24), (24, 4, 8, 8)]]),
+        }
+        tensors = {}
+        for name, (cfg, shape, holes) in cases.items():
+            net = build_backbone(cfg)
+            net.init_weights()
+            # Biases and BatchNorm's affine moved off their init (0, and 1
+            # and 0), so that a bias term where a window saw no valid pixel
+            # would show in the output and the gradients.
+            with torch.no_grad():
+                for k, p in net.named_parameters():
+                    if k.endswith("bias") or ".bn." in k:
+                        p.add_(0.1 * torch.randn_like(p))
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            net = net.double().train()
+            hole = torch.zeros(shape[0], 1, shape[2], shape[3], dtype=torch.float64)
+            for i, boxes in enumerate(holes):
+                for t, l, h, w in boxes:
+                    hole[i, :, t:t + h, l:l + w] = 1
+            mask = (1.0 - hole).expand(shape).contiguous()
+            for _ in range(20):
+                gt = torch.randn(*shape, dtype=torch.float64)
+                x = gt * mask  # masked_img
+                margin, where = self._margin(net, x, mask)
+                if margin >= KINK_MARGIN:
+                    break
+                print(f"gen_mmedit_refs: {name}: {where} at {margin:.2g}: drawing again")
+            else:
+                raise RuntimeError(f"{name}: no draw cleared the kinks")
+            x.requires_grad_()
+            out, final_mask = net(x, mask)
+            r = torch.randn_like(out)
+            (out * r).sum().backward()
+            tensors[f"{name}.x"] = x.detach().float()
+            tensors[f"{name}.mask"] = mask.float()
+            tensors[f"{name}.grad.x"] = x.grad.float()
+            tensors[f"{name}.out"] = out.detach().float()
+            tensors[f"{name}.final_mask"] = final_mask.float()
+            tensors[f"{name}.r"] = r.float()
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+            for k, b in net.named_buffers():
+                tensors[f"{name}.after.{k}"] = b.detach().float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} PConvEncoderDecoder "
+                                    "(float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's PConvEncoderDecoder")
+
+
 class GLNets:
     """MMEditing's own GLDiscs, MultiLayerDiscriminator and GLEncoderDecoder
     (built by its registry, its init_weights), run in float64 in training mode: each case
@@ -1764,6 +1868,7 @@ MODELS = {
     "translation": TranslationPipeline,
     "inpainting": InpaintingPipeline,
     "gl_nets": GLNets,
+    "pconv_nets": PConvNets,
     "gl_inpaintor": GLInpaintor,
     "deepfill_nets": DeepFillNets,
     "deepfill_discs": DeepFillDiscs,
