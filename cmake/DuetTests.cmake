@@ -468,6 +468,17 @@ set_tests_properties(mmedit_pconv_nets PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# PConvInpaintor's train_step against MMEditing's own.
+add_executable(test_ref_pconv_inpaintor ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_pconv_inpaintor.c)
+target_link_libraries(test_ref_pconv_inpaintor PRIVATE duet_testutil)
+add_test(NAME mmedit_pconv_inpaintor
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} pconv_inpaintor.safetensors
+          $<TARGET_FILE:test_ref_pconv_inpaintor>)
+set_tests_properties(mmedit_pconv_inpaintor PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # test_ref_gl_nets again on OpenBLAS, the other GEMM backend.
 add_test(NAME mmedit_gl_nets_openblas
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} gl_nets.safetensors

@@ -781,6 +781,40 @@ duet_model *tu_sr_backbone_ref_model(const char *name, uint64_t seed) {
     return m;
 }
 
+/* gen_mmedit_refs.py's PConvInpaintorSpec over the keys of
+ * pconv_256x256_stage1_8x1_places.py (layer_weights {'2': 1., '7': 1.}
+ * written as duet's layer_ids / layer_weights arrays). */
+static const char pconv_ref_cfg[] =
+    "model = {\n"
+    "  type = \"PConvInpaintor\";\n"
+    "  encdec = { type = \"PConvEncoderDecoder\";\n"
+    "    encoder = { type = \"PConvEncoder\"; num_layers = 4; norm_cfg = { type = \"BN\"; "
+    "requires_grad = true; };\n"
+    "                norm_eval = false; };\n"
+    "    decoder = { type = \"PConvDecoder\"; num_layers = 4; norm_cfg = { type = \"BN\"; }; };\n"
+    "  };\n"
+    "  loss_composed_percep = { type = \"PerceptualLoss\"; cfg = [8, 8, 0, 16, 16];\n"
+    "    layer_ids = [2, 7]; layer_weights = [1.0, 1.0]; perceptual_weight = 0.05;\n"
+    "    style_weight = 120; pretrained = \"\"; };\n"
+    "  loss_out_percep = true;\n"
+    "  loss_l1_hole = { type = \"L1Loss\"; loss_weight = 6.0; };\n"
+    "  loss_l1_valid = { type = \"L1Loss\"; loss_weight = 1.0; };\n"
+    "  loss_tv = { type = \"MaskedTVLoss\"; loss_weight = 0.1; };\n"
+    "  train_cfg = { disc_step = 0; };\n"
+    "  test_cfg = { metrics = [\"l1\"]; };\n"
+    "};\n";
+
+duet_model *tu_pconv_ref_model(uint64_t seed) {
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(pconv_ref_cfg, "<pconv>", &cfg));
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, "model", &rng, &m));
+    TU_OK(duet_config_check_unused(cfg));
+    duet_config_destroy(cfg);
+    return m;
+}
+
 duet_srgan_opts tu_tiny_srgan_opts(void) {
     duet_srgan_opts o = duet_srgan_opts_default();
     o.generator.mid_channels = 8;

@@ -115,7 +115,8 @@ int duet_rdn_create(const duet_rdn_opts *opts, duet_rng *rng, duet_module **out)
  * gives the output; duet_pconv_encdec_forward also gives the final mask
  * (new reference, or pass NULL). Init as mmcv's ConvModule: kaiming_normal
  * (fan_out, a = 0, or 0.2 before a LeakyReLU), bias 0, BN 1 and 0.
- * norm_eval (MMEditing's fine-tuning stage) is DUET_EUNSUPPORTED. */
+ * norm_eval (MMEditing's fine-tuning stage): the encoder's BatchNorm layers
+ * stay in eval mode (running statistics used, not updated) in training. */
 #define DUET_PCONV_MAX_LAYERS 8
 typedef struct duet_pconv_encdec_opts {
     int in_channels, num_layers;
@@ -828,6 +829,41 @@ int duet_gl_inpaintor_create(const duet_gl_inpaintor_opts *opts, duet_rng *rng,
 /* MMEditing's cur_iter (the schedule's clock) and disc_step_count. */
 int64_t duet_gl_inpaintor_cur_iter(duet_model *m);
 int duet_gl_inpaintor_disc_step_count(duet_model *m);
+
+/* MMEditing's MaskedTVLoss (losses/pixelwise_loss.py): loss_weight times
+ * the mask-weighted L1 (duet_l1_loss_masked) of the horizontal neighbour
+ * differences pred[..., :-1] - pred[..., 1:] with mask[..., :-1], plus the
+ * same vertically; pred (N, C, H, W), mask (N, 1 or C, H, W) a constant.
+ * The module's forward takes (pred, mask). */
+int duet_masked_tv_loss_module_create(float loss_weight, duet_module **out);
+int duet_masked_tv_loss(duet_module *m, duet_tensor *pred, duet_tensor *mask, duet_tensor **out);
+
+/* PConvInpaintor (mmedit/models/inpaintors/pconv_inpaintor.py on
+ * one_stage.py; its configs have no discriminator): parts generator (a
+ * PConvEncoderDecoder, the config's encdec) on (masked_img, 1 - mask over
+ * the image's channels), loss_percep (the config's loss_composed_percep, a
+ * PerceptualLoss with style, when `perceptual`) and loss_tv (MaskedTVLoss,
+ * when tv_weight > 0). fake_img = gt * (1 - mask) + fake_res * mask. One
+ * generator update a step on the sum of, as MMEditing logs them:
+ * loss_l1_hole (L1 of fake_res in the hole), loss_l1_valid (outside it),
+ * loss_composed_percep and loss_composed_style (on fake_img),
+ * loss_out_percep and loss_out_style (on fake_res, with out_percep: the
+ * config's loss_out_percep = True), loss_tv (on fake_img in the hole);
+ * also `loss`, the sum. Optimizer "generator". val_step and forward as
+ * GLInpaintor's (cat(masked_img, mask) in, the composite out). */
+typedef struct duet_pconv_inpaintor_opts {
+    duet_pconv_encdec_opts encdec;
+    bool perceptual;                           /* a loss_composed_percep group */
+    duet_perceptual_loss_opts perceptual_loss;
+    bool out_percep;                           /* loss_out_percep */
+    float l1_hole_weight, l1_valid_weight;     /* <= 0: no such loss */
+    float tv_weight;                           /* <= 0: no loss_tv */
+    int nmetrics;
+    const char *metrics[4];                    /* "l1", "psnr", "ssim" (static strings) */
+} duet_pconv_inpaintor_opts;
+duet_pconv_inpaintor_opts duet_pconv_inpaintor_opts_default(void); /* no losses, metric l1 */
+int duet_pconv_inpaintor_create(const duet_pconv_inpaintor_opts *opts, duet_rng *rng,
+                                duet_model **out);
 
 /* TwoStageInpaintor (mmedit/models/inpaintors/two_stage.py, DeepFillv2's
  * model) and DeepFillv1Inpaintor (deepfillv1.py on it): parts generator (a

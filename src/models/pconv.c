@@ -282,6 +282,14 @@ int duet_pconv_encdec_forward(duet_module *self, duet_tensor *x, duet_tensor *ma
                            (long long)need);
     }
     duet_module *enc = duet_module_child(self, "encoder"), *dec = duet_module_child(self, "decoder");
+    /* norm_eval (MMEditing's fine-tuning stage): PConvEncoder.train() puts
+     * its BatchNorm layers back in eval mode, running statistics used and
+     * kept; here before every forward, which is the same. */
+    if (g->opts.norm_eval)
+        for (size_t i = 0; i < duet_module_child_count(enc); i++) {
+            duet_module *bn = duet_module_child(duet_module_child_at(enc, i), "bn");
+            if (bn != NULL) duet_module_train(bn, false);
+        }
     duet_tensor *feats[DUET_PCONV_MAX_LAYERS + 1] = {0}, *masks[DUET_PCONV_MAX_LAYERS + 1] = {0};
     feats[0] = duet_tensor_retain(x);
     masks[0] = duet_tensor_retain(mask);
@@ -347,9 +355,6 @@ int duet_pconv_encdec_create(const duet_pconv_encdec_opts *opts, duet_rng *rng,
     if (o.in_channels < 1 || o.num_layers < 4 || o.num_layers > DUET_PCONV_MAX_LAYERS)
         return duet__error(DUET_EINVAL, "PConvEncoderDecoder: in_channels %d, num_layers %d "
                            "(4 to %d)", o.in_channels, o.num_layers, DUET_PCONV_MAX_LAYERS);
-    if (o.norm_eval)
-        return duet__error(DUET_EUNSUPPORTED, "PConvEncoderDecoder: norm_eval = True (the "
-                           "fine-tuning stage's frozen BatchNorm statistics) is not built yet");
     pconv_encdec_impl *impl = malloc(sizeof *impl);
     if (impl == NULL) return duet__error(DUET_ENOMEM, "PConvEncoderDecoder: out of memory");
     impl->opts = o;

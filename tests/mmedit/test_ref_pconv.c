@@ -5,8 +5,9 @@
  * strictly by name, so every duet name is MMEditing's; in training mode the
  * output, the final mask (exactly), the input gradient, every parameter
  * gradient and the BatchNorm buffers within 1e-4 of each tensor's scale of
- * the float64 run, as test_ref_gl_nets.c compares. Two cases: 4 layers
- * with BatchNorm on 32x32, 5 layers without a norm on 32x64. Runs as the
+ * the float64 run, as test_ref_gl_nets.c compares. Three cases: 4 layers
+ * with BatchNorm on 32x32, 5 layers without a norm on 32x64, 4 layers with
+ * the encoder's BatchNorm under norm_eval (stage 2's). Runs as the
  * `mmedit` test mmedit_pconv_nets. */
 #include <stdio.h>
 #include <string.h>
@@ -91,6 +92,14 @@ static void test_pconv_encdec_no_norm(void **state) {
     run_case("pconv_nonorm5", &o);
 }
 
+static void test_pconv_encdec_norm_eval(void **state) {
+    (void)state;
+    duet_pconv_encdec_opts o = duet_pconv_encdec_opts_default();
+    o.num_layers = 4;
+    o.norm_eval = true;
+    run_case("pconv_normeval", &o);
+}
+
 static int setup(void **state) {
     (void)state;
     ref = tu_ref_load("pconv_nets.safetensors");
@@ -107,6 +116,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pconv_encdec_bn),
         cmocka_unit_test(test_pconv_encdec_no_norm),
+        cmocka_unit_test(test_pconv_encdec_norm_eval),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

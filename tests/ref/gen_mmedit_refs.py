@@ -22,6 +22,8 @@ this directory:
   pconv_nets.safetensors  MMEditing's PConvEncoderDecoder (partial
                        convolutions): forward, final mask, input and
                        parameter gradients, BatchNorm buffers
+  pconv_inpaintor.safetensors  PConvInpaintor from
+                       pconv_256x256_stage1_8x1_places.py, shrunk
   gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
                        GLEncoderDecoder: forward, input and parameter
                        gradients, BatchNorm buffers
@@ -1016,6 +1018,56 @@ def rdn_spec(n=4):
                               RDN_GENERATOR, 3, 20261231, 14, n=n)
 
 
+class PConvInpaintorSpec(Spec):
+    """pconv_256x256_stage1_8x1_places.py on 32x32 images: PConvEncoderDecoder
+    of 4 layers (64, 128, 256, 512 channels, as MMEditing's fixed widths)
+    with BatchNorm (the config's SyncBN needs a process group), the config's
+    losses (L1 in the hole 6, in the valid region 1, MaskedTVLoss 0.1,
+    PerceptualLoss with perceptual 0.05 and style 120 on the composite and,
+    loss_out_percep, on the raw output) over the tiny VGG (layers '2' and
+    '7': the last conv of each block, before its ReLU) instead of vgg16; 10
+    train_steps on one batch of irregular holes (boxes), Adam from the
+    config (lr 2e-4)."""
+    name, file, lr = "PConvInpaintor", "pconv_inpaintor.safetensors", 2e-4
+    parts = ("generator",)
+    HOLES = [[(4, 6, 14, 10), (20, 18, 9, 12)], [(0, 0, 8, 32), (12, 10, 16, 6)],
+             [(10, 3, 12, 20)], [(2, 2, 6, 6), (18, 14, 12, 16)], [(8, 8, 16, 16)],
+             [(0, 20, 32, 6), (24, 0, 6, 18)]]
+
+    def __init__(self, n=2):
+        self.n = n
+        self.make_batch()
+
+    def make_batch(self):
+        g, n = self.batch_rng(15), self.n
+        gt = torch.rand(n, 3, 32, 32, generator=g) * 2 - 1
+        mask = torch.zeros(n, 1, 32, 32)
+        for i, boxes in enumerate(self.HOLES[:n]):
+            for t, l, h, w in boxes:
+                mask[i, :, t:t + h, l:l + w] = 1
+        self.batch = dict(gt_img=gt, mask=mask, masked_img=gt * (1 - mask))
+
+    def build(self, tmp):
+        cfg = mo.config("inpainting/partial_conv/pconv_256x256_stage1_8x1_places.py")
+        for part in ("encoder", "decoder"):
+            cfg.model.encdec[part].update(num_layers=4, norm_cfg=dict(type='BN'))
+        cfg.model.loss_composed_percep.vgg_type = "duet_tiny_vgg"
+        cfg.model.loss_composed_percep.layer_weights = {'2': 1.0, '7': 1.0}
+        cfg.model.loss_composed_percep.pretrained = mo.add_tiny_vgg(
+            "duet_tiny_vgg", TINY_VGG, os.path.join(tmp, "tiny_vgg.pth"), 16)
+        torch.manual_seed(20261208)
+        return mo.build(cfg), cfg
+
+    def step(self, model, batch, opt):
+        return model.train_step(batch, opt)['log_vars']
+
+    def grad_tol(self, g):
+        return 1e-3, 1e-4 * g.abs().max().item()
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
 class GLInpaintor(Spec):
     """gl_256x256_8x12_places.py on 32x32 images: GLEncoderDecoder without
     norm (the config's SyncBN needs a process group; its BatchNorm
@@ -1482,16 +1534,21 @@ class PConvNets:
         from mmedit.models.builder import build_backbone
         torch.manual_seed(20261207)
 
-        def encdec(layers, norm):
+        def encdec(layers, norm, norm_eval=False):
             n = dict(type='BN') if norm else None
             return dict(type='PConvEncoderDecoder',
-                        encoder=dict(type='PConvEncoder', num_layers=layers, norm_cfg=n),
+                        encoder=dict(type='PConvEncoder', num_layers=layers, norm_cfg=n,
+                                     norm_eval=norm_eval),
                         decoder=dict(type='PConvDecoder', num_layers=layers, norm_cfg=n))
         cases = {  # name: (config, input shape, holes as (top, left, h, w) per sample)
             "pconv_bn": (encdec(4, True), (2, 3, 32, 32),
                          [[(4, 6, 14, 10), (20, 18, 9, 12)], [(0, 0, 8, 32), (12, 10, 16, 6)]]),
             "pconv_nonorm5": (encdec(5, False), (1, 3, 32, 64),
                               [[(2, 30, 20, 24), (24, 4, 8, 8)]]),
+            # stage 2's fine-tuning: the encoder's BN in eval mode (its
+            # running statistics moved off 0 and 1 so that they matter)
+            "pconv_normeval": (encdec(4, True, True), (2, 3, 32, 32),
+                               [[(6, 2, 12, 20)], [(16, 16, 12, 12), (2, 20, 6, 8)]]),
         }
         tensors = {}
         for name, (cfg, shape, holes) in cases.items():
@@ -1504,6 +1561,11 @@ class PConvNets:
                 for k, p in net.named_parameters():
                     if k.endswith("bias") or ".bn." in k:
                         p.add_(0.1 * torch.randn_like(p))
+                for k, b in net.named_buffers():
+                    if k.endswith("running_mean"):
+                        b.copy_(0.2 * torch.randn_like(b))
+                    elif k.endswith("running_var"):
+                        b.copy_(0.5 + torch.rand_like(b))
             for k, v in net.state_dict().items():
                 tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
             net = net.double().train()
@@ -1869,6 +1931,7 @@ MODELS = {
     "inpainting": InpaintingPipeline,
     "gl_nets": GLNets,
     "pconv_nets": PConvNets,
+    "pconv_inpaintor": PConvInpaintorSpec,
     "gl_inpaintor": GLInpaintor,
     "deepfill_nets": DeepFillNets,
     "deepfill_discs": DeepFillDiscs,
@@ -1890,6 +1953,7 @@ DDP_SPECS = {
     "edsr": lambda: edsr_spec(n=DDP_BATCH),
     "rdn": lambda: rdn_spec(n=DDP_BATCH),
     "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
+    "pconv_inpaintor": lambda: PConvInpaintorSpec(n=DDP_BATCH),
     "deepfill_v1_inpaintor": lambda: DeepFillv1Inpaintor(n=DDP_BATCH),
     "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
 }
