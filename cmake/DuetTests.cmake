@@ -235,7 +235,7 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # the interpreter's start, which the other models share) at load 4.5, their
 # four duet checks 4 s.
 set(DUET_MMEDIT_DDP_MODELS
-  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
+  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
   CACHE STRING
   "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
 add_test(NAME mmedit_gen_refs_ddp
@@ -438,6 +438,43 @@ add_test(NAME mmedit_deepfillv2
   COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} deepfillv2.safetensors
           $<TARGET_FILE:test_ref_deepfillv2>)
 set_tests_properties(mmedit_deepfillv2 PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# BasicRestorer around EDSR and RDN: train_step against MMEditing's own
+# (one program, one test each: the model built by duet's registry from the
+# shrunk config's keys, MMEditing's init loaded strictly by name).
+add_executable(test_ref_sr_backbones ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_sr_backbones.c)
+target_link_libraries(test_ref_sr_backbones PRIVATE duet_testutil)
+foreach(model edsr rdn)
+  add_test(NAME mmedit_${model}
+    COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} ${model}.safetensors
+            $<TARGET_FILE:test_ref_sr_backbones>)
+  set_tests_properties(mmedit_${model} PROPERTIES
+    ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*${model}_train_step*"
+    FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+    PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 1"
+    FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+endforeach()
+# PConvEncoderDecoder (partial convolutions) against MMEditing's own module.
+add_executable(test_ref_pconv ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_pconv.c)
+target_link_libraries(test_ref_pconv PRIVATE duet_testutil)
+add_test(NAME mmedit_pconv_nets
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} pconv_nets.safetensors
+          $<TARGET_FILE:test_ref_pconv>)
+set_tests_properties(mmedit_pconv_nets PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# PConvInpaintor's train_step against MMEditing's own.
+add_executable(test_ref_pconv_inpaintor ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_pconv_inpaintor.c)
+target_link_libraries(test_ref_pconv_inpaintor PRIVATE duet_testutil)
+add_test(NAME mmedit_pconv_inpaintor
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} pconv_inpaintor.safetensors
+          $<TARGET_FILE:test_ref_pconv_inpaintor>)
+set_tests_properties(mmedit_pconv_inpaintor PROPERTIES
   ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"

@@ -746,6 +746,75 @@ duet_model *tu_deepfillv2_ref_model(void) {
     return m;
 }
 
+/* gen_mmedit_refs.py's EDSR_GENERATOR and RDN_GENERATOR over the generator
+ * groups of edsr_x4c64b16_g1_300k_div2k.py and rdn_x3c64b16_g1_1000k_div2k.py
+ * (keys as MMEditing writes them; convert-config.py turns tuples into
+ * arrays). */
+static const char sr_backbone_ref_cfg[] =
+    "edsr = {\n"
+    "  type = \"BasicRestorer\";\n"
+    "  generator = { type = \"EDSR\"; in_channels = 3; out_channels = 3; mid_channels = 16;\n"
+    "                num_blocks = 2; upscale_factor = 4; res_scale = 0.1;\n"
+    "                rgb_mean = [0.4488, 0.4371, 0.404]; rgb_std = [0.9, 1.1, 1.25]; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1.0; reduction = \"mean\"; };\n"
+    "  test_cfg = { metrics = [\"PSNR\"]; crop_border = 4; };\n"
+    "};\n"
+    "rdn = {\n"
+    "  type = \"BasicRestorer\";\n"
+    "  generator = { type = \"RDN\"; in_channels = 3; out_channels = 3; mid_channels = 16;\n"
+    "                num_blocks = 3; upscale_factor = 3; num_layers = 3; channel_growth = 8; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1.0; reduction = \"mean\"; };\n"
+    "  test_cfg = { metrics = [\"PSNR\", \"SSIM\"]; crop_border = 3; };\n"
+    "};\n";
+
+duet_model *tu_sr_backbone_ref_model(const char *name, uint64_t seed) {
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(sr_backbone_ref_cfg, "<sr_backbones>", &cfg));
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, name, &rng, &m));
+    duet_config *group = NULL;
+    TU_OK(duet_config_sub(cfg, name, &group));
+    TU_OK(duet_config_check_unused(group));
+    duet_config_destroy(group);
+    duet_config_destroy(cfg);
+    return m;
+}
+
+/* gen_mmedit_refs.py's PConvInpaintorSpec over the keys of
+ * pconv_256x256_stage1_8x1_places.py (layer_weights {'2': 1., '7': 1.}
+ * written as duet's layer_ids / layer_weights arrays). */
+static const char pconv_ref_cfg[] =
+    "model = {\n"
+    "  type = \"PConvInpaintor\";\n"
+    "  encdec = { type = \"PConvEncoderDecoder\";\n"
+    "    encoder = { type = \"PConvEncoder\"; num_layers = 4; norm_cfg = { type = \"BN\"; "
+    "requires_grad = true; };\n"
+    "                norm_eval = false; };\n"
+    "    decoder = { type = \"PConvDecoder\"; num_layers = 4; norm_cfg = { type = \"BN\"; }; };\n"
+    "  };\n"
+    "  loss_composed_percep = { type = \"PerceptualLoss\"; cfg = [8, 8, 0, 16, 16];\n"
+    "    layer_ids = [2, 7]; layer_weights = [1.0, 1.0]; perceptual_weight = 0.05;\n"
+    "    style_weight = 120; pretrained = \"\"; };\n"
+    "  loss_out_percep = true;\n"
+    "  loss_l1_hole = { type = \"L1Loss\"; loss_weight = 6.0; };\n"
+    "  loss_l1_valid = { type = \"L1Loss\"; loss_weight = 1.0; };\n"
+    "  loss_tv = { type = \"MaskedTVLoss\"; loss_weight = 0.1; };\n"
+    "  train_cfg = { disc_step = 0; };\n"
+    "  test_cfg = { metrics = [\"l1\"]; };\n"
+    "};\n";
+
+duet_model *tu_pconv_ref_model(uint64_t seed) {
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(pconv_ref_cfg, "<pconv>", &cfg));
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, "model", &rng, &m));
+    TU_OK(duet_config_check_unused(cfg));
+    duet_config_destroy(cfg);
+    return m;
+}
+
 duet_srgan_opts tu_tiny_srgan_opts(void) {
     duet_srgan_opts o = duet_srgan_opts_default();
     o.generator.mid_channels = 8;

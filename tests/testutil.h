@@ -280,6 +280,18 @@ duet_two_stage_inpaintor_opts tu_tiny_deepfill_v1_opts(void);
  * the hole and the valid region 1 in both stages, disc_step 1. Its init
  * is duet's (the tests load MMEditing's). */
 duet_model *tu_deepfillv2_ref_model(void);
+/* The BasicRestorers of the `mmedit` EDSR and RDN tests (gen_mmedit_refs.py's
+ * edsr_spec and rdn_spec), built by the registry from MMEditing's generator
+ * keys: name "edsr" (EDSR x4, mid 16, 2 blocks, res_scale 0.1, rgb_std
+ * (0.9, 1.1, 1.25)) or "rdn" (RDN x3, mid 16, 3 blocks of 3 layers, growth
+ * 8); L1 loss. Its init is duet's from seed (the tests load MMEditing's). */
+duet_model *tu_sr_backbone_ref_model(const char *name, uint64_t seed);
+/* The PConvInpaintor of the `mmedit` PConv tests (gen_mmedit_refs.py's
+ * PConvInpaintorSpec), built by the registry from the keys of
+ * pconv_256x256_stage1_8x1_places.py shrunk: 4 layers with BatchNorm, the
+ * tiny VGG ([8, 8, M, 16, 16], layers 2 and 7) for the perceptual and
+ * style terms, L1 hole 6 and valid 1, TV 0.1, loss_out_percep. */
+duet_model *tu_pconv_ref_model(uint64_t seed);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);

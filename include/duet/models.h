@@ -65,6 +65,70 @@ typedef struct duet_rrdbnet_opts {
 duet_rrdbnet_opts duet_rrdbnet_opts_default(void); /* 3, 3, 64, 23, 32, 4 */
 int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_module **out);
 
+/* MMEditing's EDSR (sr_backbones/edsr.py): x = (x - rgb_mean) / rgb_std,
+ * conv_first, body.<i> (ResidualBlockNoBN conv1/conv2, ReLU, the residual
+ * times res_scale), conv_after_body (conv_first's output added),
+ * upsample.<j>.upsample_conv (UpsampleModule: a PixelShufflePack of 2 per
+ * factor of 2 for 2^n, one of 3 for 3), conv_last, then x * rgb_std +
+ * rgb_mean. rgb_mean and rgb_std are constants (no state-dict entries), of
+ * rgb_len values (1, broadcast, or in_channels == out_channels). Init as
+ * MMEditing: PyTorch's default for conv_first, conv_after_body, conv_last
+ * and, for res_scale != 1, the blocks; res_scale == 1 blocks kaiming_normal
+ * times 0.1 (ResidualBlockNoBN's own init); the upsample convs
+ * kaiming_normal times 1, bias 0. DUET_EINVAL for another factor. */
+#define DUET_EDSR_MAX_RGB 4
+typedef struct duet_edsr_opts {
+    int in_channels, out_channels, mid_channels, num_blocks, upscale_factor;
+    float res_scale;
+    int rgb_len;
+    float rgb_mean[DUET_EDSR_MAX_RGB], rgb_std[DUET_EDSR_MAX_RGB];
+} duet_edsr_opts;
+/* 3, 3, 64, 16, 4, res_scale 1, rgb_mean (0.4488, 0.4371, 0.4040), rgb_std 1s */
+duet_edsr_opts duet_edsr_opts_default(void);
+int duet_edsr_create(const duet_edsr_opts *opts, duet_rng *rng, duet_module **out);
+
+/* MMEditing's RDN (sr_backbones/rdn.py): sfe1, sfe2 (3x3), rdbs.<i> (RDB:
+ * layers.<j>.conv, a DenseLayer cat([x, relu(conv(x))]) growing by
+ * channel_growth, then lff, a 1x1 conv back to mid, plus x), gff.0 (1x1 over
+ * every RDB's output concatenated) and gff.1 (3x3), plus sfe1's output;
+ * upscale (x2, x4: conv to 4 mid then PixelShuffle(2), as upscale.0 and
+ * upscale.2; x3: upscale.0 to 9 mid, PixelShuffle(3)), output. PyTorch's
+ * default init throughout (RDN has no init of its own). Factors 2, 3, 4. */
+typedef struct duet_rdn_opts {
+    int in_channels, out_channels, mid_channels, num_blocks, upscale_factor, num_layers,
+        channel_growth;
+} duet_rdn_opts;
+duet_rdn_opts duet_rdn_opts_default(void); /* 3, 3, 64, 16, 4, 8 layers, growth 64 */
+int duet_rdn_create(const duet_rdn_opts *opts, duet_rng *rng, duet_module **out);
+
+/* MMEditing's PConvEncoderDecoder (backbones/encoder_decoders), the
+ * generator of PConvInpaintor: encoder.enc1..enc<L> and decoder.dec<L>..dec1,
+ * each a MaskConvModule (mmcv's ConvModule over a PartialConv2d with
+ * multi_channel masks: children conv (weight; bias without a norm; buffer
+ * weight_mask_updater), bn, activate). Encoder: 64, 128, 256, then 512
+ * channels, kernels 7, 5, 5, 3..., stride 2, ReLU, no norm on enc1.
+ * Decoder: nearest x2 of the features and the masks, concatenated with
+ * the encoder's of the level below (the input and its mask for dec1), 3x3
+ * MaskConvModules with LeakyReLU 0.2, dec1 without norm or activation. The
+ * forward takes (masked image, mask) with the mask 1 where the image is
+ * valid, per channel, (N, C, H, W), H and W multiples of 2^num_layers, and
+ * gives the output; duet_pconv_encdec_forward also gives the final mask
+ * (new reference, or pass NULL). Init as mmcv's ConvModule: kaiming_normal
+ * (fan_out, a = 0, or 0.2 before a LeakyReLU), bias 0, BN 1 and 0.
+ * norm_eval (MMEditing's fine-tuning stage): the encoder's BatchNorm layers
+ * stay in eval mode (running statistics used, not updated) in training. */
+#define DUET_PCONV_MAX_LAYERS 8
+typedef struct duet_pconv_encdec_opts {
+    int in_channels, num_layers;
+    bool norm;      /* norm_cfg BN (true) or None, encoder and decoder alike */
+    bool norm_eval; /* the encoder's */
+} duet_pconv_encdec_opts;
+duet_pconv_encdec_opts duet_pconv_encdec_opts_default(void); /* 3, 7, BN, false */
+int duet_pconv_encdec_create(const duet_pconv_encdec_opts *opts, duet_rng *rng,
+                             duet_module **out);
+int duet_pconv_encdec_forward(duet_module *m, duet_tensor *x, duet_tensor *mask,
+                              duet_tensor **out, duet_tensor **final_mask);
+
 /* ---- image-to-image GAN networks (Pix2Pix, CycleGAN) -------------------
  * MMEditing's generation backbones, built from mmcv ConvModules whose
  * children are named as in PyTorch: "conv" (Conv2d or ConvTranspose2d),
@@ -766,6 +830,41 @@ int duet_gl_inpaintor_create(const duet_gl_inpaintor_opts *opts, duet_rng *rng,
 int64_t duet_gl_inpaintor_cur_iter(duet_model *m);
 int duet_gl_inpaintor_disc_step_count(duet_model *m);
 
+/* MMEditing's MaskedTVLoss (losses/pixelwise_loss.py): loss_weight times
+ * the mask-weighted L1 (duet_l1_loss_masked) of the horizontal neighbour
+ * differences pred[..., :-1] - pred[..., 1:] with mask[..., :-1], plus the
+ * same vertically; pred (N, C, H, W), mask (N, 1 or C, H, W) a constant.
+ * The module's forward takes (pred, mask). */
+int duet_masked_tv_loss_module_create(float loss_weight, duet_module **out);
+int duet_masked_tv_loss(duet_module *m, duet_tensor *pred, duet_tensor *mask, duet_tensor **out);
+
+/* PConvInpaintor (mmedit/models/inpaintors/pconv_inpaintor.py on
+ * one_stage.py; its configs have no discriminator): parts generator (a
+ * PConvEncoderDecoder, the config's encdec) on (masked_img, 1 - mask over
+ * the image's channels), loss_percep (the config's loss_composed_percep, a
+ * PerceptualLoss with style, when `perceptual`) and loss_tv (MaskedTVLoss,
+ * when tv_weight > 0). fake_img = gt * (1 - mask) + fake_res * mask. One
+ * generator update a step on the sum of, as MMEditing logs them:
+ * loss_l1_hole (L1 of fake_res in the hole), loss_l1_valid (outside it),
+ * loss_composed_percep and loss_composed_style (on fake_img),
+ * loss_out_percep and loss_out_style (on fake_res, with out_percep: the
+ * config's loss_out_percep = True), loss_tv (on fake_img in the hole);
+ * also `loss`, the sum. Optimizer "generator". val_step and forward as
+ * GLInpaintor's (cat(masked_img, mask) in, the composite out). */
+typedef struct duet_pconv_inpaintor_opts {
+    duet_pconv_encdec_opts encdec;
+    bool perceptual;                           /* a loss_composed_percep group */
+    duet_perceptual_loss_opts perceptual_loss;
+    bool out_percep;                           /* loss_out_percep */
+    float l1_hole_weight, l1_valid_weight;     /* <= 0: no such loss */
+    float tv_weight;                           /* <= 0: no loss_tv */
+    int nmetrics;
+    const char *metrics[4];                    /* "l1", "psnr", "ssim" (static strings) */
+} duet_pconv_inpaintor_opts;
+duet_pconv_inpaintor_opts duet_pconv_inpaintor_opts_default(void); /* no losses, metric l1 */
+int duet_pconv_inpaintor_create(const duet_pconv_inpaintor_opts *opts, duet_rng *rng,
+                                duet_model **out);
+
 /* TwoStageInpaintor (mmedit/models/inpaintors/two_stage.py, DeepFillv2's
  * model) and DeepFillv1Inpaintor (deepfillv1.py on it): parts generator (a
  * DeepFillEncoderDecoder, the config's `encdec`), disc (TwoStageInpaintor:
@@ -940,6 +1039,16 @@ int duet_basic_restorer_create(const duet_basic_restorer_opts *opts, duet_rng *r
 int duet_basic_restorer_rrdbnet_create(const duet_rrdbnet_opts *generator,
                                        const duet_basic_restorer_opts *opts, duet_rng *rng,
                                        duet_model **out);
+
+/* BasicRestorer with an EDSR or an RDN generator (MMEditing's
+ * edsr_x*c64b16_g1_300k_div2k, rdn_x*c64b16_g1_1000k_div2k): as
+ * duet_basic_restorer_create, opts->generator unused. */
+int duet_basic_restorer_edsr_create(const duet_edsr_opts *generator,
+                                    const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                    duet_model **out);
+int duet_basic_restorer_rdn_create(const duet_rdn_opts *generator,
+                                   const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                   duet_model **out);
 
 /* ---- Pix2Pix (mmedit/models/synthesizers/pix2pix.py) --------------------- */
 

@@ -124,3 +124,23 @@ int duet_basic_restorer_rrdbnet_create(const duet_rrdbnet_opts *generator,
     if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
     return restorer_create(out, gen, opts);
 }
+
+int duet_basic_restorer_edsr_create(const duet_edsr_opts *generator,
+                                    const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                    duet_model **out) {
+    *out = NULL;
+    duet_module *gen = NULL;
+    int rc = duet_edsr_create(generator, rng, &gen);
+    if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
+    return restorer_create(out, gen, opts);
+}
+
+int duet_basic_restorer_rdn_create(const duet_rdn_opts *generator,
+                                   const duet_basic_restorer_opts *opts, duet_rng *rng,
+                                   duet_model **out) {
+    *out = NULL;
+    duet_module *gen = NULL;
+    int rc = duet_rdn_create(generator, rng, &gen);
+    if (rc != DUET_OK) return duet__error_context(rc, "BasicRestorer");
+    return restorer_create(out, gen, opts);
+}

@@ -27,6 +27,29 @@ int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,
 int duet__restorer_val_step(duet_model *m, const duet_test_cfg *cfg, const duet_batch *batch,
                             duet_val_output *out);
 
+/* ---- MMEditing's SR blocks (msrresnet.c): MSRResNet, EDSR ------------------- */
+
+/* ResidualBlockNoBN(mid, res_scale): x + conv2(relu(conv1(x))) * res_scale,
+ * 3x3 convs with bias. res_scale == 1: the block's init_weights
+ * (default_init_weights 0.1, MSRResNet); otherwise PyTorch's default init
+ * (EDSR's res_scale < 1). */
+int duet__resblock_nobn_create(int mid, float res_scale, duet_rng *rng, duet_module **out);
+/* PixelShufflePack(in, out, scale, kernel): pixel_shuffle(upsample_conv(x),
+ * scale), upsample_conv in -> out * scale^2; its init_weights
+ * (default_init_weights 1). */
+int duet__pixel_shuffle_pack_create(int in_ch, int out_ch, int scale, int kernel, duet_rng *rng,
+                                    duet_module **out);
+
+/* ---- partial convolutions (pconv.c) ------------------------------------------ */
+
+/* A PartialConv2d's output and, when new_mask is not NULL, its updated mask
+ * (new references); mask (N, C, H, W) like x. */
+int duet__pconv_forward(duet_module *pconv, duet_tensor *x, duet_tensor *mask, duet_tensor **out,
+                        duet_tensor **new_mask);
+/* A MaskConvModule's output and updated mask (new references). */
+int duet__mask_conv_forward(duet_module *m, duet_tensor *x, duet_tensor *mask,
+                            duet_tensor **out, duet_tensor **new_mask);
+
 /* ---- SRGAN's structure, shared with ESRGAN (srgan.c, esrgan.c) ------------- */
 
 /* The generator's adversarial term on the generator's output fake (the

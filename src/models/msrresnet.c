@@ -1,6 +1,7 @@
 /* MMEditing's MSRResNet (mmedit/models/backbones/sr_backbones/sr_resnet.py)
- * with its ResidualBlockNoBN and PixelShufflePack, under the same names. */
-#include "duet/models.h"
+ * with its ResidualBlockNoBN and PixelShufflePack (mmedit/models/common),
+ * under the same names; EDSR (edsr.c) builds from the same two blocks. */
+#include "models/models_internal.h"
 
 /* Replaces *cur by m's output for it (releasing the old tensor). */
 static int step(duet_module *m, duet_tensor **cur) {
@@ -23,12 +24,17 @@ static int step_lrelu(float slope, duet_tensor **cur) {
     return rc;
 }
 
-/* ---- ResidualBlockNoBN: x + conv2(relu(conv1(x))), res_scale 1 ------------ */
+/* ---- ResidualBlockNoBN: x + conv2(relu(conv1(x))) * res_scale --------------- */
+
+typedef struct resblock_impl {
+    float res_scale;
+} resblock_impl;
 
 static int resblock_forward(duet_module *self, int nin, duet_tensor *const *in,
                             duet_tensor **out) {
     *out = NULL;
     if (nin != 1) return duet__error(DUET_EINVAL, "ResidualBlockNoBN takes one input");
+    const resblock_impl *b = duet_module_impl(self);
     duet_tensor *h = duet_tensor_retain(in[0]), *r = NULL;
     int rc = step(duet_module_child_at(self, 0), &h);
     if (rc == DUET_OK) {
@@ -38,29 +44,42 @@ static int resblock_forward(duet_module *self, int nin, duet_tensor *const *in,
         h = a;
     }
     if (rc == DUET_OK) rc = step(duet_module_child_at(self, 1), &h);
+    /* out * 1.0 is out: MSRResNet's blocks skip the scaling. */
+    if (rc == DUET_OK && b->res_scale != 1.0f) {
+        duet_tensor *s = NULL;
+        rc = duet_scale(h, b->res_scale, &s);
+        duet_tensor_release(h);
+        h = s;
+    }
     if (rc == DUET_OK) rc = duet_add_inplace(h, in[0], &r);
     duet_tensor_release(h);
     *out = r;
     return rc;
 }
 
-static const duet_module_type resblock_type = {"ResidualBlockNoBN", resblock_forward, NULL};
+static const duet_module_type resblock_type = {"ResidualBlockNoBN", resblock_forward, free};
 
-static int resblock_create(duet_module **out, int mid, duet_rng *rng) {
-    DUET_TRY(duet_module_create(&resblock_type, NULL, out));
+int duet__resblock_nobn_create(int mid, float res_scale, duet_rng *rng, duet_module **out) {
+    *out = NULL;
+    resblock_impl *b = malloc(sizeof *b);
+    if (b == NULL) return duet__error(DUET_ENOMEM, "ResidualBlockNoBN: out of memory");
+    b->res_scale = res_scale;
+    duet_module *m = NULL;
+    DUET_TRY(duet_module_create(&resblock_type, b, &m));
     const char *names[2] = {"conv1", "conv2"};
     for (int i = 0; i < 2; i++) {
         duet_module *conv = NULL;
         int rc = duet_conv2d_module_create(mid, mid, 3, 1, 1, true, rng, &conv);
-        if (rc == DUET_OK) rc = duet_module_add_child(*out, names[i], conv);
+        if (rc == DUET_OK) rc = duet_module_add_child(m, names[i], conv);
         if (rc != DUET_OK) {
-            duet_module_destroy(*out);
-            *out = NULL;
+            duet_module_destroy(m);
             return rc;
         }
     }
-    /* res_scale == 1: the block's own init_weights, scale 0.1. */
-    duet_default_init_weights(*out, 0.1f, rng);
+    /* The block's own init_weights (scale 0.1) runs for res_scale == 1 only
+     * (MSRResNet); another res_scale keeps PyTorch's default init (EDSR). */
+    if (res_scale == 1.0f) duet_default_init_weights(m, 0.1f, rng);
+    *out = m;
     return DUET_OK;
 }
 
@@ -83,8 +102,8 @@ static int pack_forward(duet_module *self, int nin, duet_tensor *const *in, duet
 
 static const duet_module_type pack_type = {"PixelShufflePack", pack_forward, free};
 
-static int pack_create(duet_module **out, int in_ch, int out_ch, int scale, int kernel,
-                       duet_rng *rng) {
+int duet__pixel_shuffle_pack_create(int in_ch, int out_ch, int scale, int kernel, duet_rng *rng,
+                                    duet_module **out) {
     *out = NULL;
     pack_impl *p = malloc(sizeof *p);
     if (p == NULL) return duet__error(DUET_ENOMEM, "PixelShufflePack: out of memory");
@@ -181,14 +200,14 @@ int duet_msrresnet_create(const duet_msrresnet_opts *opts, duet_rng *rng, duet_m
     if (rc == DUET_OK) rc = duet_sequential_create(&trunk);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "trunk_net", trunk);
     for (int i = 0; i < o.num_blocks && rc == DUET_OK; i++) {
-        rc = resblock_create(&part, mid, rng);
+        rc = duet__resblock_nobn_create(mid, 1.0f, rng, &part);
         if (rc == DUET_OK) rc = duet_sequential_append(trunk, part);
     }
     int s1 = o.upscale_factor == 4 ? 2 : o.upscale_factor;
-    if (rc == DUET_OK) rc = pack_create(&part, mid, mid, s1, 3, rng);
+    if (rc == DUET_OK) rc = duet__pixel_shuffle_pack_create(mid, mid, s1, 3, rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "upsample1", part);
     if (rc == DUET_OK && o.upscale_factor == 4) {
-        rc = pack_create(&part, mid, mid, 2, 3, rng);
+        rc = duet__pixel_shuffle_pack_create(mid, mid, 2, 3, rng, &part);
         if (rc == DUET_OK) rc = duet_module_add_child(m, "upsample2", part);
     }
     if (rc == DUET_OK) rc = add_conv(m, "conv_hr", mid, mid, rng);

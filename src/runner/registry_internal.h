@@ -78,4 +78,20 @@ void duet__reg_def_deepfill_encdec(void *opts);
 int duet__reg_read_deepfill_encdec(duet_config *c, void *opts);
 int duet__reg_make_deepfill_encdec(const void *opts, duet_rng *rng, duet_module **out);
 
+/* EDSR's and RDN's rows (registry_sr_nets.c). */
+void duet__reg_def_edsr(void *opts);
+int duet__reg_read_edsr(duet_config *c, void *opts);
+int duet__reg_make_edsr(const void *opts, duet_rng *rng, duet_module **out);
+void duet__reg_def_rdn(void *opts);
+int duet__reg_read_rdn(duet_config *c, void *opts);
+int duet__reg_make_rdn(const void *opts, duet_rng *rng, duet_module **out);
+
+/* PConvEncoderDecoder's and MaskedTVLoss's rows (registry_pconv.c). */
+void duet__reg_def_pconv_encdec(void *opts);
+int duet__reg_read_pconv_encdec(duet_config *c, void *opts);
+int duet__reg_make_pconv_encdec(const void *opts, duet_rng *rng, duet_module **out);
+void duet__reg_def_masked_tv(void *opts);
+int duet__reg_read_masked_tv(duet_config *c, void *opts);
+int duet__reg_make_masked_tv(const void *opts, duet_rng *rng, duet_module **out);
+
 #endif

@@ -136,7 +136,7 @@ static int make_esrgan(const void *o, duet_rng *rng, duet_model **out) {
     return duet_esrgan_create(o, rng, out);
 }
 
-/* ---- BasicRestorer (around MSRResNet, or RRDBNet: ESRGAN's PSNR stage) ------------ */
+/* ---- BasicRestorer (around MSRResNet, RRDBNet: ESRGAN's PSNR stage, EDSR or RDN) -- */
 
 /* pixel_loss's type (its part row allows L1Loss and MSELoss), train_cfg
  * (empty), test_cfg (crop_border defaults to the generator's factor),
@@ -185,6 +185,50 @@ static int read_rrdb_restorer(duet_config *m, const char *path, duet_rng *rng, v
 static int make_rrdb_restorer(const void *opts, duet_rng *rng, duet_model **out) {
     const rrdb_restorer *o = opts;
     return duet_basic_restorer_rrdbnet_create(&o->generator, &o->restorer, rng, out);
+}
+
+typedef struct edsr_restorer {
+    duet_edsr_opts generator;
+    duet_basic_restorer_opts restorer; /* its generator unused */
+} edsr_restorer;
+
+static void def_edsr_restorer(void *opts) {
+    edsr_restorer *o = opts;
+    o->generator = duet_edsr_opts_default();
+    o->restorer = duet_basic_restorer_opts_default();
+}
+
+static int read_edsr_restorer(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    edsr_restorer *o = opts;
+    return read_restorer_keys(m, path, o->generator.upscale_factor, &o->restorer);
+}
+
+static int make_edsr_restorer(const void *opts, duet_rng *rng, duet_model **out) {
+    const edsr_restorer *o = opts;
+    return duet_basic_restorer_edsr_create(&o->generator, &o->restorer, rng, out);
+}
+
+typedef struct rdn_restorer {
+    duet_rdn_opts generator;
+    duet_basic_restorer_opts restorer; /* its generator unused */
+} rdn_restorer;
+
+static void def_rdn_restorer(void *opts) {
+    rdn_restorer *o = opts;
+    o->generator = duet_rdn_opts_default();
+    o->restorer = duet_basic_restorer_opts_default();
+}
+
+static int read_rdn_restorer(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    rdn_restorer *o = opts;
+    return read_restorer_keys(m, path, o->generator.upscale_factor, &o->restorer);
+}
+
+static int make_rdn_restorer(const void *opts, duet_rng *rng, duet_model **out) {
+    const rdn_restorer *o = opts;
+    return duet_basic_restorer_rdn_create(&o->generator, &o->restorer, rng, out);
 }
 
 /* ---- Pix2Pix and CycleGAN (mmedit/models/synthesizers) ------------------------------ */
@@ -344,6 +388,43 @@ static int make_gl_inpaintor(const void *o, duet_rng *rng, duet_model **out) {
     return duet_gl_inpaintor_create(o, rng, out);
 }
 
+static void def_pconv_inpaintor(void *opts) {
+    duet_pconv_inpaintor_opts *o = opts;
+    *o = duet_pconv_inpaintor_opts_default();
+    /* An absent loss is none: the registry reads a present one's weight. */
+    o->l1_hole_weight = o->l1_valid_weight = o->tv_weight = 0.0f;
+}
+
+/* loss_out_percep (a bool, its loss the composed one's), train_cfg.disc_step
+ * (0: MMEditing's PConv configs have no discriminator), test_cfg.metrics;
+ * a disc or a GAN loss is refused. */
+static int read_pconv_inpaintor(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    duet_pconv_inpaintor_opts *o = opts;
+    static const char *const refused[] = {"disc", "loss_gan", "loss_gp", "loss_disc_shift"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+        if (duet_config_has(m, refused[i]))
+            return duet_config_error(m, refused[i], "'%s': duet's PConvInpaintor trains without "
+                                     "a discriminator (as MMEditing's PConv configs)",
+                                     refused[i]);
+    o->perceptual = duet_config_has(m, "loss_composed_percep");
+    DUET_TRY(duet_config_get_bool_or(m, "loss_out_percep", false, &o->out_percep));
+    if (o->out_percep && !o->perceptual)
+        return duet_config_error(m, "loss_out_percep", "loss_out_percep = true needs "
+                                 "loss_composed_percep (MMEditing computes it with that loss)");
+    int disc_step = 0;
+    DUET_TRY(duet__reg_get_int_in(m, "train_cfg.disc_step", 0, 0, &disc_step));
+    if (disc_step != 0)
+        return duet_config_error(m, "train_cfg.disc_step", "train_cfg.disc_step = %d: "
+                                 "PConvInpaintor has no discriminator (use 0)", disc_step);
+    DUET_TRY(read_inpaint_metrics(m, o->metrics, &o->nmetrics));
+    return check_pretrained(m, path);
+}
+
+static int make_pconv_inpaintor(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_pconv_inpaintor_create(o, rng, out);
+}
+
 static void def_two_stage(void *opts) {
     duet_two_stage_inpaintor_opts *o = opts;
     *o = duet_two_stage_inpaintor_opts_default();
@@ -445,6 +526,16 @@ const duet__model_row duet__model_rows[] = {
       {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(rrdb_restorer, restorer.pixel_loss_weight),
        false}},
      read_rrdb_restorer, make_rrdb_restorer},
+    {"BasicRestorer", sizeof(edsr_restorer), def_edsr_restorer,
+     {PART(edsr_restorer, "generator", "EDSR", generator),
+      {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(edsr_restorer, restorer.pixel_loss_weight),
+       false}},
+     read_edsr_restorer, make_edsr_restorer},
+    {"BasicRestorer", sizeof(rdn_restorer), def_rdn_restorer,
+     {PART(rdn_restorer, "generator", "RDN", generator),
+      {"pixel_loss", {"L1Loss", "MSELoss"}, offsetof(rdn_restorer, restorer.pixel_loss_weight),
+       false}},
+     read_rdn_restorer, make_rdn_restorer},
     {"Pix2Pix", sizeof(duet_pix2pix_opts), def_pix2pix,
      {PART(duet_pix2pix_opts, "generator", "UnetGenerator", generator),
       PART(duet_pix2pix_opts, "discriminator", "PatchDiscriminator", discriminator),
@@ -467,6 +558,14 @@ const duet__model_row duet__model_rows[] = {
       OPTIONAL_PART(duet_gl_inpaintor_opts, "loss_disc_shift", "DiscShiftLoss",
                     disc_shift_weight)},
      read_gl_inpaintor, make_gl_inpaintor},
+    {"PConvInpaintor", sizeof(duet_pconv_inpaintor_opts), def_pconv_inpaintor,
+     {PART(duet_pconv_inpaintor_opts, "encdec", "PConvEncoderDecoder", encdec),
+      OPTIONAL_PART(duet_pconv_inpaintor_opts, "loss_composed_percep", "PerceptualLoss",
+                    perceptual_loss),
+      OPTIONAL_PART(duet_pconv_inpaintor_opts, "loss_l1_hole", "L1Loss", l1_hole_weight),
+      OPTIONAL_PART(duet_pconv_inpaintor_opts, "loss_l1_valid", "L1Loss", l1_valid_weight),
+      OPTIONAL_PART(duet_pconv_inpaintor_opts, "loss_tv", "MaskedTVLoss", tv_weight)},
+     read_pconv_inpaintor, make_pconv_inpaintor},
     {"TwoStageInpaintor", sizeof(duet_two_stage_inpaintor_opts), def_two_stage,
      {PART(duet_two_stage_inpaintor_opts, "encdec", "DeepFillEncoderDecoder", encdec),
       PART(duet_two_stage_inpaintor_opts, "disc", "MultiLayerDiscriminator", disc),

@@ -562,6 +562,13 @@ const duet__module_row duet__module_rows[] = {
      make_gl_encdec},
     {"DeepFillEncoderDecoder", sizeof(duet_deepfill_encdec_opts), duet__reg_def_deepfill_encdec,
      duet__reg_read_deepfill_encdec, duet__reg_make_deepfill_encdec},
+    {"EDSR", sizeof(duet_edsr_opts), duet__reg_def_edsr, duet__reg_read_edsr,
+     duet__reg_make_edsr},
+    {"RDN", sizeof(duet_rdn_opts), duet__reg_def_rdn, duet__reg_read_rdn, duet__reg_make_rdn},
+    {"PConvEncoderDecoder", sizeof(duet_pconv_encdec_opts), duet__reg_def_pconv_encdec,
+     duet__reg_read_pconv_encdec, duet__reg_make_pconv_encdec},
+    {"MaskedTVLoss", sizeof(float), duet__reg_def_masked_tv, duet__reg_read_masked_tv,
+     duet__reg_make_masked_tv},
 };
 const size_t duet__module_row_count = sizeof duet__module_rows / sizeof *duet__module_rows;
 

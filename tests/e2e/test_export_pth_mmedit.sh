@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Weights back to MMEditing (issue 23): for each of duet's MMEditing models
-# (BasicRestorer/MSRResNet, SRGAN, ESRGAN, Pix2Pix, CycleGAN), one training
+# (BasicRestorer around MSRResNet, EDSR and RDN, SRGAN, ESRGAN, Pix2Pix,
+# CycleGAN), one training
 # iteration of its tiny config in duet, scripts/export-pth.py, then MMEditing
 # 0.16.1's own model (its own config scaled down the same way) takes the
 # .pth with load_checkpoint(strict=True), holds every tensor bit for bit as
@@ -47,6 +48,8 @@ run() { # NAME CONFIG INPUT ARGS...
   grep "export_check:" "$T/$name.check"
 }
 run msrresnet msrresnet_x4_tiny.cfg "$T/in_sr.png" "${sr_data[@]}"
+run edsr edsr_x4_tiny.cfg "$T/in_sr.png" "${sr_data[@]}"
+run rdn rdn_x4_tiny.cfg "$T/in_sr.png" "${sr_data[@]}"
 run srgan srgan_x4_tiny.cfg "$T/in_sr.png" "${sr_data[@]}" "${gan[@]}"
 run esrgan esrgan_x4_tiny.cfg "$T/in_sr.png" "${sr_data[@]}" "${gan[@]}"
 run pix2pix pix2pix_tiny.cfg "$T/in_tr.png" --set "data.train.dataroot=\"$T/p2p\"" \

@@ -3,7 +3,7 @@
 
   export_check.py MODEL CKPT.safetensors CKPT.pth INPUT.png DUET_OUTPUT.png
 
-MODEL is one of msrresnet, srgan, esrgan, pix2pix, cyclegan: MMEditing's own
+MODEL is one of msrresnet, srgan, esrgan, edsr, rdn, pix2pix, cyclegan: MMEditing's own
 config for it, scaled down to the duet config the test trained (the
 overrides below). Checks, failing with a message:
   1. mmcv's load_checkpoint(model, CKPT.pth, strict=True) takes the file:
@@ -61,6 +61,12 @@ def model_cfg(name, tmp):
     elif name == "esrgan":
         cfg = mo.config("restorers/esrgan/esrgan_x4c64b23g32_g1_400k_div2k.py")
         cfg.model.generator.update(mid_channels=16, num_blocks=2, growth_channels=8)
+    elif name == "edsr":
+        cfg = mo.config("restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py")
+        cfg.model.generator.update(mid_channels=32, num_blocks=4)
+    elif name == "rdn":
+        cfg = mo.config("restorers/rdn/rdn_x4c64b16_g1_1000k_div2k.py")
+        cfg.model.generator.update(mid_channels=16, num_blocks=3, num_layers=4, channel_growth=16)
     elif name == "pix2pix":
         cfg = mo.config("synthesizers/pix2pix/pix2pix_vanilla_unet_bn_1x1_80k_facades.py")
         cfg.model.generator.update(num_down=6, base_channels=16, use_dropout=False)

@@ -20,7 +20,7 @@
  * every rank.
  *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
- * cyclegan, basic_restorer, gl_inpaintor, deepfill_v1_inpaintor,
+ * cyclegan, basic_restorer, edsr, rdn, gl_inpaintor, deepfill_v1_inpaintor,
  * deepfillv2), with DUET_REF_DIR the directory of the files. */
 #include "testutil_gan.h"
 
@@ -115,6 +115,10 @@ static duet_model *basic_restorer(void) {
     return m;
 }
 
+/* test_ref_sr_backbones.c's models: BasicRestorer around EDSR and RDN. */
+static duet_model *edsr(void) { return tu_sr_backbone_ref_model("edsr", 3); }
+static duet_model *rdn(void) { return tu_sr_backbone_ref_model("rdn", 3); }
+
 /* test_ref_gl_inpaintor.c's model: GLEncoderDecoder without norm, GLDiscs
  * of 16 channels with BatchNorm, the schedule iter_tc 0, iter_td 1. */
 static duet_model *gl_inpaintor(void) {
@@ -149,6 +153,8 @@ static const ddp_model models[] = {
     {"pix2pix", pix2pix, 2e-4, 0.5, {"generator", "discriminator"}, 2, 10, false},
     {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2, 10, false},
     {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
+    {"edsr", edsr, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
+    {"rdn", rdn, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
     {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2, 10, false},
     {"deepfill_v1_inpaintor", deepfill_v1_inpaintor, 1e-4, 0.9, {"generator", "disc"}, 2, 4,
      true},

@@ -12,10 +12,18 @@ this directory:
   pix2pix.safetensors  Pix2Pix from pix2pix_vanilla_unet_bn_1x1_80k_facades.py
   cyclegan.safetensors CycleGAN from cyclegan_lsgan_resnet_in_1x1_80k_facades.py
   basic_restorer.safetensors  BasicRestorer from msrresnet_x4c64b16_g1_1000k_div2k.py
+  edsr.safetensors     BasicRestorer from edsr_x4c64b16_g1_300k_div2k.py, shrunk
+                       (res_scale 0.1, rgb_std not 1: SRBackboneRestorer)
+  rdn.safetensors      BasicRestorer from rdn_x3c64b16_g1_1000k_div2k.py, shrunk
   translation_pipeline.safetensors  GenerationPairedDataset's pipeline by
                        MMEditing's own pipeline classes on OpenCV's resize
   inpainting_pipeline.safetensors  ImgInpaintingDataset's deterministic steps
                        (file mask, bilinear Resize, Normalize, GetMaskedImage)
+  pconv_nets.safetensors  MMEditing's PConvEncoderDecoder (partial
+                       convolutions): forward, final mask, input and
+                       parameter gradients, BatchNorm buffers
+  pconv_inpaintor.safetensors  PConvInpaintor from
+                       pconv_256x256_stage1_8x1_places.py, shrunk
   gl_nets.safetensors  MMEditing's GLDiscs, MultiLayerDiscriminator and
                        GLEncoderDecoder: forward, input and parameter
                        gradients, BatchNorm buffers
@@ -964,6 +972,102 @@ class BasicRestorer(Spec):
         return 2.1 * self.lr * step
 
 
+class SRBackboneRestorer(BasicRestorer):
+    """BasicRestorer around another of MMEditing's SR backbones, from its
+    own config with the generator shrunk (`generator` overrides its keys):
+    L1 loss, 10 train_steps on one batch of n 32x32 LQ images and their
+    GTs at the config's scale, Adam from the config (lr 1e-4)."""
+    lr = 1e-4
+
+    def __init__(self, name, cfg_path, generator, scale, seed, batch_seed, n=4):
+        self.name, self.cfg_path, self.generator = "BasicRestorer", cfg_path, generator
+        self.file = f"{name}.safetensors"
+        self.scale, self.seed, self.batch_seed = scale, seed, batch_seed
+        self.n = n
+        self.make_batch()
+
+    def make_batch(self):
+        g, n, s = self.batch_rng(self.batch_seed), self.n, self.scale
+        self.batch = dict(lq=torch.rand(n, 3, 32, 32, generator=g),
+                          gt=torch.rand(n, 3, 32 * s, 32 * s, generator=g))
+
+    def build(self, tmp):
+        cfg = mo.config(self.cfg_path)
+        assert cfg.model.generator.upscale_factor == self.scale
+        cfg.model.generator.update(self.generator)
+        torch.manual_seed(self.seed)
+        return mo.build(cfg), cfg
+
+
+# EDSR x4 with the EDSR paper's res_scale 0.1 (its large model's; the
+# blocks then keep PyTorch's default init) and a std other than 1, so that
+# both paths of the mean shift and of ResidualBlockNoBN are MMEditing's;
+# RDN x3 (one conv and PixelShuffle(3)) with 3 blocks of 3 dense layers.
+EDSR_GENERATOR = dict(mid_channels=16, num_blocks=2, res_scale=0.1,
+                      rgb_std=[0.9, 1.1, 1.25])
+RDN_GENERATOR = dict(mid_channels=16, num_blocks=3, num_layers=3, channel_growth=8)
+
+
+def edsr_spec(n=4):
+    return SRBackboneRestorer("edsr", "restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py",
+                              EDSR_GENERATOR, 4, 20261230, 13, n=n)
+
+
+def rdn_spec(n=4):
+    return SRBackboneRestorer("rdn", "restorers/rdn/rdn_x3c64b16_g1_1000k_div2k.py",
+                              RDN_GENERATOR, 3, 20261231, 14, n=n)
+
+
+class PConvInpaintorSpec(Spec):
+    """pconv_256x256_stage1_8x1_places.py on 32x32 images: PConvEncoderDecoder
+    of 4 layers (64, 128, 256, 512 channels, as MMEditing's fixed widths)
+    with BatchNorm (the config's SyncBN needs a process group), the config's
+    losses (L1 in the hole 6, in the valid region 1, MaskedTVLoss 0.1,
+    PerceptualLoss with perceptual 0.05 and style 120 on the composite and,
+    loss_out_percep, on the raw output) over the tiny VGG (layers '2' and
+    '7': the last conv of each block, before its ReLU) instead of vgg16; 10
+    train_steps on one batch of irregular holes (boxes), Adam from the
+    config (lr 2e-4)."""
+    name, file, lr = "PConvInpaintor", "pconv_inpaintor.safetensors", 2e-4
+    parts = ("generator",)
+    HOLES = [[(4, 6, 14, 10), (20, 18, 9, 12)], [(0, 0, 8, 32), (12, 10, 16, 6)],
+             [(10, 3, 12, 20)], [(2, 2, 6, 6), (18, 14, 12, 16)], [(8, 8, 16, 16)],
+             [(0, 20, 32, 6), (24, 0, 6, 18)]]
+
+    def __init__(self, n=2):
+        self.n = n
+        self.make_batch()
+
+    def make_batch(self):
+        g, n = self.batch_rng(15), self.n
+        gt = torch.rand(n, 3, 32, 32, generator=g) * 2 - 1
+        mask = torch.zeros(n, 1, 32, 32)
+        for i, boxes in enumerate(self.HOLES[:n]):
+            for t, l, h, w in boxes:
+                mask[i, :, t:t + h, l:l + w] = 1
+        self.batch = dict(gt_img=gt, mask=mask, masked_img=gt * (1 - mask))
+
+    def build(self, tmp):
+        cfg = mo.config("inpainting/partial_conv/pconv_256x256_stage1_8x1_places.py")
+        for part in ("encoder", "decoder"):
+            cfg.model.encdec[part].update(num_layers=4, norm_cfg=dict(type='BN'))
+        cfg.model.loss_composed_percep.vgg_type = "duet_tiny_vgg"
+        cfg.model.loss_composed_percep.layer_weights = {'2': 1.0, '7': 1.0}
+        cfg.model.loss_composed_percep.pretrained = mo.add_tiny_vgg(
+            "duet_tiny_vgg", TINY_VGG, os.path.join(tmp, "tiny_vgg.pth"), 16)
+        torch.manual_seed(20261208)
+        return mo.build(cfg), cfg
+
+    def step(self, model, batch, opt):
+        return model.train_step(batch, opt)['log_vars']
+
+    def grad_tol(self, g):
+        return 1e-3, 1e-4 * g.abs().max().item()
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
 class GLInpaintor(Spec):
     """gl_256x256_8x12_places.py on 32x32 images: GLEncoderDecoder without
     norm (the config's SyncBN needs a process group; its BatchNorm
@@ -1388,6 +1492,117 @@ def draw_inputs(name, net, shapes, dtype=torch.float64, tries=20, calls=None):
                        "RMS from 0; the comparison would hinge on float32 rounding")
 
 
+class PConvNets:
+    """MMEditing's own PConvEncoderDecoder (PConvEncoder and PConvDecoder
+    over MaskConvModules of PartialConv2d, built by its registry with its
+    init), run in float64 in training mode on (masked image, mask), the mask
+    1 where the image is valid, per channel, as PConvInpaintor.train_step
+    gives it: each case NAME holds the state dict (NAME.sd.*), the inputs
+    (NAME.x, NAME.mask), the output and the final mask, the output's
+    cotangent NAME.r, the gradients of the input and of every parameter
+    (NAME.grad.*) and the BatchNorm buffers after the forward
+    (NAME.after.*), its biases and BatchNorm weights moved off their init;
+    tests/mmedit/test_ref_pconv.c compares duet's network
+    with them. The image is drawn again until every (Leaky)ReLU input that
+    is not exactly 0 lies KINK_MARGIN of its RMS from the kink (a partial
+    convolution's output is exactly 0 where its window saw no valid pixel,
+    in float32 as in float64)."""
+    file = "pconv_nets.safetensors"
+
+    @staticmethod
+    def _margin(net, x, mask):
+        worst = [float("inf"), None]
+
+        def pre_hook(module, args):
+            v = args[0].detach()
+            rms = v.pow(2).mean().sqrt().item()
+            nz = v[v != 0].abs()
+            if rms > 0 and nz.numel():
+                m = nz.min().item() / rms
+                if m < worst[0]:
+                    worst[:] = [m, names[module]]
+        net = copy.deepcopy(net)
+        names = {m: n for n, m in net.named_modules()
+                 if isinstance(m, (torch.nn.ReLU, torch.nn.LeakyReLU))}
+        for m in names:
+            m.register_forward_pre_hook(pre_hook)
+        with torch.no_grad():
+            net(x, mask)
+        return worst
+
+    def write(self, outdir):
+        from mmedit.models.builder import build_backbone
+        torch.manual_seed(20261207)
+
+        def encdec(layers, norm, norm_eval=False):
+            n = dict(type='BN') if norm else None
+            return dict(type='PConvEncoderDecoder',
+                        encoder=dict(type='PConvEncoder', num_layers=layers, norm_cfg=n,
+                                     norm_eval=norm_eval),
+                        decoder=dict(type='PConvDecoder', num_layers=layers, norm_cfg=n))
+        cases = {  # name: (config, input shape, holes as (top, left, h, w) per sample)
+            "pconv_bn": (encdec(4, True), (2, 3, 32, 32),
+                         [[(4, 6, 14, 10), (20, 18, 9, 12)], [(0, 0, 8, 32), (12, 10, 16, 6)]]),
+            "pconv_nonorm5": (encdec(5, False), (1, 3, 32, 64),
+                              [[(2, 30, 20, 24), (24, 4, 8, 8)]]),
+            # stage 2's fine-tuning: the encoder's BN in eval mode (its
+            # running statistics moved off 0 and 1 so that they matter)
+            "pconv_normeval": (encdec(4, True, True), (2, 3, 32, 32),
+                               [[(6, 2, 12, 20)], [(16, 16, 12, 12), (2, 20, 6, 8)]]),
+        }
+        tensors = {}
+        for name, (cfg, shape, holes) in cases.items():
+            net = build_backbone(cfg)
+            net.init_weights()
+            # Biases and BatchNorm's affine moved off their init (0, and 1
+            # and 0), so that a bias term where a window saw no valid pixel
+            # would show in the output and the gradients.
+            with torch.no_grad():
+                for k, p in net.named_parameters():
+                    if k.endswith("bias") or ".bn." in k:
+                        p.add_(0.1 * torch.randn_like(p))
+                for k, b in net.named_buffers():
+                    if k.endswith("running_mean"):
+                        b.copy_(0.2 * torch.randn_like(b))
+                    elif k.endswith("running_var"):
+                        b.copy_(0.5 + torch.rand_like(b))
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            net = net.double().train()
+            hole = torch.zeros(shape[0], 1, shape[2], shape[3], dtype=torch.float64)
+            for i, boxes in enumerate(holes):
+                for t, l, h, w in boxes:
+                    hole[i, :, t:t + h, l:l + w] = 1
+            mask = (1.0 - hole).expand(shape).contiguous()
+            for _ in range(20):
+                gt = torch.randn(*shape, dtype=torch.float64)
+                x = gt * mask  # masked_img
+                margin, where = self._margin(net, x, mask)
+                if margin >= KINK_MARGIN:
+                    break
+                print(f"gen_mmedit_refs: {name}: {where} at {margin:.2g}: drawing again")
+            else:
+                raise RuntimeError(f"{name}: no draw cleared the kinks")
+            x.requires_grad_()
+            out, final_mask = net(x, mask)
+            r = torch.randn_like(out)
+            (out * r).sum().backward()
+            tensors[f"{name}.x"] = x.detach().float()
+            tensors[f"{name}.mask"] = mask.float()
+            tensors[f"{name}.grad.x"] = x.grad.float()
+            tensors[f"{name}.out"] = out.detach().float()
+            tensors[f"{name}.final_mask"] = final_mask.float()
+            tensors[f"{name}.r"] = r.float()
+            for k, p in net.named_parameters():
+                tensors[f"{name}.grad.{k}"] = p.grad.float()
+            for k, b in net.named_buffers():
+                tensors[f"{name}.after.{k}"] = b.detach().float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} PConvEncoderDecoder "
+                                    "(float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's PConvEncoderDecoder")
+
+
 class GLNets:
     """MMEditing's own GLDiscs, MultiLayerDiscriminator and GLEncoderDecoder
     (built by its registry, its init_weights), run in float64 in training mode: each case
@@ -1710,9 +1925,13 @@ MODELS = {
     "pix2pix": Pix2Pix,
     "cyclegan": CycleGAN,
     "basic_restorer": BasicRestorer,
+    "edsr": edsr_spec,
+    "rdn": rdn_spec,
     "translation": TranslationPipeline,
     "inpainting": InpaintingPipeline,
     "gl_nets": GLNets,
+    "pconv_nets": PConvNets,
+    "pconv_inpaintor": PConvInpaintorSpec,
     "gl_inpaintor": GLInpaintor,
     "deepfill_nets": DeepFillNets,
     "deepfill_discs": DeepFillDiscs,
@@ -1731,7 +1950,10 @@ DDP_SPECS = {
     "pix2pix": lambda: Pix2Pix(n=DDP_BATCH),
     "cyclegan": lambda: CycleGAN(n=DDP_BATCH),
     "basic_restorer": lambda: BasicRestorer(n=DDP_BATCH),
+    "edsr": lambda: edsr_spec(n=DDP_BATCH),
+    "rdn": lambda: rdn_spec(n=DDP_BATCH),
     "gl_inpaintor": lambda: GLInpaintor(n=DDP_BATCH),
+    "pconv_inpaintor": lambda: PConvInpaintorSpec(n=DDP_BATCH),
     "deepfill_v1_inpaintor": lambda: DeepFillv1Inpaintor(n=DDP_BATCH),
     "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
 }

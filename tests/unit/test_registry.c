@@ -169,8 +169,8 @@ static void test_builtin_networks(void **state) {
 }
 
 /* Rows of one type told apart by their parts: BasicRestorer around
- * MSRResNet or RRDBNet, with an L1 or MSE pixel loss; a part of a type no
- * row allows is refused naming all that would do. */
+ * MSRResNet, RRDBNet, EDSR or RDN, with an L1 or MSE pixel loss; a part of
+ * a type no row allows is refused naming all that would do. */
 static void test_model_alternatives(void **state) {
     (void)state;
     duet_config *cfg = NULL;
@@ -185,7 +185,18 @@ static void test_model_alternatives(void **state) {
         "c = { type = \"BasicRestorer\"; generator = { type = \"UnetGenerator\"; };\n"
         "      pixel_loss = { type = \"L1Loss\"; }; };\n"
         "d = { type = \"BasicRestorer\"; generator = { type = \"MSRResNet\"; };\n"
-        "      pixel_loss = { type = \"GANLoss\"; }; };\n",
+        "      pixel_loss = { type = \"GANLoss\"; }; };\n"
+        "e = { type = \"BasicRestorer\";\n"
+        "      generator = { type = \"EDSR\"; mid_channels = 4; num_blocks = 1;\n"
+        "                    upscale_factor = 2; rgb_std = [0.5]; };\n"
+        "      pixel_loss = { type = \"L1Loss\"; }; };\n"
+        "f = { type = \"BasicRestorer\";\n"
+        "      generator = { type = \"RDN\"; mid_channels = 4; num_blocks = 1; num_layers = 2;\n"
+        "                    channel_growth = 2; upscale_factor = 2; };\n"
+        "      pixel_loss = { type = \"L1Loss\"; }; };\n"
+        "g = { type = \"BasicRestorer\";\n"
+        "      generator = { type = \"EDSR\"; rgb_mean = [0.1, 0.2]; };\n"
+        "      pixel_loss = { type = \"L1Loss\"; }; };\n",
         "<test>", &cfg));
     duet_rng rng = duet_rng_make(1, 0);
     duet_model *m = NULL;
@@ -197,8 +208,30 @@ static void test_model_alternatives(void **state) {
     assert_true(duet_module_is(duet_model_part(m, "generator"), "MSRResNet"));
     assert_true(duet_module_is(duet_model_part(m, "pixel_loss"), "L1Loss"));
     duet_model_destroy(m);
+    /* EDSR x2: one PixelShufflePack; rgb_std's one value for all three. */
+    TU_OK(duet_build_model(cfg, "e", &rng, &m));
+    duet_module *g = duet_model_part(m, "generator");
+    assert_true(duet_module_is(g, "EDSR"));
+    assert_non_null(duet_module_param(duet_module_child(duet_module_child(duet_module_child(
+                        g, "upsample"), "0"), "upsample_conv"), "weight"));
+    assert_null(duet_module_child(duet_module_child(g, "upsample"), "1"));
+    duet_tensor *lq = tu_zeros(4, (int64_t[]){1, 3, 5, 5}), *sr = NULL;
+    TU_OK(duet_module_forward(g, lq, &sr));
+    assert_int_equal(sr->shape[2], 10);
+    duet_tensor_release(sr);
+    duet_model_destroy(m);
+    TU_OK(duet_build_model(cfg, "f", &rng, &m));
+    g = duet_model_part(m, "generator");
+    assert_true(duet_module_is(g, "RDN"));
+    TU_OK(duet_module_forward(g, lq, &sr));
+    assert_int_equal(sr->shape[3], 10);
+    duet_tensor_release(sr);
+    duet_tensor_release(lq);
+    duet_model_destroy(m);
+    tu_expect_error(duet_build_model(cfg, "g", &rng, &m), DUET_ECONFIG, "rgb_mean has 2 values",
+                    "rgb_std 3", NULL);
     tu_expect_error(duet_build_model(cfg, "c", &rng, &m), DUET_EUNSUPPORTED, "c.generator.type",
-                    "'UnetGenerator'", "MSRResNet, RRDBNet", NULL);
+                    "'UnetGenerator'", "MSRResNet, RRDBNet, EDSR, RDN", NULL);
     tu_expect_error(duet_build_model(cfg, "d", &rng, &m), DUET_EUNSUPPORTED,
                     "d.pixel_loss.type", "L1Loss, MSELoss", NULL);
     assert_null(m);
