@@ -235,7 +235,7 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # the interpreter's start, which the other models share) at load 4.5, their
 # four duet checks 4 s.
 set(DUET_MMEDIT_DDP_MODELS
-  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
+  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;pconv_inpaintor;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
   CACHE STRING
   "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
 add_test(NAME mmedit_gen_refs_ddp
