@@ -8,17 +8,38 @@
 # cleared: duet reads VGG weights from a safetensors file the user converts
 # (scripts/convert-pth.py), and without one it says so and starts from a
 # seeded random VGG. Stage 2 (norm_eval: the encoder's BatchNorm frozen)
-# builds too. Without the venv the test skips, saying so.
+# builds too. First configs/pconv_tiny.cfg trains 2 iterations on 2
+# processes, resumes to 3 and is tested, on stand-in photos. Without the
+# venv the MMEditing part is skipped, saying so.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 e2e_begin test_pconv_configs
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CONVERT="$ROOT/scripts/convert-config.py"
+
+# ---- the tiny config: train, resume, test ----
+e2e_inpainting_photos "$T/sample" 300 280 256 "$ROOT/configs/inpainting_tiny/train.txt" \
+  "$ROOT/configs/inpainting_tiny/val.txt"
+sed 's/\.jpg$/.png/' "$ROOT/configs/inpainting_tiny/train.txt" > "$T/train.txt"
+sed 's/\.jpg$/.png/' "$ROOT/configs/inpainting_tiny/val.txt" > "$T/val.txt"
+SETS=(--set "data.train.ann_file=\"$T/train.txt\"" --set "data.train.data_prefix=\"$T/sample\""
+      --set "data.val.ann_file=\"$T/val.txt\"" --set "data.val.data_prefix=\"$T/sample\""
+      --set checkpoint_config.interval=1 --set evaluation.interval=3 --set data.samples_per_gpu=1)
+MPI=(mpiexec -n 2 --oversubscribe)
+"${MPI[@]}" "$DUET" train "$ROOT/configs/pconv_tiny.cfg" --work-dir "$T/w" --set total_iters=2 \
+  "${SETS[@]}" > "$T/train.out" 2>&1 || fail "pconv_tiny: train: $(tail -5 "$T/train.out")"
+"${MPI[@]}" "$DUET" train "$ROOT/configs/pconv_tiny.cfg" --work-dir "$T/w" --set total_iters=3 \
+  --resume "${SETS[@]}" > "$T/resume.out" 2>&1 || fail "pconv_tiny: resume: $(tail -5 "$T/resume.out")"
+"$DUET" test "$ROOT/configs/pconv_tiny.cfg" "$T/w/latest.safetensors" "${SETS[@]}" \
+  > "$T/test.out" 2>&1 || fail "pconv_tiny: test: $(tail -5 "$T/test.out")"
+grep -qi "psnr" "$T/test.out" || fail "pconv_tiny: no PSNR: $(cat "$T/test.out")"
+
 VENV=${DUET_MMEDIT_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/duet/mmedit-venv}
 MIM=$(ls -d "$VENV"/lib/python3*/site-packages/mmedit/.mim/configs/inpainting/partial_conv 2> /dev/null | head -1 || true)
 if [ -z "$MIM" ]; then
-  echo "SKIP: no MMEditing venv at $VENV; make it with: bash scripts/make-mmedit-venv.sh"
-  exit 77
+  echo "test_pconv_configs: MMEditing's own configs not checked: no MMEditing venv at $VENV (scripts/make-mmedit-venv.sh)"
+  echo "test_pconv_configs: ok"
+  exit 0
 fi
 checked=0
 for c in "$MIM"/pconv_*.py; do
