@@ -10,7 +10,8 @@
  * and the result is the median of the within-repetition ratios, so that a
  * shared machine's load moves both sides alike.
  *
- *   bench_mmedit [--models srgan_tiny,srgan_full,deepfillv1] [--nproc 1,2]
+ *   bench_mmedit [--models srgan_tiny,srgan_full,deepfillv1,edsr_tiny,rdn_tiny]
+ *                [--nproc 1,2]
  *                [--reps 3] [--threads T] [--steps N] [--warmup N]
  *                [--timeout S] [--python PYTHON] [--script PATH]
  *                [--duet-only] [--config NAME=PATH] [--omp-wait passive|active]
@@ -27,6 +28,9 @@
  *               random_bbox on duet's side, MMEditing's on its side). One
  *               train_step is a discriminator step, every disc_step-th also
  *               the generator's: the timed steps are whole cycles.
+ *   edsr_tiny   configs/edsr_x4_tiny.cfg (BasicRestorer, EDSR 32x4);
+ *   rdn_tiny    configs/rdn_x4_tiny.cfg (RDN 16, 3 blocks of 4 layers);
+ *               both batch 8 of 64x64 gt
  * --config NAME=PATH runs model NAME from another duet config (same
  * overrides). --python: the MMEditing venv's python (default
  * $DUET_MMEDIT_PYTHON, else ~/.cache/duet/mmedit-venv/bin/python).
@@ -70,6 +74,8 @@ static mm_model MODELS[] = {
     {"srgan_full", "configs/srgan_x4c64b16_div2k.cfg",
      {"model.perceptual_loss.pretrained=\"\"", NULL}, false, 2, 1},
     {"deepfillv1", "configs/deepfillv1_256x256_8x2_places.cfg", {NULL}, true, 5, 1},
+    {"edsr_tiny", "configs/edsr_x4_tiny.cfg", {NULL}, false, 5, 1},
+    {"rdn_tiny", "configs/rdn_x4_tiny.cfg", {NULL}, false, 5, 1},
 };
 #define NMODELS (sizeof MODELS / sizeof MODELS[0])
 
@@ -349,7 +355,7 @@ int main(int argc, char **argv) {
     for (char *save = NULL, *m = strtok_r(mlist, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
         const mm_model *mm = find_model(m);
         if (mm == NULL) {
-            fprintf(stderr, "bench_mmedit: unknown model %s (srgan_tiny, srgan_full, "
+            fprintf(stderr, "bench_mmedit: unknown model %s (srgan_tiny, srgan_full, edsr_tiny, rdn_tiny, "
                             "deepfillv1)\n", m);
             return 2;
         }

@@ -31,6 +31,12 @@ Models (the same names as bench_mmedit's):
                One train_step is one discriminator step and, every 5th,
                the generator's: time whole cycles (--steps and --warmup
                multiples of 5).
+  edsr_tiny    restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py shrunk to
+               configs/edsr_x4_tiny.cfg's sizes: EDSR 32 channels, 4 blocks;
+  rdn_tiny     restorers/rdn/rdn_x4c64b16_g1_1000k_div2k.py shrunk to
+               configs/rdn_x4_tiny.cfg's: RDN 16 channels, 3 blocks of 4
+               layers growing by 16; both batch 8 of 64x64 gt, lq its 4x4
+               box average.
 
 One process calls model.train_step(data, optimizers) itself (MMEditing's
 single-process loop wraps the model in MMDataParallel, which on the CPU
@@ -68,7 +74,9 @@ sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
 SRGAN_CFG = "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py"
 DEEPFILLV1_CFG = "inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py"
 TINY_VGG = [16, 16, "M", 32, 32, "M", 64, 64]  # configs/srgan_x4_tiny.cfg's cfg
-MODELS = ("srgan_full", "srgan_tiny", "deepfillv1")
+MODELS = ("srgan_full", "srgan_tiny", "deepfillv1", "edsr_tiny", "rdn_tiny")
+EDSR_CFG = "restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py"
+RDN_CFG = "restorers/rdn/rdn_x4c64b16_g1_1000k_div2k.py"
 
 
 def _pipeline_step(pipeline, type_name):
@@ -101,6 +109,20 @@ def build(name, tmp, mo):
             batch = cfg.data.train_dataloader.samples_per_gpu
         crop = _pipeline_step(cfg.train_pipeline, "PairedRandomCrop")["gt_patch_size"]
         scale = cfg.scale
+
+        def data(rank):
+            g = torch.Generator().manual_seed(1 + rank)
+            gt = torch.rand(batch, 3, crop, crop, generator=g)
+            return dict(lq=torch.nn.functional.avg_pool2d(gt, scale), gt=gt)
+    elif name in ("edsr_tiny", "rdn_tiny"):
+        if name == "edsr_tiny":
+            cfg = mo.config(EDSR_CFG)
+            cfg.model.generator.update(mid_channels=32, num_blocks=4)
+        else:
+            cfg = mo.config(RDN_CFG)
+            cfg.model.generator.update(mid_channels=16, num_blocks=3, num_layers=4,
+                                       channel_growth=16)
+        batch, crop, scale = 8, 64, 4
 
         def data(rank):
             g = torch.Generator().manual_seed(1 + rank)

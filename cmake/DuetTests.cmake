@@ -235,7 +235,7 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # the interpreter's start, which the other models share) at load 4.5, their
 # four duet checks 4 s.
 set(DUET_MMEDIT_DDP_MODELS
-  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
+  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;pconv_inpaintor;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
   CACHE STRING
   "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
 add_test(NAME mmedit_gen_refs_ddp
@@ -294,7 +294,7 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
 endforeach()
 # bench_mmedit (bench/mmedit.c) runs: one duet train_step of the tiny SRGAN
 # from configs/srgan_x4_tiny.cfg (its row must have a number), and, with
-# MMEditing's venv, one step of the tiny SRGAN and of DeepFillv1 on each
+# MMEditing's venv, one step of the tiny SRGAN, DeepFillv1, EDSR and RDN on each
 # side (tests/mmedit/bench_smoke.sh). No timing is judged.
 add_test(NAME bench_mmedit_duet
   COMMAND $<TARGET_FILE:bench_mmedit> --models srgan_tiny --nproc 1 --threads 1 --reps 1
@@ -311,7 +311,7 @@ add_test(NAME bench_mmedit_deepfillv1_duet
 set_tests_properties(bench_mmedit_deepfillv1_duet PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
   ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300 LABELS bench
   PASS_REGULAR_EXPRESSION "\\| deepfillv1 \\| 1 x 1 \\| 2 \\| [0-9]")
-foreach(model srgan_tiny deepfillv1)
+foreach(model srgan_tiny deepfillv1 edsr_tiny rdn_tiny)
   add_test(NAME mmedit_bench_mmedit_${model}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mmedit/bench_smoke.sh ${DUET_MMEDIT_VENV}
             $<TARGET_FILE:bench_mmedit> ${model})

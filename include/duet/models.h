@@ -122,6 +122,8 @@ typedef struct duet_pconv_encdec_opts {
     int in_channels, num_layers;
     bool norm;      /* norm_cfg BN (true) or None, encoder and decoder alike */
     bool norm_eval; /* the encoder's */
+    bool norm_frozen; /* the encoder's norm_cfg requires_grad = False: its BN
+                         weight and bias never train (stage 2's) */
 } duet_pconv_encdec_opts;
 duet_pconv_encdec_opts duet_pconv_encdec_opts_default(void); /* 3, 7, BN, false */
 int duet_pconv_encdec_create(const duet_pconv_encdec_opts *opts, duet_rng *rng,

@@ -100,13 +100,13 @@ static int upsample_create(int scale, int mid, duet_rng *rng, duet_module **out)
 /* The mean shift's constants; DUET_EINVAL for a length or a std the
  * network cannot use. */
 static int mean_shift(const duet_edsr_opts *o, edsr_impl *impl) {
+    if (o->rgb_len < 1 || o->rgb_len > DUET_EDSR_MAX_RGB)
+        return duet__error(DUET_EINVAL, "EDSR: %d values of rgb_mean and rgb_std (1 to %d)",
+                           o->rgb_len, DUET_EDSR_MAX_RGB);
     if (o->rgb_len != 1 && !(o->rgb_len == o->in_channels && o->rgb_len == o->out_channels))
         return duet__error(DUET_EINVAL, "EDSR: rgb_mean and rgb_std have %d values; they need "
                            "1 or one per channel (in_channels %d, out_channels %d)", o->rgb_len,
                            o->in_channels, o->out_channels);
-    if (o->rgb_len < 1 || o->rgb_len > DUET_EDSR_MAX_RGB)
-        return duet__error(DUET_EINVAL, "EDSR: %d values of rgb_mean and rgb_std (1 to %d)",
-                           o->rgb_len, DUET_EDSR_MAX_RGB);
     /* in_channels == out_channels here, or one value broadcast to both. */
     const int channels = o->in_channels > o->out_channels ? o->in_channels : o->out_channels;
     for (int c = 0; c < channels; c++) {

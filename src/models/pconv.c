@@ -370,6 +370,8 @@ int duet_pconv_encdec_create(const duet_pconv_encdec_opts *opts, duet_rng *rng,
         const int cin = i == 1 ? o.in_channels : enc_channels(i - 1);
         rc = mcm_create(cin, enc_channels(i), k, 2, k / 2, i > 1 && o.norm, MCM_RELU, rng, &c);
         snprintf(name, sizeof name, "enc%d", i);
+        if (rc == DUET_OK && o.norm_frozen && duet_module_child(c, "bn") != NULL)
+            duet_module_set_requires_grad(duet_module_child(c, "bn"), false);
         if (rc == DUET_OK) rc = duet_module_add_child(enc, name, c);
     }
     if (rc == DUET_OK) rc = duet_module_create(&dec_type, NULL, &dec);

@@ -10,20 +10,22 @@
 #include <string.h>
 
 /* norm_cfg at key: absent is MMEditing's default BN; "None" none; a group
- * of type BN or SyncBN (duet's SyncBN is the wrapper's sync_bn). */
-static int read_norm(duet_config *c, const char *key, bool *norm) {
+ * of type BN or SyncBN (duet's SyncBN is the wrapper's sync_bn), with
+ * requires_grad (true; false: a frozen affine, where frozen is given). */
+static int read_norm(duet_config *c, const char *key, bool *norm, bool *frozen) {
     if (!duet_config_has(c, key)) {
         *norm = true;
         return DUET_OK;
     }
     DUET_TRY(duet__reg_read_gl_norm(c, key, norm));
-    /* MMEditing's encoder writes requires_grad = True (trained affine). */
     char k[64];
     snprintf(k, sizeof k, "%s.requires_grad", key);
     bool rg = true;
     if (*norm) DUET_TRY(duet_config_get_bool_or(c, k, true, &rg));
-    if (!rg)
-        return duet_config_error(c, k, "%s = false (a frozen BatchNorm affine) is not built", k);
+    if (!rg && frozen == NULL)
+        return duet_config_error(c, k, "%s = false: duet freezes the encoder's BatchNorm only "
+                                 "(as MMEditing's stage-2 configs)", k);
+    if (frozen != NULL) *frozen = !rg;
     return DUET_OK;
 }
 
@@ -75,7 +77,7 @@ int duet__reg_read_pconv_encdec(duet_config *c, void *opts) {
         rc = duet__reg_get_int(enc, "in_channels", o->in_channels, &o->in_channels);
         if (rc == DUET_OK) rc = duet__reg_get_int(enc, "num_layers", 7, &enc_layers);
         if (rc == DUET_OK) rc = read_conv_cfg(enc);
-        if (rc == DUET_OK) rc = read_norm(enc, "norm_cfg", &enc_norm);
+        if (rc == DUET_OK) rc = read_norm(enc, "norm_cfg", &enc_norm, &o->norm_frozen);
         if (rc == DUET_OK)
             rc = duet_config_get_bool_or(enc, "norm_eval", false, &o->norm_eval);
     }
@@ -83,7 +85,7 @@ int duet__reg_read_pconv_encdec(duet_config *c, void *opts) {
         const char *interp = "nearest";
         rc = duet__reg_get_int(dec, "num_layers", 7, &dec_layers);
         if (rc == DUET_OK) rc = read_conv_cfg(dec);
-        if (rc == DUET_OK) rc = read_norm(dec, "norm_cfg", &dec_norm);
+        if (rc == DUET_OK) rc = read_norm(dec, "norm_cfg", &dec_norm, NULL);
         if (rc == DUET_OK) rc = duet_config_get_string_or(dec, "interpolation", "nearest", &interp);
         if (rc == DUET_OK && strcmp(interp, "nearest") != 0)
             rc = duet_config_error(dec, "interpolation", "interpolation = \"%s\": duet's "

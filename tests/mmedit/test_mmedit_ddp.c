@@ -20,8 +20,8 @@
  * every rank.
  *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
- * cyclegan, basic_restorer, edsr, rdn, gl_inpaintor, deepfill_v1_inpaintor,
- * deepfillv2), with DUET_REF_DIR the directory of the files. */
+ * cyclegan, basic_restorer, edsr, rdn, pconv_inpaintor, gl_inpaintor,
+ * deepfill_v1_inpaintor, deepfillv2), with DUET_REF_DIR the directory of the files. */
 #include "testutil_gan.h"
 
 #include <stdio.h>
@@ -119,6 +119,10 @@ static duet_model *basic_restorer(void) {
 static duet_model *edsr(void) { return tu_sr_backbone_ref_model("edsr", 3); }
 static duet_model *rdn(void) { return tu_sr_backbone_ref_model("rdn", 3); }
 
+/* test_ref_pconv_inpaintor.c's model: PConvInpaintor with BatchNorm (each
+ * rank's own batch statistics, as MMEditing's DDP without SyncBN). */
+static duet_model *pconv_inpaintor(void) { return tu_pconv_ref_model(5); }
+
 /* test_ref_gl_inpaintor.c's model: GLEncoderDecoder without norm, GLDiscs
  * of 16 channels with BatchNorm, the schedule iter_tc 0, iter_td 1. */
 static duet_model *gl_inpaintor(void) {
@@ -155,6 +159,7 @@ static const ddp_model models[] = {
     {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
     {"edsr", edsr, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
     {"rdn", rdn, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
+    {"pconv_inpaintor", pconv_inpaintor, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
     {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2, 10, false},
     {"deepfill_v1_inpaintor", deepfill_v1_inpaintor, 1e-4, 0.9, {"generator", "disc"}, 2, 4,
      true},

@@ -7,7 +7,8 @@
  * gradient and the BatchNorm buffers within 1e-4 of each tensor's scale of
  * the float64 run, as test_ref_gl_nets.c compares. Three cases: 4 layers
  * with BatchNorm on 32x32, 5 layers without a norm on 32x64, 4 layers with
- * the encoder's BatchNorm under norm_eval (stage 2's). Runs as the
+ * the encoder's BatchNorm under norm_eval and its affine frozen (stage
+ * 2's: no gradient on either side). Runs as the
  * `mmedit` test mmedit_pconv_nets. */
 #include <stdio.h>
 #include <string.h>
@@ -50,7 +51,7 @@ static void run_case(const char *name, const duet_pconv_encdec_opts *o) {
     snprintf(key, sizeof key, "%s.grad.x", name);
     compare(key, x->grad, x->numel);
     duet_named_tensors ps;
-    TU_OK(duet_module_named_parameters(net, false, &ps));
+    TU_OK(duet_module_named_parameters(net, true, &ps)); /* the trainable ones */
     snprintf(key, sizeof key, "%s.grad.", name);
     assert_int_equal(tu_st_count_prefixed(ref, key), ps.count + 1);
     for (size_t i = 0; i < ps.count; i++) {
@@ -97,6 +98,7 @@ static void test_pconv_encdec_norm_eval(void **state) {
     duet_pconv_encdec_opts o = duet_pconv_encdec_opts_default();
     o.num_layers = 4;
     o.norm_eval = true;
+    o.norm_frozen = true;
     run_case("pconv_normeval", &o);
 }
 

@@ -1536,8 +1536,10 @@ class PConvNets:
 
         def encdec(layers, norm, norm_eval=False):
             n = dict(type='BN') if norm else None
+            # stage 2: the encoder's BN frozen, its affine too
+            en = dict(type='BN', requires_grad=False) if norm_eval else n
             return dict(type='PConvEncoderDecoder',
-                        encoder=dict(type='PConvEncoder', num_layers=layers, norm_cfg=n,
+                        encoder=dict(type='PConvEncoder', num_layers=layers, norm_cfg=en,
                                      norm_eval=norm_eval),
                         decoder=dict(type='PConvDecoder', num_layers=layers, norm_cfg=n))
         cases = {  # name: (config, input shape, holes as (top, left, h, w) per sample)
@@ -1545,8 +1547,9 @@ class PConvNets:
                          [[(4, 6, 14, 10), (20, 18, 9, 12)], [(0, 0, 8, 32), (12, 10, 16, 6)]]),
             "pconv_nonorm5": (encdec(5, False), (1, 3, 32, 64),
                               [[(2, 30, 20, 24), (24, 4, 8, 8)]]),
-            # stage 2's fine-tuning: the encoder's BN in eval mode (its
-            # running statistics moved off 0 and 1 so that they matter)
+            # stage 2's fine-tuning: the encoder's BN in eval mode, its
+            # affine frozen (its running statistics moved off 0 and 1 so
+            # that they matter)
             "pconv_normeval": (encdec(4, True, True), (2, 3, 32, 32),
                                [[(6, 2, 12, 20)], [(16, 16, 12, 12), (2, 20, 6, 8)]]),
         }
@@ -1594,7 +1597,8 @@ class PConvNets:
             tensors[f"{name}.final_mask"] = final_mask.float()
             tensors[f"{name}.r"] = r.float()
             for k, p in net.named_parameters():
-                tensors[f"{name}.grad.{k}"] = p.grad.float()
+                if p.requires_grad:
+                    tensors[f"{name}.grad.{k}"] = p.grad.float()
             for k, b in net.named_buffers():
                 tensors[f"{name}.after.{k}"] = b.detach().float()
         st.save(tensors, os.path.join(outdir, self.file),

@@ -733,7 +733,8 @@ static void test_registry_errors(void **state) {
     assert_string_equal(t[5], "GLInpaintor");
     assert_string_equal(t[6], "TwoStageInpaintor");
     assert_string_equal(t[7], "DeepFillv1Inpaintor");
-    assert_null(t[8]);
+    assert_string_equal(t[8], "PConvInpaintor");
+    assert_null(t[9]);
 }
 
 int main(void) {
