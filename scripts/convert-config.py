@@ -35,6 +35,13 @@ import ast
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safe_write  # noqa: E402
+
+# Every file load() read (the config and its _base_ files): the output may
+# replace none of them.
+LOADED = []
+
 # Top-level keys a duet run reads, or MMEditing's that it accepts with a note.
 RUN_KEYS = ("model", "data", "optimizers", "lr_config", "total_iters", "checkpoint_config",
             "evaluation", "log_config", "visual_config", "custom_hooks", "dist_params",
@@ -140,6 +147,7 @@ def load(path, seen=()):
     path = os.path.abspath(path)
     if path in seen:
         raise ConfigError("%s: _base_ includes itself" % path)
+    LOADED.append(path)
     try:
         tree = ast.parse(open(path, encoding="utf-8").read(), path)
     except (OSError, SyntaxError) as e:
@@ -312,10 +320,11 @@ def main():
         print("convert-config: %s" % e, file=sys.stderr)
         return 2
     header = "# Converted from %s by scripts/convert-config.py.\n" % os.path.basename(args.input)
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(header + text)
-    os.replace(tmp, out)
+    try:
+        safe_write.write_text(out, header + text, [args.input] + list(LOADED))
+    except safe_write.OutputError as e:
+        print("convert-config: %s" % e, file=sys.stderr)
+        return 2
     print("convert-config: %s -> %s: %d top-level keys" % (args.input, out, len(kept)))
     for n in notes:
         print("convert-config:   " + n)

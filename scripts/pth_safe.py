@@ -33,7 +33,11 @@ import itertools
 import os
 import pickle
 import struct
+import sys
 import zipfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safe_write  # noqa: E402
 
 
 
@@ -599,16 +603,16 @@ class _Writer:
         o += b"tR"                             # TUPLE, REDUCE
 
 
-def save(obj, path, archive="archive"):
-    """Writes obj (see _Writer) as torch.save's zip format, atomically."""
+def save(obj, path, archive="archive", inputs=()):
+    """Writes obj (see _Writer) as torch.save's zip format, atomically
+    (safe_write: never through a link, never over one of inputs)."""
     w = _Writer()
     w.obj(obj)
     w.out += b"."
-    tmp = path + ".tmp"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+    with safe_write.open_for(path, "wb", inputs) as f, \
+            zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
         z.writestr(archive + "/data.pkl", bytes(w.out))
         z.writestr(archive + "/byteorder", "little")
         for key, data in w.blobs:
             z.writestr(archive + "/data/" + key, data)
         z.writestr(archive + "/version", "3\n")
-    os.replace(tmp, path)

@@ -103,9 +103,19 @@ typedef struct duet_subimage_opts {
 typedef struct duet_subimage_stats {
     int64_t images, subimages, skipped;
 } duet_subimage_stats;
-/* save_dir must not exist yet (as the script, which exits): it is made. */
+/* save_dir must not exist yet (as the script, which exits): it is made,
+ * under a temporary name renamed to save_dir at the end. Refused up front
+ * (DUET_EINVAL, naming the files): two images that give one sub-image name
+ * ("0001.png" and "0001x2.png"), and names an annotation file cannot hold
+ * (whitespace or control bytes: MMEditing reads a line up to its first
+ * space). */
 int duet_extract_subimages(const char *input_dir, const char *save_dir,
                            const duet_subimage_opts *o, duet_subimage_stats *stats);
+/* A DIV2K HR folder and its LR folder at `scale`, checked before anything
+ * is cut: every HR image has exactly one LR image of the same name (less
+ * "x<scale>") and the other way round, of the HR size divided by the scale
+ * (rounded down); DUET_EINVAL naming the first pair that is not. */
+int duet_div2k_check_pairs(const char *hr_dir, const char *lr_dir, int scale);
 /* MMEditing's annotation file of a folder of images: one line per PNG,
  * sorted by name, "0001_s001.png (480,480,3)" (its height, width, 3),
  * written to `path` (a new file, renamed into place). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "duet/data.h"
 #include "duet/runner.h"
@@ -318,6 +319,27 @@ static bool wanted(const char *key, const char *const *keys, size_t nkeys) {
     return false;
 }
 
+/* The output replaces neither the log nor any file that is not a PNG (a
+ * checkpoint, a config, a log named by mistake). */
+static int check_out(const char *out, const char *log) {
+    DUET_TRY(duet__safe_check_inputs(out, &log, 1));
+    struct stat sb;
+    if (stat(out, &sb) != 0) return DUET_OK; /* nothing there to lose */
+    if (!S_ISREG(sb.st_mode))
+        return duet__error(DUET_EINVAL, "plot: %s exists and is not a regular file: name a PNG "
+                           "file to write", out);
+    FILE *f = fopen(out, "rb");
+    if (f == NULL) return DUET_OK; /* nothing there, or nothing we could read to lose */
+    unsigned char sig[8] = {0};
+    size_t got = fread(sig, 1, 8, f);
+    fclose(f);
+    static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (got > 0 && (got < 8 || memcmp(sig, png, 8) != 0))
+        return duet__error(DUET_EINVAL, "plot: %s exists and is not a PNG; duet plot replaces "
+                           "only an earlier plot: name another --out", out);
+    return DUET_OK;
+}
+
 int duet_runner_plot(const char *work_dir, const char *out_png, const char *const *keys,
                      size_t nkeys, FILE *report) {
     char *log = duet__path_join(work_dir, "log.jsonl");
@@ -326,7 +348,8 @@ int duet_runner_plot(const char *work_dir, const char *out_png, const char *cons
     series_set ss = {0};
     duet_image *im = NULL;
     int rc = log == NULL || out == NULL ? duet__error(DUET_ENOMEM, "out of memory")
-                                        : read_log(log, &ss);
+                                        : check_out(out, log);
+    if (rc == DUET_OK) rc = read_log(log, &ss);
     size_t shown = 0;
     for (size_t i = 0; rc == DUET_OK && i < ss.n; i++)
         if (ss.s[i].n > 0 && wanted(ss.s[i].key, keys, nkeys)) shown++;

@@ -20,8 +20,8 @@ static void serve_watchdog(void *comm) { duet_comm_serve(comm); }
  * leaves one), renamed over latest. DUET_EUNSUPPORTED when the file system
  * cannot link (the caller writes latest itself). */
 static int link_latest(const char *path, const char *latest) {
-    for (unsigned k = 0; k < 100; k++) {
-        char *tmp = duet__strf("%s.tmp.%ld.%u", latest, (long)getpid(), 1000000u + k);
+    for (int attempt = 0; attempt < 16; attempt++) {
+        char *tmp = duet__safe_temp_name(latest);
         if (tmp == NULL) return duet__error(DUET_ENOMEM, "checkpoint: out of memory");
         if (link(path, tmp) != 0) {
             int e = errno;
@@ -90,7 +90,8 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     char *path = duet__path_join(r->work_dir, name);
     char *latest = duet__path_join(r->work_dir, "latest.safetensors");
     rc = path == NULL || latest == NULL ? duet__error(DUET_ENOMEM, "checkpoint: out of memory")
-                                            : DUET_OK;
+                                            : duet__safe_check_inputs(path, r->read_files, 2);
+    if (rc == DUET_OK) rc = duet__safe_check_inputs(latest, r->read_files, 2);
     /* The model's own state (step counters, pools) goes in through its
      * save_state hook; between pieces of the write rank 0 answers the other
      * ranks' watchdog, which waits for it without a timeout of its own. */
