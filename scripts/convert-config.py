@@ -178,8 +178,19 @@ def load(path, seen=()):
 
 
 def name_ok(k):
-    return isinstance(k, str) and k[:1].isalpha() and all(c.isalnum() or c in "_-" for c in k) \
-        and k.lower() not in ("true", "false")
+    return isinstance(k, str) and k[:1].isascii() and k[:1].isalpha() and k.isascii() and \
+        all(c.isalnum() or c in "_-" for c in k) and k.lower() not in ("true", "false")
+
+
+def quote(v, where):
+    """A libconfig string literal: every control byte escaped (\\xNN), as
+    are \\ and \"; a NUL, which no libconfig string can hold, refused."""
+    if "\0" in v:
+        raise ConfigError("%s: a string holding a NUL byte, which a libconfig string cannot "
+                          "hold" % where)
+    return '"' + "".join("\\\\" if c == "\\" else '\\"' if c == '"' else
+                         "\\x%02x" % ord(c) if ord(c) < 0x20 or ord(c) == 0x7f else c
+                         for c in v) + '"'
 
 
 def fmt(v, indent, where):
@@ -187,12 +198,17 @@ def fmt(v, indent, where):
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
+        if not -2**63 <= v < 2**63:
+            raise ConfigError("%s: %d does not fit in a 64-bit integer" % (where, v))
         return str(v) + ("L" if not -2**31 <= v < 2**31 else "")
     if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ConfigError("%s: %r, which a libconfig config cannot hold (finite numbers "
+                              "only)" % (where, v))
         r = repr(v)
         return r if any(c in r for c in ".en") else r + ".0"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return quote(v, where)
     if isinstance(v, dict):
         items = [(k, x) for k, x in v.items() if x is not None]
         for k, _ in items:
