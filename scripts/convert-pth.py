@@ -223,6 +223,16 @@ def read_safetensors(path):
     for name, e in header.items():
         if e.get("dtype") not in kinds:
             raise Refused("tensor '%s': dtype %s is not converted" % (name, e.get("dtype")))
+        if not isinstance(e, dict) or not isinstance(e.get("data_offsets"), list) or \
+                len(e["data_offsets"]) != 2 or not all(pth_safe._is_int(v) for v in
+                                                      e["data_offsets"]):
+            raise Refused("tensor '%s': no [begin, end] data_offsets" % pth_safe.show(name))
+        shape = e.get("shape")
+        if not isinstance(shape, list) or len(shape) > pth_safe.MAX_DIMS or \
+                not all(pth_safe._is_int(v) and v >= 0 for v in shape):
+            raise Refused("tensor '%s': shape %s is not a list of at most %d non-negative "
+                          "integers" % (pth_safe.show(name), pth_safe.show(shape),
+                                        pth_safe.MAX_DIMS))
         lo, hi = e["data_offsets"]
         if not 0 <= lo <= hi <= len(body):
             raise Refused("tensor '%s': its bytes [%d, %d) lie outside the file" % (name, lo, hi))
