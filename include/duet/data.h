@@ -362,6 +362,18 @@ duet_sampler_state duet_sampler_get_state(const duet_sampler *s);
 /* DUET_EINVAL when epoch < 0 or position is not in [0, num_samples] or not a
  * multiple of samples_per_gpu. */
 int duet_sampler_set_state(duet_sampler *s, duet_sampler_state state);
+/* The stream is the same at any world size: step t of an epoch draws
+ * entries [t G, (t + 1) G) of the epoch's padded permutation, G = world size
+ * x samples per GPU, rank r the entries r, r + world, ... of them. So a
+ * point of it is one global sample index, `global` = position x world size
+ * (entries all ranks together have drawn this epoch). This is the state at
+ * which a sampler of (dataset_size, world_size, samples_per_gpu) continues
+ * from there (a resume on another number of processes); at or past the
+ * padded end of the epoch, the next epoch's start. DUET_EINVAL when global
+ * is not a multiple of world_size x samples_per_gpu (the global batches
+ * would not line up). */
+int duet_sampler_state_from_global(int64_t dataset_size, int world_size, int64_t samples_per_gpu,
+                                   int64_t epoch, int64_t global, duet_sampler_state *out);
 
 /* ---- loader -----------------------------------------------------------------
  * Batches of a dataset for one rank, from a duet_sampler: the samples'

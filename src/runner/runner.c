@@ -21,6 +21,7 @@
  * every rank returns DUET_ESTOPPED (`duet` exits with DUET_EXIT_STOPPED). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -437,7 +438,24 @@ static bool every(int64_t iter, int64_t interval, int64_t total) {
 
 /* *agreed: every rank returns the same failure together (no abort needed;
  * the failing rank has printed its message). */
-static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
+/* DUET_SAMPLE_TRACE=PREFIX: each rank appends "iteration epoch index..."
+ * per iteration to PREFIX.<rank>, the dataset indices of its batch (how the
+ * tests check that a resume on another world size continues the stream). */
+static FILE *open_sample_trace(const duet__run *r) {
+    const char *prefix = getenv("DUET_SAMPLE_TRACE");
+    if (prefix == NULL || prefix[0] == '\0') return NULL;
+    char *path = duet__strf("%s.%d", prefix, r->rank);
+    int fd = path != NULL ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                                 0644)
+                          : -1;
+    if (fd < 0) duet_log(DUET_LOG_WARN, "DUET_SAMPLE_TRACE: cannot open %s", path ? path : prefix);
+    free(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (f == NULL && fd >= 0) close(fd);
+    return f;
+}
+
+static int train_loop_body(duet__run *r, int64_t start_iter, bool *agreed, FILE *trace) {
     *agreed = false;
     interval_acc acc;
     memset(&acc, 0, sizeof acc);
@@ -447,6 +465,12 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
         duet__run_apply_lr(r, iter);
         duet_data_batch *db = NULL;
         DUET_TRY(duet_loader_next(r->loader, &db));
+        if (trace != NULL) {
+            fprintf(trace, "%" PRId64 " %" PRId64, iter + 1, db->epoch);
+            for (int64_t i = 0; i < db->n; i++) fprintf(trace, " %" PRId64, db->indices[i]);
+            fputc('\n', trace);
+            fflush(trace);
+        }
         /* The dataset's named tensors go to the model as they are. */
         duet_log_vars lv;
         duet_log_vars_clear(&lv);
@@ -489,6 +513,13 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
     }
     return DUET_OK;
+}
+
+static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
+    FILE *trace = open_sample_trace(r);
+    int rc = train_loop_body(r, start_iter, agreed, trace);
+    if (trace != NULL) fclose(trace);
+    return rc;
 }
 
 static void describe(duet__run *r, int64_t start_iter) {
