@@ -33,7 +33,16 @@ Needs only Python's standard library.
 import argparse
 import ast
 import os
+import re
+import stat
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safe_write  # noqa: E402
+
+# Every file load() read (the config and its _base_ files): the output may
+# replace none of them.
+LOADED = []
 
 # Top-level keys a duet run reads, or MMEditing's that it accepts with a note.
 RUN_KEYS = ("model", "data", "optimizers", "lr_config", "total_iters", "checkpoint_config",
@@ -48,6 +57,40 @@ class ConfigError(Exception):
     pass
 
 
+# What a config may ask of the evaluator: a string or list of at most
+# MAX_LEN elements, integers of at most MAX_BITS bits, expressions nested at
+# most MAX_DEPTH deep, values of at most MAX_NODES nodes when expanded (a
+# dict used twice counts twice: 40 levels of shared dicts would otherwise
+# write 2^40 of them), at most MAX_FILES config files in all (_base_), and
+# an output of at most MAX_OUTPUT bytes.
+MAX_LEN, MAX_BITS, MAX_DEPTH, MAX_NODES, MAX_FILES, MAX_OUTPUT = \
+    1 << 20, 256, 64, 1 << 20, 64, 64 << 20
+
+
+def _nodes(v, budget=MAX_NODES):
+    """v's node count, expanded (a long string counts per 64 characters);
+    stops early, returning more than budget, once it exceeds it."""
+    n, todo = 0, [v]
+    while todo and n <= budget:
+        x = todo.pop()
+        n += 1 + (len(x) // 64 if isinstance(x, (str, bytes)) else 0)
+        if isinstance(x, dict):
+            todo.extend(x.keys())
+            todo.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+    return n
+
+
+def _printf_ok(fmt):
+    """A %-format whose widths and precisions are literal and small."""
+    for m in re.finditer(r"%[-#0 +]*(\*|\d*)(?:\.(\*|\d*))?", fmt):
+        for g in m.groups():
+            if g == "*" or (g and int(g) > 4096):
+                return False
+    return True
+
+
 class Evaluator:
     """Evaluates the expressions of a config file: data only."""
 
@@ -60,7 +103,52 @@ class Evaluator:
                           % (self.path, getattr(node, "lineno", 0), what,
                              ast.dump(node)[:80]))
 
+    def bounded(self, node, v):
+        """v, once it is known to be within the bounds above."""
+        line = getattr(node, "lineno", 0)
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_BITS:
+            raise ConfigError("%s:%d: an integer of %d bits (at most %d are read)"
+                              % (self.path, line, v.bit_length(), MAX_BITS))
+        if isinstance(v, (str, bytes, list, tuple, dict)) and len(v) > MAX_LEN:
+            raise ConfigError("%s:%d: a value of %d elements (at most %d are read)"
+                              % (self.path, line, len(v), MAX_LEN))
+        if isinstance(v, (list, tuple, dict)) and _nodes(v) > MAX_NODES:
+            raise ConfigError("%s:%d: a value that expands to more than %d entries (the same "
+                              "dict or list used over and over)" % (self.path, line, MAX_NODES))
+        return v
+
+    def check_binop(self, n, a, b):
+        """Refuses, before it is computed, a result beyond the bounds above."""
+        line = getattr(n, "lineno", 0)
+        if isinstance(n.op, ast.Pow) and isinstance(a, int) and isinstance(b, int) and b > 0 \
+                and max(abs(a).bit_length() - 1, 0) * b > MAX_BITS:
+            raise ConfigError("%s:%d: a power with more than %d bits" % (self.path, line,
+                                                                       MAX_BITS))
+        if isinstance(n.op, ast.Mult):
+            for x, k in ((a, b), (b, a)):
+                if isinstance(x, (str, bytes, list, tuple)) and isinstance(k, int) \
+                        and len(x) * max(k, 0) > MAX_LEN:
+                    raise ConfigError("%s:%d: a repetition of %d x %d elements (at most %d "
+                                      "are read)" % (self.path, line, len(x), k, MAX_LEN))
+        if isinstance(n.op, ast.Add) and isinstance(a, (str, list, tuple)) and \
+                isinstance(b, (str, list, tuple)) and len(a) + len(b) > MAX_LEN:
+            raise ConfigError("%s:%d: a value of %d elements (at most %d are read)"
+                              % (self.path, line, len(a) + len(b), MAX_LEN))
+        if isinstance(n.op, ast.Mod) and isinstance(a, str) and not _printf_ok(a):
+            raise ConfigError("%s:%d: a %%-format with a '*' width or a width over 4096"
+                              % (self.path, line))
+
     def ev(self, n):
+        self.depth = getattr(self, "depth", 0) + 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise ConfigError("%s:%d: expressions nested more than %d deep"
+                                  % (self.path, getattr(n, "lineno", 0), MAX_DEPTH))
+            return self.ev1(n)
+        finally:
+            self.depth -= 1
+
+    def ev1(self, n):
         if isinstance(n, ast.Constant):
             return n.value
         if isinstance(n, ast.Name):
@@ -103,11 +191,12 @@ class Evaluator:
             return v if n.func.id == "list" else tuple(v)
         if isinstance(n, ast.BinOp):
             a, b = self.ev(n.left), self.ev(n.right)
+            self.check_binop(n, a, b)
             ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
                    ast.Div: lambda: a / b, ast.FloorDiv: lambda: a // b,
                    ast.Mod: lambda: a % b, ast.Pow: lambda: a ** b}
             if type(n.op) in ops:
-                return ops[type(n.op)]()
+                return self.bounded(n, ops[type(n.op)]())
             self.fail(n, "the operator")
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, (ast.USub, ast.UAdd)):
             v = self.ev(n.operand)
@@ -115,9 +204,20 @@ class Evaluator:
         if isinstance(n, ast.JoinedStr):
             parts = []
             for v in n.values:
-                parts.append(str(self.ev(v.value)) if isinstance(v, ast.FormattedValue)
-                             else v.value)
-            return "".join(parts)
+                if not isinstance(v, ast.FormattedValue):
+                    parts.append(v.value)
+                    continue
+                x = self.ev(v.value)
+                if v.conversion in (ord("r"), ord("a")) or isinstance(x, (dict, list, tuple)):
+                    self.bounded(v, x)
+                x = {ord("r"): repr, ord("a"): ascii, ord("s"): str}.get(v.conversion,
+                                                                         lambda y: y)(x)
+                spec = self.ev(v.format_spec) if v.format_spec is not None else ""
+                if any(int(d) > 4096 for d in re.findall(r"\d+", spec)):
+                    self.fail(v, "the format spec '%s' (a width or precision over 4096)"
+                              % spec[:40])
+                parts.append(format(x, spec))
+            return self.bounded(n, "".join(parts))
         if isinstance(n, ast.Subscript):
             base, idx = self.ev(n.value), self.ev(n.slice)
             return base[idx]
@@ -140,10 +240,21 @@ def load(path, seen=()):
     path = os.path.abspath(path)
     if path in seen:
         raise ConfigError("%s: _base_ includes itself" % path)
+    if len(LOADED) >= MAX_FILES:
+        raise ConfigError("%s: more than %d config files through _base_" % (path, MAX_FILES))
+    LOADED.append(path)
     try:
-        tree = ast.parse(open(path, encoding="utf-8").read(), path)
-    except (OSError, SyntaxError) as e:
-        raise ConfigError("%s: %s" % (path, e))
+        with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NONBLOCK)) as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ConfigError("%s: not a regular file" % path)
+            raw = f.read(MAX_OUTPUT + 1)
+        if len(raw) > MAX_OUTPUT:
+            raise ConfigError("%s: larger than %d bytes" % (path, MAX_OUTPUT))
+        tree = ast.parse(raw.decode("utf-8"), path)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError, RecursionError,
+            MemoryError) as e:
+        raise ConfigError("%s: %s" % (path, str(e).splitlines()[0] if str(e) else
+                                      type(e).__name__))
     env, order = {}, []
     ev = Evaluator(path, env)
     for node in tree.body:
@@ -154,24 +265,49 @@ def load(path, seen=()):
             raise ConfigError("%s:%d: only 'name = value' lines are read (an import or a "
                               "statement would run code)" % (path, node.lineno))
         name = node.targets[0].id
-        env[name] = ev.ev(node.value)
+        try:
+            env[name] = ev.bounded(node, ev.ev(node.value))
+        except ConfigError:
+            raise
+        except (TypeError, ValueError, ZeroDivisionError, KeyError, IndexError, OverflowError,
+                RecursionError, MemoryError, AttributeError) as e:
+            raise ConfigError("%s:%d: '%s' cannot be evaluated: %s: %s"
+                              % (path, node.lineno, name, type(e).__name__,
+                                 str(e).splitlines()[0][:200] if str(e) else ""))
         if name not in order:
             order.append(name)
     bases = env.pop("_base_", [])
     if "_base_" in order:
         order.remove("_base_")
     cfg = {}
+    if not isinstance(bases, (str, list, tuple)) or \
+            not all(isinstance(b, str) for b in ([bases] if isinstance(bases, str) else bases)):
+        raise ConfigError("%s: _base_ must be a file name or a list of them, not a %s"
+                          % (path, type(bases).__name__))
     for b in [bases] if isinstance(bases, str) else bases:
         base_cfg, base_order = load(os.path.join(os.path.dirname(path), b), seen + (path,))
         cfg = merge(cfg, base_cfg)
         order = [k for k in base_order if k not in order] + order
     cfg = merge(cfg, {k: env[k] for k in order if k in env})
+    if _nodes(cfg) > MAX_NODES:
+        raise ConfigError("%s: the config expands to more than %d entries" % (path, MAX_NODES))
     return cfg, [k for k in order if k in cfg]
 
 
 def name_ok(k):
-    return isinstance(k, str) and k[:1].isalpha() and all(c.isalnum() or c in "_-" for c in k) \
-        and k.lower() not in ("true", "false")
+    return isinstance(k, str) and k[:1].isascii() and k[:1].isalpha() and k.isascii() and \
+        all(c.isalnum() or c in "_-" for c in k) and k.lower() not in ("true", "false")
+
+
+def quote(v, where):
+    """A libconfig string literal: every control byte escaped (\\xNN), as
+    are \\ and \"; a NUL, which no libconfig string can hold, refused."""
+    if "\0" in v:
+        raise ConfigError("%s: a string holding a NUL byte, which a libconfig string cannot "
+                          "hold" % where)
+    return '"' + "".join("\\\\" if c == "\\" else '\\"' if c == '"' else
+                         "\\x%02x" % ord(c) if ord(c) < 0x20 or ord(c) == 0x7f else c
+                         for c in v) + '"'
 
 
 def fmt(v, indent, where):
@@ -179,12 +315,17 @@ def fmt(v, indent, where):
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
+        if not -2**63 <= v < 2**63:
+            raise ConfigError("%s: %d does not fit in a 64-bit integer" % (where, v))
         return str(v) + ("L" if not -2**31 <= v < 2**31 else "")
     if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            raise ConfigError("%s: %r, which a libconfig config cannot hold (finite numbers "
+                              "only)" % (where, v))
         r = repr(v)
         return r if any(c in r for c in ".en") else r + ".0"
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return quote(v, where)
     if isinstance(v, dict):
         items = [(k, x) for k, x in v.items() if x is not None]
         for k, _ in items:
@@ -308,14 +449,21 @@ def main():
         cfg, order = load(args.input)
         kept = convert(cfg, order, notes, args.lmdb)
         text = "".join("%s = %s;\n" % (k, fmt(v, 0, k)) for k, v in kept.items())
+        if len(text) > MAX_OUTPUT:
+            raise ConfigError("%s: the converted config would be %d bytes (at most %d)"
+                              % (args.input, len(text), MAX_OUTPUT))
+    except RecursionError:
+        print("convert-config: %s: nested too deep to convert" % args.input, file=sys.stderr)
+        return 2
     except ConfigError as e:
         print("convert-config: %s" % e, file=sys.stderr)
         return 2
     header = "# Converted from %s by scripts/convert-config.py.\n" % os.path.basename(args.input)
-    tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(header + text)
-    os.replace(tmp, out)
+    try:
+        safe_write.write_text(out, header + text, [args.input] + list(LOADED))
+    except safe_write.OutputError as e:
+        print("convert-config: %s" % e, file=sys.stderr)
+        return 2
     print("convert-config: %s -> %s: %d top-level keys" % (args.input, out, len(kept)))
     for n in notes:
         print("convert-config:   " + n)

@@ -53,6 +53,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pth_safe  # noqa: E402
+import safe_write  # noqa: E402
 from pth_safe import Refused  # noqa: E402
 
 # An MMEditing model's top-level children: SR and Pix2Pix (generator,
@@ -182,7 +183,7 @@ def convert(sd, layout, notes):
     return out
 
 
-def write_safetensors(path, tensors, metadata):
+def write_safetensors(path, tensors, metadata, inputs=()):
     header, blobs, offset = {}, [], 0
     for name, (dtype, t) in tensors.items():
         data = t.data("float32" if dtype == "F32" else "int64")
@@ -193,13 +194,11 @@ def write_safetensors(path, tensors, metadata):
     header["__metadata__"] = metadata
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * ((8 - len(raw) % 8) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with safe_write.open_for(path, "wb", inputs) as f:
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for b in blobs:
             f.write(b)
-    os.replace(tmp, path)
 
 
 def read_safetensors(path):
@@ -224,6 +223,16 @@ def read_safetensors(path):
     for name, e in header.items():
         if e.get("dtype") not in kinds:
             raise Refused("tensor '%s': dtype %s is not converted" % (name, e.get("dtype")))
+        if not isinstance(e, dict) or not isinstance(e.get("data_offsets"), list) or \
+                len(e["data_offsets"]) != 2 or not all(pth_safe._is_int(v) for v in
+                                                      e["data_offsets"]):
+            raise Refused("tensor '%s': no [begin, end] data_offsets" % pth_safe.show(name))
+        shape = e.get("shape")
+        if not isinstance(shape, list) or len(shape) > pth_safe.MAX_DIMS or \
+                not all(pth_safe._is_int(v) and v >= 0 for v in shape):
+            raise Refused("tensor '%s': shape %s is not a list of at most %d non-negative "
+                          "integers" % (pth_safe.show(name), pth_safe.show(shape),
+                                        pth_safe.MAX_DIMS))
         lo, hi = e["data_offsets"]
         if not 0 <= lo <= hi <= len(body):
             raise Refused("tensor '%s': its bytes [%d, %d) lie outside the file" % (name, lo, hi))
@@ -238,6 +247,7 @@ def read_safetensors(path):
 def to_pth(inp, out, notes):
     """A duet checkpoint (or any safetensors of MMEditing names) as an
     MMEditing checkpoint: {"meta": ..., "state_dict": OrderedDict}."""
+    safe_write.check_inputs(out, [inp])
     tensors, meta = read_safetensors(inp)
     sd, dropped = collections.OrderedDict(), collections.Counter()
     for name, t in tensors.items():
@@ -264,7 +274,7 @@ def to_pth(inp, out, notes):
     for key in ("duet_version", "model_type", "config"):
         if key in meta:
             m["duet_" + key if not key.startswith("duet") else key] = meta[key]
-    pth_safe.save({"meta": m, "state_dict": sd}, out)
+    pth_safe.save({"meta": m, "state_dict": sd}, out, inputs=[inp])
     return len(sd)
 
 
@@ -283,7 +293,7 @@ def main():
         out = args.output or os.path.splitext(args.input)[0] + ".pth"
         try:
             n = to_pth(args.input, out, notes)
-        except (Refused, OSError, KeyError, TypeError) as e:
+        except (Refused, OSError, KeyError, TypeError, safe_write.OutputError) as e:
             print("convert-pth: %s: %s" % (args.input, e), file=sys.stderr)
             return 2
         print("convert-pth: %s -> %s: %d tensors (MMEditing checkpoint: meta, state_dict)"
@@ -293,10 +303,11 @@ def main():
         return 0
     out = args.output or os.path.splitext(args.input)[0] + ".safetensors"
     try:
+        safe_write.check_inputs(out, [args.input])
         sd, meta = split_checkpoint(load(args.input, args.trusted), notes)
         layout = detect_layout([strip_module(k) for k in sd if isinstance(k, str)])
         tensors = convert(sd, layout, notes)
-    except (Refused, OSError) as e:
+    except (Refused, OSError, safe_write.OutputError) as e:
         print("convert-pth: %s: %s" % (args.input, e), file=sys.stderr)
         return 2
     metadata = {"format": "pt", "converted_by": "scripts/convert-pth.py",
@@ -304,7 +315,11 @@ def main():
     for k, v in meta.items():
         if isinstance(v, (str, int, float, bool)):
             metadata["mmedit." + str(k)] = str(v)
-    write_safetensors(out, tensors, metadata)
+    try:
+        write_safetensors(out, tensors, metadata, [args.input])
+    except safe_write.OutputError as e:
+        print("convert-pth: %s: %s" % (args.input, e), file=sys.stderr)
+        return 2
     print("convert-pth: %s -> %s: %d tensors (%s layout)" % (args.input, out, len(tensors),
                                                              layout))
     for n in notes:

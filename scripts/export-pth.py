@@ -37,7 +37,8 @@ def main():
     notes = []
     try:
         n = convert_pth.to_pth(args.checkpoint, out, notes)
-    except (convert_pth.Refused, OSError, KeyError, TypeError) as e:
+    except (convert_pth.Refused, OSError, KeyError, TypeError,
+            convert_pth.safe_write.OutputError) as e:
         print("export-pth: %s: %s" % (args.checkpoint, e), file=sys.stderr)
         return 2
     print("export-pth: %s -> %s: %d tensors (MMEditing checkpoint: meta, state_dict)"

@@ -32,8 +32,14 @@ import io
 import itertools
 import os
 import pickle
+import pickletools
 import struct
+import sys
 import zipfile
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import safe_write  # noqa: E402
 
 
 
@@ -72,8 +78,107 @@ MAX_DIMS = 16
 MAX_EXPANSION = 64
 
 
+# A pickle's objects, expanded (an object used k times counted k times), at
+# most MAX_OBJECTS: repr, hashing or comparing a deeply shared structure
+# takes time exponential in its depth (a 660-byte pickle of a 44-level
+# shared list hung the refusal message's repr and tuple hashing). A whole
+# zip file may inflate to at most MAX_EXPANSION times its size (at least
+# MAX_INFLATE_FLOOR bytes), all entries together.
+MAX_OBJECTS = 1 << 22
+MAX_INFLATE_FLOOR = 64 << 20
+
+
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def show(v, limit=60):
+    """A short description of a value from the file for a message, never
+    its repr: a number or a short string as itself, a container as its
+    type and length."""
+    if v is None or isinstance(v, bool) or (isinstance(v, float)):
+        return str(v)
+    if _is_int(v):
+        return str(v) if v.bit_length() <= 64 else "an integer of %d bits" % v.bit_length()
+    if isinstance(v, (str, bytes)):
+        t = v if isinstance(v, str) else v.decode("latin-1")
+        t = "".join(c if c.isprintable() else "\\x%02x" % (ord(c) & 0xff) for c in t[:limit])
+        return "'%s'%s" % (t, "..." if len(v) > limit else "")
+    if isinstance(v, (tuple, list, dict)):
+        if len(v) <= 8 and all(_is_int(x) and x.bit_length() <= 64 for x in v):
+            return str(tuple(v)) if isinstance(v, tuple) else str(list(v))
+        return "a %s of %d" % (type(v).__name__, len(v))
+    return "a %s" % type(v).__name__
+
+
+def _pickle_objects(data):
+    """Refuses a pickle whose objects, expanded, exceed MAX_OBJECTS, by a
+    scan of its opcodes that builds nothing: each stack entry and memo slot
+    is a cell holding the expanded size of its object (a cell, as a list or
+    dict is memoised empty and filled later)."""
+    stack, marks, memo = [], [], {}
+
+    def pop_mark():
+        m = marks.pop()
+        w = sum(c[0] for c in stack[m:])
+        del stack[m:]
+        return w
+
+    def new(w):
+        if w > MAX_OBJECTS:
+            raise Refused("the pickle's objects, with those used more than once counted at "
+                          "each use, exceed %d (a structure built to make reading it hang)"
+                          % MAX_OBJECTS)
+        stack.append([w])
+
+    def add(w):
+        stack[-1][0] += w
+        if stack[-1][0] > MAX_OBJECTS:
+            new(stack[-1][0])
+    for op, arg, _ in pickletools.genops(data):
+        name = op.name
+        if name in ("PROTO", "FRAME", "STOP"):
+            continue
+        if name == "MARK":
+            marks.append(len(stack))
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[arg] = stack[-1]
+        elif name == "MEMOIZE":
+            memo[len(memo)] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo.get(arg, [1]))
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                stack.pop()
+        elif name == "POP_MARK":
+            pop_mark()
+        elif name == "DUP":
+            stack.append(stack[-1])
+        elif name in ("TUPLE", "LIST", "DICT", "FROZENSET", "INST", "OBJ"):
+            new(1 + pop_mark())
+        elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+            add(pop_mark())
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            k = int(name[-1])
+            w = 1 + sum(c[0] for c in stack[-k:])
+            del stack[-k:]
+            new(w)
+        elif name == "APPEND":
+            add(stack.pop()[0])
+        elif name == "SETITEM":
+            add(stack.pop()[0] + stack.pop()[0])
+        elif name in ("REDUCE", "NEWOBJ", "STACK_GLOBAL"):
+            new(1 + stack.pop()[0] + stack.pop()[0])
+        elif name == "NEWOBJ_EX":
+            new(1 + stack.pop()[0] + stack.pop()[0] + stack.pop()[0])
+        elif name == "BUILD":
+            add(stack.pop()[0])
+        elif name == "BINPERSID":
+            stack.append([1 + stack.pop()[0]])
+        else:  # a constant, an empty container, GLOBAL, PERSID: one new object
+            new(1)
 
 
 class DType:
@@ -178,20 +283,35 @@ def _check_view(offset, size, stride, numel):
                       "%d elements" % (tuple(size), tuple(stride), offset, numel))
 
 
+def _check_no_overlap(size, stride):
+    """No two elements of the view are one element of the storage (stride 0
+    or overlapping strides): a checkpoint's tensors never share elements, and
+    a 1-element storage viewed as 10^6 x 10^6 would be 10^12 reads. With
+    this, a view has at most as many elements as its storage."""
+    extent = 1
+    for n, s in sorted(((n, s) for n, s in zip(size, stride) if n > 1), key=lambda t: t[1]):
+        if s < extent:
+            raise Refused("a tensor of shape %s with stride %s reads some elements more than "
+                          "once (stride 0 or overlapping strides)" % (show(size), show(stride)))
+        extent = s * (n - 1) + extent
+    return extent
+
+
 def _tensor(storage, offset, size, stride, dtype=None):
     if not isinstance(storage, Storage):
         raise Refused("a tensor's storage is a %s, not a storage" % type(storage).__name__)
     if not _is_int(offset) or offset < 0:
-        raise Refused("a tensor's storage offset %r is not a non-negative integer" % (offset,))
+        raise Refused("a tensor's storage offset %s is not a non-negative integer" % show(offset))
     if not isinstance(size, tuple) or not isinstance(stride, tuple) or len(size) != len(stride) \
             or len(size) > MAX_DIMS:
-        raise Refused("a tensor's shape %r and stride %r are not two tuples of the same length "
-                      "(at most %d)" % (size, stride, MAX_DIMS))
+        raise Refused("a tensor's shape %s and stride %s are not two tuples of the same length "
+                      "(at most %d)" % (show(size), show(stride), MAX_DIMS))
     if not all(_is_int(v) and v >= 0 for v in size + stride):
-        raise Refused("a tensor's shape %r or stride %r holds a value that is not a "
-                      "non-negative integer" % (size, stride))
+        raise Refused("a tensor's shape %s or stride %s holds a value that is not a "
+                      "non-negative integer" % (show(size), show(stride)))
     dtype = dtype.name if isinstance(dtype, DType) else storage.dtype
     _check_view(offset, size, stride, storage.numel * ITEMSIZE[storage.dtype] // ITEMSIZE[dtype])
+    _check_no_overlap(size, stride)
     return Tensor(storage, offset, size, stride, dtype)
 
 
@@ -242,13 +362,13 @@ def _rebuild_from_type(func, new_type, args, state):
 def _size(*args):
     if len(args) != 1 or not isinstance(args[0], (tuple, list)) \
             or not all(_is_int(v) for v in args[0]):
-        raise Refused("torch.Size of %r" % (args,))
+        raise Refused("torch.Size of %s" % show(args))
     return tuple(args[0])
 
 
 def _device(*args):
     if not all(isinstance(a, (str, int)) for a in args):
-        raise Refused("torch.device of %r" % (args,))
+        raise Refused("torch.device of %s" % show(args))
     return ":".join(str(a) for a in args)
 
 
@@ -261,7 +381,7 @@ class _NumpyDType:
     """numpy.dtype as pickled for a numpy scalar: only plain numbers."""
     def __init__(self, name, align=False, copy=True):
         if not isinstance(name, str) or name.lstrip("<>=|") not in NUMPY_SCALARS:
-            raise Refused("a numpy dtype %r (only plain numbers can be read)" % (name,))
+            raise Refused("a numpy dtype %s (only plain numbers can be read)" % show(name))
         self.code, self.order = NUMPY_SCALARS[name.lstrip("<>=|")], "<"
 
     def __setstate__(self, state):
@@ -272,7 +392,7 @@ class _NumpyDType:
 def _numpy_scalar(dtype, data=None):
     if not isinstance(dtype, _NumpyDType) or not isinstance(data, bytes) \
             or len(data) != struct.calcsize(dtype.code):
-        raise Refused("a numpy scalar of %r (only plain numbers can be read)" % (dtype,))
+        raise Refused("a numpy scalar of %s (only plain numbers can be read)" % show(dtype))
     return struct.unpack(dtype.order + dtype.code, data)[0]
 
 
@@ -280,7 +400,7 @@ def _codecs_encode(text, encoding=None):
     """How protocol 2 pickles bytes (a numpy scalar's data): the bytes as a
     latin-1 string."""
     if not isinstance(text, str) or encoding != "latin1":
-        raise Refused("_codecs.encode of %r (only latin-1 bytes can be read)" % (encoding,))
+        raise Refused("_codecs.encode of %s (only latin-1 bytes can be read)" % show(encoding))
     return text.encode("latin1")
 
 
@@ -327,20 +447,27 @@ class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         if not isinstance(pid, tuple) or not pid or pid[0] not in ("storage", b"storage"):
             what = pid[0] if isinstance(pid, tuple) and pid else pid
-            raise Refused("the file's pickle refers to a %r, not a storage (a pickled module? "
-                          "save model.state_dict() instead)" % (what,))
+            raise Refused("the file's pickle refers to %s, not a storage (a pickled module? "
+                          "save model.state_dict() instead)" % show(what))
         return self._storage(pid[1:])
 
 
 def _storage_args(args, n):
     if len(args) != n or not isinstance(args[0], StorageType) \
             or not isinstance(args[1], (str, bytes)) or not _is_int(args[3]) or args[3] < 0:
-        raise Refused("a malformed storage reference %r" % (args,))
+        raise Refused("a malformed storage reference %s" % show(args))
     key = args[1].decode("ascii", "replace") if isinstance(args[1], bytes) else args[1]
     return args[0].dtype, key, args[3]
 
 
-def _load_zip(zf):
+def _load_zip(zf, size):
+    budget = [max(MAX_EXPANSION * size, MAX_INFLATE_FLOOR)]
+
+    def spend(name, n):
+        budget[0] -= n
+        if budget[0] < 0:
+            raise Refused("the zip's entries inflate to more than %d times the file's %d bytes "
+                          "(at %s): a zip bomb" % (MAX_EXPANSION, size, show(name)))
     pkls = [n for n in zf.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
     if len(pkls) != 1:
         raise Refused("a zip file without exactly one <archive>/data.pkl: not a torch.save file")
@@ -370,13 +497,17 @@ def _load_zip(zf):
                 info.file_size > MAX_EXPANSION * max(info.compress_size, 1 << 20):
             raise Refused("storage '%s': %s expands from %d to %d bytes" % (key, name,
                           info.compress_size, info.file_size))
+        spend(name, info.file_size)
         s = Storage(dtype, numel)
         s.data, s.byteorder = zf.read(name), order
         storages[key] = s
         return s
 
+    spend(pkls[0], zf.getinfo(pkls[0]).file_size)
     with zf.open(pkls[0]) as f:
-        return _Unpickler(io.BytesIO(f.read()), storage).load()
+        data = f.read()
+    _pickle_objects(data)
+    return _Unpickler(io.BytesIO(data), storage).load()
 
 
 def _load_legacy(f, size):
@@ -385,13 +516,16 @@ def _load_legacy(f, size):
 
     def plain(what):
         try:
+            at = f.tell()
+            _pickle_objects(f)
+            f.seek(at)
             return _Unpickler(f, no_storage).load()
         except (pickle.UnpicklingError, EOFError) as e:
             raise Refused("the %s: %s" % (what, e))
     magic = plain("magic number")
     if magic != LEGACY_MAGIC:
-        raise Refused("neither a zip archive nor torch's legacy format (magic number %r)"
-                      % (magic,))
+        raise Refused("neither a zip archive nor torch's legacy format (magic number %s)"
+                      % show(magic))
     if plain("protocol version") != 1001:
         raise Refused("torch legacy format with an unknown protocol version")
     info = plain("system information")
@@ -402,7 +536,7 @@ def _load_legacy(f, size):
 
     def storage(args):
         if len(args) != 5:
-            raise Refused("a malformed storage reference %r" % (args,))
+            raise Refused("a malformed storage reference %s" % show(args))
         dtype, key, numel = _storage_args(args[:4], 4)
         view = args[4]
         root = storages.get(key)
@@ -415,12 +549,16 @@ def _load_legacy(f, size):
         if not isinstance(view, tuple) or len(view) != 3 or not _is_int(view[1]) \
                 or not _is_int(view[2]) or view[1] < 0 or view[2] < 0 \
                 or view[1] + view[2] > numel:
-            raise Refused("storage '%s': a malformed view %r" % (key, view))
+            raise Refused("storage '%s': a malformed view %s" % (show(key), show(view)))
         return Storage(dtype, view[2], base=root, offset=view[1])
 
+    at = f.tell()
+    _pickle_objects(f)
+    f.seek(at)
     obj = _Unpickler(f, storage).load()
     keys = plain("storage key list")
-    if not isinstance(keys, list) or sorted(map(str, keys)) != sorted(storages):
+    if not isinstance(keys, list) or not all(isinstance(k, (str, int)) for k in keys) or \
+            sorted(map(str, keys)) != sorted(storages):
         raise Refused("the storage key list does not match the storages the objects use")
     for key in keys:
         s = storages[str(key)]
@@ -446,7 +584,7 @@ def load(path):
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
-                return _load_zip(zf)
+                return _load_zip(zf, os.path.getsize(path))
         with open(path, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
@@ -460,7 +598,8 @@ def load(path):
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
             AttributeError, zipfile.BadZipFile, struct.error, OverflowError,
-            MemoryError, RecursionError) as e:
+            MemoryError, RecursionError, NotImplementedError, RuntimeError,
+            UnicodeDecodeError, zlib.error) as e:
         raise Refused("not a readable torch.save file: %s: %s"
                       % (type(e).__name__, str(e).splitlines()[0] if str(e) else ""))
 
@@ -599,16 +738,16 @@ class _Writer:
         o += b"tR"                             # TUPLE, REDUCE
 
 
-def save(obj, path, archive="archive"):
-    """Writes obj (see _Writer) as torch.save's zip format, atomically."""
+def save(obj, path, archive="archive", inputs=()):
+    """Writes obj (see _Writer) as torch.save's zip format, atomically
+    (safe_write: never through a link, never over one of inputs)."""
     w = _Writer()
     w.obj(obj)
     w.out += b"."
-    tmp = path + ".tmp"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED) as z:
+    with safe_write.open_for(path, "wb", inputs) as f, \
+            zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
         z.writestr(archive + "/data.pkl", bytes(w.out))
         z.writestr(archive + "/byteorder", "little")
         for key, data in w.blobs:
             z.writestr(archive + "/data/" + key, data)
         z.writestr(archive + "/version", "3\n")
-    os.replace(tmp, path)

@@ -274,6 +274,45 @@ bool duet__label_set(char *buf, size_t size, const char *fmt, ...)
  * the path. */
 int duet__read_file(const char *path, unsigned char **out, size_t *len);
 
+/* ---- files written whole (src/base/safe_file.c) ----------------------------
+ * Every file duet writes goes through these: a temporary with a random name
+ * in the output's folder (".<name>.duet-<16 hex>"), created with
+ * O_CREAT|O_EXCL|O_NOFOLLOW so that nothing planted there is written
+ * through, flushed, fsynced and renamed over the output (the rename replaces
+ * a link at the output's name, never its target), then the folder synced.
+ * On any failure the temporary is removed: nothing is left behind and the
+ * file at the output's name, if any, is untouched.
+ *
+ *     duet__safe_file sf;
+ *     DUET_TRY(duet__safe_open(path, &sf));
+ *     fprintf(sf.f, ...);                 // or fwrite
+ *     if (bad) { duet__safe_abort(&sf); return rc; }
+ *     return duet__safe_commit(&sf);      // flush, fsync, rename, sync folder */
+typedef struct duet__safe_file {
+    FILE *f;   /* write through this (owned) */
+    char *path; /* the output */
+    char *tmp;  /* the temporary, NULL once renamed */
+} duet__safe_file;
+/* A folder as the output is refused (DUET_EINVAL), as is no name. */
+int duet__safe_open(const char *path, duet__safe_file *sf);
+/* Flush, fsync, close, rename, sync the folder; sf is cleared either way. */
+int duet__safe_commit(duet__safe_file *sf);
+/* Closes and removes the temporary; sf is cleared. Accepts a cleared sf. */
+void duet__safe_abort(duet__safe_file *sf);
+/* The n bytes of data as the whole file at path. */
+int duet__safe_write(const char *path, const void *data, size_t n);
+/* A fresh random name beside path (malloc'd, free with free), for a folder
+ * or an LMDB built under it and renamed into place at the end. */
+char *duet__safe_temp_name(const char *path);
+/* fsyncs the folder that holds path (EINVAL from a file system that cannot
+ * is not an error). */
+int duet__sync_parent(const char *path);
+/* DUET_EINVAL, naming both, when the file at `out` is one of the n inputs
+ * (the same file: device and inode, through any links or hard links);
+ * NULL inputs and names that do not exist are skipped. A command calls it
+ * with every file it reads before it writes `out`. */
+int duet__safe_check_inputs(const char *out, const char *const *inputs, size_t n);
+
 /* A growable string for messages and lists of names, so that none is cut
  * at a fixed size. Zero-initialise ({0}); append; read with duet__str_get;
  * free with duet__str_free. An append that runs out of memory sets failed

@@ -103,9 +103,19 @@ typedef struct duet_subimage_opts {
 typedef struct duet_subimage_stats {
     int64_t images, subimages, skipped;
 } duet_subimage_stats;
-/* save_dir must not exist yet (as the script, which exits): it is made. */
+/* save_dir must not exist yet (as the script, which exits): it is made,
+ * under a temporary name renamed to save_dir at the end. Refused up front
+ * (DUET_EINVAL, naming the files): two images that give one sub-image name
+ * ("0001.png" and "0001x2.png"), and names an annotation file cannot hold
+ * (whitespace or control bytes: MMEditing reads a line up to its first
+ * space). */
 int duet_extract_subimages(const char *input_dir, const char *save_dir,
                            const duet_subimage_opts *o, duet_subimage_stats *stats);
+/* A DIV2K HR folder and its LR folder at `scale`, checked before anything
+ * is cut: every HR image has exactly one LR image of the same name (less
+ * "x<scale>") and the other way round, of the HR size divided by the scale
+ * (rounded down); DUET_EINVAL naming the first pair that is not. */
+int duet_div2k_check_pairs(const char *hr_dir, const char *lr_dir, int scale);
 /* MMEditing's annotation file of a folder of images: one line per PNG,
  * sorted by name, "0001_s001.png (480,480,3)" (its height, width, 3),
  * written to `path` (a new file, renamed into place). */
@@ -352,6 +362,18 @@ duet_sampler_state duet_sampler_get_state(const duet_sampler *s);
 /* DUET_EINVAL when epoch < 0 or position is not in [0, num_samples] or not a
  * multiple of samples_per_gpu. */
 int duet_sampler_set_state(duet_sampler *s, duet_sampler_state state);
+/* The stream is the same at any world size: step t of an epoch draws
+ * entries [t G, (t + 1) G) of the epoch's padded permutation, G = world size
+ * x samples per GPU, rank r the entries r, r + world, ... of them. So a
+ * point of it is one global sample index, `global` = position x world size
+ * (entries all ranks together have drawn this epoch). This is the state at
+ * which a sampler of (dataset_size, world_size, samples_per_gpu) continues
+ * from there (a resume on another number of processes); at or past the
+ * padded end of the epoch, the next epoch's start. DUET_EINVAL when global
+ * is not a multiple of world_size x samples_per_gpu (the global batches
+ * would not line up). */
+int duet_sampler_state_from_global(int64_t dataset_size, int world_size, int64_t samples_per_gpu,
+                                   int64_t epoch, int64_t global, duet_sampler_state *out);
 
 /* ---- loader -----------------------------------------------------------------
  * Batches of a dataset for one rank, from a duet_sampler: the samples'

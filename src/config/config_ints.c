@@ -1,6 +1,7 @@
 /* libconfig 1.5 reads an integer literal without an L suffix as a 32-bit int
  * and wraps it silently: `scale = 4294967300;` comes back as 4, and
- * 99999999999999999999 as -1. Nothing in the parsed tree shows that it
+ * 99999999999999999999 as -1; with L, 9223372036854775808L saturates to
+ * 2^63 - 1 and a 65-bit hex literal reads as -1. Nothing in the parsed tree shows that it
  * happened, so this scans the text (and its @include files) for such
  * literals before libconfig sees it and refuses them with file, line and
  * key. Strings and comments (#, //, block comments) are skipped as
@@ -21,6 +22,9 @@
 static bool name_start(int c) { return isalpha(c) || c == '*'; }
 static bool name_char(int c) { return isalnum(c) || c == '_' || c == '-' || c == '*'; }
 
+/* The file's text; a NUL byte in it is refused with its line: the scan
+ * below (and libconfig's) would stop there, and a literal after it would
+ * go unchecked. */
 static int read_text(const char *path, char **out) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
@@ -38,6 +42,14 @@ static int read_text(const char *path, char **out) {
     fclose(f);
     if (buf == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory reading the config", path);
     buf[n] = '\0';
+    const char *nul = memchr(buf, '\0', n);
+    if (nul != NULL) {
+        unsigned line = 1;
+        for (const char *q = buf; q < nul; q++) line += *q == '\n';
+        free(buf);
+        return duet__error(DUET_ECONFIG, "%s:%u: a NUL byte (a config is text: whatever follows "
+                           "it would not be read as written)", path, line);
+    }
     *out = buf;
     return DUET_OK;
 }
@@ -94,20 +106,29 @@ static int check_number(const char **pp, const char *name, unsigned line, const 
            ((*end == '+' || *end == '-') && (end[-1] == 'e' || end[-1] == 'E')))
         end++;
     *pp = end;
-    if (is_float || is_long || p == digits) return DUET_OK;
+    if (is_float || p == digits) return DUET_OK;
     /* The whole literal: leading zeros may make it any length. */
     char *lit = duet__strf("%.*s", (int)(p - start), start);
     if (lit == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", name);
+    /* libconfig reads an L literal with strtoll (decimal: saturating at
+     * 2^63 - 1) or strtoull (hex: 0x10000000000000000L is -1 and
+     * 0x8000000000000000L negative); one without L as a 32-bit int. Each
+     * literal must be the number its text says in the type it gets. */
     errno = 0;
     long long v = strtoll(lit, NULL, hex ? 16 : 10);
-    if (errno != ERANGE && v >= INT_MIN && v <= INT_MAX) {
+    bool fits = errno != ERANGE && (is_long || (v >= INT_MIN && v <= INT_MAX));
+    if (fits) {
         free(lit);
         return DUET_OK;
     }
-    int rc = duet__error(DUET_ECONFIG, "%s:%u: '%.*s' = %s does not fit in a 32-bit integer, which "
-                       "libconfig would silently read as another number; write %sL for a "
-                       "64-bit integer", name, line, keylen > 0 ? keylen : 1,
-                       keylen > 0 ? key : "?", lit, lit);
+    int rc = is_long
+        ? duet__error(DUET_ECONFIG, "%s:%u: '%.*s' = %sL does not fit in a 64-bit integer "
+                      "(-2^63 .. 2^63-1), which libconfig would silently read as another "
+                      "number", name, line, keylen > 0 ? keylen : 1, keylen > 0 ? key : "?", lit)
+        : duet__error(DUET_ECONFIG, "%s:%u: '%.*s' = %s does not fit in a 32-bit integer, which "
+                      "libconfig would silently read as another number; write %sL for a "
+                      "64-bit integer", name, line, keylen > 0 ? keylen : 1,
+                      keylen > 0 ? key : "?", lit, lit);
     free(lit);
     return rc;
 }

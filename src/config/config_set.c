@@ -44,6 +44,15 @@ static bool parse_int_literal(const char *s, int64_t *v, bool *force64) {
     return true;
 }
 
+/* [+-]digits or [+-]0x hex, optional L: an integer, whatever its size. */
+static bool looks_like_int(const char *s) {
+    const char *p = s + (s[0] == '+' || s[0] == '-');
+    bool hex = p[0] == '0' && (p[1] == 'x' || p[1] == 'X');
+    const char *d = hex ? p + 2 : p;
+    size_t n = hex ? strspn(d, "0123456789abcdefABCDEF") : strspn(d, "0123456789");
+    return n > 0 && (d[n] == '\0' || ((d[n] == 'L' || d[n] == 'l') && d[n + 1] == '\0'));
+}
+
 static bool parse_float_literal(const char *s, double *v) {
     bool digit = false;
     for (const char *q = s; *q; q++) {
@@ -72,6 +81,11 @@ static int parse_value(const char *text, const char *assignment, config_t *tmp, 
         char *src = malloc(n);
         if (src == NULL) return duet__error(DUET_ENOMEM, "config: out of memory");
         snprintf(src, n, "v = %s;", text);
+        int crc = duet__config_check_int_literals(src, "--set", NULL);
+        if (crc != DUET_OK) {
+            free(src);
+            return duet__error_context(crc, "--set %s", assignment);
+        }
         int ok = config_read_string(tmp, src);
         free(src);
         if (ok != CONFIG_TRUE)
@@ -91,6 +105,9 @@ static int parse_value(const char *text, const char *assignment, config_t *tmp, 
             if (big) config_setting_set_int64(v, iv);
             else config_setting_set_int(v, (int)iv);
         }
+    } else if (looks_like_int(text)) {
+        return duet__error(DUET_ECONFIG, "--set %s: %s does not fit in a 64-bit integer "
+                           "(-2^63 .. 2^63-1)", assignment, text);
     } else if (parse_float_literal(text, &fv)) {
         v = config_setting_add(root, "v", CONFIG_TYPE_FLOAT);
         if (v != NULL) config_setting_set_float(v, fv);

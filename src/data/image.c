@@ -363,30 +363,6 @@ int duet_image_load_limited(const char *path, int64_t max_pixels, duet_image **o
     return rc;
 }
 
-/* A new file next to `path` (".<name>.duet-tmp.XXXXXX"), created with
- * O_EXCL by mkstemp, so it is ours and no symlink is followed. */
-static int open_temp_beside(const char *path, char *tmp, size_t size, FILE **out) {
-    *out = NULL;
-    const char *slash = strrchr(path, '/');
-    int dirlen = slash != NULL ? (int)(slash - path) + 1 : 0;
-    const char *base = slash != NULL ? slash + 1 : path;
-    if (snprintf(tmp, size, "%.*s.%s.duet-tmp.XXXXXX", dirlen, path, base) >= (int)size)
-        return duet__error(DUET_EINVAL, "%s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0)
-        return duet__error(DUET_EIO, "cannot create %s (a temporary file for %s): %s", tmp,
-                           path, strerror(errno));
-    (void)fchmod(fd, 0644); /* mkstemp makes 0600; outputs are ordinary files */
-    *out = fdopen(fd, "wb");
-    if (*out == NULL) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        return duet__error(DUET_EIO, "cannot write %s: %s", tmp, strerror(e));
-    }
-    return DUET_OK;
-}
-
 /* The PNG of img through a writer whose output is set up (a file or a
  * memory sink): header, rows, end. libpng's errors longjmp to the caller's
  * setjmp; the writer is destroyed here on success. */
@@ -412,38 +388,27 @@ int duet_image_save_png_level(const duet_image *img, const char *path, int level
                            level);
     if (img == NULL || img->data == NULL || (img->channels != 1 && img->channels != 3))
         return duet__error(DUET_EINVAL, "%s: can only save 1- or 3-channel images", path);
-    char tmp[4096];
-    FILE *opened = NULL;
-    DUET_TRY(open_temp_beside(path, tmp, sizeof tmp, &opened));
-    FILE *volatile f = opened;
+    duet__safe_file sf;
+    DUET_TRY(duet__safe_open(path, &sf));
     png_errinfo err = {path, ""};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, png_on_error,
                                               png_on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (info == NULL) {
         png_destroy_write_struct(&png, NULL);
-        fclose(f);
-        unlink(tmp);
+        duet__safe_abort(&sf);
         return duet__error(DUET_ENOMEM, "%s: cannot create a PNG writer", path);
     }
+    /* sf is not changed between setjmp and longjmp: its fields keep their
+     * values in the handler. */
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
-        fclose(f);
-        unlink(tmp); /* ours; the file at path (if any) is untouched */
+        duet__safe_abort(&sf); /* ours; the file at path (if any) is untouched */
         return duet__error(DUET_EIO, "cannot write %s: %s", path, err.msg);
     }
-    png_init_io(png, f);
+    png_init_io(png, sf.f);
     write_png_image(png, info, img, level);
-    FILE *fc = f;
-    int e = 0;
-    if (fflush(fc) != 0 || ferror(fc)) e = errno ? errno : EIO;
-    if (fclose(fc) != 0 && e == 0) e = errno;
-    if (e == 0 && rename(tmp, path) != 0) e = errno;
-    if (e != 0) {
-        unlink(tmp);
-        return duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(e));
-    }
-    return DUET_OK;
+    return duet__safe_commit(&sf);
 }
 
 /* A growing buffer libpng writes into (duet_image_encode_png). */

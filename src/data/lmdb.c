@@ -11,12 +11,84 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct duet__lmdb {
     MDB_env *env;
     MDB_dbi dbi;
     char *path;
 };
+
+/* LMDB maps data.mdb and reads its pages in place: a file cut short (a
+ * copy that did not finish, a full disk) gives SIGBUS on the first read
+ * past its end, not an error. So before mapping, the file's size is checked
+ * against the pages its newest meta page says are in use: pages 0 and 1
+ * are meta pages (a 16-byte page header, then MDB_meta: magic 0xBEEFC0DE,
+ * version, address, mapsize, two MDB_db records of 48 bytes whose first
+ * holds the page size, the last page number and the transaction id; all
+ * little-endian on the 64-bit machines duet runs on). */
+static uint64_t le_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t le_u32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int duet__lmdb_check_size(const char *dir) {
+    char *path = duet__path_join(dir, "data.mdb");
+    if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    int rc = DUET_OK;
+    FILE *f = NULL;
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        rc = duet__error(errno == ENOENT ? DUET_ENOTFOUND : DUET_EIO, "cannot open LMDB %s: %s: "
+                         "%s", dir, path, strerror(errno));
+        goto done;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        rc = duet__error(DUET_EFORMAT, "cannot open LMDB %s: %s is not a regular file", dir, path);
+        goto done;
+    }
+    if ((f = fopen(path, "rb")) == NULL) {
+        rc = duet__error(DUET_EIO, "cannot open LMDB %s: %s: %s", dir, path, strerror(errno));
+        goto done;
+    }
+    enum { META = 16, HEAD = META + 136 };
+    unsigned char m[2][HEAD];
+    uint64_t best_txn = 0, need = 0;
+    uint32_t psize = 0;
+    bool any = false;
+    if (fread(m[0], 1, HEAD, f) == HEAD) psize = le_u32(m[0] + META + 24);
+    for (int k = 0; k < 2; k++) {
+        if (psize < 512 || psize > (1u << 20) || (psize & (psize - 1)) != 0) break;
+        if (k == 1 && (fseeko(f, (off_t)psize, SEEK_SET) != 0 || fread(m[1], 1, HEAD, f) != HEAD))
+            break;
+        const unsigned char *meta = m[k] + META;
+        if (le_u32(meta) != 0xBEEFC0DEu) continue;
+        uint64_t last = le_u64(meta + 120), txn = le_u64(meta + 128);
+        if (!any || txn > best_txn) {
+            any = true;
+            best_txn = txn;
+            need = last < UINT64_MAX / psize - 1 ? (last + 1) * psize : UINT64_MAX;
+        }
+    }
+    if (!any)
+        rc = duet__error(DUET_EFORMAT, "cannot open LMDB %s: %s has no valid meta page (%lld "
+                         "bytes; not an LMDB, or a damaged one: make it again with duet prepare div2k --lmdb)",
+                         dir, path, (long long)sb.st_size);
+    else if ((uint64_t)sb.st_size < need)
+        rc = duet__error(DUET_EFORMAT, "cannot open LMDB %s: %s is %lld bytes, but its pages need %llu "
+                         "(cut short: a copy that did not finish, or a full disk); make it "
+                         "again with duet prepare div2k --lmdb", dir, path,
+                         (long long)sb.st_size, (unsigned long long)need);
+done:
+    if (f != NULL) fclose(f);
+    free(path);
+    return rc;
+}
 
 int duet__lmdb_open(const char *path, duet__lmdb **out) {
     *out = NULL;
@@ -27,6 +99,7 @@ int duet__lmdb_open(const char *path, duet__lmdb **out) {
     if (!S_ISDIR(sb.st_mode))
         return duet__error(DUET_EFORMAT, "LMDB %s is not a folder (want NAME.lmdb/ with "
                            "data.mdb, as MMEditing's make_lmdb writes it)", path);
+    DUET_TRY(duet__lmdb_check_size(path));
     duet__lmdb *db = calloc(1, sizeof *db);
     if (db == NULL || (db->path = duet__strdup(path)) == NULL) {
         free(db);
@@ -148,19 +221,28 @@ int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lm
         free(path);
         map += (size_t)(w * h * 4) + (size_t)(w * h * 4) / 8 + 16384;
     }
-    if (rc == DUET_OK && mkdir(lmdb_path, 0755) != 0)
-        rc = duet__error(errno == EEXIST ? DUET_ESTATE : DUET_EIO, "cannot make LMDB %s: %s%s",
-                         lmdb_path, strerror(errno),
-                         errno == EEXIST ? " (it exists already: remove it to make it anew, as "
-                                           "MMEditing's make_lmdb asks)" : "");
+    /* Built under a temporary name beside it and renamed at the end, so a
+     * failed or interrupted run never leaves a partial LMDB under the name
+     * a dataset reads. */
+    struct stat sb;
+    if (rc == DUET_OK && lstat(lmdb_path, &sb) == 0)
+        rc = duet__error(DUET_ESTATE, "cannot make LMDB %s: %s (it exists already: remove it to "
+                         "make it anew, as MMEditing's make_lmdb asks)", lmdb_path,
+                         strerror(EEXIST));
+    char *build = rc == DUET_OK ? duet__safe_temp_name(lmdb_path) : NULL;
+    if (rc == DUET_OK && build == NULL) rc = duet__error(DUET_ENOMEM, "out of memory");
+    if (rc == DUET_OK && mkdir(build, 0755) != 0)
+        rc = duet__error(DUET_EIO, "cannot make LMDB %s: cannot make %s: %s", lmdb_path, build,
+                         strerror(errno));
     if (rc != DUET_OK) {
+        free(build);
         duet__free_names(names, n);
         return rc;
     }
     MDB_env *env = NULL;
     MDB_txn *txn = NULL;
     MDB_dbi dbi = 0;
-    char *meta_path = duet__path_join(lmdb_path, "meta_info.txt");
+    char *meta_path = duet__path_join(build, "meta_info.txt");
     FILE *meta = meta_path != NULL ? fopen(meta_path, "w") : NULL;
     if (meta == NULL)
         rc = duet__error(DUET_EIO, "cannot write %s: %s", meta_path ? meta_path : lmdb_path,
@@ -169,22 +251,30 @@ int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lm
     const int64_t chunk = 64;
     encoded *batch = calloc((size_t)chunk, sizeof *batch);
     if (rc == DUET_OK && batch == NULL) rc = duet__error(DUET_ENOMEM, "out of memory");
-    const int threads = o->threads > 0 ? o->threads : duet_cpu_available_cores();
+    const int threads = duet__worker_threads(o->threads);
     for (int64_t at = 0; at < n && rc == DUET_OK; at += chunk) {
         const int64_t m = n - at < chunk ? n - at : chunk;
         int brc = DUET_OK;
+        char *worker_msg = NULL; /* duet_last_error is per thread: carried here */
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int64_t j = 0; j < m; j++) {
             int r = encode_one(dir, names[at + j], o->compression_level, &batch[j]);
             if (r != DUET_OK) {
 #pragma omp critical(duet_lmdb_encode)
-                if (brc == DUET_OK) brc = r;
+                if (brc == DUET_OK) {
+                    brc = r;
+                    worker_msg = duet__strdup(duet_last_error());
+                }
             }
         }
         rc = brc;
+        if (rc != DUET_OK)
+            duet__error(rc, "%s", worker_msg != NULL && worker_msg[0] != '\0'
+                                      ? worker_msg : "LMDB: an image failed (out of memory)");
+        free(worker_msg);
         if (rc == DUET_OK && env == NULL) {
             if ((e = mdb_env_create(&env)) != 0 || (e = mdb_env_set_mapsize(env, map)) != 0 ||
-                (e = mdb_env_open(env, lmdb_path, 0, 0644)) != 0)
+                (e = mdb_env_open(env, build, 0, 0644)) != 0)
                 rc = mdb_fail(lmdb_path, "open", e);
         }
         if (rc == DUET_OK && (e = mdb_txn_begin(env, NULL, 0, &txn)) != 0)
@@ -219,6 +309,11 @@ int duet_lmdb_write_folder(const char *dir, const char *lmdb_path, const duet_lm
     if (env != NULL) mdb_env_close(env);
     if (meta != NULL && fclose(meta) != 0 && rc == DUET_OK)
         rc = duet__error(DUET_EIO, "cannot write %s: %s", meta_path, strerror(errno));
+    if (rc == DUET_OK && rename(build, lmdb_path) != 0)
+        rc = duet__error(DUET_EIO, "cannot make LMDB %s: cannot rename %s to it: %s", lmdb_path,
+                         build, strerror(errno));
+    if (rc != DUET_OK) duet__remove_build_dir(build);
+    free(build);
     free(meta_path);
     duet__free_names(names, n);
     if (rc == DUET_OK) *count = n;

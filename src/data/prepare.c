@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* MMEditing's crop origins along a side of n pixels: 0, step, 2 step, ...
  * while a crop fits, then n - crop when more than thresh pixels are left.
@@ -32,6 +35,129 @@ static void strip_scale(const char *in, char *out, size_t size) {
         out[j++] = in[i];
     }
     out[j] = '\0';
+}
+
+int duet__worker_threads(int requested) {
+    int cores = duet_cpu_available_cores();
+    if (cores < 1) cores = 1;
+    return requested <= 0 || requested > cores ? cores : requested;
+}
+
+void duet__remove_build_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL)
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                unlinkat(dirfd(d), e->d_name, 0);
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* name with bytes a terminal or a line-based file would act on shown as
+ * \xNN, into buf (cut to size). */
+static const char *shown(const char *name, char *buf, size_t size) {
+    size_t j = 0;
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0' && j + 5 < size; p++) {
+        if (*p < 0x20 || *p == 0x7f) j += (size_t)snprintf(buf + j, size - j, "\\x%02x", *p);
+        else buf[j++] = (char)*p;
+    }
+    buf[j] = '\0';
+    return buf;
+}
+
+/* The sub-image stem of an image name: MMEditing's name without its
+ * extension and "x2", "x3", "x4", "x8". */
+static void sub_stem(const char *name, char *out, size_t size) {
+    const char *dot = strrchr(name, '.');
+    char stem[512];
+    snprintf(stem, sizeof stem, "%.*s", dot != NULL ? (int)(dot - name) : (int)strlen(name), name);
+    strip_scale(stem, out, size);
+}
+
+typedef struct stem_entry {
+    char stem[512];
+    const char *name;
+} stem_entry;
+
+static int cmp_stem(const void *a, const void *b) {
+    return strcmp(((const stem_entry *)a)->stem, ((const stem_entry *)b)->stem);
+}
+
+/* names[0..n) as (stem, name) sorted by stem (malloc'd); DUET_EINVAL when a
+ * name holds whitespace or control bytes or two names share a stem. */
+static int stems_of(const char *dir, char **names, int64_t n, stem_entry **out) {
+    *out = NULL;
+    stem_entry *e = calloc(n > 0 ? (size_t)n : 1, sizeof *e);
+    if (e == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    char a[600], b[600];
+    for (int64_t i = 0; i < n; i++) {
+        for (const unsigned char *p = (const unsigned char *)names[i]; *p != '\0'; p++)
+            if (*p <= 0x20 || *p == 0x7f) {
+                free(e);
+                return duet__error(DUET_EINVAL, "%s/%s: the name holds a space or a control "
+                                   "byte, which an annotation file (one \"name (h,w,c)\" a "
+                                   "line) cannot hold: rename it", dir,
+                                   shown(names[i], a, sizeof a));
+            }
+        sub_stem(names[i], e[i].stem, sizeof e[i].stem);
+        e[i].name = names[i];
+    }
+    qsort(e, (size_t)n, sizeof *e, cmp_stem);
+    for (int64_t i = 1; i < n; i++)
+        if (strcmp(e[i - 1].stem, e[i].stem) == 0) {
+            int rc = duet__error(DUET_EINVAL, "%s: %s and %s would both give %s_s001.png, ...: "
+                                 "their sub-images would overwrite each other; keep one of them",
+                                 dir, shown(e[i - 1].name, a, sizeof a),
+                                 shown(e[i].name, b, sizeof b), e[i].stem);
+            free(e);
+            return rc;
+        }
+    *out = e;
+    return DUET_OK;
+}
+
+int duet_div2k_check_pairs(const char *hr_dir, const char *lr_dir, int scale) {
+    char **hn = NULL, **ln = NULL;
+    int64_t nh = 0, nl = 0;
+    stem_entry *he = NULL, *le = NULL;
+    int rc = duet__list_images(hr_dir, &hn, &nh);
+    if (rc == DUET_OK) rc = duet__list_images(lr_dir, &ln, &nl);
+    if (rc == DUET_OK) rc = stems_of(hr_dir, hn, nh, &he);
+    if (rc == DUET_OK) rc = stems_of(lr_dir, ln, nl, &le);
+    char a[600];
+    for (int64_t i = 0, j = 0; rc == DUET_OK && (i < nh || j < nl);) {
+        int c = i == nh ? 1 : j == nl ? -1 : strcmp(he[i].stem, le[j].stem);
+        if (c != 0) {
+            const bool hr_only = c < 0;
+            rc = duet__error(DUET_EINVAL, "%s/%s has no image of the same name in %s: every "
+                             "HR image needs its LR image at x%d and the other way round",
+                             hr_only ? hr_dir : lr_dir,
+                             shown(hr_only ? he[i].name : le[j].name, a, sizeof a),
+                             hr_only ? lr_dir : hr_dir, scale);
+            break;
+        }
+        char *hp = duet__path_join(hr_dir, he[i].name), *lp = duet__path_join(lr_dir, le[j].name);
+        int64_t hw = 0, hh = 0, lw = 0, lh = 0;
+        rc = hp == NULL || lp == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                                      : duet__png_size(hp, &hw, &hh);
+        if (rc == DUET_OK) rc = duet__png_size(lp, &lw, &lh);
+        if (rc == DUET_OK && (lw != hw / scale || lh != hh / scale))
+            rc = duet__error(DUET_EINVAL, "%s is %lldx%lld, but its HR image %s is %lldx%lld: at "
+                             "x%d it must be %lldx%lld (its sub-images would not line up with "
+                             "the HR ones)", lp, (long long)lw, (long long)lh, hp, (long long)hw,
+                             (long long)hh, scale, (long long)(hw / scale),
+                             (long long)(hh / scale));
+        free(hp);
+        free(lp);
+        i++, j++;
+    }
+    free(he);
+    free(le);
+    duet__free_names(hn, nh);
+    duet__free_names(ln, nl);
+    return rc;
 }
 
 static int crop_one(const char *dir, const char *name, const char *save_dir,
@@ -99,17 +225,30 @@ int duet_extract_subimages(const char *input_dir, const char *save_dir,
             rc = duet__error(DUET_EUNSUPPORTED, "sub-images: %s/%s is not a PNG (DIV2K's images "
                              "are; convert others first)", input_dir, names[i]);
     }
-    if (rc == DUET_OK && mkdir(save_dir, 0755) != 0)
-        rc = duet__error(errno == EEXIST ? DUET_ESTATE : DUET_EIO, "sub-images: cannot make %s: "
-                         "%s%s", save_dir, strerror(errno),
-                         errno == EEXIST ? " (it exists already: remove it to make it anew, as "
-                                           "MMEditing's script asks)" : "");
+    stem_entry *stems = NULL;
+    if (rc == DUET_OK) rc = stems_of(input_dir, names, n, &stems);
+    free(stems);
+    /* Built in a folder of our own beside save_dir and renamed to it at the
+     * end: a failed run leaves no half folder under the name the annotation
+     * file and the datasets read. */
+    struct stat sb;
+    if (rc == DUET_OK && lstat(save_dir, &sb) == 0)
+        rc = duet__error(DUET_ESTATE, "sub-images: cannot make %s: %s (it exists already: remove "
+                         "it to make it anew, as MMEditing's script asks)", save_dir,
+                         strerror(EEXIST));
+    char *build = rc == DUET_OK ? duet__safe_temp_name(save_dir) : NULL;
+    if (rc == DUET_OK && build == NULL) rc = duet__error(DUET_ENOMEM, "out of memory");
+    if (rc == DUET_OK && mkdir(build, 0755) != 0)
+        rc = duet__error(DUET_EIO, "sub-images: cannot make %s (to become %s): %s", build,
+                         save_dir, strerror(errno));
     if (rc != DUET_OK) {
+        free(build);
         duet__free_names(names, n);
         return rc;
     }
     int64_t done = 0, subimages = 0, skipped = 0;
-    const int threads = o->threads > 0 ? o->threads : duet_cpu_available_cores();
+    char *worker_msg = NULL; /* the failing worker's message: duet_last_error is per thread */
+    const int threads = duet__worker_threads(o->threads);
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) reduction(+ : subimages, skipped)
     for (int64_t i = 0; i < n; i++) {
         int irc;
@@ -117,18 +256,30 @@ int duet_extract_subimages(const char *input_dir, const char *save_dir,
         irc = rc;
         if (irc != DUET_OK) continue;
         int64_t k = 0;
-        irc = crop_one(input_dir, names[i], save_dir, o, &k);
+        irc = crop_one(input_dir, names[i], build, o, &k);
         subimages += k;
         skipped += irc == DUET_OK && k == 0;
 #pragma omp critical(duet_subimages)
         {
-            if (irc != DUET_OK && rc == DUET_OK) rc = irc;
+            if (irc != DUET_OK && rc == DUET_OK) {
+                rc = irc;
+                worker_msg = duet__strdup(duet_last_error());
+            }
             done++;
             if (o->progress != NULL) o->progress(o->progress_ctx, done, n);
         }
     }
     duet__free_names(names, n);
-    *stats = (duet_subimage_stats){n, subimages, skipped};
+    if (rc != DUET_OK)
+        duet__error(rc, "%s", worker_msg != NULL && worker_msg[0] != '\0'
+                                  ? worker_msg : "sub-images: an image failed (out of memory)");
+    free(worker_msg);
+    if (rc == DUET_OK && rename(build, save_dir) != 0)
+        rc = duet__error(DUET_EIO, "sub-images: cannot rename %s to %s: %s", build, save_dir,
+                         strerror(errno));
+    if (rc != DUET_OK) duet__remove_build_dir(build);
+    free(build);
+    if (rc == DUET_OK) *stats = (duet_subimage_stats){n, subimages, skipped};
     return rc;
 }
 
@@ -152,26 +303,21 @@ int duet_write_annotation(const char *dir, const char *path, int64_t *count) {
     char **names = NULL;
     int64_t n = 0;
     DUET_TRY(duet__list_images(dir, &names, &n));
-    char *tmp = duet__strf("%s.duet-tmp", path);
-    FILE *f = tmp != NULL ? fopen(tmp, "w") : NULL;
-    int rc = f == NULL ? duet__error(DUET_EIO, "cannot write %s: %s", tmp ? tmp : path,
-                                     strerror(errno))
-                       : DUET_OK;
+    duet__safe_file sf;
+    int rc = duet__safe_open(path, &sf);
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
         char *p = duet__path_join(dir, names[i]);
         int64_t w = 0, h = 0;
         rc = p == NULL ? duet__error(DUET_ENOMEM, "out of memory") : duet__png_size(p, &w, &h);
         free(p);
-        if (rc == DUET_OK && fprintf(f, "%s (%lld,%lld,3)\n", names[i], (long long)h,
+        if (rc == DUET_OK && fprintf(sf.f, "%s (%lld,%lld,3)\n", names[i], (long long)h,
                                      (long long)w) < 0)
-            rc = duet__error(DUET_EIO, "cannot write %s", tmp);
+            rc = duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(errno));
     }
-    if (f != NULL && fclose(f) != 0 && rc == DUET_OK)
-        rc = duet__error(DUET_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    if (rc == DUET_OK && rename(tmp, path) != 0)
-        rc = duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(errno));
-    if (rc != DUET_OK && tmp != NULL) remove(tmp);
-    free(tmp);
+    if (rc == DUET_OK)
+        rc = duet__safe_commit(&sf);
+    else
+        duet__safe_abort(&sf);
     duet__free_names(names, n);
     if (rc == DUET_OK) *count = n;
     return rc;

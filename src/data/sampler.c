@@ -134,3 +134,27 @@ int duet_sampler_set_state(duet_sampler *s, duet_sampler_state state) {
     s->state = state;
     return DUET_OK;
 }
+
+int duet_sampler_state_from_global(int64_t dataset_size, int world_size, int64_t samples_per_gpu,
+                                   int64_t epoch, int64_t global, duet_sampler_state *out) {
+    *out = (duet_sampler_state){0, 0};
+    if (dataset_size < 1 || world_size < 1 || samples_per_gpu < 1 ||
+        samples_per_gpu > dataset_size / world_size || epoch < 0 || global < 0)
+        return duet__error(DUET_EINVAL, "sampler: bad arguments (dataset size %lld, world size "
+                           "%d, samples per GPU %lld, epoch %lld, global index %lld)",
+                           (long long)dataset_size, world_size, (long long)samples_per_gpu,
+                           (long long)epoch, (long long)global);
+    int64_t group = (int64_t)world_size * samples_per_gpu;
+    if (global % group != 0)
+        return duet__error(DUET_EINVAL, "sampler: global sample index %lld is not a multiple "
+                           "of %d processes x %lld samples: the global batches would not line "
+                           "up with the stream's", (long long)global, world_size,
+                           (long long)samples_per_gpu);
+    int64_t num_samples = (dataset_size / group + (dataset_size % group != 0)) * samples_per_gpu;
+    int64_t position = global / world_size;
+    /* At or past this epoch's padded end: the next epoch, as next_batch
+     * would go on. */
+    *out = position >= num_samples ? (duet_sampler_state){epoch + 1, 0}
+                                   : (duet_sampler_state){epoch, position};
+    return DUET_OK;
+}

@@ -689,20 +689,7 @@ int duet__onnx_export(duet_module *net, const char *part, const char *path, int 
             g.rc = duet__error(DUET_ENOMEM, "export: out of memory building the model");
     }
     if (g.rc == DUET_OK) {
-        char *tmp = duet__strf("%s.duet-tmp", path);
-        int fd = tmp != NULL ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644)
-                             : -1;
-        FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-        int e = f == NULL ? errno : 0;
-        if (f != NULL && (fwrite(model.b, 1, model.n, f) != model.n || fflush(f) != 0)) e = errno;
-        if (f != NULL && fclose(f) != 0 && e == 0) e = errno;
-        if (f == NULL && fd >= 0) close(fd);
-        if (e == 0 && rename(tmp, path) != 0) e = errno;
-        if (e != 0) {
-            if (fd >= 0) unlink(tmp);
-            g.rc = duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(e));
-        }
-        free(tmp);
+        g.rc = duet__safe_write(path, model.b, model.n);
     }
     *stats = (duet__onnx_stats){(size_t)g.nodes, g.batch_norms, g.dropouts};
     duet__pb_free(&model);

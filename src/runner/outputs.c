@@ -34,7 +34,8 @@ static bool same_file(const struct stat *a, const struct stat *b) {
 
 /* One output path against the file system: not a symlink, not something
  * other than a regular file, and not one of the inputs. */
-static int check_one(const char *out, const char *input, const char *const *inputs, size_t n) {
+static int check_one(const char *out, const char *input, const char *const *inputs, size_t n,
+                     const char *const *others, size_t nothers) {
     struct stat ost;
     if (lstat(out, &ost) != 0) {
         if (errno == ENOENT) return DUET_OK;
@@ -54,11 +55,13 @@ static int check_one(const char *out, const char *input, const char *const *inpu
             return duet__error(DUET_EINVAL, "output %s would replace the input %s; choose "
                                "another --out folder", out, inputs[j]);
     }
+    DUET_TRY(duet__safe_check_inputs(out, others, nothers));
     return DUET_OK;
 }
 
 int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n,
-                        const char *const *input_dirs, size_t ndirs) {
+                        const char *const *input_dirs, size_t ndirs,
+                        const char *const *others, size_t nothers) {
     struct stat dst;
     if (stat(out_dir, &dst) == 0) {
         for (size_t d = 0; d < ndirs; d++) {
@@ -85,7 +88,7 @@ int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n
                                  "are named <stem>.png, so give inputs distinct names (or "
                                  "upscale them in separate runs)", inputs[j], inputs[i],
                                  outs[i]);
-        if (rc == DUET_OK) rc = check_one(outs[i], inputs[i], inputs, n);
+        if (rc == DUET_OK) rc = check_one(outs[i], inputs[i], inputs, n, others, nothers);
     }
     for (size_t i = 0; i < n; i++) free(outs[i]);
     free(outs);

@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "duet/data.h"
 #include "duet/runner.h"
@@ -24,7 +27,14 @@
 typedef struct point {
     int64_t iter;
     double value;
+    size_t seq; /* the order read: of two values of one iteration the later wins */
 } point;
+
+/* Bounds on what a log can make plot do: a record longer than MAX_LINE
+ * bytes is skipped (with a warning), keys beyond MAX_SERIES distinct ones
+ * are not kept, and at most MAX_PANELS curves are drawn (each panel is
+ * 430 KB of image): a 3000-key record took 1.4 GB before. */
+enum { MAX_LINE = 1 << 20, MAX_SERIES = 256, MAX_PANELS = 64 };
 
 typedef struct series {
     char *key;
@@ -58,6 +68,7 @@ static void set_free(series_set *ss) {
 static series *find_or_add(series_set *ss, const char *key, bool val) {
     for (size_t i = 0; i < ss->n; i++)
         if (ss->s[i].val == val && strcmp(ss->s[i].key, key) == 0) return &ss->s[i];
+    if (ss->n >= MAX_SERIES) return NULL;
     if (ss->n == ss->cap) {
         size_t cap = ss->cap ? ss->cap * 2 : 8;
         series *s = realloc(ss->s, cap * sizeof *s);
@@ -72,14 +83,10 @@ static series *find_or_add(series_set *ss, const char *key, bool val) {
     return s;
 }
 
-/* Adds (iter, value); a later value of an iteration already there replaces
- * it (a resume that went back). */
-static int add_point(series *s, int64_t iter, double v) {
-    for (size_t i = s->n; i-- > 0;)
-        if (s->pts[i].iter == iter) {
-            s->pts[i].value = v;
-            return DUET_OK;
-        }
+/* Adds (iter, value) at the end, in O(1): read_log sorts each series once
+ * and keeps the last value read of each iteration (a resume that went
+ * back), so a log of n lines takes O(n log n), not O(n^2). */
+static int add_point(series *s, int64_t iter, double v, size_t seq) {
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 64;
         point *p = realloc(s->pts, cap * sizeof *p);
@@ -87,27 +94,88 @@ static int add_point(series *s, int64_t iter, double v) {
         s->pts = p;
         s->cap = cap;
     }
-    s->pts[s->n++] = (point){iter, v};
+    s->pts[s->n++] = (point){iter, v, seq};
     return DUET_OK;
 }
 
 static int cmp_point(const void *a, const void *b) {
     const point *x = a, *y = b;
-    return (x->iter > y->iter) - (x->iter < y->iter);
+    if (x->iter != y->iter) return (x->iter > y->iter) - (x->iter < y->iter);
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* Sorted by iteration, the last value read of each kept. */
+static void sort_series(series *s) {
+    qsort(s->pts, s->n, sizeof(point), cmp_point);
+    size_t m = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (m > 0 && s->pts[m - 1].iter == s->pts[i].iter) m--;
+        s->pts[m++] = s->pts[i];
+    }
+    s->n = m;
+}
+
+/* The next line of f into *buf, at most MAX_LINE bytes of it: the rest of
+ * a longer one is read and dropped, and *cut set. -1 at the end. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap, bool *cut) {
+    *cut = false;
+    if (*buf == NULL) {
+        *buf = malloc(4096);
+        if (*buf == NULL) return -1;
+        *cap = 4096;
+    }
+    size_t len = 0;
+    for (;;) {
+        if (len + 1 >= *cap && !*cut) {
+            if (*cap >= MAX_LINE) {
+                *cut = true;
+            } else {
+                char *b = realloc(*buf, *cap * 2);
+                if (b == NULL) {
+                    *cut = true;
+                } else {
+                    *buf = b;
+                    *cap *= 2;
+                }
+            }
+        }
+        if (*cut) len = 0; /* the kept text is dropped: the line is skipped */
+        if (fgets(*buf + len, (int)(*cap - len), f) == NULL) break;
+        len += strlen(*buf + len);
+        if (len > 0 && (*buf)[len - 1] == '\n') break;
+    }
+    if (len == 0 && !*cut && feof(f)) return -1;
+    return (ssize_t)len;
 }
 
 /* Reads path's records into ss (see the top of this file). */
 static int read_log(const char *path, series_set *ss) {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
+    /* A regular file only: a FIFO would block for ever (O_NONBLOCK lets the
+     * open return so that fstat can say what it is). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return duet__error(DUET_EIO, "%s: not a regular file (duet plot reads the log.jsonl a "
+                           "run wrote)", path);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "r");
+    if (f == NULL) {
+        close(fd);
+        return duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
+    }
     /* First pass: the line of the last fresh run. */
     char *line = NULL;
     size_t cap = 0;
     long lineno = 0, start = 1;
     ssize_t len;
-    while ((len = getline(&line, &cap, f)) > 0) {
+    bool cut = false;
+    while ((len = read_line(f, &line, &cap, &cut)) >= 0) {
         lineno++;
-        if (strstr(line, "\"mode\":\"run\"") == NULL) continue;
+        if (cut || strstr(line, "\"mode\":\"run\"") == NULL) continue;
         json_t *o = json_loads(line, 0, NULL);
         json_t *res = o != NULL ? json_object_get(o, "resumed_from") : NULL;
         if (res != NULL && json_is_null(res)) start = lineno;
@@ -116,8 +184,15 @@ static int read_log(const char *path, series_set *ss) {
     rewind(f);
     lineno = 0;
     int rc = DUET_OK;
-    while (rc == DUET_OK && (len = getline(&line, &cap, f)) > 0) {
+    size_t seq = 0, dropped_keys = 0;
+    while (rc == DUET_OK && (len = read_line(f, &line, &cap, &cut)) >= 0) {
         if (++lineno < start) continue;
+        if (cut) {
+            duet_log(DUET_LOG_WARN, "%s:%ld: a record longer than %d bytes: skipped", path,
+                     lineno, MAX_LINE);
+            continue;
+        }
+        if (len == 0) continue;
         json_error_t err;
         json_t *o = json_loads(line, 0, &err);
         if (o == NULL) {
@@ -138,8 +213,12 @@ static int read_log(const char *path, series_set *ss) {
                     continue;
                 if (!json_is_number(v)) continue; /* null: a NaN was logged */
                 series *s = find_or_add(ss, k, val);
+                if (s == NULL && ss->n >= MAX_SERIES) {
+                    dropped_keys++;
+                    continue;
+                }
                 rc = s == NULL ? duet__error(DUET_ENOMEM, "plot: out of memory")
-                               : add_point(s, json_integer_value(it), json_number_value(v));
+                               : add_point(s, json_integer_value(it), json_number_value(v), seq++);
                 if (rc != DUET_OK) break;
             }
         }
@@ -147,8 +226,10 @@ static int read_log(const char *path, series_set *ss) {
     }
     free(line);
     fclose(f);
-    for (size_t i = 0; i < ss->n; i++)
-        qsort(ss->s[i].pts, ss->s[i].n, sizeof(point), cmp_point);
+    if (dropped_keys > 0)
+        duet_log(DUET_LOG_WARN, "%s: more than %d distinct keys; %zu values of the others "
+                 "were not read", path, MAX_SERIES, dropped_keys);
+    for (size_t i = 0; i < ss->n; i++) sort_series(&ss->s[i]);
     return rc;
 }
 
@@ -318,6 +399,27 @@ static bool wanted(const char *key, const char *const *keys, size_t nkeys) {
     return false;
 }
 
+/* The output replaces neither the log nor any file that is not a PNG (a
+ * checkpoint, a config, a log named by mistake). */
+static int check_out(const char *out, const char *log) {
+    DUET_TRY(duet__safe_check_inputs(out, &log, 1));
+    struct stat sb;
+    if (stat(out, &sb) != 0) return DUET_OK; /* nothing there to lose */
+    if (!S_ISREG(sb.st_mode))
+        return duet__error(DUET_EINVAL, "plot: %s exists and is not a regular file: name a PNG "
+                           "file to write", out);
+    FILE *f = fopen(out, "rb");
+    if (f == NULL) return DUET_OK; /* nothing there, or nothing we could read to lose */
+    unsigned char sig[8] = {0};
+    size_t got = fread(sig, 1, 8, f);
+    fclose(f);
+    static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    if (got > 0 && (got < 8 || memcmp(sig, png, 8) != 0))
+        return duet__error(DUET_EINVAL, "plot: %s exists and is not a PNG; duet plot replaces "
+                           "only an earlier plot: name another --out", out);
+    return DUET_OK;
+}
+
 int duet_runner_plot(const char *work_dir, const char *out_png, const char *const *keys,
                      size_t nkeys, FILE *report) {
     char *log = duet__path_join(work_dir, "log.jsonl");
@@ -326,7 +428,8 @@ int duet_runner_plot(const char *work_dir, const char *out_png, const char *cons
     series_set ss = {0};
     duet_image *im = NULL;
     int rc = log == NULL || out == NULL ? duet__error(DUET_ENOMEM, "out of memory")
-                                        : read_log(log, &ss);
+                                        : check_out(out, log);
+    if (rc == DUET_OK) rc = read_log(log, &ss);
     size_t shown = 0;
     for (size_t i = 0; rc == DUET_OK && i < ss.n; i++)
         if (ss.s[i].n > 0 && wanted(ss.s[i].key, keys, nkeys)) shown++;
@@ -344,8 +447,12 @@ int duet_runner_plot(const char *work_dir, const char *out_png, const char *cons
     if (rc == DUET_OK && shown == 0)
         rc = duet__error(DUET_ENOTFOUND, "plot: %s holds no training or evaluation records yet",
                          log);
+    const size_t drawn = shown < MAX_PANELS ? shown : MAX_PANELS;
+    if (rc == DUET_OK && shown > drawn)
+        fprintf(report, "duet plot: note: %zu curves; the first %zu are drawn (choose with "
+                "--keys)\n", shown, drawn);
     if (rc == DUET_OK) {
-        int64_t rows = (int64_t)(shown + COLS - 1) / COLS;
+        int64_t rows = (int64_t)(drawn + COLS - 1) / COLS;
         rc = duet_image_create(rows * PANEL_H, COLS * PANEL_W, 3, &im);
     }
     if (rc == DUET_OK) {
@@ -356,7 +463,9 @@ int duet_runner_plot(const char *work_dir, const char *out_png, const char *cons
         for (int pass = 0; pass < 2; pass++)
             for (size_t i = 0; i < ss.n; i++) {
                 const series *s = &ss.s[i];
-                if (s->val != (pass == 1) || s->n == 0 || !wanted(s->key, keys, nkeys)) continue;
+                if (s->val != (pass == 1) || s->n == 0 || !wanted(s->key, keys, nkeys) ||
+                    k == drawn)
+                    continue;
                 panel(im, (int64_t)(k % COLS) * PANEL_W, (int64_t)(k / COLS) * PANEL_H, s,
                       report);
                 k++;

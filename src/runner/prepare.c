@@ -77,7 +77,15 @@ static int prepare_subimages(const char *root, const int *scales, int nscales,
                              const duet_subimage_opts *o, FILE *report);
 
 int duet_runner_prepare_div2k(const char *root, const int *scales, int nscales,
-                              const duet_subimage_opts *o, int lmdb, FILE *report) {
+                              const duet_subimage_opts *opts, int lmdb, FILE *report) {
+    duet_subimage_opts capped = *opts;
+    const duet_subimage_opts *o = &capped;
+    const int cores = duet_cpu_available_cores();
+    if (cores >= 1 && capped.threads > cores) {
+        fprintf(report, "duet prepare: note: --threads %d is more than the %d cores this "
+                "process may run on; using %d\n", capped.threads, cores, cores);
+        capped.threads = cores;
+    }
     for (int i = 0; i < nscales; i++)
         if (scales[i] < 1 || o->crop_size % scales[i] != 0 || o->step % scales[i] != 0)
             return duet__error(DUET_EINVAL, "prepare: scale %d must divide the crop size %lld "
@@ -97,6 +105,18 @@ int duet_runner_prepare_div2k(const char *root, const int *scales, int nscales,
 
 static int prepare_subimages(const char *root, const int *scales, int nscales,
                              const duet_subimage_opts *o, FILE *report) {
+    /* Every pair is checked before anything is cut: a mismatch found after
+     * the HR folder was cut would leave half a preparation behind. */
+    for (int i = 0; i < nscales; i++) {
+        char lr[64];
+        snprintf(lr, sizeof lr, "DIV2K_train_LR_bicubic/X%d", scales[i]);
+        char *h = duet__path_join(root, "DIV2K_train_HR"), *l = duet__path_join(root, lr);
+        int rc = h == NULL || l == NULL ? duet__error(DUET_ENOMEM, "out of memory")
+                                        : duet_div2k_check_pairs(h, l, scales[i]);
+        free(h);
+        free(l);
+        if (rc != DUET_OK) return duet__error_context(rc, "prepare");
+    }
     DUET_TRY(one_folder(root, "DIV2K_train_HR", "DIV2K_train_HR_sub", 1, o, report));
     for (int i = 0; i < nscales; i++) {
         char in[64], out[64];

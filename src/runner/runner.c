@@ -21,6 +21,7 @@
  * every rank returns DUET_ESTOPPED (`duet` exits with DUET_EXIT_STOPPED). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
@@ -118,6 +119,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     duet_log_set_rank(r->rank, false);
     duet_comm_set_name(r->comm, "runner");
     DUET_TRY(duet_config_load(o->config, &r->cfg));
+    r->read_files[0] = o->config;
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
         if (rc != DUET_OK) return duet__error_context(rc, "--set %s", o->sets[i]);
@@ -257,6 +259,7 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
     r->rng = duet_rng_make(r->seed, 0);
     const char *load_from = NULL;
     DUET_TRY(duet_config_get_string_or(r->cfg, "load_from", "", &load_from));
+    if (load_from[0] != '\0') r->read_files[1] = load_from;
 
     duet_model *model = NULL;
     DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &model));
@@ -435,7 +438,24 @@ static bool every(int64_t iter, int64_t interval, int64_t total) {
 
 /* *agreed: every rank returns the same failure together (no abort needed;
  * the failing rank has printed its message). */
-static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
+/* DUET_SAMPLE_TRACE=PREFIX: each rank appends "iteration epoch index..."
+ * per iteration to PREFIX.<rank>, the dataset indices of its batch (how the
+ * tests check that a resume on another world size continues the stream). */
+static FILE *open_sample_trace(const duet__run *r) {
+    const char *prefix = getenv("DUET_SAMPLE_TRACE");
+    if (prefix == NULL || prefix[0] == '\0') return NULL;
+    char *path = duet__strf("%s.%d", prefix, r->rank);
+    int fd = path != NULL ? open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                                 0644)
+                          : -1;
+    if (fd < 0) duet_log(DUET_LOG_WARN, "DUET_SAMPLE_TRACE: cannot open %s", path ? path : prefix);
+    free(path);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (f == NULL && fd >= 0) close(fd);
+    return f;
+}
+
+static int train_loop_body(duet__run *r, int64_t start_iter, bool *agreed, FILE *trace) {
     *agreed = false;
     interval_acc acc;
     memset(&acc, 0, sizeof acc);
@@ -445,6 +465,12 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
         duet__run_apply_lr(r, iter);
         duet_data_batch *db = NULL;
         DUET_TRY(duet_loader_next(r->loader, &db));
+        if (trace != NULL) {
+            fprintf(trace, "%" PRId64 " %" PRId64, iter + 1, db->epoch);
+            for (int64_t i = 0; i < db->n; i++) fprintf(trace, " %" PRId64, db->indices[i]);
+            fputc('\n', trace);
+            fflush(trace);
+        }
         /* The dataset's named tensors go to the model as they are. */
         duet_log_vars lv;
         duet_log_vars_clear(&lv);
@@ -487,6 +513,13 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
     }
     return DUET_OK;
+}
+
+static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
+    FILE *trace = open_sample_trace(r);
+    int rc = train_loop_body(r, start_iter, agreed, trace);
+    if (trace != NULL) fclose(trace);
+    return rc;
 }
 
 static void describe(duet__run *r, int64_t start_iter) {
@@ -787,7 +820,9 @@ int duet_runner_train(const duet_runner_opts *opts) {
 
 /* test --out: outputs are named after the validation images, so they must
  * not land in the validation folders or collide with each other. */
-static int check_test_outputs(duet__run *r, const char *out_dir) {
+static int check_test_outputs(duet__run *r, const duet_runner_opts *o) {
+    const char *out_dir = o->out_dir;
+    const char *others[2] = {o->config, o->checkpoint};
     int64_t n = duet_dataset_size(r->val_set);
     const char **names = calloc((size_t)n, sizeof *names);
     if (names == NULL) return duet__error(DUET_ENOMEM, "out of memory");
@@ -798,7 +833,7 @@ static int check_test_outputs(duet__run *r, const char *out_dir) {
     snprintf(lq, sizeof lq, "%s.lq_folder", r->val_key);
     int rc = duet_config_get_string_or(r->cfg, gt, NULL, &dirs[0]);
     if (rc == DUET_OK) rc = duet_config_get_string_or(r->cfg, lq, NULL, &dirs[1]);
-    if (rc == DUET_OK) rc = duet__check_outputs(out_dir, names, (size_t)n, dirs, 2);
+    if (rc == DUET_OK) rc = duet__check_outputs(out_dir, names, (size_t)n, dirs, 2, others, 2);
     free(names);
     if (rc != DUET_OK) return duet__error_context(rc, "--out");
     return DUET_OK;
@@ -816,7 +851,7 @@ int duet_runner_test(const duet_runner_opts *o, duet_test_result *result) {
         mark_training_keys(r.cfg);
         if (src == DUET_OK) src = duet__run_read_mmedit_keys(&r, false);
         if (src == DUET_OK) src = duet_config_check_unused(r.cfg);
-        if (src == DUET_OK && o->out_dir != NULL) src = check_test_outputs(&r, o->out_dir);
+        if (src == DUET_OK && o->out_dir != NULL) src = check_test_outputs(&r, o);
         rc = agree(&r, src);
     }
     duet__eval_result res;
@@ -929,9 +964,11 @@ int duet_runner_export(const duet_runner_opts *o, const char *part, const char *
     duet__run r;
     int rc = agree(&r, open_run(&r, o));
     if (rc == DUET_OK) {
+        const char *inputs[2] = {o->config, o->checkpoint};
         int src = o->checkpoint == NULL || out_path == NULL
                       ? duet__error(DUET_EINVAL, "export needs a checkpoint and an output file")
-                      : duet__run_read_test_cfg(&r);
+                      : duet__safe_check_inputs(out_path, inputs, 2);
+        if (src == DUET_OK) src = duet__run_read_test_cfg(&r);
         if (src == DUET_OK) src = build_eval_model(&r, o->checkpoint);
         mark_training_keys(r.cfg);
         if (src == DUET_OK) src = duet__run_read_mmedit_keys(&r, false);
@@ -1023,8 +1060,9 @@ int duet_runner_infer(const duet_runner_opts *o) {
         if (src == DUET_OK) src = duet__run_read_pixel_limit(&r);
         if (src == DUET_OK) src = duet__mkdirs(o->out_dir);
         /* Every rank checks all outputs (the same answer everywhere). */
+        const char *others[3] = {o->mask, o->config, o->checkpoint};
         if (src == DUET_OK)
-            src = duet__check_outputs(o->out_dir, o->images, o->nimages, NULL, 0);
+            src = duet__check_outputs(o->out_dir, o->images, o->nimages, NULL, 0, others, 3);
         mark_training_keys(r.cfg);
         if (src == DUET_OK) src = duet__run_read_mmedit_keys(&r, false);
         if (duet_config_has(r.cfg, "data")) duet_config_mark_used(r.cfg, "data");

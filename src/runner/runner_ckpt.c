@@ -20,8 +20,8 @@ static void serve_watchdog(void *comm) { duet_comm_serve(comm); }
  * leaves one), renamed over latest. DUET_EUNSUPPORTED when the file system
  * cannot link (the caller writes latest itself). */
 static int link_latest(const char *path, const char *latest) {
-    for (unsigned k = 0; k < 100; k++) {
-        char *tmp = duet__strf("%s.tmp.%ld.%u", latest, (long)getpid(), 1000000u + k);
+    for (int attempt = 0; attempt < 16; attempt++) {
+        char *tmp = duet__safe_temp_name(latest);
         if (tmp == NULL) return duet__error(DUET_ENOMEM, "checkpoint: out of memory");
         if (link(path, tmp) != 0) {
             int e = errno;
@@ -56,7 +56,7 @@ static int named_optimizers(duet__run *r, duet_named_optimizer **out, size_t *n)
     return DUET_OK;
 }
 
-enum { NMETA = 12 };
+enum { NMETA = 13 };
 
 int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     char v[NMETA][32]; /* integers: 20 digits and a sign at most */
@@ -69,6 +69,9 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     snprintf(v[6], 32, "%" PRIu64, r->rng.counter);
     snprintf(v[7], 32, "%d", r->world);
     snprintf(v[8], 32, "%" PRId64, r->samples_per_gpu);
+    /* Where the global stream of samples stands, the same number at any
+     * world size: a resume on another number of processes continues it. */
+    snprintf(v[9], 32, "%" PRId64, s->sampler.position * (int64_t)r->world);
     duet_named_optimizer *opts = NULL;
     size_t nopts = 0;
     if (r->save_optimizer) DUET_TRY(named_optimizers(r, &opts, &nopts));
@@ -84,13 +87,15 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
         {"rng_counter", v[6]},   {"world_size", v[7]},   {"samples_per_gpu", v[8]},
         {"model_type", duet_model_type_name(r->model)},
         {"config", text},        {"format", "duet-checkpoint-1"},
+        {"sampler_global_index", v[9]},
     };
     char name[64]; /* "iter_<int64>.safetensors": 37 characters at most */
     snprintf(name, sizeof name, "iter_%" PRId64 ".safetensors", s->iter);
     char *path = duet__path_join(r->work_dir, name);
     char *latest = duet__path_join(r->work_dir, "latest.safetensors");
     rc = path == NULL || latest == NULL ? duet__error(DUET_ENOMEM, "checkpoint: out of memory")
-                                            : DUET_OK;
+                                            : duet__safe_check_inputs(path, r->read_files, 2);
+    if (rc == DUET_OK) rc = duet__safe_check_inputs(latest, r->read_files, 2);
     /* The model's own state (step counters, pools) goes in through its
      * save_state hook; between pieces of the write rank 0 answers the other
      * ranks' watchdog, which waits for it without a timeout of its own. */
@@ -139,21 +144,40 @@ static int meta_int_in_opt(const duet_st *st, const char *path, const char *key,
 }
 
 /* A checkpoint of a run with another world size or batch per process
- * resumes, as MMEditing's (and PyTorch's) do: a job re-queued on another
- * allocation often must change one of them, and keeping the total batch
- * means changing both. But the sampler position means nothing under the
- * new sharding, so the data order restarts at the next epoch, and we say
- * so: the run is no longer bitwise the uninterrupted one, and the total
- * batch (hence the effective learning rate) may have changed. */
+ * resumes, as MMEditing's (and PyTorch's) do: a job that lost a node goes on
+ * with fewer processes. The sampler is world-invariant (a step draws the
+ * next world x per_gpu entries of the epoch's permutation, whoever draws
+ * them), so where the total batch is kept the run continues the same
+ * global stream of samples (and augmentations, drawn from (seed, epoch,
+ * index)) at the checkpoint's global sample index. Where the new total
+ * batch does not divide that index, the batches cannot line up: the data
+ * order restarts at the next epoch, and we say so. Either way a changed
+ * total batch changes the effective learning rate (not rescaled). */
 static void adapt_sharding(duet__run *r, const char *path, int64_t world, int64_t per_gpu,
-                           duet__ckpt_state *s) {
+                           int64_t global, duet__ckpt_state *s) {
     if (world == r->world && per_gpu == r->samples_per_gpu) return;
+    duet_sampler_state st;
+    int64_t size = r->train_set != NULL ? duet_dataset_size(r->train_set) : 0;
+    if (size > 0 && duet_sampler_state_from_global(size, r->world, r->samples_per_gpu,
+                                                   s->sampler.epoch, global, &st) == DUET_OK) {
+        duet_log(DUET_LOG_WARN,
+                 "%s was written by %" PRId64 " process%s x %" PRId64 " samples per GPU, this "
+                 "run has %d x %" PRId64 ": continuing the same stream of samples at epoch %"
+                 PRId64 ", global sample %" PRId64 "%s", path, world, world == 1 ? "" : "es",
+                 per_gpu, r->world, r->samples_per_gpu, s->sampler.epoch, global,
+                 world * per_gpu == r->world * r->samples_per_gpu
+                     ? ""
+                     : " (the total batch changed: learning rates not rescaled)");
+        s->sampler = st;
+        return;
+    }
     duet_log(DUET_LOG_WARN,
              "%s was written by %" PRId64 " process%s x %" PRId64 " samples per GPU, this run "
              "has %d x %" PRId64 " (total batch %" PRId64 " -> %" PRId64 ", learning rates not "
-             "rescaled): the data order restarts at epoch %" PRId64 " and the result will not "
-             "match an uninterrupted run", path, world, world == 1 ? "" : "es", per_gpu,
-             r->world, r->samples_per_gpu, world * per_gpu, r->world * r->samples_per_gpu,
+             "rescaled), which does not divide its global sample index %" PRId64 ": the data "
+             "order restarts at epoch %" PRId64 " and the result will not match an "
+             "uninterrupted run", path, world, world == 1 ? "" : "es", per_gpu, r->world,
+             r->samples_per_gpu, world * per_gpu, r->world * r->samples_per_gpu, global,
              s->sampler.epoch + 1);
     s->sampler.epoch += 1;
     s->sampler.position = 0;
@@ -167,6 +191,17 @@ int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s) {
     int rc0 = duet_checkpoint_resume_model(path, r->model, opts, nopts, &st);
     free(opts);
     DUET_TRY(rc0);
+    /* duet writes a checksum for every tensor and metadata entry; a
+     * checkpoint to continue a run from without them was stripped or is not
+     * duet's, and nothing in it can be trusted to continue bitwise. */
+    if (!duet_st_has_checksums(st)) {
+        int crc = duet__error(DUET_EFORMAT, "%s has no checksums: duet writes them into every "
+                              "checkpoint, so this one was stripped or not written by duet, "
+                              "and its data cannot be verified; --resume needs a duet "
+                              "checkpoint (to start from its weights, use load_from)", path);
+        duet_st_destroy(st);
+        return crc;
+    }
     int64_t world = 0, per_gpu = r->samples_per_gpu;
     uint64_t seed = 0, rs = 0, rstream = 0, rcounter = 0;
     /* iter is checked against 0 here and against total_iters below, with a
@@ -190,7 +225,12 @@ int duet__ckpt_resume(duet__run *r, const char *path, duet__ckpt_state *s) {
     if (rc == DUET_OK && seed != r->seed)
         duet_log(DUET_LOG_WARN, "%s was trained with seed %" PRIu64 ", the config says %" PRIu64
                  ": continuing with the checkpoint's seed", path, seed, r->seed);
-    if (rc == DUET_OK) adapt_sharding(r, path, world, per_gpu, s);
+    int64_t global = -1;
+    if (rc == DUET_OK)
+        rc = meta_int_in_opt(st, path, "sampler_global_index", 0, INT64_MAX, &global);
+    if (rc == DUET_OK && global < 0) /* written before the key existed */
+        global = s->sampler.position <= INT64_MAX / world ? s->sampler.position * world : 0;
+    if (rc == DUET_OK) adapt_sharding(r, path, world, per_gpu, global, s);
     if (rc == DUET_OK) {
         r->seed = seed;
         r->rng.seed = rs;

@@ -28,6 +28,9 @@ typedef struct duet__run {
     bool quiet;      /* no stdout */
     duet_config *cfg;
     char *work_dir;  /* owned */
+    /* Files the run reads that no checkpoint may replace: the config and
+     * load_from (borrowed; NULL when none). */
+    const char *read_files[2];
     uint64_t seed;
     duet_rng rng;    /* model init; saved in checkpoints */
     /* infer --tile: the generator's receptive radius, measured once. */
@@ -81,9 +84,11 @@ char *duet__output_path(const char *dir, const char *name);
 /* Before anything is written: DUET_EINVAL naming the paths when out_dir is
  * one of input_dirs (ndirs folders whose images a run reads), when two of
  * the n inputs map to one output, or when an output path is a symlink, not
- * a regular file, or one of the inputs. */
+ * a regular file, or one of the inputs or of the nothers other files the
+ * command reads (config, checkpoint, mask; NULL entries skipped). */
 int duet__check_outputs(const char *out_dir, const char *const *inputs, size_t n,
-                        const char *const *input_dirs, size_t ndirs);
+                        const char *const *input_dirs, size_t ndirs,
+                        const char *const *others, size_t nothers);
 /* Sample `t` (n = 0) saved as duet__output_path(dir, name) (evaluate.c). */
 int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name);
 /* A translation model's output in [-1, 1] as an image in [0, 1]: new

@@ -76,10 +76,17 @@ void duet__workdir_unlock(duet__run *r) {
     r->lock_fd = -1;
 }
 
-/* duet_st_writer_save's temporary names: "<target>.tmp.<pid>.<counter>"
- * with a .safetensors target. */
+/* The temporary names of duet__safe_open and of link_latest
+ * (".<target>.duet-<16 hex>") with a .safetensors target, and those of
+ * earlier versions ("<target>.tmp.<pid>.<counter>"). */
 static bool is_ckpt_temp(const char *name) {
-    const char *t = strstr(name, ".safetensors.tmp.");
+    const char *t = strstr(name, ".safetensors.duet-");
+    if (name[0] == '.' && t != NULL && t > name + 1) {
+        const char *p = t + strlen(".safetensors.duet-");
+        size_t n = strspn(p, "0123456789abcdef");
+        return n == 16 && p[n] == '\0';
+    }
+    t = strstr(name, ".safetensors.tmp.");
     if (t == NULL || t == name) return false;
     const char *p = t + strlen(".safetensors.tmp.");
     int dots = 0;
@@ -122,36 +129,8 @@ int duet__workdir_clean_temps(duet__run *r) {
 
 int duet__workdir_write_file(const duet__run *r, const char *name, const char *text) {
     char *path = duet__path_join(r->work_dir, name);
-    char *tmp = path != NULL ? duet__strf("%s.tmp.%ld", path, (long)getpid()) : NULL;
-    if (tmp == NULL) {
-        free(path);
-        return duet__error(DUET_ENOMEM, "out of memory");
-    }
-    /* O_EXCL: a new file of ours, never through a link someone left there;
-     * the rename then replaces whatever was at the path (a link itself, not
-     * its target). */
-    unlink(tmp);
-    int rc = DUET_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0) {
-        rc = duet__error(DUET_EIO, "cannot create %s: %s", tmp, strerror(errno));
-    } else {
-        size_t len = strlen(text), done = 0;
-        while (done < len) {
-            ssize_t n = write(fd, text + done, len - done);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) break;
-            done += (size_t)n;
-        }
-        int e = done < len ? (errno != 0 ? errno : EIO) : 0;
-        if (close(fd) != 0 && e == 0) e = errno;
-        if (e == 0 && rename(tmp, path) != 0) e = errno;
-        if (e != 0) {
-            rc = duet__error(DUET_EIO, "cannot write %s: %s", path, strerror(e));
-            unlink(tmp);
-        }
-    }
-    free(tmp);
+    if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
+    int rc = duet__safe_write(path, text, strlen(text));
     free(path);
     return rc;
 }

@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -937,80 +936,35 @@ static int build_header(const duet_st_writer *w, char **out, size_t *len) {
 }
 
 /* Flushes the folder entry of `path` so that the rename survives a crash. */
-static int fsync_parent(const char *path) {
-    char *copy = duet__strdup(path);
-    if (copy == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", path);
-    const char *dir = dirname(copy);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    int rc = DUET_OK;
-    /* Some file systems cannot sync a folder (EINVAL): the file itself is
-     * synced and renamed, which is all they offer. */
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL))
-        rc = duet__error(DUET_EIO, "%s: cannot sync folder %s: %s", path, dir, strerror(errno));
-    if (fd >= 0) close(fd);
-    free(copy);
-    return rc;
-}
-
-/* Opens a new temporary file next to `path` (O_EXCL, mode 0666 less umask,
- * like a plain fopen would create). */
-static int open_temp(const char *path, char *tmp, size_t size, FILE **out) {
-    static _Atomic unsigned counter;
-    for (int attempt = 0; attempt < 100; attempt++) {
-        unsigned c = counter++;
-        int n = snprintf(tmp, size, "%s.tmp.%ld.%u", path, (long)getpid(), c);
-        if (n < 0 || (size_t)n >= size)
-            return duet__error(DUET_EINVAL, "%s: path too long", path);
-        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno == EEXIST) continue;
-        if (fd < 0)
-            return duet__error(DUET_EIO, "%s: cannot create temporary file %s: %s", path, tmp,
-                               strerror(errno));
-        *out = fdopen(fd, "wb");
-        if (*out == NULL) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return duet__error(DUET_EIO, "%s: fdopen: %s", tmp, strerror(e));
-        }
-        return DUET_OK;
-    }
-    return duet__error(DUET_EIO, "%s: cannot find a free temporary file name", path);
-}
-
 int duet_st_writer_save(duet_st_writer *w, const char *path) {
     char *header = NULL;
     size_t hlen = 0;
     DUET_TRY(build_header(w, &header, &hlen));
-    char tmp[4096];
-    FILE *f = NULL;
-    int rc = open_temp(path, tmp, sizeof tmp, &f);
+    duet__safe_file sf;
+    int rc = duet__safe_open(path, &sf);
     if (rc != DUET_OK) {
         free(header);
         return rc;
     }
+    FILE *f = sf.f;
     uint64_t hlen64 = hlen;
     bool ok = fwrite(&hlen64, 8, 1, f) == 1 && fwrite(header, 1, hlen, f) == hlen;
     for (size_t i = 0; ok && i < w->count; i++)
         ok = write_pieces(w, f, w->entries[i].bytes, w->entries[i].nbytes);
     free(header);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (w->progress != NULL) w->progress(w->progress_ctx);
     int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        err = errno;
-    }
     if (!ok) {
-        unlink(tmp);
-        return duet__error(DUET_EIO, "%s: cannot write %s: %s (disk full?)", path, tmp,
-                           strerror(err));
+        duet__safe_abort(&sf);
+        return duet__error(DUET_EIO, "cannot write %s: %s%s", path, strerror(err),
+                           err == ENOSPC ? " (disk full)" : "");
     }
-    if (rename(tmp, path) != 0) {
+    ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (w->progress != NULL) w->progress(w->progress_ctx);
+    if (!ok) {
         err = errno;
-        unlink(tmp);
-        return duet__error(DUET_EIO, "%s: cannot rename %s into place: %s", path, tmp,
-                           strerror(err));
+        duet__safe_abort(&sf);
+        return duet__error(DUET_EIO, "cannot write %s: %s%s", path, strerror(err),
+                           err == ENOSPC ? " (disk full)" : "");
     }
-    return fsync_parent(path);
+    return duet__safe_commit(&sf);
 }

@@ -176,6 +176,40 @@ zipfile_("torch2", {"state_dict": sd, "meta": meta}, {"0": floats, "1": bf},
 zipfile_("big_endian", {"state_dict": collections.OrderedDict(
     [("generator.w", tensor(Stor(Float, "0", 4), [4]))])},
     {"0": struct.pack(">4f", 1.5, -2.0, 3.25, 0.0)}, extra=[("byteorder", "big")])
+# Bombs (issue 35): a data.pkl that inflates 130 KB -> 128 MB; a 1-element
+# storage viewed with stride 0 as 10^6 x 10^6; a 44-level shared list (its
+# repr and tuple hashing take 2^44 steps); a zip entry with compression
+# method 99 and one with the encryption flag set.
+import io as _io
+buf = _io.BytesIO()
+with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("archive/data.pkl", b"\x00" * (128 << 20))
+    z.writestr("archive/version", "3\n")
+open(T + "/zip_bomb.pth", "wb").write(buf.getvalue())
+zipfile_("stride0", {"state_dict": collections.OrderedDict(
+    [("generator.w", tensor(Stor(Float, "0", 1), [10**6, 10**6], stride=[0, 0]))])},
+    {"0": floats[:4]})
+zipfile_("overlap", {"state_dict": collections.OrderedDict(
+    [("generator.w", tensor(Stor(Float, "0", 4), [3, 2], stride=[1, 1]))])}, {"0": floats})
+deep = []
+for _ in range(44):
+    deep = [deep, deep]
+zipfile_("shared_list", {"state_dict": good_sd([]), "meta": {"x": tuple(deep)}}, {"0": floats})
+for name, flag, method in (("method99", 0, 99), ("encrypted", 1, zipfile.ZIP_STORED)):
+    buf = _io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", dumps({"state_dict": good_sd([])}))
+        z.writestr("archive/data/0", floats)
+        z.writestr("archive/version", "3\n")
+    b = bytearray(buf.getvalue())
+    # data.pkl is the first entry: its local header at 0 and its central
+    # directory record (PK\1\2) carry the flag bits and the method.
+    cd = b.index(b"PK\x01\x02")
+    for at, off in ((0, 6), (cd, 8)):
+        b[at + off] |= flag
+        if method != zipfile.ZIP_STORED:
+            struct.pack_into("<H", b, at + off + 2, method)
+    open(T + "/" + name + ".pth", "wb").write(bytes(b))
 PY_CRAFT
 
 refuse() {  # file, then strings the message must hold
@@ -206,7 +240,14 @@ refuse short_storage "holds 16 bytes" "need 4000"
 refuse missing_storage "storage '7'" "archive/data/7"
 refuse data_hooks "backward hooks"
 refuse legacy_magic "asks for posix.system"
-echo "test_convert_pth_hostile: 15 hostile files refused, nothing ran, nothing written"
+refuse zip_bomb "inflate to more than 64 times"
+refuse stride0 "reads some elements more than once"
+refuse overlap "reads some elements more than once"
+refuse shared_list "exceed 4194304"
+refuse method99 "not a readable torch.save file"
+refuse encrypted "not a readable torch.save file"
+for f in "$T"/*.err; do ! grep -q Traceback "$f" || fail "$f: a traceback"; done
+echo "test_convert_pth_hostile: 21 hostile files refused, nothing ran, nothing written"
 
 # --trusted is the one way to torch.load: without torch it says so.
 if ! "$PY" -c "import torch" 2>/dev/null; then
@@ -247,4 +288,23 @@ assert v["generator.w"] == ([4], [1.5, -2.0, 3.25, 0.0]), v["generator.w"]
 print("test_convert_pth_hostile: torch 2 style (bfloat16 v3, parameter, transposed view, "
       "numpy scalars) and big-endian files converted exactly")
 PY_CHECK
+
+# .safetensors shapes export-pth must not pass on into a .pth its own reader
+# refuses (issue 35): negative sizes, more than 16 dimensions.
+"$PY" - "$T" <<'PY_ST'
+import json, struct, sys
+T = sys.argv[1]
+for name, shape in (("neg", [-2, -2]), ("dims", [1] * 100001)):
+    h = json.dumps({"generator.w": {"dtype": "F32", "shape": shape, "data_offsets": [0, 16]},
+                    "__metadata__": {}}).encode()
+    open("%s/%s.safetensors" % (T, name), "wb").write(struct.pack("<Q", len(h)) + h + bytes(16))
+PY_ST
+for f in neg dims; do
+  set +e
+  "$PY" -S "$SRC/scripts/export-pth.py" "$T/$f.safetensors" -o "$T/$f.pth" > /dev/null 2> "$T/$f.err"
+  rc=$?
+  set -e
+  [ $rc -eq 2 ] && grep -q "is not a list of at most 16 non-negative integers" "$T/$f.err" \
+    && [ ! -e "$T/$f.pth" ] || fail "export-pth of shape $f: rc $rc, $(head -c 300 "$T/$f.err")"
+done
 echo "test_convert_pth_hostile: ok"

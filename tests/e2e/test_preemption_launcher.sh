@@ -75,7 +75,7 @@ wait_job 120
 grep -q "rank 0: stopped by SIGTERM at iteration [0-9]* of 100000000; checkpoint written" \
   "$T/t.out" || { cat "$T/t.out"; fail "SIGTERM to mpiexec: rank 0 did not stop with a checkpoint"; }
 n=$(stop_iter SIGTERM "$T/t.out")
-[ -e "$T/t/iter_$n.safetensors" ] && ! ls "$T/t/"*.tmp.* > /dev/null 2>&1 \
+[ -e "$T/t/iter_$n.safetensors" ] && ! ls "$T/t/"*.tmp.* "$T/t/".*.duet-* > /dev/null 2>&1 \
   || fail "SIGTERM to mpiexec: no complete iter_$n.safetensors"
 echo "test_preemption_launcher: SIGTERM to mpiexec (sigkill_timeout 8): stop checkpoint of" \
   "iteration $n written (mpiexec exit $rc)"

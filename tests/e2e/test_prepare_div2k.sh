@@ -218,6 +218,14 @@ head -c 20000 /dev/urandom > "$T/damaged.lmdb/data.mdb"
 cp "$LH/meta_info.txt" "$T/damaged.lmdb/"
 lmdb_err damaged "cannot open LMDB $T/damaged.lmdb:" \
   --set "data.train.dataset.gt_folder=\"$T/damaged.lmdb\"" --set "data.train.dataset.pipeline.[1].db_path=\"$T/damaged.lmdb\""
+# A data.mdb cut short (a copy that did not finish) is refused before it is
+# mapped (it was a SIGBUS in the loader's copy), by --dry-run too.
+cp -r "$LH" "$T/truncated.lmdb"
+truncate -s $(( $(stat -c %s "$T/truncated.lmdb/data.mdb") / 2 )) "$T/truncated.lmdb/data.mdb"
+for dry in "" --dry-run; do
+  lmdb_err "truncated$dry" "cannot open LMDB $T/truncated.lmdb: $T/truncated.lmdb/data.mdb is" $dry \
+    --set "data.train.dataset.gt_folder=\"$T/truncated.lmdb\"" --set "data.train.dataset.pipeline.[1].db_path=\"$T/truncated.lmdb\""
+done
 lmdb_err dbpath "'db_path' \"$L4\" is not the dataset's gt_folder" --set "data.train.dataset.pipeline.[1].db_path=\"$L4\""
 lmdb_err disk "'io_backend' is \"disk\", but SRLmdbDataset's images are in LMDB" \
   --set 'data.train.dataset.pipeline.[0].io_backend="disk"'

@@ -160,7 +160,7 @@ for attempt in 1 2; do
   [ $rc -ne 0 ] && [ $rc -ne 124 ] || { cat "$W.out"; fail "eval error: want a failed job, got $rc"; }
   grep -q "01.png" "$W.out" || { cat "$W.out"; fail "eval error: the message must name the file"; }
   [ -s "$W/latest.safetensors" ] || { ls -la "$W"; cat "$W.out"; fail "eval error: no latest.safetensors: the checkpoint was cut short"; }
-  ! ls "$W" | grep -q '\.tmp' || { ls -la "$W"; fail "eval error: a temporary checkpoint was left"; }
+  ! ls -A "$W" | grep -q '\.tmp\|\.duet-' || { ls -la "$W"; fail "eval error: a temporary checkpoint was left"; }
   "$PY" - "$W/latest.safetensors" <<'PY' || fail "eval error: latest is not iteration 4"
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()

@@ -49,7 +49,7 @@ p0, caught, t_end = None, None, time.time() + 240
 while time.time() < t_end and job.poll() is None:
     p0 = p0 or rank0()
     if p0 and os.path.isdir(wd):
-        tmp = [n for n in os.listdir(wd) if ".safetensors.tmp." in n]
+        tmp = [n for n in os.listdir(wd) if ".safetensors.tmp." in n or ".safetensors.duet-" in n]
         if tmp:
             os.kill(p0, signal.SIGSTOP)
             caught = tmp[0]

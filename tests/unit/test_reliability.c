@@ -62,7 +62,7 @@ static void test_failed_write_keeps_existing_file(void **state) {
     signal(SIGXFSZ, prev);
     tu_expect_error(rc, DUET_EIO, "photo.png", NULL);
     expect_file(path, "the user's photo");
-    assert_int_equal(count_names(fx->dir, "duet-tmp"), 0); /* our temporary file is gone */
+    assert_int_equal(count_names(fx->dir, ".duet-"), 0); /* our temporary file is gone */
     /* And a write that succeeds replaces it whole. */
     TU_OK(duet_image_save_png(img, path));
     duet_image *back = NULL;
@@ -101,31 +101,77 @@ static void test_outputs_refused(void **state) {
     tu_write_text(in_b, "jpg");
     /* An output that is the input itself (--out = the input's folder). */
     const char *one[] = {in_a};
-    tu_expect_error(duet__check_outputs(fx->dir, one, 1, NULL, 0), DUET_EINVAL,
+    tu_expect_error(duet__check_outputs(fx->dir, one, 1, NULL, 0, NULL, 0), DUET_EINVAL,
                     "would replace the input", in_a, NULL);
     /* Two inputs, one output name. */
     tu_path(out_dir, sizeof out_dir, fx->dir, "out");
     assert_int_equal(mkdir(out_dir, 0777), 0);
     const char *two[] = {in_a, in_b};
-    tu_expect_error(duet__check_outputs(out_dir, two, 2, NULL, 0), DUET_EINVAL, in_a, in_b,
+    tu_expect_error(duet__check_outputs(out_dir, two, 2, NULL, 0, NULL, 0), DUET_EINVAL, in_a, in_b,
                     "out/a.png", NULL);
     /* A symlink at an output path. */
     tu_path(target, sizeof target, fx->dir, "target.txt");
     tu_write_text(target, "x");
     tu_path(link, sizeof link, out_dir, "a.png");
     assert_int_equal(symlink(target, link), 0);
-    tu_expect_error(duet__check_outputs(out_dir, one, 1, NULL, 0), DUET_EINVAL,
+    tu_expect_error(duet__check_outputs(out_dir, one, 1, NULL, 0, NULL, 0), DUET_EINVAL,
                     "symbolic link", link, NULL);
     assert_int_equal(unlink(link), 0);
     /* The input folder given as --out (test --out on the validation set). */
     const char *dirs[] = {fx->dir};
     const char *names[] = {"a.jpg"};
-    tu_expect_error(duet__check_outputs(fx->dir, names, 1, dirs, 1), DUET_EINVAL,
+    tu_expect_error(duet__check_outputs(fx->dir, names, 1, dirs, 1, NULL, 0), DUET_EINVAL,
                     "is the input folder", NULL);
     /* A fine run: a new output, and an old output that is replaced. */
-    TU_OK(duet__check_outputs(out_dir, one, 1, dirs, 1));
+    TU_OK(duet__check_outputs(out_dir, one, 1, dirs, 1, NULL, 0));
     tu_write_text(link, "an earlier output");
-    TU_OK(duet__check_outputs(out_dir, one, 1, dirs, 1));
+    TU_OK(duet__check_outputs(out_dir, one, 1, dirs, 1, NULL, 0));
+    /* infer --mask OUT/a.png --out OUT: the output for input a.png would
+     * replace the mask (issue 35). */
+    const char *others[] = {NULL, link};
+    tu_expect_error(duet__check_outputs(out_dir, one, 1, NULL, 0, others, 2), DUET_EINVAL,
+                    "is the input", link, NULL);
+}
+
+/* duet__safe_write and duet__safe_check_inputs (issue 35): a link at the
+ * output's name is replaced, never written through; a folder is refused;
+ * a failed write leaves nothing; an output that is an input (through a
+ * hard link or a symlink) is refused naming both. */
+static void test_safe_file(void **state) {
+    tu_tmpdir *fx = *state;
+    char target[512], out[512], path[512];
+    tu_path(target, sizeof target, fx->dir, "target.txt");
+    tu_path(out, sizeof out, fx->dir, "out.bin");
+    tu_write_text(target, "precious");
+    assert_int_equal(symlink(target, out), 0);
+    TU_OK(duet__safe_write(out, "new", 3));
+    expect_file(target, "precious");
+    expect_file(out, "new");
+    struct stat st;
+    assert_int_equal(lstat(out, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    /* Two writes never share a temporary name. */
+    char *t1 = duet__safe_temp_name(out), *t2 = duet__safe_temp_name(out);
+    assert_non_null(strstr(t1, "/.out.bin.duet-"));
+    assert_string_not_equal(t1, t2);
+    free(t1);
+    free(t2);
+    /* A folder as the output; a folder that does not exist. */
+    tu_expect_error(duet__safe_write(fx->dir, "x", 1), DUET_EINVAL, "is a folder", NULL);
+    tu_expect_error(duet__safe_write(tu_path(path, sizeof path, fx->dir, "no/such/file"), "x", 1),
+                    DUET_EIO, "no/such/file", NULL);
+    assert_int_equal(count_names(fx->dir, ".duet-"), 0);
+    /* Output = input: the same name, a hard link, a symlink to it. */
+    const char *in[] = {NULL, target};
+    tu_expect_error(duet__safe_check_inputs(target, in, 2), DUET_EINVAL, "is the input",
+                    target, NULL);
+    assert_int_equal(link(target, tu_path(path, sizeof path, fx->dir, "hard.txt")), 0);
+    tu_expect_error(duet__safe_check_inputs(path, in, 2), DUET_EINVAL, path, target, NULL);
+    assert_int_equal(symlink(target, tu_path(path, sizeof path, fx->dir, "soft.txt")), 0);
+    tu_expect_error(duet__safe_check_inputs(path, in, 2), DUET_EINVAL, path, target, NULL);
+    TU_OK(duet__safe_check_inputs(out, in, 2));
+    TU_OK(duet__safe_check_inputs(tu_path(path, sizeof path, fx->dir, "new.txt"), in, 2));
+    expect_file(target, "precious");
 }
 
 /* ---- decompression bombs ------------------------------------------------------ */
@@ -358,6 +404,48 @@ static void test_config_wrapping_literals(void **state) {
     duet_config_destroy(cfg);
     tu_expect_error(duet_config_load_string("x = 0xFFFFFFFFF;", "<meta>", &cfg), DUET_ECONFIG,
                     "<meta>:1", NULL);
+    /* 64-bit literals (issue 35): 2^63 saturated to 2^63 - 1, a 65-bit hex
+     * literal read as -1, 2^63 in hex read as negative; the limits
+     * themselves are exact. */
+    static const char *const bad64[] = {"total_iters = 9223372036854775808L;",
+                                        "total_iters = 0x10000000000000000L;",
+                                        "total_iters = 0x8000000000000000L;",
+                                        "total_iters = -9223372036854775809L;",
+                                        "total_iters = 99999999999999999999999L;"};
+    for (size_t i = 0; i < sizeof bad64 / sizeof bad64[0]; i++)
+        tu_expect_error(duet_config_load_string(bad64[i], "<64>", &cfg), DUET_ECONFIG,
+                        "<64>:1", "'total_iters'", "64-bit", NULL);
+    TU_OK(duet_config_load_string("a = 9223372036854775807L; b = -9223372036854775808L;\n"
+                                  "c = 0x7FFFFFFFFFFFFFFFL; d = 0x7FFFFFFF;", "<64>", &cfg));
+    TU_OK(duet_config_get_int(cfg, "a", &v));
+    assert_true(v == INT64_MAX);
+    TU_OK(duet_config_get_int(cfg, "b", &v));
+    assert_true(v == INT64_MIN);
+    TU_OK(duet_config_get_int(cfg, "c", &v));
+    assert_true(v == INT64_MAX);
+    TU_OK(duet_config_get_int(cfg, "d", &v));
+    assert_true(v == INT32_MAX);
+    /* --set: a literal inside a list is checked like one in a file; an
+     * integer too large for 64 bits is not taken as a string. */
+    tu_expect_error(duet_config_set(cfg, "e=[1, 4294967300]"), DUET_ECONFIG, "4294967300L",
+                    NULL);
+    tu_expect_error(duet_config_set(cfg, "e=9223372036854775808L"), DUET_ECONFIG, "64-bit",
+                    NULL);
+    tu_expect_error(duet_config_set(cfg, "e=0x10000000000000000"), DUET_ECONFIG, "64-bit", NULL);
+    assert_false(duet_config_has(cfg, "e"));
+    TU_OK(duet_config_set(cfg, "e=4294967300"));
+    TU_OK(duet_config_get_int(cfg, "e", &v));
+    assert_true(v == 4294967300LL);
+    duet_config_destroy(cfg);
+    /* A NUL byte anywhere (here in a comment before the wrapping literal)
+     * is refused with its line; it switched the check off before. */
+    FILE *f = fopen(tu_path(path, sizeof path, fx->dir, "nul.cfg"), "wb");
+    assert_non_null(f);
+    static const char nul_text[] = "a = 1;\n# x\0y\ntotal_iters = 4294967300;\n";
+    assert_int_equal(fwrite(nul_text, 1, sizeof nul_text - 1, f), sizeof nul_text - 1);
+    assert_int_equal(fclose(f), 0);
+    tu_expect_error(duet_config_load(path, &cfg), DUET_ECONFIG, "nul.cfg:2", "NUL byte", NULL);
+    assert_null(cfg);
 }
 
 /* The registry narrows config numbers to int and float: out of range is an
@@ -417,13 +505,16 @@ static void test_workdir_lock(void **state) {
 static void test_stale_temps_removed(void **state) {
     tu_tmpdir *fx = *state;
     static const char *const stale[] = {"iter_4.safetensors.tmp.123.0",
-                                        "latest.safetensors.tmp.99999.12"};
+                                        "latest.safetensors.tmp.99999.12",
+                                        ".iter_4.safetensors.duet-0123456789abcdef"};
     static const char *const keep[] = {"iter_4.safetensors", "notes.safetensors.tmp.txt",
                                        "x.safetensors.tmp.1", "x.tmp.1.2", ".safetensors.tmp.1.2",
-                                       "iter_2.safetensors.tmp.1.2.3"};
+                                       "iter_2.safetensors.tmp.1.2.3",
+                                       ".x.safetensors.duet-0123", "x.safetensors.duet-0123456789abcdef",
+                                       "..safetensors.duet-0123456789abcdefa"};
     char path[512];
-    for (size_t i = 0; i < 2; i++) tu_write_text(tu_path(path, sizeof path, fx->dir, stale[i]), "");
-    for (size_t i = 0; i < 6; i++) tu_write_text(tu_path(path, sizeof path, fx->dir, keep[i]), "");
+    for (size_t i = 0; i < 3; i++) tu_write_text(tu_path(path, sizeof path, fx->dir, stale[i]), "");
+    for (size_t i = 0; i < 9; i++) tu_write_text(tu_path(path, sizeof path, fx->dir, keep[i]), "");
     /* A folder and a symlink with the pattern are not removed either. */
     assert_int_equal(mkdir(tu_path(path, sizeof path, fx->dir, "d.safetensors.tmp.1.2"), 0777), 0);
     assert_int_equal(symlink("/nonexistent",
@@ -435,9 +526,9 @@ static void test_stale_temps_removed(void **state) {
     TU_OK(duet__workdir_clean_temps(&r));
     duet__workdir_unlock(&r);
     struct stat st;
-    for (size_t i = 0; i < 2; i++)
+    for (size_t i = 0; i < 3; i++)
         assert_int_not_equal(lstat(tu_path(path, sizeof path, fx->dir, stale[i]), &st), 0);
-    for (size_t i = 0; i < 6; i++)
+    for (size_t i = 0; i < 9; i++)
         if (lstat(tu_path(path, sizeof path, fx->dir, keep[i]), &st) != 0)
             fail_msg("%s was removed", keep[i]);
     assert_int_equal(lstat(tu_path(path, sizeof path, fx->dir, "d.safetensors.tmp.1.2"), &st), 0);
@@ -448,6 +539,7 @@ int main(void) {
     duet_log_set_level(DUET_LOG_ERROR);
     const struct CMUnitTest tests[] = {
         TU_TMPDIR_TEST(test_failed_write_keeps_existing_file),
+        TU_TMPDIR_TEST(test_safe_file),
         TU_TMPDIR_TEST(test_save_does_not_follow_symlink),
         TU_TMPDIR_TEST(test_outputs_refused),
         cmocka_unit_test(test_pixel_limit_png),

@@ -174,6 +174,68 @@ static void test_batches_across_epochs_and_resume(void **state) {
     duet_sampler_destroy(s);
 }
 
+/* The global batch of the next step over all `world` ranks' samplers,
+ * sorted (a multiset: its split over the ranks is the world size's). */
+static void next_global(duet_sampler **s, int world, int64_t per_gpu, int64_t *out,
+                        int64_t *epoch) {
+    for (int r = 0; r < world; r++) duet_sampler_next_batch(s[r], out + r * per_gpu, epoch);
+    int64_t n = world * per_gpu;
+    for (int64_t i = 1; i < n; i++)
+        for (int64_t j = i; j > 0 && out[j - 1] > out[j]; j--) {
+            int64_t t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+}
+
+/* Resume on another world size (issue 35): 2 ranks x 3 stopped after k
+ * steps continue on 3 x 2 and 1 x 6 from the global sample index (position
+ * x world) with the same global batches and epochs as the uninterrupted
+ * run, across epoch ends (25 samples: padded to 30), for every k; a total
+ * batch that does not divide the index is refused. */
+static void test_resume_on_another_world_size(void **state) {
+    (void)state;
+    const int64_t size = 25, group = 6;
+    const int worlds[] = {3, 1, 6};
+    for (int64_t k = 0; k <= 12; k++) {
+        duet_sampler *a[2];
+        for (int r = 0; r < 2; r++) TU_OK(duet_sampler_create(size, 2, r, 3, 9, true, &a[r]));
+        int64_t want[6], got[6], ea = 0, eb = 0;
+        for (int64_t i = 0; i < k; i++) next_global(a, 2, 3, want, &ea);
+        duet_sampler_state st = duet_sampler_get_state(a[0]);
+        int64_t global = st.position * 2;
+        for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
+            int world = worlds[w];
+            int64_t per_gpu = group / world;
+            duet_sampler_state at;
+            TU_OK(duet_sampler_state_from_global(size, world, per_gpu, st.epoch, global, &at));
+            duet_sampler *b[6];
+            for (int r = 0; r < world; r++) {
+                TU_OK(duet_sampler_create(size, world, r, per_gpu, 9, true, &b[r]));
+                TU_OK(duet_sampler_set_state(b[r], at));
+            }
+            /* The uninterrupted run from the same point, on fresh samplers. */
+            duet_sampler *c[2];
+            for (int r = 0; r < 2; r++) {
+                TU_OK(duet_sampler_create(size, 2, r, 3, 9, true, &c[r]));
+                TU_OK(duet_sampler_set_state(c[r], st));
+            }
+            for (int step = 0; step < 9; step++) {
+                next_global(c, 2, 3, want, &ea);
+                next_global(b, world, per_gpu, got, &eb);
+                assert_int_equal(eb, ea);
+                assert_memory_equal(got, want, sizeof want);
+            }
+            for (int r = 0; r < world; r++) duet_sampler_destroy(b[r]);
+            for (int r = 0; r < 2; r++) duet_sampler_destroy(c[r]);
+        }
+        for (int r = 0; r < 2; r++) duet_sampler_destroy(a[r]);
+    }
+    duet_sampler_state at;
+    tu_expect_error(duet_sampler_state_from_global(size, 4, 1, 0, 18, &at), DUET_EINVAL,
+                    "18", "not a multiple", NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes_like_mmediting),
@@ -181,6 +243,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_per_epoch),
         cmocka_unit_test(test_too_small_dataset),
         cmocka_unit_test(test_batches_across_epochs_and_resume),
+        cmocka_unit_test(test_resume_on_another_world_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
