@@ -415,8 +415,8 @@ static void test_config_errors(void **state) {
     expect_config_error(f, "load_from = 5;\n", NULL, true,
                         (const char *[]){"load_from", "string", NULL});
     /* Known keys with bad values. */
-    expect_config_error(f, NULL, "lr_config.policy=\"Linear\"", false,
-                        (const char *[]){"bad.cfg:", "lr_config.policy", "Linear", "Step", NULL});
+    expect_config_error(f, NULL, "lr_config.policy=\"Poly\"", false,
+                        (const char *[]){"bad.cfg:", "lr_config.policy", "Poly", "Linear", NULL});
     expect_config_error(f, NULL, "data.train.type=\"LMDBDataset\"", false,
                         (const char *[]){"bad.cfg:", "data.train.type", "LMDBDataset", NULL});
     expect_config_error(f, NULL, "checkpoint_config.by_epoch=true", false,
