@@ -117,7 +117,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
     duet_comm_set_name(r->comm, "runner");
-    DUET_TRY(duet_config_load(o->config, &r->cfg));
+    DUET_TRY(duet__run_load_config(o->config, r->rank == 0 && !o->quiet, &r->cfg));
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
         if (rc != DUET_OK) return duet__error_context(rc, "--set %s", o->sets[i]);
@@ -167,7 +167,14 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
      * model names, and their moving averages). */
     DUET_TRY(duet__run_read_ema(r));
     DUET_TRY(duet__run_add_ema(r, r->model));
-    DUET_TRY(duet_checkpoint_load_eval(ckpt, r->model));
+    char *converted = NULL; /* an MMEditing .pth, through scripts/convert-pth.py */
+    if (duet__is_pth(ckpt))
+        DUET_TRY(duet__helper_convert("convert-pth.py", ckpt, ".safetensors",
+                                      r->rank == 0 && !r->quiet, &converted));
+    int rc = duet_checkpoint_load_eval(converted != NULL ? converted : ckpt, r->model);
+    if (converted != NULL) unlink(converted);
+    free(converted);
+    DUET_TRY(rc);
     duet_module_train(duet_model_module(r->model), false);
     return DUET_OK;
 }
@@ -200,6 +207,7 @@ static int resolve_work_dir(duet__run *r, const duet_runner_opts *o) {
         base = base != NULL ? base + 1 : o->config;
         size_t n = strlen(base);
         if (n > 4 && strcmp(base + n - 4, ".cfg") == 0) n -= 4;
+        else if (n > 3 && strcmp(base + n - 3, ".py") == 0) n -= 3; /* MMEditing's */
         /* The whole name: configs that differ only past some length must
          * not share a work dir. (A file name is at most NAME_MAX bytes.) */
         r->work_dir = duet__strf("./work_dirs/%.*s", (int)n, base);

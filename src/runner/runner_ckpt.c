@@ -112,8 +112,18 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
 
 int duet__ckpt_load_weights(duet__run *r, const char *path, bool strict,
                             const char *require_prefix) {
-    return duet_checkpoint_load_weights(path, duet_model_module(r->model), strict, require_prefix,
-                                        NULL, NULL);
+    /* An MMEditing .pth (load_from = 'work_dirs/.../iter_1000000.pth'):
+     * through scripts/convert-pth.py, which runs no code from it. */
+    char *converted = NULL;
+    if (duet__is_pth(path))
+        DUET_TRY(duet__helper_convert("convert-pth.py", path, ".safetensors",
+                                      r->rank == 0 && !r->quiet, &converted));
+    int rc = duet_checkpoint_load_weights(converted != NULL ? converted : path,
+                                          duet_model_module(r->model), strict, require_prefix,
+                                          NULL, NULL);
+    if (converted != NULL) unlink(converted);
+    free(converted);
+    return rc;
 }
 
 /* Integer metadata checked when it is read: a corrupt or hand-edited
