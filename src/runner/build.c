@@ -188,6 +188,8 @@ int duet__run_read_settings(duet__run *r) {
     DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
     DUET_TRY(duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer", true,
                                      &r->save_optimizer));
+    DUET_TRY(duet_config_get_int_in_or(cfg, "checkpoint_config.max_keep_ckpts", -1, -1,
+                                       INT32_MAX, &r->max_keep_ckpts));
     DUET_TRY(get_interval(cfg, "evaluation.interval", 0, &r->eval_interval));
     DUET_TRY(duet_config_get_bool_or(cfg, "evaluation.save_image", true, &r->save_image));
     DUET_TRY(duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0, 4096,

@@ -52,6 +52,8 @@ typedef struct duet__run {
     /* Hooks: every N iterations (0 = never). */
     int64_t total_iters, log_interval, ckpt_interval, eval_interval;
     bool save_optimizer, save_image;
+    int64_t max_keep_ckpts; /* checkpoint_config.max_keep_ckpts: keep the newest N iter_*
+                               files (<= 0: all, mmcv's -1) */
     int64_t eval_num_images; /* rows of the evaluation grid */
     duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
 
