@@ -178,23 +178,37 @@ static int read_lr_config(duet__run *r) {
 }
 
 int duet__run_read_settings(duet__run *r) {
+    /* Independent settings: under --dry-run a bad one is kept as a problem
+     * and the next is still read (duet__run_problem). */
     duet_config *cfg = r->cfg;
     int64_t seed = 0;
-    DUET_TRY(duet_config_get_int_or(cfg, "seed", 0, &seed));
+    DUET_TRY(duet__run_problem(r, duet_config_get_int_or(cfg, "seed", 0, &seed)));
     r->seed = (uint64_t)seed;
-    DUET_TRY(duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters));
-    DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
-    DUET_TRY(duet__run_check_by_epoch(cfg, "checkpoint_config"));
-    DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
-    DUET_TRY(duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer", true,
-                                     &r->save_optimizer));
-    DUET_TRY(duet_config_get_int_in_or(cfg, "checkpoint_config.max_keep_ckpts", -1, -1,
-                                       INT32_MAX, &r->max_keep_ckpts));
-    DUET_TRY(get_interval(cfg, "evaluation.interval", 0, &r->eval_interval));
-    DUET_TRY(duet_config_get_bool_or(cfg, "evaluation.save_image", true, &r->save_image));
-    DUET_TRY(duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0, 4096,
-                                       &r->eval_num_images));
-    return read_lr_config(r);
+    int rc = duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters);
+    if (rc != DUET_OK) r->total_iters = INT64_MAX / 2; /* what follows needs some length */
+    DUET_TRY(duet__run_problem(r, rc));
+    DUET_TRY(duet__run_problem(r, get_interval(cfg, "log_config.interval", 50,
+                                               &r->log_interval)));
+    DUET_TRY(duet__run_problem(r, duet__run_check_by_epoch(cfg, "checkpoint_config")));
+    DUET_TRY(duet__run_problem(r, get_interval(cfg, "checkpoint_config.interval",
+                                               r->total_iters, &r->ckpt_interval)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer",
+                                                          true, &r->save_optimizer)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_int_in_or(cfg, "checkpoint_config.max_keep_ckpts",
+                                                            -1, -1, INT32_MAX,
+                                                            &r->max_keep_ckpts)));
+    DUET_TRY(duet__run_problem(r, get_interval(cfg, "evaluation.interval", 0,
+                                               &r->eval_interval)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_bool_or(cfg, "evaluation.save_image", true,
+                                                          &r->save_image)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0,
+                                                            4096, &r->eval_num_images)));
+    rc = read_lr_config(r);
+    /* A bad lr_config stops its reader midway: its other keys are not
+     * unknown. */
+    if (rc != DUET_OK && r->collect && duet_config_has(cfg, "lr_config"))
+        duet_config_mark_used(cfg, "lr_config");
+    return duet__run_problem(r, rc);
 }
 
 /* The bicubic comparison uses the model's own test settings. */
@@ -295,7 +309,10 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
         int64_t prefetch = 2;
         DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.prefetch", 2, 0, 64, &prefetch));
         r->prefetch = (int)prefetch;
-        DUET_TRY(build_dataset(r, "data.train", true, &r->train_set));
+        int rc = build_dataset(r, "data.train", true, &r->train_set);
+        /* Its reader stopped midway: the rest of the group is not unknown. */
+        if (rc != DUET_OK && r->collect) duet_config_mark_used(r->cfg, "data.train");
+        DUET_TRY(duet__run_problem(r, rc));
     } else {
         /* test / infer read no training data: those keys are not typos. */
         if (duet_config_has(r->cfg, "data.train")) duet_config_mark_used(r->cfg, "data.train");
@@ -308,8 +325,12 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
      * MMEditing's tools/test.py does; training evaluates data.val. */
     r->val_key = !with_train && duet_config_has(r->cfg, "data.test") ? "data.test" : "data.val";
     const char *other = strcmp(r->val_key, "data.val") == 0 ? "data.test" : "data.val";
-    if (need_val)
-        DUET_TRY(build_dataset(r, r->val_key, false, &r->val_set));
+    if (need_val) {
+        int rc = build_dataset(r, r->val_key, false, &r->val_set);
+        if (rc != DUET_OK && r->collect && duet_config_has(r->cfg, r->val_key))
+            duet_config_mark_used(r->cfg, r->val_key);
+        DUET_TRY(duet__run_problem(r, rc));
+    }
     else if (duet_config_has(r->cfg, r->val_key))
         duet_config_mark_used(r->cfg, r->val_key); /* no evaluation: not read */
     if (!with_train && duet_config_has(r->cfg, other)) duet_config_mark_used(r->cfg, other);

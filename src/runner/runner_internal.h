@@ -66,7 +66,17 @@ typedef struct duet__run {
     const char *val_key;
 
     duet__ema_hook ema;
+
+    /* --dry-run: each problem is kept (duet__run_problem) and the check
+     * goes on, so that one run names them all. */
+    bool collect;
+    int nproblems;
+    duet__str problems;
 } duet__run;
+
+/* rc as it is, or, while r->collect, DUET_OK after keeping rc's message
+ * (duet_last_error()) as one of the run's problems. */
+int duet__run_problem(duet__run *r, int rc);
 
 /* mkdir -p; DUET_EIO naming the folder. */
 int duet__mkdirs(const char *path);
