@@ -222,6 +222,16 @@ int duet__run_read_test_cfg(duet__run *r) {
     const size_t tl = strlen(type);
     const bool inpaintor = tl >= 9 && strcmp(type + tl - 9, "Inpaintor") == 0;
     if (inpaintor) r->test_cfg = (duet_test_cfg){.nmetrics = 1, .metrics = {"l1"}};
+    /* MMEditing's translation models compute no metrics (their test_cfg
+     * names none): PSNR and SSIM only when the config asks for them. */
+    const bool translation = strcmp(type, "Pix2Pix") == 0 || strcmp(type, "CycleGAN") == 0;
+    if (translation) {
+        r->test_cfg.nmetrics = 0;
+        const char *dir = "a2b";
+        DUET_TRY(duet_config_get_string_or(cfg, "model.train_cfg.direction", "a2b", &dir));
+        DUET_TRY(duet_config_get_string_or(cfg, "model.test_cfg.direction", dir, &dir));
+        r->eval_b2a = strcmp(dir, "b2a") == 0; /* the model's reader checks the value */
+    }
     /* The metrics evaluation logs: test_cfg's (the model checks the names). */
     if (duet_config_has(cfg, "model.test_cfg.metrics")) {
         const char *names[DUET_MAX_METRICS];

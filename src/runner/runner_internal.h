@@ -56,6 +56,10 @@ typedef struct duet__run {
                                files (<= 0: all, mmcv's -1) */
     int64_t eval_num_images; /* rows of the evaluation grid */
     duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
+    /* Translation models: the test direction (model.test_cfg.direction,
+     * else train_cfg's, else a2b), which the grid's columns and the
+     * metrics' target follow: b2a turns B into A. */
+    bool eval_b2a;
 
     duet__logger *log; /* rank 0 while training; NULL elsewhere */
     /* log_config.hooks' TensorboardLoggerHook: its log_dir (borrowed from
