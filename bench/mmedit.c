@@ -18,7 +18,7 @@
  *                [--log FILE]
  *
  * Models (bench/mmedit_step.py says what MMEditing's side runs):
- *   srgan_full  configs/srgan_x4c64b16_div2k.cfg, pretrained = "" (random
+ *   srgan_full  configs/srgan_x4c64b16_div2k.cfg, pretrained = "random" (random
  *               VGG19 on both sides); batch 16 of 128x128
  *   srgan_tiny  configs/srgan_x4_tiny.cfg at 128x128 gt (MMEditing's
  *               ModifiedVGG takes 128 only): model.discriminator.input_size
@@ -69,10 +69,10 @@ typedef struct mm_model {
 static mm_model MODELS[] = {
     {"srgan_tiny", "configs/srgan_x4_tiny.cfg",
      {"model.discriminator.input_size=128", "data.train.gt_patch_size=128",
-      "model.perceptual_loss.pretrained=\"\"", NULL},
+      "model.perceptual_loss.pretrained=\"random\"", NULL},
      false, 5, 1},
     {"srgan_full", "configs/srgan_x4c64b16_div2k.cfg",
-     {"model.perceptual_loss.pretrained=\"\"", NULL}, false, 2, 1},
+     {"model.perceptual_loss.pretrained=\"random\"", NULL}, false, 2, 1},
     {"deepfillv1", "configs/deepfillv1_256x256_8x2_places.cfg", {NULL}, true, 5, 1},
     {"edsr_tiny", "configs/edsr_x4_tiny.cfg", {NULL}, false, 5, 1},
     {"rdn_tiny", "configs/rdn_x4_tiny.cfg", {NULL}, false, 5, 1},

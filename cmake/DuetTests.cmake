@@ -32,7 +32,7 @@ target_include_directories(duet_testutil PUBLIC ${PROJECT_SOURCE_DIR}/tests)
 set(DUET_WHITEBOX_TESTS
   test_comm_single test_fixed_limits test_kernels test_ops_conv test_ops_layers
   test_ops_threads test_reliability test_runner_logger test_translation_data
-  test_comm test_esrgan_mpi test_watchdog test_tile
+  test_comm test_esrgan_mpi test_watchdog test_tile lr_dump
   # the device layer's own: op entries' device checks, the CUDA allocator
   # and statuses, the GPU kernels against the CPU loops
   test_ops_device test_cuda_alloc_logic test_cuda_status test_gpu_autograd test_gpu_kernels
@@ -215,6 +215,16 @@ foreach(model srgan esrgan pix2pix cyclegan basic_restorer)
     PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
     FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 endforeach()
+# lr_config against mmcv's and MMEditing's own LR hooks (issue 33): every
+# policy and key of MMEditing 0.16.1's configs for duet's models, and
+# mmcv's warmups; tests/mmedit/lr_dump.c prints what duet's runner sets.
+add_executable(lr_dump ${PROJECT_SOURCE_DIR}/tests/mmedit/lr_dump.c)
+target_link_libraries(lr_dump PRIVATE duet_testutil)
+duet_test_includes(lr_dump)
+add_test(NAME mmedit_lr_hooks
+  COMMAND bash ${DUET_MMEDIT_RUN} py ${DUET_MMEDIT_VENV} ${PROJECT_SOURCE_DIR}/tests/mmedit/lr_hooks.py
+          $<TARGET_FILE:lr_dump> ${CMAKE_BINARY_DIR}/mmedit_lr_hooks)
+set_tests_properties(mmedit_lr_hooks PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120 LABELS mmedit)
 # The same at 1, 2 and 3 processes (issue 19): duet under mpiexec -n N with
 # its DistributedDataParallelWrapper against MMEditing's own train_step run
 # as N ranks in lockstep in float64 (gen_mmedit_refs.py --ranks), rank 0's

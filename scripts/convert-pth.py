@@ -45,6 +45,7 @@ trust; needs torch).
 """
 import argparse
 import collections
+import hashlib
 import json
 import os
 import re
@@ -278,6 +279,24 @@ def to_pth(inp, out, notes):
     return len(sd)
 
 
+def hash_warning(path):
+    """torch.hub's check: a file named <name>-<hex>.pth (torchvision's
+    vgg19-dcbb9e9d.pth) holds bytes whose sha256 begins with <hex>. A
+    mismatch is a warning, not a refusal: the file may be a user's own
+    weights under torchvision's name (the reader runs no code either way)."""
+    m = re.search(r"-([a-f0-9]{6,})\.pth$", os.path.basename(path))
+    if m is None:
+        return
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if not h.hexdigest().startswith(m.group(1)):
+        print("convert-pth: warning: %s: its sha256 begins %s, not %s as its name says: it is "
+              "not the file torch.hub downloads under that name (your own weights?)"
+              % (path, h.hexdigest()[:len(m.group(1))], m.group(1)), file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("input", help="a .pth file (MMEditing checkpoint or torchvision VGG), or a "
@@ -302,6 +321,7 @@ def main():
             print("convert-pth:   " + note)
         return 0
     out = args.output or os.path.splitext(args.input)[0] + ".safetensors"
+    hash_warning(args.input)
     try:
         safe_write.check_inputs(out, [args.input])
         sd, meta = split_checkpoint(load(args.input, args.trusted), notes)

@@ -150,9 +150,11 @@ int duet_config_member_name(duet_config *cfg, const char *path, size_t i, const 
 /* Marks the setting at `path` and everything under it as used, for keys a
  * consumer deliberately ignores. DUET_ECONFIG when absent. */
 int duet_config_mark_used(duet_config *cfg, const char *path);
-/* DUET_ECONFIG naming the first setting (in file order, under cfg's root)
- * that no getter read: "configs/x.cfg:12: unknown key
- * 'model.generator.mid_channel' (did you mean 'mid_channels'?)". */
+/* DUET_ECONFIG naming the settings (in file order, under cfg's root) that
+ * no getter read, all of them (up to 32 listed, then a count): one is
+ * "configs/x.cfg:12: unknown key 'model.generator.mid_channel' (did you
+ * mean 'mid_channels'?): ..."; several are "N unknown keys (...):" and one
+ * such line each. */
 int duet_config_check_unused(const duet_config *cfg);
 
 /* The whole config after overrides, as libconfig text that loads back to

@@ -774,6 +774,11 @@ typedef struct duet_perceptual_loss_opts {
     float style_weight;                              /* 1.0 as MMEditing; 0: off */
     const char *criterion;                           /* "l1" or "mse" */
     const char *weights_path;                        /* NULL: random init + warning */
+    bool random_init; /* with weights_path NULL: the random init was asked for (no warning) */
+    /* The config registry's own converted copy of the weights (a temporary
+     * file it removes and frees once the loss is made); NULL otherwise.
+     * Callers of duet_perceptual_loss_create leave it NULL. */
+    char *weights_tmp;
 } duet_perceptual_loss_opts;
 /* MMEditing's PerceptualLoss defaults: vgg19 {34: 1.0}, norm_img true,
  * perceptual 1.0, style 1.0, l1. */

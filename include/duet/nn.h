@@ -295,9 +295,19 @@ int duet_optimizer_load_state(duet_optimizer *opt, const duet_st *st, const char
 
 typedef enum duet_lr_policy {
     DUET_LR_FIXED,
-    DUET_LR_STEP,          /* lr = base * gamma^(number of milestones <= iter) */
-    DUET_LR_COSINE_RESTART /* periods, restart_weights, min_lr */
+    DUET_LR_STEP,           /* lr = base * gamma^(number of milestones <= iter), >= min_lr */
+    DUET_LR_COSINE_RESTART, /* periods, restart_weights, min_lr or min_lr_ratio */
+    DUET_LR_LINEAR          /* MMEditing's LinearLrUpdaterHook: target_lr, start, interval */
 } duet_lr_policy;
+
+/* mmcv's warmup (LrUpdaterHook's warmup, warmup_iters, warmup_ratio):
+ * for iter < warmup_iters the regular lr times a factor. */
+typedef enum duet_lr_warmup {
+    DUET_LR_WARMUP_NONE,
+    DUET_LR_WARMUP_CONSTANT, /* ratio */
+    DUET_LR_WARMUP_LINEAR,   /* 1 - (1 - iter / warmup_iters) * (1 - ratio) */
+    DUET_LR_WARMUP_EXP       /* ratio^(1 - iter / warmup_iters) */
+} duet_lr_warmup;
 
 #define DUET_LR_MAX_STEPS 16
 typedef struct duet_lr_schedule {
@@ -305,20 +315,35 @@ typedef struct duet_lr_schedule {
     int nsteps;
     int64_t steps[DUET_LR_MAX_STEPS]; /* STEP: milestones; COSINE: periods */
     float gamma;                       /* STEP */
+    int64_t step_every; /* STEP: > 0 for mmcv's `step = N` (an int): lr drops every N */
     float restart_weights[DUET_LR_MAX_STEPS]; /* COSINE */
-    float min_lr;                      /* COSINE */
+    float min_lr;       /* COSINE: the end of each period; STEP: the floor (0: none) */
+    float min_lr_ratio; /* COSINE: when >= 0, the end is base * min_lr_ratio (mmcv's
+                           min_lr_ratio, which wins over min_lr); < 0: unset */
+    float target_lr;    /* LINEAR: the lr at max_iters */
+    int64_t start;      /* LINEAR: the lr stays at base up to here */
+    int64_t interval;   /* LINEAR: the lr changes every interval iterations (>= 1) */
+    int64_t max_iters;  /* LINEAR: the run's total_iters (mmcv's runner.max_iters) */
+    duet_lr_warmup warmup;
+    int64_t warmup_iters;
+    float warmup_ratio;
 } duet_lr_schedule;
-duet_lr_schedule duet_lr_schedule_default(void); /* FIXED */
+duet_lr_schedule duet_lr_schedule_default(void); /* FIXED, no warmup */
 /* DUET_ECONFIG with a message unless the schedule is usable: nsteps in
  * 0..DUET_LR_MAX_STEPS, STEP milestones ascending and >= 0, COSINE_RESTART
- * with at least one period, all positive. */
+ * with at least one period, all positive, LINEAR with interval >= 1 and
+ * 0 <= start <= max_iters, a warmup with warmup_iters >= 1. */
 int duet_lr_schedule_check(const duet_lr_schedule *s);
 /* The lr for iteration `iter` (0-based, as MMEditing's runner.iter).
  * COSINE_RESTART (mmcv's CosineRestartLrUpdaterHook): in period i (the
  * first whose cumulative end is > iter), alpha = (iter - start_i) / period_i
- * and lr = min_lr + 0.5 * restart_weights[i] * (base - min_lr) *
- * (1 + cos(pi * alpha)); past the last period it stays at min_lr (mmcv
- * raises there). A schedule failing duet_lr_schedule_check gives base_lr. */
+ * and lr = end + 0.5 * restart_weights[i] * (base - end) *
+ * (1 + cos(pi * alpha)), end = min_lr (or base * min_lr_ratio); past the
+ * last period it stays at end (mmcv raises there). LINEAR (MMEditing's
+ * LinearLrUpdaterHook): factor = (max(0, iter - start) / interval) /
+ * ((max_iters - start) / interval), integer divisions, and lr = base +
+ * (target_lr - base) * factor. A warmup then scales the result for iter <
+ * warmup_iters. A schedule failing duet_lr_schedule_check gives base_lr. */
 float duet_lr_at(const duet_lr_schedule *s, float base_lr, int64_t iter);
 
 #ifdef __cplusplus

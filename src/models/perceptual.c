@@ -219,7 +219,7 @@ int duet_perceptual_loss_create(const duet_perceptual_loss_opts *opts, duet_rng 
     if (rc == DUET_OK) {
         if (opts->weights_path != NULL && opts->weights_path[0] != '\0')
             rc = load_vgg_weights(layers, opts->weights_path);
-        else
+        else if (!opts->random_init)
             duet_log(DUET_LOG_WARN,
                      "PerceptualLoss: no VGG weights file given (perceptual_loss.pretrained); "
                      "the feature network uses a seeded random init, so the perceptual loss "

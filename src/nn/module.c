@@ -525,6 +525,40 @@ static int check_load(const duet_named_tensors *state, const duet_st *st, const 
     return DUET_OK;
 }
 
+/* "a, b.c, b.d" -> "1 under a, 2 under b" (malloc'd; NULL out of memory):
+ * the keys counted by their first name, in order of first appearance. */
+static char *keys_by_part(const char *list) {
+    duet__str out = {0};
+    const char *seen_start[16];
+    size_t seen_len[16], seen_n[16], nseen = 0, other = 0;
+    for (const char *k = list; *k != '\0';) {
+        size_t len = strcspn(k, ",");
+        size_t head = strcspn(k, ".,");
+        size_t i = 0;
+        while (i < nseen && !(seen_len[i] == head && strncmp(seen_start[i], k, head) == 0)) i++;
+        if (i < nseen) seen_n[i]++;
+        else if (nseen < 16) {
+            seen_start[nseen] = k;
+            seen_len[nseen] = head;
+            seen_n[nseen++] = 1;
+        } else
+            other++;
+        k += len;
+        while (*k == ',' || *k == ' ') k++;
+    }
+    for (size_t i = 0; i < nseen; i++)
+        duet__str_add_item(&out, ", ", "%zu under %.*s", seen_n[i], (int)seen_len[i],
+                           seen_start[i]);
+    if (other > 0) duet__str_add_item(&out, ", ", "%zu more", other);
+    if (out.failed) {
+        duet__str_free(&out);
+        return NULL;
+    }
+    char *r = duet__strdup(duet__str_get(&out));
+    duet__str_free(&out);
+    return r;
+}
+
 /* A shape mismatch, or a missing or unexpected key in a strict load, fails
  * with one message naming every problem (mismatches first); otherwise
  * missing and unexpected keys are warnings. */
@@ -556,12 +590,27 @@ static int report_load(const duet_module *m, const char *prefix, bool strict,
         duet__str_free(&msg);
         return rc;
     }
-    if (lc->nmiss > 0)
-        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s: %s", type, lc->nmiss,
-                 lc->nmiss == 1 ? "" : "s", duet__str_get(&lc->missing));
-    if (lc->nunexp > 0)
-        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s: %s", type, lc->nunexp,
-                 lc->nunexp == 1 ? "" : "s", duet__str_get(&lc->unexpected));
+    /* A count per top-level part in the warning (a partial load_from can
+     * miss a whole discriminator: a wall of names says less); the names
+     * at DEBUG. */
+    if (lc->nmiss > 0) {
+        char *parts = keys_by_part(duet__str_get(&lc->missing));
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu missing key%s (%s; the names with "
+                 "log_level = \"DEBUG\")", type, lc->nmiss, lc->nmiss == 1 ? "" : "s",
+                 parts != NULL ? parts : "?");
+        duet_log(DUET_LOG_DEBUG, "loading %s state: missing: %s", type,
+                 duet__str_get(&lc->missing));
+        free(parts);
+    }
+    if (lc->nunexp > 0) {
+        char *parts = keys_by_part(duet__str_get(&lc->unexpected));
+        duet_log(DUET_LOG_WARN, "loading %s state: %zu unexpected key%s (%s; the names with "
+                 "log_level = \"DEBUG\")", type, lc->nunexp, lc->nunexp == 1 ? "" : "s",
+                 parts != NULL ? parts : "?");
+        duet_log(DUET_LOG_DEBUG, "loading %s state: unexpected: %s", type,
+                 duet__str_get(&lc->unexpected));
+        free(parts);
+    }
     return DUET_OK;
 }
 

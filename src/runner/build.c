@@ -47,6 +47,42 @@ int duet__run_check_by_epoch(duet_config *cfg, const char *group) {
     return DUET_OK;
 }
 
+/* mmcv's LrUpdaterHook warmup keys, which every policy takes. */
+static int read_warmup(duet_config *cfg, duet_lr_schedule *s) {
+    const char *w = NULL;
+    DUET_TRY(duet_config_get_string_or(cfg, "lr_config.warmup", NULL, &w));
+    bool by_epoch = false;
+    DUET_TRY(duet_config_get_bool_or(cfg, "lr_config.warmup_by_epoch", false, &by_epoch));
+    if (by_epoch)
+        return bad_value(cfg, "lr_config.warmup_by_epoch", "= true is not supported: duet's "
+                         "runner is iteration-based (give warmup_iters in iterations)");
+    double ratio = 0.1;
+    DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.warmup_ratio", 0.1, 0.0, 1.0, &ratio));
+    int64_t iters = 0;
+    DUET_TRY(duet_config_get_int_in_or(cfg, "lr_config.warmup_iters", 0, 0, INT64_MAX, &iters));
+    if (w == NULL) return DUET_OK; /* mmcv: warmup=None ignores the other two */
+    static const struct {
+        const char *name;
+        duet_lr_warmup kind;
+    } kinds[] = {{"constant", DUET_LR_WARMUP_CONSTANT},
+                 {"linear", DUET_LR_WARMUP_LINEAR},
+                 {"exp", DUET_LR_WARMUP_EXP}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strcmp(w, kinds[i].name) == 0) s->warmup = kinds[i].kind;
+    if (s->warmup == DUET_LR_WARMUP_NONE)
+        return bad_value(cfg, "lr_config.warmup", "= \"%s\" is not known (use \"constant\", "
+                         "\"linear\" or \"exp\", as mmcv)", w);
+    if (iters < 1)
+        return bad_value(cfg, "lr_config.warmup_iters", "must be >= 1 with a warmup, got %lld",
+                         (long long)iters);
+    if (!(ratio > 0.0))
+        return bad_value(cfg, "lr_config.warmup_ratio", "must be > 0 with a warmup, got %g",
+                         ratio);
+    s->warmup_iters = iters;
+    s->warmup_ratio = (float)ratio;
+    return DUET_OK;
+}
+
 static int read_lr_config(duet__run *r) {
     duet_config *cfg = r->cfg;
     r->sched = duet_lr_schedule_default();
@@ -61,8 +97,9 @@ static int read_lr_config(duet__run *r) {
     } else if (strcmp(policy, "Step") == 0) {
         s->policy = DUET_LR_STEP;
         if (duet_config_kind(cfg, "lr_config.step") == DUET_CONFIG_INT) {
-            DUET_TRY(duet_config_get_int(cfg, "lr_config.step", &s->steps[0]));
-            n = 1;
+            /* mmcv: an int step drops the lr every `step` iterations. */
+            DUET_TRY(duet_config_get_int_in(cfg, "lr_config.step", 1, INT64_MAX,
+                                            &s->step_every));
         } else {
             DUET_TRY(duet_config_get_int_array(cfg, "lr_config.step", s->steps,
                                                DUET_LR_MAX_STEPS, &n));
@@ -70,6 +107,9 @@ static int read_lr_config(duet__run *r) {
         double gamma = 0.1;
         DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.gamma", 0.1, 0.0, FLT_MAX, &gamma));
         s->gamma = (float)gamma;
+        double min_lr = 0;
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.min_lr", 0.0, 0.0, FLT_MAX, &min_lr));
+        s->min_lr = (float)min_lr;
         for (size_t i = 0; i < n; i++)
             if (s->steps[i] < 0)
                 return bad_value(cfg, "lr_config.step", "must be >= 0, got %lld",
@@ -100,32 +140,75 @@ static int read_lr_config(duet__run *r) {
                 return bad_value(cfg, "lr_config.restart_weights", "must be >= 0, got %g", w[i]);
         for (size_t i = 0; i < n; i++) s->restart_weights[i] = nw ? (float)w[i] : 1.0f;
         double min_lr = 0;
+        /* mmcv asserts that exactly one of min_lr and min_lr_ratio is given;
+         * duet's default end is 0 (min_lr = 0). */
+        if (duet_config_has(cfg, "lr_config.min_lr") &&
+            duet_config_has(cfg, "lr_config.min_lr_ratio"))
+            return bad_value(cfg, "lr_config.min_lr_ratio", "and min_lr are both set: give one "
+                             "(as mmcv's CosineRestartLrUpdaterHook asks)");
         DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.min_lr", 0.0, 0.0, FLT_MAX, &min_lr));
         s->min_lr = (float)min_lr;
+        double ratio = -1;
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.min_lr_ratio", -1.0, 0.0, FLT_MAX,
+                                              &ratio));
+        s->min_lr_ratio = (float)ratio;
+    } else if (strcmp(policy, "Linear") == 0) {
+        /* MMEditing's LinearLrUpdaterHook (CycleGAN's, Pix2Pix's configs). */
+        s->policy = DUET_LR_LINEAR;
+        double target = 0;
+        DUET_TRY(duet_config_get_double_in_or(cfg, "lr_config.target_lr", 0.0, 0.0, FLT_MAX,
+                                              &target));
+        s->target_lr = (float)target;
+        DUET_TRY(duet_config_get_int_in_or(cfg, "lr_config.start", 0, 0, r->total_iters,
+                                           &s->start));
+        DUET_TRY(duet_config_get_int_in_or(cfg, "lr_config.interval", 1, 1, INT64_MAX,
+                                           &s->interval));
+        s->max_iters = r->total_iters;
+        if (s->start < s->max_iters && (s->max_iters - s->start) / s->interval == 0)
+            return bad_value(cfg, "lr_config.interval", "= %lld is longer than total_iters - "
+                             "start = %lld (MMEditing's hook divides by zero there)",
+                             (long long)s->interval, (long long)(s->max_iters - s->start));
     } else {
         return bad_value(cfg, "lr_config.policy",
-                         "= \"%s\" is not known (use Fixed, Step or CosineRestart)", policy);
+                         "= \"%s\" is not known (use Fixed, Step, CosineRestart or Linear)",
+                         policy);
     }
     s->nsteps = (int)n;
-    return DUET_OK;
+    return read_warmup(cfg, s);
 }
 
 int duet__run_read_settings(duet__run *r) {
+    /* Independent settings: under --dry-run a bad one is kept as a problem
+     * and the next is still read (duet__run_problem). */
     duet_config *cfg = r->cfg;
     int64_t seed = 0;
-    DUET_TRY(duet_config_get_int_or(cfg, "seed", 0, &seed));
+    DUET_TRY(duet__run_problem(r, duet_config_get_int_or(cfg, "seed", 0, &seed)));
     r->seed = (uint64_t)seed;
-    DUET_TRY(duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters));
-    DUET_TRY(get_interval(cfg, "log_config.interval", 50, &r->log_interval));
-    DUET_TRY(duet__run_check_by_epoch(cfg, "checkpoint_config"));
-    DUET_TRY(get_interval(cfg, "checkpoint_config.interval", r->total_iters, &r->ckpt_interval));
-    DUET_TRY(duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer", true,
-                                     &r->save_optimizer));
-    DUET_TRY(get_interval(cfg, "evaluation.interval", 0, &r->eval_interval));
-    DUET_TRY(duet_config_get_bool_or(cfg, "evaluation.save_image", true, &r->save_image));
-    DUET_TRY(duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0, 4096,
-                                       &r->eval_num_images));
-    return read_lr_config(r);
+    int rc = duet_config_get_int_in(cfg, "total_iters", 1, INT64_MAX, &r->total_iters);
+    if (rc != DUET_OK) r->total_iters = INT64_MAX / 2; /* what follows needs some length */
+    DUET_TRY(duet__run_problem(r, rc));
+    DUET_TRY(duet__run_problem(r, get_interval(cfg, "log_config.interval", 50,
+                                               &r->log_interval)));
+    DUET_TRY(duet__run_problem(r, duet__run_check_by_epoch(cfg, "checkpoint_config")));
+    DUET_TRY(duet__run_problem(r, get_interval(cfg, "checkpoint_config.interval",
+                                               r->total_iters, &r->ckpt_interval)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_bool_or(cfg, "checkpoint_config.save_optimizer",
+                                                          true, &r->save_optimizer)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_int_in_or(cfg, "checkpoint_config.max_keep_ckpts",
+                                                            -1, -1, INT32_MAX,
+                                                            &r->max_keep_ckpts)));
+    DUET_TRY(duet__run_problem(r, get_interval(cfg, "evaluation.interval", 0,
+                                               &r->eval_interval)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_bool_or(cfg, "evaluation.save_image", true,
+                                                          &r->save_image)));
+    DUET_TRY(duet__run_problem(r, duet_config_get_int_in_or(cfg, "evaluation.num_images", 4, 0,
+                                                            4096, &r->eval_num_images)));
+    rc = read_lr_config(r);
+    /* A bad lr_config stops its reader midway: its other keys are not
+     * unknown. */
+    if (rc != DUET_OK && r->collect && duet_config_has(cfg, "lr_config"))
+        duet_config_mark_used(cfg, "lr_config");
+    return duet__run_problem(r, rc);
 }
 
 /* The bicubic comparison uses the model's own test settings. */
@@ -139,6 +222,16 @@ int duet__run_read_test_cfg(duet__run *r) {
     const size_t tl = strlen(type);
     const bool inpaintor = tl >= 9 && strcmp(type + tl - 9, "Inpaintor") == 0;
     if (inpaintor) r->test_cfg = (duet_test_cfg){.nmetrics = 1, .metrics = {"l1"}};
+    /* MMEditing's translation models compute no metrics (their test_cfg
+     * names none): PSNR and SSIM only when the config asks for them. */
+    const bool translation = strcmp(type, "Pix2Pix") == 0 || strcmp(type, "CycleGAN") == 0;
+    if (translation) {
+        r->test_cfg.nmetrics = 0;
+        const char *dir = "a2b";
+        DUET_TRY(duet_config_get_string_or(cfg, "model.train_cfg.direction", "a2b", &dir));
+        DUET_TRY(duet_config_get_string_or(cfg, "model.test_cfg.direction", dir, &dir));
+        r->eval_b2a = strcmp(dir, "b2a") == 0; /* the model's reader checks the value */
+    }
     /* The metrics evaluation logs: test_cfg's (the model checks the names). */
     if (duet_config_has(cfg, "model.test_cfg.metrics")) {
         const char *names[DUET_MAX_METRICS];
@@ -226,7 +319,10 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
         int64_t prefetch = 2;
         DUET_TRY(duet_config_get_int_in_or(r->cfg, "data.prefetch", 2, 0, 64, &prefetch));
         r->prefetch = (int)prefetch;
-        DUET_TRY(build_dataset(r, "data.train", true, &r->train_set));
+        int rc = build_dataset(r, "data.train", true, &r->train_set);
+        /* Its reader stopped midway: the rest of the group is not unknown. */
+        if (rc != DUET_OK && r->collect) duet_config_mark_used(r->cfg, "data.train");
+        DUET_TRY(duet__run_problem(r, rc));
     } else {
         /* test / infer read no training data: those keys are not typos. */
         if (duet_config_has(r->cfg, "data.train")) duet_config_mark_used(r->cfg, "data.train");
@@ -239,8 +335,12 @@ int duet__run_build_data(duet__run *r, bool with_train, bool need_val) {
      * MMEditing's tools/test.py does; training evaluates data.val. */
     r->val_key = !with_train && duet_config_has(r->cfg, "data.test") ? "data.test" : "data.val";
     const char *other = strcmp(r->val_key, "data.val") == 0 ? "data.test" : "data.val";
-    if (need_val)
-        DUET_TRY(build_dataset(r, r->val_key, false, &r->val_set));
+    if (need_val) {
+        int rc = build_dataset(r, r->val_key, false, &r->val_set);
+        if (rc != DUET_OK && r->collect && duet_config_has(r->cfg, r->val_key))
+            duet_config_mark_used(r->cfg, r->val_key);
+        DUET_TRY(duet__run_problem(r, rc));
+    }
     else if (duet_config_has(r->cfg, r->val_key))
         duet_config_mark_used(r->cfg, r->val_key); /* no evaluation: not read */
     if (!with_train && duet_config_has(r->cfg, other)) duet_config_mark_used(r->cfg, other);

@@ -64,6 +64,19 @@ void duet__to_rgb_for_png(const duet_batch *b, duet_tensor *t) {
 
 /* The picture's row for data on [-1, 1]: translation's img_a | output |
  * img_b, inpainting's masked_img | output | gt_img, in RGB. */
+/* A translation's metrics (when test_cfg names them): output against the
+ * target of the test direction, both mapped from [-1, 1] to [0, 1]. */
+static int translation_metrics(const duet_test_cfg *tc, const duet_tensor *out,
+                               const duet_tensor *target, duet_log_vars *lv) {
+    duet_tensor *o = NULL, *t = NULL;
+    int rc = duet__from_signed(out, &o);
+    if (rc == DUET_OK) rc = duet__from_signed(target, &t);
+    if (rc == DUET_OK) rc = duet_evaluate(tc, o, t, lv);
+    duet_tensor_release(o);
+    duet_tensor_release(t);
+    return rc;
+}
+
 static int signed_row(duet_image **row, const duet_batch *b_meta, const duet_tensor *a,
                       const duet_tensor *out, const duet_tensor *b) {
     duet_tensor *u[3] = {NULL, NULL, NULL};
@@ -145,7 +158,7 @@ int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *p
 }
 
 static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicubic,
-                    duet_image **row, double sums[NSUMS]) {
+                    duet_image **row, const char **labels, double sums[NSUMS]) {
     const duet_test_cfg *tc = &r->test_cfg;
     duet_batch batch = {0};
     DUET_TRY(duet_dataset_get_item(r->val_set, index, r->seed, 0, &batch));
@@ -171,7 +184,12 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
                          "nor 'masked_img', 'mask' and 'gt_img' (inpainting), which the "
                          "bicubic numbers and the evaluation picture compare");
     if (rc == DUET_OK && sr) rc = duet__check_forward_memory(r, lq, name);
+    /* The test direction's real A (the input) and real B (the target):
+     * MMEditing's real_a / real_b, img_b and img_a under b2a. */
+    const duet_tensor *real_a = r->eval_b2a ? img_b : img_a, *real_b = r->eval_b2a ? img_a : img_b;
     if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
+    if (rc == DUET_OK && translation && tc->nmetrics > 0)
+        rc = translation_metrics(tc, vo.output, real_b, &vo.metrics);
     if (rc == DUET_OK) {
         sums[0] += 1;
         for (int k = 0; k < tc->nmetrics; k++) sums[1 + k] += metric(&vo.metrics, tc->metrics[k]);
@@ -198,10 +216,21 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
         if (rc == DUET_OK && saved != NULL) duet__to_rgb_for_png(&batch, saved);
         if (rc == DUET_OK) rc = duet__save_tensor_png(saved ? saved : vo.output, out_dir, name);
     }
-    if (rc == DUET_OK && row != NULL)
-        rc = translation  ? signed_row(row, &batch, img_a, vo.output, img_b)
+    if (rc == DUET_OK && row != NULL) {
+        /* Column titles, as MMEditing's translation pictures read: real A |
+         * fake B | real B in the test direction's terms. */
+        static const char *const sr_l[3] = {"input", "output", "gt"};
+        static const char *const inp_l[3] = {"masked", "output", "gt"};
+        static const char *const a2b_l[3] = {"real A", "fake B", "real B"};
+        static const char *const b2a_l[3] = {"real B", "fake A", "real A"};
+        const char *const *l = translation ? (r->eval_b2a ? b2a_l : a2b_l)
+                               : inpainting ? inp_l
+                                            : sr_l;
+        for (int k = 0; k < 3; k++) labels[k] = l[k];
+        rc = translation  ? signed_row(row, &batch, real_a, vo.output, real_b)
              : inpainting ? signed_row(row, &batch, masked, vo.output, gt_img)
                           : duet__grid_row(lq, vo.output, gt, 0, 4, row);
+    }
     if (rc != DUET_OK) duet__error_context(rc, "validation image %s", name);
     duet_val_output_clear(&vo);
     duet_tensor_release(bic);
@@ -253,14 +282,15 @@ int duet__run_evaluate(duet__run *r, const char *grid_path, const char *out_dir,
     duet_image **rows = nrows > 0 ? calloc((size_t)nrows, sizeof *rows) : NULL;
     if (nrows > 0 && rows == NULL) return duet__error(DUET_ENOMEM, "evaluation: out of memory");
     double sums[NSUMS] = {0}; /* over images */
+    const char *labels[3] = {"input", "output", "gt"};
     int rc = DUET_OK;
     if (out_dir != NULL) rc = duet__mkdirs(out_dir);
     for (int64_t i = r->rank; i < n && rc == DUET_OK; i += r->world)
-        rc = eval_one(r, i, out_dir, bicubic, i < nrows ? &rows[i] : NULL, sums);
+        rc = eval_one(r, i, out_dir, bicubic, i < nrows ? &rows[i] : NULL, labels, sums);
     if (rc == DUET_OK && nrows > 0 && r->world > 1) rc = gather_rows(r, rows, nrows);
     if (rc == DUET_OK && nrows > 0 && r->rank == 0) {
         duet_image *grid = NULL;
-        rc = duet__grid_stack(rows, (int)nrows, 4, &grid);
+        rc = duet__grid_stack_labelled(rows, (int)nrows, 4, labels, &grid);
         if (rc == DUET_OK) rc = duet_image_save_png(grid, grid_path);
         duet_image_destroy(grid);
     }

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "runner/font.h"
+
 /* Copies sample n of t (N, 3, th, tw), each pixel repeated f times in both
  * directions, into img at column x0. uint8 through duet_image_from_tensor so
  * that the rounding is MMEditing's. */
@@ -61,6 +63,31 @@ int duet__grid_stack(duet_image *const *rows, int nrows, int gap, duet_image **o
                    (size_t)rows[i]->width * 3);
         y0 += rows[i]->height + gap;
     }
+    *out = img;
+    return DUET_OK;
+}
+
+int duet__grid_stack_labelled(duet_image *const *rows, int nrows, int gap,
+                              const char *const labels[3], duet_image **out) {
+    *out = NULL;
+    duet_image *body = NULL;
+    DUET_TRY(duet__grid_stack(rows, nrows, gap, &body));
+    /* Text 7 px high (twice that on panels of 128 px and wider). */
+    const int64_t panel = (rows[0]->width - 2 * gap) / 3;
+    const int scale = panel >= 128 ? 2 : 1, strip = 7 * scale + 6;
+    duet_image *img = NULL;
+    int rc = duet_image_create(body->height + strip, body->width, 3, &img);
+    if (rc != DUET_OK) {
+        duet_image_destroy(body);
+        return rc;
+    }
+    memset(img->data, 255, (size_t)(strip * img->width * 3));
+    memcpy(img->data + strip * img->width * 3, body->data,
+           (size_t)(body->height * body->width * 3));
+    const uint8_t black[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++)
+        duet__draw_text(img, k * (panel + gap) + 2, 3, labels[k], black, scale);
+    duet_image_destroy(body);
     *out = img;
     return DUET_OK;
 }

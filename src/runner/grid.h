@@ -16,4 +16,8 @@ int duet__grid_row(const duet_tensor *lq, const duet_tensor *output, const duet_
  * and black to the right of rows narrower than the widest. */
 int duet__grid_stack(duet_image *const *rows, int nrows, int gap, duet_image **out);
 
+/* duet__grid_stack under a strip with the three columns' titles (black
+ * on white, at the left of each third of the first row). */
+int duet__grid_stack_labelled(duet_image *const *rows, int nrows, int gap,
+                              const char *const labels[3], duet_image **out);
 #endif

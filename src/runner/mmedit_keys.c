@@ -35,9 +35,13 @@ static const no_effect no_effects[] = {
                   "MMEditing's tools/test.py)"},
     {"data.train_dataloader.drop_last", "duet's sampler draws whole batches without end "
                                         "(iteration-based)"},
+    {"data.drop_last", "duet's sampler draws whole batches without end (iteration-based)"},
+    {"data.persistent_workers", "no worker processes"},
     {"data.train_dataloader.persistent_workers", "no worker processes"},
     {"data.train_dataloader.workers_per_gpu", "no worker processes"},
     {"evaluation.gpu_collect", "results are gathered over MPI"},
+    {"fp16", "duet's mixed precision is bfloat16, which needs no loss scaling: set "
+             "mixed_precision = \"bf16\" (on CPUs with AVX512-BF16 or AMX; docs/performance.md)"},
 };
 
 /* MMEditing's log_level, as duet_log's level (duet's messages: notes,
@@ -101,14 +105,27 @@ static int read_log_hooks(duet__run *r, bool notes) {
 
 int duet__run_read_mmedit_keys(duet__run *r, bool notes) {
     DUET_TRY(read_log_level(r));
-    for (size_t i = 0; i < sizeof no_effects / sizeof no_effects[0]; i++) {
+    /* One line names them all (a converted config has eight or nine);
+     * each reason at DEBUG. */
+    duet__str names = {0};
+    size_t n = 0;
+    int rc = DUET_OK;
+    for (size_t i = 0; i < sizeof no_effects / sizeof no_effects[0] && rc == DUET_OK; i++) {
         const no_effect *k = &no_effects[i];
         if (!duet_config_has(r->cfg, k->path)) continue;
         /* duet test read data.test as its dataset: its keys are checked. */
         if (r->val_key != NULL && strcmp(k->path, r->val_key) == 0) continue;
-        DUET_TRY(duet_config_mark_used(r->cfg, k->path));
+        rc = duet_config_mark_used(r->cfg, k->path);
+        duet__str_add_item(&names, ", ", "%s", k->path);
+        n++;
         if (notes && r->rank == 0)
-            duet_log(DUET_LOG_INFO, "config: %s has no effect in duet: %s", k->path, k->why);
+            duet_log(DUET_LOG_DEBUG, "config: %s has no effect in duet: %s", k->path, k->why);
     }
+    if (rc == DUET_OK && notes && r->rank == 0 && n > 0)
+        duet_log(DUET_LOG_INFO, "config: %zu MMEditing key%s with no effect in duet: %s (each "
+                 "reason with log_level = \"DEBUG\")", n, n == 1 ? "" : "s",
+                 duet__str_get(&names));
+    duet__str_free(&names);
+    DUET_TRY(rc);
     return read_log_hooks(r, notes);
 }

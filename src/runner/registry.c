@@ -173,6 +173,7 @@ static int build_module_row(duet_config *c, const char *path, duet_rng *rng, due
     row->defaults(opts);
     int rc = row->read(c, opts);
     if (rc == DUET_OK) rc = row->create(opts, rng, out);
+    duet__module_opts_release(row->type, opts);
     free(opts);
     return rc;
 }
@@ -279,6 +280,9 @@ static int build_model_row(duet_config *m, const char *path, duet_rng *rng, duet
     int rc = read_parts(row, m, path, opts);
     if (rc == DUET_OK) rc = row->read(m, path, rng, opts);
     if (rc == DUET_OK) rc = row->create(opts, rng, out);
+    /* The parts' types share their struct: the first one's release. */
+    for (const duet__part_row *p = row->parts; p->key != NULL; p++)
+        duet__module_opts_release(p->types[0], (char *)opts + p->at);
     free(opts);
     return rc;
 }

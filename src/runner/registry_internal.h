@@ -26,6 +26,10 @@ typedef struct duet__module_row {
     int (*create)(const void *opts, duet_rng *rng, duet_module **out);
 } duet__module_row;
 
+/* What a row's reader made for create and create does not keep (a
+ * converted weights file): released after create, whatever it returned. */
+void duet__module_opts_release(const char *type, void *opts);
+
 #define DUET__MAX_PART_TYPES 3
 #define DUET__MAX_PARTS 8
 

@@ -2,6 +2,7 @@
  * options, reader, create), read from MMEditing's keys. Every key read is
  * marked used, so duet_config_check_unused reports the others. */
 #include "runner/registry_internal.h"
+#include "runner/runner_internal.h"
 
 #include <float.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- getters shared by the registry's readers ------------------------------------- */
 
@@ -183,6 +185,8 @@ static int read_vgg_stack(duet_config *c, duet_perceptual_loss_opts *o) {
     return DUET_OK;
 }
 
+static int resolve_vgg_weights(duet_config *c, const char *pre, duet_perceptual_loss_opts *o);
+
 static int read_perceptual(duet_config *c, void *opts) {
     duet_perceptual_loss_opts *o = opts;
     *o = duet_perceptual_loss_opts_default();
@@ -202,18 +206,67 @@ static int read_perceptual(duet_config *c, void *opts) {
                                  &o->perceptual_weight));
     DUET_TRY(duet__reg_get_float(c, "style_weight", o->style_weight, &o->style_weight));
     DUET_TRY(duet_config_get_string_or(c, "criterion", "l1", &o->criterion));
-    DUET_TRY(duet_config_get_string_or(c, "pretrained", "", &o->weights_path));
-    if (strncmp(o->weights_path, "torchvision://", 14) == 0)
-        return duet__error(DUET_ECONFIG, "%s: pretrained = '%s': duet reads VGG weights from a "
-                           "safetensors file (torchvision's state dict converted, keys "
-                           "features.<i>.weight); give its path", duet_config_name(c),
-                           o->weights_path);
+    /* MMEditing's default is torchvision's VGG19 (pretrained =
+     * 'torchvision://vgg19'); duet's own small stacks (cfg = [...]) have no
+     * torchvision file, so for them absent means a seeded random init. A
+     * random network for a torchvision VGG must be asked for by name. */
+    const char *pre = NULL;
+    DUET_TRY(duet_config_get_string_or(c, "pretrained", NULL, &pre));
+    if (pre == NULL) pre = duet_config_has(c, "cfg") ? "random" : "torchvision://vgg19";
+    if (pre[0] == '\0')
+        return duet__error(DUET_ECONFIG, "%s: pretrained = \"\": name the VGG weights (MMEditing's "
+                           "\"torchvision://vgg19\", a .pth or a .safetensors file), or ask for "
+                           "a seeded random network with pretrained = \"random\"",
+                           duet_config_name(c));
+    if (strcmp(pre, "random") == 0) {
+        o->weights_path = NULL;
+        o->random_init = true;
+        return DUET_OK;
+    }
+    return resolve_vgg_weights(c, pre, o);
+}
+
+/* The VGG weights where a PyTorch user has them: torchvision://<name> in
+ * torch.hub's folder, a .pth through scripts/convert-pth.py (no code of it
+ * run; the hash in a torchvision file name checked there) into a temporary
+ * safetensors file (o->weights_tmp, removed by duet__module_opts_release
+ * once the loss is made), or duet's safetensors as they are. */
+static int resolve_vgg_weights(duet_config *c, const char *pre, duet_perceptual_loss_opts *o) {
+    char *found = NULL;
+    o->weights_path = pre;
+    if (strncmp(pre, "torchvision://", 14) == 0) {
+        if (duet__torchvision_file(pre + 14) == NULL)
+            return duet__error(DUET_ECONFIG, "%s: pretrained = '%s': duet knows torchvision's "
+                               "vgg11, vgg13, vgg16 and vgg19 (duet's VGG has no batch norm)",
+                               duet_config_name(c), pre);
+        DUET_TRY(duet__torchvision_find(pre + 14, &found));
+        o->weights_path = found;
+    }
+    int rc = DUET_OK;
+    if (duet__is_pth(o->weights_path)) {
+        rc = duet__helper_convert("convert-pth.py", o->weights_path, ".safetensors", false,
+                                  &o->weights_tmp);
+        o->weights_path = o->weights_tmp;
+    }
+    free(found);
+    if (rc != DUET_OK) {
+        o->weights_path = NULL;
+        return duet__error_context(rc, "%s.pretrained", duet_config_name(c));
+    }
     return DUET_OK;
 }
 
+void duet__module_opts_release(const char *type, void *opts) {
+    if (strcmp(type, "PerceptualLoss") != 0) return;
+    duet_perceptual_loss_opts *o = opts;
+    if (o->weights_tmp != NULL) unlink(o->weights_tmp);
+    free(o->weights_tmp);
+    o->weights_tmp = NULL;
+}
 
-/* MMEditing's RRDBNet arguments; `scale` is the later 0.x name of the
- * factor (default 4, the only one duet builds). */
+
+/* MMEditing's RRDBNet arguments; the factor is `upscale_factor` in
+ * MMEditing 0.16.1 and `scale` in other 0.x releases (either; default 4). */
 static int read_rrdbnet(duet_config *c, void *opts) {
     duet_rrdbnet_opts *o = opts;
     *o = duet_rrdbnet_opts_default();
@@ -222,6 +275,12 @@ static int read_rrdbnet(duet_config *c, void *opts) {
     DUET_TRY(duet__reg_get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
     DUET_TRY(duet__reg_get_int(c, "num_blocks", o->num_blocks, &o->num_blocks));
     DUET_TRY(duet__reg_get_int(c, "growth_channels", o->growth_channels, &o->growth_channels));
+    if (duet_config_has(c, "upscale_factor") && duet_config_has(c, "scale"))
+        return duet__error(DUET_ECONFIG, "%s: upscale_factor and scale are both set: they name "
+                           "one thing (MMEditing 0.16.1 calls it upscale_factor)",
+                           duet_config_name(c));
+    if (duet_config_has(c, "upscale_factor"))
+        return duet__reg_get_int(c, "upscale_factor", o->upscale_factor, &o->upscale_factor);
     return duet__reg_get_int(c, "scale", o->upscale_factor, &o->upscale_factor);
 }
 

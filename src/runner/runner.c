@@ -118,7 +118,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
     duet_comm_set_name(r->comm, "runner");
-    DUET_TRY(duet_config_load(o->config, &r->cfg));
+    DUET_TRY(duet__run_load_config(o->config, r->rank == 0 && !o->quiet, &r->cfg));
     r->read_files[0] = o->config;
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
@@ -169,7 +169,14 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
      * model names, and their moving averages). */
     DUET_TRY(duet__run_read_ema(r));
     DUET_TRY(duet__run_add_ema(r, r->model));
-    DUET_TRY(duet_checkpoint_load_eval(ckpt, r->model));
+    char *converted = NULL; /* an MMEditing .pth, through scripts/convert-pth.py */
+    if (duet__is_pth(ckpt))
+        DUET_TRY(duet__helper_convert("convert-pth.py", ckpt, ".safetensors",
+                                      r->rank == 0 && !r->quiet, &converted));
+    int rc = duet_checkpoint_load_eval(converted != NULL ? converted : ckpt, r->model);
+    if (converted != NULL) unlink(converted);
+    free(converted);
+    DUET_TRY(rc);
     duet_module_train(duet_model_module(r->model), false);
     return DUET_OK;
 }
@@ -202,6 +209,7 @@ static int resolve_work_dir(duet__run *r, const duet_runner_opts *o) {
         base = base != NULL ? base + 1 : o->config;
         size_t n = strlen(base);
         if (n > 4 && strcmp(base + n - 4, ".cfg") == 0) n -= 4;
+        else if (n > 3 && strcmp(base + n - 3, ".py") == 0) n -= 3; /* MMEditing's */
         /* The whole name: configs that differ only past some length must
          * not share a work dir. (A file name is at most NAME_MAX bytes.) */
         r->work_dir = duet__strf("./work_dirs/%.*s", (int)n, base);
@@ -252,28 +260,56 @@ static void setup_progress_bar(duet__run *r) {
         duet__logger_set_progress(r->log, false);
 }
 
+int duet__run_problem(duet__run *r, int rc) {
+    if (rc == DUET_OK || !r->collect) return rc;
+    if (rc == DUET_ENOMEM) return rc;
+    r->nproblems++;
+    duet__str_addf(&r->problems, "\n  %d. %s", r->nproblems, duet_last_error());
+    return DUET_OK;
+}
+
+/* What training needs, built and checked. Under --dry-run (r->collect) a
+ * failed step is kept as a problem and the independent steps after it
+ * still run: the keys, values, files and folders of the whole config are
+ * checked in one run. A part that failed to build has its group marked
+ * read, so that its unread keys are not reported as unknown too. */
 static int setup_train(duet__run *r, const duet_runner_opts *o) {
-    DUET_TRY(duet__run_read_mmedit_keys(r, true));
+    DUET_TRY(duet__run_problem(r, duet__run_read_mmedit_keys(r, true)));
     DUET_TRY(duet__run_read_settings(r));
-    DUET_TRY(duet__run_read_test_cfg(r));
+    DUET_TRY(duet__run_problem(r, duet__run_read_test_cfg(r)));
     r->rng = duet_rng_make(r->seed, 0);
     const char *load_from = NULL;
-    DUET_TRY(duet_config_get_string_or(r->cfg, "load_from", "", &load_from));
+    DUET_TRY(duet__run_problem(r, duet_config_get_string_or(r->cfg, "load_from", "",
+                                                            &load_from)));
+    if (load_from == NULL) load_from = "";
     if (load_from[0] != '\0') r->read_files[1] = load_from;
 
     duet_model *model = NULL;
-    DUET_TRY(duet_build_model(r->cfg, "model", &r->rng, &model));
+    int rc = duet_build_model(r->cfg, "model", &r->rng, &model);
+    if (rc != DUET_OK && r->collect) {
+        /* Without a model: no wrapper or optimizers to check; the data
+         * and the other keys still are. */
+        static const char *const skipped[] = {"model", "optimizers", "wrapper", "custom_hooks"};
+        for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
+            if (duet_config_has(r->cfg, skipped[i])) duet_config_mark_used(r->cfg, skipped[i]);
+        DUET_TRY(duet__run_problem(r, rc));
+        DUET_TRY(duet__run_problem(r, duet__run_build_data(r, true, r->eval_interval > 0)));
+        return duet__run_problem(r, duet_config_check_unused(r->cfg));
+    }
+    DUET_TRY(rc);
     r->model = model; /* owned until the wrapper takes it */
     /* Known now, not after total_iters at the first evaluation. */
     if (r->eval_interval > 0 && !duet_model_can_validate(model))
-        return duet_config_error(r->cfg, "evaluation", "evaluation.interval = %lld, but a %s "
+        DUET_TRY(duet__run_problem(
+            r, duet_config_error(r->cfg, "evaluation", "evaluation.interval = %lld, but a %s "
                                  "has no val_step to evaluate with: remove the evaluation "
                                  "group", (long long)r->eval_interval,
-                                 duet_model_type_name(model));
+                                 duet_model_type_name(model))));
     if (load_from[0] != '\0' && !o->resume) {
-        int rc = duet__ckpt_load_weights(r, load_from, false, NULL);
-        if (rc != DUET_OK) return duet__error_context(rc, "load_from");
-        if (r->rank == 0 && !r->quiet)
+        rc = duet__ckpt_load_weights(r, load_from, false, NULL);
+        if (rc != DUET_OK) duet__error_context(rc, "load_from");
+        DUET_TRY(duet__run_problem(r, rc));
+        if (rc == DUET_OK && r->rank == 0 && !r->quiet)
             duet_log(DUET_LOG_INFO, "load_from %s: weights loaded", load_from);
     }
     /* MMEditing's EMA hook before_run: a copy of the generator, part of the
@@ -292,10 +328,13 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
     r->model = duet_wrapper_model(r->wrapper);
     /* The DDP took rank 0's generator: so does its copy (a resume loads it). */
     if (!o->resume) DUET_TRY(duet__run_ema_sync(r));
-    DUET_TRY(duet_build_optimizers(r->cfg, "optimizers", r->model, &r->opts));
+    rc = duet_build_optimizers(r->cfg, "optimizers", r->model, &r->opts);
+    if (rc != DUET_OK && r->collect && duet_config_has(r->cfg, "optimizers"))
+        duet_config_mark_used(r->cfg, "optimizers");
+    DUET_TRY(duet__run_problem(r, rc));
     /* Evaluating needs data.val: its absence is an error then. */
-    DUET_TRY(duet__run_build_data(r, true, r->eval_interval > 0));
-    return duet_config_check_unused(r->cfg);
+    DUET_TRY(duet__run_problem(r, duet__run_build_data(r, true, r->eval_interval > 0)));
+    return duet__run_problem(r, duet_config_check_unused(r->cfg));
 }
 
 /* Losses summed over a logging interval (MMEditing's log buffer average):
@@ -734,11 +773,19 @@ int duet_runner_train(const duet_runner_opts *opts) {
     duet_runner_opts eff = *opts;
     const duet_runner_opts *o = &eff;
     int rc = agree(&r, open_run(&r, o));
+    r.collect = o->dry_run;
     if (rc == DUET_OK) rc = agree(&r, read_resume_from(&r, &eff));
-    if (rc == DUET_OK) rc = agree(&r, claim_work_dir(&r, o));
+    if (rc == DUET_OK) rc = agree(&r, duet__run_problem(&r, claim_work_dir(&r, o)));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
     if (o->dry_run) {
+        /* Every problem of the config at once, then a failure. */
+        if (rc == DUET_OK && r.nproblems > 0)
+            rc = agree(&r, duet__error(DUET_ECONFIG, "%s: %d problem%s:%s\nduet train --dry-run "
+                                       "names them all; nothing was written", o->config,
+                                       r.nproblems, r.nproblems == 1 ? "" : "s",
+                                       duet__str_get(&r.problems)));
         if (rc == DUET_OK) rc = agree(&r, dry_run(&r, o));
+        duet__str_free(&r.problems);
         close_run(&r);
         return rc;
     }

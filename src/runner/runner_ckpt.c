@@ -3,6 +3,7 @@
  * state under optimizer.<part>., and the metadata a resume needs
  * (iteration, epoch and sampler position, seed, RNG, world size, batch,
  * config text, model type), and the model's own state through its hooks. Written by rank 0, atomically. */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -58,6 +59,51 @@ static int named_optimizers(duet__run *r, duet_named_optimizer **out, size_t *n)
 
 enum { NMETA = 13 };
 
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* mmcv's CheckpointHook max_keep_ckpts: only the newest N iter_N files stay
+ * (latest.safetensors is another name of the newest). Best effort: a file
+ * that cannot be removed is named in a warning, the run goes on. */
+static void prune_checkpoints(const duet__run *r) {
+    DIR *d = opendir(r->work_dir);
+    if (d == NULL) return;
+    int64_t *iters = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long it = -1;
+        int end = 0;
+        if (sscanf(e->d_name, "iter_%lld.safetensors%n", &it, &end) != 1 || end <= 0 ||
+            e->d_name[end] != '\0')
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? 2 * cap : 16;
+            int64_t *g = realloc(iters, nc * sizeof *g);
+            if (g == NULL) break;
+            iters = g;
+            cap = nc;
+        }
+        iters[n++] = (int64_t)it;
+    }
+    closedir(d);
+    if (n > (size_t)r->max_keep_ckpts) {
+        qsort(iters, n, sizeof *iters, cmp_i64);
+        for (size_t i = 0; i + (size_t)r->max_keep_ckpts < n; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "iter_%" PRId64 ".safetensors", iters[i]);
+            char *p = duet__path_join(r->work_dir, name);
+            if (p != NULL && unlink(p) != 0)
+                duet_log(DUET_LOG_WARN, "checkpoint_config.max_keep_ckpts: cannot remove %s: %s",
+                         p, strerror(errno));
+            free(p);
+        }
+    }
+    free(iters);
+}
+
 int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     char v[NMETA][32]; /* integers: 20 digits and a sign at most */
     snprintf(v[0], 32, "%" PRId64, s->iter);
@@ -112,13 +158,24 @@ int duet__ckpt_save(duet__run *r, const duet__ckpt_state *s) {
     free(latest);
     free(text);
     free(opts);
+    if (rc == DUET_OK && r->max_keep_ckpts > 0) prune_checkpoints(r);
     return rc;
 }
 
 int duet__ckpt_load_weights(duet__run *r, const char *path, bool strict,
                             const char *require_prefix) {
-    return duet_checkpoint_load_weights(path, duet_model_module(r->model), strict, require_prefix,
-                                        NULL, NULL);
+    /* An MMEditing .pth (load_from = 'work_dirs/.../iter_1000000.pth'):
+     * through scripts/convert-pth.py, which runs no code from it. */
+    char *converted = NULL;
+    if (duet__is_pth(path))
+        DUET_TRY(duet__helper_convert("convert-pth.py", path, ".safetensors",
+                                      r->rank == 0 && !r->quiet, &converted));
+    int rc = duet_checkpoint_load_weights(converted != NULL ? converted : path,
+                                          duet_model_module(r->model), strict, require_prefix,
+                                          NULL, NULL);
+    if (converted != NULL) unlink(converted);
+    free(converted);
+    return rc;
 }
 
 /* Integer metadata checked when it is read: a corrupt or hand-edited

@@ -55,8 +55,14 @@ typedef struct duet__run {
     /* Hooks: every N iterations (0 = never). */
     int64_t total_iters, log_interval, ckpt_interval, eval_interval;
     bool save_optimizer, save_image;
+    int64_t max_keep_ckpts; /* checkpoint_config.max_keep_ckpts: keep the newest N iter_*
+                               files (<= 0: all, mmcv's -1) */
     int64_t eval_num_images; /* rows of the evaluation grid */
     duet_test_cfg test_cfg;  /* crop_border etc. for the bicubic numbers */
+    /* Translation models: the test direction (model.test_cfg.direction,
+     * else train_cfg's, else a2b), which the grid's columns and the
+     * metrics' target follow: b2a turns B into A. */
+    bool eval_b2a;
 
     duet__logger *log; /* rank 0 while training; NULL elsewhere */
     /* log_config.hooks' TensorboardLoggerHook: its log_dir (borrowed from
@@ -67,7 +73,17 @@ typedef struct duet__run {
     const char *val_key;
 
     duet__ema_hook ema;
+
+    /* --dry-run: each problem is kept (duet__run_problem) and the check
+     * goes on, so that one run names them all. */
+    bool collect;
+    int nproblems;
+    duet__str problems;
 } duet__run;
+
+/* rc as it is, or, while r->collect, DUET_OK after keeping rc's message
+ * (duet_last_error()) as one of the run's problems. */
+int duet__run_problem(duet__run *r, int rc);
 
 /* mkdir -p; DUET_EIO naming the folder. */
 int duet__mkdirs(const char *path);
@@ -121,6 +137,30 @@ int duet__workdir_write_file(const duet__run *r, const char *name, const char *t
  * (DUET_ECONFIG naming both and the key's file and line): the run's
  * pictures would be read back as data. Links are resolved first. */
 int duet__workdir_check_data(duet__run *r);
+
+/* ---- helper.c ---- */
+/* Runs scripts/<script> (found through $DUET_SCRIPTS, or beside the
+ * program) with $DUET_PYTHON (default python3) as `script INPUT -o OUT`,
+ * OUT a new temporary file ending in `suffix`; *out_path (free it, and
+ * unlink the file) on success. The converter's own lines go to stderr
+ * when show_notes, else nowhere. DUET_ENOTFOUND naming where it looked
+ * when the script or Python is missing; DUET_ECONFIG when it refused the
+ * file (its message is on stderr). */
+int duet__helper_convert(const char *script, const char *input, const char *suffix,
+                         bool show_notes, char **out_path);
+/* duet_config_load, and for an MMEditing .py config its conversion through
+ * scripts/convert-config.py (no code of it run); messages then name "X.py
+ * (converted)" and the converted text's lines. */
+int duet__run_load_config(const char *path, bool show_notes, duet_config **out);
+/* path ends in ".pth" (a PyTorch file, for scripts/convert-pth.py). */
+bool duet__is_pth(const char *path);
+/* torchvision's file name for a model name MMEditing writes as
+ * torchvision://<name> ("vgg19" -> "vgg19-dcbb9e9d.pth"), or NULL. */
+const char *duet__torchvision_file(const char *name);
+/* That file in torch.hub's folder ($TORCH_HOME/hub/checkpoints, else
+ * $XDG_CACHE_HOME/torch/..., else ~/.cache/torch/...): *out_path (free it);
+ * DUET_ENOTFOUND naming the folder, the file and where it comes from. */
+int duet__torchvision_find(const char *name, char **out_path);
 
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */

@@ -254,6 +254,51 @@ fi
 grep -q "features.0.weight" "$T/wrong.err" || fail "the VGG error does not name the key: $(cat "$T/wrong.err")"
 echo "test_convert_pth: duet's perceptual loss loads the converted VGG (and refuses other names)"
 
+# pretrained = "torchvision://vgg19" (MMEditing's default) reads torchvision's
+# file from torch.hub's folder through the converter, and a .pth path the
+# same way (issue 33): one training iteration's perceptual loss equals the
+# one with the hand-converted safetensors, bit for bit. The file here is
+# not torchvision's (its hash differs from the name's): a warning names it.
+# Absent, the error says where to put which file; a random network for a
+# torchvision VGG must be asked for by name.
+mkdir -p "$T/th/hub/checkpoints"
+cp "$T/vgg.pth" "$T/th/hub/checkpoints/vgg19-dcbb9e9d.pth"
+percep() {  # tag, pretrained value -> loss_perceptual of iteration 1
+  sed "s|pretrained = \"$T/vgg.safetensors\"|pretrained = \"$2\"|" "$T/srgan.cfg" > "$T/srgan_$1.cfg"
+  TORCH_HOME="$T/th" "$DUET" train "$T/srgan_$1.cfg" --work-dir "$T/wd_$1" --set total_iters=1 \
+    --set log_config.interval=1 --set data.train.gt_patch_size=32 --set data.samples_per_gpu=2 --set "load_from=\"$T/mmedit.safetensors\"" \
+    > "$T/percep_$1.out" 2>&1 \
+    || { cat "$T/percep_$1.out" >&2; fail "training with pretrained = $2"; }
+  "$PY" -c "import json,sys; print(repr([r for r in map(json.loads, open(sys.argv[1])) if r.get('mode') == 'train'][0]['loss_perceptual']))" \
+    "$T/wd_$1/log.jsonl"
+}
+by_hand=$(percep hand "$T/vgg.safetensors")
+from_hub=$(percep hub "torchvision://vgg19")
+from_pth=$(percep pth "$T/vgg.pth")
+[ "$by_hand" = "$from_hub" ] && [ "$by_hand" = "$from_pth" ] \
+  || fail "perceptual loss: by hand $by_hand, torchvision://vgg19 $from_hub, .pth $from_pth"
+grep -q "warning: .*th/hub/checkpoints/vgg19-dcbb9e9d.pth: its sha256 begins .*, not dcbb9e9d" "$T/percep_hub.out" \
+  || fail "no hash warning: $(cat "$T/percep_hub.out")"
+rm "$T/th/hub/checkpoints/vgg19-dcbb9e9d.pth"
+if TORCH_HOME="$T/th" "$DUET" train "$T/srgan_hub.cfg" --dry-run > /dev/null 2> "$T/nohub.err"; then
+  fail "a missing torchvision file was accepted"
+fi
+grep -qF "$T/th/hub/checkpoints/vgg19-dcbb9e9d.pth is not there: put torchvision's file vgg19-dcbb9e9d.pth in $T/th/hub/checkpoints" \
+  "$T/nohub.err" || fail "missing torchvision file: $(cat "$T/nohub.err")"
+sed -e 's/cfg = \[4, 4, 0, 8, 8\]; //' -e 's/ pretrained = "[^"]*";//' "$T/srgan.cfg" > "$T/srgan_default.cfg"
+grep -q "layer_ids = \[7\]" "$T/srgan_default.cfg" || fail "srgan_default.cfg: $(cat "$T/srgan_default.cfg")"
+if TORCH_HOME="$T/th" "$DUET" train "$T/srgan_default.cfg" --dry-run > /dev/null 2> "$T/default.err"; then
+  fail "a torchvision VGG without weights was accepted"
+fi
+grep -q "pretrained = 'torchvision://vgg19': .*vgg19-dcbb9e9d.pth is not there" "$T/default.err" \
+  || fail "MMEditing's default pretrained: $(cat "$T/default.err")"
+sed -i 's/layer_weights = \[1.0\];/layer_weights = [1.0]; pretrained = "";/' "$T/srgan_default.cfg"
+if "$DUET" train "$T/srgan_default.cfg" --dry-run > /dev/null 2> "$T/empty.err"; then
+  fail "pretrained = \"\" was accepted"
+fi
+grep -q 'pretrained = "": .*pretrained = "random"' "$T/empty.err" || fail "pretrained empty: $(cat "$T/empty.err")"
+echo "test_convert_pth: torchvision://vgg19 from TORCH_HOME/hub/checkpoints and a .pth give the hand-converted VGG's perceptual loss ($by_hand)"
+
 # ---- back to PyTorch: duet checkpoints as MMEditing .pth files ----
 # The converted MMEditing checkpoint, back again: torch.load gives the
 # original weights bit for bit, and PyTorch's MSRResNet loads them strictly.
@@ -261,7 +306,7 @@ echo "test_convert_pth: duet's perceptual loss loads the converted VGG (and refu
   || { cat "$T/back.out"; fail "safetensors -> pth"; }
 # A duet training checkpoint (with optimizer state): weights and meta kept,
 # the optimizer left out and said so.
-"$DUET" train "$T/msrresnet.cfg" --work-dir "$T/w" --set total_iters=2 --set data.train.gt_patch_size=32 --set checkpoint_config.interval=2 \
+"$DUET" train "$T/msrresnet.cfg" --work-dir "$T/w" --set total_iters=2 --set data.train.gt_patch_size=32 --set data.samples_per_gpu=2 --set checkpoint_config.interval=2 \
   > "$T/train.out" 2>&1 || { cat "$T/train.out"; fail "duet train for a checkpoint"; }
 "$PY" "$CONVERT" "$T/w/latest.safetensors" -o "$T/trained.pth" > "$T/trained.out" \
   || { cat "$T/trained.out"; fail "duet checkpoint -> pth"; }
@@ -311,12 +356,19 @@ assert sorted(h) == ['discriminators.a.w', 'generator_ema.conv.weight', 'generat
                      'generators.b.conv.weight'], sorted(h)" "$T/cyclegan_ema.safetensors" \
   || fail "CycleGAN / EMA names not kept"
 
-# A .pth handed to duet itself says what to do with it.
-if "$DUET" test "$T/msrresnet.cfg" "$T/mmedit.pth" > /dev/null 2> "$T/pth.err"; then
-  fail "duet test accepted a .pth"
+# A .pth handed to duet itself is converted on the fly through the same
+# script (issue 33): duet test on it equals duet test on the converted file.
+"$DUET" test "$T/msrresnet.cfg" "$T/mmedit.pth" --json > "$T/pth.json" 2> "$T/pth.err" \
+  || { cat "$T/pth.err"; fail "duet test on a .pth"; }
+"$DUET" test "$T/msrresnet.cfg" "$T/mmedit.safetensors" --json > "$T/st.json" 2> /dev/null \
+  || fail "duet test on the converted .pth"
+cmp -s "$T/pth.json" "$T/st.json" || fail "a .pth on the fly: $(cat "$T/pth.json") vs $(cat "$T/st.json")"
+# A file that is neither still says what it is not.
+printf 'not a checkpoint' > "$T/junk.pth"
+if "$DUET" test "$T/msrresnet.cfg" "$T/junk.pth" > /dev/null 2> "$T/junk.err"; then
+  fail "duet test accepted a junk .pth"
 fi
-grep -q "mmedit.pth: a PyTorch file (torch.save's zip format), not safetensors: convert it first with .python3 scripts/convert-pth.py" \
-  "$T/pth.err" || fail "no converter hint for a .pth: $(cat "$T/pth.err")"
+grep -q "junk.pth: .*refused it" "$T/junk.err" || fail "junk .pth: $(cat "$T/junk.err")"
 
 # ---- refusals: the key and the reason, exit status 2, no file ----
 refuse() {  # file, then strings the message must hold

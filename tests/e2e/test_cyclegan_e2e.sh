@@ -112,4 +112,44 @@ PY_CHECK
   > "$T/test.json" 2> "$T/test.err" || { cat "$T/test.err"; fail "duet test"; }
 n=$(ls "$D/testA" | wc -l)
 [ "$(ls "$T/test" | wc -l)" -eq "$n" ] || { ls "$T/test"; fail "duet test: want $n outputs"; }
+# ---- metrics only where computed; the grid follows the direction (issue 33) ----
+# CycleGAN's test_cfg names no metrics: no PSNR/SSIM in the log or in duet
+# test --json (MMEditing computes none for translation).
+"$PY" - "$T/a/log.jsonl" "$T/test.json" <<'PY_METRICS' || fail "metrics that were never computed"
+import json, sys
+val = [r for r in map(json.loads, open(sys.argv[1])) if r["mode"] == "val"]
+assert val, "no val records"
+for r in val:
+    assert not ({"PSNR", "SSIM"} & set(r)), r
+t = json.load(open(sys.argv[2]))
+assert set(t) == {"images"}, t
+PY_METRICS
+# One iteration evaluated in each direction: the b2a grid's first column
+# is the a2b grid's last (real B is the input), and the titles differ.
+for d in a2b b2a; do
+  "$DUET" train "$CFG" --work-dir "$T/dir_$d" "${SETS[@]}" --set total_iters=1 --set evaluation.interval=1 \
+    --set "model.test_cfg.direction=\"$d\"" --set "model.train_cfg.direction=\"$d\"" > "$T/dir_$d.out" 2>&1 \
+    || { cat "$T/dir_$d.out"; fail "train $d"; }
+done
+"$PY" - "$T/dir_a2b/val/iter_1.png" "$T/dir_b2a/val/iter_1.png" <<'PY_GRID' || fail "the grid does not follow the direction"
+import os, sys
+sys.path.insert(0, os.path.join(os.environ["ROOT"], "tests", "e2e"))
+from pngio import read_png
+def panels(path):
+    w, h, c, rows = read_png(path)
+    px = bytes(b"".join(rows))
+    strip = 7 + 6                       # the titles' strip (64 px panels: scale 1)
+    pw = (w - 8) // 3
+    def panel(k, y0, y1):
+        return [px[(y * w + x) * c:(y * w + x) * c + 3] for y in range(y0, y1)
+                for x in range(k * (pw + 4), k * (pw + 4) + pw)]
+    return [panel(k, strip, strip + pw) for k in range(3)], [panel(k, 0, strip) for k in range(3)]
+(a, ta), (b, tb) = panels(sys.argv[1]), panels(sys.argv[2])
+assert a[0] == b[2] and a[2] == b[0], "real A / real B columns do not swap with the direction"
+assert a[0] != a[2]
+for t in ta + tb:                       # each title has dark pixels on white
+    assert any(p == b"\x00\x00\x00" for p in t) and any(p == b"\xff\xff\xff" for p in t)
+assert ta[0] != tb[0] and ta[1] != tb[1], "the titles do not follow the direction"
+print("test_cyclegan_e2e: the grid reads real A | fake B | real B in each direction, titled")
+PY_GRID
 echo "test_cyclegan_e2e: OK"

@@ -72,4 +72,21 @@ mpiexec --allow-run-as-root -n 2 "$DUET" train "$T/tiny.cfg" --work-dir "$T/w2" 
 grep -q "1 images per process (2 per iteration on 2 processes)" "$T/np2.out" || fail "np2 summary: $(cat "$T/np2.out")"
 [ "$(grep -c "is ready to train" "$T/np2.out")" = 1 ] || fail "np2: the summary is not printed once"
 [ ! -e "$T/w2" ] || fail "np2: the work dir was made"
+# ---- every problem at once (issue 33) ----
+# Two typos (total_iter for total_iters, a misspelt generator key) and an
+# absent validation folder: one dry run names all three (and the missing
+# total_iters), exits non-zero, writes nothing.
+sed -e 's/^total_iters = 2;/total_iter = 2;/' -e 's/num_blocks = 1;/num_block = 1;/' \
+    -e "s|gt_folder = \"$T/data/val\"|gt_folder = \"$T/data/nowhere\"|" "$T/tiny.cfg" > "$T/three.cfg"
+grep -q "^total_iter = 2;" "$T/three.cfg" && grep -q "num_block = 1;" "$T/three.cfg" \
+  && grep -q "data/nowhere" "$T/three.cfg" || fail "three.cfg: $(cat "$T/three.cfg")"
+if "$DUET" train "$T/three.cfg" --work-dir "$T/w3" --dry-run > "$T/three.out" 2>&1; then
+  fail "a config with three problems passed: $(cat "$T/three.out")"
+fi
+for want in "unknown key 'total_iter'" "missing key 'total_iters'" "unknown key 'model.generator.num_block' (did you mean 'num_blocks'?)" \
+    "$T/data/nowhere" "problems:" "names them all; nothing was written"; do
+  grep -qF "$want" "$T/three.out" || fail "dry run of three problems: no \"$want\" in: $(cat "$T/three.out")"
+done
+[ ! -e "$T/w3" ] || fail "the dry run with problems made the work dir"
+echo "test_dry_run: two typos and an absent folder named in one run"
 echo "test_dry_run: ok"

@@ -37,18 +37,28 @@ opencv_num_threads = 0;
 visual_config = "";
 log_config = { interval = 1; hooks = ( { type = "TextLoggerHook"; by_epoch = false; },
                                        { type = "TensorboardLoggerHook"; } ); };
-checkpoint_config = { interval = 1; by_epoch = false; save_optimizer = true; };
+checkpoint_config = { interval = 1; by_epoch = false; save_optimizer = true; max_keep_ckpts = 1; };
+fp16 = { loss_scale = 512.0; };
 evaluation = { interval = 5000; gpu_collect = true; };'
-sed -i "s|^  train = {.*|&\n  val = { type = \"SRFolderGTDataset\"; gt_folder = \"$T/data/val\"; scale = 4; };\n  workers_per_gpu = 4; val_samples_per_gpu = 1; val_workers_per_gpu = 1;\n  train_dataloader = { samples_per_gpu = 2; drop_last = true; }; val_dataloader = { samples_per_gpu = 1; };|" "$T/mm.cfg"
+sed -i "s|^  train = {.*|&\n  val = { type = \"SRFolderGTDataset\"; gt_folder = \"$T/data/val\"; scale = 4; };\n  workers_per_gpu = 4; val_samples_per_gpu = 1; val_workers_per_gpu = 1; drop_last = true;\n  train_dataloader = { samples_per_gpu = 2; drop_last = true; }; val_dataloader = { samples_per_gpu = 1; };|" "$T/mm.cfg"
 
 cd "$T"
 "$DUET" train mm.cfg > run.out 2>&1 || { cat run.out; fail "an MMEditing config's keys"; }
+# One line names every key of no effect; each reason at DEBUG (issue 33).
+[ "$(grep -c "MMEditing keys\? with no effect in duet" run.out)" = 1 ] || { cat run.out; fail "not one summary line"; }
+! grep -q "has no effect in duet: " run.out || { cat run.out; fail "reasons at INFO"; }
+"$DUET" train mm.cfg --dry-run --set 'log_level="DEBUG"' > debug.out 2>&1 || { cat debug.out; fail "log_level DEBUG"; }
 for k in workflow dist_params gpu_ids cudnn_benchmark find_unused_parameters mp_start_method \
          opencv_num_threads visual_config data.workers_per_gpu data.val_workers_per_gpu \
          data.val_samples_per_gpu data.val_dataloader data.train_dataloader.drop_last \
-         evaluation.gpu_collect; do
-  grep -q "config: $k has no effect in duet: " run.out || { cat run.out; fail "no note for $k"; }
+         evaluation.gpu_collect data.drop_last fp16; do
+  grep "MMEditing keys with no effect in duet: " run.out | grep -q "[ ,]$k[,( ]" || { cat run.out; fail "$k not in the summary"; }
+  grep -q "config: $k has no effect in duet: " debug.out || { cat debug.out; fail "no reason for $k at DEBUG"; }
 done
+grep -q 'config: fp16 has no effect in duet: .*mixed_precision = "bf16"' debug.out || fail "fp16 names bf16's key"
+# checkpoint_config.max_keep_ckpts = 1: only the newest iter_N stays.
+[ "$(ls work_dirs/mm_exp/iter_*.safetensors)" = "work_dirs/mm_exp/iter_2.safetensors" ] \
+  || fail "max_keep_ckpts = 1 kept: $(ls work_dirs/mm_exp)"
 grep -q "TensorBoard events: ./work_dirs/mm_exp/tf_logs/events.out.tfevents" run.out \
   || { cat run.out; fail "TensorboardLoggerHook wrote no events"; }
 grep -q "2 images per process" run.out || { cat run.out; fail "train_dataloader.samples_per_gpu was not used"; }

@@ -90,7 +90,8 @@ for r in train:
         assert k in r and r[k] > 0, (k, r)
 # img_a | output | img_b rows of 64x64 panels, 4-pixel gaps, 2 rows.
 png = open(T + "/a/val/iter_8.png", "rb").read()
-assert struct.unpack(">II", png[16:24]) == (3 * 64 + 2 * 4, 2 * 64 + 4), struct.unpack(">II", png[16:24])
+# + the column titles strip (7 px text + 6, on 64 px panels)
+assert struct.unpack(">II", png[16:24]) == (3 * 64 + 2 * 4, 2 * 64 + 4 + 13), struct.unpack(">II", png[16:24])
 a, ma = st(T + "/a/latest.safetensors")
 b, mb = st(T + "/b/latest.safetensors")
 assert ma["iter"] == "8" and mb["iter"] == "8", (ma, mb)

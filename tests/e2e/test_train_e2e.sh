@@ -116,7 +116,8 @@ for r in val:
 # The evaluation picture: num_images = 2 rows (image 0 from rank 0, image 1
 # from rank 1) of input | output | ground truth, 32x32 panels, 4-pixel gaps.
 png = open(T + "/a/val/iter_8.png", "rb").read()
-assert struct.unpack(">II", png[16:24]) == (3 * 32 + 2 * 4, 2 * 32 + 4), struct.unpack(">II", png[16:24])
+# + the column titles strip (7 px text + 6, on 32 px panels)
+assert struct.unpack(">II", png[16:24]) == (3 * 32 + 2 * 4, 2 * 32 + 4 + 13), struct.unpack(">II", png[16:24])
 a, ma = st(T + "/a/latest.safetensors")
 b, mb = st(T + "/b/latest.safetensors")
 assert ma["iter"] == "8" and mb["iter"] == "8" and ma["world_size"] == "2", (ma, mb)

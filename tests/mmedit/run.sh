@@ -2,6 +2,7 @@
 # The `mmedit` CTest tests (cmake/DuetTests.cmake) run through this:
 #   run.sh gen VENV OUTDIR [ARG..]   tests/ref/gen_mmedit_refs.py OUTDIR ARG.. in VENV
 #   run.sh check OUTDIR FILE PROG..  PROG.. once OUTDIR/FILE exists
+#   run.sh py VENV SCRIPT [ARG..]    a Python script of tests/mmedit in VENV
 # Each exits 77 (CTest's SKIP_RETURN_CODE) with the reason when MMEditing's
 # venv, or the file it would have written, is absent.
 set -euo pipefail
@@ -19,6 +20,15 @@ case "$1" in
     fi
     exec "$venv/bin/python" "$here/../ref/gen_mmedit_refs.py" "$out" "$@"
     ;;
+  py)
+    venv="$2" script="$3"
+    shift 3
+    if [ ! -x "$venv/bin/python" ] || [ ! -f "$venv/duet-stamp" ]; then
+      echo "SKIP: no MMEditing venv at $venv; make it with: bash scripts/make-mmedit-venv.sh"
+      exit 77
+    fi
+    exec "$venv/bin/python" "$script" "$@"
+    ;;
   check)
     out="$2" file="$3"
     shift 3
@@ -30,5 +40,5 @@ case "$1" in
     exec "$@"
     ;;
 esac
-echo "usage: run.sh gen VENV OUTDIR [ARG...] | run.sh check OUTDIR FILE PROG..." >&2
+echo "usage: run.sh gen VENV OUTDIR [ARG...] | run.sh check OUTDIR FILE PROG... | run.sh py VENV SCRIPT [ARG...]" >&2
 exit 2

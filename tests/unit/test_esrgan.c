@@ -289,7 +289,7 @@ static const char esrgan_cfg[] =
     "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1e-2; reduction = \"mean\"; };\n"
     "  perceptual_loss = { type = \"PerceptualLoss\"; cfg = [4, 0, 8]; layer_ids = [3];\n"
     "                      layer_weights = [1.0]; perceptual_weight = 1.0;\n"
-    "                      norm_img = false; pretrained = \"\"; };\n"
+    "                      norm_img = false; pretrained = \"random\"; };\n"
     "  gan_loss = { type = \"GANLoss\"; gan_type = \"hinge\"; loss_weight = 5e-3;\n"
     "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
     "  train_cfg = { disc_steps = 2; };\n"
@@ -362,7 +362,7 @@ static void test_configs(void **state) {
         duet_config *cfg = NULL;
         TU_OK(duet_config_load(path, &cfg));
         /* No pretrained VGG19 here: a random one (with a warning). */
-        if (i == 0) TU_OK(duet_config_set(cfg, "model.perceptual_loss.pretrained=\"\""));
+        if (i == 0) TU_OK(duet_config_set(cfg, "model.perceptual_loss.pretrained=\"random\""));
         duet_rng rng = duet_rng_make(39, 0);
         duet_model *m = NULL;
         TU_OK(duet_build_model(cfg, "model", &rng, &m));

@@ -621,7 +621,7 @@ static const char *srgan_cfg =
     "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1e-2; reduction = \"mean\"; };\n"
     "  perceptual_loss = { type = \"PerceptualLoss\"; layer_ids = [5]; layer_weights = [1.0];\n"
     "                      cfg = [4, 4, 0, 8]; perceptual_weight = 1.0; style_weight = 0.0;\n"
-    "                      norm_img = false; pretrained = \"\"; };\n"
+    "                      norm_img = false; pretrained = \"random\"; };\n"
     "  gan_loss = { type = \"GANLoss\"; gan_type = \"vanilla\"; loss_weight = 5e-3;\n"
     "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
     "  train_cfg = { disc_steps = 1; disc_init_steps = 3; };\n"

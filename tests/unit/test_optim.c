@@ -396,6 +396,82 @@ static void test_schedule_cosine_restart(void **state) {
     assert_int_equal(duet_lr_schedule_check(&s), DUET_ECONFIG);
 }
 
+/* MMEditing's LinearLrUpdaterHook as CycleGAN's facades config sets it
+ * (start 40000, interval 400, total 80000), scaled down by 100: the lr
+ * stays at base up to start, then falls in steps of interval. */
+static void test_schedule_linear(void **state) {
+    (void)state;
+    duet_lr_schedule s = duet_lr_schedule_default();
+    s.policy = DUET_LR_LINEAR;
+    s.target_lr = 0.0f;
+    s.start = 400;
+    s.interval = 4;
+    s.max_iters = 800;
+    TU_OK(duet_lr_schedule_check(&s));
+    assert_lr(&s, 0, 1.0);
+    assert_lr(&s, 400, 1.0);
+    assert_lr(&s, 403, 1.0);            /* 3 // 4 = 0 */
+    assert_lr(&s, 404, 1.0 - 1.0 / 100); /* (4 // 4) / (400 // 4) */
+    assert_lr(&s, 599, 1.0 - 49.0 / 100);
+    assert_lr(&s, 799, 1.0 - 99.0 / 100);
+    s.target_lr = 0.5f;
+    assert_lr(&s, 600, 1.0 - 0.5 * 50.0 / 100);
+    /* start == max_iters: the base lr throughout (mmcv's early return). */
+    s.start = 800;
+    TU_OK(duet_lr_schedule_check(&s));
+    assert_lr(&s, 799, 1.0);
+    /* An interval longer than the decay is MMEditing's ZeroDivisionError. */
+    s.start = 700;
+    s.interval = 101;
+    assert_int_equal(duet_lr_schedule_check(&s), DUET_ECONFIG);
+    s.interval = 0;
+    assert_int_equal(duet_lr_schedule_check(&s), DUET_ECONFIG);
+}
+
+/* mmcv's Step min_lr (a floor) and an int step (every N), CosineRestart's
+ * min_lr_ratio, and the three warmups on top of a policy. */
+static void test_schedule_floor_ratio_warmup(void **state) {
+    (void)state;
+    duet_lr_schedule s = duet_lr_schedule_default();
+    s.policy = DUET_LR_STEP;
+    s.step_every = 3;
+    s.gamma = 0.5f;
+    s.min_lr = 0.2f;
+    TU_OK(duet_lr_schedule_check(&s));
+    assert_lr(&s, 2, 1.0);
+    assert_lr(&s, 3, 0.5);
+    assert_lr(&s, 6, 0.25);
+    assert_lr(&s, 9, 0.2); /* 0.125, floored */
+
+    s = duet_lr_schedule_default();
+    s.policy = DUET_LR_COSINE_RESTART;
+    s.nsteps = 1;
+    s.steps[0] = 4;
+    s.restart_weights[0] = 1.0f;
+    s.min_lr = 0.9f;        /* ignored: the ratio wins */
+    s.min_lr_ratio = 0.1f;  /* end = 0.1 * base */
+    assert_true(duet_lr_at(&s, 2.0f, 2) == (float)(0.2 + 0.5 * 1.8));
+    assert_true(fabsf(duet_lr_at(&s, 2.0f, 4) - 0.2f) < 1e-7f);
+
+    s = duet_lr_schedule_default();
+    s.warmup_iters = 4;
+    s.warmup_ratio = 0.25f;
+    s.warmup = DUET_LR_WARMUP_CONSTANT;
+    assert_lr(&s, 0, 0.25);
+    assert_lr(&s, 3, 0.25);
+    assert_lr(&s, 4, 1.0);
+    s.warmup = DUET_LR_WARMUP_LINEAR; /* 1 - (1 - t) * (1 - ratio) */
+    assert_lr(&s, 0, 0.25);
+    assert_lr(&s, 2, 1.0 - 0.5 * 0.75);
+    assert_lr(&s, 4, 1.0);
+    s.warmup = DUET_LR_WARMUP_EXP; /* ratio^(1 - t) */
+    assert_lr(&s, 0, 0.25);
+    assert_lr(&s, 2, 0.5);
+    assert_lr(&s, 5, 1.0);
+    s.warmup_iters = 0;
+    assert_int_equal(duet_lr_schedule_check(&s), DUET_ECONFIG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adam_constant_gradient),
@@ -408,6 +484,8 @@ int main(void) {
         cmocka_unit_test(test_zero_grad),
         cmocka_unit_test(test_schedule_fixed_and_step),
         cmocka_unit_test(test_schedule_cosine_restart),
+        cmocka_unit_test(test_schedule_linear),
+        cmocka_unit_test(test_schedule_floor_ratio_warmup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

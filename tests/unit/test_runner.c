@@ -100,7 +100,7 @@ static const char srgan_cfg[] =
     "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1e-2; reduction = \"mean\"; };\n"
     "  perceptual_loss = { type = \"PerceptualLoss\"; cfg = [4, 0, 8]; layer_ids = [3];\n"
     "                      layer_weights = [1.0]; perceptual_weight = 1.0; style_weight = 0.0;\n"
-    "                      norm_img = false; pretrained = \"\"; };\n"
+    "                      norm_img = false; pretrained = \"random\"; };\n"
     "  gan_loss = { type = \"GANLoss\"; gan_type = \"vanilla\"; loss_weight = 5e-3;\n"
     "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
     "  train_cfg = { disc_steps = 1; disc_init_steps = 4; };\n"
@@ -119,7 +119,7 @@ static const char esrgan_cfg[] =
     "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1e-2; reduction = \"mean\"; };\n"
     "  perceptual_loss = { type = \"PerceptualLoss\"; cfg = [4, 0, 8]; layer_ids = [3];\n"
     "                      layer_weights = [1.0]; perceptual_weight = 1.0; style_weight = 0.0;\n"
-    "                      norm_img = false; pretrained = \"\"; };\n"
+    "                      norm_img = false; pretrained = \"random\"; };\n"
     "  gan_loss = { type = \"GANLoss\"; gan_type = \"vanilla\"; loss_weight = 5e-3;\n"
     "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
     "  train_cfg = { disc_steps = 1; disc_init_steps = 4; };\n"
@@ -415,8 +415,8 @@ static void test_config_errors(void **state) {
     expect_config_error(f, "load_from = 5;\n", NULL, true,
                         (const char *[]){"load_from", "string", NULL});
     /* Known keys with bad values. */
-    expect_config_error(f, NULL, "lr_config.policy=\"Linear\"", false,
-                        (const char *[]){"bad.cfg:", "lr_config.policy", "Linear", "Step", NULL});
+    expect_config_error(f, NULL, "lr_config.policy=\"Poly\"", false,
+                        (const char *[]){"bad.cfg:", "lr_config.policy", "Poly", "Linear", NULL});
     expect_config_error(f, NULL, "data.train.type=\"LMDBDataset\"", false,
                         (const char *[]){"bad.cfg:", "data.train.type", "LMDBDataset", NULL});
     expect_config_error(f, NULL, "checkpoint_config.by_epoch=true", false,
