@@ -11,7 +11,9 @@
  *   (DUET_GEMM=openblas or duet_kernels_configure), or when oneDNN has no
  *   JIT for this CPU (below AVX2).
  * Neither library's own setting is touched: OPENBLAS_CORETYPE still decides
- * OpenBLAS's kernels and ONEDNN_MAX_CPU_ISA still caps oneDNN's. */
+ * OpenBLAS's kernels and ONEDNN_MAX_CPU_ISA still caps oneDNN's; without
+ * it, duet caps oneDNN at AVX512-BF16 (not AMX: duet__onednn_isa_init). */
+#include "ops/onednn_internal.h"
 #include "ops/ops_internal.h"
 
 #include <cblas.h>
@@ -155,6 +157,7 @@ static bool onednn_has_jit(void) {
 /* Resolves AUTO and 0 threads (from the environment when use_env) and
  * applies the result. */
 static int configure(const duet_kernel_opts *o, bool use_env) {
+    duet__onednn_isa_init(); /* before onednn_has_jit's first question */
     duet_gemm_backend b = o->gemm;
     if (b != DUET_GEMM_AUTO && b != DUET_GEMM_ONEDNN && b != DUET_GEMM_OPENBLAS)
         return duet__error(DUET_EINVAL, "kernels: unknown GEMM backend %d", (int)b);

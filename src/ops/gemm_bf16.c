@@ -18,6 +18,7 @@
 #include "ops/onednn_internal.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define BF16_CACHE_SLOTS 128
@@ -55,7 +56,23 @@ static struct {
     dnnl_engine_t engine;
 } cpu = {.once = PTHREAD_ONCE_INIT};
 
+static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
+
+static void isa_cap(void) {
+    const char *names[] = {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v != NULL && v[0] != '\0') return;
+    }
+    /* Fails (and changes nothing) on a CPU below AVX512-BF16's level too:
+     * oneDNN caps at what the CPU has either way. */
+    (void)dnnl_set_max_cpu_isa(dnnl_cpu_isa_avx512_core_bf16);
+}
+
+void duet__onednn_isa_init(void) { pthread_once(&isa_once, isa_cap); }
+
 static void engine_make(void) {
+    duet__onednn_isa_init();
     if (dnnl_engine_create(&cpu.engine, dnnl_cpu, 0) != dnnl_success)
         cpu.rc = duet__error(DUET_EUNSUPPORTED, "oneDNN: cannot create a CPU engine");
 }

@@ -99,8 +99,15 @@ int duet_info_print(FILE *f) {
     fprintf(f, "  cores:      %d online, %d available to this process\n",
             duet_cpu_online_cores(), duet_cpu_available_cores());
     fprintf(f, "  kernels:    %s\n", ki.summary);
-    fprintf(f, "  oneDNN:     %s%s\n", ki.onednn,
-            ki.gemm == DUET_GEMM_ONEDNN ? " (in use)" : "");
+    const char *isa_env = getenv("ONEDNN_MAX_CPU_ISA");
+    bool amx_capped = ci.amx_bf16 && (isa_env == NULL || isa_env[0] == '\0') &&
+                      strstr(ki.onednn, "amx") == NULL;
+    fprintf(f, "  oneDNN:     %s%s%s\n", ki.onednn,
+            ki.gemm == DUET_GEMM_ONEDNN ? " (in use)" : "",
+            amx_capped ? "; AMX off by default (oneDNN 2.6's AMX bf16 matmul died with "
+                         "SIGILL on an AMX guest; ONEDNN_MAX_CPU_ISA=AVX512_CORE_AMX "
+                         "tries it)"
+                       : "");
     fprintf(f, "  OpenBLAS:   %s%s\n", ki.openblas,
             ki.gemm == DUET_GEMM_OPENBLAS ? " (in use)" : "");
     fprintf(f, "  MPI:        %s\n", mpi);
