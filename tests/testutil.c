@@ -795,7 +795,7 @@ static const char pconv_ref_cfg[] =
     "  };\n"
     "  loss_composed_percep = { type = \"PerceptualLoss\"; cfg = [8, 8, 0, 16, 16];\n"
     "    layer_ids = [2, 7]; layer_weights = [1.0, 1.0]; perceptual_weight = 0.05;\n"
-    "    style_weight = 120; pretrained = \"\"; };\n"
+    "    style_weight = 120; pretrained = \"random\"; };\n"
     "  loss_out_percep = true;\n"
     "  loss_l1_hole = { type = \"L1Loss\"; loss_weight = 6.0; };\n"
     "  loss_l1_valid = { type = \"L1Loss\"; loss_weight = 1.0; };\n"

@@ -64,7 +64,7 @@ for ann, prefix in re.findall(r'ann_file = "([^"]+)";\s*data_prefix = "([^"]+)";
             write_png(p, 400, 400, 3, [rng.randint(0, 255) for _ in range(400 * 400 * 3)])
 PY_DATA
   (cd "$T/run" && "$DUET" train "$T/$n.cfg" --dry-run \
-     --set 'model.loss_composed_percep.pretrained=""') > "$T/$n.dry" 2>&1 \
+     --set 'model.loss_composed_percep.pretrained="random"') > "$T/$n.dry" 2>&1 \
     || fail "$n: duet train --dry-run: $(tail -5 "$T/$n.dry")"
   grep -q "is ready to train; nothing was written" "$T/$n.dry" || fail "$n: $(cat "$T/$n.dry")"
   grep -q "generator: .* parameters" "$T/$n.dry" || fail "$n: no model line: $(cat "$T/$n.dry")"
