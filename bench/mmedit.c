@@ -10,7 +10,8 @@
  * and the result is the median of the within-repetition ratios, so that a
  * shared machine's load moves both sides alike.
  *
- *   bench_mmedit [--models srgan_tiny,srgan_full,deepfillv1,edsr_tiny,rdn_tiny]
+ *   bench_mmedit [--models srgan_tiny,srgan_full,deepfillv1,edsr_tiny,rdn_tiny,
+ *                 pconv_tiny]
  *                [--nproc 1,2]
  *                [--reps 3] [--threads T] [--steps N] [--warmup N]
  *                [--timeout S] [--python PYTHON] [--script PATH]
@@ -31,6 +32,9 @@
  *   edsr_tiny   configs/edsr_x4_tiny.cfg (BasicRestorer, EDSR 32x4);
  *   rdn_tiny    configs/rdn_x4_tiny.cfg (RDN 16, 3 blocks of 4 layers);
  *               both batch 8 of 64x64 gt
+ *   pconv_tiny  configs/pconv_tiny.cfg (PConvInpaintor, 4 layers, L1 and TV
+ *               losses); batch 4 of 64x64 with bbox masks (32x32 at most,
+ *               margin 8) in place of its irregular ones
  * --config NAME=PATH runs model NAME from another duet config (same
  * overrides). --python: the MMEditing venv's python (default
  * $DUET_MMEDIT_PYTHON, else ~/.cache/duet/mmedit-venv/bin/python).
@@ -61,7 +65,7 @@
 
 typedef struct mm_model {
     const char *name, *config;
-    const char *sets[4];  /* duet_config_set overrides, NULL-terminated */
+    const char *sets[6];  /* duet_config_set overrides, NULL-terminated */
     bool inpaint;         /* batch keys gt_img/mask/masked_img/mask_bbox, else lq/gt */
     int steps, warmup;    /* defaults (steps: whole disc_step cycles for inpainting) */
 } mm_model;
@@ -76,6 +80,12 @@ static mm_model MODELS[] = {
     {"deepfillv1", "configs/deepfillv1_256x256_8x2_places.cfg", {NULL}, true, 5, 1},
     {"edsr_tiny", "configs/edsr_x4_tiny.cfg", {NULL}, false, 5, 1},
     {"rdn_tiny", "configs/rdn_x4_tiny.cfg", {NULL}, false, 5, 1},
+    {"pconv_tiny", "configs/pconv_tiny.cfg",
+     {"data.train.pipeline.[1].mask_mode=\"bbox\"",
+      "data.train.pipeline.[1].mask_config.max_bbox_shape=32",
+      "data.train.pipeline.[1].mask_config.max_bbox_delta=8",
+      "data.train.pipeline.[1].mask_config.min_margin=8", NULL},
+     true, 5, 1},
 };
 #define NMODELS (sizeof MODELS / sizeof MODELS[0])
 
@@ -355,7 +365,7 @@ int main(int argc, char **argv) {
     for (char *save = NULL, *m = strtok_r(mlist, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
         const mm_model *mm = find_model(m);
         if (mm == NULL) {
-            fprintf(stderr, "bench_mmedit: unknown model %s (srgan_tiny, srgan_full, edsr_tiny, rdn_tiny, "
+            fprintf(stderr, "bench_mmedit: unknown model %s (srgan_tiny, srgan_full, edsr_tiny, rdn_tiny, pconv_tiny, "
                             "deepfillv1)\n", m);
             return 2;
         }

@@ -37,6 +37,10 @@ Models (the same names as bench_mmedit's):
                configs/rdn_x4_tiny.cfg's: RDN 16 channels, 3 blocks of 4
                layers growing by 16; both batch 8 of 64x64 gt, lq its 4x4
                box average.
+  pconv_tiny   inpainting/partial_conv/pconv_256x256_stage1_8x1_places.py
+               shrunk to configs/pconv_tiny.cfg: 4 layers, BN for SyncBN,
+               no perceptual loss; batch 4 of 64x64 in [-1, 1] with bbox
+               masks (random_bbox: 32x32 at most, delta 8, margin 8).
 
 One process calls model.train_step(data, optimizers) itself (MMEditing's
 single-process loop wraps the model in MMDataParallel, which on the CPU
@@ -74,7 +78,8 @@ sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
 SRGAN_CFG = "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py"
 DEEPFILLV1_CFG = "inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py"
 TINY_VGG = [16, 16, "M", 32, 32, "M", 64, 64]  # configs/srgan_x4_tiny.cfg's cfg
-MODELS = ("srgan_full", "srgan_tiny", "deepfillv1", "edsr_tiny", "rdn_tiny")
+MODELS = ("srgan_full", "srgan_tiny", "deepfillv1", "edsr_tiny", "rdn_tiny", "pconv_tiny")
+PCONV_CFG = "inpainting/partial_conv/pconv_256x256_stage1_8x1_places.py"
 EDSR_CFG = "restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py"
 RDN_CFG = "restorers/rdn/rdn_x4c64b16_g1_1000k_div2k.py"
 
@@ -128,6 +133,25 @@ def build(name, tmp, mo):
             g = torch.Generator().manual_seed(1 + rank)
             gt = torch.rand(batch, 3, crop, crop, generator=g)
             return dict(lq=torch.nn.functional.avg_pool2d(gt, scale), gt=gt)
+    elif name == "pconv_tiny":
+        cfg = mo.config(PCONV_CFG)
+        for part in ("encoder", "decoder"):
+            cfg.model.encdec[part].update(num_layers=4, norm_cfg=dict(type='BN'))
+        cfg.model.loss_composed_percep = None
+        cfg.model.loss_out_percep = False
+        batch = 4
+        mc = dict(img_shape=(64, 64), max_bbox_shape=32, max_bbox_delta=8, min_margin=8)
+
+        def data(rank):
+            import numpy as np
+            from mmedit.core.mask import bbox2mask, random_bbox
+            np.random.seed(1 + rank)
+            g = torch.Generator().manual_seed(1 + rank)
+            gt = torch.rand(batch, 3, 64, 64, generator=g) * 2 - 1
+            boxes = [random_bbox(**mc) for _ in range(batch)]
+            mask = torch.stack([torch.from_numpy(bbox2mask(mc["img_shape"], b)).permute(2, 0, 1)
+                                for b in boxes]).float()
+            return dict(gt_img=gt, mask=mask, masked_img=gt * (1.0 - mask))
     elif name == "deepfillv1":
         cfg = mo.config(DEEPFILLV1_CFG)
         batch = cfg.data.train_dataloader.samples_per_gpu

@@ -304,7 +304,7 @@ foreach(model ${DUET_MMEDIT_DDP_MODELS})
 endforeach()
 # bench_mmedit (bench/mmedit.c) runs: one duet train_step of the tiny SRGAN
 # from configs/srgan_x4_tiny.cfg (its row must have a number), and, with
-# MMEditing's venv, one step of the tiny SRGAN, DeepFillv1, EDSR and RDN on each
+# MMEditing's venv, one step of the tiny SRGAN, DeepFillv1, EDSR, RDN and PConv on each
 # side (tests/mmedit/bench_smoke.sh). No timing is judged.
 add_test(NAME bench_mmedit_duet
   COMMAND $<TARGET_FILE:bench_mmedit> --models srgan_tiny --nproc 1 --threads 1 --reps 1
@@ -321,7 +321,7 @@ add_test(NAME bench_mmedit_deepfillv1_duet
 set_tests_properties(bench_mmedit_deepfillv1_duet PROPERTIES WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
   ENVIRONMENT "${DUET_MPI_ENV}" TIMEOUT 300 LABELS bench
   PASS_REGULAR_EXPRESSION "\\| deepfillv1 \\| 1 x 1 \\| 2 \\| [0-9]")
-foreach(model srgan_tiny deepfillv1 edsr_tiny rdn_tiny)
+foreach(model srgan_tiny deepfillv1 edsr_tiny rdn_tiny pconv_tiny)
   add_test(NAME mmedit_bench_mmedit_${model}
     COMMAND bash ${PROJECT_SOURCE_DIR}/tests/mmedit/bench_smoke.sh ${DUET_MMEDIT_VENV}
             $<TARGET_FILE:bench_mmedit> ${model})
