@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds duet's libFuzzer targets (fuzz/fuzz_*.c: safetensors, config, image
-# readers) with clang + ASan + UBSan and runs each for FUZZ_SECONDS seconds
+# Builds duet's libFuzzer targets (fuzz/fuzz_*.c: safetensors, config, image,
+# plot's log.jsonl and LMDB readers) with clang + ASan + UBSan and runs each for FUZZ_SECONDS seconds
 # (default 60) from its seed corpus in fuzz/corpus/<name>/.
 #
 #   bash scripts/fuzz.sh                  # every target, 60 s each
@@ -17,7 +17,7 @@ B=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-$B/corpus}
 CC=${FUZZ_CC:-clang}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image plot lmdb)
 command -v "$CC" > /dev/null || { echo "fuzz: $CC not found (scripts/install-deps.sh)" >&2; exit 1; }
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
@@ -25,7 +25,7 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUET_BUILD_TESTS=OFF -DDU
   -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link $SAN" > /dev/null
 cmake --build "$B" --target duet_static -j "${FUZZ_JOBS:-2}" > "$B/build.log" 2>&1 \
   || { tail -30 "$B/build.log"; exit 1; }
-LIBS=$(pkg-config --libs openblas libconfig jansson libpng)
+LIBS=$(pkg-config --libs openblas libconfig jansson libpng lmdb)
 MPI_LINK=$(mpicc --showme:link)
 MPI_INC=$(mpicc --showme:compile)
 status=0
@@ -33,8 +33,8 @@ for t in "${targets[@]}"; do
   src=fuzz/fuzz_$t.c
   [ -f "$src" ] || { echo "fuzz: no $src" >&2; exit 2; }
   # shellcheck disable=SC2086
-  "$CC" -g -O1 -fsanitize=fuzzer $SAN -Iinclude $MPI_INC "$src" "$B/libduet.a" \
-    $LIBS -ljpeg $MPI_LINK -lm -lpthread -o "$B/fuzz_$t"
+  "$CC" -g -O1 -fsanitize=fuzzer $SAN -Iinclude -Isrc $MPI_INC "$src" "$B/libduet.a" \
+    $LIBS -ljpeg $MPI_LINK -fopenmp -lm -lpthread -o "$B/fuzz_$t"
   mkdir -p "$OUT/$t"
   echo "fuzz: $t for ${SECONDS_EACH}s (seeds fuzz/corpus/$t, new inputs $OUT/$t)"
   # Images may declare huge sizes: a decode that needs more than 2 GB is a
