@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds duet's libFuzzer targets (fuzz/fuzz_*.c: safetensors, config, image
-# readers) with clang + ASan + UBSan and runs each for FUZZ_SECONDS seconds
+# Builds duet's libFuzzer targets (fuzz/fuzz_*.c: safetensors, config, image,
+# plot's log.jsonl and LMDB readers) and runs the Python one for
+# convert-config's evaluator (fuzz/fuzz_convert_config.py) with clang + ASan + UBSan and runs each for FUZZ_SECONDS seconds
 # (default 60) from its seed corpus in fuzz/corpus/<name>/.
 #
 #   bash scripts/fuzz.sh                  # every target, 60 s each
@@ -17,7 +18,7 @@ B=${FUZZ_BUILD:-build-fuzz}
 OUT=${FUZZ_OUT:-$B/corpus}
 CC=${FUZZ_CC:-clang}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors config image plot lmdb convert_config)
 command -v "$CC" > /dev/null || { echo "fuzz: $CC not found (scripts/install-deps.sh)" >&2; exit 1; }
 
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
@@ -25,16 +26,21 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUET_BUILD_TESTS=OFF -DDU
   -DCMAKE_C_COMPILER="$CC" -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link $SAN" > /dev/null
 cmake --build "$B" --target duet_static -j "${FUZZ_JOBS:-2}" > "$B/build.log" 2>&1 \
   || { tail -30 "$B/build.log"; exit 1; }
-LIBS=$(pkg-config --libs openblas libconfig jansson libpng)
+LIBS=$(pkg-config --libs openblas libconfig jansson libpng lmdb)
 MPI_LINK=$(mpicc --showme:link)
 MPI_INC=$(mpicc --showme:compile)
 status=0
 for t in "${targets[@]}"; do
+  if [ -f "fuzz/fuzz_$t.py" ]; then  # a Python fuzzer (convert-config's evaluator)
+    echo "fuzz: $t for ${SECONDS_EACH}s (findings in $OUT)"
+    python3 "fuzz/fuzz_$t.py" "$SECONDS_EACH" "$OUT" || status=1
+    continue
+  fi
   src=fuzz/fuzz_$t.c
   [ -f "$src" ] || { echo "fuzz: no $src" >&2; exit 2; }
   # shellcheck disable=SC2086
-  "$CC" -g -O1 -fsanitize=fuzzer $SAN -Iinclude $MPI_INC "$src" "$B/libduet.a" \
-    $LIBS -ljpeg $MPI_LINK -lm -lpthread -o "$B/fuzz_$t"
+  "$CC" -g -O1 -fsanitize=fuzzer $SAN -Iinclude -Isrc $MPI_INC "$src" "$B/libduet.a" \
+    $LIBS -ljpeg $MPI_LINK -fopenmp -lm -lpthread -o "$B/fuzz_$t"
   mkdir -p "$OUT/$t"
   echo "fuzz: $t for ${SECONDS_EACH}s (seeds fuzz/corpus/$t, new inputs $OUT/$t)"
   # Images may declare huge sizes: a decode that needs more than 2 GB is a

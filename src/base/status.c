@@ -29,11 +29,32 @@ const char *duet_last_error(void) { return last_error; }
 
 void duet_clear_error(void) { last_error[0] = '\0'; }
 
+/* Control bytes in a message (a file name holding an escape sequence, a
+ * carriage return) shown as \xNN: a message goes to a terminal, and one
+ * that can move the cursor or recolour it could hide or fake what it says.
+ * Newlines and tabs stay; a byte that no longer fits becomes '?'. */
+static void neutralize(char *s, size_t cap) {
+    char out[DUET_ERRMSG_MAX];
+    size_t j = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0' && j + 1 < cap; p++) {
+        if ((*p >= 0x20 && *p != 0x7f) || *p == '\n' || *p == '\t') {
+            out[j++] = (char)*p;
+        } else if (j + 5 < cap) {
+            j += (size_t)snprintf(out + j, cap - j, "\\x%02x", *p);
+        } else {
+            out[j++] = '?';
+        }
+    }
+    out[j] = '\0';
+    memcpy(s, out, j + 1);
+}
+
 int duet__error(int status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    neutralize(last_error, sizeof last_error);
     return status;
 }
 
@@ -55,6 +76,7 @@ int duet__error_context(int status, const char *fmt, ...) {
     if (nr > room) nr = room;
     memcpy(last_error + np + 2, rest, nr);
     last_error[np + 2 + nr] = '\0';
+    neutralize(last_error, sizeof last_error);
     return status;
 }
 

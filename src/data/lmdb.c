@@ -37,6 +37,86 @@ static uint32_t le_u32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+static uint16_t le_u16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* The main database's B-tree, page by page, as liblmdb would follow it: it
+ * trusts the file, so a page whose node offsets, child pages or value pages
+ * point past the file reads outside the map (SIGBUS, found by
+ * fuzz/fuzz_lmdb.c). Every branch and leaf page is read once (a few hundred
+ * for DIV2K's 32k sub-images; the images themselves, in overflow pages,
+ * only have their bounds checked). Page layout (64-bit): pgno (8), pad (2),
+ * flags (2), lower (2), upper (2) or an overflow page's count (4), then
+ * lower's worth of 16-bit node offsets; a node: data size or child page
+ * (lo 2, hi 2, flags 2), key size (2), key, data. Returns false when a page
+ * is not what its parent says. */
+enum { PAGEHDR = 16, NODEHDR = 8, P_BRANCH = 1, P_LEAF = 2, P_OVERFLOW = 4, F_BIGDATA = 1 };
+
+typedef struct lmdb_walk {
+    int fd;
+    uint32_t psize;
+    uint64_t last, pages_left;
+    unsigned char *page;
+} lmdb_walk;
+
+static bool read_page(lmdb_walk *w, uint64_t pgno) {
+    if (pgno < 2 || pgno > w->last || w->pages_left == 0) return false;
+    w->pages_left--;
+    return pread(w->fd, w->page, w->psize, (off_t)(pgno * w->psize)) == (ssize_t)w->psize &&
+           le_u64(w->page) == pgno;
+}
+
+static bool walk_page(lmdb_walk *w, uint64_t pgno, int depth) {
+    if (depth > 64 || !read_page(w, pgno)) return false;
+    const unsigned char *pg = w->page;
+    const uint16_t flags = le_u16(pg + 10), lower = le_u16(pg + 12), upper = le_u16(pg + 14);
+    const bool branch = (flags & (P_BRANCH | P_LEAF)) == P_BRANCH;
+    if (!branch && (flags & (P_BRANCH | P_LEAF | 0x20 | 0x40)) != P_LEAF) return false;
+    if (lower < PAGEHDR || lower > upper || upper > w->psize || (lower & 1) != 0) return false;
+    const int n = (lower - PAGEHDR) / 2;
+    if (branch && n < 1) return false;
+    /* The children are walked after this page's checks: the buffer is reused. */
+    uint64_t *kids = branch ? malloc((size_t)n * sizeof *kids) : NULL;
+    if (branch && kids == NULL) return false;
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        const uint16_t at = le_u16(pg + PAGEHDR + 2 * i);
+        if (at < upper || (uint32_t)at + NODEHDR > w->psize) {
+            ok = false;
+            break;
+        }
+        const unsigned char *node = pg + at;
+        const uint32_t lo = le_u16(node), hi = le_u16(node + 2), nflags = le_u16(node + 4);
+        const uint32_t ksize = le_u16(node + 6);
+        if (branch) {
+            ok = (uint32_t)at + NODEHDR + ksize <= w->psize;
+            kids[i] = (uint64_t)lo | (uint64_t)hi << 16 | (uint64_t)nflags << 32;
+            continue;
+        }
+        const uint32_t dsize = lo | hi << 16;
+        if (nflags & ~F_BIGDATA) { /* sub-databases, duplicates: not MMEditing's layout */
+            ok = false;
+        } else if (nflags & F_BIGDATA) {
+            ok = (uint32_t)at + NODEHDR + ksize + 8 <= w->psize;
+            if (ok) { /* the value's overflow pages, without their bytes */
+                const uint64_t first = le_u64(node + NODEHDR + ksize);
+                unsigned char head[PAGEHDR];
+                uint32_t count = 0;
+                ok = first >= 2 && first <= w->last &&
+                     pread(w->fd, head, PAGEHDR, (off_t)(first * w->psize)) == PAGEHDR &&
+                     le_u64(head) == first && (le_u16(head + 10) & P_OVERFLOW) != 0;
+                if (ok) count = le_u32(head + 12);
+                ok = ok && count >= 1 && count - 1 <= w->last - first &&
+                     (uint64_t)dsize + PAGEHDR <= (uint64_t)count * w->psize;
+            }
+        } else {
+            ok = (uint64_t)at + NODEHDR + ksize + dsize <= w->psize;
+        }
+    }
+    for (int i = 0; i < n && ok && branch; i++) ok = walk_page(w, kids[i], depth + 1);
+    free(kids);
+    return ok;
+}
+
 int duet__lmdb_check_size(const char *dir) {
     char *path = duet__path_join(dir, "data.mdb");
     if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
@@ -57,32 +137,56 @@ int duet__lmdb_check_size(const char *dir) {
         goto done;
     }
     enum { META = 16, HEAD = META + 136 };
+    /* liblmdb reads the second meta page at the first one's page size and
+     * then pages at the newest meta's: both must agree, and every root and
+     * the last page must lie inside the file. */
     unsigned char m[2][HEAD];
     uint64_t best_txn = 0, need = 0;
     uint32_t psize = 0;
-    bool any = false;
+    bool any = false, bad = false;
+    int best = 0;
     if (fread(m[0], 1, HEAD, f) == HEAD) psize = le_u32(m[0] + META + 24);
-    for (int k = 0; k < 2; k++) {
-        if (psize < 512 || psize > (1u << 20) || (psize & (psize - 1)) != 0) break;
+    const bool psize_ok = psize >= 512 && psize <= (1u << 20) && (psize & (psize - 1)) == 0;
+    for (int k = 0; k < 2 && psize_ok; k++) {
         if (k == 1 && (fseeko(f, (off_t)psize, SEEK_SET) != 0 || fread(m[1], 1, HEAD, f) != HEAD))
             break;
         const unsigned char *meta = m[k] + META;
         if (le_u32(meta) != 0xBEEFC0DEu) continue;
+        if (le_u32(meta + 24) != psize) bad = true;
         uint64_t last = le_u64(meta + 120), txn = le_u64(meta + 128);
+        /* The roots of the free and main databases (P_INVALID: empty). */
+        for (int d = 0; d < 2; d++) {
+            uint64_t root = le_u64(meta + 24 + 48 * d + 40);
+            if (root != UINT64_MAX && root > last) bad = true;
+        }
         if (!any || txn > best_txn) {
             any = true;
+            best = k;
             best_txn = txn;
             need = last < UINT64_MAX / psize - 1 ? (last + 1) * psize : UINT64_MAX;
         }
     }
-    if (!any)
+    if (any && !bad && (uint64_t)sb.st_size >= need) {
+        /* The main database's root in the newest meta page (P_INVALID: empty). */
+        const unsigned char *meta = m[best] + META;
+        const uint64_t root = le_u64(meta + 24 + 48 + 40);
+        lmdb_walk w = {fileno(f), psize, le_u64(meta + 120), le_u64(meta + 120) + 1,
+                       malloc(psize)};
+        if (w.page == NULL) {
+            rc = duet__error(DUET_ENOMEM, "LMDB %s: out of memory", dir);
+            goto done;
+        }
+        if (root != UINT64_MAX && !walk_page(&w, root, 0)) bad = true;
+        free(w.page);
+    }
+    if (!any || bad)
         rc = duet__error(DUET_EFORMAT, "cannot open LMDB %s: %s has no valid meta page (%lld "
-                         "bytes; not an LMDB, or a damaged one: make it again with duet prepare div2k --lmdb)",
-                         dir, path, (long long)sb.st_size);
+                         "bytes; not an LMDB, or a damaged one: make it again with duet prepare "
+                         "div2k --lmdb)", dir, path, (long long)sb.st_size);
     else if ((uint64_t)sb.st_size < need)
-        rc = duet__error(DUET_EFORMAT, "cannot open LMDB %s: %s is %lld bytes, but its pages need %llu "
-                         "(cut short: a copy that did not finish, or a full disk); make it "
-                         "again with duet prepare div2k --lmdb", dir, path,
+        rc = duet__error(DUET_EFORMAT, "cannot open LMDB %s: %s is %lld bytes, but its pages "
+                         "need %llu (cut short: a copy that did not finish, or a full disk); "
+                         "make it again with duet prepare div2k --lmdb", dir, path,
                          (long long)sb.st_size, (unsigned long long)need);
 done:
     if (f != NULL) fclose(f);

@@ -123,8 +123,8 @@ static const char infer_usage[] =
     "options:\n"
     "  --out DIR          output folder, created when missing (required)\n"
     "  --tile N           super-resolution: run the generator on N x N input tiles\n"
-    "                     (memory bounded by a tile, not the image), with a progress\n"
-    "                     bar on a terminal\n"
+    "                     (N >= 8; memory bounded by a tile, not the image), with a\n"
+    "                     progress bar on a terminal\n"
     "  --tile-pad P       input pixels of context around each tile (default: the\n"
     "                     generator's receptive radius, measured: then the result\n"
     "                     equals the whole-image output up to float rounding)\n"
@@ -289,9 +289,13 @@ static int parse(int argc, char **argv, const char *usage, unsigned allowed,
             const char *v = option_value(argc, argv, &i, name);
             char *end = NULL;
             long long n = v != NULL ? strtoll(v, &end, 10) : 0;
-            if (v == NULL || end == v || *end != '\0' || n < (pad ? 0 : 1) || n > 1000000)
+            /* A tile under 8 px repeats its context for every few pixels:
+             * --tile 1 took 76 s on a 64 x 48 image (issue 35). */
+            if (v == NULL || end == v || *end != '\0' || n < (pad ? 0 : 8) || n > 1000000)
                 return usage_error(usage, pad ? "--tile-pad needs a number of pixels >= 0, got "
-                                              : "--tile needs a tile size >= 1, got ",
+                                              : "--tile needs a tile size of at least 8 pixels "
+                                                "(a smaller one recomputes its context for "
+                                                "every few pixels), got ",
                                    v != NULL ? v : "nothing");
             if (pad)
                 o->tile_pad = n;

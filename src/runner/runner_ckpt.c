@@ -219,12 +219,14 @@ static void adapt_sharding(duet__run *r, const char *path, int64_t world, int64_
                                                    s->sampler.epoch, global, &st) == DUET_OK) {
         duet_log(DUET_LOG_WARN,
                  "%s was written by %" PRId64 " process%s x %" PRId64 " samples per GPU, this "
-                 "run has %d x %" PRId64 ": continuing the same stream of samples at epoch %"
-                 PRId64 ", global sample %" PRId64 "%s", path, world, world == 1 ? "" : "es",
-                 per_gpu, r->world, r->samples_per_gpu, s->sampler.epoch, global,
+                 "run has %d x %" PRId64 " (total batch %" PRId64 " -> %" PRId64 "%s): "
+                 "continuing the same stream of samples at epoch %" PRId64 ", global sample %"
+                 PRId64, path, world, world == 1 ? "" : "es", per_gpu, r->world,
+                 r->samples_per_gpu, world * per_gpu, r->world * r->samples_per_gpu,
                  world * per_gpu == r->world * r->samples_per_gpu
                      ? ""
-                     : " (the total batch changed: learning rates not rescaled)");
+                     : ", learning rates not rescaled",
+                 s->sampler.epoch, global);
         s->sampler = st;
         return;
     }

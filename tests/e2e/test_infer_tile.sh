@@ -56,7 +56,7 @@ for name, want_equal in (("tiled", True), ("big", True), ("seams", False)):
         assert n > 0, "--tile-pad 0 gave no seams: the test would not see a wrong stitch"
 PY
 # Usage errors.
-for bad in "--tile 0" "--tile -3" "--tile x" "--tile 8 --tile-pad -1" "--tile-pad 4"; do
+for bad in "--tile 0" "--tile 1" "--tile 7" "--tile -3" "--tile x" "--tile 8 --tile-pad -1" "--tile-pad 4"; do
   # shellcheck disable=SC2086
   if "$DUET" infer "$T/tiny.cfg" "$CK" "$T/in.png" --out "$T/bad" $bad > "$T/bad.log" 2>&1; then
     fail "accepted: $bad"

@@ -10,7 +10,9 @@
 #   - an image that fails to decode on an OpenMP worker gives its own
 #     message (it was an empty "duet: error:"), and no _sub folder or
 #     temporary is left; the same for --lmdb-only (a half LMDB was left
-#     under its final name).
+#     under its final name);
+#   - the two damaged data.mdb files fuzz/fuzz_lmdb.c found (SIGBUS inside
+#     liblmdb) are refused before they are mapped, by --dry-run too.
 # Needs DUET_EXE (set by CTest) and python3 (standard library only).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -82,5 +84,41 @@ if prep "$T/f" --lmdb-only --threads 2 > "$T/f2.out" 2>&1; then fail "--lmdb-onl
 grep -q "duet: error: .*0002_s001.png" "$T/f2.out" || fail "--lmdb-only: the worker's message was lost: $(cat "$T/f2.out")"
 [ ! -e "$T/f/DIV2K_train_HR_sub.lmdb" ] && ! ls -A "$T/f" | grep -q '\.duet-' \
   || fail "--lmdb-only left a partial LMDB: $(ls -A "$T/f")"
+# LMDBs damaged inside (the two inputs fuzz/fuzz_lmdb.c found: meta pages of
+# two page sizes, a leaf node past its page) are refused before liblmdb maps
+# them (SIGBUS inside liblmdb before), by --dry-run too.
+div2k "$T/g" 0001 0002
+prep "$T/g" --lmdb > "$T/g.out" 2>&1 || fail "prepare --lmdb: $(cat "$T/g.out")"
+SEEDS="$(cd "$(dirname "$0")/../.." && pwd)/fuzz/corpus/lmdb"
+for seed in meta_psize_mismatch leaf_node_past_page; do
+  cp -r "$T/g/DIV2K_train_HR_sub.lmdb" "$T/g/$seed.lmdb"
+  cp "$SEEDS/$seed.mdb" "$T/g/$seed.lmdb/data.mdb"
+  cat > "$T/g/$seed.cfg" <<CFG
+model = { type = "BasicRestorer";
+  generator = { type = "MSRResNet"; in_channels = 3; out_channels = 3; mid_channels = 4;
+                num_blocks = 1; upscale_factor = 2; };
+  pixel_loss = { type = "L1Loss"; loss_weight = 1.0; reduction = "mean"; }; };
+data = { samples_per_gpu = 1;
+  train = { type = "SRLmdbDataset"; lq_folder = "$T/g/DIV2K_train_LR_bicubic_X2_sub.lmdb";
+    gt_folder = "$T/g/$seed.lmdb"; scale = 2;
+    pipeline = ( { type = "LoadImageFromFile"; io_backend = "lmdb";
+                   db_path = "$T/g/DIV2K_train_LR_bicubic_X2_sub.lmdb"; key = "lq"; channel_order = "rgb"; },
+                 { type = "LoadImageFromFile"; io_backend = "lmdb"; db_path = "$T/g/$seed.lmdb";
+                   key = "gt"; channel_order = "rgb"; },
+                 { type = "RescaleToZeroOne"; keys = ["lq", "gt"]; },
+                 { type = "PairedRandomCrop"; gt_patch_size = 16; },
+                 { type = "Collect"; keys = ["lq", "gt"]; meta_keys = []; },
+                 { type = "ImageToTensor"; keys = ["lq", "gt"]; } ); }; };
+optimizers = { generator = { type = "Adam"; lr = 1e-3; }; };
+total_iters = 1;
+CFG
+  for dry in --dry-run ""; do
+    set +e
+    "$DUET" train "$T/g/$seed.cfg" --work-dir "$T/g/w_$seed" $dry > "$T/g/$seed.out" 2>&1; rc=$?
+    set -e
+    [ $rc -eq 1 ] && grep -q "cannot open LMDB $T/g/$seed.lmdb: .*data.mdb has no valid meta page" "$T/g/$seed.out" \
+      || fail "$seed ${dry:-train}: rc $rc, $(tail -2 "$T/g/$seed.out")"
+  done
+done
 [ $nfail -eq 0 ] || exit 1
 echo "test_prepare_hostile: PASS"

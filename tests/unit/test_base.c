@@ -24,6 +24,13 @@ static void test_error_message_and_context(void **state) {
     rc = duet__error_context(rc, "dataset %d", 3);
     assert_int_equal(rc, DUET_EIO);
     assert_string_equal(duet_last_error(), "dataset 3: cannot open x.png");
+    /* Control bytes from a file name never reach a terminal raw (issue 35):
+     * an escape sequence, a carriage return, DEL; newlines and tabs stay. */
+    duet__error(DUET_EIO, "cannot open %s\n\tsee above", "a\x1b[31mb\rc\x7f.png");
+    assert_string_equal(duet_last_error(), "cannot open a\\x1b[31mb\\x0dc\\x7f.png\n\tsee above");
+    duet__error_context(DUET_EIO, "in %s", "d\x1b]0;x\x07");
+    assert_string_equal(duet_last_error(),
+                        "in d\\x1b]0;x\\x07: cannot open a\\x1b[31mb\\x0dc\\x7f.png\n\tsee above");
 }
 
 static void test_rng_deterministic_and_streams(void **state) {
