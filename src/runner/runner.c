@@ -744,6 +744,7 @@ int duet_runner_train(const duet_runner_opts *opts) {
     if (rc == DUET_OK) rc = agree(&r, read_resume_from(&r, &eff));
     if (rc == DUET_OK) rc = agree(&r, duet__run_problem(&r, claim_work_dir(&r, o)));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
+    if (rc == DUET_OK && !o->dry_run) duet__run_warn_busy(&r);
     if (o->dry_run) {
         /* Every problem of the config at once, then a failure. */
         if (rc == DUET_OK && r.nproblems > 0)
