@@ -514,6 +514,17 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             return rc;
         }
         bool ckpt = every(iter, r->ckpt_interval, r->total_iters);
+        const bool eval = every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL;
+        if (ckpt && eval && !stop && iter == r->total_iters) {
+            /* The last iteration: nothing trains after it, so the
+             * evaluation goes first and the one checkpoint holds what it
+             * changed (Pix2Pix's BatchNorm statistics) for a run that
+             * raises total_iters and resumes; written even when the
+             * evaluation failed. */
+            int erc = evaluate_hook(r, iter);
+            DUET_TRY(checkpoint_now(r, iter, agreed));
+            return erc;
+        }
         if (ckpt || stop) {
             rc = checkpoint_now(r, iter, agreed);
             if (rc != DUET_OK) return rc;
@@ -522,8 +533,7 @@ static int train_loop(duet__run *r, int64_t start_iter, bool *agreed) {
             *agreed = true;
             return duet__run_stopped(r, iter, true);
         }
-        if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
-            DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
+        if (eval) DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
     }
     return DUET_OK;
 }
