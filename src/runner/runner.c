@@ -806,6 +806,11 @@ int duet_runner_train(const duet_runner_opts *opts) {
         if (lrc == DUET_OK) {
             start_iter = s.iter;
             start = s.sampler;
+            if (start_iter >= r.total_iters && r.rank == 0)
+                duet_log(DUET_LOG_WARN, "--resume: %s is at iteration %" PRId64 " and "
+                         "total_iters is %" PRId64 ": the run is finished, nothing is trained; "
+                         "to train on, raise total_iters (e.g. --set total_iters=%" PRId64 ")",
+                         path, start_iter, r.total_iters, 2 * start_iter);
             if (r.log != NULL)
                 duet__logger_text(r.log, "resumed from %s at iteration %" PRId64, path, s.iter);
             resumed = duet__strdup(path);
