@@ -274,7 +274,7 @@ if [ -f "$MMCFG" ]; then
   cp "$D"/DIV2K_train_LR_bicubic/X4_sub/0001_s00[12].png "$T/set14/lq/"
   sed -i "s|data/DIV2K|$D|g; s|data/val_set14/Set14_bicLRx4|$T/set14/lq|; s|data/val_set14/Set14|$T/set14/gt|" "$T/srgan.cfg"
   "$DUET" train "$T/srgan.cfg" --work-dir "$T/w_srgan" --set total_iters=2 \
-    --set data.train_dataloader.samples_per_gpu=1 --set 'model.perceptual_loss.pretrained=""' \
+    --set data.train_dataloader.samples_per_gpu=1 --set 'model.perceptual_loss.pretrained="random"' \
     --set 'load_from=""' --set evaluation.interval=1000 > "$T/srgan.out" 2>&1 \
     || fail "MMEditing's SRGAN config: $(grep -v INFO "$T/srgan.out" | tail -5)"
   [ -f "$T/w_srgan/iter_2.safetensors" ] || fail "no checkpoint from MMEditing's SRGAN config"
