@@ -184,14 +184,42 @@ def convert(sd, layout, notes):
     return out
 
 
+M64 = (1 << 64) - 1
+
+
+def duet_h64(data):
+    """duet's checksum (src/tensor/safetensors.c, "duet-h64"): FNV-1a's
+    basis, each little-endian 8-byte word xor-ed in and multiplied by FNV's
+    prime, then the tail bytes, then the length; h ^ (h >> 32)."""
+    prime, h = 0x100000001b3, 0xcbf29ce484222325
+    n8 = len(data) // 8 * 8
+    for (w,) in struct.iter_unpack("<Q", data[:n8]):
+        h = ((h ^ w) * prime) & M64
+    for b in data[n8:]:
+        h = ((h ^ b) * prime) & M64
+    h = ((h ^ len(data)) * prime) & M64
+    return h ^ (h >> 32)
+
+
 def write_safetensors(path, tensors, metadata, inputs=()):
+    """Written as duet writes: with a duet-h64 checksum of every tensor and
+    every metadata entry, so that duet verifies the converted file when it
+    loads it (and says nothing about a file without checksums)."""
     header, blobs, offset = {}, [], 0
+    metadata = dict(metadata)
+    sums = {}
     for name, (dtype, t) in tensors.items():
         data = t.data("float32" if dtype == "F32" else "int64")
         header[name] = {"dtype": dtype, "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
+        sums["checksum/" + name] = "%016x" % duet_h64(data)
+    for k, v in list(metadata.items()):
+        h = duet_h64(k.encode() + b"\0" + v.encode())
+        sums["checksum_meta/" + k] = "%016x" % (h if h != 0 else 1)
+    metadata.update(sums)
+    metadata["checksum_algorithm"] = "duet-h64"
     header["__metadata__"] = metadata
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * ((8 - len(raw) % 8) % 8)

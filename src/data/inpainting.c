@@ -633,10 +633,13 @@ static int run_step(const inpainting *t, const duet_istep *st, int64_t index, du
     }
     case DUET_ISTEP_MASKED: {
         if (s->mh != s->h || s->mw != s->w)
-            return duet__error(DUET_ESHAPE, "%s: GetMaskedImage: the mask is %lldx%lld (WxH) "
-                               "and gt_img %lldx%lld (%s); make LoadMask's img_shape the "
-                               "image's size after Crop/Resize", st->where, (long long)s->mw,
-                               (long long)s->mh, (long long)s->w, (long long)s->h, s->path);
+            return duet__error(DUET_ESHAPE, "%s: GetMaskedImage: the mask is %lldx%lld (WxH), "
+                               "but %s is %lldx%lld after the pipeline's Crop/Resize: the "
+                               "mask must be %lldx%lld (duet infer --mask: a %lldx%lld image; "
+                               "a config: LoadMask's img_shape)", st->where,
+                               (long long)s->mw, (long long)s->mh, s->path, (long long)s->w,
+                               (long long)s->h, (long long)s->w, (long long)s->h,
+                               (long long)s->w, (long long)s->h);
         DUET_TRY(to_float(s));
         free(s->masked);
         s->masked = malloc(sizeof(float) * (size_t)(s->h * s->w * 3));

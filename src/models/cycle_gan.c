@@ -189,6 +189,7 @@ static int generator_step(duet_model *m, const outputs *o, duet_optimizer *opt_g
     duet_optimizer_zero_grad(opt_g);
     /* parse_losses sums the terms in this order. */
     duet_tensor *total = NULL, *t = NULL;
+    const int from = log->count;
     int rc = DUET_OK;
     if (id != NULL) {
         rc = identity_term(m, id, "a", o->real_b, &t);
@@ -204,6 +205,7 @@ static int generator_step(duet_model *m, const outputs *o, duet_optimizer *opt_g
     if (rc == DUET_OK) rc = add_term(log, "loss_cycle_a", t, &total);
     if (rc == DUET_OK) rc = duet_module_forward2(cyc, o->rec_b, o->real_b, &t);
     if (rc == DUET_OK) rc = add_term(log, "loss_cycle_b", t, &total);
+    if (rc == DUET_OK) rc = duet__log_total(log, from);
     if (rc == DUET_OK) rc = duet_backward(total);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_g);
     duet_tensor_release(total);

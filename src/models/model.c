@@ -14,6 +14,14 @@ void duet_log_vars_clear(duet_log_vars *lv) {
     if (lv != NULL) lv->count = 0;
 }
 
+int duet__log_total(duet_log_vars *log, int from) {
+    double sum = 0;
+    for (int i = from; i < log->count; i++)
+        if (strstr(log->names[i], "loss") != NULL && strcmp(log->names[i], "loss") != 0)
+            sum += log->values[i];
+    return duet_log_vars_set(log, "loss", sum);
+}
+
 int duet_log_vars_set(duet_log_vars *lv, const char *name, double value) {
     for (int i = 0; i < lv->count; i++) {
         if (strcmp(lv->names[i], name) == 0) {

@@ -17,6 +17,11 @@ int duet__need_part(duet_model *m, const char *name, duet_module **out);
  * the wrapper) ignores it. Returns the previous setting. The one place
  * where a model asks for it, so that its two-backward steps reduce once. */
 bool duet__part_set_no_sync(duet_module *part, bool no_sync);
+/* MMEditing's parse_losses total: log "loss" = the sum of the values set
+ * since index `from` (log->count before the group) whose names contain
+ * "loss". A model calls it after each group MMEditing parses, so that
+ * "loss" ends as MMEditing's log_vars leave it: the last group's total. */
+int duet__log_total(duet_log_vars *log, int from);
 /* A model's root module forward (a duet_module_type's forward): its child
  * "generator"'s, the test-mode output of the restorers and Pix2Pix. */
 int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,

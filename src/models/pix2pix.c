@@ -67,8 +67,10 @@ static int discriminator_step(duet_model *m, duet_tensor *real_a, duet_tensor *r
     if (rc == DUET_OK) rc = duet_gan_loss(gan, fake_pred, false, true, &l_fake);
     if (rc == DUET_OK) rc = disc_on_pair(disc, real_a, real_b, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &l_real);
+    const int from = log->count;
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_d_fake", l_fake->data[0]);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_d_real", l_real->data[0]);
+    if (rc == DUET_OK) rc = duet__log_total(log, from);
     /* parse_losses sums the two, then loss_d *= 0.5. */
     if (rc == DUET_OK) rc = duet_add(l_fake, l_real, &sum);
     if (rc == DUET_OK) rc = duet_scale(sum, 0.5f, &loss);
@@ -89,6 +91,7 @@ static int generator_step(duet_model *m, duet_tensor *real_a, duet_tensor *real_
     /* No updates to the discriminator's parameters in the generator step. */
     duet_module_set_requires_grad(disc, false);
     duet_optimizer_zero_grad(opt_g);
+    const int from = log->count;
     int rc = disc_on_pair(disc, real_a, fake_b, &pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, true, false, &l_gan);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_g", l_gan->data[0]);
@@ -99,6 +102,7 @@ static int generator_step(duet_model *m, duet_tensor *real_a, duet_tensor *real_
     } else if (rc == DUET_OK) {
         loss = duet_tensor_retain(l_gan);
     }
+    if (rc == DUET_OK) rc = duet__log_total(log, from);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_g);
     duet_tensor *ts[4] = {pred, l_gan, l_pix, loss};

@@ -540,6 +540,17 @@ static int train_loop_body(duet__run *r, int64_t start_iter, bool *agreed, FILE 
             return rc;
         }
         bool ckpt = every(iter, r->ckpt_interval, r->total_iters);
+        const bool eval = every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL;
+        if (ckpt && eval && !stop && iter == r->total_iters) {
+            /* The last iteration: nothing trains after it, so the
+             * evaluation goes first and the one checkpoint holds what it
+             * changed (Pix2Pix's BatchNorm statistics) for a run that
+             * raises total_iters and resumes; written even when the
+             * evaluation failed. */
+            int erc = evaluate_hook(r, iter);
+            DUET_TRY(checkpoint_now(r, iter, agreed));
+            return erc;
+        }
         if (ckpt || stop) {
             rc = checkpoint_now(r, iter, agreed);
             if (rc != DUET_OK) return rc;
@@ -548,8 +559,7 @@ static int train_loop_body(duet__run *r, int64_t start_iter, bool *agreed, FILE 
             *agreed = true;
             return duet__run_stopped(r, iter, true);
         }
-        if (every(iter, r->eval_interval, r->total_iters) && r->val_set != NULL)
-            DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
+        if (eval) DUET_TRY(evaluate_then_recheckpoint(r, iter, ckpt, agreed));
     }
     return DUET_OK;
 }
@@ -777,6 +787,7 @@ int duet_runner_train(const duet_runner_opts *opts) {
     if (rc == DUET_OK) rc = agree(&r, read_resume_from(&r, &eff));
     if (rc == DUET_OK) rc = agree(&r, duet__run_problem(&r, claim_work_dir(&r, o)));
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
+    if (rc == DUET_OK && !o->dry_run) duet__run_warn_busy(&r);
     if (o->dry_run) {
         /* Every problem of the config at once, then a failure. */
         if (rc == DUET_OK && r.nproblems > 0)
@@ -828,6 +839,11 @@ int duet_runner_train(const duet_runner_opts *opts) {
         if (lrc == DUET_OK) {
             start_iter = s.iter;
             start = s.sampler;
+            if (start_iter >= r.total_iters && r.rank == 0)
+                duet_log(DUET_LOG_WARN, "--resume: %s is at iteration %" PRId64 " and "
+                         "total_iters is %" PRId64 ": the run is finished, nothing is trained; "
+                         "to train on, raise total_iters (e.g. --set total_iters=%" PRId64 ")",
+                         path, start_iter, r.total_iters, 2 * start_iter);
             if (r.log != NULL)
                 duet__logger_text(r.log, "resumed from %s at iteration %" PRId64, path, s.iter);
             resumed = duet__strdup(path);

@@ -79,7 +79,15 @@ typedef struct duet__run {
     bool collect;
     int nproblems;
     duet__str problems;
+
+    int kernel_threads; /* threads per process of the kernels (duet__run_setup_kernels) */
 } duet__run;
+
+/* system.c: on rank 0, a warning when the machine's load already fills its
+ * cores and the kernels' threads (more than one) would spin-wait on each
+ * other without OMP_WAIT_POLICY. Called once, by a training run (the
+ * short commands and --dry-run do not lose enough to it to say so). */
+void duet__run_warn_busy(const duet__run *r);
 
 /* rc as it is, or, while r->collect, DUET_OK after keeping rc's message
  * (duet_last_error()) as one of the run's problems. */

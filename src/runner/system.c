@@ -24,8 +24,10 @@ static double load_average(void) {
  * busy the partner is often off its core, and 2 threads were measured 10x
  * slower than 1 (docs/performance.md). libgomp reads the policy when it
  * loads, so duet can only say so. */
-static void warn_busy_machine(int threads) {
-    if (threads < 2 || getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL)
+void duet__run_warn_busy(const duet__run *r) {
+    const int threads = r->kernel_threads;
+    if (r->rank != 0 || threads < 2 || getenv("OMP_WAIT_POLICY") != NULL ||
+        getenv("GOMP_SPINCOUNT") != NULL)
         return;
     double load = load_average();
     int online = duet_cpu_online_cores();
@@ -77,7 +79,7 @@ int duet__run_setup_kernels(duet__run *r) {
     DUET_TRY(duet_kernels_info_get(&ki));
     duet_log(DUET_LOG_INFO, "kernels: %s per process, %d process%s (%d on this node)",
              ki.summary, r->world, r->world == 1 ? "" : "es", ko.local_ranks);
-    warn_busy_machine(ki.num_threads);
+    r->kernel_threads = ki.num_threads; /* duet__run_warn_busy, when a run trains */
     return DUET_OK;
 }
 

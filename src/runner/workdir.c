@@ -19,17 +19,35 @@
 
 #define LOCK_NAME "duet.lock"
 
+/* The run removes duet.lock when it ends (with the lock still held), so
+ * that a finished work dir holds only its results. A second run that opened
+ * the file before then holds a lock on a removed file: it sees that its fd
+ * and the path differ after flock, and opens the path again. (A run killed
+ * with -9 leaves the file behind; its lock went with it.) */
+static bool lock_is_current(int fd, const char *path) {
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 int duet__workdir_lock(duet__run *r) {
     r->lock_fd = -1;
     char *path = duet__path_join(r->work_dir, LOCK_NAME);
     if (path == NULL) return duet__error(DUET_ENOMEM, "out of memory");
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = -1;
+    for (int attempt = 0;; attempt++) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0 || lock_is_current(fd, path) ||
+            attempt == 100)
+            break;
+        close(fd); /* locked a file the previous run had just removed */
+    }
     if (fd < 0) {
         int rc = duet__error(DUET_EIO, "cannot open %s: %s", path, strerror(errno));
         free(path);
         return rc;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* held already when ours: a no-op */
         int e = errno;
         int rc;
         if (e == EWOULDBLOCK) {
@@ -72,7 +90,13 @@ int duet__workdir_lock(duet__run *r) {
 }
 
 void duet__workdir_unlock(duet__run *r) {
-    if (r->lock_fd >= 0) close(r->lock_fd); /* closing releases the flock */
+    if (r->lock_fd >= 0) {
+        /* Removed while still held (see lock_is_current), then released. */
+        char *path = r->work_dir != NULL ? duet__path_join(r->work_dir, LOCK_NAME) : NULL;
+        if (path != NULL && lock_is_current(r->lock_fd, path)) unlink(path);
+        free(path);
+        close(r->lock_fd); /* closing releases the flock */
+    }
     r->lock_fd = -1;
 }
 

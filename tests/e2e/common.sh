@@ -148,6 +148,14 @@ PY_SIZE
     fail "infer without --mask succeeded for an inpaintor"
   fi
   grep -q "give the hole as --mask MASK" "$T/nomask.out" || { cat "$T/nomask.out"; fail "no clear error"; }
+  # A mask of the wrong size: the error gives the size it must have (issue 33).
+  e2e_mask_png "$T/big_hole.png" $((SIZE + 8)) "$3" "$4" "$5" "$6"
+  if "$DUET" infer "$CFG" "$T/w/latest.safetensors" "$T/sample/val/rocket.png" --mask "$T/big_hole.png" \
+    --out "$T/inf3" "${SETS[@]}" > "$T/bigmask.out" 2>&1; then
+    fail "infer with a mask of the wrong size succeeded"
+  fi
+  grep -q "the mask is $((SIZE + 8))x$((SIZE + 8)) (WxH), but .* the mask must be ${SIZE}x${SIZE} (duet infer --mask: a ${SIZE}x${SIZE} image" \
+    "$T/bigmask.out" || { cat "$T/bigmask.out"; fail "the wrong-mask error does not give the size"; }
 }
 
 # One DeepFill tiny config end to end on 2 processes (test_deepfillv1_e2e.sh,

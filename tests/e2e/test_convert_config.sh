@@ -73,6 +73,24 @@ has(r'workflow = \(\s*\(\s*"train",\s*1\s*\)\s*\);')
 assert "train_cfg" not in t and not re.search(r"^(scale|common) =", t, re.M), "helpers kept"
 PY_CHECK
 
+# duet train X.py converts on the fly through the same script (issue 33):
+# the same run as the converted .cfg; scripts/ found beside the binary,
+# or through DUET_SCRIPTS; DUET_PYTHON names the interpreter; a missing
+# converter and a refused file are named.
+"$DUET" train "$T/cfg/child.py" --work-dir "$T/wpy" > "$T/py.out" 2>&1 || { cat "$T/py.out"; fail "duet train child.py"; }
+cmp -s "$T/w/latest.safetensors" "$T/wpy/latest.safetensors" || fail "child.py and child.cfg trained differently"
+grep -q "convert-config: .*child.py -> " "$T/py.out" || fail "no converter line: $(cat "$T/py.out")"
+DUET_SCRIPTS="$T/noscripts" "$DUET" train "$T/cfg/child.py" --dry-run > "$T/nos.out" 2>&1 && fail "no scripts: accepted"
+grep -q "child.py needs scripts/convert-config.py, which is not at $T/noscripts/convert-config.py (\$DUET_SCRIPTS): set DUET_SCRIPTS" "$T/nos.out" \
+  || fail "missing converter: $(cat "$T/nos.out")"
+DUET_PYTHON=/nonexistent/python3 "$DUET" train "$T/cfg/child.py" --dry-run > "$T/nopy.out" 2>&1 && fail "no python: accepted"
+grep -q "cannot run /nonexistent/python3 .*DUET_PYTHON names the Python 3 to use" "$T/nopy.out" \
+  || fail "missing python: $(cat "$T/nopy.out")"
+printf 'import os\n' > "$T/cfg/code.py"
+"$DUET" train "$T/cfg/code.py" --dry-run > "$T/code.out" 2>&1 && fail "a .py with code: accepted"
+grep -q "code.py:1: only 'name = value' lines are read" "$T/code.out" && grep -q "refused it" "$T/code.out" \
+  || fail "a .py with code: $(cat "$T/code.out")"
+
 # duet test evaluates data.test where the config has one (MMEditing's
 # tools/test.py), else data.val.
 e2e_pngs "$T/data/val" 1 48

@@ -144,6 +144,19 @@ DUET_LOG=info "$DUET" test "$T/msrresnet.cfg" "$T/mmedit.safetensors" --json > "
 "$PY" -c "import json, sys; json.load(open(sys.argv[1]))" "$T/test_info.json" \
   || fail "duet test --json > file is not JSON: $(head -c 300 "$T/test_info.json")"
 grep -q "kernels:" "$T/test_info.err" || fail "the info lines went missing: $(cat "$T/test_info.err")"
+# The converter writes duet's checksums (issue 33): no "has no checksums"
+# note, and a changed byte is caught.
+! grep -q "has no checksums" "$T/test_info.err" || fail "the converted file has no checksums: $(cat "$T/test_info.err")"
+"$PY" - "$T/mmedit.safetensors" "$T/flipped.safetensors" <<'PY_FLIP'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-5] ^= 0x40                       # a byte of the last tensor
+open(sys.argv[2], "wb").write(b)
+PY_FLIP
+if "$DUET" test "$T/msrresnet.cfg" "$T/flipped.safetensors" > /dev/null 2> "$T/flip.err"; then
+  fail "a converted file with a changed byte loaded"
+fi
+grep -q "fails its checksum" "$T/flip.err" || fail "changed byte: $(cat "$T/flip.err")"
 
 "$PY" - "$T" <<'PY_COMPARE'
 import json, struct, sys, zlib

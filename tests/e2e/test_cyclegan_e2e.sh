@@ -88,6 +88,15 @@ for r in train:
     for k in ("loss_id_a", "loss_id_b", "loss_gan_g_a", "loss_gan_g_b", "loss_cycle_a",
               "loss_cycle_b", "loss_gan_d_a", "loss_gan_d_b"):
         assert k in r and r[k] > 0, (k, r)
+    # MMEditing's total: the generators' parse_losses (issue 33).
+    g = sum(r[k] for k in ("loss_id_a", "loss_id_b", "loss_gan_g_a", "loss_gan_g_b",
+                           "loss_cycle_a", "loss_cycle_b"))
+    assert "loss" in r and abs(r["loss"] - g) <= 1e-6 * g, (r.get("loss"), g)
+import glob
+# ... and in mmcv's .log.json and the text log beside it.
+js = [json.loads(l) for f in glob.glob(T + "/a/*.log.json") for l in open(f)]
+assert any("loss" in j and j.get("mode") == "train" for j in js), js[:3]
+assert any(", loss: " in l for f in glob.glob(T + "/a/*.log") for l in open(f))
 a, ma = st(T + "/a/latest.safetensors")
 b, mb = st(T + "/b/latest.safetensors")
 assert ma["iter"] == "8" and mb["iter"] == "8", (ma, mb)

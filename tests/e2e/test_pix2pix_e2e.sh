@@ -72,6 +72,14 @@ CFG="$ROOT/configs/pix2pix_tiny.cfg"
 grep -q "resumed from .*latest.safetensors at iteration 4" "$T/b.out" \
   || { cat "$T/b.out"; fail "no resume message"; }
 [ -s "$T/a/val/iter_8.png" ] || fail "no evaluation picture"
+# The last iteration's checkpoint is written once (issue 33: the evaluation,
+# which moves BatchNorm's statistics, goes first there); iteration 4's
+# twice (checkpoint, evaluation, the checkpoint again with the new
+# statistics), which the resume above relies on.
+[ "$(grep -c "saved checkpoint .*/iter_8.safetensors" "$T/a.out")" = 1 ] \
+  || { grep "saved checkpoint" "$T/a.out"; fail "the final checkpoint is not written once"; }
+[ "$(grep -c "saved checkpoint .*/iter_4.safetensors" "$T/a.out")" = 2 ] \
+  || { grep "saved checkpoint" "$T/a.out"; fail "iteration 4's checkpoint is not rewritten after the evaluation"; }
 
 "$PY" - "$T" <<'PY_CHECK'
 import json, struct, sys

@@ -71,6 +71,28 @@ print("test_plot: line fit slope %.3f, worst residual %.2f px over %d pixels" % 
 PY
 
 # --keys, errors.
+# Ticks tell a narrow curve's values apart (issue 33: a PSNR within 0.05 dB
+# read "26.2 / 26.2 / 26.2", an SSIM "0.798 / 0.798 / 0.797").
+mkdir -p "$T/narrow"
+"$PY" - "$T/narrow/log.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i, (p, s) in enumerate([(26.21, 0.7981), (26.23, 0.7979), (26.24, 0.7975), (26.22, 0.7978)]):
+        f.write(json.dumps({"mode": "val", "iter": 100 * (i + 1), "PSNR": p, "SSIM": s}) + "\n")
+PY
+"$DUET" plot "$T/narrow" > "$T/narrow.out" 2>&1 || fail "narrow: $(cat "$T/narrow.out")"
+"$PY" - "$T/narrow.out" <<'PY' || fail "tick labels: $(cat "$T/narrow.out")"
+import re, sys
+found = 0
+for line in open(sys.argv[1]):
+    m = re.search(r"axis ticks (\S+), (\S+), (\S+)$", line.strip())
+    if m:
+        found += 1
+        t = m.groups()
+        assert len(set(t)) == 3, t                       # three different labels
+        assert float(t[0]) > float(t[1]) > float(t[2]), t  # top to bottom
+assert found == 2, found
+PY
 "$DUET" plot "$T/w" --keys PSNR --out "$T/psnr.png" > "$T/k.out" 2>&1 || fail "--keys: $(cat "$T/k.out")"
 [ "$(grep -c points "$T/k.out")" = 1 ] || fail "--keys PSNR drew more: $(cat "$T/k.out")"
 if "$DUET" plot "$T/w" --keys los > "$T/bad.out" 2>&1; then fail "--keys los accepted"; fi

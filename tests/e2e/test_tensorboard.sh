@@ -131,4 +131,11 @@ else
   echo "test_tensorboard: TensorBoard's own reader not checked: no tensorboard package for $TBPY" \
        "(make it with: bash scripts/make-tools-venv.sh)"
 fi
+# The shipped full-size SRGAN config says what a run does (issue 33): it
+# names MMEditing's TensorboardLoggerHook, and no config claims duet has
+# no TensorBoard writer.
+ROOT_CFG="$(cd "$(dirname "$0")/../.." && pwd)/configs"
+grep -q 'type = "TensorboardLoggerHook"' "$ROOT_CFG/srgan_x4c64b16_div2k.cfg" \
+  || fail "srgan_x4c64b16_div2k.cfg has no TensorboardLoggerHook"
+! grep -qi "no TensorBoard writer" "$ROOT_CFG"/*.cfg || fail "a config says duet has no TensorBoard writer"
 echo "test_tensorboard: ok"

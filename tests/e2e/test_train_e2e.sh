@@ -89,6 +89,13 @@ for f in iter_2 iter_4 iter_6 iter_8 latest; do
 done
 [ -s "$T/a/val/iter_4.png" ] && [ -s "$T/a/val/iter_8.png" ] || fail "no evaluation grid"
 [ -s "$T/a/config.cfg" ] || fail "no config.cfg in the work dir"
+# Issue 33: no duet.lock left behind by a finished run; resuming a finished
+# run trains nothing and says how to go on.
+[ ! -e "$T/a/duet.lock" ] && [ ! -e "$T/b/duet.lock" ] || fail "duet.lock left in the work dir"
+"$DUET" train "$T/tiny.cfg" --work-dir "$T/a" --resume > "$T/done.out" 2>&1 \
+  || { cat "$T/done.out"; fail "resuming a finished run"; }
+grep -q "is at iteration 8 and total_iters is 8: the run is finished, nothing is trained; to train on, raise total_iters (e.g. --set total_iters=16)" \
+  "$T/done.out" || { cat "$T/done.out"; fail "no hint when resuming a finished run"; }
 
 # The log, the checkpoints' contents, and the resume comparison.
 "$PY" - "$T" <<'PY_CHECK'

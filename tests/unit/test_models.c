@@ -532,13 +532,18 @@ static void test_srgan_train_step(void **state) {
     assert_int_equal(duet_tape_size(), 0);
 
     TU_OK(duet_model_train_step(m, &b, opts, &log));
-    const char *names[7] = {"loss_pix", "loss_perceptual", "loss_gan", "loss_d_real",
+    const char *names[8] = {"loss_pix", "loss_perceptual", "loss_gan", "loss", "loss_d_real",
                             "loss_d_fake", "real_logit_mean", "fake_logit_mean"};
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         assert_true(duet_log_vars_get(&log, names[i], &v));
         assert_true(isfinite(v));
+        assert_string_equal(log.names[i], names[i]); /* MMEditing's log_vars order */
     }
-    assert_int_equal(log.count, 7);
+    assert_int_equal(log.count, 8);
+    /* MMEditing's "loss": the total of the last parse_losses (loss_d_fake's). */
+    double d_fake = 0;
+    assert_true(duet_log_vars_get(&log, "loss", &v) && duet_log_vars_get(&log, "loss_d_fake", &d_fake));
+    assert_true(v == d_fake);
     duet_tensor *g2 = tu_flat_params(g), *p2 = tu_flat_params(p);
     assert_false(tu_same_data(g1, g2)); /* now the generator stepped */
     assert_true(tu_same_data(p0, p2));  /* the perceptual network never moves */

@@ -52,7 +52,12 @@ static void test_registry_pix2pix(void **state) {
     const uint64_t c0 = duet_pix2pix_dropout_rng(m)->counter;
     duet_log_vars log;
     TU_OK(duet_model_train_step(m, &b, opts, &log));
-    assert_int_equal(log.count, 4);
+    assert_int_equal(log.count, 5); /* and MMEditing's total "loss" */
+    double total = 0, gan = 0, pix = 0;
+    assert_true(duet_log_vars_get(&log, "loss", &total));
+    assert_true(duet_log_vars_get(&log, "loss_gan_g", &gan));
+    assert_true(duet_log_vars_get(&log, "loss_pixel", &pix));
+    assert_true(total == gan + pix); /* the generator's parse_losses, the last one */
     assert_true(duet_pix2pix_dropout_rng(m)->counter > c0); /* dropout layers ran */
     duet_val_output v = {0};
     TU_OK(duet_model_val_step(m, &b, &v));

@@ -55,7 +55,13 @@ static const char *const log_names[8] = {"loss_gan_d_a", "loss_gan_d_b", "loss_i
                                          "loss_cycle_a", "loss_cycle_b"};
 
 static void compare_log(const duet_st *st, const duet_log_vars *log, int step) {
-    assert_int_equal(log->count, 8);
+    /* The eight terms, then MMEditing's total: the generators'
+     * parse_losses (the last one of the step). */
+    assert_int_equal(log->count, 9);
+    assert_string_equal(log->names[8], "loss");
+    double g = 0;
+    for (int i = 2; i < 8; i++) g += log->values[i];
+    assert_true(fabs(log->values[8] - g) <= 1e-12 * fabs(g));
     for (int i = 0; i < 8; i++) {
         /* MMEditing's order: the discriminators step's keys, then the generators'. */
         assert_string_equal(log->names[i], log_names[i]);
@@ -200,10 +206,16 @@ static void test_cyclegan_disc_init_steps(void **state) {
     assert_int_equal(duet_cyclegan_step_counter(m), 1);
     TU_OK(duet_model_train_step(m, &b, opts, &log));
     /* The discriminators' keys first, then the generators'. */
-    assert_int_equal(log.count, 6);
+    assert_int_equal(log.count, 7);
     assert_string_equal(log.names[0], "loss_gan_d_a");
     assert_string_equal(log.names[2], "loss_gan_g_a");
     assert_string_equal(log.names[5], "loss_cycle_b");
+    /* The generators' parse_losses total (MMEditing's discriminators log
+     * none: their log_vars keep only loss_gan_d_a / _b). */
+    assert_string_equal(log.names[6], "loss");
+    double sum = 0;
+    for (int i = 2; i < 6; i++) sum += log.values[i];
+    assert_true(fabs(log.values[6] - sum) <= 1e-12 * fabs(sum));
     assert_true(w->data[0] != first);
     assert_int_equal(duet_tape_size(), 0);
     duet_batch_clear(&b);

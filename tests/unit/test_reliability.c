@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -497,9 +499,24 @@ static void test_workdir_lock(void **state) {
     tu_expect_error(duet__workdir_lock(&b), DUET_ESTATE, "in use by another duet run", want,
                     NULL);
     assert_int_equal(b.lock_fd, -1);
+    /* A run that opened duet.lock just before the holder ended: the holder
+     * removes the file (issue 33: no duet.lock left behind), and the
+     * waiter's lock on the removed file must not count. */
+    int early = open(path, O_RDWR);
+    assert_true(early >= 0);
     duet__workdir_unlock(&a);
-    TU_OK(duet__workdir_lock(&b));
+    struct stat st;
+    assert_int_equal(stat(path, &st), -1); /* removed when the run ended */
+    assert_int_equal(flock(early, LOCK_EX | LOCK_NB), 0); /* a lock on the removed file */
+    TU_OK(duet__workdir_lock(&b));         /* a lock on a new duet.lock, held */
+    assert_int_equal(stat(path, &st), 0);
+    duet__run c;
+    memset(&c, 0, sizeof c);
+    c.work_dir = fx->dir;
+    tu_expect_error(duet__workdir_lock(&c), DUET_ESTATE, "in use by another duet run", NULL);
+    close(early);
     duet__workdir_unlock(&b);
+    assert_int_equal(stat(path, &st), -1);
 }
 
 static void test_stale_temps_removed(void **state) {
