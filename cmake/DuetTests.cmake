@@ -244,6 +244,11 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # CPU): their four files took 57 s of wall time (52 s of CPU, 4 s of it
 # the interpreter's start, which the other models share) at load 4.5, their
 # four duet checks 4 s.
+# EDSR and RDN add 6 s of duet and about 90 s of generation for their
+# four files; PConvInpaintor (4 steps: MMEditing's fixed 64-512 channel
+# widths make 4.5M parameters) about 6 minutes at load 6 for its two
+# files of 200 MB each, and its single-process file is 309 MB, the
+# network's 249 MB (measured 2026-12-08).
 set(DUET_MMEDIT_DDP_MODELS
   "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;pconv_inpaintor;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
   CACHE STRING

@@ -15,7 +15,8 @@
  * also checks that the parameters are bit-identical to rank 0's.
  *
  * The DeepFills run 4 and 3 steps, not 10 (what their float64 and float32
- * runs cost in gen_mmedit_refs.py's ddp_steps), and every state
+ * runs cost in gen_mmedit_refs.py's ddp_steps), PConvInpaintor 4 (its
+ * 4.5M parameters make a step's state 36 MB), and the DeepFills' every state
  * entry, their spectral-norm buffers included, must be bit-identical on
  * every rank.
  *
@@ -37,7 +38,7 @@ typedef struct ddp_model {
     double lr, beta1;
     const char *parts[2];
     int nparts;
-    int steps;             /* the file's: 10; DeepFillv1 4, DeepFillv2 3 (ddp_steps) */
+    int steps;             /* the file's: 10; DeepFillv1 and PConv 4, DeepFillv2 3 (ddp_steps) */
     bool state_identical;  /* every state entry bit-identical on every rank (no BatchNorm) */
 } ddp_model;
 
@@ -159,7 +160,7 @@ static const ddp_model models[] = {
     {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
     {"edsr", edsr, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
     {"rdn", rdn, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
-    {"pconv_inpaintor", pconv_inpaintor, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
+    {"pconv_inpaintor", pconv_inpaintor, 2e-4, 0.9, {"generator", NULL}, 1, 4, false},
     {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2, 10, false},
     {"deepfill_v1_inpaintor", deepfill_v1_inpaintor, 1e-4, 0.9, {"generator", "disc"}, 2, 4,
      true},
