@@ -45,6 +45,18 @@ void tu_gan_assert_params_identical(duet_model *m);
 /* The wrapper's DDP for `part` has completed `want` synchronised backwards
  * (allreduce rounds of its gradients) on this rank. */
 void tu_gan_assert_part_syncs(duet_wrapper *w, const char *part, int64_t want);
+/* An optimizer set with one Adam at lr for the model's part "generator"
+ * (the restorers' and the inpaintors' without a discriminator). */
+duet_optimizer_set *tu_adam_generator(duet_model *m, double lr);
+/* Each parameter's gradient (of the trainable ones where trainable_only)
+ * against the one-process reference's: 1e-3 |want| + 1e-4 max|want| per
+ * tensor (test_ref_basic_restorer.c's tolerance against PyTorch). */
+void tu_assert_model_grads_close(duet_model *got, duet_model *want, bool trainable_only, int it);
+/* Adam's moments of the part "generator" against the reference's, each
+ * exp_avg to the gradients' tolerance and exp_avg_sq to twice it (it is
+ * quadratic in them), read back through a saved optimizer state. Returns
+ * how many moments were compared. */
+int tu_assert_adam_moments_close(duet_optimizer_set *got, duet_optimizer_set *want, int it);
 /* What a run of tu_gan_train_pair must end with: the wrapped model close to
  * ref (tu_gan_assert_model_close), its parameters bit-identical on every
  * rank, every DDP's replicas identical (duet_wrapper_check_replicas); frees

@@ -41,90 +41,6 @@ static void global_batch(duet_batch *b, int it) {
     duet_tensor_release(gt);
 }
 
-static duet_optimizer_set *adam(duet_model *m) {
-    duet_optimizer_set *s = NULL;
-    TU_OK(duet_optimizer_set_create(&s));
-    duet_adam_opts a = duet_adam_opts_default();
-    a.lr = LR;
-    TU_OK(duet_optimizer_set_add_adam(s, m, "generator", &a));
-    return s;
-}
-
-/* Each parameter's gradient against the reference's: 1e-3 |want| + 1e-4
- * max|want| (test_ref_basic_restorer.c's tolerance against PyTorch). */
-static void compare_grads(duet_model *got, duet_model *want, int it) {
-    duet_named_tensors pg = {0}, pw = {0};
-    TU_OK(duet_module_named_parameters(duet_model_module(got), false, &pg));
-    TU_OK(duet_module_named_parameters(duet_model_module(want), false, &pw));
-    assert_int_equal(pg.count, pw.count);
-    for (size_t i = 0; i < pg.count; i++) {
-        const duet_tensor *a = pg.items[i].tensor, *b = pw.items[i].tensor;
-        assert_non_null(a->grad);
-        assert_non_null(b->grad);
-        double gmax = 0;
-        for (int64_t k = 0; k < b->numel; k++) gmax = fmax(gmax, fabs(b->grad[k]));
-        for (int64_t k = 0; k < a->numel; k++) {
-            double d = fabs((double)a->grad[k] - b->grad[k]);
-            if (d > 1e-3 * fabs(b->grad[k]) + 1e-4 * gmax)
-                fail_msg("rank %d of %d, iteration %d: %s.grad[%lld]: %.8g, one process %.8g",
-                         tu_rank, tu_size, it, pg.items[i].name, (long long)k, a->grad[k],
-                         b->grad[k]);
-        }
-    }
-    duet_named_tensors_clear(&pg);
-    duet_named_tensors_clear(&pw);
-}
-
-/* The optimizer's state as a safetensors file this rank reads back. */
-static duet_st *adam_state(duet_optimizer_set *s, const char *tag) {
-    char path[256];
-    snprintf(path, sizeof path, "/tmp/duet_sr_backbones_mpi_%ld_%d_%s.safetensors",
-             (long)getpid(), tu_rank, tag);
-    duet_st_writer *w = NULL;
-    TU_OK(duet_st_writer_create(&w));
-    TU_OK(duet_optimizer_save_state(duet_optimizer_set_get(s, "generator"), w, ""));
-    TU_OK(duet_st_writer_save(w, path));
-    duet_st_writer_destroy(w);
-    duet_st *st = NULL;
-    TU_OK(duet_st_load(path, &st));
-    unlink(path);
-    return st;
-}
-
-/* Adam's moments against the reference's: exp_avg to the gradients'
- * tolerance, exp_avg_sq to twice it (it is quadratic in them). Returns
- * how many were compared. */
-static int compare_moments(duet_optimizer_set *got, duet_optimizer_set *want, int it) {
-    duet_st *sg = adam_state(got, "got"), *sw = adam_state(want, "want");
-    assert_int_equal(duet_st_count(sg), duet_st_count(sw));
-    int n = 0;
-    for (size_t i = 0; i < duet_st_count(sw); i++) {
-        const char *name = duet_st_name(sw, i);
-        const size_t len = strlen(name);
-        const bool sq = len > 11 && strcmp(name + len - 11, ".exp_avg_sq") == 0;
-        if (!sq && !(len > 8 && strcmp(name + len - 8, ".exp_avg") == 0)) continue;
-        duet_tensor *a = NULL, *b = NULL;
-        TU_OK(duet_st_get(sg, name, &a));
-        TU_OK(duet_st_get(sw, name, &b));
-        assert_int_equal(a->numel, b->numel);
-        double mmax = 0;
-        for (int64_t k = 0; k < b->numel; k++) mmax = fmax(mmax, fabs(b->data[k]));
-        const double f = sq ? 2.0 : 1.0;
-        for (int64_t k = 0; k < a->numel; k++) {
-            double d = fabs((double)a->data[k] - b->data[k]);
-            if (d > f * (1e-3 * fabs(b->data[k]) + 1e-4 * mmax) + 1e-30)
-                fail_msg("rank %d of %d, iteration %d: %s[%lld]: %.8g, one process %.8g",
-                         tu_rank, tu_size, it, name, (long long)k, a->data[k], b->data[k]);
-        }
-        duet_tensor_release(a);
-        duet_tensor_release(b);
-        n++;
-    }
-    duet_st_destroy(sg);
-    duet_st_destroy(sw);
-    return n;
-}
-
 static void ranks_match_one_process(const net_case *c) {
     current = c;
     const tu_gan_run run = {global_batch, LR, ITERS, B, 1e-6, c->max_noisy};
@@ -134,7 +50,7 @@ static void ranks_match_one_process(const net_case *c) {
                               &w));
     assert_int_equal(duet_wrapper_num_ddps(w), 1);
     duet_model *m = duet_wrapper_model(w);
-    duet_optimizer_set *oref = adam(ref), *ow = adam(m);
+    duet_optimizer_set *oref = tu_adam_generator(ref, LR), *ow = tu_adam_generator(m, LR);
     duet_named_tensors params = {0};
     TU_OK(duet_module_named_parameters(duet_model_module(ref), false, &params));
     const int nparams = (int)params.count;
@@ -157,8 +73,8 @@ static void ranks_match_one_process(const net_case *c) {
                 fail_msg("rank %d, iteration %d: %s: %.8g, one process %.8g", tu_rank, it,
                          lw.names[i], lw.values[i], lr.values[i]);
         }
-        compare_grads(m, ref, it);
-        assert_int_equal(compare_moments(ow, oref, it), 2 * nparams);
+        tu_assert_model_grads_close(m, ref, false, it);
+        assert_int_equal(tu_assert_adam_moments_close(ow, oref, it), 2 * nparams);
         duet_batch_clear(&local);
         duet_batch_clear(&b);
     }
