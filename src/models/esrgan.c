@@ -95,7 +95,6 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     if (rc == DUET_OK) rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = relativistic(m, gan, real_pred, fake_d_pred, true, true, 0.5f, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
-    if (rc == DUET_OK) rc = duet__log_total(log, log->count - 1); /* parse_losses(d_real) */
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_d);
         rc = duet_backward(loss);
@@ -108,7 +107,6 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     if (rc == DUET_OK) rc = duet_detach(real_pred, &real_d);
     if (rc == DUET_OK) rc = relativistic(m, gan, fake_pred, real_d, false, true, 0.5f, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
-    if (rc == DUET_OK) rc = duet__log_total(log, log->count - 1); /* parse_losses(d_fake) */
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
     duet_tensor_release(loss);

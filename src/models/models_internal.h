@@ -19,8 +19,8 @@ int duet__need_part(duet_model *m, const char *name, duet_module **out);
 bool duet__part_set_no_sync(duet_module *part, bool no_sync);
 /* MMEditing's parse_losses total: log "loss" = the sum of the values set
  * since index `from` (log->count before the group) whose names contain
- * "loss". A model calls it after each group MMEditing parses, so that
- * "loss" ends as MMEditing's log_vars leave it: the last group's total. */
+ * "loss". The GANs whose MMEditing log drops "loss" (SRGAN, ESRGAN,
+ * Pix2Pix, CycleGAN) call it after their generator's group. */
 int duet__log_total(duet_log_vars *log, int from);
 /* A model's root module forward (a duet_module_type's forward): its child
  * "generator"'s, the test-mode output of the restorers and Pix2Pix. */

@@ -67,10 +67,8 @@ static int discriminator_step(duet_model *m, duet_tensor *real_a, duet_tensor *r
     if (rc == DUET_OK) rc = duet_gan_loss(gan, fake_pred, false, true, &l_fake);
     if (rc == DUET_OK) rc = disc_on_pair(disc, real_a, real_b, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &l_real);
-    const int from = log->count;
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_d_fake", l_fake->data[0]);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_d_real", l_real->data[0]);
-    if (rc == DUET_OK) rc = duet__log_total(log, from);
     /* parse_losses sums the two, then loss_d *= 0.5. */
     if (rc == DUET_OK) rc = duet_add(l_fake, l_real, &sum);
     if (rc == DUET_OK) rc = duet_scale(sum, 0.5f, &loss);
@@ -102,6 +100,8 @@ static int generator_step(duet_model *m, duet_tensor *real_a, duet_tensor *real_
     } else if (rc == DUET_OK) {
         loss = duet_tensor_retain(l_gan);
     }
+    /* "loss": the generator's parse_losses total (MMEditing pops its log's
+     * "loss"; the generator's is the one that tells how it fares). */
     if (rc == DUET_OK) rc = duet__log_total(log, from);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_g);

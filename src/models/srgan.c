@@ -118,6 +118,10 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
         if (rc == DUET_OK) rc = add_loss(&loss_g, l);
         else duet_tensor_release(l);
     }
+    /* "loss": the generator's parse_losses total. (MMEditing's SRGAN and
+     * ESRGAN pop their log's "loss", which would be the discriminator's
+     * fake term, the last one parsed; the generator's is the one that
+     * tells how the generator fares.) */
     if (rc == DUET_OK) rc = duet__log_total(log, from);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_g);
@@ -142,7 +146,6 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
     int rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
-    if (rc == DUET_OK) rc = duet__log_total(log, log->count - 1); /* parse_losses(d_real) */
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_d);
         rc = duet_backward(loss);
@@ -154,7 +157,6 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
     if (rc == DUET_OK) rc = duet_module_forward(disc, fake_d, &fake_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, fake_pred, false, true, &loss);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
-    if (rc == DUET_OK) rc = duet__log_total(log, log->count - 1); /* parse_losses(d_fake) */
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
     if (rc == DUET_OK) rc = duet_log_vars_set(log, "real_logit_mean", mean_of(real_pred));

@@ -752,8 +752,6 @@ static int dry_run(duet__run *r, const duet_runner_opts *o) {
         if (rc != DUET_OK) return duet__error_context(rc, "--resume");
     }
     if (r->rank != 0) return DUET_OK;
-    DUET_TRY(dry_sample(r, r->train_set, "data.train"));
-    if (r->val_set != NULL) DUET_TRY(dry_sample(r, r->val_set, r->val_key));
     printf("  model: %s\n", duet_model_type_name(r->model));
     duet_module *root = duet_model_module(r->model);
     for (size_t i = 0; i < duet_module_child_count(root); i++) {
@@ -789,12 +787,22 @@ int duet_runner_train(const duet_runner_opts *opts) {
     if (rc == DUET_OK) rc = agree(&r, setup_train(&r, o));
     if (rc == DUET_OK && !o->dry_run) duet__run_warn_busy(&r);
     if (o->dry_run) {
-        /* Every problem of the config at once, then a failure. */
-        if (rc == DUET_OK && r.nproblems > 0)
-            rc = agree(&r, duet__error(DUET_ECONFIG, "%s: %d problem%s:%s\nduet train --dry-run "
-                                       "names them all; nothing was written", o->config,
-                                       r.nproblems, r.nproblems == 1 ? "" : "s",
-                                       duet__str_get(&r.problems)));
+        /* Sample 0 of each set through its pipeline (an image that does
+         * not decode, a crop larger than the image): problems too. */
+        if (rc == DUET_OK && r.rank == 0 && r.train_set != NULL)
+            rc = duet__run_problem(&r, dry_sample(&r, r.train_set, "data.train"));
+        if (rc == DUET_OK && r.rank == 0 && r.val_set != NULL)
+            rc = duet__run_problem(&r, dry_sample(&r, r.val_set, r.val_key));
+        /* Every problem of the config at once, then a failure (rank 0
+         * alone may hold the samples' problems: every rank agrees). */
+        if (rc == DUET_OK)
+            rc = agree(&r, r.nproblems == 0
+                               ? DUET_OK
+                               : duet__error(DUET_ECONFIG, "%s: %d problem%s:%s\nduet train "
+                                             "--dry-run names them all; nothing was written",
+                                             o->config, r.nproblems,
+                                             r.nproblems == 1 ? "" : "s",
+                                             duet__str_get(&r.problems)));
         if (rc == DUET_OK) rc = agree(&r, dry_run(&r, o));
         duet__str_free(&r.problems);
         close_run(&r);

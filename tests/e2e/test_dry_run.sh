@@ -89,4 +89,17 @@ for want in "unknown key 'total_iter'" "missing key 'total_iters'" "unknown key 
 done
 [ ! -e "$T/w3" ] || fail "the dry run with problems made the work dir"
 echo "test_dry_run: two typos and an absent folder named in one run"
+# An image that does not decode (sample 0 of the training set) and a typo:
+# both named in one run.
+mkdir -p "$T/data/bad"
+cp "$T/data/train/"*.png "$T/data/bad/"
+printf 'not a png' > "$T/data/bad/00.png"
+sed -e "s|gt_folder = \"$T/data/train\"|gt_folder = \"$T/data/bad\"|" -e 's/num_blocks = 1;/num_block = 1;/' \
+    "$T/tiny.cfg" > "$T/bad.cfg"
+if "$DUET" train "$T/bad.cfg" --work-dir "$T/w4" --dry-run > "$T/bad.out" 2>&1; then
+  fail "a config with an undecodable image passed"
+fi
+for want in "2 problems:" "unknown key 'model.generator.num_block'" "bad/00.png: neither PNG nor JPEG"; do
+  grep -qF "$want" "$T/bad.out" || fail "undecodable image and a typo: no \"$want\" in: $(cat "$T/bad.out")"
+done
 echo "test_dry_run: ok"
