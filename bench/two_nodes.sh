@@ -36,10 +36,8 @@ cd "$(dirname "$0")/.."
 build="${1:-build}"
 bench="$(realpath "$build/bench_train")"
 [ -x "$bench" ] || { echo "two_nodes: $bench not built (cmake --build $build)" >&2; exit 1; }
-[ "$(id -u)" -eq 0 ] || { echo "two_nodes: needs root (network namespaces, tc)" >&2; exit 1; }
-for t in ip tc unshare mpirun python3; do
-    command -v "$t" >/dev/null || { echo "two_nodes: $t not found" >&2; exit 1; }
-done
+command -v python3 >/dev/null || { echo "two_nodes: python3 not found" >&2; exit 1; }
+. scripts/two-nodes-lib.sh
 
 RATES="${RATES:-1gbit 10gbit}"
 MODELS="${MODELS:-tiny full}"
@@ -49,60 +47,9 @@ THREADS="${THREADS:-1}"
 case "$PRECISION" in fp32) bf16="" ;; bf16) bf16="--bf16" ;;
     *) echo "two_nodes: PRECISION is fp32 or bf16, not '$PRECISION'" >&2; exit 2 ;; esac
 
-nsa=duet-nodeA nsb=duet-nodeB
-ipa=10.231.0.1 ipb=10.231.0.2 net=10.231.0.0/24
-tmp="$(mktemp -d)"
-cleanup() {
-    ip netns del "$nsa" 2>/dev/null || true
-    ip netns del "$nsb" 2>/dev/null || true
-    rm -rf "/etc/netns/$nsa" "/etc/netns/$nsb" "$tmp"
-}
-trap cleanup EXIT
+trap two_nodes_down EXIT
 trap 'exit 130' INT TERM
-for ns in "$nsa" "$nsb"; do
-    if ip netns list | grep -qw "$ns"; then
-        echo "two_nodes: namespace $ns exists (another run?); remove it with: ip netns del $ns" >&2
-        trap - EXIT; rm -rf "$tmp"; exit 1
-    fi
-done
-
-ip netns add "$nsa"
-ip netns add "$nsb"
-ip link add duet-va type veth peer name duet-vb
-ip link set duet-va netns "$nsa"
-ip link set duet-vb netns "$nsb"
-ip -n "$nsa" addr add "$ipa/24" dev duet-va
-ip -n "$nsb" addr add "$ipb/24" dev duet-vb
-for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
-ip -n "$nsa" link set duet-va up
-ip -n "$nsb" link set duet-vb up
-# `ip netns exec` mounts /etc/netns/NS/hosts over /etc/hosts: the node names
-# resolve inside the namespaces only.
-for ns in "$nsa" "$nsb"; do
-    mkdir -p "/etc/netns/$ns"
-    printf '127.0.0.1 localhost\n%s nodeA\n%s nodeB\n' "$ipa" "$ipb" > "/etc/netns/$ns/hosts"
-done
-
-# Open MPI's rsh agent: `agent HOST COMMAND...`, COMMAND for a remote shell.
-cat > "$tmp/agent" <<EOF
-#!/bin/sh
-host="\$1"; shift
-case "\$host" in
-  nodeA) ns=$nsa ;;
-  nodeB) ns=$nsb ;;
-  *) echo "two_nodes agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$host && \$*"
-EOF
-chmod +x "$tmp/agent"
-printf 'nodeA slots=1\nnodeB slots=1\n' > "$tmp/hosts"
-
-shape() { # RATE: token bucket on both ends of the veth
-    for pair in "$nsa duet-va" "$nsb duet-vb"; do
-        set -- $pair
-        ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst 1mb latency 50ms
-    done
-}
+two_nodes_up || { trap - EXIT; exit 1; }
 
 worker_args() { # MODEL
     local steps warm
@@ -117,13 +64,8 @@ run_shm() { # MODEL -> one JSON line
 }
 
 run_link() { # MODEL -> one JSON line
-    ip netns exec "$nsa" unshare --uts sh -c "hostname nodeA && \
-        DUET_NUM_THREADS=$THREADS timeout -k 10 1800 mpirun --allow-run-as-root \
-        --hostfile $tmp/hosts -n 2 --bind-to none \
-        --mca plm_rsh_agent $tmp/agent --mca btl self,tcp --mca rtc ^hwloc \
-        --mca btl_tcp_if_include $net --mca oob_tcp_if_include $net \
-        -x DUET_NUM_THREADS -x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} \
-        $bench $(worker_args "$1")" | grep '^{' | tail -1
+    DUET_NUM_THREADS="$THREADS" two_nodes_mpirun -n 2 -x DUET_NUM_THREADS \
+        "$bench" $(worker_args "$1") | grep '^{' | tail -1
 }
 
 median() { python3 -c 'import sys,statistics; print(statistics.median(float(x) for x in sys.argv[1:]))' "$@"; }
@@ -142,7 +84,7 @@ for model in $MODELS; do
     done
     t_shm="$(median "${shm[@]}")"
     for rate in $RATES; do
-        shape
+        two_nodes_shape "$rate"
         link=() mb=() ar=() wait=()
         for r in $(seq "$RUNS"); do
             j="$(run_link "$model")"
