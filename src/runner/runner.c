@@ -293,6 +293,10 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         for (size_t i = 0; i < sizeof skipped / sizeof skipped[0]; i++)
             if (duet_config_has(r->cfg, skipped[i])) duet_config_mark_used(r->cfg, skipped[i]);
         DUET_TRY(duet__run_problem(r, rc));
+        /* No model to load its weights into: that the file is there. */
+        if (load_from[0] != '\0' && !o->resume && access(load_from, R_OK) != 0)
+            DUET_TRY(duet__run_problem(r, duet__error(DUET_EIO, "load_from: %s: cannot open: %s",
+                                                      load_from, strerror(errno))));
         DUET_TRY(duet__run_problem(r, duet__run_build_data(r, true, r->eval_interval > 0)));
         return duet__run_problem(r, duet_config_check_unused(r->cfg));
     }

@@ -102,4 +102,15 @@ fi
 for want in "2 problems:" "unknown key 'model.generator.num_block'" "bad/00.png: neither PNG nor JPEG"; do
   grep -qF "$want" "$T/bad.out" || fail "undecodable image and a typo: no \"$want\" in: $(cat "$T/bad.out")"
 done
+# A model that cannot be built and an absent load_from file: both named
+# (the file is checked even with no model to load it into).
+sed -e 's/type = "MSRResNet";/type = "MSRResNett";/' "$T/tiny.cfg" > "$T/nomodel.cfg"
+echo "load_from = \"$T/nowhere.safetensors\";" >> "$T/nomodel.cfg"
+grep -q 'MSRResNett' "$T/nomodel.cfg" || fail "nomodel.cfg: $(cat "$T/nomodel.cfg")"
+if "$DUET" train "$T/nomodel.cfg" --work-dir "$T/w5" --dry-run > "$T/nomodel.out" 2>&1; then
+  fail "a config with an unknown generator and an absent load_from passed"
+fi
+for want in "2 problems:" "MSRResNett" "load_from: $T/nowhere.safetensors: cannot open"; do
+  grep -qF "$want" "$T/nomodel.out" || fail "unknown generator and absent load_from: no \"$want\" in: $(cat "$T/nomodel.out")"
+done
 echo "test_dry_run: ok"
