@@ -61,7 +61,7 @@ static int disc_half(duet_model *m, duet_tensor *img, duet_tensor *local, bool r
         total = duet_tensor_retain(l);
     }
     /* parse_losses' total, MMEditing's log "loss" (the last group's). */
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", total->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", total);
     /* The generator's graph stays for the generator's update. */
     if (rc == DUET_OK) rc = duet_backward_keep_unreached(total);
     duet_tensor *ts[5] = {pred, l, s, hs, total};
@@ -122,7 +122,7 @@ static int gen_update(duet_model *m, duet_tensor *fake_res, duet_tensor *fake_im
             loss = sum;
         }
     }
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", loss);
     if (rc == DUET_OK) duet_optimizer_zero_grad(opt_g);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_g);

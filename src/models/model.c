@@ -14,6 +14,15 @@ void duet_log_vars_clear(duet_log_vars *lv) {
     if (lv != NULL) lv->count = 0;
 }
 
+int duet__log_scalar(duet_log_vars *log, const char *name, const duet_tensor *t) {
+    if (t->numel != 1)
+        return duet__error(DUET_ESHAPE, "log '%s': a loss of %lld elements, not one", name,
+                           (long long)t->numel);
+    float v = 0;
+    DUET_TRY(duet_tensor_copy_to_host(t, &v));
+    return duet_log_vars_set(log, name, v);
+}
+
 int duet__log_total(duet_log_vars *log, int from) {
     double sum = 0;
     for (int i = from; i < log->count; i++)

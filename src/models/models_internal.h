@@ -22,6 +22,9 @@ bool duet__part_set_no_sync(duet_module *part, bool no_sync);
  * "loss". The GANs whose MMEditing log drops "loss" (SRGAN, ESRGAN,
  * Pix2Pix, CycleGAN) call it after their generator's group. */
 int duet__log_total(duet_log_vars *log, int from);
+/* log[name] = the value of the one-element tensor t, read through
+ * duet_tensor_copy_to_host (t may live on any device). */
+int duet__log_scalar(duet_log_vars *log, const char *name, const duet_tensor *t);
 /* A model's root module forward (a duet_module_type's forward): its child
  * "generator"'s, the test-mode output of the restorers and Pix2Pix. */
 int duet__generator_forward(duet_module *self, int nin, duet_tensor *const *in,

@@ -145,7 +145,7 @@ static int add_term(duet_tensor *term, const char *key, duet_tensor **terms, int
                     duet_log_vars *log) {
     if (term == NULL) return DUET_OK;
     terms[(*n)++] = term;
-    return duet_log_vars_set(log, key, term->data[0]);
+    return duet__log_scalar(log, key, term);
 }
 
 /* The perceptual and style terms (either may be NULL) as <prefix>_percep and
@@ -215,7 +215,7 @@ static int pconv_train_step(duet_model *m, const duet_batch *batch, duet_optimiz
             loss = sum;
         }
     }
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", loss);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_g);
         rc = duet_backward(loss);

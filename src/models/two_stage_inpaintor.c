@@ -165,7 +165,7 @@ static int disc_half(duet_model *m, duet_tensor *img, duet_tensor *local, duet_t
     }
     if (rc == DUET_OK) rc = sum_terms(terms, nterms, &total);
     /* parse_losses' total, MMEditing's log "loss" (the last group's). */
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", total->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", total);
     /* The generator's graph stays for the generator's update. */
     if (rc == DUET_OK) rc = duet_backward_keep_unreached(total);
     duet_tensor *ts[] = {preds[0], preds[1], terms[0], terms[1], terms[2], terms[3], shifts[0],
@@ -230,7 +230,7 @@ static int penalty_backward(duet_model *m, duet_tensor *gt, duet_tensor *fake_im
         if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gp", g->data[0]);
         if (rc == DUET_OK) total = duet_tensor_retain(g);
     }
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", total->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", total);
     if (rc == DUET_OK) rc = duet_backward_keep_unreached(total);
     duet_tensor_release(g);
     duet_tensor_release(l);
@@ -311,7 +311,7 @@ static int gen_update(duet_model *m, duet_tensor *const res[2], duet_tensor *con
                          "and stage2_loss_type are empty)", p->name);
     if (rc == DUET_OK) rc = sum_terms(terms, n, &loss);
     if (rc == DUET_OK) duet_optimizer_zero_grad(opt_g);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", loss);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_g);
     for (int i = 0; i < 6; i++) duet_tensor_release(terms[i]);
