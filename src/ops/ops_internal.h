@@ -7,6 +7,7 @@
 
 #include "duet/ops.h"
 #include "ops/ops_math.h"
+#include "ops/op_table.h"
 
 #include <signal.h>
 #include <string.h>
@@ -108,10 +109,6 @@ typedef enum duet__cuda_binary {
     DUET__BIN_SUB,
     DUET__BIN_MUL
 } duet__cuda_binary;
-/* a + b, a - b, a * b (same shapes). */
-int duet__cuda_binary_op(duet__cuda_binary op, duet_tensor *a, duet_tensor *b, duet_tensor **out);
-/* s * x */
-int duet__cuda_scale_op(duet_tensor *x, float s, duet_tensor **out);
 /* sum (mean: / numel) of x, a [1] tensor on the device. */
 int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out);
 /* x (rows, in) w^T + b into a new tensor of y_shape (ndim dims), sizes as

@@ -19,81 +19,52 @@ static const char *act_op(duet__cuda_act act) {
     }
 }
 
-/* ---- add, sub, mul, scale -------------------------------------------------- */
+/* ---- add, sub, mul, scale: the rows' CUDA kernels (op_table.h) ------------- */
 
-static const char *binary_op_name(duet__cuda_binary op) {
-    return op == DUET__BIN_ADD ? "add (cuda)" : op == DUET__BIN_SUB ? "sub (cuda)" : "mul (cuda)";
+static int binary_k(const duet__op_args *a, duet__cuda_binary op) {
+    return duet__cuda_binary_forward(a->out->device.index, op, a->out->data, a->in[0]->data,
+                                     a->in[1]->data, a->out->numel);
 }
+
+int duet__cuda_k_add(const duet__op_args *a) { return binary_k(a, DUET__BIN_ADD); }
+int duet__cuda_k_sub(const duet__op_args *a) { return binary_k(a, DUET__BIN_SUB); }
+int duet__cuda_k_mul(const duet__op_args *a) { return binary_k(a, DUET__BIN_MUL); }
 
 /* The two input gradients may be one buffer (add(x, x)): each is a kernel
  * of its own on the one stream, so both contributions land. */
-static int binary_backward_node(duet_node *node) {
-    const duet__cuda_binary *op = node->ctx;
-    const duet_tensor *y = node->output;
+static int binary_backward_k(const duet__op_args *a, duet__cuda_binary op, const char *name) {
+    const duet_tensor *y = a->out;
     const int dev = y->device.index;
-    float *ga = duet_node_input_grad(node, 0);
-    if (ga != NULL)
-        DUET_TRY(duet__cuda_grad_accumulate(dev, node->op, ga, y->grad,
-                                            *op == DUET__BIN_MUL ? node->inputs[1]->data : NULL,
-                                            1.0f, y->numel));
-    float *gb = duet_node_input_grad(node, 1);
-    if (gb != NULL)
-        DUET_TRY(duet__cuda_grad_accumulate(dev, node->op, gb, y->grad,
-                                            *op == DUET__BIN_MUL ? node->inputs[0]->data : NULL,
-                                            *op == DUET__BIN_SUB ? -1.0f : 1.0f, y->numel));
+    if (a->gin[0] != NULL)
+        DUET_TRY(duet__cuda_grad_accumulate(dev, name, a->gin[0], a->gout,
+                                            op == DUET__BIN_MUL ? a->in[1]->data : NULL, 1.0f,
+                                            y->numel));
+    if (a->gin[1] != NULL)
+        DUET_TRY(duet__cuda_grad_accumulate(dev, name, a->gin[1], a->gout,
+                                            op == DUET__BIN_MUL ? a->in[0]->data : NULL,
+                                            op == DUET__BIN_SUB ? -1.0f : 1.0f, y->numel));
     return DUET_OK;
 }
 
-int duet__cuda_binary_op(duet__cuda_binary op, duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    *out = NULL;
-    const char *name = binary_op_name(op);
-    DUET_TRY(duet_device_check(a->device));
-    DUET_TRY(duet__op_check_same_shape(name, a, b));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_on(a->device, a->ndim, a->shape, &y));
-    int rc = duet__cuda_binary_forward(a->device.index, op, y->data, a->data, b->data, y->numel);
-    duet_tensor *inputs[2] = {a, b};
-    duet__cuda_binary *c = NULL;
-    if (rc == DUET_OK && duet_autograd_needs_record(2, inputs)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", name);
-        else *c = op;
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        return rc;
-    }
-    rc = duet__op_finish(y, name, binary_backward_node, c, free, 2, inputs, out);
-    return op == DUET__BIN_MUL ? rc : duet__op_finish_unread(rc, out);
+int duet__cuda_k_add_backward(const duet__op_args *a) {
+    return binary_backward_k(a, DUET__BIN_ADD, "add");
+}
+int duet__cuda_k_sub_backward(const duet__op_args *a) {
+    return binary_backward_k(a, DUET__BIN_SUB, "sub");
+}
+int duet__cuda_k_mul_backward(const duet__op_args *a) {
+    return binary_backward_k(a, DUET__BIN_MUL, "mul");
 }
 
-static int scale_backward_node(duet_node *node) {
-    const float *s = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    return duet__cuda_grad_accumulate(node->output->device.index, node->op, gx,
-                                      node->output->grad, NULL, *s, node->output->numel);
+/* scale's params: its factor first (elementwise.c's scale_params). */
+int duet__cuda_k_scale(const duet__op_args *a) {
+    return duet__cuda_scale_forward(a->out->device.index, a->out->data, a->in[0]->data,
+                                    *(const float *)a->params, a->out->numel);
 }
 
-int duet__cuda_scale_op(duet_tensor *x, float s, duet_tensor **out) {
-    *out = NULL;
-    const char *name = "scale (cuda)";
-    DUET_TRY(duet_device_check(x->device));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_on(x->device, x->ndim, x->shape, &y));
-    int rc = duet__cuda_scale_forward(x->device.index, y->data, x->data, s, y->numel);
-    float *c = NULL;
-    if (rc == DUET_OK && duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", name);
-        else *c = s;
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        return rc;
-    }
-    return duet__op_finish_unread(
-        duet__op_finish(y, name, scale_backward_node, c, free, 1, &x, out), out);
+int duet__cuda_k_scale_backward(const duet__op_args *a) {
+    return duet__cuda_grad_accumulate(a->out->device.index, "scale", a->gin[0], a->gout, NULL,
+                                      *(const float *)a->params, a->out->numel);
 }
 
 /* ---- activations ------------------------------------------------------------ */
