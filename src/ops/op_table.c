@@ -63,6 +63,7 @@ static const char *const op_names[] = {
     "l1_loss_masked",
     "adam",
     "relu_backward",
+    "elu_backward",
     "expand_scalar",
 };
 
@@ -70,7 +71,7 @@ static const char *const op_names[] = {
  * together (ggml's GGML_OP_COUNT check). */
 _Static_assert(sizeof op_names / sizeof op_names[0] == DUET__OP_COUNT,
                "op_names must name every duet__op_id, in order");
-_Static_assert(DUET__OP_COUNT == 53, "DUET__OP_COUNT changed: update op_names and the row table");
+_Static_assert(DUET__OP_COUNT == 54, "DUET__OP_COUNT changed: update op_names and the row table");
 
 const char *duet__op_name(duet__op_id id) {
     return (unsigned)id < DUET__OP_COUNT ? op_names[id] : NULL;
@@ -82,7 +83,9 @@ const char *duet__op_name(duet__op_id id) {
  * whose row is missing. */
 
 #define ROWS(X)                                                                 \
-    X(ADD, add) X(SUB, sub) X(MUL, mul) X(SCALE, scale) X(CHANNEL_AFFINE, channel_affine)
+    X(ADD, add) X(SUB, sub) X(MUL, mul) X(SCALE, scale) X(CHANNEL_AFFINE, channel_affine)     \
+    X(RELU, relu) X(LEAKY_RELU, leaky_relu) X(RELU_BACKWARD, relu_backward) X(SIGMOID, sigmoid)  \
+    X(TANH, tanh) X(ELU, elu) X(ELU_BACKWARD, elu_backward) X(CLAMP, clamp)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)
@@ -152,8 +155,9 @@ static int saved_alloc(const char *op, duet_device dev, const duet__op_plan *pla
         if (bytes == 0) continue;
         DUET_TRY(duet__device_alloc(dev, bytes, plan->saved_zero[k], op, &saved[k]));
         if (plan->saved_from[k] != NULL)
-            DUET_TRY(duet__device_copy(dev, saved[k], duet_device_cpu(), plan->saved_from[k],
-                                       bytes, op));
+            DUET_TRY(duet__device_copy(dev, saved[k],
+                                       plan->saved_on_device[k] ? dev : duet_device_cpu(),
+                                       plan->saved_from[k], bytes, op));
     }
     return DUET_OK;
 }
@@ -187,6 +191,7 @@ int duet__op_run(duet__op_id id, const duet__op_call *call, duet_tensor **out) {
     DUET_TRY(duet__op_device(op, def->inputs, call->nin, call->in, &dev));
     if ((unsigned)dev.type >= DUET__OP_DEVICE_TYPES || def->forward[dev.type] == NULL)
         return duet__op_no_kernel(op, dev);
+    if (dev.type != DUET_DEVICE_CPU) DUET_TRY(duet_device_check(dev));
     const bool record = duet_autograd_needs_record(call->nrecord, call->in);
     alignas(max_align_t) unsigned char params[DUET__OP_MAX_PARAMS];
     if (def->params_size > 0) memcpy(params, call->params, def->params_size);

@@ -101,6 +101,7 @@ typedef enum duet__op_id {
     DUET__OP_ADAM,
     /* recorded backwards of other ops (their graph_backward) */
     DUET__OP_RELU_BACKWARD,
+    DUET__OP_ELU_BACKWARD,
     DUET__OP_EXPAND_SCALAR,
     DUET__OP_COUNT
 } duet__op_id;
@@ -158,6 +159,9 @@ typedef struct duet__op_plan {
     size_t saved_bytes[DUET__OP_MAX_SAVED];
     bool saved_zero[DUET__OP_MAX_SAVED];
     const void *saved_from[DUET__OP_MAX_SAVED];
+    /* saved_from[k] is storage on the op's device (another node's saved
+     * buffer), not host memory. */
+    bool saved_on_device[DUET__OP_MAX_SAVED];
 } duet__op_plan;
 
 /* A row's check: shapes and parameters, before anything is allocated. It
@@ -209,6 +213,16 @@ int duet__cuda_k_sub_backward(const duet__op_args *a);
 int duet__cuda_k_mul_backward(const duet__op_args *a);
 int duet__cuda_k_scale(const duet__op_args *a);
 int duet__cuda_k_scale_backward(const duet__op_args *a);
+int duet__cuda_k_relu(const duet__op_args *a);
+int duet__cuda_k_relu_backward(const duet__op_args *a);
+int duet__cuda_k_leaky_relu(const duet__op_args *a);
+int duet__cuda_k_leaky_relu_backward(const duet__op_args *a);
+int duet__cuda_k_sigmoid(const duet__op_args *a);
+int duet__cuda_k_sigmoid_backward(const duet__op_args *a);
+int duet__cuda_k_tanh(const duet__op_args *a);
+int duet__cuda_k_tanh_backward(const duet__op_args *a);
+int duet__cuda_k_elu(const duet__op_args *a);
+int duet__cuda_k_elu_backward(const duet__op_args *a);
 
 /* The row of op id (never NULL for a built op: test_op_table checks). */
 const duet__op_def *duet__op_row(duet__op_id id);

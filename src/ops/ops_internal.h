@@ -115,8 +115,6 @@ int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out);
  * linear.c checked them. */
 int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
                          int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out);
-/* relu, leaky_relu (slope), sigmoid, tanh of x. */
-int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out);
 /* weight * mean of the loss's terms, a [1] tensor on the device. target
  * NULL (BCE only): every target is target_const. */
 int duet__cuda_loss_op(duet__cuda_loss loss, duet_tensor *pred, duet_tensor *target,

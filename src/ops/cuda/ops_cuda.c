@@ -9,16 +9,6 @@
 
 #include <math.h>
 
-static const char *act_op(duet__cuda_act act) {
-    switch (act) {
-    case DUET__ACT_RELU: return "relu (cuda)";
-    case DUET__ACT_LEAKY_RELU: return "leaky_relu (cuda)";
-    case DUET__ACT_SIGMOID: return "sigmoid (cuda)";
-    case DUET__ACT_ELU: return "elu (cuda)";
-    default: return "tanh (cuda)";
-    }
-}
-
 /* ---- add, sub, mul, scale: the rows' CUDA kernels (op_table.h) ------------- */
 
 static int binary_k(const duet__op_args *a, duet__cuda_binary op) {
@@ -67,45 +57,41 @@ int duet__cuda_k_scale_backward(const duet__op_args *a) {
                                       *(const float *)a->params, a->out->numel);
 }
 
-/* ---- activations ------------------------------------------------------------ */
+/* ---- activations: the rows' CUDA kernels -------------------------------------
+ * The params are activation.c's: relu's and leaky_relu's slope first,
+ * elu's alpha first. */
 
-typedef struct act_ctx {
-    duet__cuda_act act;
-    float slope;
-} act_ctx;
-
-static int act_backward_node(duet_node *node) {
-    const act_ctx *c = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    const duet_tensor *y = node->output;
-    /* The rectifiers' gradient comes from the input's sign, sigmoid's and
-     * tanh's from the output. */
-    const bool rect = c->act == DUET__ACT_RELU || c->act == DUET__ACT_LEAKY_RELU;
-    const float *saved = rect ? node->inputs[0]->data : y->data;
-    return duet__cuda_act_backward(y->device.index, c->act, gx, y->grad, saved, c->slope,
-                                   y->numel);
+static int act_k(const duet__op_args *a, duet__cuda_act act) {
+    const float slope = a->params != NULL ? *(const float *)a->params : 0.0f;
+    return duet__cuda_act_forward(a->out->device.index, act, a->out->data, a->in[0]->data, slope,
+                                  a->out->numel);
 }
 
-int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out) {
-    *out = NULL;
-    const char *op = act_op(act);
-    DUET_TRY(duet_device_check(x->device));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_on(x->device, x->ndim, x->shape, &y));
-    int rc = duet__cuda_act_forward(x->device.index, act, y->data, x->data, slope, x->numel);
-    act_ctx *c = NULL;
-    if (rc == DUET_OK && duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", op);
-        else *c = (act_ctx){.act = act, .slope = slope};
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        return rc;
-    }
-    return duet__op_finish(y, op, act_backward_node, c, free, 1, &x, out);
+/* The rectifiers' gradient comes from the input's sign (in place, the
+ * output's, the same sign for the slopes >= 0 the in-place ops take),
+ * sigmoid's, tanh's and elu's from the output. */
+static int act_backward_k(const duet__op_args *a, duet__cuda_act act) {
+    const float slope = a->params != NULL ? *(const float *)a->params : 0.0f;
+    const bool rect = act == DUET__ACT_RELU || act == DUET__ACT_LEAKY_RELU;
+    const float *saved = rect ? a->in[0]->data : a->out->data;
+    return duet__cuda_act_backward(a->out->device.index, act, a->gin[0], a->gout, saved, slope,
+                                   a->out->numel);
 }
+
+int duet__cuda_k_relu(const duet__op_args *a) { return act_k(a, DUET__ACT_RELU); }
+int duet__cuda_k_relu_backward(const duet__op_args *a) { return act_backward_k(a, DUET__ACT_RELU); }
+int duet__cuda_k_leaky_relu(const duet__op_args *a) { return act_k(a, DUET__ACT_LEAKY_RELU); }
+int duet__cuda_k_leaky_relu_backward(const duet__op_args *a) {
+    return act_backward_k(a, DUET__ACT_LEAKY_RELU);
+}
+int duet__cuda_k_sigmoid(const duet__op_args *a) { return act_k(a, DUET__ACT_SIGMOID); }
+int duet__cuda_k_sigmoid_backward(const duet__op_args *a) {
+    return act_backward_k(a, DUET__ACT_SIGMOID);
+}
+int duet__cuda_k_tanh(const duet__op_args *a) { return act_k(a, DUET__ACT_TANH); }
+int duet__cuda_k_tanh_backward(const duet__op_args *a) { return act_backward_k(a, DUET__ACT_TANH); }
+int duet__cuda_k_elu(const duet__op_args *a) { return act_k(a, DUET__ACT_ELU); }
+int duet__cuda_k_elu_backward(const duet__op_args *a) { return act_backward_k(a, DUET__ACT_ELU); }
 
 /* ---- losses ------------------------------------------------------------------ */
 
