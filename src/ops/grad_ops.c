@@ -273,24 +273,3 @@ int duet_channel_norm(duet_tensor *x, duet_tensor **out) {
         }
     return duet__op_finish(y, "channel_norm", channel_norm_backward, NULL, NULL, 1, &x, out);
 }
-
-/* ---- helpers of the recorded backwards ----------------------------------------- */
-
-int duet__graph_expand_scalar(duet_tensor *g, int ndim, const int64_t *shape, float s,
-                              duet_tensor **out) {
-    /* ones (numel, 1) times g (1, 1) through linear: differentiable in g. */
-    *out = NULL;
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) numel *= shape[d];
-    duet_tensor *ones = NULL, *g11 = NULL, *col = NULL, *scaled = NULL;
-    int rc = duet_tensor_create(2, (int64_t[]){numel, 1}, &ones);
-    if (rc == DUET_OK) rc = duet_tensor_fill(ones, s);
-    if (rc == DUET_OK) rc = duet_reshape(g, 2, (int64_t[]){1, 1}, &g11);
-    if (rc == DUET_OK) rc = duet_linear(ones, g11, NULL, &col);
-    if (rc == DUET_OK) rc = duet_reshape(col, ndim, shape, out);
-    duet_tensor_release(ones);
-    duet_tensor_release(g11);
-    duet_tensor_release(col);
-    duet_tensor_release(scaled);
-    return rc;
-}

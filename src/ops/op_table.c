@@ -85,7 +85,10 @@ const char *duet__op_name(duet__op_id id) {
 #define ROWS(X)                                                                 \
     X(ADD, add) X(SUB, sub) X(MUL, mul) X(SCALE, scale) X(CHANNEL_AFFINE, channel_affine)     \
     X(RELU, relu) X(LEAKY_RELU, leaky_relu) X(RELU_BACKWARD, relu_backward) X(SIGMOID, sigmoid)  \
-    X(TANH, tanh) X(ELU, elu) X(ELU_BACKWARD, elu_backward) X(CLAMP, clamp)
+    X(TANH, tanh) X(ELU, elu) X(ELU_BACKWARD, elu_backward) X(CLAMP, clamp)     \
+    X(L1_LOSS, l1_loss) X(MSE_LOSS, mse_loss) X(BCE_WITH_LOGITS, bce_with_logits)                \
+    X(BCE_WITH_LOGITS_CONST, bce_with_logits_const) X(SUM, sum) X(MEAN, mean)                    \
+    X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)
@@ -181,6 +184,16 @@ static int make_output(const duet__op_call *call, const duet__op_plan *plan, boo
     return duet_tensor_create_on(dev, plan->ndim, plan->shape, y);
 }
 
+/* Whether the call records: grad mode on and an input that takes a
+ * gradient requires one (a BCE target alone records nothing). */
+static bool needs_record(const duet__op_def *def, const duet__op_call *call) {
+    if (def->no_grad_inputs == 0) return duet_autograd_needs_record(call->nrecord, call->in);
+    duet_tensor *in[DUET_NODE_MAX_INPUTS] = {0};
+    for (int i = 0; i < call->nrecord; i++)
+        if (!((def->no_grad_inputs >> i) & 1u)) in[i] = call->in[i];
+    return duet_autograd_needs_record(call->nrecord, in);
+}
+
 int duet__op_run(duet__op_id id, const duet__op_call *call, duet_tensor **out) {
     DUET_ASSERT((unsigned)id < DUET__OP_COUNT && call != NULL && out != NULL);
     *out = NULL;
@@ -192,7 +205,7 @@ int duet__op_run(duet__op_id id, const duet__op_call *call, duet_tensor **out) {
     if ((unsigned)dev.type >= DUET__OP_DEVICE_TYPES || def->forward[dev.type] == NULL)
         return duet__op_no_kernel(op, dev);
     if (dev.type != DUET_DEVICE_CPU) DUET_TRY(duet_device_check(dev));
-    const bool record = duet_autograd_needs_record(call->nrecord, call->in);
+    const bool record = needs_record(def, call);
     alignas(max_align_t) unsigned char params[DUET__OP_MAX_PARAMS];
     if (def->params_size > 0) memcpy(params, call->params, def->params_size);
     duet__op_plan plan = {0};

@@ -223,6 +223,18 @@ int duet__cuda_k_tanh(const duet__op_args *a);
 int duet__cuda_k_tanh_backward(const duet__op_args *a);
 int duet__cuda_k_elu(const duet__op_args *a);
 int duet__cuda_k_elu_backward(const duet__op_args *a);
+int duet__cuda_k_l1_loss(const duet__op_args *a);
+int duet__cuda_k_l1_loss_backward(const duet__op_args *a);
+int duet__cuda_k_mse_loss(const duet__op_args *a);
+int duet__cuda_k_mse_loss_backward(const duet__op_args *a);
+int duet__cuda_k_bce(const duet__op_args *a);
+int duet__cuda_k_bce_backward(const duet__op_args *a);
+int duet__cuda_k_sum(const duet__op_args *a);
+int duet__cuda_k_sum_backward(const duet__op_args *a);
+int duet__cuda_k_mean(const duet__op_args *a);
+int duet__cuda_k_mean_backward(const duet__op_args *a);
+int duet__cuda_k_linear(const duet__op_args *a);
+int duet__cuda_k_linear_backward(const duet__op_args *a);
 
 /* The row of op id (never NULL for a built op: test_op_table checks). */
 const duet__op_def *duet__op_row(duet__op_id id);

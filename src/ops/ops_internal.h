@@ -109,16 +109,6 @@ typedef enum duet__cuda_binary {
     DUET__BIN_SUB,
     DUET__BIN_MUL
 } duet__cuda_binary;
-/* sum (mean: / numel) of x, a [1] tensor on the device. */
-int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out);
-/* x (rows, in) w^T + b into a new tensor of y_shape (ndim dims), sizes as
- * linear.c checked them. */
-int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
-                         int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out);
-/* weight * mean of the loss's terms, a [1] tensor on the device. target
- * NULL (BCE only): every target is target_const. */
-int duet__cuda_loss_op(duet__cuda_loss loss, duet_tensor *pred, duet_tensor *target,
-                       float target_const, float weight, duet_tensor **out);
 
 /* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
  * shape; DUET_OK otherwise. */

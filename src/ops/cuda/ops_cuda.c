@@ -93,118 +93,73 @@ int duet__cuda_k_tanh_backward(const duet__op_args *a) { return act_backward_k(a
 int duet__cuda_k_elu(const duet__op_args *a) { return act_k(a, DUET__ACT_ELU); }
 int duet__cuda_k_elu_backward(const duet__op_args *a) { return act_backward_k(a, DUET__ACT_ELU); }
 
-/* ---- losses ------------------------------------------------------------------ */
+/* ---- losses: the rows' CUDA kernels -----------------------------------------
+ * The params are loss.c's: the weight first. BCE's constant target is the
+ * row's saved buffer 0 (one float on the device). */
 
-typedef struct loss_ctx {
-    duet__cuda_loss loss;
-    float weight;
-    duet_tensor *target; /* BCE's target (retained), or NULL */
-    float *target_const; /* BCE's constant target: one float on the device */
-} loss_ctx;
-
-static void loss_ctx_free(void *p) {
-    loss_ctx *c = p;
-    if (c == NULL) return;
-    if (c->target_const != NULL) duet__cuda_free(c->target->device.index, c->target_const);
-    duet_tensor_release(c->target);
-    free(c);
-}
-
-static const char *loss_op(duet__cuda_loss loss) {
-    switch (loss) {
-    case DUET__LOSS_L1: return "l1_loss (cuda)";
-    case DUET__LOSS_MSE: return "mse_loss (cuda)";
-    default: return "bce_with_logits (cuda)";
-    }
-}
-
-/* The gradient reaching the loss (one float on the device) on the host. */
+/* The gradient reaching a loss or a reduction (one float on the device) on
+ * the host. */
 static int read_scalar(const duet_tensor *t, const float *p, float *out, const char *op) {
     return duet__device_copy(duet_device_cpu(), out, t->device, p, sizeof *out, op);
 }
 
-static int loss_backward_node(duet_node *node) {
-    const loss_ctx *c = node->ctx;
-    const duet_tensor *p = node->inputs[0];
+/* The target of a loss kernel and its stride. */
+static const float *loss_target(const duet__op_args *a, int64_t *tstride) {
+    *tstride = a->nin > 1 ? 1 : 0;
+    return a->nin > 1 ? a->in[1]->data : a->saved[0];
+}
+
+/* weight * sum / n, summed in double on the device, finished on the host as
+ * the CPU's, into the [1] output. */
+static int loss_k(const duet__op_args *a, duet__cuda_loss loss, const char *op) {
+    const duet_tensor *p = a->in[0];
     const int dev = p->device.index;
+    const float weight = *(const float *)a->params;
+    int64_t tstride;
+    const float *t = loss_target(a, &tstride);
+    double *sum = NULL, total = 0.0;
+    DUET_TRY(duet__cuda_alloc(dev, sizeof *sum, false, op, (void **)&sum));
+    int rc = duet__cuda_loss_sum(dev, loss, sum, p->data, t, tstride, p->numel);
+    if (rc == DUET_OK)
+        rc = duet__cuda_copy(duet_device_cpu(), &total, p->device, sum, sizeof total, op);
+    duet__cuda_free(dev, sum);
+    if (rc != DUET_OK) return rc;
+    const float v = (float)((double)weight * total / (double)p->numel);
+    return duet__cuda_copy(a->out->device, a->out->data, duet_device_cpu(), &v, sizeof v, op);
+}
+
+/* L1 and MSE: +c to the prediction, -c to the target; BCE: the logits. */
+static int loss_backward_k(const duet__op_args *a, duet__cuda_loss loss, const char *op) {
+    const duet_tensor *p = a->in[0];
+    const int dev = p->device.index;
+    const float weight = *(const float *)a->params;
     float dout;
-    DUET_TRY(read_scalar(node->output, node->output->grad, &dout, node->op));
-    if (c->loss == DUET__LOSS_BCE_LOGITS) {
-        /* The logits only, as the CPU's. */
-        float *gx = duet_node_input_grad(node, 0);
-        if (gx == NULL) return DUET_OK;
-        const float cc = (float)((double)c->weight * dout / (double)p->numel);
-        const float *t = c->target_const != NULL ? c->target_const : c->target->data;
-        return duet__cuda_loss_backward(dev, c->loss, gx, p->data, t,
-                                        c->target_const != NULL ? 0 : 1, cc, p->numel);
-    }
-    /* L1 (scale 1) and MSE (scale 2): +c to the prediction, -c to the target. */
-    const double scale = c->loss == DUET__LOSS_MSE ? 2.0 : 1.0;
-    const float cc = (float)(scale * c->weight * dout / (double)p->numel);
-    const duet_tensor *t = node->inputs[1];
-    float *gp = duet_node_input_grad(node, 0);
-    if (gp != NULL) DUET_TRY(duet__cuda_loss_backward(dev, c->loss, gp, p->data, t->data, 1, cc,
-                                                      p->numel));
-    float *gt = duet_node_input_grad(node, 1);
-    if (gt != NULL) DUET_TRY(duet__cuda_loss_backward(dev, c->loss, gt, p->data, t->data, 1, -cc,
-                                                      p->numel));
+    DUET_TRY(read_scalar(a->out, a->gout, &dout, op));
+    int64_t tstride;
+    const float *t = loss_target(a, &tstride);
+    const double scale = loss == DUET__LOSS_MSE ? 2.0 : 1.0;
+    const float c = (float)(scale * weight * dout / (double)p->numel);
+    if (a->gin[0] != NULL)
+        DUET_TRY(duet__cuda_loss_backward(dev, loss, a->gin[0], p->data, t, tstride, c, p->numel));
+    if (loss != DUET__LOSS_BCE_LOGITS && a->gin[1] != NULL)
+        DUET_TRY(duet__cuda_loss_backward(dev, loss, a->gin[1], p->data, t, tstride, -c,
+                                          p->numel));
     return DUET_OK;
 }
 
-int duet__cuda_loss_op(duet__cuda_loss loss, duet_tensor *pred, duet_tensor *target,
-                       float target_const, float weight, duet_tensor **out) {
-    *out = NULL;
-    const char *op = loss_op(loss);
-    DUET_TRY(duet_device_check(pred->device));
-    if (target != NULL) DUET_TRY(duet__op_check_same_shape(op, pred, target));
-    const int dev = pred->device.index;
-    loss_ctx *c = calloc(1, sizeof *c);
-    if (c == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", op);
-    c->loss = loss;
-    c->weight = weight;
-    int rc = DUET_OK;
-    if (target == NULL) {
-        /* The constant target as one float on the device, kept with the
-         * target tensor's device for the free. */
-        c->target = duet_tensor_retain(pred);
-        rc = duet__cuda_alloc(dev, sizeof(float), false, op, (void **)&c->target_const);
-        if (rc == DUET_OK)
-            rc = duet__cuda_copy(pred->device, c->target_const, duet_device_cpu(), &target_const,
-                                 sizeof target_const, op);
-    } else if (loss == DUET__LOSS_BCE_LOGITS) {
-        c->target = duet_tensor_retain(target);
-    }
-    /* weight * sum / n, summed in double on the device, finished on the host
-     * as the CPU's. */
-    double *sum = NULL;
-    double total = 0.0;
-    if (rc == DUET_OK) rc = duet__cuda_alloc(dev, sizeof *sum, false, op, (void **)&sum);
-    if (rc == DUET_OK)
-        rc = duet__cuda_loss_sum(dev, loss, sum, pred->data,
-                                 target != NULL ? target->data : c->target_const,
-                                 target != NULL ? 1 : 0, pred->numel);
-    if (rc == DUET_OK)
-        rc = duet__cuda_copy(duet_device_cpu(), &total, pred->device, sum, sizeof total, op);
-    duet__cuda_free(dev, sum);
-    duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet_tensor_create_on(pred->device, 1, (int64_t[]){1}, &y);
-    if (rc == DUET_OK) {
-        const float v = (float)((double)weight * total / (double)pred->numel);
-        rc = duet_tensor_copy_from_host(y, &v);
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        loss_ctx_free(c);
-        return rc;
-    }
-    /* L1 and MSE pass gradients to the target too; BCE to the logits only. */
-    duet_tensor *inputs[2] = {pred, target};
-    const int ninputs = loss == DUET__LOSS_BCE_LOGITS ? 1 : 2;
-    if (!duet_autograd_needs_record(ninputs, inputs)) {
-        loss_ctx_free(c);
-        c = NULL;
-    }
-    return duet__op_finish(y, op, loss_backward_node, c, loss_ctx_free, ninputs, inputs, out);
+int duet__cuda_k_l1_loss(const duet__op_args *a) { return loss_k(a, DUET__LOSS_L1, "l1_loss"); }
+int duet__cuda_k_l1_loss_backward(const duet__op_args *a) {
+    return loss_backward_k(a, DUET__LOSS_L1, "l1_loss");
+}
+int duet__cuda_k_mse_loss(const duet__op_args *a) { return loss_k(a, DUET__LOSS_MSE, "mse_loss"); }
+int duet__cuda_k_mse_loss_backward(const duet__op_args *a) {
+    return loss_backward_k(a, DUET__LOSS_MSE, "mse_loss");
+}
+int duet__cuda_k_bce(const duet__op_args *a) {
+    return loss_k(a, DUET__LOSS_BCE_LOGITS, "bce_with_logits");
+}
+int duet__cuda_k_bce_backward(const duet__op_args *a) {
+    return loss_backward_k(a, DUET__LOSS_BCE_LOGITS, "bce_with_logits");
 }
 
 /* ---- conv2d ---------------------------------------------------------------- */
@@ -247,23 +202,10 @@ int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *
         duet__op_finish(y, op, conv_backward_node, c, conv_ctx_free, ninputs, inputs, out), out);
 }
 
-/* ---- sum, mean ---------------------------------------------------------------- */
+/* ---- sum, mean: the rows' CUDA kernels ---------------------------------------- */
 
-static int reduce_backward_node(duet_node *node) {
-    const bool *mean = node->ctx;
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    float g;
-    DUET_TRY(read_scalar(node->output, node->output->grad, &g, node->op));
-    if (*mean) g = (float)(g / (double)x->numel);
-    return duet__cuda_add_scalar(x->device.index, node->op, gx, g, x->numel);
-}
-
-int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out) {
-    *out = NULL;
-    const char *op = mean ? "mean (cuda)" : "sum (cuda)";
-    DUET_TRY(duet_device_check(x->device));
+static int reduce_k(const duet__op_args *a, bool mean, const char *op) {
+    const duet_tensor *x = a->in[0];
     const int dev = x->device.index;
     double *sum = NULL, total = 0.0;
     DUET_TRY(duet__cuda_alloc(dev, sizeof *sum, false, op, (void **)&sum));
@@ -271,75 +213,57 @@ int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out) {
     if (rc == DUET_OK)
         rc = duet__cuda_copy(duet_device_cpu(), &total, x->device, sum, sizeof total, op);
     duet__cuda_free(dev, sum);
-    duet_tensor *y = NULL;
-    if (rc == DUET_OK) rc = duet_tensor_create_on(x->device, 1, (int64_t[]){1}, &y);
-    if (rc == DUET_OK) {
-        const float v = (float)(mean ? total / (double)x->numel : total);
-        rc = duet_tensor_copy_from_host(y, &v);
-    }
-    bool *c = NULL;
-    if (rc == DUET_OK && duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", op);
-        else *c = mean;
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        return rc;
-    }
-    return duet__op_finish(y, op, reduce_backward_node, c, free, 1, &x, out);
+    if (rc != DUET_OK) return rc;
+    const float v = (float)(mean ? total / (double)x->numel : total);
+    return duet__cuda_copy(a->out->device, a->out->data, duet_device_cpu(), &v, sizeof v, op);
 }
 
-/* ---- linear ----------------------------------------------------------------- */
+static int reduce_backward_k(const duet__op_args *a, bool mean, const char *op) {
+    const duet_tensor *x = a->in[0];
+    float g;
+    DUET_TRY(read_scalar(a->out, a->gout, &g, op));
+    if (mean) g = (float)(g / (double)x->numel);
+    return duet__cuda_add_scalar(x->device.index, op, a->gin[0], g, x->numel);
+}
 
-typedef struct linear_ctx {
+int duet__cuda_k_sum(const duet__op_args *a) { return reduce_k(a, false, "sum"); }
+int duet__cuda_k_sum_backward(const duet__op_args *a) { return reduce_backward_k(a, false, "sum"); }
+int duet__cuda_k_mean(const duet__op_args *a) { return reduce_k(a, true, "mean"); }
+int duet__cuda_k_mean_backward(const duet__op_args *a) {
+    return reduce_backward_k(a, true, "mean");
+}
+
+/* ---- linear: the row's CUDA kernels (params: linear.c's rows, in, outf) ---- */
+
+typedef struct linear_sizes {
     int64_t rows, in, outf;
-} linear_ctx;
+} linear_sizes;
 
-static int linear_backward_node(duet_node *node) {
-    const linear_ctx *c = node->ctx;
-    const duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
-    const float *dy = node->output->grad; /* (rows, OUT) */
+int duet__cuda_k_linear(const duet__op_args *a) {
+    const linear_sizes *p = a->params;
+    const duet_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
     const int dev = x->device.index;
-    float *dx = duet_node_input_grad(node, 0);
-    float *dw = duet_node_input_grad(node, 1);
-    float *db = b != NULL ? duet_node_input_grad(node, 2) : NULL;
+    float *y = a->out->data;
+    if (b != NULL) DUET_TRY(duet__cuda_broadcast_rows(dev, "linear", y, b->data, p->rows, p->outf));
+    /* Y (rows, OUT) = X (rows, IN) W^T (IN, OUT) (+ the bias already there) */
+    return duet__cuda_sgemm(dev, "linear", false, true, p->rows, p->outf, p->in, 1.0f, x->data,
+                            p->in, w->data, p->in, b != NULL ? 1.0f : 0.0f, y, p->outf);
+}
+
+int duet__cuda_k_linear_backward(const duet__op_args *a) {
+    const linear_sizes *c = a->params;
+    const duet_tensor *x = a->in[0], *w = a->in[1];
+    const float *dy = a->gout; /* (rows, OUT) */
+    const int dev = x->device.index;
+    float *dx = a->gin[0], *dw = a->gin[1], *db = a->nin > 2 ? a->gin[2] : NULL;
     /* dX (rows, IN) += dY (rows, OUT) W (OUT, IN) */
     if (dx != NULL)
-        DUET_TRY(duet__cuda_sgemm(dev, node->op, false, false, c->rows, c->in, c->outf, 1.0f, dy,
+        DUET_TRY(duet__cuda_sgemm(dev, "linear", false, false, c->rows, c->in, c->outf, 1.0f, dy,
                                   c->outf, w->data, c->in, 1.0f, dx, c->in));
     /* dW (OUT, IN) += dY^T (OUT, rows) X (rows, IN) */
     if (dw != NULL)
-        DUET_TRY(duet__cuda_sgemm(dev, node->op, true, false, c->outf, c->in, c->rows, 1.0f, dy,
+        DUET_TRY(duet__cuda_sgemm(dev, "linear", true, false, c->outf, c->in, c->rows, 1.0f, dy,
                                   c->outf, x->data, c->in, 1.0f, dw, c->in));
-    if (db != NULL) DUET_TRY(duet__cuda_col_sum_acc(dev, node->op, db, dy, c->rows, c->outf));
+    if (db != NULL) DUET_TRY(duet__cuda_col_sum_acc(dev, "linear", db, dy, c->rows, c->outf));
     return DUET_OK;
-}
-
-int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
-                         int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out) {
-    *out = NULL;
-    const char *op = "linear (cuda)";
-    DUET_TRY(duet_device_check(x->device));
-    const int dev = x->device.index;
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_on(x->device, ndim, y_shape, &y));
-    int rc = b != NULL ? duet__cuda_broadcast_rows(dev, op, y->data, b->data, rows, outf) : DUET_OK;
-    /* Y (rows, OUT) = X (rows, IN) W^T (IN, OUT) (+ the bias already there) */
-    if (rc == DUET_OK)
-        rc = duet__cuda_sgemm(dev, op, false, true, rows, outf, in, 1.0f, x->data, in, w->data, in,
-                              b != NULL ? 1.0f : 0.0f, y->data, outf);
-    duet_tensor *inputs[3] = {x, w, b};
-    linear_ctx *c = NULL;
-    if (rc == DUET_OK && duet_autograd_needs_record(3, inputs)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", op);
-        else *c = (linear_ctx){.rows = rows, .in = in, .outf = outf};
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        return rc;
-    }
-    return duet__op_finish_unread(
-        duet__op_finish(y, op, linear_backward_node, c, free, 3, inputs, out), out);
 }
