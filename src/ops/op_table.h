@@ -235,6 +235,8 @@ int duet__cuda_k_mean(const duet__op_args *a);
 int duet__cuda_k_mean_backward(const duet__op_args *a);
 int duet__cuda_k_linear(const duet__op_args *a);
 int duet__cuda_k_linear_backward(const duet__op_args *a);
+int duet__cuda_k_conv2d(const duet__op_args *a);
+int duet__cuda_k_conv2d_backward(const duet__op_args *a);
 
 /* The row of op id (never NULL for a built op: test_op_table checks). */
 const duet__op_def *duet__op_row(duet__op_id id);

@@ -190,10 +190,9 @@ typedef struct duet__conv_dims {
     int64_t n, c, h, w, o, kh, kw, oh, ow, stride, pad;
 } duet__conv_dims;
 
-/* conv2d of x by w plus b (may be NULL) on a CUDA device, sizes d (from
- * conv.c's checks): cuDNN forward and backward (ops_cuda.c, CUDA builds). */
-int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *w, duet_tensor *b,
-                         duet_tensor **out);
+/* The sizes of a conv2d call from its row params (conv.c), for the CUDA
+ * kernels (cuDNN, ops_cuda.c). */
+duet__conv_dims duet__conv2d_params_dims(const void *params);
 
 /* Whether conv2d tries oneDNN's convolution primitives (conv_onednn.c)
  * before its own im2col + SGEMM: in bf16 mixed precision unless the

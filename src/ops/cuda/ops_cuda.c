@@ -162,44 +162,20 @@ int duet__cuda_k_bce_backward(const duet__op_args *a) {
     return loss_backward_k(a, DUET__LOSS_BCE_LOGITS, "bce_with_logits");
 }
 
-/* ---- conv2d ---------------------------------------------------------------- */
+/* ---- conv2d: the row's CUDA kernels on cuDNN ---------------------------------- */
 
-static void conv_ctx_free(void *p) { free(p); }
-
-static int conv_backward_node(duet_node *node) {
-    const duet__conv_dims *d = node->ctx;
-    const duet_tensor *x = node->inputs[0], *w = node->inputs[1];
-    float *dx = duet_node_input_grad(node, 0);
-    float *dw = duet_node_input_grad(node, 1);
-    float *db = node->ninputs > 2 ? duet_node_input_grad(node, 2) : NULL;
-    if (dx == NULL && dw == NULL && db == NULL) return DUET_OK;
-    return duet__cuda_conv2d_backward(x->device.index, d, x->data, w->data, node->output->grad,
-                                      dx, dw, db);
+int duet__cuda_k_conv2d(const duet__op_args *a) {
+    const duet__conv_dims d = duet__conv2d_params_dims(a->params);
+    const duet_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    return duet__cuda_conv2d_forward(x->device.index, &d, x->data, w->data,
+                                     b != NULL ? b->data : NULL, a->out->data);
 }
 
-int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *w, duet_tensor *b,
-                         duet_tensor **out) {
-    *out = NULL;
-    const char *op = "conv2d (cuda)";
-    DUET_TRY(duet_device_check(x->device));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_on(x->device, 4, (int64_t[]){d->n, d->o, d->oh, d->ow}, &y));
-    int rc = duet__cuda_conv2d_forward(x->device.index, d, x->data, w->data,
-                                       b != NULL ? b->data : NULL, y->data);
-    duet_tensor *inputs[3] = {x, w, b};
-    const int ninputs = b != NULL ? 3 : 2;
-    duet__conv_dims *c = NULL;
-    if (rc == DUET_OK && duet_autograd_needs_record(ninputs, inputs)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) rc = duet__error(DUET_ENOMEM, "%s: out of memory", op);
-        else *c = *d;
-    }
-    if (rc != DUET_OK) {
-        duet_tensor_release(y);
-        return rc;
-    }
-    return duet__op_finish_unread(
-        duet__op_finish(y, op, conv_backward_node, c, conv_ctx_free, ninputs, inputs, out), out);
+int duet__cuda_k_conv2d_backward(const duet__op_args *a) {
+    const duet__conv_dims d = duet__conv2d_params_dims(a->params);
+    const duet_tensor *x = a->in[0], *w = a->in[1];
+    return duet__cuda_conv2d_backward(x->device.index, &d, x->data, w->data, a->gout, a->gin[0],
+                                      a->gin[1], a->nin > 2 ? a->gin[2] : NULL);
 }
 
 /* ---- sum, mean: the rows' CUDA kernels ---------------------------------------- */
