@@ -88,7 +88,9 @@ const char *duet__op_name(duet__op_id id) {
     X(TANH, tanh) X(ELU, elu) X(ELU_BACKWARD, elu_backward) X(CLAMP, clamp)     \
     X(L1_LOSS, l1_loss) X(MSE_LOSS, mse_loss) X(BCE_WITH_LOGITS, bce_with_logits)                \
     X(BCE_WITH_LOGITS_CONST, bce_with_logits_const) X(SUM, sum) X(MEAN, mean)                    \
-    X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear) X(CONV2D, conv2d)
+    X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear) X(CONV2D, conv2d)       \
+    X(RESHAPE, reshape) X(FLATTEN, flatten) X(CONCAT_CHANNELS, concat_channels)                  \
+    X(SLICE_CHANNELS, slice_channels)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)
