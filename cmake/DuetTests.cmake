@@ -35,7 +35,7 @@ set(DUET_WHITEBOX_TESTS
   test_comm test_esrgan_mpi test_watchdog test_tile lr_dump
   # the device layer's own: op entries' device checks, the CUDA allocator
   # and statuses, the GPU kernels against the CPU loops
-  test_ops_device test_cuda_alloc_logic test_cuda_status test_gpu_autograd test_gpu_kernels
+  test_ops_device test_op_table test_cuda_alloc_logic test_cuda_status test_gpu_autograd test_gpu_kernels
   test_gpu_memory)
 function(duet_test_includes name)
   if(name IN_LIST DUET_WHITEBOX_TESTS)
