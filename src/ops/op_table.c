@@ -90,7 +90,8 @@ const char *duet__op_name(duet__op_id id) {
     X(BCE_WITH_LOGITS_CONST, bce_with_logits_const) X(SUM, sum) X(MEAN, mean)                    \
     X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear) X(CONV2D, conv2d)       \
     X(RESHAPE, reshape) X(FLATTEN, flatten) X(CONCAT_CHANNELS, concat_channels)                  \
-    X(SLICE_CHANNELS, slice_channels)
+    X(SLICE_CHANNELS, slice_channels) X(MAX_POOL2D, max_pool2d) X(PIXEL_SHUFFLE, pixel_shuffle)  \
+    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)
