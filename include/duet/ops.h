@@ -117,6 +117,36 @@ int duet_concat_channels(int n, duet_tensor *const *xs, duet_tensor **out);
  * copy, as x[:, start:start + count] (torch.split's pieces). */
 int duet_slice_channels(duet_tensor *x, int64_t start, int64_t count, duet_tensor **out);
 
+/* ---- video: pyramids and optical-flow warping (src/ops/avg_pool.c,
+ * src/ops/flow_warp.c, CPU) ------------------------------------------------ */
+
+/* Average pooling without padding, as F.avg_pool2d(x, kernel, stride) (no
+ * padding, ceil_mode False): x (N, C, H, W) -> (N, C, (H-k)/s+1,
+ * (W-k)/s+1), each output the mean of its k x k window. *out: a new
+ * tensor the caller releases. DUET_ESHAPE when x is not 4-D or smaller
+ * than the window, DUET_EINVAL for kernel or stride < 1. */
+int duet_avg_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out);
+
+/* How flow_warp samples outside the image: ZEROS, every corner outside
+ * counts 0 (MMEditing's default); BORDER, the coordinate is clamped into
+ * the image (SPyNet's), with a zero gradient where it clamps. */
+typedef enum duet_flow_padding {
+    DUET_FLOW_PAD_ZEROS = 0,
+    DUET_FLOW_PAD_BORDER = 1,
+} duet_flow_padding;
+
+/* MMEditing's flow_warp(x, flow.permute(0, 2, 3, 1), 'bilinear', padding,
+ * align_corners=True): x (N, C, H, W) warped by flow (N, 2, H, W), channel
+ * 0 the horizontal and 1 the vertical displacement in pixels (the layout
+ * SPyNet outputs; MMEditing's callers permute it to (N, H, W, 2)). Output
+ * pixel (i, j) is x sampled bilinearly at (j + flow[0, i, j], i + flow[1,
+ * i, j]), as F.grid_sample; an axis of one pixel samples at 0.
+ * Differentiable in x and in flow. *out: a new tensor (N, C, H, W) the
+ * caller releases; both inputs are borrowed. DUET_ESHAPE when the shapes
+ * disagree, DUET_EINVAL for an unknown padding mode. */
+int duet_flow_warp(duet_tensor *x, duet_tensor *flow, duet_flow_padding padding,
+                   duet_tensor **out);
+
 /* ---- ESRGAN and MMEditing's losses (src/ops/upsample.c) ------------------- */
 
 /* Nearest neighbour, integer factor: x (N, C, H, W) -> (N, C, H*f, W*f), as

@@ -47,6 +47,8 @@ static const char *const op_names[] = {
     "upsample_nearest",
     "resize_bilinear_ac",
     "subsample_nearest",
+    "avg_pool2d",
+    "flow_warp",
     "extract_patches",
     "normalize_rows",
     "fuse_correlation",
@@ -71,7 +73,7 @@ static const char *const op_names[] = {
  * together (ggml's GGML_OP_COUNT check). */
 _Static_assert(sizeof op_names / sizeof op_names[0] == DUET__OP_COUNT,
                "op_names must name every duet__op_id, in order");
-_Static_assert(DUET__OP_COUNT == 54, "DUET__OP_COUNT changed: update op_names and the row table");
+_Static_assert(DUET__OP_COUNT == 56, "DUET__OP_COUNT changed: update op_names and the row table");
 
 const char *duet__op_name(duet__op_id id) {
     return (unsigned)id < DUET__OP_COUNT ? op_names[id] : NULL;
@@ -91,7 +93,8 @@ const char *duet__op_name(duet__op_id id) {
     X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear) X(CONV2D, conv2d)       \
     X(RESHAPE, reshape) X(FLATTEN, flatten) X(CONCAT_CHANNELS, concat_channels)                  \
     X(SLICE_CHANNELS, slice_channels) X(MAX_POOL2D, max_pool2d) X(PIXEL_SHUFFLE, pixel_shuffle)  \
-    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)
+    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)  \
+    X(AVG_POOL2D, avg_pool2d) X(FLOW_WARP, flow_warp)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)

@@ -80,6 +80,8 @@ typedef enum duet__op_id {
     DUET__OP_UPSAMPLE_NEAREST,
     DUET__OP_RESIZE_BILINEAR_AC,
     DUET__OP_SUBSAMPLE_NEAREST,
+    DUET__OP_AVG_POOL2D,
+    DUET__OP_FLOW_WARP,
     /* contextual attention */
     DUET__OP_EXTRACT_PATCHES,
     DUET__OP_NORMALIZE_ROWS,

@@ -37,6 +37,21 @@ def away_from_zero(x, margin=0.05):
     return torch.where(x >= 0, x + margin, x - margin)
 
 
+def mmedit_flow_warp(x, flow, padding_mode="zeros"):
+    """MMEditing 0.16.1's flow_warp (mmedit/models/common/flow_warp.py),
+    copied: flow (n, h, w, 2) in pixels, bilinear, align_corners=True."""
+    _, _, h, w = x.size()
+    grid_y, grid_x = torch.meshgrid(torch.arange(0, h, dtype=x.dtype),
+                                    torch.arange(0, w, dtype=x.dtype), indexing="ij")
+    grid = torch.stack((grid_x, grid_y), 2)
+    grid_flow = grid + flow
+    grid_flow_x = 2.0 * grid_flow[:, :, :, 0] / max(w - 1, 1) - 1.0
+    grid_flow_y = 2.0 * grid_flow[:, :, :, 1] / max(h - 1, 1) - 1.0
+    grid_flow = torch.stack((grid_flow_x, grid_flow_y), dim=3)
+    return F.grid_sample(x, grid_flow, mode="bilinear", padding_mode=padding_mode,
+                         align_corners=True)
+
+
 def main(outdir):
     gen = torch.Generator().manual_seed(20261202)
 
@@ -83,6 +98,15 @@ def main(outdir):
              lambda x, f=f: F.interpolate(x, scale_factor=f, mode="bilinear",
                                           align_corners=False),
              [randn(*shape)], [True], gen)
+
+    # video: SPyNet's pyramid and the flow warp of BasicVSR (flow (n, 2, h, w),
+    # displacements up to a few pixels, so that samples leave the image)
+    case(out, "avg_pool_k2s2", lambda x: F.avg_pool2d(x, 2, 2), [randn(2, 3, 6, 8)], [True], gen)
+    case(out, "avg_pool_k3s2", lambda x: F.avg_pool2d(x, 3, 2), [randn(1, 2, 7, 9)], [True], gen)
+    for mode in ("zeros", "border"):
+        case(out, f"flow_warp_{mode}",
+             lambda x, f, mode=mode: mmedit_flow_warp(x, f.permute(0, 2, 3, 1), mode),
+             [randn(2, 3, 5, 7), randn(2, 2, 5, 7, scale=1.5)], [True, True], gen)
 
     # shape
     case(out, "flatten", lambda x: torch.flatten(x, 1), [randn(*x4)], [True], gen)

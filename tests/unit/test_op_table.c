@@ -66,6 +66,9 @@ typedef enum {
     POSITIVE, /* [0.5, 1.5] (variances) */
     UNIT,     /* [0, 1] (targets) */
     MASK,     /* 0 or 1 */
+    OFFSET,   /* k + [0.1, 0.9], k in {-2, -1, 0, 1}: displacements in pixels
+               * whose fractions stay away from flow_warp's kinks (integer
+               * coordinates: a new bilinear cell, the border's clamp) */
 } value_kind;
 
 typedef struct op_case {
@@ -186,6 +189,18 @@ static int r_resize_bilinear_ac(duet_tensor **in, duet_tensor **out) {
 }
 static int r_subsample_nearest(duet_tensor **in, duet_tensor **out) {
     return duet_subsample_nearest(in[0], 2, out);
+}
+static int r_avg_pool2d(duet_tensor **in, duet_tensor **out) {
+    return duet_avg_pool2d(in[0], 2, 2, out);
+}
+static int r_avg_pool2d_k3(duet_tensor **in, duet_tensor **out) {
+    return duet_avg_pool2d(in[0], 3, 2, out);
+}
+static int r_flow_warp(duet_tensor **in, duet_tensor **out) {
+    return duet_flow_warp(in[0], in[1], DUET_FLOW_PAD_ZEROS, out);
+}
+static int r_flow_warp_border(duet_tensor **in, duet_tensor **out) {
+    return duet_flow_warp(in[0], in[1], DUET_FLOW_PAD_BORDER, out);
 }
 static int r_extract_patches(duet_tensor **in, duet_tensor **out) {
     return duet_extract_patches(in[0], 3, 1, 1, out);
@@ -334,6 +349,12 @@ static const op_case cases[] = {
     {DUET__OP_RESIZE_BILINEAR_AC, "3x3 to 5x4", 1, {4}, {S(1, 2, 3, 3)}, {0}, 1,
      r_resize_bilinear_ac},
     {DUET__OP_SUBSAMPLE_NEAREST, "/2", 1, {4}, {S(1, 2, 4, 4)}, {0}, 1, r_subsample_nearest},
+    {DUET__OP_AVG_POOL2D, "2x2 stride 2", 1, {4}, {S(1, 2, 4, 6)}, {0}, 1, r_avg_pool2d},
+    {DUET__OP_AVG_POOL2D, "3x3 stride 2", 1, {4}, {S(2, 1, 7, 5)}, {0}, 1, r_avg_pool2d_k3},
+    {DUET__OP_FLOW_WARP, "zeros", 2, {4, 4}, {S(2, 3, 4, 5), S(2, 2, 4, 5)}, {0, OFFSET}, 3,
+     r_flow_warp},
+    {DUET__OP_FLOW_WARP, "border", 2, {4, 4}, {S(2, 3, 4, 5), S(2, 2, 4, 5)}, {0, OFFSET}, 3,
+     r_flow_warp_border},
     {DUET__OP_EXTRACT_PATCHES, "3x3 pad 1", 1, {4}, {S(1, 2, 4, 4)}, {0}, 1,
      r_extract_patches},
     {DUET__OP_NORMALIZE_ROWS, "", 1, {4}, {S(3, 2, 2, 2)}, {0}, 1, r_normalize_rows},
@@ -370,6 +391,7 @@ static float draw(duet_rng *rng, value_kind k) {
     case POSITIVE: return 0.5f + u;
     case UNIT: return u;
     case MASK: return u < 0.5f ? 0.0f : 1.0f;
+    case OFFSET: return (float)((int)(u * 4.0f) - 2) + 0.1f + 0.8f * duet_rng_uniform(rng);
     default: {
         const float m = 0.2f + 0.8f * duet_rng_uniform(rng);
         return u < 0.5f ? -m : m;

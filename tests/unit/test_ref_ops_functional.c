@@ -1,6 +1,6 @@
-/* The functional ops (element-wise, activations, resampling, shape,
- * reductions, losses) against PyTorch (tests/ref/ref_ops_functional.py ->
- * ops_functional.safetensors):
+/* The functional ops (element-wise, activations, resampling, avg_pool2d
+ * and MMEditing's flow_warp, shape, reductions, losses) against PyTorch
+ * (tests/ref/ref_ops_functional.py -> ops_functional.safetensors):
  * for every case, the output and the gradient of sum(out * r) with respect
  * to each differentiable input, to 1e-4 relative (1e-5 relative for the
  * exact rearrangements). */
@@ -114,6 +114,14 @@ static int op_bce_const(void *c, duet_tensor *const *in, duet_tensor **out) {
     return duet_bce_with_logits_const(in[0], a->target, a->weight, out);
 }
 
+static int op_avg_pool(void *c, duet_tensor *const *in, duet_tensor **out) {
+    const int *ks = c;
+    return duet_avg_pool2d(in[0], ks[0], ks[1], out);
+}
+static int op_flow_warp(void *c, duet_tensor *const *in, duet_tensor **out) {
+    return duet_flow_warp(in[0], in[1], *(const duet_flow_padding *)c, out);
+}
+
 /* ---- tests ---------------------------------------------------------------------- */
 
 static void test_activations(void **state) {
@@ -161,6 +169,19 @@ static void test_bilinear(void **state) {
     run_case("bilinear_x3_33x47", 1, op_bilinear, &f, 1e-5);
 }
 
+/* MMEditing's flow_warp normalises the coordinate into [-1, 1] and
+ * grid_sample unnormalises it, in float32: a few ulps of the coordinate
+ * apart from duet's direct j + flow, hence 1e-4. */
+static void test_video(void **state) {
+    (void)state;
+    int k2[2] = {2, 2}, k3[2] = {3, 2};
+    run_case("avg_pool_k2s2", 1, op_avg_pool, k2, 1e-5);
+    run_case("avg_pool_k3s2", 1, op_avg_pool, k3, 1e-5);
+    duet_flow_padding zeros = DUET_FLOW_PAD_ZEROS, border = DUET_FLOW_PAD_BORDER;
+    run_case("flow_warp_zeros", 2, op_flow_warp, &zeros, 1e-4);
+    run_case("flow_warp_border", 2, op_flow_warp, &border, 1e-4);
+}
+
 static void test_shape(void **state) {
     (void)state;
     run_case("flatten", 1, op_flatten, NULL, 0.0);
@@ -194,7 +215,7 @@ int main(void) {
         cmocka_unit_test(test_activations),   cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_pixel_shuffle), cmocka_unit_test(test_bilinear),
         cmocka_unit_test(test_shape),         cmocka_unit_test(test_reductions),
-        cmocka_unit_test(test_losses),
+        cmocka_unit_test(test_losses),        cmocka_unit_test(test_video),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
