@@ -345,6 +345,73 @@ bool tu_distance_within(duet_module *root, const duet_st *st, int step,
     return ok;
 }
 
+/* PyTorch float32's distances over the whole run of the reference file
+ * (f32dist1.<part>, f32dist2.<part>, ...): its farthest and its jumps. */
+static void scan_torch_run(tu_kink_gate *g, const duet_st *st, const char *part, int p) {
+    double prev = 0;
+    for (int s = 1;; s++) {
+        char key[320];
+        snprintf(key, sizeof key, "f32dist%d.%s", s, part);
+        if (!duet_st_has(st, key)) break;
+        duet_tensor *t = tu_ref_tensor(st, key);
+        float v = 0;
+        TU_OK(duet_tensor_copy_to_host(t, &v));
+        duet_tensor_release(t);
+        if (s > 1 && prev > 0 && v > TU_KINK_JUMP * prev) g->torch_jumps[p]++;
+        if (v > g->torch_max[p]) g->torch_max[p] = v;
+        prev = v;
+    }
+}
+
+bool tu_distance_kink_gate(tu_kink_gate *g, duet_module *root, const duet_st *st, int step,
+                           const char *const *parts, int nparts, char *why, size_t why_size) {
+    assert_true(nparts <= TU_KINK_MAX_PARTS);
+    char key[320];
+    snprintf(key, sizeof key, "f32dist%d.%s", step, parts[0]);
+    if (!duet_st_has(st, key)) {
+        assert_null(duet_st_meta(st, "oracle"));
+        return true;
+    }
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_state(root, &l));
+    bool ok = true;
+    printf("    step %2d, distance from float64 (duet, PyTorch float32; jumps):", step);
+    for (int p = 0; p < nparts; p++) {
+        tu_part_distance pd;
+        part_distance(&l, st, step, parts[p], &pd);
+        snprintf(key, sizeof key, "f32dist%d.%s", step, parts[p]);
+        duet_tensor *torch = tu_ref_tensor(st, key);
+        float theirs_f = 0;
+        TU_OK(duet_tensor_copy_to_host(torch, &theirs_f));
+        duet_tensor_release(torch);
+        const double ours = relative_distance(pd.dd, pd.moved), theirs = theirs_f;
+        if (!g->scanned) scan_torch_run(g, st, parts[p], p);
+        const bool in_band = ours <= TU_KINK_BAND * theirs;
+        const bool prev_in_band = g->prev[p] <= TU_KINK_BAND * g->prev_torch[p];
+        if (!in_band && (prev_in_band || ours > TU_KINK_JUMP * g->prev[p])) g->jumps[p]++;
+        const double cap = TU_KINK_CAP * g->torch_max[p];
+        printf(" %s %.3g, %.3g; %d, %d;", parts[p], ours, theirs, g->jumps[p], g->torch_jumps[p]);
+        if (ok && g->jumps[p] > g->torch_jumps[p] + 1) {
+            ok = false;
+            snprintf(why, why_size, "step %d: %s's distance from MMEditing's float64 run jumped "
+                     "%d times (now %.3g, PyTorch float32 %.3g); PyTorch float32's jumped %d "
+                     "times over the run: at most one more kink than PyTorch's may stand", step, parts[p],
+                     g->jumps[p], ours, theirs, g->torch_jumps[p]);
+        } else if (ok && !(ours <= cap)) {
+            ok = false;
+            snprintf(why, why_size, "step %d: %s's distance from MMEditing's float64 run is "
+                     "%.3g, above the cap %.3g (%g times PyTorch float32's farthest over the "
+                     "run, %.3g)", step, parts[p], ours, cap, TU_KINK_CAP, g->torch_max[p]);
+        }
+        g->prev[p] = ours;
+        g->prev_torch[p] = theirs;
+    }
+    g->scanned = true;
+    printf("\n");
+    duet_named_tensors_clear(&l);
+    return ok;
+}
+
 duet_st *tu_ref_load(const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tu_ref_dir(), name);

@@ -238,6 +238,10 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
     const int64_t n = whole.nsamples / tu_size;
     assert_int_equal(n * tu_size, whole.nsamples);
     TU_OK(duet_batch_slice(&local, &whole, tu_rank * n, n));
+    /* DUET_TEST_GATE=kinks: the fast path's yardstick (tu_distance_kink_gate). */
+    const char *gate_env = getenv("DUET_TEST_GATE");
+    const bool kinks = gate_env != NULL && strcmp(gate_env, "kinks") == 0;
+    tu_kink_gate gate = {0};
     int step = 1;
     for (char key[32] = "f32dist1."; ; snprintf(key, sizeof key, "f32dist%d.", ++step)) {
         char k0[64];
@@ -249,7 +253,10 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
          * none is left waiting in the next step's allreduce. */
         char why[512] = "";
         int32_t ok = 1;
-        if (tu_rank == 0)
+        if (tu_rank == 0 && kinks)
+            ok = tu_distance_kink_gate(&gate, duet_model_module(wm), st, step, spec->parts,
+                                       spec->nparts, why, sizeof why);
+        else if (tu_rank == 0)
             ok = tu_distance_within(duet_model_module(wm), st, step, spec->parts, spec->nparts,
                                     why, sizeof why);
         TU_OK(duet_comm_bcast(tu_comm, &ok, 1, DUET_DTYPE_I32, 0));
