@@ -472,6 +472,22 @@ foreach(model edsr rdn)
     PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 1"
     FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 endforeach()
+# RealESRGAN, both stages (RealESRNet: pixel loss only; GAN: the U-Net
+# discriminator under spectral norm, perceptual and GAN losses, start_iter's
+# reload from generator_ema): train_step and the EMA update against
+# MMEditing's own (one program, one test each).
+add_executable(test_ref_real_esrgan ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_real_esrgan.c)
+target_link_libraries(test_ref_real_esrgan PRIVATE duet_testutil)
+foreach(model realesrnet realesrgan)
+  add_test(NAME mmedit_${model}
+    COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} ${model}.safetensors
+            $<TARGET_FILE:test_ref_real_esrgan>)
+  set_tests_properties(mmedit_${model} PROPERTIES
+    ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR};DUET_TEST_FILTER=*${model}_train_step*"
+    FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+    PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 1"
+    FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+endforeach()
 # PConvEncoderDecoder (partial convolutions) against MMEditing's own module.
 add_executable(test_ref_pconv ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_pconv.c)
 target_link_libraries(test_ref_pconv PRIVATE duet_testutil)
