@@ -250,7 +250,7 @@ target_link_libraries(test_mmedit_ddp PRIVATE duet_testutil)
 # files of 200 MB each, and its single-process file is 309 MB, the
 # network's 249 MB (measured 2026-12-08).
 set(DUET_MMEDIT_DDP_MODELS
-  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;pconv_inpaintor;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2"
+  "srgan;esrgan;pix2pix;cyclegan;basic_restorer;edsr;rdn;pconv_inpaintor;gl_inpaintor;deepfill_v1_inpaintor;deepfillv2;realesrnet;realesrgan"
   CACHE STRING
   "Models of the mmedit_ddp_* tests (gen_mmedit_refs.py --ranks 2,3)")
 add_test(NAME mmedit_gen_refs_ddp
