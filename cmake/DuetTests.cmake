@@ -488,6 +488,25 @@ foreach(model realesrnet realesrgan)
     PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 1"
     FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 endforeach()
+# Real-ESRGAN's degradations (src/data/degradations.c) against MMEditing's
+# own steps with the same draws (tests/mmedit/degradations_ref.py writes the
+# file in the mmedit venv; a few seconds).
+add_executable(test_ref_degradations ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_degradations.c)
+target_link_libraries(test_ref_degradations PRIVATE duet_testutil)
+target_include_directories(test_ref_degradations PRIVATE ${PROJECT_SOURCE_DIR}/src)
+add_test(NAME mmedit_gen_degradations
+  COMMAND bash ${DUET_MMEDIT_RUN} py ${DUET_MMEDIT_VENV}
+          ${PROJECT_SOURCE_DIR}/tests/mmedit/degradations_ref.py ${DUET_MMEDIT_REF_DIR}-degradations)
+set_tests_properties(mmedit_gen_degradations PROPERTIES FIXTURES_SETUP mmedit_refs_degradations
+  TIMEOUT 300 SKIP_RETURN_CODE 77 LABELS mmedit)
+add_test(NAME mmedit_degradations
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR}-degradations
+          degradations.safetensors $<TARGET_FILE:test_ref_degradations>)
+set_tests_properties(mmedit_degradations PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-degradations"
+  FIXTURES_REQUIRED mmedit_refs_degradations SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 6"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # PConvEncoderDecoder (partial convolutions) against MMEditing's own module.
 add_executable(test_ref_pconv ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_pconv.c)
 target_link_libraries(test_ref_pconv PRIVATE duet_testutil)
