@@ -519,7 +519,7 @@ add_test(NAME mmedit_degradations
 set_tests_properties(mmedit_degradations PROPERTIES
   ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}-degradations"
   FIXTURES_REQUIRED mmedit_refs_degradations SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS mmedit
-  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 6"
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] 7"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # PConvEncoderDecoder (partial convolutions) against MMEditing's own module.
 add_executable(test_ref_pconv ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_pconv.c)

@@ -1,6 +1,6 @@
 /* Private to src/data/: Real-ESRGAN's degradations, the functions behind
  * MMEditing 0.16.1's RandomBlur, RandomNoise, RandomJPEGCompression,
- * UnsharpMasking and Quantize (mmedit/datasets/pipelines/
+ * RandomResize, UnsharpMasking and Quantize (mmedit/datasets/pipelines/
  * random_degradations.py, blur_kernels.py, augmentation.py), on host float
  * images laid out as MMEditing's numpy arrays: (h, w, c) interleaved,
  * values nominally in [0, 1]. Every random quantity is a parameter: the
@@ -31,8 +31,9 @@
  *   6. duet__blur_kernel with the final values, duet__filter2d.
  * RandomResize: uniform for prob; np.random.choice(resize_opt); without
  *   target_size np.random.choice(['up', 'down', 'keep'], resize_mode_prob)
- *   and the scale uniform(1, s1) or uniform(s0, 1); then cv2.resize (not
- *   here yet: see the report of issue 32).
+ *   and the scale uniform(1, s1) or uniform(s0, 1) ('keep': no draw, 1);
+ *   with resize_step, per further image a uniform(-step, step); then
+ *   duet__random_resize_size and duet__cv_resize_f32.
  * RandomNoise: uniform for prob; np.random.choice(noise_type);
  *   gaussian: sigma = uniform(gaussian_sigma) / 255, gray = uniform() <
  *     gaussian_gray_noise_prob, then randn(h, w, c) (all c channels drawn
@@ -95,6 +96,26 @@ void duet__filter2d(float *dst, const float *src, int64_t h, int64_t w, int c,
  * kernel_size; DUET_ENOMEM. */
 int duet__unsharp_masking(float *out, const float *img, int64_t h, int64_t w, int c,
                           int kernel_size, double sigma, double weight, double threshold);
+
+/* RandomResize's interpolations (resize_opt). */
+typedef enum duet__resize_kind {
+    DUET__RESIZE_BILINEAR, /* cv2.INTER_LINEAR */
+    DUET__RESIZE_BICUBIC,  /* cv2.INTER_CUBIC */
+    DUET__RESIZE_AREA      /* cv2.INTER_AREA */
+} duet__resize_kind;
+/* kind by MMEditing's name; DUET_EINVAL naming it when unknown ('lanczos'
+ * too, which no Real-ESRGAN config uses). */
+int duet__resize_kind_parse(const char *name, duet__resize_kind *out);
+/* cv2.resize(src, (ow, oh), interpolation=kind) of an (h, w, c) float
+ * image into dst (oh, ow, c), OpenCV's generic float path
+ * (cv_resize_f32.c says which); the same size is a copy. DUET_EINVAL,
+ * DUET_ENOMEM. */
+int duet__cv_resize_f32(float *dst, int64_t oh, int64_t ow, const float *src, int64_t h,
+                        int64_t w, int c, duet__resize_kind kind);
+/* RandomResize's output size for the drawn scale factor: (int(h * s),
+ * int(w * s)), each first rounded down to even with is_size_even. */
+void duet__random_resize_size(int64_t h, int64_t w, double scale, bool is_size_even,
+                              int64_t *oh, int64_t *ow);
 
 /* RandomNoise's Gaussian noise in place: img += float32(normals) * sigma
  * (sigma already divided by 255), normals (h, w, c) standard normal

@@ -24,7 +24,7 @@ import st  # noqa: E402
 from mmedit.datasets.pipelines import blur_kernels  # noqa: E402
 from mmedit.datasets.pipelines.augmentation import Quantize, UnsharpMasking  # noqa: E402
 from mmedit.datasets.pipelines.random_degradations import (  # noqa: E402
-    RandomBlur, RandomJPEGCompression, RandomNoise)
+    RandomBlur, RandomJPEGCompression, RandomNoise, RandomResize)
 
 H, W = 64, 72
 
@@ -54,6 +54,12 @@ def record(module, name, log):
     setattr(module, name, wrapped)
     return orig
 
+
+RESIZE_KINDS = ["bilinear", "bicubic", "area"]  # duet__resize_kind's order
+RESIZE_CASES = [("bilinear", (29, 41)), ("bilinear", (90, 101)), ("bilinear", (32, 36)),
+                ("bicubic", (29, 41)), ("bicubic", (90, 101)), ("area", (29, 41)),
+                ("area", (32, 36)), ("area", (16, 24)), ("area", (90, 101)),
+                ("area", (70, 50))]
 
 BLUR_CASES = [  # kind, kernel size, sigma_x, sigma_y, angle, beta_gaussian, beta_plateau, omega
     ("iso", 7, 1.3, 1.3, 0.0, 1.0, 1.0, 1.0),
@@ -133,6 +139,26 @@ def main():
         d[f"noise{i}.params"] = t([level / 255.0 if kind == "gaussian" else level, gray])
         d[f"noise{i}.draws"] = t(calls[0][2])
         d[f"noise{i}.out"] = t(res["lq"])
+
+    # RandomResize at fixed target sizes (down by a non-integer factor, up,
+    # 2x down: OpenCV's switch to area, integer area blocks), and one drawn
+    # scale ('up' only) whose draw is recorded.
+    for i, (opt, size) in enumerate(RESIZE_CASES):
+        res = RandomResize(dict(resize_opt=[opt], resize_prob=[1], target_size=size),
+                           keys=["lq"])(dict(lq=img.copy()))
+        d[f"resize{i}.params"] = t([RESIZE_KINDS.index(opt), size[0], size[1]])
+        d[f"resize{i}.out"] = t(res["lq"])
+    uni = []
+    orig_u = record(np.random, "uniform", uni)
+    try:
+        np.random.seed(5)
+        res = RandomResize(dict(resize_opt=["bicubic"], resize_prob=[1],
+                                resize_mode_prob=[1, 0, 0], resize_scale=[0.15, 1.5]),
+                           keys=["lq"])(dict(lq=img.copy()))
+    finally:
+        setattr(np.random, "uniform", orig_u)
+    d["resize_drawn.scale"] = t([uni[1][2]])
+    d["resize_drawn.out"] = t(res["lq"])
 
     # RandomJPEGCompression at fixed qualities.
     for i, q in enumerate([30, 75, 95]):
