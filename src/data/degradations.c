@@ -139,6 +139,30 @@ static void gaussian_kernel_1d(int n, double sigma, double *k) {
     for (int i = 0; i < n; i++) k[i] /= sum;
 }
 
+/* filter2D with the kernel k1 k1^T, as two 1-D passes (rows, then
+ * columns) in double: k^2 -> 2k multiply-adds per value, the sums of
+ * filter2D's within rounding. tmp holds h * w * c doubles. */
+static void filter_separable(float *dst, const float *src, int64_t h, int64_t w, int c,
+                             const double *k1, int k, double *tmp) {
+    const int a = k / 2;
+    for (int64_t y = 0; y < h; y++)
+        for (int64_t x = 0; x < w; x++)
+            for (int ch = 0; ch < c; ch++) {
+                double s = 0.0;
+                for (int j = 0; j < k; j++)
+                    s += k1[j] * src[(y * w + reflect101(x + j - a, w)) * c + ch];
+                tmp[(y * w + x) * c + ch] = s;
+            }
+    for (int64_t y = 0; y < h; y++)
+        for (int64_t x = 0; x < w; x++)
+            for (int ch = 0; ch < c; ch++) {
+                double s = 0.0;
+                for (int i = 0; i < k; i++)
+                    s += k1[i] * tmp[(reflect101(y + i - a, h) * w + x) * c + ch];
+                dst[(y * w + x) * c + ch] = (float)s;
+            }
+}
+
 int duet__unsharp_masking(float *out, const float *img, int64_t h, int64_t w, int c,
                           int kernel_size, double sigma, double weight, double threshold) {
     if (kernel_size < 1 || kernel_size > 255 || kernel_size % 2 == 0)
@@ -147,26 +171,25 @@ int duet__unsharp_masking(float *out, const float *img, int64_t h, int64_t w, in
     const int64_t n = h * w * c;
     const int k = kernel_size;
     double *k1 = malloc((size_t)k * sizeof *k1);
-    double *k2 = malloc((size_t)k * k * sizeof *k2);
+    double *tmp = malloc((size_t)n * sizeof *tmp);
     float *blur = malloc((size_t)n * sizeof *blur);
-    float *mask = malloc((size_t)n * sizeof *mask);
+    float *mask = calloc((size_t)(n > 0 ? n : 1), sizeof *mask);
     int rc = DUET_OK;
-    if (k1 == NULL || k2 == NULL || blur == NULL || mask == NULL) {
+    if (k1 == NULL || tmp == NULL || blur == NULL || mask == NULL) {
         rc = duet__error(DUET_ENOMEM, "UnsharpMasking: out of memory (%lld x %lld x %d image)",
                          (long long)h, (long long)w, c);
         goto done;
     }
+    /* MMEditing's kernel is np.matmul(k, k.T): separable. */
     gaussian_kernel_1d(k, sigma, k1);
-    for (int i = 0; i < k; i++)
-        for (int j = 0; j < k; j++) k2[i * k + j] = k1[i] * k1[j]; /* np.matmul(k, k.T) */
-    duet__filter2d(blur, img, h, w, c, k2, k);
+    filter_separable(blur, img, h, w, c, k1, k, tmp);
     /* residue in blur; the mask in float32 arithmetic, as numpy's. */
     const float th = (float)threshold, wt = (float)weight;
     for (int64_t i = 0; i < n; i++) {
         blur[i] = img[i] - blur[i];
         mask[i] = fabsf(blur[i]) * 255.0f > th ? 1.0f : 0.0f;
     }
-    duet__filter2d(out, mask, h, w, c, k2, k); /* the soft mask */
+    filter_separable(out, mask, h, w, c, k1, k, tmp); /* the soft mask */
     for (int64_t i = 0; i < n; i++) {
         float sharp = img[i] + wt * blur[i];
         sharp = sharp < 0.0f ? 0.0f : sharp > 1.0f ? 1.0f : sharp;
@@ -175,7 +198,7 @@ int duet__unsharp_masking(float *out, const float *img, int64_t h, int64_t w, in
     }
 done:
     free(k1);
-    free(k2);
+    free(tmp);
     free(blur);
     free(mask);
     return rc;
