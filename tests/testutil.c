@@ -1323,3 +1323,52 @@ size_t tu_ref_compare_grads(duet_module *root, const duet_st *st, int step) {
     duet_named_tensors_clear(&l);
     return n;
 }
+
+/* gen_mmedit_refs.py's RealESRGANSpec over the model groups of
+ * realesrnet_c64b23g32_12x4_lr2e-4_1000k_df2k_ost.py and
+ * realesrgan_c64b23g32_12x4_lr1e-4_400k_df2k_ost.py (layer_weights
+ * {'2': 0.1, '7': 1.0} written as duet's layer_ids / layer_weights). */
+static const char real_esrgan_ref_cfg[] =
+    "realesrnet = {\n"
+    "  type = \"RealESRGAN\";\n"
+    "  generator = { type = \"RRDBNet\"; in_channels = 3; out_channels = 3; mid_channels = 8;\n"
+    "                num_blocks = 2; growth_channels = 4; upscale_factor = 4; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1.0; reduction = \"mean\"; };\n"
+    "  is_use_sharpened_gt_in_pixel = true;\n"
+    "  is_use_ema = true;\n"
+    "  train_cfg = {};\n"
+    "  test_cfg = { metrics = [\"PSNR\"]; crop_border = 0; };\n"
+    "};\n"
+    "realesrgan = {\n"
+    "  type = \"RealESRGAN\";\n"
+    "  generator = { type = \"RRDBNet\"; in_channels = 3; out_channels = 3; mid_channels = 8;\n"
+    "                num_blocks = 2; growth_channels = 4; upscale_factor = 4; };\n"
+    "  discriminator = { type = \"UNetDiscriminatorWithSpectralNorm\"; in_channels = 3;\n"
+    "                    mid_channels = 4; skip_connection = true; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1.0; reduction = \"mean\"; };\n"
+    "  perceptual_loss = { type = \"PerceptualLoss\"; cfg = [8, 8, 0, 16, 16];\n"
+    "    layer_ids = [2, 7]; layer_weights = [0.1, 1.0]; perceptual_weight = 1.0;\n"
+    "    style_weight = 0; norm_img = false; pretrained = \"random\"; };\n"
+    "  gan_loss = { type = \"GANLoss\"; gan_type = \"vanilla\"; loss_weight = 0.1;\n"
+    "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
+    "  is_use_sharpened_gt_in_pixel = true;\n"
+    "  is_use_sharpened_gt_in_percep = true;\n"
+    "  is_use_sharpened_gt_in_gan = false;\n"
+    "  is_use_ema = true;\n"
+    "  train_cfg = { start_iter = 0; };\n"
+    "  test_cfg = { metrics = [\"PSNR\", \"SSIM\"]; crop_border = 0; };\n"
+    "};\n";
+
+duet_model *tu_real_esrgan_ref_model(const char *stage, uint64_t seed) {
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(real_esrgan_ref_cfg, "<real_esrgan>", &cfg));
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, stage, &rng, &m));
+    duet_config *group = NULL;
+    TU_OK(duet_config_sub(cfg, stage, &group));
+    TU_OK(duet_config_check_unused(group));
+    duet_config_destroy(group);
+    duet_config_destroy(cfg);
+    return m;
+}

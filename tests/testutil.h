@@ -323,6 +323,14 @@ duet_model *tu_sr_backbone_ref_model(const char *name, uint64_t seed);
  * tiny VGG ([8, 8, M, 16, 16], layers 2 and 7) for the perceptual and
  * style terms, L1 hole 6 and valid 1, TV 0.1, loss_out_percep. */
 duet_model *tu_pconv_ref_model(uint64_t seed);
+/* The RealESRGANs of the `mmedit` Real-ESRGAN tests (gen_mmedit_refs.py's
+ * RealESRGANSpec), built by the registry from the keys of MMEditing's two
+ * Real-ESRGAN configs shrunk: stage "realesrnet" (RRDBNet mid 8, 2 blocks,
+ * growth 4; L1 on gt_unsharp; generator_ema) or "realesrgan" (the same
+ * with UNetDiscriminatorWithSpectralNorm mid 4, vanilla GAN 0.1, the tiny
+ * VGG's layers 2 and 7 on gt_unsharp, start_iter 0). Its init is duet's
+ * from seed (the tests load MMEditing's). */
+duet_model *tu_real_esrgan_ref_model(const char *stage, uint64_t seed);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);
