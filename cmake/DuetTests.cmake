@@ -394,6 +394,20 @@ set_tests_properties(mmedit_inpainting_pipeline PROPERTIES
   FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
   PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
   FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
+# SPyNet and BasicVSRNet against MMEditing's own modules (forward, input and
+# parameter gradients in float64; names and buffers loaded strictly). Its
+# file takes about 40 s of wall time (11 s of CPU) to generate at load 6,
+# the duet side 3 s (measured 2026-12-08).
+add_executable(test_ref_basicvsr_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_basicvsr_nets.c)
+target_link_libraries(test_ref_basicvsr_nets PRIVATE duet_testutil)
+add_test(NAME mmedit_basicvsr_nets
+  COMMAND bash ${DUET_MMEDIT_RUN} check ${DUET_MMEDIT_REF_DIR} basicvsr_nets.safetensors
+          $<TARGET_FILE:test_ref_basicvsr_nets>)
+set_tests_properties(mmedit_basicvsr_nets PROPERTIES
+  ENVIRONMENT "${DUET_MPI_ENV};DUET_REF_DIR=${DUET_MMEDIT_REF_DIR}"
+  FIXTURES_REQUIRED mmedit_refs SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS mmedit
+  PASS_REGULAR_EXPRESSION "\\[  PASSED  \\] [1-9]"
+  FAIL_REGULAR_EXPRESSION "\\[  FAILED  \\]|\\[  ERROR   \\]")
 # MultiLayerDiscriminator, GLDiscs and GLEncoderDecoder against MMEditing's
 # own modules (forward, gradients, BatchNorm buffers; names loaded strictly).
 add_executable(test_ref_gl_nets ${PROJECT_SOURCE_DIR}/tests/mmedit/test_ref_gl_nets.c)

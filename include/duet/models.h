@@ -120,6 +120,43 @@ typedef struct duet_rdn_opts {
 duet_rdn_opts duet_rdn_opts_default(void); /* 3, 3, 64, 16, 4, 8 layers, growth 64 */
 int duet_rdn_create(const duet_rdn_opts *opts, duet_rng *rng, duet_module **out);
 
+/* MMEditing's SPyNet (sr_backbones/basicvsr_net.py): buffers mean and std
+ * (1, 3, 1, 1: ImageNet's), basic_module.<l> for the 6 pyramid levels, each
+ * a SPyNetBasicModule whose basic_module.<k> are mmcv ConvModules (7x7, pad
+ * 3, 8-32-64-32-16-2 channels, ReLU but the last; child conv) with their
+ * init (kaiming_normal, fan_out, bias 0). Its forward takes two inputs,
+ * ref and supp (N, 3, H, W), and returns the flow (N, 2, H, W) from ref to
+ * supp (compute_flow: normalisation, 5 average poolings, and per level the
+ * flow upsampled (bilinear, align_corners=True, times 2), supp warped by it
+ * (flow_warp, border padding) and the residual flow of the level's module).
+ * H and W must be divisible by 32 (MMEditing resizes other sizes; duet
+ * refuses them, naming the shape). CPU only (flow_warp and avg_pool2d have
+ * no CUDA kernels). *out: a new module the caller destroys. */
+int duet_spynet_create(duet_rng *rng, duet_module **out);
+
+/* MMEditing's BasicVSRNet (x4 video SR): children spynet (above),
+ * backward_resblocks and forward_resblocks (ResidualBlocksWithInputConv:
+ * main.0 a 3x3 conv from mid + 3 channels, main.1 LeakyReLU(0.1), main.2.<b>
+ * ResidualBlockNoBN conv1/conv2 with their 0.1-scaled init), fusion (1x1,
+ * 2 mid -> mid), upsample1 and upsample2 (PixelShufflePack, mid -> mid and
+ * mid -> 64), conv_hr (64 -> 64) and conv_last (64 -> 3). duet's tensors
+ * have at most 4 dims: the input sequence (N, T, 3, H, W) is given as
+ * (N, T*3, H, W) (the same memory) with T >= 2 and H, W >= 64 (and
+ * divisible by 32, for SPyNet), the output (N, T*3, 4H, 4W) likewise.
+ * Forward as MMEditing's: flows both ways (one SPyNet pass when the
+ * sequence is mirror-extended, checked on CPU data), backward-time then
+ * forward-time propagation with flow_warp (zeros padding) of the
+ * propagated features, and per frame lrelu(fusion), lrelu(upsample1),
+ * lrelu(upsample2), lrelu(conv_hr), conv_last plus the frame upsampled x4
+ * (bilinear, align_corners=False). *out: a new module the caller
+ * destroys; DUET_EINVAL for channels < 1 or blocks < 0. */
+typedef struct duet_basicvsr_net_opts {
+    int mid_channels, num_blocks;
+} duet_basicvsr_net_opts;
+duet_basicvsr_net_opts duet_basicvsr_net_opts_default(void); /* 64, 30 */
+int duet_basicvsr_net_create(const duet_basicvsr_net_opts *opts, duet_rng *rng,
+                             duet_module **out);
+
 /* MMEditing's PConvEncoderDecoder (backbones/encoder_decoders), the
  * generator of PConvInpaintor: encoder.enc1..enc<L> and decoder.dec<L>..dec1,
  * each a MaskConvModule (mmcv's ConvModule over a PartialConv2d with

@@ -93,6 +93,10 @@ int duet__reg_make_rdn(const void *opts, duet_rng *rng, duet_module **out);
 void duet__reg_def_unet_disc(void *opts);
 int duet__reg_read_unet_disc(duet_config *c, void *opts);
 int duet__reg_make_unet_disc(const void *opts, duet_rng *rng, duet_module **out);
+/* BasicVSRNet's row (registry_basicvsr.c). */
+void duet__reg_def_basicvsr_net(void *opts);
+int duet__reg_read_basicvsr_net(duet_config *c, void *opts);
+int duet__reg_make_basicvsr_net(const void *opts, duet_rng *rng, duet_module **out);
 
 /* PConvEncoderDecoder's and MaskedTVLoss's rows (registry_pconv.c). */
 void duet__reg_def_pconv_encdec(void *opts);

@@ -33,6 +33,8 @@ this directory:
   deepfill_nets.safetensors  MMEditing's DeepFillEncoderDecoder of the
                        DeepFillv1 and v2 configs, shrunk: both stages'
                        outputs, offsets, input and parameter gradients
+  basicvsr_nets.safetensors  MMEditing's SPyNet and BasicVSRNet (shrunk):
+                       forward, input and parameter gradients
   deepfill_v1_inpaintor.safetensors  DeepFillv1Inpaintor from
                        deepfillv1_256x256_8x2_places.py, shrunk
   deepfillv2.safetensors  TwoStageInpaintor from
@@ -1997,6 +1999,79 @@ class DeepFillDiscs:
               "and gradient penalty")
 
 
+class BasicVSRNets:
+    """MMEditing's own SPyNet and BasicVSRNet (sr_backbones/basicvsr_net.py,
+    their own inits: mmcv ConvModule's in SPyNet, ResidualBlockNoBN's 0.1
+    scale, PixelShufflePack's), run in float64 in training mode: SPyNet on
+    two pairs of 32x64 frames (its coarsest level 1x2, a one-pixel axis for
+    flow_warp), BasicVSRNet (mid_channels 8, one block per branch) on two
+    sequences of two 64x64 frames (the smallest size its forward accepts),
+    and on one mirror-extended sequence of 4 frames (one SPyNet pass).
+    Inputs are float32 draws (uniform, as images), so that duet reads the
+    values the float64 run used. Each case NAME holds the state dict
+    (NAME.sd.*), the parameter count, the inputs NAME.x (BasicVSRNet's
+    (n, t, 3, h, w) stored as (n, t*3, h, w), duet's layout) and NAME.l
+    (SPyNet's supp), the output (likewise), its cotangent NAME.r, the
+    gradients of the inputs and of every parameter (NAME.grad.*), and for
+    each of those entries PyTorch float32's distance from it
+    (NAME.f32err.<entry>: largest difference over largest magnitude);
+    tests/mmedit/test_ref_basicvsr_nets.c compares duet's with them."""
+    file = "basicvsr_nets.safetensors"
+
+    def write(self, outdir):
+        from mmedit.models.backbones.sr_backbones.basicvsr_net import BasicVSRNet, SPyNet
+        torch.manual_seed(20261208)
+        tensors = {}
+
+        def flat(v):
+            return v.reshape(v.shape[0], -1, v.shape[-2], v.shape[-1])
+
+        seq = torch.rand(1, 2, 3, 64, 64)
+        cases = {
+            "spynet": (SPyNet(pretrained=None), [torch.rand(2, 3, 32, 64),
+                                                 torch.rand(2, 3, 32, 64)]),
+            "basicvsr": (BasicVSRNet(mid_channels=8, num_blocks=1),
+                         [torch.rand(2, 2, 3, 64, 64)]),
+            "basicvsr_mirror": (BasicVSRNet(mid_channels=8, num_blocks=1),
+                                [torch.cat([seq, seq.flip(1)], dim=1)]),
+        }
+        def run(net, xs, dtype, r=None):
+            net = copy.deepcopy(net).to(dtype).train()
+            xs = [x.to(dtype).requires_grad_() for x in xs]
+            out = net(*xs)
+            r = torch.randn_like(out) if r is None else r.to(dtype)
+            (out * r).sum().backward()
+            got = {"out": flat(out.detach())}
+            for key, x in zip(("x", "l"), xs):
+                got[f"grad.{key}"] = flat(x.grad)
+            for k, p in net.named_parameters():
+                got[f"grad.{k}"] = p.grad
+            return got, xs, r
+
+        for name, (net, xs) in cases.items():
+            for k, v in net.state_dict().items():
+                tensors[f"{name}.sd.{k}"] = v.detach().clone().float()
+            tensors[f"{name}.nparams"] = torch.tensor(
+                [float(sum(p.numel() for p in net.parameters()))])
+            got, xs64, r = run(net, xs, torch.float64)
+            # PyTorch float32's own distance per entry (largest difference over
+            # the entry's largest magnitude): the yardstick of the gradients,
+            # which flow_warp's cell edges and the ReLUs' kinks make
+            # ill-conditioned (a float32 rounding moves a sample across them).
+            f32, _, _ = run(net, xs, torch.float32, r.float())
+            for key, x in zip(("x", "l"), xs64):
+                tensors[f"{name}.{key}"] = flat(x.detach()).float()
+            tensors[f"{name}.r"] = flat(r).float()
+            for k, v in got.items():
+                tensors[f"{name}.{k}"] = v.float()
+                err = (f32[k].double() - v).abs().max() / v.abs().max().clamp_min(1e-30)
+                tensors[f"{name}.f32err.{k}"] = err.reshape(1).float()
+        st.save(tensors, os.path.join(outdir, self.file),
+                metadata={"oracle": f"mmedit {mo.mmedit.__version__} SPyNet, BasicVSRNet "
+                                    "(float64)"})
+        print(f"gen_mmedit_refs: {self.file}: MMEditing's SPyNet and BasicVSRNet")
+
+
 MODELS = {
     "srgan": lambda: SRGAN("SRGAN", "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py",
                            dict(mid_channels=16, num_blocks=2), 20261219, 7),
@@ -2019,6 +2094,7 @@ MODELS = {
     "deepfillv2": DeepFillv2,
     "realesrnet": lambda: RealESRGANSpec("realesrnet"),
     "realesrgan": lambda: RealESRGANSpec("realesrgan"),
+    "basicvsr_nets": BasicVSRNets,
 }
 
 
