@@ -91,7 +91,9 @@ const char *duet__op_name(duet__op_id id) {
     X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear) X(CONV2D, conv2d)       \
     X(RESHAPE, reshape) X(FLATTEN, flatten) X(CONCAT_CHANNELS, concat_channels)                  \
     X(SLICE_CHANNELS, slice_channels) X(MAX_POOL2D, max_pool2d) X(PIXEL_SHUFFLE, pixel_shuffle)  \
-    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)
+    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)    \
+    X(UPSAMPLE_NEAREST, upsample_nearest) X(RESIZE_BILINEAR_AC, resize_bilinear_ac)              \
+    X(GRAM_MATRIX, gram_matrix) X(SUB_GROUP_MEAN, sub_group_mean)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)
