@@ -5,7 +5,7 @@
  * the devices, allocated the output and saved buffers on the device and
  * records the node; these only launch (cuda_ops.h). Scalars the host needs
  * (a loss's value, the gradient reaching a loss) are read with a copy. */
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <math.h>
