@@ -99,7 +99,7 @@ const char *duet__op_name(duet__op_id id) {
     X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)    \
     X(UPSAMPLE_NEAREST, upsample_nearest) X(RESIZE_BILINEAR_AC, resize_bilinear_ac)              \
     X(GRAM_MATRIX, gram_matrix) X(SUB_GROUP_MEAN, sub_group_mean)                                \
-    X(TRANSPOSE2D, transpose2d) X(SUM_CHANNELS, sum_channels) X(CHANNEL_NORM, channel_norm)
+    X(TRANSPOSE2D, transpose2d) X(SUM_CHANNELS, sum_channels) X(CHANNEL_NORM, channel_norm) X(ADAM, adam)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
 ROWS(DECLARE)

@@ -43,7 +43,6 @@ static const duet__op_id not_converted[] = {
     DUET__OP_FUSE_CORRELATION,
     DUET__OP_SOFTMAX_CHANNELS,
     DUET__OP_L1_LOSS_MASKED,
-    DUET__OP_ADAM,
 };
 
 static bool is_not_converted(duet__op_id id) {
