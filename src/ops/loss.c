@@ -158,8 +158,8 @@ const duet__op_def duet__op_def_l1_loss = {
     .inputs = "pred,target",
     .params_size = sizeof(loss_params),
     .check = l1_loss_check,
-    .forward = {[DUET_DEVICE_CPU] = l1_k, [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_l1_loss)},
-    .backward = {[DUET_DEVICE_CPU] = l1_backward_k,
+    .forward = {DUET__OP_CPU_SIM(l1_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_l1_loss)},
+    .backward = {DUET__OP_CPU_SIM(l1_backward_k),
                  [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_l1_loss_backward)},
 };
 
@@ -168,9 +168,9 @@ const duet__op_def duet__op_def_mse_loss = {
     .inputs = "pred,target",
     .params_size = sizeof(loss_params),
     .check = mse_loss_check,
-    .forward = {[DUET_DEVICE_CPU] = mse_k,
+    .forward = {DUET__OP_CPU_SIM(mse_k),
                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mse_loss)},
-    .backward = {[DUET_DEVICE_CPU] = mse_backward_k,
+    .backward = {DUET__OP_CPU_SIM(mse_backward_k),
                  [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mse_loss_backward)},
 };
 
@@ -179,8 +179,8 @@ const duet__op_def duet__op_def_bce_with_logits = {
     .inputs = "logits,target",
     .params_size = sizeof(loss_params),
     .check = bce_with_logits_check,
-    .forward = {[DUET_DEVICE_CPU] = bce_k, [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce)},
-    .backward = {[DUET_DEVICE_CPU] = bce_backward_k,
+    .forward = {DUET__OP_CPU_SIM(bce_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce)},
+    .backward = {DUET__OP_CPU_SIM(bce_backward_k),
                  [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce_backward)},
     .no_grad_inputs = 1u << 1,
 };
@@ -190,8 +190,8 @@ const duet__op_def duet__op_def_bce_with_logits_const = {
     .inputs = "logits",
     .params_size = sizeof(loss_params),
     .check = bce_with_logits_const_check,
-    .forward = {[DUET_DEVICE_CPU] = bce_k, [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce)},
-    .backward = {[DUET_DEVICE_CPU] = bce_backward_k,
+    .forward = {DUET__OP_CPU_SIM(bce_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce)},
+    .backward = {DUET__OP_CPU_SIM(bce_backward_k),
                  [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce_backward)},
 };
 

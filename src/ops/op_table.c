@@ -2,10 +2,15 @@
  * and the one shared entry that checks, allocates, dispatches by device
  * type and records, with the one backward every recorded op's node runs. */
 #include "ops/ops_internal.h"
+#include "sim/sim.h"
 
 #include <stdalign.h>
 #include <stddef.h>
 #include <string.h>
+
+/* Tensors per kernel a simulated device queues (adam's 3 per parameter
+ * go in launches of their own). */
+#define DUET_SIM_LAUNCH_MAX_IN 16
 
 /* ---- names --------------------------------------------------------------- */
 
@@ -93,7 +98,10 @@ const char *duet__op_name(duet__op_id id) {
     X(EXPAND_SCALAR, expand_scalar) X(LINEAR, linear) X(CONV2D, conv2d)       \
     X(RESHAPE, reshape) X(FLATTEN, flatten) X(CONCAT_CHANNELS, concat_channels)                  \
     X(SLICE_CHANNELS, slice_channels) X(MAX_POOL2D, max_pool2d) X(PIXEL_SHUFFLE, pixel_shuffle)  \
-    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)  \
+    X(UPSAMPLE_BILINEAR, upsample_bilinear) X(REFLECTION_PAD2D, reflection_pad2d)    \
+    X(UPSAMPLE_NEAREST, upsample_nearest) X(RESIZE_BILINEAR_AC, resize_bilinear_ac)              \
+    X(GRAM_MATRIX, gram_matrix) X(SUB_GROUP_MEAN, sub_group_mean)                                \
+    X(TRANSPOSE2D, transpose2d) X(SUM_CHANNELS, sum_channels) X(CHANNEL_NORM, channel_norm) X(ADAM, adam) \
     X(AVG_POOL2D, avg_pool2d) X(FLOW_WARP, flow_warp)
 
 #define DECLARE(ID, name) extern const duet__op_def duet__op_def_##name;
@@ -148,10 +156,69 @@ void *duet__op_node_saved(const duet_node *node, int k) {
 
 /* ---- running a kernel on a device ------------------------------------------- */
 
+/* A kernel queued on a simulated device's compute stream: the args with
+ * every tensor replaced by an alias (a value copy whose data and grad are
+ * the resolved storage, on the CPU), the params copied, the saved buffers
+ * and gradients resolved. Owned by the queue. */
+typedef struct sim_launch {
+    duet__op_kernel k;
+    duet__op_args a;
+    duet_tensor *in[DUET_SIM_LAUNCH_MAX_IN];
+    duet_tensor alias[DUET_SIM_LAUNCH_MAX_IN];
+    duet_tensor out;
+    alignas(max_align_t) unsigned char params[DUET__OP_MAX_PARAMS];
+} sim_launch;
+
+static int sim_run(void *ctx) {
+    sim_launch *l = ctx;
+    return l->k(&l->a);
+}
+
+static void *resolve(const void *p) { return p != NULL ? duet__sim_resolve(p) : NULL; }
+
+/* t's alias in *a (t not NULL). */
+static void sim_alias(duet_tensor *a, const duet_tensor *t) {
+    *a = *t;
+    a->data = resolve(t->data);
+    a->grad = resolve(t->grad);
+    a->device = duet_device_cpu();
+    a->grad_fn = NULL;
+    a->base = NULL;
+}
+
+static int sim_launch_kernel(duet_device dev, duet__op_kernel k, const duet__op_args *a,
+                             size_t params_size, const char *op) {
+    if (a->nin > DUET_SIM_LAUNCH_MAX_IN)
+        return duet__error(DUET_EUNSUPPORTED, "%s: %d tensors, at most %d on %s", op, a->nin,
+                           DUET_SIM_LAUNCH_MAX_IN, "a simulated device");
+    sim_launch *l = calloc(1, sizeof *l);
+    if (l == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory queueing the kernel", op);
+    l->k = k;
+    l->a = *a;
+    for (int i = 0; i < a->nin; i++) {
+        if (a->in[i] == NULL) continue;
+        sim_alias(&l->alias[i], a->in[i]);
+        l->in[i] = &l->alias[i];
+    }
+    l->a.in = l->in;
+    if (a->out != NULL) {
+        sim_alias(&l->out, a->out);
+        l->a.out = &l->out;
+    }
+    if (params_size > 0) memcpy(l->params, a->params, params_size);
+    l->a.params = l->params;
+    for (int i = 0; i < DUET__OP_MAX_SAVED; i++) l->a.saved[i] = resolve(a->saved[i]);
+    l->a.gout = resolve(a->gout);
+    for (int i = 0; i < DUET_NODE_MAX_INPUTS; i++) l->a.gin[i] = resolve(a->gin[i]);
+    return duet__sim_launch(duet__sim_compute_stream(dev.index), op, sim_run, l, free);
+}
+
 /* Runs kernel k for device dev: a call on the CPU and on CUDA (whose kernels
- * queue on the device's stream). */
-static int run_kernel(duet_device dev, duet__op_kernel k, const duet__op_args *a) {
-    (void)dev;
+ * queue on the device's stream); on a simulated device the CPU kernel
+ * queued on its compute stream over resolved aliases (sim_launch). */
+static int run_kernel(duet_device dev, duet__op_kernel k, const duet__op_args *a,
+                      size_t params_size, const char *op) {
+    if (dev.type == DUET_DEVICE_SIM) return sim_launch_kernel(dev, k, a, params_size, op);
     return k(a);
 }
 
@@ -223,7 +290,7 @@ int duet__op_run(duet__op_id id, const duet__op_call *call, duet_tensor **out) {
     int rc = make_output(call, &plan, record, dev, &y);
     if (rc == DUET_OK) rc = saved_alloc(op, dev, &plan, a.saved);
     a.out = y;
-    if (rc == DUET_OK && !plan.view) rc = run_kernel(dev, def->forward[dev.type], &a);
+    if (rc == DUET_OK && !plan.view) rc = run_kernel(dev, def->forward[dev.type], &a, def->params_size, op);
     if (rc != DUET_OK || !record || y == NULL) goto done;
     c = malloc(offsetof(op_ctx, params) + def->params_size);
     if (c == NULL) {
@@ -270,7 +337,7 @@ int duet__op_backward(duet_node *node) {
     if (!any) return DUET_OK;
     const duet__op_kernel k = def->backward[c->dev.type];
     if (k == NULL) return duet__op_no_kernel(node->op, c->dev);
-    return run_kernel(c->dev, k, &a);
+    return run_kernel(c->dev, k, &a, def->params_size, node->op);
 }
 
 /* ---- shared checks -------------------------------------------------------------- */

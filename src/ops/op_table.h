@@ -195,9 +195,12 @@ typedef struct duet__op_def {
     unsigned no_grad_inputs;
 } duet__op_def;
 
-/* A row's kernels on the CPU, which are also the simulated device's. */
-#define DUET__OP_CPU(fwd, bwd) .forward = {[DUET_DEVICE_CPU] = (fwd)}, \
-                               .backward = {[DUET_DEVICE_CPU] = (bwd)}
+/* A CPU kernel in a row, which is also the simulated device's (the shared
+ * entry queues it on sim:N's compute stream over resolved aliases). */
+#define DUET__OP_CPU_SIM(k) [DUET_DEVICE_CPU] = (k), [DUET_DEVICE_SIM] = (k)
+/* A row's kernels on the CPU and the simulated device. */
+#define DUET__OP_CPU(fwd, bwd) .forward = {DUET__OP_CPU_SIM(fwd)}, \
+                               .backward = {DUET__OP_CPU_SIM(bwd)}
 
 /* A CUDA kernel in a row: the function in a CUDA build, NULL (the op
  * refuses CUDA devices) without the toolkit. The kernels are

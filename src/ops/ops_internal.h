@@ -1,5 +1,6 @@
 /* The ops layer's private header (the .c files of src/ops, its tests, bench):
- * the one finish helper that records an op on the tape, shape checks,
+ * the op table (op_table.h: every op's row and the shared entry
+ * duet__op_run), the finish helper of the ops not yet on it, shape checks,
  * branch-free selection, the GEMM's set-up and scratch buffers, and the
  * summation the ops share. Not installed. */
 #ifndef DUET_OPS_INTERNAL_H
@@ -67,31 +68,12 @@ int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const
                                  duet__in));                                   \
     } while (0)
 
-/* *out = NULL, then duet__op_device over the listed inputs into *dev,
- * returning its status on failure: the entry of an op that dispatches. */
-#define DUET__OP_DEVICE(out, op, names, dev, ...)                               \
-    do {                                                                       \
-        *(out) = NULL;                                                         \
-        duet_tensor *duet__in[] = {__VA_ARGS__};                               \
-        DUET_TRY(duet__op_device(op, names, (int)(sizeof duet__in / sizeof duet__in[0]), \
-                                 duet__in, dev));                              \
-    } while (0)
 /* DUET_EUNSUPPORTED "op: its inputs are on cuda:N, and duet's op runs on the
  * CPU only so far" (duet__op_on_cpu's refusal). */
 int duet__op_no_kernel(const char *op, duet_device dev);
-/* An op's CUDA branch: `call` (one of the duet__cuda_*_op below) in a CUDA
- * build; without CUDA no tensor can be on a GPU, and a header that claims
- * it (the tests') is refused. */
-#ifdef DUET_HAVE_CUDA
-#define DUET__ON_CUDA(op, dev, call) (call)
-#else
-#define DUET__ON_CUDA(op, dev, call) duet__op_no_kernel(op, dev)
-#endif
-
-/* ---- ops on a CUDA device (src/ops/cuda/ops_cuda.c, CUDA builds) ----------
- * Each makes its output on the inputs' device, runs its kernel or library
- * call there and records a backward that runs there too (the gradients are
- * device tensors). The op's entry has checked the devices. */
+/* ---- what the CUDA kernels of the rows select (src/ops/cuda/, CUDA builds) ----
+ * The rows' CUDA kernels (op_table.h's duet__cuda_k_*, ops_cuda.c) call the
+ * launchers of cuda_ops.h with these. */
 typedef enum duet__cuda_act {
     DUET__ACT_RELU,
     DUET__ACT_LEAKY_RELU,

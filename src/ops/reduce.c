@@ -54,8 +54,8 @@ const duet__op_def duet__op_def_sum = {
     .id = DUET__OP_SUM,
     .inputs = "x",
     .check = reduce_check,
-    .forward = {[DUET_DEVICE_CPU] = sum_k, [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sum)},
-    .backward = {[DUET_DEVICE_CPU] = sum_backward_k,
+    .forward = {DUET__OP_CPU_SIM(sum_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sum)},
+    .backward = {DUET__OP_CPU_SIM(sum_backward_k),
                  [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sum_backward)},
     .graph_backward = sum_graph,
 };
@@ -64,8 +64,8 @@ const duet__op_def duet__op_def_mean = {
     .id = DUET__OP_MEAN,
     .inputs = "x",
     .check = reduce_check,
-    .forward = {[DUET_DEVICE_CPU] = mean_k, [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mean)},
-    .backward = {[DUET_DEVICE_CPU] = mean_backward_k,
+    .forward = {DUET__OP_CPU_SIM(mean_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mean)},
+    .backward = {DUET__OP_CPU_SIM(mean_backward_k),
                  [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mean_backward)},
     .graph_backward = mean_graph,
 };

@@ -1,9 +1,10 @@
-/* Ops whose inputs are on a CUDA device (ops_internal.h): activations,
- * losses and conv2d, each recorded on the tape with a backward that runs on
- * the device. The nodes are named "<op> (cuda)": the tape's list of what a
- * CPU backward does not read does not apply to them (their backward reads
- * every input and the output). Scalars the host needs (a loss's value, the
- * gradient reaching a loss) are read with a copy. */
+/* The CUDA kernels of the op table's rows (op_table.h's duet__cuda_k_*):
+ * add, sub, mul, scale, the activations, the losses, sum and mean, linear
+ * (cuBLASLt) and conv2d (cuDNN). Each is a plain kernel over its
+ * duet__op_args, as the CPU's: the shared entry duet__op_run has checked
+ * the devices, allocated the output and saved buffers on the device and
+ * records the node; these only launch (cuda_ops.h). Scalars the host needs
+ * (a loss's value, the gradient reaching a loss) are read with a copy. */
 #include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
