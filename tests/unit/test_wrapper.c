@@ -115,22 +115,49 @@ static void test_wrapping_rule(void **state) {
 static void test_devices(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cpu, 0, NULL, &w), DUET_EINVAL);
-    assert_non_null(strstr(duet_last_error(), "exactly one device"));
     const char *two[] = {"0", "1"};
     assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, two, 2, NULL, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "exactly one device"));
     assert_non_null(strstr(duet_last_error(), "got 2 ['0', '1']"));
+    const char *bogus[] = {"tpu:0"};
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, bogus, 1, NULL, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "tpu:0"));
     const char *cuda[] = {"cuda:0"};
-    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cuda, 1, NULL, &w),
-                     DUET_EUNSUPPORTED);
-    assert_non_null(strstr(duet_last_error(), "cuda:0"));
-    assert_null(w);
+    if (duet_cuda_device_count() == 0) {
+        assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cuda, 1, NULL, &w),
+                         DUET_EDEVICE);
+        assert_non_null(strstr(duet_last_error(), "cuda:0"));
+        assert_null(w);
+    }
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.dim = 1;
     assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cpu, 1, &o, &w), DUET_EUNSUPPORTED);
     const char *zero[] = {"0"};
     TU_OK(duet_wrapper_create(toy_model(), tu_comm, zero, 1, NULL, &w));
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
     duet_wrapper_destroy(w);
+    /* No device_ids: the device kind at the local rank; a kind takes no index. */
+    o = duet_wrapper_opts_default();
+    o.device = "cpu";
+    TU_OK(duet_wrapper_create(toy_model(), tu_comm, NULL, 0, &o, &w));
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
+    duet_wrapper_destroy(w);
+    w = NULL;
+    o.device = "cuda:1";
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, NULL, 0, &o, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "device kind 'cuda:1'"));
+    o.device = "gpu";
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, NULL, 0, &o, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "'gpu'"));
+    /* The kind's default is the environment's DUET_DEVICE. */
+    const char *saved = getenv("DUET_DEVICE");
+    char *keep = saved != NULL ? strdup(saved) : NULL;
+    setenv("DUET_DEVICE", "sim", 1);
+    assert_string_equal(duet_wrapper_opts_default().device, "sim");
+    unsetenv("DUET_DEVICE");
+    assert_null(duet_wrapper_opts_default().device);
+    if (keep != NULL) setenv("DUET_DEVICE", keep, 1);
+    free(keep);
 }
 
 static void test_scatter_and_delegation(void **state) {
