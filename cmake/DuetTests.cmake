@@ -17,6 +17,12 @@ add_test(NAME gen_refs
   COMMAND ${DUET_PYTHON} ${PROJECT_SOURCE_DIR}/tests/ref/gen_refs.py ${DUET_REF_DIR})
 set_tests_properties(gen_refs PROPERTIES FIXTURES_SETUP refs TIMEOUT 600)
 
+# The layer map of docs/architecture.md against the tree's includes
+# (scripts/check_layers.py: folders, who includes whom, private headers).
+add_test(NAME check_layers COMMAND python3 ${PROJECT_SOURCE_DIR}/scripts/check_layers.py
+  ${PROJECT_SOURCE_DIR})
+set_tests_properties(check_layers PROPERTIES LABELS "unit;house" TIMEOUT 60)
+
 set(DUET_MPI_ENV OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   OMPI_MCA_rmaps_base_oversubscribe=1 DUET_REF_DIR=${DUET_REF_DIR}
   DUET_SOURCE_DIR=${PROJECT_SOURCE_DIR} DUET_BINARY_DIR=${CMAKE_BINARY_DIR})
@@ -67,6 +73,7 @@ find_program(DUET_AWK NAMES awk gawk mawk REQUIRED)
 set(DUET_EXAMPLES_DIR ${CMAKE_BINARY_DIR}/header_examples)
 file(MAKE_DIRECTORY ${DUET_EXAMPLES_DIR})
 set(DUET_HEADER_EXAMPLES_MPI comm ddp wrapper) # also run under mpiexec -n 2
+set(DUET_UMBRELLA_HEADERS duet train) # include the others, nothing of their own
 file(GLOB DUET_PUBLIC_HEADERS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/include/duet/*.h)
 foreach(header ${DUET_PUBLIC_HEADERS})
   get_filename_component(name ${header} NAME_WE)
@@ -78,6 +85,13 @@ foreach(header ${DUET_PUBLIC_HEADERS})
   string(REGEX MATCHALL "\n \\* Usage[^\n]*:\n" usages "${text}")
   list(LENGTH usages nexamples)
   if(nexamples EQUAL 0)
+    # Every public header shows its use in a compiled example, except the
+    # umbrellas that only include the others.
+    if(NOT name IN_LIST DUET_UMBRELLA_HEADERS)
+      add_test(NAME header_example_${name} COMMAND ${CMAKE_COMMAND} -E echo
+        "include/duet/${name}.h has no usage example: write one (a \" * Usage:\" line and the indented code after it) and a tests/header_examples/${name}.c that runs it")
+      set_tests_properties(header_example_${name} PROPERTIES FAIL_REGULAR_EXPRESSION "usage example" LABELS "unit;header_example")
+    endif()
     continue()
   endif()
   set(harness ${PROJECT_SOURCE_DIR}/tests/header_examples/${name}.c)

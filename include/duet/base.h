@@ -170,6 +170,11 @@ char *duet_device_str(duet_device d, char *buf, size_t size);
  * DUET_EDEVICE with a message that says which ("duet was built without
  * CUDA", "no CUDA device is visible", "cuda:3 asked for, 1 visible"). */
 int duet_device_check(duet_device d);
+/* `git describe --always --dirty --tags` of the source duet was built from
+ * ("unknown" outside a git checkout); in `duet --version`, `duet info` and
+ * every run's header records. */
+const char *duet_git_describe(void);
+
 /* Whether this build has the CUDA backend (CMake's DUET_CUDA). */
 bool duet_cuda_built(void);
 /* CUDA devices visible to this process: 0 without the CUDA backend, without
@@ -254,6 +259,8 @@ int duet_cpu_online_cores(void);
 char *duet__strdup(const char *s);
 /* "dir/name" in a malloc'd string (free with free); NULL when out of memory. */
 char *duet__path_join(const char *dir, const char *name);
+/* mkdir -p (safe_file.c); DUET_EIO naming the folder. */
+int duet__mkdirs(const char *path);
 /* printf into a malloc'd string of the size it needs (free with free); NULL
  * when out of memory. For names and paths built from a model's or a user's
  * text, which no fixed buffer bounds. */

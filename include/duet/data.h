@@ -445,7 +445,7 @@ int duet_loader_set_state(duet_loader *l, duet_sampler_state state);
 /* ---- image-to-image translation datasets -------------------------------------
  * MMEditing 0.x's GenerationPairedDataset and GenerationUnpairedDataset and
  * the pipeline steps their configs use. Configs reach them through the
- * registry (src/runner/registry_data.c), which turns a `pipeline = ( {type
+ * registry (src/registry/registry_data.c), which turns a `pipeline = ( {type
  * = ...}, ... )` list into steps.
  *
  * A sample is built as MMEditing builds it: images are kept as 8-bit HWC

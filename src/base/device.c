@@ -7,7 +7,7 @@
 #include <string.h>
 
 #ifdef DUET_HAVE_CUDA
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #endif
 
 int duet_device_parse(const char *s, duet_device *out) {

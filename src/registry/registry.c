@@ -5,8 +5,8 @@
  * as a user's own, so a model written in C outside duet trains like SRGAN.
  * Every key read is marked used by the config, so a typo or an option duet
  * does not know is caught later by duet_config_check_unused. */
-#include "runner/registry_data.h"
-#include "runner/registry_internal.h"
+#include "registry/registry_data.h"
+#include "registry/registry_internal.h"
 
 #include <float.h>
 #include <limits.h>

@@ -4,7 +4,7 @@
  * norm_eval; ...}; decoder = {type = "PConvDecoder"; norm_cfg; ...}}, each
  * group starting from its class's defaults (7 layers, PConv with
  * multi_channel masks, BN). */
-#include "runner/registry_internal.h"
+#include "registry/registry_internal.h"
 
 #include <stdio.h>
 #include <string.h>

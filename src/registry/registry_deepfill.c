@@ -6,7 +6,7 @@
  * default for it, and a group given starts from its own class's defaults
  * (a GLDilationNeck group without act_cfg is ReLU, without in_channels
  * 256); settings duet does not build are errors naming the key. */
-#include "runner/registry_internal.h"
+#include "registry/registry_internal.h"
 
 #include <float.h>
 #include <stdio.h>

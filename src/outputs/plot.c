@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "duet/data.h"
-#include "duet/runner.h"
-#include "runner/font.h"
+#include "outputs/plot.h"
+#include "outputs/font.h"
 
 /* ---- series --------------------------------------------------------------------- */
 
@@ -368,8 +368,8 @@ static int check_out(const char *out, const char *log) {
     return DUET_OK;
 }
 
-int duet_runner_plot(const char *work_dir, const char *out_png, const char *const *keys,
-                     size_t nkeys, FILE *report) {
+int duet__plot(const char *work_dir, const char *out_png, const char *const *keys,
+               size_t nkeys, FILE *report) {
     char *log = duet__path_join(work_dir, "log.jsonl");
     char *def = out_png == NULL ? duet__path_join(work_dir, "curves.png") : NULL;
     const char *out = out_png != NULL ? out_png : def;

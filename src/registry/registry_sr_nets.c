@@ -1,7 +1,7 @@
 /* The EDSR and RDN rows' readers, from the keys of MMEditing's
  * restorers/edsr and restorers/rdn configs' generator groups (the
  * backbones' constructor arguments, same names and defaults). */
-#include "runner/registry_internal.h"
+#include "registry/registry_internal.h"
 
 void duet__reg_def_edsr(void *o) { *(duet_edsr_opts *)o = duet_edsr_opts_default(); }
 

@@ -10,7 +10,7 @@
  * step by step into its options, and a step it cannot honour (a Normalize,
  * BGR channels, a flip ratio other than 0.5) is an error naming the step,
  * never ignored. */
-#include "runner/registry_data.h"
+#include "registry/registry_data.h"
 
 #include <math.h>
 #include <stdlib.h>

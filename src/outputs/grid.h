@@ -1,4 +1,4 @@
-/* Evaluation pictures (private to src/runner/): a PNG grid whose rows read
+/* Evaluation pictures (the outputs layer, for the runner): a PNG grid whose rows read
  * input | output | ground truth, the input enlarged by nearest neighbour so
  * that its pixels show. */
 #ifndef DUET_TRAIN_GRID_H

@@ -1,4 +1,4 @@
-/* A 5x7 bitmap font (private to src/runner/): capitals, digits and
+/* A 5x7 bitmap font (the outputs layer, for the runner): capitals, digits and
  * %()+,-./:=_| ; lower case is drawn as capitals, other characters as
  * blanks. Each glyph takes 6 * scale pixels across and 7 * scale down. */
 #ifndef DUET_RUNNER_FONT_H

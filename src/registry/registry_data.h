@@ -4,7 +4,8 @@
 #ifndef DUET_REGISTRY_DATA_H
 #define DUET_REGISTRY_DATA_H
 
-#include "duet/train.h"
+#include "duet/config.h"
+#include "duet/registry.h"
 
 /* GenerationPairedDataset / GenerationUnpairedDataset from the group d (at
  * `path`): dataroot, test_mode, max_image_pixels and the pipeline list. */

@@ -1,6 +1,6 @@
 /* The protocol-buffer writer of protobuf.h: the wire format's varints,
  * fixed-width little-endian values and length-delimited fields. */
-#include "runner/protobuf.h"
+#include "export/protobuf.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -12,11 +12,9 @@
  * The first event carries file_version "brain.Event:2", as TensorBoard
  * expects. Encoded by hand below (a varint, a fixed32/64, a length-prefixed
  * field): the few fields needed do not warrant a protobuf library. */
-#include "runner/tensorboard.h"
+#include "outputs/tensorboard.h"
 
-#include "runner/protobuf.h"
-
-#include "runner/runner_internal.h" /* duet__mkdirs */
+#include "export/protobuf.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* A 5x7 bitmap font over duet_image: duet plot's labels and the evaluation
  * grid's column titles, with no font library. */
-#include "runner/font.h"
+#include "outputs/font.h"
 
 /* 5x7 glyphs, one byte a row, bit 4 the leftmost pixel; lower case letters
  * are drawn as capitals, unknown characters as blanks. */

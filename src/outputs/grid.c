@@ -1,9 +1,9 @@
 /* Evaluation pictures: input | output | ground truth grids. */
-#include "runner/grid.h"
+#include "outputs/grid.h"
 
 #include <string.h>
 
-#include "runner/font.h"
+#include "outputs/font.h"
 
 /* Copies sample n of t (N, 3, th, tw), each pixel repeated f times in both
  * directions, into img at column x0. uint8 through duet_image_from_tensor so

@@ -1,4 +1,4 @@
-/* The registry's built-in types as rows (private to src/runner/registry*.c).
+/* The registry's built-in types as rows (private to src/registry/registry*.c).
  *
  * A network or loss a config can name is a module row: its type name, the
  * options struct its reader fills and the create that takes it
@@ -13,7 +13,8 @@
 
 #include <stddef.h>
 
-#include "duet/train.h"
+#include "duet/config.h"
+#include "duet/registry.h"
 
 typedef struct duet__module_row {
     const char *type;

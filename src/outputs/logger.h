@@ -1,4 +1,4 @@
-/* The runner's training log (private to src/runner/): MMEditing's text lines
+/* The runner's training log (the outputs layer, for the runner): MMEditing's text lines
  * on stdout and in <work_dir>/<run start time>.log, a progress bar when
  * stdout is a terminal, and one JSON object per line appended to
  * <work_dir>/log.jsonl (each run starts with a "run" record).

@@ -1,8 +1,8 @@
 /* The runner's training log: MMEditing's text lines, a terminal progress bar
  * and log.jsonl (one JSON object per line, through jansson). */
-#include "runner/logger.h"
-#include "runner/tensorboard.h"
-#include "duet/runner.h"
+#include "outputs/logger.h"
+#include "outputs/tensorboard.h"
+#include "duet/data.h"
 
 #include <errno.h>
 #include <fcntl.h>

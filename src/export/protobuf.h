@@ -1,5 +1,5 @@
 /* A protocol-buffer writer for the few messages duet writes itself
- * (private to src/runner/): TensorBoard's events (tensorboard.c) and ONNX
+ * (the export layer; the outputs use it too): TensorBoard's events (tensorboard.c) and ONNX
  * models (onnx.c). A message is built into a growable buffer; a nested
  * message is built in its own buffer and added as a length-delimited field.
  *

@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runner/runner_internal.h"
+#include "export/export.h"
 
 extern char **environ;
 
@@ -129,7 +129,7 @@ static bool ends_with(const char *s, const char *end) {
 
 bool duet__is_pth(const char *path) { return ends_with(path, ".pth"); }
 
-int duet__run_load_config(const char *path, bool show_notes, duet_config **out) {
+int duet__load_config_any(const char *path, bool show_notes, duet_config **out) {
     if (!ends_with(path, ".py")) return duet_config_load(path, out);
     char *cfg_path = NULL;
     DUET_TRY(duet__helper_convert("convert-config.py", path, ".cfg", show_notes, &cfg_path));

@@ -10,7 +10,7 @@
  *
  * Every key of every step is read (or refused with its file and line), so
  * a typo or an option duet does not implement is an error, never ignored. */
-#include "runner/registry_data.h"
+#include "registry/registry_data.h"
 
 #include <stdio.h>
 #include <string.h>

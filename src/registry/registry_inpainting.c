@@ -11,7 +11,7 @@
  *                          ... ); };
  *
  * Every key of every step is read or refused with its file and line. */
-#include "runner/registry_data.h"
+#include "registry/registry_data.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* The networks and losses a config can name: one row each (type name,
  * options, reader, create), read from MMEditing's keys. Every key read is
  * marked used, so duet_config_check_unused reports the others. */
-#include "runner/registry_internal.h"
-#include "runner/runner_internal.h"
+#include "registry/registry_internal.h"
+#include "export/export.h"
 
 #include <float.h>
 #include <stdio.h>

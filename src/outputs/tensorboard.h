@@ -1,4 +1,4 @@
-/* TensorBoard event files (private to src/runner/): scalars as
+/* TensorBoard event files (the outputs layer, for the runner): scalars as
  * MMEditing's TensorboardLoggerHook logs them, readable by TensorBoard.
  *
  *   duet__tb *tb = NULL;

@@ -4,7 +4,7 @@
  * through their module rows (registry_modules.c) before the model's own
  * keys. Every key read is marked used, so duet_config_check_unused reports
  * the others. */
-#include "runner/registry_internal.h"
+#include "registry/registry_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

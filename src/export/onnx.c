@@ -21,9 +21,9 @@
  *   TensorProto    dims 1, data_type 2 (FLOAT 1, INT64 7), name 8, raw_data 9
  *   ValueInfoProto name 1, type 2 {tensor_type 1 {elem_type 1, shape 2
  *                  {dim 1 {dim_value 1 | dim_param 2}}}} */
-#include "runner/runner_internal.h"
+#include "export/export.h"
 
-#include "runner/protobuf.h"
+#include "export/protobuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
