@@ -191,7 +191,7 @@ endforeach()
 # fails with file:line for each use outside the places it allows.
 add_test(NAME check_host_access
   COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/check-host-access.sh ${CMAKE_BINARY_DIR})
-set_tests_properties(check_host_access PROPERTIES TIMEOUT 600 LABELS "unit;bars")
+set_tests_properties(check_host_access PROPERTIES TIMEOUT 600 LABELS "unit;house")
 
 # Extra tests written as CMake/shell scripts (end-to-end runs of the CLI).
 file(GLOB DUET_SCRIPT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/e2e/test_*.sh)
