@@ -284,7 +284,10 @@ static void test_build_wrapper(void **state) {
         "            device_ids = [\"cpu\"]; comm_hook = \"allreduce\"; };\n"
         "whole = { type = \"DistributedDataParallel\"; };\n"
         "two = { type = \"DistributedDataParallelWrapper\"; device_ids = [\"0\", \"1\"]; };\n"
-        "bad = { type = \"DataParallel\"; };\n",
+        "bad = { type = \"DataParallel\"; };\n"
+        "kind = { type = \"DistributedDataParallelWrapper\"; device = \"cpu\"; };\n"
+        "kindbad = { type = \"DistributedDataParallelWrapper\"; device = \"gpu\"; };\n"
+        "nogpu = { type = \"DistributedDataParallelWrapper\"; device_ids = [\"cuda:0\"]; };\n",
         "<test>", &cfg));
     duet_wrapper *w = NULL;
     TU_OK(duet_build_wrapper(cfg, "wrapper", toy_model(), tu_comm, &w));
@@ -297,6 +300,20 @@ static void test_build_wrapper(void **state) {
     assert_int_equal(duet_build_wrapper(cfg, "two", toy_model(), tu_comm, &w), DUET_EINVAL);
     assert_int_equal(duet_build_wrapper(cfg, "bad", toy_model(), tu_comm, &w), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "DistributedDataParallelWrapper"));
+    /* No device_ids: the device key's kind at the local rank. */
+    TU_OK(duet_build_wrapper(cfg, "kind", toy_model(), tu_comm, &w));
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
+    duet_wrapper_destroy(w);
+    w = NULL;
+    assert_int_equal(duet_build_wrapper(cfg, "kindbad", toy_model(), tu_comm, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "'gpu'"));
+    if (duet_cuda_device_count() == 0) {
+        assert_int_equal(duet_build_wrapper(cfg, "nogpu", toy_model(), tu_comm, &w),
+                         DUET_EDEVICE);
+        assert_non_null(strstr(duet_last_error(), "cuda:0"));
+    } else {
+        duet_config_mark_used(cfg, "nogpu");
+    }
     TU_OK(duet_config_check_unused(cfg));
     duet_config_destroy(cfg);
 }
