@@ -94,6 +94,15 @@ void duet_wrapper_destroy(duet_wrapper *w);
 /* The wrapped model (borrowed): its parts are DDPs where wrapped
  * (duet_is_ddp), its state dict names are unchanged. */
 duet_model *duet_wrapper_model(duet_wrapper *w);
+/* The device of kind `kind` ("cpu", "cuda", "sim"; NULL or "": the CPU) at
+ * this process's local rank among the ranks of its node (the launcher's
+ * OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID, else the
+ * rank modulo the ranks on the node: collective over comm then); for CUDA
+ * modulo the GPUs visible. What device_ids default to; `duet test` and
+ * `duet infer` put their model there too. DUET_EINVAL names a kind that is
+ * not one (or carries an index). Whether the device exists is
+ * duet_device_check's question. */
+int duet_wrapper_local_device(const char *kind, duet_comm *comm, duet_device *out);
 /* This process's device: where the model's tensors live and where
  * forward / train_step / val_step take their inputs (give it to the
  * loader, duet_loader_opts.device, so batches arrive there). */

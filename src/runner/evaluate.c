@@ -57,7 +57,7 @@ int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
 }
 
 duet_device duet__run_device(const duet__run *r) {
-    return r->wrapper != NULL ? duet_wrapper_device(r->wrapper) : duet_device_cpu();
+    return r->wrapper != NULL ? duet_wrapper_device(r->wrapper) : r->eval_device;
 }
 
 /* t on the host: t itself (one more reference) on the CPU, else a copy. */

@@ -159,6 +159,18 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
     free(converted);
     DUET_TRY(rc);
     duet_module_train(duet_model_module(r->model), false);
+    /* As training places it (the wrapper's device kind at the local rank):
+     * DUET_DEVICE, else the CPU. */
+    DUET_TRY(duet_wrapper_local_device(duet_wrapper_opts_default().device, r->comm,
+                                       &r->eval_device));
+    if (r->eval_device.type != DUET_DEVICE_CPU) {
+        char d[DUET_DEVICE_STR_MAX];
+        rc = duet_device_check(r->eval_device);
+        if (rc == DUET_OK) rc = duet_module_to_device(duet_model_module(r->model), r->eval_device);
+        if (rc != DUET_OK)
+            return duet__error_context(rc, "the model to %s",
+                                       duet_device_str(r->eval_device, d, sizeof d));
+    }
     return DUET_OK;
 }
 

@@ -42,6 +42,9 @@ typedef struct duet__run {
     bool tile_radius_known;
 
     duet_wrapper *wrapper;    /* training: owns the model */
+    /* test, infer, export (no wrapper): the model's device, DUET_DEVICE's
+     * kind at the local rank; the CPU by default. */
+    duet_device eval_device;
     duet_model *model;        /* borrowed from the wrapper, or owned (test, infer) */
     duet_optimizer_set *opts; /* training only */
     duet_lr_schedule sched;
@@ -123,8 +126,8 @@ int duet__from_signed(const duet_tensor *t, duet_tensor **out);
  * "channel_order" is "bgr" (the inpainting data as MMEditing's configs load
  * it), for the PNG writer; anything else is left as it is. */
 void duet__to_rgb_for_png(const duet_batch *b, duet_tensor *t);
-/* The model's device (evaluate.c): the wrapper's while training, the CPU
- * for duet test, infer and export (no wrapper). */
+/* The model's device (evaluate.c): the wrapper's while training, else
+ * (duet test, infer, export) r->eval_device. */
 duet_device duet__run_device(const duet__run *r);
 /* The model's forward of x (copied to the model's device when it is not
  * there) with *out on the host (one reference; a copy off a device). */

@@ -54,14 +54,13 @@ static int local_rank(duet_comm *comm, int *out) {
     return DUET_OK;
 }
 
-/* device_ids absent: the device of kind `kind` ("cpu", "cuda", "sim") at
- * the local rank, as MMEditing's launcher gives rank r the GPU r mod the
- * GPUs visible. */
-static int local_device(const char *kind, duet_comm *comm, duet_device *out) {
+int duet_wrapper_local_device(const char *kind, duet_comm *comm, duet_device *out) {
+    *out = duet_device_cpu();
+    if (kind == NULL || kind[0] == '\0') return DUET_OK;
     duet_device d;
     int rc = duet_device_parse(kind, &d);
     if (rc != DUET_OK || strchr(kind, ':') != NULL)
-        return duet__error(DUET_EINVAL, "DistributedDataParallelWrapper: device kind '%s': "
+        return duet__error(DUET_EINVAL, "device kind '%s' (wrapper.device, DUET_DEVICE): "
                            "write cpu, cuda or sim (the index is the local rank)", kind);
     if (d.type != DUET_DEVICE_CPU) {
         int lr = 0;
@@ -80,8 +79,7 @@ static int resolve_device(const char *const *ids, size_t n, const duet_wrapper_o
                           duet_comm *comm, duet_device *out) {
     *out = duet_device_cpu();
     if (n == 0) {
-        DUET_TRY(local_device(o->device != NULL && o->device[0] != '\0' ? o->device : "cpu",
-                              comm, out));
+        DUET_TRY(duet_wrapper_local_device(o->device, comm, out));
     } else if (n != 1) {
         duet__str list = {0};
         for (size_t i = 0; i < n; i++)
