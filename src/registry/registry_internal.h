@@ -83,13 +83,16 @@ void duet__reg_def_deepfill_encdec(void *opts);
 int duet__reg_read_deepfill_encdec(duet_config *c, void *opts);
 int duet__reg_make_deepfill_encdec(const void *opts, duet_rng *rng, duet_module **out);
 
-/* EDSR's and RDN's rows (registry_sr_nets.c). */
+/* EDSR's, RDN's and UNetDiscriminatorWithSpectralNorm's rows (registry_sr_nets.c). */
 void duet__reg_def_edsr(void *opts);
 int duet__reg_read_edsr(duet_config *c, void *opts);
 int duet__reg_make_edsr(const void *opts, duet_rng *rng, duet_module **out);
 void duet__reg_def_rdn(void *opts);
 int duet__reg_read_rdn(duet_config *c, void *opts);
 int duet__reg_make_rdn(const void *opts, duet_rng *rng, duet_module **out);
+void duet__reg_def_unet_disc(void *opts);
+int duet__reg_read_unet_disc(duet_config *c, void *opts);
+int duet__reg_make_unet_disc(const void *opts, duet_rng *rng, duet_module **out);
 
 /* PConvEncoderDecoder's and MaskedTVLoss's rows (registry_pconv.c). */
 void duet__reg_def_pconv_encdec(void *opts);

@@ -136,6 +136,50 @@ static int make_esrgan(const void *o, duet_rng *rng, duet_model **out) {
     return duet_esrgan_create(o, rng, out);
 }
 
+/* ---- RealESRGAN (mmedit/models/restorers/real_esrgan.py) ------------------------- */
+
+static void def_real_esrgan(void *o) {
+    *(duet_real_esrgan_opts *)o = duet_real_esrgan_opts_default();
+}
+
+/* Beyond its parts: discriminator and gan_loss both or neither (the
+ * RealESRNet stage has neither), the is_use_* flags, train_cfg's
+ * start_iter and discriminator steps, test_cfg (crop_border 0). */
+static int read_real_esrgan(duet_config *m, const char *path, duet_rng *rng, void *opts) {
+    (void)rng;
+    duet_real_esrgan_opts *o = opts;
+    const bool disc = duet_config_has(m, "discriminator"), gan = duet_config_has(m, "gan_loss");
+    if (disc != gan)
+        return duet__error(DUET_ECONFIG, "%s: %s without %s: RealESRGAN's GAN stage needs "
+                           "both, its RealESRNet stage neither", path,
+                           disc ? "discriminator" : "gan_loss", disc ? "gan_loss" : "discriminator");
+    o->gan = disc;
+    if (!duet_config_has(m, "pixel_loss")) o->pixel_loss_weight = 0.0f;
+    o->perceptual = duet_config_has(m, "perceptual_loss");
+    DUET_TRY(duet_config_get_bool_or(m, "is_use_sharpened_gt_in_pixel", false,
+                                     &o->sharpened_gt_in_pixel));
+    DUET_TRY(duet_config_get_bool_or(m, "is_use_sharpened_gt_in_percep", false,
+                                     &o->sharpened_gt_in_percep));
+    DUET_TRY(duet_config_get_bool_or(m, "is_use_sharpened_gt_in_gan", false,
+                                     &o->sharpened_gt_in_gan));
+    DUET_TRY(duet_config_get_bool_or(m, "is_use_ema", true, &o->use_ema));
+    if (o->sharpened_gt_in_gan && !o->gan)
+        return duet__error(DUET_ECONFIG, "%s.is_use_sharpened_gt_in_gan is true, but the model "
+                           "has no discriminator", path);
+    int64_t start = -1;
+    DUET_TRY(duet_config_get_int_in_or(m, "train_cfg.start_iter", -1, -1, (int64_t)1 << 24,
+                                       &start));
+    o->start_iter = start;
+    DUET_TRY(read_disc_steps(m, &o->disc_steps, &o->disc_init_steps));
+    DUET_TRY(mark_empty_group(m, "train_cfg"));
+    DUET_TRY(read_test_cfg(m, "test_cfg", &o->test_cfg, 0));
+    return check_pretrained(m, path);
+}
+
+static int make_real_esrgan(const void *o, duet_rng *rng, duet_model **out) {
+    return duet_real_esrgan_create(o, rng, out);
+}
+
 /* ---- BasicRestorer (around MSRResNet, RRDBNet: ESRGAN's PSNR stage, EDSR or RDN) -- */
 
 /* pixel_loss's type (its part row allows L1Loss and MSELoss), train_cfg
@@ -586,5 +630,13 @@ const duet__model_row duet__model_rows[] = {
       OPTIONAL_PART(duet_pconv_inpaintor_opts, "loss_l1_valid", "L1Loss", l1_valid_weight),
       OPTIONAL_PART(duet_pconv_inpaintor_opts, "loss_tv", "MaskedTVLoss", tv_weight)},
      read_pconv_inpaintor, make_pconv_inpaintor},
+    {"RealESRGAN", sizeof(duet_real_esrgan_opts), def_real_esrgan,
+     {PART(duet_real_esrgan_opts, "generator", "RRDBNet", generator),
+      OPTIONAL_PART(duet_real_esrgan_opts, "discriminator", "UNetDiscriminatorWithSpectralNorm",
+                    discriminator),
+      OPTIONAL_PART(duet_real_esrgan_opts, "gan_loss", "GANLoss", gan_loss),
+      OPTIONAL_PART(duet_real_esrgan_opts, "pixel_loss", "L1Loss", pixel_loss_weight),
+      OPTIONAL_PART(duet_real_esrgan_opts, "perceptual_loss", "PerceptualLoss", perceptual_loss)},
+     read_real_esrgan, make_real_esrgan},
 };
 const size_t duet__model_row_count = sizeof duet__model_rows / sizeof *duet__model_rows;

@@ -624,6 +624,8 @@ const duet__module_row duet__module_rows[] = {
     {"EDSR", sizeof(duet_edsr_opts), duet__reg_def_edsr, duet__reg_read_edsr,
      duet__reg_make_edsr},
     {"RDN", sizeof(duet_rdn_opts), duet__reg_def_rdn, duet__reg_read_rdn, duet__reg_make_rdn},
+    {"UNetDiscriminatorWithSpectralNorm", sizeof(duet_unet_disc_sn_opts), duet__reg_def_unet_disc,
+     duet__reg_read_unet_disc, duet__reg_make_unet_disc},
     {"PConvEncoderDecoder", sizeof(duet_pconv_encdec_opts), duet__reg_def_pconv_encdec,
      duet__reg_read_pconv_encdec, duet__reg_make_pconv_encdec},
     {"MaskedTVLoss", sizeof(float), duet__reg_def_masked_tv, duet__reg_read_masked_tv,

@@ -64,3 +64,21 @@ int duet__reg_read_rdn(duet_config *c, void *opts) {
 int duet__reg_make_rdn(const void *o, duet_rng *rng, duet_module **out) {
     return duet_rdn_create(o, rng, out);
 }
+
+/* UNetDiscriminatorWithSpectralNorm's row, from the discriminator group of
+ * MMEditing's realesrgan_c64b23g32 config (its constructor's arguments). */
+void duet__reg_def_unet_disc(void *o) {
+    *(duet_unet_disc_sn_opts *)o = duet_unet_disc_sn_opts_default();
+}
+
+int duet__reg_read_unet_disc(duet_config *c, void *opts) {
+    duet_unet_disc_sn_opts *o = opts;
+    *o = duet_unet_disc_sn_opts_default();
+    DUET_TRY(duet__reg_get_int(c, "in_channels", o->in_channels, &o->in_channels));
+    DUET_TRY(duet__reg_get_int(c, "mid_channels", o->mid_channels, &o->mid_channels));
+    return duet_config_get_bool_or(c, "skip_connection", true, &o->skip_connection);
+}
+
+int duet__reg_make_unet_disc(const void *o, duet_rng *rng, duet_module **out) {
+    return duet_unet_disc_sn_create(o, rng, out);
+}
