@@ -208,6 +208,16 @@ static void test_loader_places_batches(void **state) {
             next_on(ds, devs[k], prefetch, dev);
             tu_assert_close(dev, cpu, 4, 0, 0, "the device's batch against the CPU's");
         }
+    /* On sim:0 the copies are counted: one host-to-device copy per tensor
+     * of the batch (the decoders' host tensors, then one copy each), none
+     * back. */
+    duet_sim_stats before, after;
+    TU_OK(duet_sim_stats_get(0, &before));
+    next_on(ds, duet_device_sim(0), 0, dev);
+    TU_OK(duet_sim_stats_get(0, &after));
+    assert_int_equal(after.h2d_copies - before.h2d_copies, 1);
+    assert_int_equal(after.h2d_bytes - before.h2d_bytes, 4 * sizeof(float));
+    assert_int_equal(after.d2h_copies - before.d2h_copies, 1); /* next_on's read-back */
     /* A device that cannot hold tensors fails the batch, naming it. */
     if (duet_cuda_device_count() == 0) {
         duet_loader_opts lo = duet_loader_options_default();
