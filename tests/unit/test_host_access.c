@@ -7,7 +7,10 @@
  * GPU before the simulated device): each is checked against the CPU. */
 #include "testutil.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_item(void **state) {
     (void)state;
@@ -233,6 +236,131 @@ static void test_loader_places_batches(void **state) {
     duet_dataset_destroy(ds);
 }
 
+/* n floats of t (on any device) equal, bit for bit, to want's. */
+static void assert_same_bits(const duet_tensor *t, const duet_tensor *want, const char *what) {
+    assert_int_equal(t->numel, want->numel);
+    float *a = malloc((size_t)t->numel * sizeof *a), *b = malloc((size_t)t->numel * sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    TU_OK(duet_tensor_copy_to_host(t, a));
+    TU_OK(duet_tensor_copy_to_host(want, b));
+    if (memcmp(a, b, (size_t)t->numel * sizeof *a) != 0) fail_msg("%s: differs", what);
+    free(a);
+    free(b);
+}
+
+/* A module's parameters and buffers, pairwise bit for bit. */
+static void assert_modules_same(duet_module *got, duet_module *want, const char *what) {
+    duet_named_tensors g, w;
+    TU_OK(duet_module_state(got, &g));
+    TU_OK(duet_module_state(want, &w));
+    assert_int_equal(g.count, w.count);
+    for (size_t i = 0; i < g.count; i++) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s: %s", what, g.items[i].name);
+        assert_same_bits(g.items[i].tensor, w.items[i].tensor, msg);
+    }
+    duet_named_tensors_clear(&g);
+    duet_named_tensors_clear(&w);
+}
+
+/* A conv + BatchNorm stack made from seed on the CPU, then moved to dev. */
+static duet_module *stack_on(uint64_t seed, duet_device dev) {
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_module *seq = NULL, *conv = NULL, *bn = NULL;
+    TU_OK(duet_sequential_create(&seq));
+    TU_OK(duet_conv2d_module_create(3, 4, 3, 1, 1, true, &rng, &conv));
+    TU_OK(duet_batch_norm2d_module_create(4, 1e-5f, 0.1f, &bn));
+    TU_OK(duet_sequential_append(seq, conv));
+    TU_OK(duet_sequential_append(seq, bn));
+    /* Buffers that are not their init values, a count among them. */
+    duet_tensor *mean = duet_module_buffer(bn, "running_mean");
+    TU_OK(duet_tensor_write_range(mean, 0, 4, (float[]){0.5f, -1.0f, 0.25f, 3.0f}));
+    TU_OK(duet_tensor_write_range(duet_module_buffer(bn, "num_batches_tracked"), 0, 1,
+                                  (float[]){7.0f}));
+    TU_OK(duet_module_to_device(seq, dev));
+    return seq;
+}
+
+/* The layers above ops that need no op, on sim:0 against the CPU, bit for
+ * bit: EMA (duet_ema_update's host arithmetic through mappings), SGD (its
+ * update through mappings), the SR metrics, and a module's state through a
+ * file (the counts written back with duet_tensor_write_range). A stray host
+ * read of a sim tensor in any of them crashes this test. */
+static void test_layers_on_sim(void **state) {
+    (void)state;
+    const duet_device sim = duet_device_sim(0), cpu = duet_device_cpu();
+    /* EMA: net and its average, both ways. */
+    duet_module *net_c = stack_on(1, cpu), *ema_c = stack_on(2, cpu);
+    duet_module *net_s = stack_on(1, sim), *ema_s = stack_on(2, sim);
+    for (int k = 0; k < 2; k++) {
+        TU_OK(duet_ema_update(ema_c, net_c, 0.999f, 0.0f));
+        TU_OK(duet_ema_update(ema_s, net_s, 0.999f, 0.0f));
+    }
+    assert_modules_same(ema_s, ema_c, "EMA on sim:0 against the CPU");
+    /* SGD with momentum, weight decay and Nesterov, two steps, on gradients
+     * made on the host and moved with their tensors. */
+    duet_tensor *pc = NULL, *ps = NULL;
+    duet_rng rng = duet_rng_make(5, 0);
+    pc = tu_randn(&rng, 1, (int64_t[]){10}, 1.0f);
+    TU_OK(duet_tensor_ensure_grad(pc));
+    for (int i = 0; i < 10; i++) pc->grad[i] = 0.1f * (float)(i - 4);
+    TU_OK(duet_tensor_clone(pc, &ps));
+    TU_OK(duet_tensor_ensure_grad(ps));
+    memcpy(ps->grad, pc->grad, sizeof(float) * 10);
+    pc->requires_grad = ps->requires_grad = true;
+    TU_OK(duet_tensor_move_to(ps, sim));
+    char pname[] = "p";
+    duet_named_tensor nc = {pname, pc, false}, ns = {pname, ps, false};
+    duet_named_tensors lc = {1, &nc}, ls = {1, &ns};
+    duet_sgd_opts so = duet_sgd_opts_default();
+    so.lr = 0.1f, so.momentum = 0.9f, so.weight_decay = 0.01f, so.nesterov = true;
+    duet_optimizer *oc = NULL, *os = NULL;
+    TU_OK(duet_sgd_create(&lc, &so, &oc));
+    TU_OK(duet_sgd_create(&ls, &so, &os));
+    for (int k = 0; k < 2; k++) {
+        TU_OK(duet_optimizer_step(oc));
+        TU_OK(duet_optimizer_step(os));
+    }
+    assert_same_bits(ps, pc, "SGD on sim:0 against the CPU");
+    duet_optimizer_destroy(oc);
+    duet_optimizer_destroy(os);
+    duet_tensor_release(pc);
+    duet_tensor_release(ps);
+    /* PSNR and SSIM of sim tensors: the CPU's numbers. */
+    duet_tensor *out_c = tu_rand(&rng, 4, (int64_t[]){2, 3, 16, 16}, 0.0f, 1.0f);
+    duet_tensor *gt_c = tu_rand(&rng, 4, (int64_t[]){2, 3, 16, 16}, 0.0f, 1.0f);
+    duet_tensor *out_s = NULL, *gt_s = NULL;
+    TU_OK(duet_tensor_to(out_c, sim, &out_s));
+    TU_OK(duet_tensor_to(gt_c, sim, &gt_s));
+    duet_test_cfg tc = duet_test_cfg_default();
+    duet_log_vars mc, ms;
+    TU_OK(duet_evaluate(&tc, out_c, gt_c, &mc));
+    TU_OK(duet_evaluate(&tc, out_s, gt_s, &ms));
+    assert_int_equal(mc.count, ms.count);
+    for (int i = 0; i < mc.count; i++) assert_true(mc.values[i] == ms.values[i]);
+    duet_tensor *ts[] = {out_c, gt_c, out_s, gt_s};
+    for (int i = 0; i < 4; i++) duet_tensor_release(ts[i]);
+    /* A module's state from sim:0 through a file into another on sim:0. */
+    char path[] = "/tmp/duet_host_access_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    duet_st_writer *w = NULL;
+    duet_st *st = NULL;
+    TU_OK(duet_st_writer_create(&w));
+    TU_OK(duet_module_save_state(ema_s, w, ""));
+    TU_OK(duet_st_writer_save(w, path));
+    duet_st_writer_destroy(w);
+    TU_OK(duet_st_load(path, &st));
+    TU_OK(duet_module_load_state(net_s, st, "", true, NULL, NULL));
+    assert_modules_same(net_s, ema_c, "a state through a file on sim:0");
+    duet_st_destroy(st);
+    unlink(path);
+    duet_module *ms_[] = {net_c, ema_c, net_s, ema_s};
+    for (int i = 0; i < 4; i++) duet_module_destroy(ms_[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_item),
@@ -241,6 +369,7 @@ int main(void) {
         cmocka_unit_test(test_maps_on_devices),
         cmocka_unit_test(test_module_to_device),
         cmocka_unit_test(test_loader_places_batches),
+        cmocka_unit_test(test_layers_on_sim),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
