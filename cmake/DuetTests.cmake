@@ -69,8 +69,9 @@ endforeach()
 # training, DDP and wrapper tests that run on sim add the label too.
 set_tests_properties(test_sim PROPERTIES LABELS "unit;sim")
 # Host access and placement above ops: maps, module placement, the loader's
-# batches and the layers that need no op, on sim:0 against the CPU.
-set_tests_properties(test_host_access PROPERTIES LABELS "unit;sim")
+# batches and the layers that need no op, on sim:0 against the CPU; the
+# wrapper placing a model on sim:0.
+set_tests_properties(test_host_access test_wrapper PROPERTIES LABELS "unit;sim")
 
 # Header usage examples: the build extracts the examples from each public
 # header's comments (a line " * Usage...:" and the indented code after it,

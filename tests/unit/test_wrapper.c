@@ -136,6 +136,22 @@ static void test_devices(void **state) {
     TU_OK(duet_wrapper_create(toy_model(), tu_comm, zero, 1, NULL, &w));
     assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
     duet_wrapper_destroy(w);
+    /* device_ids sim:0: the model's parameters and buffers move there. The
+     * parts are frozen, so that no DDP wraps them: DDP's gradient buckets
+     * are host memory until they become device tensors (issue 31 item 4). */
+    const char *sim[] = {"sim:0"};
+    duet_model *frozen = toy_model();
+    duet_module_set_requires_grad(duet_model_module(frozen), false);
+    TU_OK(duet_wrapper_create(frozen, tu_comm, sim, 1, NULL, &w));
+    assert_int_equal(duet_wrapper_num_ddps(w), 0);
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_sim(0)));
+    duet_named_tensors st;
+    TU_OK(duet_module_state(duet_model_module(duet_wrapper_model(w)), &st));
+    assert_true(st.count > 0);
+    for (size_t i = 0; i < st.count; i++)
+        assert_true(duet_device_equal(duet_tensor_device(st.items[i].tensor), duet_device_sim(0)));
+    duet_named_tensors_clear(&st);
+    duet_wrapper_destroy(w);
     /* No device_ids: the device kind at the local rank; a kind takes no index. */
     o = duet_wrapper_opts_default();
     o.device = "cpu";
