@@ -52,7 +52,10 @@ int duet_build_module(duet_config *cfg, const char *path, duet_rng *rng, duet_mo
 int duet_build_model(duet_config *cfg, const char *path, duet_rng *rng, duet_model **out);
 /* Wrappers: DistributedDataParallelWrapper, DistributedDataParallel (keys
  * broadcast_buffers, find_unused_parameters, bucket_cap_mb, comm_hook
- * "allreduce" | "fp16" | "bf16", sync_bn, device_ids ["cpu"], dim).
+ * "allreduce" | "fp16" | "bf16", sync_bn, device_ids ["cpu"] / ["sim:0"] /
+ * ["cuda:1"], dim; without device_ids, device = "cpu" | "cuda" | "sim" puts
+ * each rank on that kind's device at its local rank, default the
+ * environment's DUET_DEVICE, else "cpu": duet_wrapper_opts.device).
  * Takes ownership of model, also on failure. */
 int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, duet_comm *comm,
                        duet_wrapper **out);

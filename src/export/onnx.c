@@ -67,8 +67,16 @@ static void initializer(gx *g, const char *name, int dtype, int ndim, const int6
     duet__pb_free(&t);
 }
 
+/* t's values read on the host (a copy off a device). */
 static void init_tensor(gx *g, const char *name, const duet_tensor *t) {
-    initializer(g, name, ONNX_FLOAT, t->ndim, t->shape, t->data, (size_t)t->numel * sizeof(float));
+    const float *v = NULL;
+    int rc = duet_tensor_map_read(t, &v);
+    if (rc != DUET_OK) {
+        fail(g, rc);
+        return;
+    }
+    initializer(g, name, ONNX_FLOAT, t->ndim, t->shape, v, (size_t)t->numel * sizeof(float));
+    duet_tensor_unmap_read(t, v);
 }
 
 static void init_floats(gx *g, const char *name, int n, const float *v) {
@@ -80,8 +88,16 @@ static void init_float_scalar(gx *g, const char *name, float v) {
 }
 
 /* A per-channel vector (C) as a (C, 1, 1) tensor, to broadcast over N, C, H, W. */
-static void init_channels(gx *g, const char *name, int64_t c, const float *v) {
+/* t's c values as a (c, 1, 1) initializer, read on the host. */
+static void init_channels(gx *g, const char *name, int64_t c, const duet_tensor *t) {
+    const float *v = NULL;
+    int rc = duet_tensor_map_read(t, &v);
+    if (rc != DUET_OK) {
+        fail(g, rc);
+        return;
+    }
     initializer(g, name, ONNX_FLOAT, 3, (int64_t[]){c, 1, 1}, v, (size_t)c * sizeof(float));
+    duet_tensor_unmap_read(t, v);
 }
 
 typedef struct attr {
@@ -426,8 +442,8 @@ static void emit_bn(gx *g, duet_module *m, const char *path, const char *in, cha
     binary(g, "Add", var, eps, ve);
     unary(g, "Sqrt", ve, sd);
     binary(g, "Div", d, sd, n);
-    init_channels(g, full[0], w->shape[0], w->data);
-    init_channels(g, full[1], b->shape[0], b->data);
+    init_channels(g, full[0], w->shape[0], w);
+    init_channels(g, full[1], b->shape[0], b);
     binary(g, "Mul", n, full[0], s);
     binary(g, "Add", s, full[1], out);
 }

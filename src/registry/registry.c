@@ -377,8 +377,8 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
     else if (strcmp(type, "DistributedDataParallelWrapper") != 0)
         rc = unknown_type("wrapper", path, type, wrapper_types);
     const char *hook = "allreduce";
-    const char *devices[4] = {"cpu"};
-    size_t ndevices = 1;
+    const char *devices[4] = {NULL};
+    size_t ndevices = 0; /* absent: o.device's kind at the local rank */
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "broadcast_buffers", false,
                                                     &o.broadcast_buffers);
     if (rc == DUET_OK) rc = duet_config_get_bool_or(c, "find_unused_parameters", false,
@@ -392,6 +392,9 @@ int duet_build_wrapper(duet_config *cfg, const char *path, duet_model *model, du
     if (rc == DUET_OK) rc = duet_config_get_string_or(c, "comm_hook", "allreduce", &hook);
     if (rc == DUET_OK && duet_config_has(c, "device_ids"))
         rc = duet_config_get_string_array(c, "device_ids", devices, 4, &ndevices);
+    if (rc == DUET_OK)
+        rc = duet_config_get_string_or(c, "device", o.device != NULL ? o.device : "cpu",
+                                       &o.device);
     if (rc == DUET_OK) {
         if (strcmp(hook, "allreduce") == 0) o.comm_hook = DUET_DDP_HOOK_ALLREDUCE;
         else if (strcmp(hook, "fp16") == 0) o.comm_hook = DUET_DDP_HOOK_FP16;

@@ -42,6 +42,9 @@ typedef struct duet__run {
     bool tile_radius_known;
 
     duet_wrapper *wrapper;    /* training: owns the model */
+    /* test, infer, export (no wrapper): the model's device, DUET_DEVICE's
+     * kind at the local rank; the CPU by default. */
+    duet_device eval_device;
     duet_model *model;        /* borrowed from the wrapper, or owned (test, infer) */
     duet_optimizer_set *opts; /* training only */
     duet_lr_schedule sched;
@@ -119,10 +122,20 @@ int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *nam
  * tensor (x + 1) / 2 (MMEditing's tensor2img(min_max=(-1, 1)); saving
  * clamps). duet test --out and duet infer write it so. */
 int duet__from_signed(const duet_tensor *t, duet_tensor **out);
-/* t (N, 3, H, W) from BGR to RGB in place when b's meta "channel_order" is
- * "bgr" (the inpainting data as MMEditing's configs load it), for the PNG
- * writer; anything else is left as it is. */
+/* t (N, 3, H, W), on the host, from BGR to RGB in place when b's meta
+ * "channel_order" is "bgr" (the inpainting data as MMEditing's configs load
+ * it), for the PNG writer; anything else is left as it is. */
 void duet__to_rgb_for_png(const duet_batch *b, duet_tensor *t);
+/* The model's device (evaluate.c): the wrapper's while training, else
+ * (duet test, infer, export) r->eval_device. */
+duet_device duet__run_device(const duet__run *r);
+/* The model's forward of x (copied to the model's device when it is not
+ * there) with *out on the host (one reference; a copy off a device). */
+int duet__run_forward(duet__run *r, duet_tensor *x, duet_tensor **out);
+/* The model's val_step of b (its tensors copied to the model's device
+ * where they are not there; the metadata as it is), vo->output brought to
+ * the host: evaluation, pictures and files read host tensors. */
+int duet__run_val_step(duet__run *r, const duet_batch *b, duet_val_output *vo);
 
 /* ---- workdir.c: one run per work dir ---- */
 /* Rank 0 before it writes anything there: takes an exclusive flock on
