@@ -67,7 +67,7 @@ endforeach()
 
 # The simulated device (label sim, with unit): its own test here; the
 # training, DDP and wrapper tests that run on sim add the label too.
-set_tests_properties(test_sim PROPERTIES LABELS "unit;sim")
+set_tests_properties(test_sim test_sim_train PROPERTIES LABELS "unit;sim")
 # Host access and placement above ops: maps, module placement, the loader's
 # batches and the layers that need no op, on sim:0 against the CPU; the
 # wrapper placing a model on sim:0.

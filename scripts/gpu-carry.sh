@@ -17,7 +17,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 carry=$root/.gpu-carry
-targets=(duet_cli bench_gpu_ops)
+# test_op_table runs every op of the table on each device the build can
+# reach against the CPU: on the lent GPU, the CUDA rows.
+targets=(duet_cli bench_gpu_ops test_op_table)
 for f in "$root"/tests/cuda/test_*.c "$root"/tests/gpu/test_*.c; do
   targets+=("$(basename "$f" .c)")
 done

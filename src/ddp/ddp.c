@@ -701,6 +701,28 @@ static int build_layout(ddp_state *d, const duet_named_tensors *params) {
 }
 
 /* A childless DDP around the borrowed `inner`; on failure nothing is owned. */
+/* DDP's gradient buckets, broadcasts and replica checks work on host memory
+ * so far (issue 31 item 4 makes them device tensors): a module on a device
+ * is refused here, naming the first tensor and its device, rather than
+ * read through device handles later. */
+static int check_host_state(const ddp_state *d, const duet_named_tensors *params,
+                            const duet_named_tensors *buffers) {
+    const duet_named_tensors *lists[2] = {params, buffers};
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < lists[l]->count; i++) {
+            duet_device dev = duet_tensor_device(lists[l]->items[i].tensor);
+            if (dev.type == DUET_DEVICE_CPU) continue;
+            char name[DUET_DEVICE_STR_MAX];
+            return duet__error(DUET_EUNSUPPORTED, "DDP '%s': %s %s is on %s, and duet's DDP "
+                               "keeps its gradient buckets in host memory so far (device "
+                               "buckets are issue 31's next step): train this part on the "
+                               "CPU", d->name, l == 0 ? "parameter" : "buffer",
+                               lists[l]->items[i].name,
+                               duet_device_str(dev, name, sizeof name));
+        }
+    return DUET_OK;
+}
+
 static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
                      const duet_ddp_opts *opts_in, const char *default_name) {
     *out = NULL;
@@ -737,6 +759,7 @@ static int ddp_build(duet_module **out, duet_module *inner, duet_comm *comm,
         rc = duet_module_named_parameters(inner, false, &params);
     }
     if (rc == DUET_OK) rc = duet_module_named_buffers(inner, &d->buffers);
+    if (rc == DUET_OK) rc = check_host_state(d, &params, &d->buffers);
     if (rc == DUET_OK) rc = duet__ddp_verify_module(d, &params, &d->buffers);
     if (rc == DUET_OK) rc = broadcast_state(d, &params);
     if (rc == DUET_OK) rc = build_layout(d, &params);
