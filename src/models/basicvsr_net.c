@@ -36,12 +36,15 @@ static const duet_module_type spynet_basic_type = {"SPyNetBasicModule", spynet_b
 
 /* mmcv ConvModule's init_weights (run by its constructor): kaiming_normal
  * with mode fan_out and ReLU's gain, bias 0. */
-static void kaiming_fan_out(duet_module *conv, duet_rng *rng) {
+static int kaiming_fan_out(duet_module *conv, duet_rng *rng) {
     duet_tensor *w = duet_module_param(conv, "weight"), *b = duet_module_param(conv, "bias");
     const int64_t fan_out = w->shape[0] * w->shape[2] * w->shape[3];
     const double std = sqrt(2.0) / sqrt((double)fan_out);
-    for (int64_t i = 0; i < w->numel; i++) w->data[i] = (float)(std * duet_rng_normal(rng));
-    if (b != NULL) duet_tensor_fill(b, 0.0f);
+    float *p = NULL;
+    DUET_TRY(duet_tensor_map_write(w, false, &p));
+    for (int64_t i = 0; i < w->numel; i++) p[i] = (float)(std * duet_rng_normal(rng));
+    DUET_TRY(duet_tensor_unmap_write(w, p));
+    return b != NULL ? duet_tensor_fill(b, 0.0f) : DUET_OK;
 }
 
 /* SPyNetBasicModule: 8 -> 32 -> 64 -> 32 -> 16 -> 2 channels, 7x7 pad 3. */
@@ -55,11 +58,11 @@ static int spynet_basic_create(duet_rng *rng, duet_module **out) {
         const duet__cm_opts o = {.in_channels = ch[k], .out_channels = ch[k + 1], .kernel = 7,
                                  .stride = 1, .padding = 3, .bias = true,
                                  .act = k < 4 ? DUET__CM_ACT_RELU : DUET__CM_ACT_NONE};
+        cm = NULL;
         rc = duet__conv_module_create(&o, rng, &cm);
-        if (rc == DUET_OK) {
-            kaiming_fan_out(duet_module_child(cm, "conv"), rng);
-            rc = duet_sequential_append(seq, cm);
-        }
+        if (rc == DUET_OK) rc = kaiming_fan_out(duet_module_child(cm, "conv"), rng);
+        if (rc == DUET_OK) rc = duet_sequential_append(seq, cm);
+        else duet_module_destroy(cm);
     }
     if (rc != DUET_OK) {
         duet_module_destroy(m);
@@ -80,10 +83,12 @@ static void release_all(duet_tensor **t, int n) {
 /* (x - mean) / std per channel, with the module's buffers. */
 static int spynet_normalize(duet_module *self, duet_tensor *x, duet_tensor **out) {
     const duet_tensor *mean = duet_module_buffer(self, "mean"), *std = duet_module_buffer(self, "std");
-    float scale[3], shift[3];
+    float m[3], sd[3], scale[3], shift[3];
+    DUET_TRY(duet_tensor_copy_to_host(mean, m));
+    DUET_TRY(duet_tensor_copy_to_host(std, sd));
     for (int c = 0; c < 3; c++) {
-        scale[c] = 1.0f / std->data[c];
-        shift[c] = -mean->data[c] / std->data[c];
+        scale[c] = 1.0f / sd[c];
+        shift[c] = -m[c] / sd[c];
     }
     return duet_channel_affine(x, scale, shift, out);
 }
@@ -180,8 +185,10 @@ int duet_spynet_create(duet_rng *rng, duet_module **out) {
     if (rc == DUET_OK) rc = duet_tensor_create4(1, 3, 1, 1, &std);
     if (rc == DUET_OK) {
         const float mv[3] = {0.485f, 0.456f, 0.406f}, sv[3] = {0.229f, 0.224f, 0.225f};
-        memcpy(mean->data, mv, sizeof mv);
-        memcpy(std->data, sv, sizeof sv);
+        rc = duet_tensor_copy_from_host(mean, mv);
+        if (rc == DUET_OK) rc = duet_tensor_copy_from_host(std, sv);
+    }
+    if (rc == DUET_OK) {
         rc = duet_module_add_buffer(m, "mean", mean, false);
         mean = NULL;
     }
@@ -248,15 +255,22 @@ duet_basicvsr_net_opts duet_basicvsr_net_opts_default(void) {
  * flows twice). */
 static bool mirror_extended(const duet_tensor *lrs, int64_t t) {
     if (t % 2 != 0 || duet_tensor_device(lrs).type != DUET_DEVICE_CPU) return false;
+    const float *data = NULL;
+    if (duet_tensor_map_read(lrs, &data) != DUET_OK) return false;
     const int64_t frame = 3 * lrs->shape[2] * lrs->shape[3];
-    for (int64_t s = 0; s < lrs->shape[0]; s++)
-        for (int64_t i = 0; i < t / 2; i++) {
-            const float *a = lrs->data + (s * t + i) * frame;
-            const float *b = lrs->data + (s * t + t - 1 - i) * frame;
+    bool mirrored = true;
+    for (int64_t s = 0; s < lrs->shape[0] && mirrored; s++)
+        for (int64_t i = 0; i < t / 2 && mirrored; i++) {
+            const float *a = data + (s * t + i) * frame;
+            const float *b = data + (s * t + t - 1 - i) * frame;
             for (int64_t k = 0; k < frame; k++)
-                if (!(a[k] == b[k])) return false;
+                if (!(a[k] == b[k])) {
+                    mirrored = false;
+                    break;
+                }
         }
-    return true;
+    duet_tensor_unmap_read(lrs, data);
+    return mirrored;
 }
 
 /* *cur = act(m(*cur)) with LeakyReLU(0.1) when lrelu. */
