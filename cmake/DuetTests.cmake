@@ -36,7 +36,9 @@ set(DUET_WHITEBOX_TESTS
   # the device layer's own: op entries' device checks, the CUDA allocator
   # and statuses, the GPU kernels against the CPU loops
   test_ops_device test_cuda_alloc_logic test_cuda_status test_gpu_autograd test_gpu_kernels
-  test_gpu_memory)
+  test_gpu_memory
+  # the simulated device's own (src/sim/sim.h)
+  test_sim)
 function(duet_test_includes name)
   if(name IN_LIST DUET_WHITEBOX_TESTS)
     target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
@@ -56,6 +58,10 @@ foreach(src ${DUET_UNIT_TESTS})
     set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED refs LABELS "unit;ref")
   endif()
 endforeach()
+
+# The simulated device (label sim, with unit): its own test here; the
+# training, DDP and wrapper tests that run on sim add the label too.
+set_tests_properties(test_sim PROPERTIES LABELS "unit;sim")
 
 # Header usage examples: the build extracts the examples from each public
 # header's comments (a line " * Usage...:" and the indented code after it,
