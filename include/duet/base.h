@@ -189,6 +189,11 @@ char *duet_device_str(duet_device d, char *buf, size_t size);
  * was built without CUDA", "no CUDA device is visible", "cuda:3 asked for,
  * 1 visible", "sim:9 asked for, sim:0 to sim:7 exist"). */
 int duet_device_check(duet_device d);
+/* `git describe --always --dirty --tags` of the source duet was built from
+ * ("unknown" outside a git checkout); in `duet --version`, `duet info` and
+ * every run's header records. */
+const char *duet_git_describe(void);
+
 /* Waits until every stream of device d has run what was queued on it, and
  * returns the first kernel error that stuck to one of them (DUET_EDEVICE or
  * the kernel's own status, its message naming the op). DUET_OK at once on
@@ -292,6 +297,8 @@ int duet_cpu_online_cores(void);
 char *duet__strdup(const char *s);
 /* "dir/name" in a malloc'd string (free with free); NULL when out of memory. */
 char *duet__path_join(const char *dir, const char *name);
+/* mkdir -p (safe_file.c); DUET_EIO naming the folder. */
+int duet__mkdirs(const char *path);
 /* printf into a malloc'd string of the size it needs (free with free); NULL
  * when out of memory. For names and paths built from a model's or a user's
  * text, which no fixed buffer bounds. */

@@ -409,6 +409,11 @@ typedef struct duet_loader_opts {
      * NULL (validation). */
     bool one_epoch;
     duet_sampler_state start; /* where to begin (resume). Default {0, 0}. */
+    /* Where duet_loader_next hands the batch's tensors out: the decoders make
+     * them on the host, then each is copied once to this device, on the
+     * caller's thread (the rank's device: duet_wrapper_device). Default
+     * the CPU (no copy). */
+    duet_device device;
 } duet_loader_opts;
 
 duet_loader_opts duet_loader_options_default(void);
@@ -420,10 +425,12 @@ int duet_loader_create(duet_dataset *ds, const duet_loader_opts *opts, duet_load
 /* Stops and joins the prefetch thread, frees batches not handed out. NULL ok. */
 void duet_loader_destroy(duet_loader *l);
 /* The next batch into *out (free with duet_data_batch_destroy); *out = NULL after
- * the last batch of a one_epoch loader. Batches are the same, in the same
- * order, with or without prefetch. An error from building a batch (on the
- * prefetch thread or not) comes back here with its message naming the file;
- * the loader then stays failed (DUET_ESTATE) until duet_loader_set_state. */
+ * the last batch of a one_epoch loader, its tensors on options.device.
+ * Batches are the same, in the same order, with or without prefetch. An
+ * error from building a batch (on the prefetch thread or not) or from
+ * copying it to the device comes back here with its message naming the
+ * file or the tensor; the loader then stays failed (DUET_ESTATE) until
+ * duet_loader_set_state. */
 int duet_loader_next(duet_loader *l, duet_data_batch **out);
 /* Batches per epoch on this rank. */
 int64_t duet_loader_batches_per_epoch(const duet_loader *l);
@@ -438,7 +445,7 @@ int duet_loader_set_state(duet_loader *l, duet_sampler_state state);
 /* ---- image-to-image translation datasets -------------------------------------
  * MMEditing 0.x's GenerationPairedDataset and GenerationUnpairedDataset and
  * the pipeline steps their configs use. Configs reach them through the
- * registry (src/runner/registry_data.c), which turns a `pipeline = ( {type
+ * registry (src/registry/registry_data.c), which turns a `pipeline = ( {type
  * = ...}, ... )` list into steps.
  *
  * A sample is built as MMEditing builds it: images are kept as 8-bit HWC

@@ -131,6 +131,12 @@ int duet_module_named_buffers(duet_module *m, duet_named_tensors *out);
 /* The state dict, in PyTorch's order: each module's own parameters, then
  * its own buffers, then its children's entries depth first. */
 int duet_module_state(duet_module *m, duet_named_tensors *out);
+/* module.to(device): every parameter and buffer of the subtree moves to dev
+ * in place (duet_tensor_move_to: the tensors keep their identity, so
+ * optimizers made before still hold them). Before training and before a
+ * DDP wraps the module. Errors name the entry; entries moved before a
+ * failure stay moved. */
+int duet_module_to_device(duet_module *m, duet_device dev);
 void duet_named_tensors_clear(duet_named_tensors *l);
 int64_t duet_module_num_parameters(duet_module *m, bool trainable_only);
 
@@ -221,8 +227,10 @@ bool duet_module_is(const duet_module *m, const char *type_name);
 
 /* MMEditing's default_init_weights(module, scale): for every Conv2d and
  * Linear in the subtree, kaiming_normal (a=0, fan_in, leaky_relu gain
- * sqrt(2)) times scale, bias 0; BatchNorm weight 1, bias 0. */
-void duet_default_init_weights(duet_module *m, float scale, duet_rng *rng);
+ * sqrt(2)) times scale, bias 0; BatchNorm weight 1, bias 0. The draws are
+ * made on the host and copied to a device tensor; DUET_EDEVICE when that
+ * copy fails (never on the CPU). */
+int duet_default_init_weights(duet_module *m, float scale, duet_rng *rng);
 
 /* ---- image-to-image GAN layers (Pix2Pix, CycleGAN) ------------------------ */
 
@@ -242,8 +250,9 @@ int duet_reflection_pad2d_module_create(int padding, duet_module **out);
 int duet_dropout_module_create(float p, duet_rng *rng, duet_module **out);
 /* MMEditing's generation_init_weights(init_type='normal', init_gain=gain):
  * Conv2d, ConvTranspose2d and Linear weights N(0, gain), biases 0;
- * BatchNorm2d weight N(1, gain), bias 0; others untouched. */
-void duet_generation_init_weights(duet_module *m, float gain, duet_rng *rng);
+ * BatchNorm2d weight N(1, gain), bias 0; others untouched. Status as
+ * duet_default_init_weights'. */
+int duet_generation_init_weights(duet_module *m, float gain, duet_rng *rng);
 
 /* ---- optimizers ---------------------------------------------------------- */
 

@@ -14,13 +14,11 @@
  *   duet_tensor *h = NULL, *d = NULL, *back = NULL;
  *   DUET_TRY(duet_tensor_from_data(1, (int64_t[]){3}, (float[]){1, 2, 3}, &h));
  *   duet_device dev;
- *   DUET_TRY(duet_device_parse("sim:0", &dev));    // or "cuda:0"
- *   if (duet_device_check(dev) == DUET_OK) {       // (CUDA: built with it, GPU visible)
- *       DUET_TRY(duet_tensor_to(h, dev, &d));      // a copy on the device
- *       // duet_tensor_host_data(d) == NULL: its data is not host memory
- *       DUET_TRY(duet_tensor_to(d, duet_device_cpu(), &back));
- *       // duet_tensor_host_data(back)[2] == 3.0f
- *   }
+ *   DUET_TRY(duet_device_parse("sim:0", &dev));     // "cuda:0" on a GPU
+ *   DUET_TRY(duet_tensor_to(h, dev, &d));           // a copy on the device
+ *   // duet_tensor_host_data(d) == NULL: its data is not host memory
+ *   DUET_TRY(duet_tensor_to(d, duet_device_cpu(), &back));
+ *   // duet_tensor_host_data(back)[2] == 3.0f
  *   duet_tensor_release(back);
  *   duet_tensor_release(d);
  *   duet_tensor_release(h);
@@ -118,6 +116,51 @@ int duet_tensor_copy_from_host(duet_tensor *t, const float *src);
 /* dst's values = src's (same numel; DUET_ESHAPE names both shapes
  * otherwise), between any two devices. */
 int duet_tensor_copy(duet_tensor *dst, const duet_tensor *src);
+
+/* ---- host access for the layers above ops (src/tensor/host_access.c) -------
+ * Models, nn, the wrapper, the runner and the loader reach a tensor's values
+ * only through these calls, the copies above and ops (checked in CI by
+ * scripts/check-host-access.sh). A mapping is t's own storage on the CPU
+ * (no copy: the CPU reads and writes in place) and a host buffer elsewhere,
+ * filled by a copy (read, or write with keep) and copied back into t by
+ * duet_tensor_unmap_write. A mapping must be unmapped with the same tensor;
+ * t must not change between map and unmap. */
+
+/* The value of a one-element tensor (a loss), copied to the host on any
+ * device. DUET_ESHAPE names the shape when t holds more than one value. */
+int duet_tensor_item(const duet_tensor *t, float *out);
+/* Whether t has gradient storage (a backward wrote it): the test PyTorch
+ * spells `p.grad is not None`, without touching the storage. */
+bool duet_tensor_has_grad(const duet_tensor *t);
+/* Values [offset, offset + count) of t (flat, row-major) into host memory
+ * dst / from host memory src into t, on any device; DUET_EINVAL for a range
+ * outside t. */
+int duet_tensor_read_range(const duet_tensor *t, int64_t offset, int64_t count, float *dst);
+int duet_tensor_write_range(duet_tensor *t, int64_t offset, int64_t count, const float *src);
+/* New tensor on dev holding numel host floats from src (duet_tensor_from_data
+ * on the CPU, else a device tensor and one copy). One reference for the
+ * caller. */
+int duet_tensor_from_host_on(duet_device dev, int ndim, const int64_t *shape, const float *src,
+                             duet_tensor **out);
+/* *out = t's values readable from the host (borrowed: t's storage on the
+ * CPU, else a host copy); end with duet_tensor_unmap_read(t, *out). The
+ * grad variant maps t's gradient (DUET_EINVAL when t has none). */
+int duet_tensor_map_read(const duet_tensor *t, const float **out);
+int duet_tensor_grad_map_read(const duet_tensor *t, const float **out);
+void duet_tensor_unmap_read(const duet_tensor *t, const float *p);
+/* *out = numel host floats that duet_tensor_unmap_write(t, *out) makes t's
+ * values: t's storage on the CPU (writes land at once), else a host buffer
+ * holding t's values when keep is true (read-modify-write) and zeros
+ * otherwise. unmap_write copies it into t and frees it (nothing to do on
+ * the CPU); it returns the copy's status. Both accept a NULL mapping. */
+int duet_tensor_map_write(duet_tensor *t, bool keep, float **out);
+int duet_tensor_unmap_write(duet_tensor *t, float *p);
+/* Moves t's data (and gradient) to dev in place: t keeps its identity, so
+ * every holder of t (a module, an optimizer) sees it on dev; nothing to do
+ * when it is there. For parameters and buffers before training: t must own
+ * its data (DUET_EINVAL for a view or an op's output) and no view of t may
+ * be alive (its storage is freed). DUET_EDEVICE as duet_device_check. */
+int duet_tensor_move_to(duet_tensor *t, duet_device dev);
 
 duet_tensor *duet_tensor_retain(duet_tensor *t);
 /* Drops one reference; frees data, grad and the struct at zero. NULL ok. */

@@ -61,6 +61,13 @@ typedef struct duet_wrapper_opts {
      * and their gradients reduced over comm). */
     bool sync_bn;                /* false */
     const char *trace_path;      /* per-DDP Chrome trace; "%s" = part name; NULL: none */
+    /* The device kind when no device_ids are given (ndevices 0): "cpu",
+     * "cuda" or "sim"; the index is this process's local rank (for CUDA
+     * modulo the GPUs visible), as MMEditing's launcher picks a GPU.
+     * Borrowed, read by create only. NULL or "": "cpu". Default: the
+     * environment variable DUET_DEVICE (unset: NULL), so that
+     * `DUET_DEVICE=sim mpiexec -n 2 duet train ...` runs rank r on sim:r. */
+    const char *device;
 } duet_wrapper_opts;
 duet_wrapper_opts duet_wrapper_opts_default(void);
 
@@ -68,10 +75,16 @@ typedef struct duet_wrapper duet_wrapper;
 
 /* Wraps `model` for data parallelism over comm (collective over comm). The
  * wrapper takes ownership of model, also on failure; comm is borrowed and
- * must outlive it. device_ids: exactly one device per process, "cpu" or
- * "0" (DUET_EINVAL otherwise, naming what was given). Sets the model's comm
- * (duet_model_set_comm) so that its log values are averaged over ranks.
- * Free with duet_wrapper_destroy. */
+ * must outlive it. device_ids: exactly one device per process, as
+ * duet_device_parse spells it ("cpu", "cuda:N", "sim:N"; "0" and "cpu:0"
+ * are the CPU), or none (ndevices 0, device_ids may be NULL): opts->device's
+ * kind at the local rank. DUET_EINVAL names what was given when it is not
+ * one device; DUET_EDEVICE when the device cannot hold tensors
+ * (duet_device_check). Every parameter and buffer of the model moves to
+ * that device (duet_module_to_device) before the parts are wrapped, so
+ * optimizers built from duet_wrapper_model afterwards keep their state
+ * there. Sets the model's comm (duet_model_set_comm) so that its log values
+ * are averaged over ranks. Free with duet_wrapper_destroy. */
 int duet_wrapper_create(duet_model *model, duet_comm *comm, const char *const *device_ids,
                         size_t ndevices, const duet_wrapper_opts *opts,
                         duet_wrapper **out);
@@ -81,6 +94,19 @@ void duet_wrapper_destroy(duet_wrapper *w);
 /* The wrapped model (borrowed): its parts are DDPs where wrapped
  * (duet_is_ddp), its state dict names are unchanged. */
 duet_model *duet_wrapper_model(duet_wrapper *w);
+/* The device of kind `kind` ("cpu", "cuda", "sim"; NULL or "": the CPU) at
+ * this process's local rank among the ranks of its node (the launcher's
+ * OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or SLURM_LOCALID, else the
+ * rank modulo the ranks on the node: collective over comm then); for CUDA
+ * modulo the GPUs visible. What device_ids default to; `duet test` and
+ * `duet infer` put their model there too. DUET_EINVAL names a kind that is
+ * not one (or carries an index). Whether the device exists is
+ * duet_device_check's question. */
+int duet_wrapper_local_device(const char *kind, duet_comm *comm, duet_device *out);
+/* This process's device: where the model's tensors live and where
+ * forward / train_step / val_step take their inputs (give it to the
+ * loader, duet_loader_opts.device, so batches arrive there). */
+duet_device duet_wrapper_device(const duet_wrapper *w);
 /* Names of the wrapped parts in child order (borrowed), e.g. generator,
  * discriminator. For DUET_WRAPPER_WHOLE_MODEL: one entry, "" (the root). */
 size_t duet_wrapper_num_ddps(const duet_wrapper *w);
@@ -88,9 +114,11 @@ const char *duet_wrapper_ddp_name(const duet_wrapper *w, size_t i);
 /* The DDP module of wrapped entry i (borrowed). */
 duet_module *duet_wrapper_ddp(duet_wrapper *w, size_t i);
 
-/* Each scatters its inputs to this process's device (on the CPU: views of
- * the same data; metadata passed through untouched) and delegates to the
- * model. train_step's log values are averaged over the ranks. */
+/* Each scatters its inputs to this process's device (tensors already there,
+ * as the CPU's or the loader's: views of the same data; others: one copy
+ * each; metadata passed through untouched) and delegates to the model. The
+ * outputs stay on the device (duet_tensor_to / duet_tensor_copy_to_host to
+ * read them). train_step's log values are averaged over the ranks. */
 int duet_wrapper_forward(duet_wrapper *w, duet_tensor *lq, duet_tensor **out);
 int duet_wrapper_train_step(duet_wrapper *w, const duet_batch *batch, duet_optimizer_set *opts,
                             duet_log_vars *log);

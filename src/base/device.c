@@ -9,7 +9,7 @@
 #include "sim/sim.h"
 
 #ifdef DUET_HAVE_CUDA
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #endif
 
 int duet_device_parse(const char *s, duet_device *out) {

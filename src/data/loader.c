@@ -46,6 +46,7 @@ duet_loader_opts duet_loader_options_default(void) {
     o.shuffle = true;
     o.prefetch = 2;
     o.one_epoch = false;
+    o.device = duet_device_cpu();
     return o;
 }
 
@@ -116,6 +117,26 @@ static int produce(const duet_loader *l, duet_sampler *sampler, duet_data_batch 
     free(idx);
     *after = duet_sampler_get_state(sampler);
     return rc;
+}
+
+/* The batch's tensors, made on the host by the dataset's decoders, each
+ * replaced by one copy on dev (nothing to do on the CPU). On the caller's
+ * thread: a device's copies go on that thread's stream. */
+static int place_batch(duet_data_batch *b, duet_device dev) {
+    for (size_t i = 0; i < b->batch.ntensors; i++) {
+        duet_tensor *t = b->batch.tensors[i].tensor, *d = NULL;
+        if (duet_device_equal(duet_tensor_device(t), dev)) continue;
+        int rc = duet_tensor_to(t, dev, &d);
+        if (rc != DUET_OK) {
+            char s[DUET_DEVICE_STR_MAX];
+            return duet__error_context(rc, "loader: batch tensor '%s' to %s",
+                                       b->batch.tensors[i].name,
+                                       duet_device_str(dev, s, sizeof s));
+        }
+        duet_tensor_release(t);
+        b->batch.tensors[i].tensor = d;
+    }
+    return DUET_OK;
 }
 
 /* ---- the prefetch thread ---------------------------------------------------------- */
@@ -293,6 +314,12 @@ int duet_loader_next(duet_loader *l, duet_data_batch **out) {
     if (b == NULL) {
         l->finished = true;
         return DUET_OK;
+    }
+    int rc = place_batch(b, l->opts.device);
+    if (rc != DUET_OK) {
+        duet_data_batch_destroy(b);
+        l->failed = true;
+        return rc;
     }
     l->consumed = after;
     b->data_time = duet_time_now() - t0;

@@ -39,9 +39,9 @@ static int restorer_train_step(duet_model *m, const duet_batch *batch, duet_opti
         return duet__error(DUET_ESTATE, "BasicRestorer needs parts generator and pixel_loss");
     int rc = duet_module_forward(gen, lq, &output);
     if (rc == DUET_OK) rc = duet_module_forward2(pix, output, gt, &loss);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_pix", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_pix", loss);
     /* parse_losses also logs the total. */
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", loss);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt);
         rc = duet_backward(loss);

@@ -50,11 +50,14 @@ int duet_contextual_attention_create(int fuse_kernel_size, float softmax_scale,
         duet_tensor *eye = NULL;
         int rc = duet_tensor_create(4, (int64_t[]){1, 1, fuse_kernel_size, fuse_kernel_size},
                                     &eye);
+        float *d = NULL;
+        if (rc == DUET_OK) rc = duet_tensor_map_write(eye, true, &d);
         if (rc == DUET_OK) {
-            for (int i = 0; i < fuse_kernel_size; i++)
-                eye->data[i * fuse_kernel_size + i] = 1.0f;
-            rc = duet_module_add_buffer(m, "fuse_kernel", eye, false); /* takes eye */
+            for (int i = 0; i < fuse_kernel_size; i++) d[i * fuse_kernel_size + i] = 1.0f;
+            rc = duet_tensor_unmap_write(eye, d);
         }
+        if (rc == DUET_OK) rc = duet_module_add_buffer(m, "fuse_kernel", eye, false); /* takes eye */
+        else duet_tensor_release(eye);
         if (rc != DUET_OK) {
             duet_module_destroy(m);
             return rc;
@@ -68,8 +71,13 @@ int duet_contextual_attention_create(int fuse_kernel_size, float softmax_scale,
  * any 1 in its 3x3 window (zero padding). */
 static int masked_channels(const duet_tensor *mask, int64_t n, int64_t h, int64_t w,
                            uint8_t **out) {
+    const float *md = NULL;
+    DUET_TRY(duet_tensor_map_read(mask, &md)); /* the op takes host bytes */
     *out = calloc((size_t)(n * h * w), 1);
-    if (*out == NULL) return duet__error(DUET_ENOMEM, "ContextualAttentionModule: out of memory");
+    if (*out == NULL) {
+        duet_tensor_unmap_read(mask, md);
+        return duet__error(DUET_ENOMEM, "ContextualAttentionModule: out of memory");
+    }
     const int64_t mh = mask->shape[2], mw = mask->shape[3];
     for (int64_t b = 0; b < n; b++)
         for (int64_t i = 0; i < h; i++)
@@ -79,18 +87,26 @@ static int masked_channels(const duet_tensor *mask, int64_t n, int64_t h, int64_
                     for (int dj = -1; dj <= 1; dj++) {
                         const int64_t si = i + di, sj = j + dj;
                         if (si < 0 || si >= h || sj < 0 || sj >= w) continue;
-                        if (mask->data[(b * mh + si * 2) * mw + sj * 2] > 0.0f) any = true;
+                        if (md[(b * mh + si * 2) * mw + sj * 2] > 0.0f) any = true;
                     }
                 (*out)[b * h * w + i * w + j] = any;
             }
+    duet_tensor_unmap_read(mask, md);
     return DUET_OK;
 }
 
-/* 1 / overlap of (N, C, H, W): how many raw patches cover each pixel. */
-static int inverse_overlap(const int64_t *shape, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(4, shape, out));
+/* 1 / overlap of (N, C, H, W) on dev: how many raw patches cover each
+ * pixel (counted on the host, in place on the CPU). */
+static int inverse_overlap(duet_device dev, const int64_t *shape, duet_tensor **out) {
+    DUET_TRY(duet_tensor_create_on(dev, 4, shape, out));
     const int64_t hh = shape[2], ww = shape[3], hw = hh * ww;
-    float *cnt = (*out)->data;
+    float *cnt = NULL;
+    int rc = duet_tensor_map_write(*out, false, &cnt);
+    if (rc != DUET_OK) {
+        duet_tensor_release(*out);
+        *out = NULL;
+        return rc;
+    }
     for (int64_t i = 0; i < hh / 2; i++)
         for (int64_t j = 0; j < ww / 2; j++)
             for (int a = 0; a < RAW_K; a++)
@@ -101,7 +117,12 @@ static int inverse_overlap(const int64_t *shape, duet_tensor **out) {
     for (int64_t p = 0; p < hw; p++) cnt[p] = cnt[p] > 0.0f ? 1.0f / cnt[p] : 1.0f;
     for (int64_t k = 1; k < shape[0] * shape[1]; k++)
         memcpy(cnt + k * hw, cnt, (size_t)hw * sizeof(float));
-    return DUET_OK;
+    rc = duet_tensor_unmap_write(*out, cnt);
+    if (rc != DUET_OK) {
+        duet_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int duet_contextual_attention(duet_module *m, duet_tensor *x, duet_tensor *context,
@@ -161,7 +182,7 @@ int duet_contextual_attention(duet_module *m, duet_tensor *x, duet_tensor *conte
     }
     if (rc == DUET_OK) rc = duet_concat_channels((int)n, outs, &out_cat);
     if (rc == DUET_OK) rc = duet_reshape(out_cat, 4, x->shape, &out_raw);
-    if (rc == DUET_OK) rc = inverse_overlap(x->shape, &inv);
+    if (rc == DUET_OK) rc = inverse_overlap(duet_tensor_device(x), x->shape, &inv);
     if (rc == DUET_OK) rc = duet_mul(out_raw, inv, out);
     if (rc == DUET_OK && attention != NULL) *attention = duet_tensor_retain(attn);
     for (int64_t b = 0; b < n && corrs != NULL && outs != NULL; b++) {

@@ -105,11 +105,23 @@ static int pool_query(duet_model *m, duet__image_pool *pool, duet_tensor *local,
     DUET_TRY(rc);
     const int64_t n = local->shape[0];
     duet_tensor *global = NULL, *answer = NULL;
-    rc = duet_tensor_create4(n * size, local->shape[1], local->shape[2], local->shape[3],
-                             &global);
+    const float *mine_f = NULL;
+    float *all_f = NULL;
+    /* Gathered on the host (mapped: in place on the CPU, copies elsewhere):
+     * the pool draws on the host anyway. */
+    rc = duet_tensor_create_on(duet_tensor_device(local), 4,
+                               (int64_t[]){n * size, local->shape[1], local->shape[2],
+                                           local->shape[3]},
+                               &global);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(local, &mine_f);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(global, false, &all_f);
     if (rc == DUET_OK)
-        rc = duet_comm_allgather(comm, local->data, global->data, (size_t)local->numel,
-                                 DUET_DTYPE_F32);
+        rc = duet_comm_allgather(comm, mine_f, all_f, (size_t)local->numel, DUET_DTYPE_F32);
+    duet_tensor_unmap_read(local, mine_f);
+    if (global != NULL) {
+        int urc = duet_tensor_unmap_write(global, all_f);
+        if (rc == DUET_OK) rc = urc;
+    }
     if (rc == DUET_OK) rc = duet__image_pool_query(pool, global, &p->pool_rng, &answer);
     if (rc == DUET_OK) rc = duet_tensor_slice0(answer, (int64_t)rank * n, n, out);
     duet_tensor_release(global);
@@ -147,7 +159,7 @@ static int accumulate(duet_tensor **sum, duet_tensor *t) {
 
 /* A loss term, logged under `name` and added to *total. */
 static int add_term(duet_log_vars *log, const char *name, duet_tensor *term, duet_tensor **total) {
-    int rc = duet_log_vars_set(log, name, term->data[0]);
+    int rc = duet__log_scalar(log, name, term);
     if (rc != DUET_OK) {
         duet_tensor_release(term);
         return rc;
@@ -226,7 +238,9 @@ static int disc_term(duet_model *m, const char *net, duet__image_pool *pool, due
     if (rc == DUET_OK) rc = net_forward(m, "discriminators", net, real, &rp);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, rp, true, true, &lr);
     if (rc == DUET_OK) rc = duet_add(lf, lr, &sum);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, name, (double)sum->data[0] * 0.5);
+    float v = 0.0f;
+    if (rc == DUET_OK) rc = duet_tensor_item(sum, &v);
+    if (rc == DUET_OK) rc = duet_log_vars_set(log, name, (double)v * 0.5);
     if (rc == DUET_OK) rc = duet_scale(sum, 0.5f, out);
     duet_tensor *ts[6] = {pooled, fp, rp, lf, lr, sum};
     for (int i = 0; i < 6; i++) duet_tensor_release(ts[i]);

@@ -374,18 +374,23 @@ duet_deepfill_encdec_opts duet_deepfill_encdec_opts_default(void) {
 /* DeepFillEncoderDecoder.init_weights: normal_init(0, gain) (bias 0) on
  * every nn.Conv2d (MMEditing's gain: 0.02), constant_init(1) (bias 0) on
  * the norms. */
-static void init_weights(duet_module *m, float gain, duet_rng *rng) {
+static int init_weights(duet_module *m, float gain, duet_rng *rng) {
     duet_tensor *w = duet_module_param(m, "weight"), *b = duet_module_param(m, "bias");
     if (duet_module_is(m, "Conv2d")) {
-        for (int64_t i = 0; w != NULL && i < w->numel; i++)
-            w->data[i] = gain * duet_rng_normal(rng);
-        if (b != NULL) duet_tensor_fill(b, 0.0f);
+        if (w != NULL) {
+            float *d = NULL;
+            DUET_TRY(duet_tensor_map_write(w, false, &d));
+            for (int64_t i = 0; i < w->numel; i++) d[i] = gain * duet_rng_normal(rng);
+            DUET_TRY(duet_tensor_unmap_write(w, d));
+        }
+        if (b != NULL) DUET_TRY(duet_tensor_fill(b, 0.0f));
     } else if (duet_module_is(m, "BatchNorm2d")) {
-        if (w != NULL) duet_tensor_fill(w, 1.0f);
-        if (b != NULL) duet_tensor_fill(b, 0.0f);
+        if (w != NULL) DUET_TRY(duet_tensor_fill(w, 1.0f));
+        if (b != NULL) DUET_TRY(duet_tensor_fill(b, 0.0f));
     }
     for (size_t i = 0; i < duet_module_child_count(m); i++)
-        init_weights(duet_module_child_at(m, i), gain, rng);
+        DUET_TRY(init_weights(duet_module_child_at(m, i), gain, rng));
+    return DUET_OK;
 }
 
 int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *o, duet_rng *init_rng,
@@ -428,7 +433,11 @@ int duet_deepfill_encdec_create(const duet_deepfill_encdec_opts *o, duet_rng *in
         duet_module_destroy(m);
         return rc;
     }
-    init_weights(m, o->init_gain, init_rng);
+    rc = init_weights(m, o->init_gain, init_rng);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
     *out = m;
     return DUET_OK;
 }

@@ -94,7 +94,7 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     duet_tensor_release(p);
     if (rc == DUET_OK) rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = relativistic(m, gan, real_pred, fake_d_pred, true, true, 0.5f, &loss);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_d_real", loss);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_d);
         rc = duet_backward(loss);
@@ -106,7 +106,7 @@ static int esrgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tens
     if (rc == DUET_OK) rc = duet_module_forward(disc, fake_det, &fake_pred);
     if (rc == DUET_OK) rc = duet_detach(real_pred, &real_d);
     if (rc == DUET_OK) rc = relativistic(m, gan, fake_pred, real_d, false, true, 0.5f, &loss);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_d_fake", loss);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
     duet_tensor_release(loss);

@@ -53,11 +53,13 @@ static duet_tensor *layer_weight(const duet_module *m) {
 }
 
 /* nn.init.normal_(weight, 0, 0.02); constant_(bias, 0). */
-static void init_linear(duet_module *lin, duet_rng *rng) {
+static int init_linear(duet_module *lin, duet_rng *rng) {
     duet_tensor *w = layer_weight(lin), *b = duet_module_param(lin, "bias");
-    for (int64_t i = 0; i < w->numel; i++) w->data[i] = 0.02f * duet_rng_normal(rng);
-    if (b != NULL)
-        for (int64_t i = 0; i < b->numel; i++) b->data[i] = 0.0f;
+    float *d = NULL;
+    DUET_TRY(duet_tensor_map_write(w, false, &d));
+    for (int64_t i = 0; i < w->numel; i++) d[i] = 0.02f * duet_rng_normal(rng);
+    DUET_TRY(duet_tensor_unmap_write(w, d));
+    return b != NULL ? duet_tensor_fill(b, 0.0f) : DUET_OK;
 }
 
 static int linear_module_create(int64_t in, int outc, duet_mld_act act, bool sn,
@@ -71,8 +73,9 @@ static int linear_module_create(int64_t in, int outc, duet_mld_act act, bool sn,
     int rc = sn ? duet_sn_linear_module_create((int)in, outc, true, 1e-12f, rng, &part)
                 : duet_linear_module_create((int)in, outc, true, rng, &part);
     if (rc == DUET_OK) {
-        init_linear(part, rng);
-        rc = duet_module_add_child(m, "linear", part);
+        rc = init_linear(part, rng);
+        if (rc == DUET_OK) rc = duet_module_add_child(m, "linear", part);
+        else duet_module_destroy(part);
     }
     if (rc == DUET_OK && act != DUET_MLD_ACT_NONE) {
         const duet_activation kind = act == DUET_MLD_ACT_RELU    ? DUET_ACT_RELU
@@ -259,8 +262,9 @@ int duet_gl_discs_create(const duet_multi_layer_disc_opts *global,
         rc = duet_linear_module_create(global->fc_out_channels + local->fc_out_channels, 1, true,
                                        init_rng, &part);
     if (rc == DUET_OK) {
-        init_linear(part, init_rng);
-        rc = duet_module_add_child(m, "fc", part);
+        rc = init_linear(part, init_rng);
+        if (rc == DUET_OK) rc = duet_module_add_child(m, "fc", part);
+        else duet_module_destroy(part);
     }
     if (rc != DUET_OK) {
         duet_module_destroy(m);
@@ -318,10 +322,12 @@ static const duet_module_type deepfill_discs_type = {"DeepFillv1Discriminators",
 
 /* normal_init(m, 0, 0.02) of every Conv2d and Linear below m, in
  * self.modules() order. */
-static void deepfill_init(duet_module *m, duet_rng *rng) {
-    if (duet_module_is(m, "Conv2d") || duet_module_is(m, "Linear")) init_linear(m, rng);
+static int deepfill_init(duet_module *m, duet_rng *rng) {
+    if (duet_module_is(m, "Conv2d") || duet_module_is(m, "Linear"))
+        DUET_TRY(init_linear(m, rng));
     for (size_t i = 0; i < duet_module_child_count(m); i++)
-        deepfill_init(duet_module_child_at(m, i), rng);
+        DUET_TRY(deepfill_init(duet_module_child_at(m, i), rng));
+    return DUET_OK;
 }
 
 int duet_deepfill_v1_discs_create(const duet_multi_layer_disc_opts *global,
@@ -334,11 +340,11 @@ int duet_deepfill_v1_discs_create(const duet_multi_layer_disc_opts *global,
     if (rc == DUET_OK) rc = duet_module_add_child(m, "global_disc", part);
     if (rc == DUET_OK) rc = duet_multi_layer_disc_create(local, init_rng, &part);
     if (rc == DUET_OK) rc = duet_module_add_child(m, "local_disc", part);
+    if (rc == DUET_OK) rc = deepfill_init(m, init_rng);
     if (rc != DUET_OK) {
         duet_module_destroy(m);
         return duet__error_context(rc, "DeepFillv1Discriminators");
     }
-    deepfill_init(m, init_rng);
     *out = m;
     return DUET_OK;
 }

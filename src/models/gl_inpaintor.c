@@ -51,11 +51,11 @@ static int disc_half(duet_model *m, duet_tensor *img, duet_tensor *local, bool r
     duet_tensor *pred = NULL, *l = NULL, *s = NULL, *hs = NULL, *total = NULL;
     int rc = duet_module_forward2(disc, img, local, &pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, real, true, &l);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, real ? "real_loss" : "fake_loss", l->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, real ? "real_loss" : "fake_loss", l);
     if (rc == DUET_OK && shift != NULL) {
         rc = duet_module_forward(shift, l, &s);
         if (rc == DUET_OK) rc = duet_scale(s, 0.5f, &hs);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_disc_shift", hs->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_disc_shift", hs);
         if (rc == DUET_OK) rc = duet_add(l, hs, &total);
     } else if (rc == DUET_OK) {
         total = duet_tensor_retain(l);
@@ -97,17 +97,17 @@ static int gen_update(duet_model *m, duet_tensor *fake_res, duet_tensor *fake_im
     if (p->cur_iter > p->iter_td) {
         rc = duet_module_forward2(disc, fake_img, fake_local, &pred);
         if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, true, false, &terms[n++]);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_g_fake", terms[n - 1]->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_g_fake", terms[n - 1]);
     }
     if (rc == DUET_OK && p->l1_hole_weight > 0.0f) {
         rc = duet_l1_loss_masked(fake_res, gt, mask, p->l1_hole_weight, &terms[n++]);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_l1_hole", terms[n - 1]->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_l1_hole", terms[n - 1]);
     }
     if (rc == DUET_OK && p->l1_valid_weight > 0.0f) {
         rc = duet__inpaint_valid_mask(mask, &valid);
         if (rc == DUET_OK) rc = duet_l1_loss_masked(fake_res, gt, valid, p->l1_valid_weight,
                                                     &terms[n++]);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_l1_valid", terms[n - 1]->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_l1_valid", terms[n - 1]);
     }
     if (rc == DUET_OK && n == 0)
         rc = duet__error(DUET_ESTATE, "GLInpaintor: a generator update with no loss (no "

@@ -73,9 +73,16 @@ int duet__image_pool_query(duet__image_pool *p, const duet_tensor *images, duet_
         duet_tensor_release(r);
         return rc;
     }
+    /* The pool lives on the host: r is mapped (in place on the CPU). */
+    float *rh = NULL;
+    rc = duet_tensor_map_write(r, true, &rh);
+    if (rc != DUET_OK) {
+        duet_tensor_release(r);
+        return rc;
+    }
     const size_t per = (size_t)(p->c * p->h * p->w);
     for (int64_t i = 0; i < images->shape[0]; i++) {
-        float *sample = r->data + (size_t)i * per; /* holds images[i] */
+        float *sample = rh + (size_t)i * per; /* holds images[i] */
         if (p->count < p->size) {
             memcpy(p->images + (size_t)p->count * per, sample, per * sizeof(float));
             p->count++;
@@ -88,6 +95,11 @@ int duet__image_pool_query(duet__image_pool *p, const duet_tensor *images, duet_
                 sample[k] = t;
             }
         }
+    }
+    rc = duet_tensor_unmap_write(r, rh);
+    if (rc != DUET_OK) {
+        duet_tensor_release(r);
+        return rc;
     }
     *out = r;
     return DUET_OK;
@@ -150,8 +162,8 @@ int duet__image_pool_load(duet__image_pool *p, const duet_st *st, const char *ke
         rc = set_shape(p, t->shape[1], t->shape[2], t->shape[3]);
     }
     if (rc == DUET_OK) {
-        memcpy(p->images, t->data, (size_t)t->numel * sizeof(float));
-        p->count = n;
+        rc = duet_tensor_copy_to_host(t, p->images);
+        if (rc == DUET_OK) p->count = n;
     }
     duet_tensor_release(t);
     return rc;

@@ -18,24 +18,41 @@ int duet__inpaint_local_boxes(const char *model, int local_h, int local_w,
     *tops = malloc((size_t)n * sizeof **tops);
     *lefts = malloc((size_t)n * sizeof **lefts);
     if (*tops == NULL || *lefts == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", model);
-    for (int64_t i = 0; i < n; i++) {
-        const float *b = bbox->data + i * 4;
+    const float *boxes = NULL; /* host view: the crop op takes host offsets */
+    int rc = duet_tensor_map_read(bbox, &boxes);
+    for (int64_t i = 0; rc == DUET_OK && i < n; i++) {
+        const float *b = boxes + i * 4;
         const int64_t t = (int64_t)b[0], l = (int64_t)b[1], h = (int64_t)b[2], w = (int64_t)b[3];
-        if (h > local_h || w > local_w)
-            return duet__error(DUET_EINVAL, "%s: sample %lld's hole box is %lldx%lld, larger "
-                               "than train_cfg.local_size %dx%d", model, (long long)i,
-                               (long long)h, (long long)w, local_h, local_w);
+        if (h > local_h || w > local_w) {
+            rc = duet__error(DUET_EINVAL, "%s: sample %lld's hole box is %lldx%lld, larger "
+                             "than train_cfg.local_size %dx%d", model, (long long)i,
+                             (long long)h, (long long)w, local_h, local_w);
+            break;
+        }
         const int64_t top = t - (local_h - h) / 2, left = l - (local_w - w) / 2;
         (*tops)[i] = top > 0 ? top : 0;
         (*lefts)[i] = left > 0 ? left : 0;
     }
-    return DUET_OK;
+    duet_tensor_unmap_read(bbox, boxes);
+    return rc;
 }
 
 int duet__inpaint_valid_mask(duet_tensor *mask, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create_uninit(mask->ndim, mask->shape, out));
-    for (int64_t i = 0; i < mask->numel; i++) (*out)->data[i] = 1.0f - mask->data[i];
-    return DUET_OK;
+    /* on the host, in place on the CPU; the result on the mask's device */
+    const float *md = NULL;
+    float *vd = NULL;
+    DUET_TRY(duet_tensor_create_like(mask, out));
+    int rc = duet_tensor_map_read(mask, &md);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(*out, false, &vd);
+    for (int64_t i = 0; rc == DUET_OK && i < mask->numel; i++) vd[i] = 1.0f - md[i];
+    duet_tensor_unmap_read(mask, md);
+    int urc = duet_tensor_unmap_write(*out, vd);
+    if (rc == DUET_OK) rc = urc;
+    if (rc != DUET_OK) {
+        duet_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int duet__inpaint_check_metrics(const char *model, const char *const *metrics, int n) {

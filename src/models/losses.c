@@ -179,25 +179,36 @@ static int smgan_loss(const gan_loss *g, duet_tensor *pred, bool target_is_real,
     const float label = target_is_real ? g->real_label_val : g->fake_label_val;
     if (is_disc && !target_is_real) {
         /* The blurred mask is a constant target (.detach()). */
+        const float *md = NULL;
+        float *td = NULL;
         rc = duet_tensor_create_like(mask, &t);
-        if (rc == DUET_OK) {
-            gaussian_blur_71(t->data, mask->data, mask->shape[0] * mask->shape[1],
-                             mask->shape[2], mask->shape[3]);
-            rc = duet_mse_loss(in, t, 1.0f, out);
+        if (rc == DUET_OK) rc = duet_tensor_map_read(mask, &md); /* blurred on the host */
+        if (rc == DUET_OK) rc = duet_tensor_map_write(t, false, &td);
+        if (rc == DUET_OK)
+            gaussian_blur_71(td, md, mask->shape[0] * mask->shape[1], mask->shape[2],
+                             mask->shape[3]);
+        duet_tensor_unmap_read(mask, md);
+        if (t != NULL) {
+            int urc = duet_tensor_unmap_write(t, td);
+            if (rc == DUET_OK) rc = urc;
         }
+        if (rc == DUET_OK) rc = duet_mse_loss(in, t, 1.0f, out);
     } else if (is_disc) {
         rc = mse_to_const(in, label, 1.0f, out);
     } else {
         /* loss = (mse * mask / mask.mean()).mean() with mse a scalar: the
          * same as mse * mean(mask / mean(mask)), whose factor is a constant
          * (the mask takes no gradient here, as MMEditing's masks). */
+        const float *md = NULL; /* the sums in double on the host */
         rc = mse_to_const(in, label, 1.0f, &mse);
+        if (rc == DUET_OK) rc = duet_tensor_map_read(mask, &md);
         if (rc == DUET_OK) {
             double mm = 0.0;
-            for (int64_t i = 0; i < mask->numel; i++) mm += mask->data[i];
+            for (int64_t i = 0; i < mask->numel; i++) mm += md[i];
             const float mean = (float)(mm / (double)mask->numel);
             double f = 0.0;
-            for (int64_t i = 0; i < mask->numel; i++) f += mask->data[i] / mean;
+            for (int64_t i = 0; i < mask->numel; i++) f += md[i] / mean;
+            duet_tensor_unmap_read(mask, md);
             rc = duet_scale(mse, (float)(f / (double)mask->numel) * weight, out);
         }
     }
@@ -276,14 +287,26 @@ static int expand_mask(const duet_tensor *mask, const duet_tensor *g, duet_tenso
         return duet__error(DUET_ESHAPE, "GradientPenaltyLoss: mask %s must be (N, 1 or C, H, W) "
                            "for inputs %s", duet_shape_str(mask, sm, sizeof sm),
                            duet_shape_str(g, sg, sizeof sg));
-    DUET_TRY(duet_tensor_create(g->ndim, g->shape, out));
+    /* spread on the host (in place on the CPU), the result on g's device */
+    const float *md = NULL;
+    float *od = NULL;
+    DUET_TRY(duet_tensor_create_like(g, out));
     const int64_t n = g->shape[0], c = g->shape[1], hw = g->shape[2] * g->shape[3];
-    for (int64_t s = 0; s < n; s++)
+    int rc = duet_tensor_map_read(mask, &md);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(*out, false, &od);
+    for (int64_t s = 0; rc == DUET_OK && s < n; s++)
         for (int64_t ch = 0; ch < c; ch++)
-            memcpy((*out)->data + (s * c + ch) * hw,
-                   mask->data + (s * mask->shape[1] + (mask->shape[1] == 1 ? 0 : ch)) * hw,
+            memcpy(od + (s * c + ch) * hw,
+                   md + (s * mask->shape[1] + (mask->shape[1] == 1 ? 0 : ch)) * hw,
                    (size_t)hw * sizeof(float));
-    return DUET_OK;
+    duet_tensor_unmap_read(mask, md);
+    int urc = duet_tensor_unmap_write(*out, od);
+    if (rc == DUET_OK) rc = urc;
+    if (rc != DUET_OK) {
+        duet_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static int module_forward1(void *disc, duet_tensor *x, duet_tensor **out) {
@@ -309,27 +332,47 @@ int duet__gradient_penalty_fwd(duet__disc_fwd_fn disc_fwd, void *disc, duet_tens
                            duet_shape_str(fake, sf, sizeof sf));
     duet_tensor *interp = NULL, *score = NULL, *g = NULL, *m = NULL, *gm = NULL, *nrm = NULL,
                 *ones = NULL, *pen = NULL;
-    int rc = duet_tensor_create(real->ndim, real->shape, &interp);
+    /* alpha * real + (1 - alpha) * fake per sample, on the host (in place on
+     * the CPU), interp on real's device */
+    const float *rd = NULL, *fd = NULL;
+    float *id = NULL;
+    int rc = duet_tensor_create_like(real, &interp);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(real, &rd);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(fake, &fd);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(interp, false, &id);
     if (rc == DUET_OK) {
         const int64_t per = real->numel / real->shape[0];
         for (int64_t i = 0; i < real->numel; i++) {
             const float a = alpha[i / per];
-            interp->data[i] = a * real->data[i] + (1.0f - a) * fake->data[i];
+            id[i] = a * rd[i] + (1.0f - a) * fd[i];
         }
+    }
+    duet_tensor_unmap_read(real, rd);
+    duet_tensor_unmap_read(fake, fd);
+    if (interp != NULL) {
+        int urc = duet_tensor_unmap_write(interp, id);
+        if (rc == DUET_OK) rc = urc;
+    }
+    if (rc == DUET_OK) {
         interp->requires_grad = true;
         rc = disc_fwd(disc, interp, &score);
     }
     if (rc == DUET_OK) rc = duet_autograd_grad(1, &score, NULL, 1, &interp, true, &g);
     double mask_mean = 1.0;
     if (rc == DUET_OK && mask != NULL) {
+        const float *md = NULL;
         rc = expand_mask(mask, g, &m);
         if (rc == DUET_OK) rc = duet_mul(g, m, &gm);
-        double s = 0.0;
-        for (int64_t i = 0; i < mask->numel; i++) s += mask->data[i];
-        mask_mean = s / (double)mask->numel;
+        if (rc == DUET_OK) rc = duet_tensor_map_read(mask, &md);
+        if (rc == DUET_OK) {
+            double s = 0.0;
+            for (int64_t i = 0; i < mask->numel; i++) s += md[i];
+            mask_mean = s / (double)mask->numel;
+            duet_tensor_unmap_read(mask, md);
+        }
     }
     if (rc == DUET_OK) rc = duet_channel_norm(gm != NULL ? gm : g, &nrm);
-    if (rc == DUET_OK) rc = duet_tensor_create(nrm->ndim, nrm->shape, &ones);
+    if (rc == DUET_OK) rc = duet_tensor_create_like(nrm, &ones);
     if (rc == DUET_OK) rc = duet_tensor_fill(ones, 1.0f);
     if (rc == DUET_OK) rc = duet_mse_loss(nrm, ones, 1.0f, &pen);
     if (rc == DUET_OK) rc = duet_scale(pen, (float)(loss_weight / mask_mean), out);

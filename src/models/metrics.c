@@ -197,11 +197,14 @@ int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const due
             w = output->shape[3];
     size_t bytes = (size_t)(c * h * w);
     uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    const float *od = NULL, *gd = NULL; /* host views (copies of a device's tensors) */
     double sums[DUET_MAX_METRICS] = {0};
     int rc = a != NULL && b != NULL ? DUET_OK : duet__error(DUET_ENOMEM, "evaluate: out of memory");
+    if (rc == DUET_OK) rc = duet_tensor_map_read(output, &od);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(gt, &gd);
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
-        duet_tensor2img(a, output->data + i * c * h * w, c, h, w);
-        duet_tensor2img(b, gt->data + i * c * h * w, c, h, w);
+        duet_tensor2img(a, od + i * c * h * w, c, h, w);
+        duet_tensor2img(b, gd + i * c * h * w, c, h, w);
         for (int m = 0; m < cfg->nmetrics && rc == DUET_OK; m++) {
             double v = 0.0;
             if (strcasecmp(cfg->metrics[m], "PSNR") == 0)
@@ -213,6 +216,8 @@ int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const due
     }
     for (int m = 0; m < cfg->nmetrics && rc == DUET_OK; m++)
         rc = duet_log_vars_set(metrics, cfg->metrics[m], sums[m] / (double)n);
+    duet_tensor_unmap_read(output, od);
+    duet_tensor_unmap_read(gt, gd);
     free(a);
     free(b);
     return rc;
@@ -220,29 +225,33 @@ int duet_evaluate(const duet_test_cfg *cfg, const duet_tensor *output, const due
 
 /* ---- inpainting (OneStageInpaintor.forward_test) ------------------------------ */
 
-/* tensor2img(min_max=(-1, 1)) of sample i of t (N, C, H, W) into img. */
-static void signed_to_img(uint8_t *img, const duet_tensor *t, int64_t i, float *scratch) {
+/* tensor2img(min_max=(-1, 1)) of sample i of t (N, C, H, W), whose values
+ * td holds on the host, into img. */
+static void signed_to_img(uint8_t *img, const duet_tensor *t, const float *td, int64_t i,
+                          float *scratch) {
     const int64_t c = t->shape[1], h = t->shape[2], w = t->shape[3], k = c * h * w;
     for (int64_t j = 0; j < k; j++) {
-        const float v = t->data[i * k + j];
+        const float v = td[i * k + j];
         scratch[j] = ((v < -1.0f ? -1.0f : v > 1.0f ? 1.0f : v) + 1.0f) * 0.5f;
     }
     duet_tensor2img(img, scratch, c, h, w);
 }
 
 /* MMEditing's L1Evaluation on one sample: the L1 of res against gt in the
- * hole. */
-static int sample_l1(const duet_tensor *res, const duet_tensor *gt, const duet_tensor *mask,
-                     int64_t i, double *out) {
+ * hole, on the CPU from the host values rd, gd, md of res, gt and mask. */
+static int sample_l1(const duet_tensor *gt, const duet_tensor *mask, const float *rd,
+                     const float *gd, const float *md, int64_t i, double *out) {
     const int64_t c = gt->shape[1], h = gt->shape[2], w = gt->shape[3], mc = mask->shape[1];
     duet_tensor *r1 = NULL, *g1 = NULL, *m1 = NULL, *l = NULL;
-    int rc = duet_tensor_from_data(4, (int64_t[]){1, c, h, w}, res->data + i * c * h * w, &r1);
+    float v = 0.0f;
+    int rc = duet_tensor_from_data(4, (int64_t[]){1, c, h, w}, rd + i * c * h * w, &r1);
     if (rc == DUET_OK)
-        rc = duet_tensor_from_data(4, (int64_t[]){1, c, h, w}, gt->data + i * c * h * w, &g1);
+        rc = duet_tensor_from_data(4, (int64_t[]){1, c, h, w}, gd + i * c * h * w, &g1);
     if (rc == DUET_OK)
-        rc = duet_tensor_from_data(4, (int64_t[]){1, mc, h, w}, mask->data + i * mc * h * w, &m1);
+        rc = duet_tensor_from_data(4, (int64_t[]){1, mc, h, w}, md + i * mc * h * w, &m1);
     if (rc == DUET_OK) rc = duet_l1_loss_masked(r1, g1, m1, 1.0f, &l);
-    if (rc == DUET_OK) *out = l->data[0];
+    if (rc == DUET_OK) rc = duet_tensor_item(l, &v);
+    if (rc == DUET_OK) *out = v;
     duet_tensor *ts[4] = {r1, g1, m1, l};
     for (int t = 0; t < 4; t++) duet_tensor_release(ts[t]);
     return rc;
@@ -270,19 +279,28 @@ int duet_inpainting_evaluate(const char *const *metrics, int nmetrics, const due
                                       strcmp(metrics[j], "ssim") != 0))
             rc = duet__error(DUET_EINVAL, "inpainting metrics: '%s' (l1, psnr, ssim; at most "
                              "%d)", metrics[j], DUET_MAX_METRICS);
+    const float *rd = NULL, *id = NULL, *gd = NULL, *md = NULL; /* host views */
+    if (rc == DUET_OK) rc = duet_tensor_map_read(res, &rd);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(img, &id);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(gt, &gd);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(mask, &md);
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
-        signed_to_img(a, img, i, scratch);
-        signed_to_img(b, gt, i, scratch);
+        signed_to_img(a, img, id, i, scratch);
+        signed_to_img(b, gt, gd, i, scratch);
         for (int j = 0; j < nmetrics && rc == DUET_OK; j++) {
             double v = 0.0;
             if (strcmp(metrics[j], "psnr") == 0) rc = duet_psnr(a, b, h, w, c, 0, NULL, &v);
             else if (strcmp(metrics[j], "ssim") == 0) rc = duet_ssim(a, b, h, w, c, 0, NULL, &v);
-            else rc = sample_l1(res, gt, mask, i, &v);
+            else rc = sample_l1(gt, mask, rd, gd, md, i, &v);
             sums[j] += v;
         }
     }
     for (int j = 0; j < nmetrics && rc == DUET_OK; j++)
         rc = duet_log_vars_set(out, metrics[j], sums[j] / (double)n);
+    duet_tensor_unmap_read(res, rd);
+    duet_tensor_unmap_read(img, id);
+    duet_tensor_unmap_read(gt, gd);
+    duet_tensor_unmap_read(mask, md);
     free(a);
     free(b);
     free(scratch);

@@ -343,11 +343,21 @@ int duet_ema_update(duet_module *ema, duet_module *net, float momentum,
          * torch computes it; buffers and frozen parameters use the
          * non-trainable momentum (0: copied). */
         float mom = a->requires_grad ? momentum : momentum_nontrainable;
-        if (rc == DUET_OK && mom == 0.0f) /* a + (b - a) * 0 is a, NaN aside */
-            memcpy(b->data, a->data, sizeof(float) * (size_t)a->numel);
-        else
-            for (int64_t k = 0; rc == DUET_OK && k < a->numel; k++)
-                b->data[k] = a->data[k] + (b->data[k] - a->data[k]) * mom;
+        if (rc != DUET_OK) break;
+        if (mom == 0.0f) { /* a + (b - a) * 0 is a, NaN aside */
+            rc = duet_tensor_copy(b, a);
+            continue;
+        }
+        /* On the host: in place on the CPU, through copies on a device. */
+        const float *ad = NULL;
+        float *bd = NULL;
+        rc = duet_tensor_map_read(a, &ad);
+        if (rc == DUET_OK) rc = duet_tensor_map_write(b, true, &bd);
+        for (int64_t k = 0; rc == DUET_OK && k < a->numel; k++)
+            bd[k] = ad[k] + (bd[k] - ad[k]) * mom;
+        duet_tensor_unmap_read(a, ad);
+        int urc = duet_tensor_unmap_write(b, bd);
+        if (rc == DUET_OK) rc = urc;
     }
     duet_named_tensors_clear(&e);
     duet_named_tensors_clear(&n);

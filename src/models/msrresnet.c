@@ -78,7 +78,11 @@ int duet__resblock_nobn_create(int mid, float res_scale, duet_rng *rng, duet_mod
     }
     /* The block's own init_weights (scale 0.1) runs for res_scale == 1 only
      * (MSRResNet); another res_scale keeps PyTorch's default init (EDSR). */
-    if (res_scale == 1.0f) duet_default_init_weights(m, 0.1f, rng);
+    int irc = res_scale == 1.0f ? duet_default_init_weights(m, 0.1f, rng) : DUET_OK;
+    if (irc != DUET_OK) {
+        duet_module_destroy(m);
+        return irc;
+    }
     *out = m;
     return DUET_OK;
 }
@@ -118,7 +122,11 @@ int duet__pixel_shuffle_pack_create(int in_ch, int out_ch, int scale, int kernel
         return rc;
     }
     /* PixelShufflePack.init_weights: default_init_weights(self, 1). */
-    duet_default_init_weights(m, 1.0f, rng);
+    rc = duet_default_init_weights(m, 1.0f, rng);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
     *out = m;
     return DUET_OK;
 }
@@ -222,9 +230,14 @@ int duet_msrresnet_create(const duet_msrresnet_opts *opts, duet_rng *rng, duet_m
      * their own constructor (ResidualBlockNoBN, res_scale 1) and the
      * upsamplers keep PixelShufflePack's own init_weights, scale 1. */
     const char *scaled[3] = {"conv_first", "conv_hr", "conv_last"};
-    for (int i = 0; i < 3; i++) {
+    int irc = DUET_OK;
+    for (int i = 0; i < 3 && irc == DUET_OK; i++) {
         duet_module *c = duet_module_child(m, scaled[i]);
-        if (c != NULL) duet_default_init_weights(c, 0.1f, rng);
+        if (c != NULL) irc = duet_default_init_weights(c, 0.1f, rng);
+    }
+    if (irc != DUET_OK) {
+        duet_module_destroy(m);
+        return irc;
     }
     *out = m;
     return DUET_OK;

@@ -60,7 +60,11 @@ int duet_patch_discriminator_create(const duet_patch_discriminator_opts *opts, d
         duet_module_destroy(m);
         return rc;
     }
-    duet_generation_init_weights(m, o.init_gain, init_rng);
+    rc = duet_generation_init_weights(m, o.init_gain, init_rng);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
     *out = m;
     return DUET_OK;
 }

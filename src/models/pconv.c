@@ -37,15 +37,21 @@ static int mask_update(const pconv_impl *p, const duet_tensor *mask, duet_tensor
                   ow = (w + 2 * p->pad - p->k) / p->stride + 1;
     const int64_t oc = p->multi_channel ? p->out : 1;
     const float numel = (float)(c * p->k * p->k);
+    /* On the host (mapped: in place on the CPU, copies elsewhere): the
+     * window sums with their ratio have no op. The outputs live on the
+     * mask's device. */
+    const duet_device dev = duet_tensor_device(mask);
     duet_tensor *r = NULL, *u = NULL, *u1 = NULL;
-    int rc = duet_tensor_create4(n, p->out, oh, ow, &r);
-    if (rc == DUET_OK) rc = duet_tensor_create4(n, oc, oh, ow, &u);
-    if (rc == DUET_OK) rc = duet_tensor_create4(n, 1, oh, ow, &u1);
-    if (rc != DUET_OK) {
-        duet_tensor_release(r);
-        duet_tensor_release(u);
-        return rc;
-    }
+    const float *mk = NULL;
+    float *rd = NULL, *ud = NULL, *u1d = NULL;
+    int rc = duet_tensor_create_on(dev, 4, (int64_t[]){n, p->out, oh, ow}, &r);
+    if (rc == DUET_OK) rc = duet_tensor_create_on(dev, 4, (int64_t[]){n, oc, oh, ow}, &u);
+    if (rc == DUET_OK) rc = duet_tensor_create_on(dev, 4, (int64_t[]){n, 1, oh, ow}, &u1);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(mask, &mk);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(r, false, &rd);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(u, false, &ud);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(u1, false, &u1d);
+    if (rc != DUET_OK) goto done;
     for (int64_t b = 0; b < n; b++)
         for (int64_t y = 0; y < oh; y++)
             for (int64_t x = 0; x < ow; x++) {
@@ -57,16 +63,36 @@ static int mask_update(const pconv_impl *p, const duet_tensor *mask, duet_tensor
                         if (iy < 0 || iy >= h) continue;
                         for (int kx = 0; kx < p->k; kx++) {
                             const int64_t ix = x * p->stride - p->pad + kx;
-                            if (ix >= 0 && ix < w) s += mask->data[((b * c + ch) * h + iy) * w + ix];
+                            if (ix >= 0 && ix < w) s += mk[((b * c + ch) * h + iy) * w + ix];
                         }
                     }
                 const float up = fminf(fmaxf(s, 0.0f), 1.0f);
                 const float ra = numel / (s + p->eps) * up;
                 const int64_t at = y * ow + x;
-                u1->data[b * oh * ow + at] = up;
-                for (int64_t o = 0; o < p->out; o++) r->data[(b * p->out + o) * oh * ow + at] = ra;
-                for (int64_t o = 0; o < oc; o++) u->data[(b * oc + o) * oh * ow + at] = up;
+                u1d[b * oh * ow + at] = up;
+                for (int64_t o = 0; o < p->out; o++) rd[(b * p->out + o) * oh * ow + at] = ra;
+                for (int64_t o = 0; o < oc; o++) ud[(b * oc + o) * oh * ow + at] = up;
             }
+done:
+    duet_tensor_unmap_read(mask, mk);
+    if (r != NULL) {
+        int urc = duet_tensor_unmap_write(r, rd);
+        if (rc == DUET_OK) rc = urc;
+    }
+    if (u != NULL) {
+        int urc = duet_tensor_unmap_write(u, ud);
+        if (rc == DUET_OK) rc = urc;
+    }
+    if (u1 != NULL) {
+        int urc = duet_tensor_unmap_write(u1, u1d);
+        if (rc == DUET_OK) rc = urc;
+    }
+    if (rc != DUET_OK) {
+        duet_tensor_release(r);
+        duet_tensor_release(u);
+        duet_tensor_release(u1);
+        return rc;
+    }
     *ratio = r;
     *updated = u;
     *updated1 = u1;
@@ -95,10 +121,15 @@ int duet__pconv_forward(duet_module *self, duet_tensor *x, duet_tensor *mask, du
     if (p->multi_channel) {
         rc = duet_mul(x, mask, &xm);
     } else {
-        rc = duet_tensor_create_like(x, &full);
-        const int64_t hw = x->shape[2] * x->shape[3];
-        for (int64_t i = 0; rc == DUET_OK && i < x->numel; i++)
-            full->data[i] = mask->data[(i / (hw * p->in)) * hw + i % hw];
+        /* (N, 1, H, W) -> (N, in, H, W): the one channel repeated */
+        duet_tensor **copies = malloc((size_t)p->in * sizeof *copies);
+        if (copies == NULL) {
+            rc = duet__error(DUET_ENOMEM, "PartialConv2d: out of memory");
+        } else {
+            for (int i = 0; i < p->in; i++) copies[i] = mask;
+            rc = duet_concat_channels(p->in, copies, &full);
+            free(copies);
+        }
         if (rc == DUET_OK) rc = duet_mul(x, full, &xm);
     }
     if (rc == DUET_OK) rc = duet_conv2d(xm, w, NULL, p->stride, p->pad, &raw);
@@ -145,10 +176,14 @@ static const duet_module_type pconv_type = {"PartialConv2d", pconv_module_forwar
 /* mmcv's kaiming_init(mode='fan_out', distribution='normal') for a
  * ConvModule whose conv has no init_weights of its own: std = gain /
  * sqrt(O k k), gain sqrt(2 / (1 + a^2)); bias 0. */
-static void kaiming_fan_out(duet_tensor *w, float a, duet_rng *rng) {
+static int kaiming_fan_out(duet_tensor *w, float a, duet_rng *rng) {
     const double fan_out = (double)w->shape[0] * (double)w->shape[2] * (double)w->shape[3];
     const float std = (float)(sqrt(2.0 / (1.0 + (double)a * a)) / sqrt(fan_out));
-    for (int64_t i = 0; i < w->numel; i++) w->data[i] = std * duet_rng_normal(rng);
+    float *d = NULL;
+    int rc = duet_tensor_map_write(w, false, &d);
+    for (int64_t i = 0; rc == DUET_OK && i < w->numel; i++) d[i] = std * duet_rng_normal(rng);
+    if (rc == DUET_OK) rc = duet_tensor_unmap_write(w, d);
+    return rc;
 }
 
 static int pconv_create(int in, int out, int k, int stride, int pad, bool bias, float act_a,
@@ -161,18 +196,18 @@ static int pconv_create(int in, int out, int k, int stride, int pad, bool bias, 
     DUET_TRY(duet_module_create(&pconv_type, p, &m));
     duet_tensor *w = NULL, *b = NULL, *ones = NULL;
     int rc = duet_tensor_create4(out, in, k, k, &w);
-    if (rc == DUET_OK) {
-        kaiming_fan_out(w, act_a, rng);
-        rc = duet_module_add_param(m, "weight", w);
-    }
+    if (rc == DUET_OK) rc = kaiming_fan_out(w, act_a, rng);
+    if (rc == DUET_OK) rc = duet_module_add_param(m, "weight", w);
+    else duet_tensor_release(w);
     if (rc == DUET_OK && bias) {
         rc = duet_tensor_create(1, (int64_t[]){out}, &b); /* zeros */
         if (rc == DUET_OK) rc = duet_module_add_param(m, "bias", b);
     }
     if (rc == DUET_OK) rc = duet_tensor_create4(out, in, k, k, &ones);
     if (rc == DUET_OK) {
-        for (int64_t i = 0; i < ones->numel; i++) ones->data[i] = 1.0f;
-        rc = duet_module_add_buffer(m, "weight_mask_updater", ones, false);
+        rc = duet_tensor_fill(ones, 1.0f);
+        if (rc == DUET_OK) rc = duet_module_add_buffer(m, "weight_mask_updater", ones, false);
+        else duet_tensor_release(ones);
     }
     if (rc != DUET_OK) {
         duet_module_destroy(m);

@@ -28,19 +28,30 @@ static int neighbour_diff(duet_tensor *pred, const duet_tensor *mask, int dy, in
     const int64_t n = pred->shape[0], c = pred->shape[1], h = pred->shape[2], w = pred->shape[3];
     const int64_t mc = mask->shape[1];
     duet_tensor *flat = NULL, *k = NULL, *d = NULL, *m = NULL;
+    const float taps[4] = {1.0f, -1.0f, 0.0f, 0.0f}; /* (1 + dy) x (1 + dx) <= 2 x 2 */
+    const float *md = NULL;
+    float *sl = NULL;
     int rc = duet_reshape(pred, 4, (int64_t[]){n * c, 1, h, w}, &flat);
-    if (rc == DUET_OK) rc = duet_tensor_create4(1, 1, 1 + dy, 1 + dx, &k);
-    if (rc == DUET_OK) {
-        k->data[0] = 1.0f;
-        k->data[1] = -1.0f;
-        rc = duet_conv2d(flat, k, NULL, 1, 0, &d);
-    }
+    if (rc == DUET_OK)
+        rc = duet_tensor_from_host_on(duet_tensor_device(pred), 4,
+                                      (int64_t[]){1, 1, 1 + dy, 1 + dx}, taps, &k);
+    if (rc == DUET_OK) rc = duet_conv2d(flat, k, NULL, 1, 0, &d);
     if (rc == DUET_OK) rc = duet_reshape(d, 4, (int64_t[]){n, c, h - dy, w - dx}, diff);
-    if (rc == DUET_OK) rc = duet_tensor_create4(n, mc, h - dy, w - dx, &m);
+    /* the mask's slice, cut on the host (in place on the CPU) */
+    if (rc == DUET_OK)
+        rc = duet_tensor_create_on(duet_tensor_device(mask), 4,
+                                   (int64_t[]){n, mc, h - dy, w - dx}, &m);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(mask, &md);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(m, false, &sl);
     for (int64_t i = 0; rc == DUET_OK && i < n * mc; i++)
         for (int64_t y = 0; y < h - dy; y++)
-            memcpy(&m->data[(i * (h - dy) + y) * (w - dx)], &mask->data[(i * h + y) * w],
+            memcpy(&sl[(i * (h - dy) + y) * (w - dx)], &md[(i * h + y) * w],
                    (size_t)(w - dx) * sizeof(float));
+    duet_tensor_unmap_read(mask, md);
+    if (m != NULL) {
+        int urc = duet_tensor_unmap_write(m, sl);
+        if (rc == DUET_OK) rc = urc;
+    }
     duet_tensor_release(flat);
     duet_tensor_release(k);
     duet_tensor_release(d);
@@ -127,15 +138,23 @@ static int generate(duet_module *gen, duet_tensor *masked, duet_tensor *mask,
                            "(N, C, H, W) and (N, 1 or C, H, W)",
                            duet_shape_str(masked, sx, sizeof sx),
                            duet_shape_str(mask, sm, sizeof sm));
+    /* 1 - mask over masked's channels, on the host (in place on the CPU) */
     duet_tensor *valid = NULL;
+    const float *md = NULL;
+    float *vd = NULL;
     DUET_TRY(duet_tensor_create_like(masked, &valid));
     const int64_t hw = masked->shape[2] * masked->shape[3], c = masked->shape[1];
     const int64_t mc = mask->shape[1];
-    for (int64_t i = 0; i < valid->numel; i++) {
+    int rc = duet_tensor_map_read(mask, &md);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(valid, false, &vd);
+    for (int64_t i = 0; rc == DUET_OK && i < valid->numel; i++) {
         const int64_t n = i / (c * hw), ch = i / hw % c, p = i % hw;
-        valid->data[i] = 1.0f - mask->data[(n * mc + (mc == 1 ? 0 : ch)) * hw + p];
+        vd[i] = 1.0f - md[(n * mc + (mc == 1 ? 0 : ch)) * hw + p];
     }
-    int rc = duet_module_forward2(gen, masked, valid, fake_res);
+    duet_tensor_unmap_read(mask, md);
+    int urc = duet_tensor_unmap_write(valid, vd);
+    if (rc == DUET_OK) rc = urc;
+    if (rc == DUET_OK) rc = duet_module_forward2(gen, masked, valid, fake_res);
     duet_tensor_release(valid);
     return rc;
 }

@@ -67,8 +67,8 @@ static int discriminator_step(duet_model *m, duet_tensor *real_a, duet_tensor *r
     if (rc == DUET_OK) rc = duet_gan_loss(gan, fake_pred, false, true, &l_fake);
     if (rc == DUET_OK) rc = disc_on_pair(disc, real_a, real_b, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &l_real);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_d_fake", l_fake->data[0]);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_d_real", l_real->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_gan_d_fake", l_fake);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_gan_d_real", l_real);
     /* parse_losses sums the two, then loss_d *= 0.5. */
     if (rc == DUET_OK) rc = duet_add(l_fake, l_real, &sum);
     if (rc == DUET_OK) rc = duet_scale(sum, 0.5f, &loss);
@@ -92,10 +92,10 @@ static int generator_step(duet_model *m, duet_tensor *real_a, duet_tensor *real_
     const int from = log->count;
     int rc = disc_on_pair(disc, real_a, fake_b, &pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, pred, true, false, &l_gan);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gan_g", l_gan->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_gan_g", l_gan);
     if (rc == DUET_OK && pix != NULL) {
         rc = duet_module_forward2(pix, fake_b, real_b, &l_pix);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_pixel", l_pix->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_pixel", l_pix);
         if (rc == DUET_OK) rc = duet_add(l_gan, l_pix, &loss);
     } else if (rc == DUET_OK) {
         loss = duet_tensor_retain(l_gan);

@@ -126,7 +126,11 @@ int duet_resnet_generator_create(const duet_resnet_generator_opts *opts, duet_rn
         duet_module_destroy(m);
         return rc;
     }
-    duet_generation_init_weights(m, o.init_gain, init_rng);
+    rc = duet_generation_init_weights(m, o.init_gain, init_rng);
+    if (rc != DUET_OK) {
+        duet_module_destroy(m);
+        return rc;
+    }
     *out = m;
     return DUET_OK;
 }

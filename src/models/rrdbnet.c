@@ -93,8 +93,12 @@ static int rdb_create(duet_module **out, int mid, int growth, duet_rng *rng) {
     }
     /* ResidualDenseBlock.init_weights, run by its constructor:
      * default_init_weights(conv_i, 0.1) for each of the five convs. */
-    duet_default_init_weights(*out, 0.1f, rng);
-    return DUET_OK;
+    rc = duet_default_init_weights(*out, 0.1f, rng);
+    if (rc != DUET_OK) {
+        duet_module_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* ---- RRDB: rdb3(rdb2(rdb1(x))) * 0.2 + x ----------------------------------------- */
@@ -242,8 +246,13 @@ int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_modul
      * by 0.1 in their constructor. */
     const char *scaled[6] = {"conv_first", "conv_body", "conv_up1", "conv_up2", "conv_hr",
                              "conv_last"};
-    for (int i = 0; i < 6; i++)
-        duet_default_init_weights(duet_module_child(m, scaled[i]), 0.1f, rng);
+    int irc = DUET_OK;
+    for (int i = 0; i < 6 && irc == DUET_OK; i++)
+        irc = duet_default_init_weights(duet_module_child(m, scaled[i]), 0.1f, rng);
+    if (irc != DUET_OK) {
+        duet_module_destroy(m);
+        return irc;
+    }
     *out = m;
     return DUET_OK;
 }

@@ -57,10 +57,15 @@ static int add_loss(duet_tensor **total, duet_tensor *l) {
     return rc;
 }
 
-static double mean_of(const duet_tensor *t) {
+/* The mean of t's values in double, logged as MMEditing's logit means
+ * (read on the host: in place on the CPU). */
+static int log_mean(duet_log_vars *log, const char *name, const duet_tensor *t) {
+    const float *d = NULL;
+    DUET_TRY(duet_tensor_map_read(t, &d));
     double s = 0.0;
-    for (int64_t i = 0; i < t->numel; i++) s += t->data[i];
-    return s / (double)t->numel;
+    for (int64_t i = 0; i < t->numel; i++) s += d[i];
+    duet_tensor_unmap_read(t, d);
+    return duet_log_vars_set(log, name, s / (double)t->numel);
 }
 
 /* SRGAN's adversarial term: gan_loss(D(fake), real, is_disc false). */
@@ -89,7 +94,7 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     int rc = DUET_OK;
     if (pix != NULL) {
         rc = duet_module_forward2(pix, fake, gt, &l);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_pix", l->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_pix", l);
         if (rc == DUET_OK) rc = add_loss(&loss_g, l);
         else duet_tensor_release(l);
         l = NULL;
@@ -97,13 +102,13 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     if (rc == DUET_OK && percep != NULL) {
         rc = duet_perceptual_loss(percep, fake, gt, &l, &style);
         if (rc == DUET_OK && l != NULL) {
-            rc = duet_log_vars_set(log, "loss_perceptual", l->data[0]);
+            rc = duet__log_scalar(log, "loss_perceptual", l);
             if (rc == DUET_OK) rc = add_loss(&loss_g, l);
             else duet_tensor_release(l);
             l = NULL;
         }
         if (rc == DUET_OK && style != NULL) {
-            rc = duet_log_vars_set(log, "loss_style", style->data[0]);
+            rc = duet__log_scalar(log, "loss_style", style);
             if (rc == DUET_OK) rc = add_loss(&loss_g, style);
             else duet_tensor_release(style);
             style = NULL;
@@ -114,7 +119,7 @@ static int generator_step(duet_model *m, duet_tensor *fake, duet_tensor *gt,
     }
     if (rc == DUET_OK) rc = gan_term(m, fake, gt, &l);
     if (rc == DUET_OK) {
-        rc = duet_log_vars_set(log, "loss_gan", l->data[0]);
+        rc = duet__log_scalar(log, "loss_gan", l);
         if (rc == DUET_OK) rc = add_loss(&loss_g, l);
         else duet_tensor_release(l);
     }
@@ -145,7 +150,7 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
     bool sync_prev = duet__part_set_no_sync(disc, true);
     int rc = duet_module_forward(disc, gt, &real_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, real_pred, true, true, &loss);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_real", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_d_real", loss);
     if (rc == DUET_OK) {
         duet_optimizer_zero_grad(opt_d);
         rc = duet_backward(loss);
@@ -156,11 +161,11 @@ static int srgan_discriminator_step(duet_model *m, duet_tensor *fake, duet_tenso
     if (rc == DUET_OK) rc = duet_detach(fake, &fake_d);
     if (rc == DUET_OK) rc = duet_module_forward(disc, fake_d, &fake_pred);
     if (rc == DUET_OK) rc = duet_gan_loss(gan, fake_pred, false, true, &loss);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_d_fake", loss->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_d_fake", loss);
     if (rc == DUET_OK) rc = duet_backward(loss);
     if (rc == DUET_OK) rc = duet_optimizer_step(opt_d);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "real_logit_mean", mean_of(real_pred));
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, "fake_logit_mean", mean_of(fake_pred));
+    if (rc == DUET_OK) rc = log_mean(log, "real_logit_mean", real_pred);
+    if (rc == DUET_OK) rc = log_mean(log, "fake_logit_mean", fake_pred);
     duet_tensor_release(loss);
     duet_tensor_release(fake_d);
     duet_tensor_release(real_pred);

@@ -58,7 +58,7 @@ static int gen_input(const two_stage *p, duet_tensor *masked, duet_tensor *mask,
                      duet_tensor **x) {
     duet_tensor *ones = NULL;
     if (p->input_with_ones) {
-        DUET_TRY(duet_tensor_create(mask->ndim, mask->shape, &ones));
+        DUET_TRY(duet_tensor_create_like(mask, &ones));
         const int rc = duet_tensor_fill(ones, 1.0f);
         if (rc != DUET_OK) {
             duet_tensor_release(ones);
@@ -153,14 +153,14 @@ static int disc_half(duet_model *m, duet_tensor *img, duet_tensor *local, duet_t
         rc = duet_gan_loss(gan, preds[i], real, true, &terms[nterms]);
         snprintf(name, sizeof name, "%s%s", real ? "real_loss" : "fake_loss",
                  p->v1 ? v1_suffix[i] : "");
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, name, terms[nterms]->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, name, terms[nterms]);
         nterms++;
     }
     for (int i = 0; i < npred && rc == DUET_OK && shift != NULL; i++) {
         rc = duet_module_forward(shift, terms[i], &shifts[i]);
         if (rc == DUET_OK) rc = duet_scale(shifts[i], 0.5f, &terms[nterms]);
         snprintf(name, sizeof name, "loss_disc_shift%s", p->v1 ? v1_suffix[i] : "");
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, name, terms[nterms]->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, name, terms[nterms]);
         nterms++;
     }
     if (rc == DUET_OK) rc = sum_terms(terms, nterms, &total);
@@ -222,12 +222,12 @@ static int penalty_backward(duet_model *m, duet_tensor *gt, duet_tensor *fake_im
         child_fwd cg = {disc, "global_disc"}, cl = {disc, "local_disc"};
         rc = penalty(m, disc_child_forward, &cg, gt, fake_img, mask, &g);
         if (rc == DUET_OK) rc = penalty(m, disc_child_forward, &cl, gt_local, fake_local, NULL, &l);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gp_global", g->data[0]);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gp_local", l->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_gp_global", g);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_gp_local", l);
         if (rc == DUET_OK) rc = duet_add(g, l, &total);
     } else {
         rc = penalty(m, module_fwd, disc, gt, fake_img, mask, &g);
-        if (rc == DUET_OK) rc = duet_log_vars_set(log, "loss_gp", g->data[0]);
+        if (rc == DUET_OK) rc = duet__log_scalar(log, "loss_gp", g);
         if (rc == DUET_OK) total = duet_tensor_retain(g);
     }
     if (rc == DUET_OK) rc = duet__log_scalar(log, "loss", total);
@@ -288,7 +288,7 @@ static int stage_loss(duet_model *m, int s, duet_inpaint_loss_kind k, duet_tenso
     }
     char name[DUET_LOG_VAR_NAME_MAX];
     snprintf(name, sizeof name, "stage%d_%s", s + 1, what);
-    if (rc == DUET_OK) rc = duet_log_vars_set(log, name, (*out)->data[0]);
+    if (rc == DUET_OK) rc = duet__log_scalar(log, name, *out);
     duet_tensor *ts[] = {w, preds[0], preds[1], lg[0], lg[1]};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) duet_tensor_release(ts[i]);
     return rc;

@@ -17,18 +17,20 @@ static int need_one_input(const duet_module *m, int nin) {
 }
 
 /* Uniform in [-bound, bound), as torch's uniform_(-bound, bound). */
-static void fill_uniform(duet_tensor *t, float bound, duet_rng *rng) {
-    for (int64_t i = 0; i < t->numel; i++)
-        t->data[i] = -bound + 2.0f * bound * duet_rng_uniform(rng);
+static int fill_uniform(duet_tensor *t, float bound, duet_rng *rng) {
+    float *d = NULL;
+    DUET_TRY(duet_tensor_map_write(t, false, &d));
+    for (int64_t i = 0; i < t->numel; i++) d[i] = -bound + 2.0f * bound * duet_rng_uniform(rng);
+    return duet_tensor_unmap_write(t, d);
 }
 
 /* PyTorch's reset_parameters for Conv2d and Linear: kaiming_uniform_ with
  * a = sqrt(5) gives gain sqrt(2 / (1 + 5)) and bound gain * sqrt(3 / fan_in)
  * = 1 / sqrt(fan_in); the bias is uniform in +-1/sqrt(fan_in) too. */
-static void torch_default_init(duet_tensor *w, duet_tensor *b, int64_t fan_in, duet_rng *rng) {
+static int torch_default_init(duet_tensor *w, duet_tensor *b, int64_t fan_in, duet_rng *rng) {
     float bound = fan_in > 0 ? (float)(1.0 / sqrt((double)fan_in)) : 0.0f;
-    fill_uniform(w, bound, rng);
-    if (b != NULL) fill_uniform(b, bound, rng);
+    DUET_TRY(fill_uniform(w, bound, rng));
+    return b != NULL ? fill_uniform(b, bound, rng) : DUET_OK;
 }
 
 /* Gives m its "weight" of the given shape and, when bias, a "bias" of
@@ -39,8 +41,8 @@ static int add_weight_and_bias(duet_module **out, duet_module *m, int ndim, cons
     duet_tensor *w = NULL, *b = NULL;
     int rc = duet_tensor_create(ndim, shape, &w);
     if (rc == DUET_OK && bias) rc = duet_tensor_create(1, shape, &b);
+    if (rc == DUET_OK) rc = torch_default_init(w, b, fan_in, rng);
     if (rc == DUET_OK) {
-        torch_default_init(w, b, fan_in, rng);
         rc = duet_module_add_param(m, "weight", w);
         w = NULL;
         if (rc == DUET_OK && bias) {
@@ -64,13 +66,9 @@ static int add_filled(duet_module *m, const char *name, int ndim, const int64_t 
                       float bound, duet_rng *rng) {
     duet_tensor *t = NULL;
     int rc = duet_tensor_create(ndim, shape, &t);
-    if (rc == DUET_OK) {
-        if (rng != NULL)
-            fill_uniform(t, bound, rng);
-        else
-            duet_tensor_fill(t, v);
-        rc = duet_module_add_param(m, name, t);
-    }
+    if (rc == DUET_OK) rc = rng != NULL ? fill_uniform(t, bound, rng) : duet_tensor_fill(t, v);
+    if (rc == DUET_OK) rc = duet_module_add_param(m, name, t);
+    else duet_tensor_release(t);
     if (rc != DUET_OK) duet_module_destroy(m);
     return rc;
 }

@@ -336,6 +336,22 @@ int duet_module_state(duet_module *m, duet_named_tensors *out) {
     return collect_list(m, COLLECT_PARAMS | COLLECT_BUFFERS, false, out);
 }
 
+int duet_module_to_device(duet_module *m, duet_device dev) {
+    duet_named_tensors st;
+    DUET_TRY(duet_module_state(m, &st));
+    int rc = DUET_OK;
+    for (size_t i = 0; i < st.count && rc == DUET_OK; i++) {
+        rc = duet_tensor_move_to(st.items[i].tensor, dev);
+        if (rc != DUET_OK) {
+            char d[DUET_DEVICE_STR_MAX];
+            duet__error_context(rc, "%s: moving %s to %s", m->type->name, st.items[i].name,
+                                duet_device_str(dev, d, sizeof d));
+        }
+    }
+    duet_named_tensors_clear(&st);
+    return rc;
+}
+
 void duet_named_tensors_clear(duet_named_tensors *l) {
     if (l == NULL) return;
     for (size_t i = 0; i < l->count; i++) free(l->items[i].name);
@@ -399,8 +415,10 @@ int duet_module_save_state(duet_module *m, duet_st_writer *w, const char *prefix
         const duet_tensor *t = st.items[i].tensor;
         if (st.items[i].is_integer) {
             /* Counts are 0-dim int64 tensors in PyTorch state dicts. */
-            int64_t v = (int64_t)t->data[0];
-            rc = duet_st_writer_add_raw(w, key, "I64", 0, NULL, &v, sizeof v);
+            float f = 0.0f;
+            rc = duet_tensor_item(t, &f);
+            int64_t v = (int64_t)f;
+            if (rc == DUET_OK) rc = duet_st_writer_add_raw(w, key, "I64", 0, NULL, &v, sizeof v);
         } else {
             rc = duet_st_writer_add(w, key, t);
         }
@@ -440,21 +458,22 @@ static int read_count(const duet_st *st, const char *key, duet_tensor *dst) {
     if (strcmp(dtype, "I64") == 0 && nbytes == 8) {
         int64_t v;
         memcpy(&v, bytes, sizeof v);
-        dst->data[0] = (float)v;
-        return DUET_OK;
+        const float f = (float)v;
+        return duet_tensor_write_range(dst, 0, 1, &f);
     }
     if (strcmp(dtype, "I32") == 0 && nbytes == 4) {
         int32_t v;
         memcpy(&v, bytes, sizeof v);
-        dst->data[0] = (float)v;
-        return DUET_OK;
+        const float f = (float)v;
+        return duet_tensor_write_range(dst, 0, 1, &f);
     }
     /* Any other dtype: let the reader convert it. */
     duet_tensor *tmp = NULL;
+    float f = 0.0f;
     DUET_TRY(duet_st_get(st, key, &tmp));
-    dst->data[0] = tmp->data[0];
+    int rc = duet_tensor_read_range(tmp, 0, 1, &f);
     duet_tensor_release(tmp);
-    return DUET_OK;
+    return rc == DUET_OK ? duet_tensor_write_range(dst, 0, 1, &f) : rc;
 }
 
 static bool in_state(const duet_named_tensors *l, const char *name) {

@@ -149,7 +149,7 @@ static int adam_step(duet_optimizer *o) {
     for (size_t i = 0; i < o->n; i++) {
         /* PyTorch skips parameters whose .grad is None; a frozen parameter
          * (requires_grad false) gets no gradient there either. */
-        if (o->params[i]->grad == NULL || !o->params[i]->requires_grad) continue;
+        if (!duet_tensor_has_grad(o->params[i]) || !o->params[i]->requires_grad) continue;
         p[k] = o->params[i];
         m[k] = o->m1[i];
         v[k] = o->m2[i];
@@ -166,11 +166,17 @@ static int adam_step(duet_optimizer *o) {
 /* torch.optim.SGD for one tensor: grad += wd * p; with momentum the buffer
  * starts as a copy of the first gradient, then buf = momentum * buf +
  * (1 - dampening) * grad; Nesterov uses grad + momentum * buf; p -= lr * d. */
-static void sgd_update(duet_optimizer *o, size_t i) {
+static int sgd_update(duet_optimizer *o, size_t i) {
     const duet_sgd_opts *s = &o->sgd;
     duet_tensor *p = o->params[i];
-    float *x = p->data, *buf = o->m1[i]->data;
-    const float *g = p->grad;
+    /* On the host: in place on the CPU, through copies on a device (there
+     * is no SGD op; the GAN models all use Adam's). */
+    float *x = NULL, *buf = NULL;
+    const float *g = NULL;
+    int rc = duet_tensor_map_write(p, true, &x);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(o->m1[i], true, &buf);
+    if (rc == DUET_OK) rc = duet_tensor_grad_map_read(p, &g);
+    if (rc != DUET_OK) goto done;
     float wd = s->weight_decay, mom = s->momentum, damp = 1.0f - s->dampening, lr = o->lr;
     bool first = !o->has_buf[i];
     o->pstep[i]++;
@@ -183,6 +189,13 @@ static void sgd_update(duet_optimizer *o, size_t i) {
         x[j] = x[j] - lr * d;
     }
     if (mom != 0.0f) o->has_buf[i] = true;
+done:
+    duet_tensor_unmap_read(p, g);
+    int urc = duet_tensor_unmap_write(o->m1[i], buf);
+    if (rc == DUET_OK) rc = urc;
+    urc = duet_tensor_unmap_write(p, x);
+    if (rc == DUET_OK) rc = urc;
+    return rc;
 }
 
 int duet_optimizer_step(duet_optimizer *opt) {
@@ -193,8 +206,8 @@ int duet_optimizer_step(duet_optimizer *opt) {
             duet_tensor *p = opt->params[i];
             /* PyTorch skips parameters whose .grad is None; a frozen
              * parameter (requires_grad false) gets no gradient there either. */
-            if (p->grad == NULL || !p->requires_grad) continue;
-            sgd_update(opt, i);
+            if (!duet_tensor_has_grad(p) || !p->requires_grad) continue;
+            DUET_TRY(sgd_update(opt, i));
         }
     }
     opt->steps++;
@@ -318,7 +331,7 @@ static int read_scalar(const duet_st *st, const char *key, void *v) {
         rc = duet__error(DUET_EFORMAT, "state %s: expected one value, found %" PRId64, key,
                          t->numel);
     else
-        *(float *)v = t->data[0];
+        rc = duet_tensor_item(t, v);
     duet_tensor_release(t);
     return rc;
 }

@@ -41,15 +41,19 @@ static const duet_module_type sn_linear_type = {"Linear", sn_forward, free};
 
 /* n values of N(0, 1) from rng, scaled to unit length (F.normalize). */
 static int unit_normal(int64_t n, float eps, duet_rng *rng, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(1, (int64_t[]){n}, out));
+    float *d = malloc((size_t)n * sizeof *d);
+    if (d == NULL) return duet__error(DUET_ENOMEM, "spectral norm: out of memory for %lld values",
+                                      (long long)n);
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        (*out)->data[i] = duet_rng_normal(rng);
-        s += (double)(*out)->data[i] * (*out)->data[i];
+        d[i] = duet_rng_normal(rng);
+        s += (double)d[i] * d[i];
     }
     double norm = fmax(sqrt(s), (double)eps);
-    for (int64_t i = 0; i < n; i++) (*out)->data[i] = (float)((*out)->data[i] / norm);
-    return DUET_OK;
+    for (int64_t i = 0; i < n; i++) d[i] = (float)(d[i] / norm);
+    int rc = duet_tensor_from_data(1, (int64_t[]){n}, d, out);
+    free(d);
+    return rc;
 }
 
 /* The module of `type` that spectral_norm(plain) makes: plain's bias, its

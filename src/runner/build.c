@@ -356,6 +356,7 @@ int duet__run_build_loader(duet__run *r, duet_sampler_state start) {
     lo.shuffle = true;
     lo.prefetch = r->prefetch;
     lo.start = start;
+    if (r->wrapper != NULL) lo.device = duet_wrapper_device(r->wrapper);
     int rc = duet_loader_create(r->train_set, &lo, &r->loader);
     if (rc != DUET_OK) return duet__error_context(rc, "data.train");
     return DUET_OK;

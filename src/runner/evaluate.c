@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "runner/grid.h"
+#include "outputs/grid.h"
 #include "runner/runner_internal.h"
 
 int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name) {
@@ -40,9 +40,80 @@ static double metric(const duet_log_vars *lv, const char *name) {
  * Pix2Pix and CycleGAN save their pictures with tensor2img(min_max=(-1, 1)),
  * and so does duet. New tensor (x + 1) / 2. */
 int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(t->ndim, t->shape, out));
-    for (int64_t i = 0; i < t->numel; i++) (*out)->data[i] = (t->data[i] + 1.0f) * 0.5f;
-    return DUET_OK;
+    const float *td = NULL;
+    float *od = NULL;
+    DUET_TRY(duet_tensor_create_like(t, out));
+    int rc = duet_tensor_map_read(t, &td);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(*out, false, &od);
+    for (int64_t i = 0; rc == DUET_OK && i < t->numel; i++) od[i] = (td[i] + 1.0f) * 0.5f;
+    duet_tensor_unmap_read(t, td);
+    int urc = duet_tensor_unmap_write(*out, od);
+    if (rc == DUET_OK) rc = urc;
+    if (rc != DUET_OK) {
+        duet_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+duet_device duet__run_device(const duet__run *r) {
+    return r->wrapper != NULL ? duet_wrapper_device(r->wrapper) : r->eval_device;
+}
+
+/* t on the host: t itself (one more reference) on the CPU, else a copy. */
+static int to_host(duet_tensor *t, duet_tensor **out) {
+    if (duet_tensor_device(t).type == DUET_DEVICE_CPU) {
+        *out = duet_tensor_retain(t);
+        return DUET_OK;
+    }
+    return duet_tensor_to(t, duet_device_cpu(), out);
+}
+
+/* t on dev: t itself (one more reference) when it is there, else a copy. */
+static int to_device(duet_tensor *t, duet_device dev, duet_tensor **out) {
+    if (duet_device_equal(duet_tensor_device(t), dev)) {
+        *out = duet_tensor_retain(t);
+        return DUET_OK;
+    }
+    return duet_tensor_to(t, dev, out);
+}
+
+int duet__run_forward(duet__run *r, duet_tensor *x, duet_tensor **out) {
+    *out = NULL;
+    duet_tensor *xd = NULL, *y = NULL;
+    int rc = to_device(x, duet__run_device(r), &xd);
+    if (rc == DUET_OK) rc = duet_model_forward(r->model, xd, &y);
+    if (rc == DUET_OK) rc = to_host(y, out);
+    duet_tensor_release(xd);
+    duet_tensor_release(y);
+    return rc;
+}
+
+int duet__run_val_step(duet__run *r, const duet_batch *b, duet_val_output *vo) {
+    const duet_device dev = duet__run_device(r);
+    duet_batch local = *b; /* the tensors on dev; the metadata columns borrowed */
+    local.tensors = NULL;
+    local.ntensors = 0;
+    int rc = DUET_OK;
+    if (b->ntensors > 0) {
+        local.tensors = calloc(b->ntensors, sizeof *local.tensors);
+        if (local.tensors == NULL) rc = duet__error(DUET_ENOMEM, "val_step: out of memory");
+    }
+    for (size_t i = 0; i < b->ntensors && rc == DUET_OK; i++) {
+        local.tensors[i].name = b->tensors[i].name;
+        rc = to_device(b->tensors[i].tensor, dev, &local.tensors[i].tensor);
+        if (rc == DUET_OK) local.ntensors++;
+    }
+    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &local, vo);
+    if (rc == DUET_OK && vo->output != NULL) {
+        duet_tensor *h = NULL;
+        rc = to_host(vo->output, &h);
+        duet_tensor_release(vo->output);
+        vo->output = h;
+    }
+    for (size_t i = 0; i < local.ntensors; i++) duet_tensor_release(local.tensors[i].tensor);
+    free(local.tensors);
+    return rc;
 }
 
 /* Channels 0 and 2 of an (N, 3, H, W) tensor swapped in place when the
@@ -51,15 +122,19 @@ int duet__from_signed(const duet_tensor *t, duet_tensor **out) {
 void duet__to_rgb_for_png(const duet_batch *b, duet_tensor *t) {
     const char *order = duet_batch_meta_get(b, "channel_order", 0);
     if (order == NULL || strcmp(order, "bgr") != 0 || t->ndim != 4 || t->shape[1] != 3) return;
+    DUET_ASSERT(duet_tensor_device(t).type == DUET_DEVICE_CPU); /* pictures are the host's */
+    float *td = NULL;
+    (void)duet_tensor_map_write(t, true, &td); /* t's storage: cannot fail on the CPU */
     const int64_t plane = t->shape[2] * t->shape[3];
     for (int64_t n = 0; n < t->shape[0]; n++) {
-        float *p = t->data + n * 3 * plane;
+        float *p = td + n * 3 * plane;
         for (int64_t i = 0; i < plane; i++) {
             float v = p[i];
             p[i] = p[2 * plane + i];
             p[2 * plane + i] = v;
         }
     }
+    (void)duet_tensor_unmap_write(t, td); /* nothing to copy on the CPU */
 }
 
 /* The picture's row for data on [-1, 1]: translation's img_a | output |
@@ -111,19 +186,30 @@ static uint64_t memory_available(void) {
     return avail;
 }
 
-/* Peak bytes a forward over the top-left side x side crop of x allocates. */
+/* Peak bytes a forward over the top-left side x side crop of x (on the
+ * host) allocates. */
 static int probe_forward(duet__run *r, const duet_tensor *x, int64_t side, double *bytes) {
     const int64_t c = x->shape[x->ndim - 3], h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1];
     duet_tensor *crop = NULL, *y = NULL;
+    const float *xd = NULL;
+    float *cd = NULL;
     DUET_TRY(duet_tensor_create(4, (int64_t[]){1, c, side, side}, &crop));
-    for (int64_t k = 0; k < c; k++)
+    int rc = duet_tensor_map_read(x, &xd);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(crop, false, &cd);
+    for (int64_t k = 0; rc == DUET_OK && k < c; k++)
         for (int64_t i = 0; i < side; i++)
-            memcpy(crop->data + (k * side + i) * side, x->data + (k * h + i) * w,
-                   (size_t)side * sizeof(float));
+            memcpy(cd + (k * side + i) * side, xd + (k * h + i) * w, (size_t)side * sizeof(float));
+    duet_tensor_unmap_read(x, xd);
+    int urc = duet_tensor_unmap_write(crop, cd);
+    if (rc == DUET_OK) rc = urc;
+    if (rc != DUET_OK) {
+        duet_tensor_release(crop);
+        return rc;
+    }
     size_t base = 0, peak = 0, live = 0;
     duet_alloc_reset_peak();
     duet_alloc_stats(&base, &peak); /* live before the forward, the crop included */
-    int rc = duet_model_forward(r->model, crop, &y);
+    rc = duet_model_forward(r->model, crop, &y);
     duet_alloc_stats(&live, &peak);
     duet_tensor_release(y);
     duet_tensor_release(crop);
@@ -138,6 +224,8 @@ static int probe_forward(duet__run *r, const duet_tensor *x, int64_t side, doubl
 int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *path) {
     const int64_t h = x->shape[x->ndim - 2], w = x->shape[x->ndim - 1], s1 = 32, s2 = 64;
     if (h * w <= PROBE_ABOVE_PIXELS) return DUET_OK;
+    /* The estimate is of host memory: a model on a device is not probed. */
+    if (duet__run_device(r).type != DUET_DEVICE_CPU) return DUET_OK;
     double b1 = 0, b2 = 0;
     DUET_TRY(probe_forward(r, x, s1, &b1));
     DUET_TRY(probe_forward(r, x, s2, &b2));
@@ -187,7 +275,7 @@ static int eval_one(duet__run *r, int64_t index, const char *out_dir, bool bicub
     /* The test direction's real A (the input) and real B (the target):
      * MMEditing's real_a / real_b, img_b and img_a under b2a. */
     const duet_tensor *real_a = r->eval_b2a ? img_b : img_a, *real_b = r->eval_b2a ? img_a : img_b;
-    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &batch, &vo);
+    if (rc == DUET_OK) rc = duet__run_val_step(r, &batch, &vo);
     if (rc == DUET_OK && translation && tc->nmetrics > 0)
         rc = translation_metrics(tc, vo.output, real_b, &vo.metrics);
     if (rc == DUET_OK) {

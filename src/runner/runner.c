@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "runner/runner_ckpt.h"
-#include "runner/registry_data.h"
+#include "registry/registry_data.h"
 #include "runner/runner_internal.h"
 
 duet_runner_opts duet_runner_opts_default(void) {
@@ -38,25 +38,6 @@ duet_runner_opts duet_runner_opts_default(void) {
     memset(&o, 0, sizeof o);
     o.tile_pad = -1; /* infer --tile: the measured receptive radius */
     return o;
-}
-
-int duet__mkdirs(const char *path) {
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return duet__error(DUET_EINVAL, "bad folder name '%s'", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0') continue;
-        char c = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return duet__error(DUET_EIO, "cannot create folder %s: %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return duet__error(DUET_EIO, "%s exists and is not a folder", path);
-    return DUET_OK;
 }
 
 /* ---- errors across ranks ---------------------------------------------------- */
@@ -118,7 +99,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
     duet_comm_set_name(r->comm, "runner");
-    DUET_TRY(duet__run_load_config(o->config, r->rank == 0 && !o->quiet, &r->cfg));
+    DUET_TRY(duet__load_config_any(o->config, r->rank == 0 && !o->quiet, &r->cfg));
     r->read_files[0] = o->config;
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
@@ -178,6 +159,18 @@ static int build_eval_model(duet__run *r, const char *ckpt) {
     free(converted);
     DUET_TRY(rc);
     duet_module_train(duet_model_module(r->model), false);
+    /* As training places it (the wrapper's device kind at the local rank):
+     * DUET_DEVICE, else the CPU. */
+    DUET_TRY(duet_wrapper_local_device(duet_wrapper_opts_default().device, r->comm,
+                                       &r->eval_device));
+    if (r->eval_device.type != DUET_DEVICE_CPU) {
+        char d[DUET_DEVICE_STR_MAX];
+        rc = duet_device_check(r->eval_device);
+        if (rc == DUET_OK) rc = duet_module_to_device(duet_model_module(r->model), r->eval_device);
+        if (rc != DUET_OK)
+            return duet__error_context(rc, "the model to %s",
+                                       duet_device_str(r->eval_device, d, sizeof d));
+    }
     return DUET_OK;
 }
 
@@ -324,10 +317,9 @@ static int setup_train(duet__run *r, const duet_runner_opts *o) {
         r->model = NULL;
         DUET_TRY(duet_build_wrapper(r->cfg, "wrapper", model, r->comm, &r->wrapper));
     } else {
-        duet_wrapper_opts wo = duet_wrapper_opts_default();
-        const char *devices[] = {"cpu"};
+        duet_wrapper_opts wo = duet_wrapper_opts_default(); /* DUET_DEVICE's kind, or the CPU */
         r->model = NULL;
-        DUET_TRY(duet_wrapper_create(model, r->comm, devices, 1, &wo, &r->wrapper));
+        DUET_TRY(duet_wrapper_create(model, r->comm, NULL, 0, &wo, &r->wrapper));
     }
     r->model = duet_wrapper_model(r->wrapper);
     /* The DDP took rank 0's generator: so does its copy (a resume loads it). */
@@ -440,9 +432,15 @@ static uint64_t buffers_hash(duet__run *r) {
     uint64_t h = 1469598103934665603ULL;
     if (duet_module_named_buffers(duet_model_module(r->model), &l) != DUET_OK) return 0;
     for (size_t i = 0; i < l.count; i++) {
-        const unsigned char *b = (const unsigned char *)l.items[i].tensor->data;
+        const float *v = NULL; /* read on the host (a copy off a device) */
+        if (duet_tensor_map_read(l.items[i].tensor, &v) != DUET_OK) {
+            h = 0;
+            break;
+        }
+        const unsigned char *b = (const unsigned char *)v;
         for (size_t k = 0; k < sizeof(float) * (size_t)l.items[i].tensor->numel; k++)
             h = (h ^ b[k]) * 1099511628211ULL;
+        duet_tensor_unmap_read(l.items[i].tensor, v);
     }
     duet_named_tensors_clear(&l);
     return h;
@@ -968,7 +966,7 @@ static int translate(duet__run *r, duet_tensor *x, duet_tensor **y) {
     duet_val_output vo = {0};
     int rc = duet_batch_add_tensor(&b, "img_a", x);
     if (rc == DUET_OK) rc = duet_batch_add_tensor(&b, "img_b", x);
-    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &b, &vo);
+    if (rc == DUET_OK) rc = duet__run_val_step(r, &b, &vo);
     if (rc == DUET_OK) *y = duet_tensor_retain(vo.output);
     duet_val_output_clear(&vo);
     duet_batch_clear(&b);
@@ -983,7 +981,7 @@ static int inpaint(duet__run *r, const char *path, const char *mask, const char 
     duet_tensor *shown = NULL;
     int rc = duet__inpainting_infer_input(r->cfg, path, mask, r->max_pixels, &b);
     bool prev = duet_set_grad_enabled(false);
-    if (rc == DUET_OK) rc = duet_model_val_step(r->model, &b, &vo);
+    if (rc == DUET_OK) rc = duet__run_val_step(r, &b, &vo);
     duet_set_grad_enabled(prev);
     if (rc == DUET_OK) rc = duet__from_signed(vo.output, &shown);
     if (rc == DUET_OK) duet__to_rgb_for_png(&b, shown);
@@ -1022,7 +1020,7 @@ static int infer_one(duet__run *r, const char *path, const char *out_dir) {
     else if (rc == DUET_OK && !translation)
         rc = duet__check_forward_memory(r, x, path);
     if (rc == DUET_OK && y == NULL)
-        rc = translation ? translate(r, x, &y) : duet_model_forward(r->model, x, &y);
+        rc = translation ? translate(r, x, &y) : duet__run_forward(r, x, &y);
     duet_set_grad_enabled(prev);
     if (rc == DUET_OK && translation) rc = duet__from_signed(y, &shown);
     if (rc == DUET_OK) rc = duet__save_tensor_png(shown != NULL ? shown : y, out_dir, path);
@@ -1163,4 +1161,9 @@ int duet_runner_infer(const duet_runner_opts *o) {
                  o->out_dir);
     close_run(&r);
     return rc;
+}
+
+int duet_runner_plot(const char *work_dir, const char *out_png, const char *const *keys,
+                     size_t nkeys, FILE *report) {
+    return duet__plot(work_dir, out_png, keys, nkeys, report);
 }

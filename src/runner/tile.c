@@ -23,17 +23,29 @@
 #include <string.h>
 #include <unistd.h>
 
-/* x's rows [y0, y1) and columns [x0, x1) as a new (1, C, h, w) tensor. */
+/* x's rows [y0, y1) and columns [x0, x1) as a new (1, C, h, w) tensor on
+ * the host (x is the host's image). */
 static int crop(const duet_tensor *x, int64_t y0, int64_t y1, int64_t x0, int64_t x1,
                 duet_tensor **out) {
     const int64_t c = x->shape[1], h = x->shape[2], w = x->shape[3];
     const int64_t th = y1 - y0, tw = x1 - x0;
+    const float *xd = NULL;
+    float *od = NULL;
     DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){1, c, th, tw}, out));
-    for (int64_t k = 0; k < c; k++)
+    int rc = duet_tensor_map_read(x, &xd);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(*out, false, &od);
+    for (int64_t k = 0; rc == DUET_OK && k < c; k++)
         for (int64_t i = 0; i < th; i++)
-            memcpy((*out)->data + (k * th + i) * tw, x->data + (k * h + y0 + i) * w + x0,
+            memcpy(od + (k * th + i) * tw, xd + (k * h + y0 + i) * w + x0,
                    (size_t)tw * sizeof(float));
-    return DUET_OK;
+    duet_tensor_unmap_read(x, xd);
+    int urc = duet_tensor_unmap_write(*out, od);
+    if (rc == DUET_OK) rc = urc;
+    if (rc != DUET_OK) {
+        duet_tensor_release(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 /* The generator's receptive radius in input pixels, measured: the output of
@@ -43,13 +55,19 @@ static int crop(const duet_tensor *x, int64_t y0, int64_t y1, int64_t x0, int64_
 static int receptive_radius(duet__run *r, int64_t c, int64_t limit, int64_t *radius) {
     const int64_t side = 2 * limit + 1;
     duet_tensor *a = NULL, *b = NULL, *ya = NULL, *yb = NULL;
+    const float *ad = NULL, *bd = NULL; /* the outputs, on the host */
+    float *impulse = NULL;
     int rc = duet_tensor_create(4, (int64_t[]){1, c, side, side}, &a);
     if (rc == DUET_OK) rc = duet_tensor_create(4, (int64_t[]){1, c, side, side}, &b);
+    if (rc == DUET_OK) rc = duet_tensor_map_write(b, true, &impulse);
     if (rc == DUET_OK) {
-        for (int64_t k = 0; k < c; k++) b->data[(k * side + limit) * side + limit] = 1.0f;
-        rc = duet_model_forward(r->model, a, &ya);
+        for (int64_t k = 0; k < c; k++) impulse[(k * side + limit) * side + limit] = 1.0f;
+        rc = duet_tensor_unmap_write(b, impulse);
     }
-    if (rc == DUET_OK) rc = duet_model_forward(r->model, b, &yb);
+    if (rc == DUET_OK) rc = duet__run_forward(r, a, &ya);
+    if (rc == DUET_OK) rc = duet__run_forward(r, b, &yb);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(ya, &ad);
+    if (rc == DUET_OK) rc = duet_tensor_map_read(yb, &bd);
     int64_t far = 0;
     if (rc == DUET_OK) {
         const int64_t oh = ya->shape[2], ow = ya->shape[3], s = oh / side;
@@ -57,7 +75,7 @@ static int receptive_radius(duet__run *r, int64_t c, int64_t limit, int64_t *rad
             for (int64_t i = 0; i < oh; i++)
                 for (int64_t j = 0; j < ow; j++) {
                     int64_t n = (k * oh + i) * ow + j;
-                    if (ya->data[n] == yb->data[n]) continue;
+                    if (ad[n] == bd[n]) continue;
                     int64_t di = llabs(i / (s > 0 ? s : 1) - limit);
                     int64_t dj = llabs(j / (s > 0 ? s : 1) - limit);
                     int64_t d = di > dj ? di : dj;
@@ -65,6 +83,8 @@ static int receptive_radius(duet__run *r, int64_t c, int64_t limit, int64_t *rad
                 }
     }
     *radius = far;
+    if (ya != NULL) duet_tensor_unmap_read(ya, ad);
+    if (yb != NULL) duet_tensor_unmap_read(yb, bd);
     duet_tensor_release(a);
     duet_tensor_release(b);
     duet_tensor_release(ya);
@@ -118,7 +138,7 @@ int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
             const int64_t px0 = x0 - pad > 0 ? x0 - pad : 0, px1 = x1 + pad < w ? x1 + pad : w;
             duet_tensor *t = NULL, *ty = NULL;
             rc = crop(x, py0, py1, px0, px1, &t);
-            if (rc == DUET_OK) rc = duet_model_forward(r->model, t, &ty);
+            if (rc == DUET_OK) rc = duet__run_forward(r, t, &ty);
             if (rc == DUET_OK) {
                 const int64_t th = py1 - py0, tw = px1 - px0;
                 const int64_t s = ty->shape[2] / th;
@@ -132,15 +152,21 @@ int duet__tiled_forward(duet__run *r, duet_tensor *x, int64_t tile, int64_t pad,
                     rc = duet_tensor_create_uninit(4, (int64_t[]){1, ty->shape[1], h * s, w * s},
                                                    &y);
                 }
-                if (rc == DUET_OK) { /* the tile's own block of the output */
+                if (rc == DUET_OK) { /* the tile's own block of the output, on the host */
                     const int64_t oc = ty->shape[1], oh = ty->shape[2], ow = ty->shape[3];
                     const int64_t H = h * s, W = w * s, bh = (y1 - y0) * s, bw = (x1 - x0) * s;
                     const int64_t oy = (y0 - py0) * s, ox = (x0 - px0) * s;
-                    for (int64_t k = 0; k < oc; k++)
+                    const float *td = NULL;
+                    float *yd = NULL;
+                    rc = duet_tensor_map_read(ty, &td);
+                    if (rc == DUET_OK) rc = duet_tensor_map_write(y, true, &yd);
+                    for (int64_t k = 0; rc == DUET_OK && k < oc; k++)
                         for (int64_t i = 0; i < bh; i++)
-                            memcpy(y->data + (k * H + y0 * s + i) * W + x0 * s,
-                                   ty->data + (k * oh + oy + i) * ow + ox,
-                                   (size_t)bw * sizeof(float));
+                            memcpy(yd + (k * H + y0 * s + i) * W + x0 * s,
+                                   td + (k * oh + oy + i) * ow + ox, (size_t)bw * sizeof(float));
+                    duet_tensor_unmap_read(ty, td);
+                    int urc = duet_tensor_unmap_write(y, yd);
+                    if (rc == DUET_OK) rc = urc;
                 }
             }
             duet_tensor_release(t);

@@ -4,12 +4,16 @@
  * train_step / val_step delegated to the model. Also the plain
  * DistributedDataParallel around a whole model, for contrast. */
 #include "duet/wrapper.h"
+#include "duet/comm.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct duet_wrapper {
     duet_model *model;
     duet_comm *comm;
+    duet_device device;  /* this process's one device: parameters, buffers, inputs */
     duet_wrapper_opts opts;
     size_t nddps;
     char **names;        /* owned */
@@ -24,12 +28,59 @@ duet_wrapper_opts duet_wrapper_opts_default(void) {
                                .bucket_cap_mb = 0.0,
                                .comm_hook = DUET_DDP_HOOK_ALLREDUCE,
                                .sync_bn = false,
-                               .trace_path = NULL};
+                               .trace_path = NULL,
+                               .device = getenv("DUET_DEVICE")};
 }
 
-/* MMEditing asserts len(device_ids) == 1: one process per device. */
-static int check_devices(const char *const *ids, size_t n) {
-    if (n != 1) {
+/* This process's rank among the ranks of its node: what the launcher says
+ * (Open MPI, MPICH/Hydra, Slurm), else rank mod the ranks on this node
+ * (ranks placed node by node). Collective over comm in the second case. */
+static int local_rank(duet_comm *comm, int *out) {
+    const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v == NULL || *v == '\0') continue;
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(v, &end, 10);
+        if (errno == 0 && *end == '\0' && n >= 0 && n < 1 << 20) {
+            *out = (int)n;
+            return DUET_OK;
+        }
+    }
+    int local = 1;
+    DUET_TRY(duet_comm_local_size(comm, &local));
+    *out = duet_comm_rank(comm) % (local > 0 ? local : 1);
+    return DUET_OK;
+}
+
+int duet_wrapper_local_device(const char *kind, duet_comm *comm, duet_device *out) {
+    *out = duet_device_cpu();
+    if (kind == NULL || kind[0] == '\0') return DUET_OK;
+    duet_device d;
+    int rc = duet_device_parse(kind, &d);
+    if (rc != DUET_OK || strchr(kind, ':') != NULL)
+        return duet__error(DUET_EINVAL, "device kind '%s' (wrapper.device, DUET_DEVICE): "
+                           "write cpu, cuda or sim (the index is the local rank)", kind);
+    if (d.type != DUET_DEVICE_CPU) {
+        int lr = 0;
+        DUET_TRY(local_rank(comm, &lr));
+        d.index = lr;
+        if (d.type == DUET_DEVICE_CUDA && duet_cuda_device_count() > 0)
+            d.index = lr % duet_cuda_device_count();
+    }
+    *out = d;
+    return DUET_OK;
+}
+
+/* MMEditing asserts len(device_ids) == 1: one process per device. No
+ * device_ids (n 0): opts' device kind at the local rank. */
+static int resolve_device(const char *const *ids, size_t n, const duet_wrapper_opts *o,
+                          duet_comm *comm, duet_device *out) {
+    *out = duet_device_cpu();
+    if (n == 0) {
+        DUET_TRY(duet_wrapper_local_device(o->device, comm, out));
+    } else if (n != 1) {
         duet__str list = {0};
         for (size_t i = 0; i < n; i++)
             duet__str_add_item(&list, ", ", "'%s'", ids[i] != NULL ? ids[i] : "(null)");
@@ -39,12 +90,21 @@ static int check_devices(const char *const *ids, size_t n) {
                              "process per device (mpiexec -n <devices>)", n, duet__str_get(&list));
         duet__str_free(&list);
         return rc;
+    } else {
+        /* "0" and "cpu:0" stay the CPU, as device ids were read before
+         * devices existed. */
+        const char *id = ids[0] != NULL ? ids[0] : "";
+        if (strcmp(id, "0") != 0 && strcmp(id, "cpu:0") != 0) {
+            int rc = duet_device_parse(id, out);
+            if (rc != DUET_OK)
+                return duet__error_context(rc, "DistributedDataParallelWrapper: device_ids");
+        }
     }
-    const char *id = ids[0] != NULL ? ids[0] : "";
-    if (strcmp(id, "cpu") != 0 && strcmp(id, "0") != 0 && strcmp(id, "cpu:0") != 0)
-        return duet__error(DUET_EUNSUPPORTED,
-                           "DistributedDataParallelWrapper: device '%s' is not available; this "
-                           "build runs on the CPU (device id \"cpu\" or \"0\")", id);
+    char d[DUET_DEVICE_STR_MAX];
+    int rc = duet_device_check(*out);
+    if (rc != DUET_OK)
+        return duet__error_context(rc, "DistributedDataParallelWrapper: device %s",
+                                   duet_device_str(*out, d, sizeof d));
     return DUET_OK;
 }
 
@@ -146,7 +206,8 @@ int duet_wrapper_create(duet_model *model, duet_comm *comm, const char *const *d
     *out = NULL;
     DUET_ASSERT(model != NULL);
     duet_wrapper_opts o = opts != NULL ? *opts : duet_wrapper_opts_default();
-    int rc = comm != NULL ? check_devices(device_ids, ndevices)
+    duet_device dev = duet_device_cpu();
+    int rc = comm != NULL ? resolve_device(device_ids, ndevices, &o, comm, &dev)
                           : duet__error(DUET_EINVAL, "wrapper: no process group (comm is NULL)");
     if (rc == DUET_OK && o.dim != 0)
         rc = duet__error(DUET_EUNSUPPORTED, "wrapper: scatter along dim %d; only dim 0 (the "
@@ -163,7 +224,13 @@ int duet_wrapper_create(duet_model *model, duet_comm *comm, const char *const *d
     w->model = model;
     w->comm = comm;
     w->opts = o;
-    rc = o.kind == DUET_WRAPPER_WHOLE_MODEL ? wrap_whole(w) : wrap_parts(w);
+    w->opts.device = NULL; /* borrowed: not kept past create */
+    w->device = dev;
+    /* MMEditing's model.cuda() before the wrapper: every part (the trainable
+     * ones, the losses, an EMA copy) moves to the process's device. */
+    rc = duet_module_to_device(duet_model_module(model), dev);
+    if (rc != DUET_OK) duet__error_context(rc, "DistributedDataParallelWrapper");
+    if (rc == DUET_OK) rc = o.kind == DUET_WRAPPER_WHOLE_MODEL ? wrap_whole(w) : wrap_parts(w);
     /* Not kept past create (the DDPs have their own copies); cleared only
      * now: wrapping reads it (it was cleared before, and no trace was ever
      * written). */
@@ -187,6 +254,7 @@ void duet_wrapper_destroy(duet_wrapper *w) {
 }
 
 duet_model *duet_wrapper_model(duet_wrapper *w) { return w->model; }
+duet_device duet_wrapper_device(const duet_wrapper *w) { return w->device; }
 size_t duet_wrapper_num_ddps(const duet_wrapper *w) { return w->nddps; }
 
 const char *duet_wrapper_ddp_name(const duet_wrapper *w, size_t i) {
@@ -199,11 +267,18 @@ duet_module *duet_wrapper_ddp(duet_wrapper *w, size_t i) {
 
 /* ---- scatter -------------------------------------------------------------------- */
 
-/* The batch on this process's device. On the CPU the data are already
- * there: each tensor becomes a view of the same floats, and the metadata
- * columns are the caller's, untouched (borrowed: release with
- * scatter_release, never duet_batch_clear). */
-static int scatter(duet_batch *out, const duet_batch *in) {
+/* t on dev: a view of t when it is there already (the loader copied it),
+ * else one copy. */
+static int to_device(duet_tensor *t, duet_device dev, duet_tensor **out) {
+    if (duet_device_equal(duet_tensor_device(t), dev)) return duet_tensor_view(t, t->ndim, t->shape, out);
+    return duet_tensor_to(t, dev, out);
+}
+
+/* The batch on this process's device. Tensors there already (on the CPU,
+ * or copied by the loader) become views of the same floats, others are
+ * copied; the metadata columns are the caller's, untouched (borrowed:
+ * release with scatter_release, never duet_batch_clear). */
+static int scatter(duet_batch *out, const duet_batch *in, duet_device dev) {
     *out = *in;
     out->tensors = NULL;
     out->ntensors = 0;
@@ -212,7 +287,7 @@ static int scatter(duet_batch *out, const duet_batch *in) {
     if (out->tensors == NULL) return duet__error(DUET_ENOMEM, "wrapper: scatter: out of memory");
     for (size_t i = 0; i < in->ntensors; i++) {
         duet_tensor *t = in->tensors[i].tensor, *v = NULL;
-        int rc = duet_tensor_view(t, t->ndim, t->shape, &v);
+        int rc = to_device(t, dev, &v);
         if (rc != DUET_OK) return rc;
         out->tensors[i].name = in->tensors[i].name;
         out->tensors[i].tensor = v;
@@ -229,7 +304,7 @@ static void scatter_release(duet_batch *b) {
 int duet_wrapper_forward(duet_wrapper *w, duet_tensor *lq, duet_tensor **out) {
     *out = NULL;
     duet_tensor *v = NULL;
-    DUET_TRY(duet_tensor_view(lq, lq->ndim, lq->shape, &v));
+    DUET_TRY(to_device(lq, w->device, &v));
     int rc;
     if (w->opts.kind == DUET_WRAPPER_WHOLE_MODEL)
         rc = duet_module_forward(w->ddps[0], v, out); /* arms the DDP in grad mode */
@@ -243,7 +318,7 @@ int duet_wrapper_train_step(duet_wrapper *w, const duet_batch *batch, duet_optim
                             duet_log_vars *log) {
     duet_log_vars_clear(log);
     duet_batch local;
-    int rc = scatter(&local, batch);
+    int rc = scatter(&local, batch, w->device);
     /* One DDP around the model sees the whole train_step as its forward
      * (MMCV's MMDistributedDataParallel.train_step): armed once, it then
      * waits in vain for the discriminator's gradients in the generator step. */
@@ -256,7 +331,7 @@ int duet_wrapper_train_step(duet_wrapper *w, const duet_batch *batch, duet_optim
 
 int duet_wrapper_val_step(duet_wrapper *w, const duet_batch *batch, duet_val_output *out) {
     duet_batch local;
-    int rc = scatter(&local, batch);
+    int rc = scatter(&local, batch, w->device);
     if (rc == DUET_OK) rc = duet_model_val_step(w->model, &local, out);
     scatter_release(&local);
     return rc;

@@ -115,22 +115,65 @@ static void test_wrapping_rule(void **state) {
 static void test_devices(void **state) {
     (void)state;
     duet_wrapper *w = NULL;
-    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cpu, 0, NULL, &w), DUET_EINVAL);
-    assert_non_null(strstr(duet_last_error(), "exactly one device"));
     const char *two[] = {"0", "1"};
     assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, two, 2, NULL, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "exactly one device"));
     assert_non_null(strstr(duet_last_error(), "got 2 ['0', '1']"));
+    const char *bogus[] = {"tpu:0"};
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, bogus, 1, NULL, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "tpu:0"));
     const char *cuda[] = {"cuda:0"};
-    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cuda, 1, NULL, &w),
-                     DUET_EUNSUPPORTED);
-    assert_non_null(strstr(duet_last_error(), "cuda:0"));
-    assert_null(w);
+    if (duet_cuda_device_count() == 0) {
+        assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cuda, 1, NULL, &w),
+                         DUET_EDEVICE);
+        assert_non_null(strstr(duet_last_error(), "cuda:0"));
+        assert_null(w);
+    }
     duet_wrapper_opts o = duet_wrapper_opts_default();
     o.dim = 1;
     assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, cpu, 1, &o, &w), DUET_EUNSUPPORTED);
     const char *zero[] = {"0"};
     TU_OK(duet_wrapper_create(toy_model(), tu_comm, zero, 1, NULL, &w));
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
     duet_wrapper_destroy(w);
+    /* device_ids sim:0: the model's parameters and buffers move there. The
+     * parts are frozen, so that no DDP wraps them: DDP's gradient buckets
+     * are host memory until they become device tensors (issue 31 item 4). */
+    const char *sim[] = {"sim:0"};
+    duet_model *frozen = toy_model();
+    duet_module_set_requires_grad(duet_model_module(frozen), false);
+    TU_OK(duet_wrapper_create(frozen, tu_comm, sim, 1, NULL, &w));
+    assert_int_equal(duet_wrapper_num_ddps(w), 0);
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_sim(0)));
+    duet_named_tensors st;
+    TU_OK(duet_module_state(duet_model_module(duet_wrapper_model(w)), &st));
+    assert_true(st.count > 0);
+    for (size_t i = 0; i < st.count; i++)
+        assert_true(duet_device_equal(duet_tensor_device(st.items[i].tensor), duet_device_sim(0)));
+    duet_named_tensors_clear(&st);
+    duet_wrapper_destroy(w);
+    /* No device_ids: the device kind at the local rank; a kind takes no index. */
+    o = duet_wrapper_opts_default();
+    o.device = "cpu";
+    TU_OK(duet_wrapper_create(toy_model(), tu_comm, NULL, 0, &o, &w));
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
+    duet_wrapper_destroy(w);
+    w = NULL;
+    o.device = "cuda:1";
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, NULL, 0, &o, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "device kind 'cuda:1'"));
+    o.device = "gpu";
+    assert_int_equal(duet_wrapper_create(toy_model(), tu_comm, NULL, 0, &o, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "'gpu'"));
+    /* The kind's default is the environment's DUET_DEVICE. */
+    const char *saved = getenv("DUET_DEVICE");
+    char *keep = saved != NULL ? strdup(saved) : NULL;
+    setenv("DUET_DEVICE", "sim", 1);
+    assert_string_equal(duet_wrapper_opts_default().device, "sim");
+    unsetenv("DUET_DEVICE");
+    assert_null(duet_wrapper_opts_default().device);
+    if (keep != NULL) setenv("DUET_DEVICE", keep, 1);
+    free(keep);
 }
 
 static void test_scatter_and_delegation(void **state) {
@@ -257,7 +300,10 @@ static void test_build_wrapper(void **state) {
         "            device_ids = [\"cpu\"]; comm_hook = \"allreduce\"; };\n"
         "whole = { type = \"DistributedDataParallel\"; };\n"
         "two = { type = \"DistributedDataParallelWrapper\"; device_ids = [\"0\", \"1\"]; };\n"
-        "bad = { type = \"DataParallel\"; };\n",
+        "bad = { type = \"DataParallel\"; };\n"
+        "kind = { type = \"DistributedDataParallelWrapper\"; device = \"cpu\"; };\n"
+        "kindbad = { type = \"DistributedDataParallelWrapper\"; device = \"gpu\"; };\n"
+        "nogpu = { type = \"DistributedDataParallelWrapper\"; device_ids = [\"cuda:0\"]; };\n",
         "<test>", &cfg));
     duet_wrapper *w = NULL;
     TU_OK(duet_build_wrapper(cfg, "wrapper", toy_model(), tu_comm, &w));
@@ -270,6 +316,20 @@ static void test_build_wrapper(void **state) {
     assert_int_equal(duet_build_wrapper(cfg, "two", toy_model(), tu_comm, &w), DUET_EINVAL);
     assert_int_equal(duet_build_wrapper(cfg, "bad", toy_model(), tu_comm, &w), DUET_ECONFIG);
     assert_non_null(strstr(duet_last_error(), "DistributedDataParallelWrapper"));
+    /* No device_ids: the device key's kind at the local rank. */
+    TU_OK(duet_build_wrapper(cfg, "kind", toy_model(), tu_comm, &w));
+    assert_true(duet_device_equal(duet_wrapper_device(w), duet_device_cpu()));
+    duet_wrapper_destroy(w);
+    w = NULL;
+    assert_int_equal(duet_build_wrapper(cfg, "kindbad", toy_model(), tu_comm, &w), DUET_EINVAL);
+    assert_non_null(strstr(duet_last_error(), "'gpu'"));
+    if (duet_cuda_device_count() == 0) {
+        assert_int_equal(duet_build_wrapper(cfg, "nogpu", toy_model(), tu_comm, &w),
+                         DUET_EDEVICE);
+        assert_non_null(strstr(duet_last_error(), "cuda:0"));
+    } else {
+        duet_config_mark_used(cfg, "nogpu");
+    }
     TU_OK(duet_config_check_unused(cfg));
     duet_config_destroy(cfg);
 }
