@@ -41,8 +41,8 @@ set(DUET_WHITEBOX_TESTS
   test_comm test_esrgan_mpi test_watchdog test_tile lr_dump
   # the device layer's own: op entries' device checks, the CUDA allocator
   # and statuses, the GPU kernels against the CPU loops
-  test_ops_device test_cuda_alloc_logic test_cuda_status test_gpu_autograd test_gpu_kernels
-  test_gpu_memory
+  test_ops_device test_op_table test_cuda_alloc_logic test_cuda_status test_gpu_autograd
+  test_gpu_kernels test_gpu_memory
   # the simulated device's own (src/sim/sim.h)
   test_sim)
 function(duet_test_includes name)

@@ -170,6 +170,9 @@ static bool input_wants_grad(const duet_node *n, int i) {
  * (never wrong, only less lean). */
 static bool node_reads(const duet_node *n, int slot) {
     if (slot == SLOT_OUTPUT) return !n->output_unread;
+    /* The list below mirrors the CPU's backward kernels; a device's kernels
+     * (CUDA's rectifiers read their input, not a bit mask) read every input. */
+    if (n->output != NULL && n->output->device.type != DUET_DEVICE_CPU) return true;
     /* dX = W^T dY needs W; dW = dY X^T needs X; db needs neither. */
     if (op_is(n, "conv2d") || op_is(n, "linear"))
         return (slot == 0 && input_wants_grad(n, 1)) || (slot == 1 && input_wants_grad(n, 0));

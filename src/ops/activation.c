@@ -191,131 +191,146 @@ static void tanh_backward(float *gx, const float *gout, const float *y, int64_t 
 
 /* ---- relu, leaky_relu -------------------------------------------------------------- */
 
-/* What relu (slope 0) and leaky_relu keep for backward. */
-typedef struct mask_ctx {
+/* relu (is_relu, slope 0) and leaky_relu; saved buffer 0: the mask, one bit
+ * per element (positive_word of each 64), when recorded. */
+typedef struct rectify_params {
     float slope;
-    uint64_t *bits; /* positive_word of each 64 elements of the input */
-} mask_ctx;
+    bool is_relu;
+} rectify_params;
 
-static void mask_ctx_free(void *p) {
-    mask_ctx *c = p;
-    if (c == NULL) return;
-    duet_aligned_free(c->bits);
-    free(c);
-}
-
-/* The context of a node to be recorded for x, its mask not yet filled (the
- * forward does that), or NULL with *rc set when memory ran out. */
-static mask_ctx *mask_make(const duet_tensor *x, float slope, int *rc) {
-    *rc = DUET_OK;
-    mask_ctx *c = calloc(1, sizeof *c);
-    if (c != NULL)
-        c->bits = duet_aligned_alloc((size_t)((x->numel + 63) / 64) * sizeof(uint64_t));
-    if (c == NULL || c->bits == NULL) {
-        mask_ctx_free(c);
-        char sx[DUET_SHAPE_STR_MAX];
-        *rc = duet__error(DUET_ENOMEM, "relu: out of memory for the backward mask of %s",
-                          duet_shape_str(x, sx, sizeof sx));
-        return NULL;
-    }
-    c->slope = slope;
-    return c;
-}
-
-static int masked_backward_node(duet_node *node) {
-    const mask_ctx *c = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL) masked_backward(gx, node->output->grad, c->bits, c->slope, node->output->numel);
+static int rectify_check(int nin, duet_tensor *const *in, void *params, bool record,
+                         duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)dev;
+    duet__op_plan_like(plan, in[0]);
+    if (record) plan->saved_bytes[0] = (size_t)((in[0]->numel + 63) / 64) * sizeof(uint64_t);
     return DUET_OK;
 }
 
-/* relu_backward (gy, x) -> gy * m, m in the context (1 where x > 0, else
- * slope): the recorded form of relu's and leaky_relu's backward. Its
- * derivative in gy is m; in x it is zero, and x is an input all the same,
- * as in PyTorch's threshold_backward and leaky_relu_backward: a backward
- * through the gradient reaches what made x (a Linear's bias before the
- * activation) and gives it a zero gradient rather than none. A DDP counts
- * on that: WGAN-GP's penalty backpropagated on its own through a
- * discriminator ending in Linear + LeakyReLU (DeepFillv1) would otherwise
- * leave the bias unready and the reduction unfinished. */
-static int relu_backward_node(duet_node *node) {
-    const float *m = node->ctx, *g = node->output->grad;
-    float *ggy = duet_node_input_grad(node, 0);
+/* out may be in[0] (in place). */
+static int rectify_k(const duet__op_args *a) {
+    const rectify_params *p = a->params;
+    rectify_kernel(a->out->data, a->in[0]->data, a->saved[0], p->slope, p->is_relu,
+                   a->out->numel);
+    return DUET_OK;
+}
+
+static int rectify_backward_k(const duet__op_args *a) {
+    const rectify_params *p = a->params;
+    masked_backward(a->gin[0], a->gout, a->saved[0], p->is_relu ? 0.0f : p->slope,
+                    a->out->numel);
+    return DUET_OK;
+}
+
+/* relu_backward (gy, x) -> gy * m, m from the rectifier's mask (1 where x >
+ * 0, else slope), copied from its node into saved buffer 0: the recorded
+ * form of relu's and leaky_relu's backward. Its derivative in gy is m; in
+ * x it is zero, and x is an input all the same, as in PyTorch's
+ * threshold_backward and leaky_relu_backward: a backward through the
+ * gradient reaches what made x (a Linear's bias before the activation) and
+ * gives it a zero gradient rather than none. A DDP counts on that:
+ * WGAN-GP's penalty backpropagated on its own through a discriminator
+ * ending in Linear + LeakyReLU (DeepFillv1) would otherwise leave the bias
+ * unready and the reduction unfinished. */
+typedef struct relu_backward_params {
+    float slope;
+    const void *bits; /* the rectifier's saved mask on the device (check only) */
+} relu_backward_params;
+
+static int relu_backward_check(int nin, duet_tensor *const *in, void *params, bool record,
+                               duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const relu_backward_params *p = params;
+    DUET_TRY(duet__op_check_same_shape("relu_backward", in[0], in[1]));
+    duet__op_plan_like(plan, in[0]);
+    plan->saved_bytes[0] = (size_t)((in[0]->numel + 63) / 64) * sizeof(uint64_t);
+    plan->saved_from[0] = p->bits;
+    plan->saved_on_device[0] = true;
+    return DUET_OK;
+}
+
+static inline float mask_factor(const uint64_t *bits, int64_t i, float slope) {
+    return (bits[i / 64] >> (i % 64)) & 1u ? 1.0f : slope;
+}
+
+static int relu_backward_k(const duet__op_args *a) {
+    const float slope = ((const relu_backward_params *)a->params)->slope;
+    const uint64_t *bits = a->saved[0];
+    const float *gy = a->in[0]->data;
+    float *g = a->out->data;
+    for (int64_t i = 0; i < a->out->numel; i++) g[i] = gy[i] * mask_factor(bits, i, slope);
+    return DUET_OK;
+}
+
+static int relu_backward_backward_k(const duet__op_args *a) {
+    const float slope = ((const relu_backward_params *)a->params)->slope;
+    const uint64_t *bits = a->saved[0];
+    float *ggy = a->gin[0];
     if (ggy != NULL)
-        for (int64_t i = 0; i < node->output->numel; i++) ggy[i] += g[i] * m[i];
-    (void)duet_node_input_grad(node, 1); /* x: zero, but reached */
-    return DUET_OK;
+        for (int64_t i = 0; i < a->out->numel; i++)
+            ggy[i] += a->gout[i] * mask_factor(bits, i, slope);
+    return DUET_OK; /* x: zero, but reached (gin[1] exists) */
 }
+
+const duet__op_def duet__op_def_relu_backward = {
+    .id = DUET__OP_RELU_BACKWARD,
+    .inputs = "gy,x",
+    .params_size = sizeof(relu_backward_params),
+    .check = relu_backward_check,
+    DUET__OP_CPU(relu_backward_k, relu_backward_backward_k),
+    .output_unread = true,
+};
 
 /* In recorded ops: gx = relu_backward(gy, x) with the saved bits; the
  * second derivative is zero. */
 static int masked_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
     if (!want[0]) return DUET_OK;
-    const mask_ctx *c = node->ctx;
-    const duet_tensor *y = node->output;
-    DUET_TRY(duet__op_check_same_shape("relu_backward", gy, y));
-    float *m = malloc((size_t)y->numel * sizeof *m);
-    duet_tensor *g = NULL;
-    int rc = m == NULL ? duet__error(DUET_ENOMEM, "relu_backward: out of memory")
-                       : duet_tensor_create_uninit(y->ndim, y->shape, &g);
-    if (rc != DUET_OK) {
-        free(m);
-        return rc;
-    }
-    for (int64_t i = 0; i < y->numel; i++) {
-        m[i] = (c->bits[i / 64] >> (i % 64)) & 1u ? 1.0f : c->slope;
-        g->data[i] = gy->data[i] * m[i];
-    }
-    duet_tensor *ins[2] = {gy, node->inputs[0]};
-    return duet__op_finish_unread(
-        duet__op_finish(g, "relu_backward", relu_backward_node, m, free, 2, ins, &gx[0]),
-        &gx[0]);
+    const rectify_params *p = duet__op_node_params(node);
+    const relu_backward_params q = {.slope = p->is_relu ? 0.0f : p->slope,
+                                    .bits = duet__op_node_saved(node, 0)};
+    return DUET__OP_RUN(DUET__OP_RELU_BACKWARD, &q, &gx[0], gy, node->inputs[0]);
 }
 
-/* out = relu(x) (is_relu; slope 0) or leaky_relu(x, slope), copying. */
-static int rectify(duet_tensor *x, float slope, bool is_relu, duet_tensor **out) {
-    const char *op = is_relu ? "relu" : "leaky_relu";
-    DUET_ASSERT(x != NULL && out != NULL);
-    *out = NULL;
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
-    mask_ctx *c = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        int rc = DUET_OK;
-        if ((c = mask_make(x, slope, &rc)) == NULL) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    rectify_kernel(y->data, x->data, c != NULL ? c->bits : NULL, slope, is_relu, y->numel);
-    DUET_TRY(duet__op_finish_unread(
-        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out));
-    duet_autograd_set_graph_backward(*out, masked_graph);
-    return DUET_OK;
-}
+const duet__op_def duet__op_def_relu = {
+    .id = DUET__OP_RELU,
+    .inputs = "x",
+    .params_size = sizeof(rectify_params),
+    .check = rectify_check,
+    .forward = {DUET__OP_CPU_SIM(rectify_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_relu)},
+    .backward = {DUET__OP_CPU_SIM(rectify_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_relu_backward)},
+    .graph_backward = masked_graph,
+    .output_unread = true,
+};
+
+const duet__op_def duet__op_def_leaky_relu = {
+    .id = DUET__OP_LEAKY_RELU,
+    .inputs = "x",
+    .params_size = sizeof(rectify_params),
+    .check = rectify_check,
+    .forward = {DUET__OP_CPU_SIM(rectify_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_leaky_relu)},
+    .backward = {DUET__OP_CPU_SIM(rectify_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_leaky_relu_backward)},
+    .graph_backward = masked_graph,
+    .output_unread = true,
+};
 
 int duet_relu(duet_tensor *x, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "relu", "x", &dev, x);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("relu", dev, duet__cuda_act_op(DUET__ACT_RELU, x, 0.0f, out));
-    return rectify(x, 0.0f, true, out);
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_RELU, (&(rectify_params){0.0f, true}), out, x);
 }
 
 int duet_leaky_relu(duet_tensor *x, float negative_slope, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "leaky_relu", "x", &dev, x);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("leaky_relu", dev,
-                             duet__cuda_act_op(DUET__ACT_LEAKY_RELU, x, negative_slope, out));
-    return rectify(x, negative_slope, false, out);
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_LEAKY_RELU, (&(rectify_params){negative_slope, false}), out, x);
 }
 
 /* ---- relu, leaky_relu in place ---------------------------------------------------
  * For an op's fresh output that nobody else reads (ops_internal.h): the
- * activation overwrites x and the result is a view of it. The mask is taken
- * from x before it is overwritten, so the gradients are the copying op's for
- * any slope. */
+ * activation overwrites x and the result is x itself (nothing recorded) or
+ * a recorded view of it. The mask is taken from x before it is
+ * overwritten, so the gradients are the copying op's for any slope. */
 
 bool duet_can_overwrite(const duet_tensor *x) {
     /* The caller's reference, plus the producing node's when recorded. */
@@ -325,155 +340,173 @@ bool duet_can_overwrite(const duet_tensor *x) {
     return refs == 2 && duet_autograd_output_unread(x);
 }
 
-/* The result of an in-place op on x: x itself when nothing is recorded,
- * else a view of x recorded as the op's output. */
-static int inplace_result(duet_tensor *x, duet_tensor **y) {
-    if (!duet_autograd_needs_record(1, &x)) {
-        *y = duet_tensor_retain(x);
-        return DUET_OK;
-    }
-    return duet_tensor_view(x, x->ndim, x->shape, y);
-}
-
 /* x = relu(x) or leaky_relu(x, slope) in place when x is overwritable. */
 static int rectify_inplace(duet_tensor *x, float slope, bool is_relu, duet_tensor **out) {
-    const char *op = is_relu ? "relu" : "leaky_relu";
     DUET_ASSERT(x != NULL && out != NULL);
     *out = NULL;
-    if (!(slope >= 0.0f) || !duet_can_overwrite(x)) return rectify(x, slope, is_relu, out);
-    duet_tensor *y = NULL;
-    DUET_TRY(inplace_result(x, &y));
-    mask_ctx *c = NULL;
-    if (y != x) {
-        int rc = DUET_OK;
-        if ((c = mask_make(x, slope, &rc)) == NULL) {
-            duet_tensor_release(y);
-            return rc;
-        }
-    }
-    rectify_kernel(x->data, x->data, c != NULL ? c->bits : NULL, slope, is_relu, x->numel);
-    if (y == x) {
-        *out = y;
-        return DUET_OK;
-    }
-    DUET_TRY(duet__op_finish_unread(
-        duet__op_finish(y, op, masked_backward_node, c, mask_ctx_free, 1, &x, out), out));
-    duet_autograd_set_graph_backward(*out, masked_graph);
-    return DUET_OK;
+    if (!(slope >= 0.0f) || !duet_can_overwrite(x))
+        return is_relu ? duet_relu(x, out) : duet_leaky_relu(x, slope, out);
+    const rectify_params p = {slope, is_relu};
+    return duet__op_run(is_relu ? DUET__OP_RELU : DUET__OP_LEAKY_RELU,
+                        &(duet__op_call){.nin = 1, .in = &x, .nrecord = 1, .params = &p,
+                                         .inplace = true},
+                        out);
 }
 
 int duet_relu_inplace(duet_tensor *x, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "relu", "x", &dev, x);
-    /* On a GPU, a new output (the in-place form is the CPU's saving). */
-    if (dev.type == DUET_DEVICE_CUDA) return duet_relu(x, out);
     return rectify_inplace(x, 0.0f, true, out);
 }
 
 int duet_leaky_relu_inplace(duet_tensor *x, float negative_slope, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "leaky_relu", "x", &dev, x);
-    if (dev.type == DUET_DEVICE_CUDA) return duet_leaky_relu(x, negative_slope, out);
     return rectify_inplace(x, negative_slope, false, out);
 }
 
 /* ---- sigmoid, tanh ------------------------------------------------------------------ */
 
-static int sigmoid_backward_node(duet_node *node) {
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        sigmoid_backward(gx, node->output->grad, node->output->data, node->output->numel);
+static int same_shape_check(int nin, duet_tensor *const *in, void *params, bool record,
+                            duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    duet__op_plan_like(plan, in[0]);
     return DUET_OK;
 }
 
-static int tanh_backward_node(duet_node *node) {
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        tanh_backward(gx, node->output->grad, node->output->data, node->output->numel);
+static int sigmoid_k(const duet__op_args *a) {
+    sigmoid_forward(a->out->data, a->in[0]->data, a->out->numel);
     return DUET_OK;
 }
+
+static int sigmoid_backward_k(const duet__op_args *a) {
+    sigmoid_backward(a->gin[0], a->gout, a->out->data, a->out->numel);
+    return DUET_OK;
+}
+
+static int tanh_k(const duet__op_args *a) {
+    tanh_forward(a->out->data, a->in[0]->data, a->out->numel);
+    return DUET_OK;
+}
+
+static int tanh_backward_k(const duet__op_args *a) {
+    tanh_backward(a->gin[0], a->gout, a->out->data, a->out->numel);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_sigmoid = {
+    .id = DUET__OP_SIGMOID,
+    .inputs = "x",
+    .check = same_shape_check,
+    .forward = {DUET__OP_CPU_SIM(sigmoid_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sigmoid)},
+    .backward = {DUET__OP_CPU_SIM(sigmoid_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sigmoid_backward)},
+};
+
+const duet__op_def duet__op_def_tanh = {
+    .id = DUET__OP_TANH,
+    .inputs = "x",
+    .check = same_shape_check,
+    .forward = {DUET__OP_CPU_SIM(tanh_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_tanh)},
+    .backward = {DUET__OP_CPU_SIM(tanh_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_tanh_backward)},
+};
 
 int duet_sigmoid(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    duet_device dev;
-    DUET__OP_DEVICE(out, "sigmoid", "x", &dev, x);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("sigmoid", dev, duet__cuda_act_op(DUET__ACT_SIGMOID, x, 0.0f, out));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
-    sigmoid_forward(y->data, x->data, y->numel);
-    return duet__op_finish(y, "sigmoid", sigmoid_backward_node, NULL, NULL, 1, &x, out);
-}
-
-/* ---- elu -------------------------------------------------------------------------- */
-
-static int elu_backward_node(duet_node *node) {
-    float *gx = duet_node_input_grad(node, 0);
-    const float alpha = *(const float *)node->ctx;
-    const float *g = node->output->grad, *y = node->output->data;
-    if (gx != NULL)
-        for (int64_t i = 0; i < node->output->numel; i++) gx[i] += duet__elu_grad(g[i], y[i], alpha);
-    return DUET_OK;
-}
-
-/* In recorded ops: gx = gy * d with d = 1 where y > 0, else y + alpha
- * (= alpha exp(x)): d = c1 + c2 * y, c1 and c2 constants, and y the
- * recorded output, so the second derivative alpha exp(x) flows through
- * this node again. */
-static int elu_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
-    if (!want[0]) return DUET_OK;
-    const float alpha = *(const float *)node->ctx;
-    duet_tensor *y = node->output, *c1 = NULL, *c2 = NULL, *c2y = NULL, *d = NULL;
-    int rc = duet_tensor_create(y->ndim, y->shape, &c1);
-    if (rc == DUET_OK) rc = duet_tensor_create(y->ndim, y->shape, &c2);
-    if (rc == DUET_OK) {
-        for (int64_t i = 0; i < y->numel; i++) {
-            const bool pos = y->data[i] > 0.0f;
-            c1->data[i] = pos ? 1.0f : alpha;
-            c2->data[i] = pos ? 0.0f : 1.0f;
-        }
-        rc = duet_mul(c2, y, &c2y);
-    }
-    if (rc == DUET_OK) rc = duet_add(c1, c2y, &d);
-    if (rc == DUET_OK) rc = duet_mul(gy, d, &gx[0]);
-    duet_tensor_release(c1);
-    duet_tensor_release(c2);
-    duet_tensor_release(c2y);
-    duet_tensor_release(d);
-    return rc;
-}
-
-int duet_elu(duet_tensor *x, float alpha, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    duet_device dev;
-    DUET__OP_DEVICE(out, "elu", "x", &dev, x);
-    if (!(alpha > 0.0f))
-        return duet__error(DUET_EINVAL, "elu: alpha must be > 0, got %g", (double)alpha);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("elu", dev, duet__cuda_act_op(DUET__ACT_ELU, x, alpha, out));
-    float *a = malloc(sizeof *a);
-    duet_tensor *y = NULL;
-    int rc = a == NULL ? duet__error(DUET_ENOMEM, "elu: out of memory")
-                       : duet_tensor_create_uninit(x->ndim, x->shape, &y);
-    if (rc != DUET_OK) {
-        free(a);
-        return rc;
-    }
-    *a = alpha;
-    elu_forward(y->data, x->data, alpha, x->numel);
-    DUET_TRY(duet__op_finish(y, "elu", elu_backward_node, a, free, 1, &x, out));
-    duet_autograd_set_graph_backward(*out, elu_graph);
-    return DUET_OK;
+    return DUET__OP_RUN(DUET__OP_SIGMOID, NULL, out, x);
 }
 
 int duet_tanh(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    duet_device dev;
-    DUET__OP_DEVICE(out, "tanh", "x", &dev, x);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("tanh", dev, duet__cuda_act_op(DUET__ACT_TANH, x, 0.0f, out));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
-    tanh_forward(y->data, x->data, y->numel);
-    return duet__op_finish(y, "tanh", tanh_backward_node, NULL, NULL, 1, &x, out);
+    return DUET__OP_RUN(DUET__OP_TANH, NULL, out, x);
+}
+
+/* ---- elu -------------------------------------------------------------------------- */
+
+typedef struct elu_params {
+    float alpha;
+} elu_params;
+
+static int elu_check(int nin, duet_tensor *const *in, void *params, bool record, duet_device dev,
+                     duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const float alpha = ((const elu_params *)params)->alpha;
+    if (!(alpha > 0.0f))
+        return duet__error(DUET_EINVAL, "elu: alpha must be > 0, got %g", (double)alpha);
+    duet__op_plan_like(plan, in[0]);
+    return DUET_OK;
+}
+
+static int elu_k(const duet__op_args *a) {
+    elu_forward(a->out->data, a->in[0]->data, ((const elu_params *)a->params)->alpha,
+                a->out->numel);
+    return DUET_OK;
+}
+
+static int elu_backward_k(const duet__op_args *a) {
+    const float alpha = ((const elu_params *)a->params)->alpha;
+    const float *g = a->gout, *y = a->out->data;
+    for (int64_t i = 0; i < a->out->numel; i++) a->gin[0][i] += duet__elu_grad(g[i], y[i], alpha);
+    return DUET_OK;
+}
+
+/* elu_backward (gy, y) -> gy * d, d = 1 where y > 0, else y + alpha (=
+ * alpha exp(x)): elu's backward in recorded ops. y is the recorded output
+ * of elu, so the second derivative alpha exp(x) = d(d)/dy * dy/dx flows
+ * through it: the gradient to y is gout * gy where y <= 0. */
+static int elu_backward_fwd_k(const duet__op_args *a) {
+    const float alpha = ((const elu_params *)a->params)->alpha;
+    const float *gy = a->in[0]->data, *y = a->in[1]->data;
+    float *o = a->out->data;
+    for (int64_t i = 0; i < a->out->numel; i++)
+        o[i] = gy[i] * (y[i] > 0.0f ? 1.0f : y[i] + alpha);
+    return DUET_OK;
+}
+
+static int elu_backward_bwd_k(const duet__op_args *a) {
+    const float alpha = ((const elu_params *)a->params)->alpha;
+    const float *gy = a->in[0]->data, *y = a->in[1]->data, *g = a->gout;
+    for (int64_t i = 0; i < a->out->numel; i++) {
+        const bool pos = y[i] > 0.0f;
+        if (a->gin[0] != NULL) a->gin[0][i] += g[i] * (pos ? 1.0f : y[i] + alpha);
+        if (a->gin[1] != NULL && !pos) a->gin[1][i] += g[i] * gy[i];
+    }
+    return DUET_OK;
+}
+
+static int elu_backward_check(int nin, duet_tensor *const *in, void *params, bool record,
+                              duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    DUET_TRY(duet__op_check_same_shape("elu_backward", in[0], in[1]));
+    duet__op_plan_like(plan, in[0]);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_elu_backward = {
+    .id = DUET__OP_ELU_BACKWARD,
+    .inputs = "gy,y",
+    .params_size = sizeof(elu_params),
+    .check = elu_backward_check,
+    DUET__OP_CPU(elu_backward_fwd_k, elu_backward_bwd_k),
+    .output_unread = true,
+};
+
+static int elu_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
+    if (!want[0]) return DUET_OK;
+    return DUET__OP_RUN(DUET__OP_ELU_BACKWARD, duet__op_node_params(node), &gx[0], gy,
+                        node->output);
+}
+
+const duet__op_def duet__op_def_elu = {
+    .id = DUET__OP_ELU,
+    .inputs = "x",
+    .params_size = sizeof(elu_params),
+    .check = elu_check,
+    .forward = {DUET__OP_CPU_SIM(elu_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_elu)},
+    .backward = {DUET__OP_CPU_SIM(elu_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_elu_backward)},
+    .graph_backward = elu_graph,
+};
+
+int duet_elu(duet_tensor *x, float alpha, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_ELU, (&(elu_params){alpha}), out, x);
 }

@@ -73,6 +73,49 @@ static void adam_range(float *restrict x, float *restrict m, float *restrict v,
     for (int64_t j = 0; j < n; j++) duet__adam_element(&x[j], &m[j], &v[j], g[j], &kk);
 }
 
+/* One parameter's update as a row: in = (param, exp_avg, exp_avg_sq), the
+ * gradient param's, no output, nothing recorded; params: its constants. */
+typedef struct adam_params {
+    duet__adam_consts k;
+} adam_params;
+
+static int adam_check(int nin, duet_tensor *const *in, void *params, bool record,
+                      duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)in, (void)params, (void)record, (void)dev, (void)plan;
+    return DUET_OK; /* duet_adam_update's check_args ran; no output */
+}
+
+static int adam_k(const duet__op_args *a) {
+    const duet__adam_consts *k = &((const adam_params *)a->params)->k;
+    float *x = a->in[0]->data, *m = a->in[1]->data, *v = a->in[2]->data;
+    const float *g = a->in[0]->grad;
+    const int64_t numel = a->in[0]->numel;
+    const int64_t chunks = (numel + ADAM_CHUNK - 1) / ADAM_CHUNK;
+#pragma omp parallel for num_threads(duet__par_threads(numel)) schedule(static)
+    for (int64_t c = 0; c < chunks; c++) {
+        const int64_t j0 = c * ADAM_CHUNK;
+        const int64_t len = numel - j0 < ADAM_CHUNK ? numel - j0 : ADAM_CHUNK;
+        adam_range(x + j0, m + j0, v + j0, g + j0, k, len);
+    }
+    return DUET_OK;
+}
+
+/* Adam records nothing: its backward is never run. */
+static int adam_no_backward(const duet__op_args *a) {
+    (void)a;
+    return duet__error(DUET_ESTATE, "adam: has no backward");
+}
+
+const duet__op_def duet__op_def_adam = {
+    .id = DUET__OP_ADAM,
+    .inputs = "param,exp_avg,exp_avg_sq",
+    .params_size = sizeof(adam_params),
+    .check = adam_check,
+    DUET__OP_CPU(adam_k, adam_no_backward),
+};
+
+/* On CUDA one fused kernel over the whole list (adam.cu: a list of tensors
+ * is not one row call); elsewhere one row call per parameter. */
 int duet_adam_update(size_t n, duet_tensor *const *params, duet_tensor *const *exp_avg,
                      duet_tensor *const *exp_avg_sq, const int64_t *steps,
                      const duet_adam_hparams *hp) {
@@ -86,18 +129,13 @@ int duet_adam_update(size_t n, duet_tensor *const *params, duet_tensor *const *e
 #endif
     }
     for (size_t i = 0; i < n; i++) {
-        duet__adam_consts k;
-        duet__adam_consts_make(hp, steps[i], &k);
-        float *x = params[i]->data, *m = exp_avg[i]->data, *v = exp_avg_sq[i]->data;
-        const float *g = params[i]->grad;
-        const int64_t numel = params[i]->numel;
-        const int64_t chunks = (numel + ADAM_CHUNK - 1) / ADAM_CHUNK;
-#pragma omp parallel for num_threads(duet__par_threads(numel)) schedule(static)
-        for (int64_t c = 0; c < chunks; c++) {
-            const int64_t j0 = c * ADAM_CHUNK;
-            const int64_t len = numel - j0 < ADAM_CHUNK ? numel - j0 : ADAM_CHUNK;
-            adam_range(x + j0, m + j0, v + j0, g + j0, &k, len);
-        }
+        adam_params p;
+        duet__adam_consts_make(hp, steps[i], &p.k);
+        duet_tensor *in[3] = {params[i], exp_avg[i], exp_avg_sq[i]};
+        duet_tensor *none = NULL;
+        DUET_TRY(duet__op_run(DUET__OP_ADAM,
+                              &(duet__op_call){.nin = 3, .in = in, .nrecord = 0, .params = &p},
+                              &none));
     }
     return DUET_OK;
 }

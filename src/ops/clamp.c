@@ -4,39 +4,50 @@
  * the input. */
 #include "ops/ops_internal.h"
 
-typedef struct clamp_ctx {
+typedef struct clamp_params {
     float lo, hi;
-} clamp_ctx;
+} clamp_params;
 
-static int clamp_backward(duet_node *node) {
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    const clamp_ctx *c = node->ctx;
-    const float *x = node->inputs[0]->data, *g = node->output->grad;
-    for (int64_t i = 0; i < node->output->numel; i++)
-        if (x[i] >= c->lo && x[i] <= c->hi) gx[i] += g[i];
+static int clamp_check(int nin, duet_tensor *const *in, void *params, bool record,
+                       duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const clamp_params *p = params;
+    if (!(p->lo <= p->hi))
+        return duet__error(DUET_EINVAL, "clamp: min %g must not exceed max %g", (double)p->lo,
+                           (double)p->hi);
+    duet__op_plan_like(plan, in[0]);
     return DUET_OK;
 }
 
+static int clamp_k(const duet__op_args *a) {
+    const clamp_params *p = a->params;
+    const float *x = a->in[0]->data;
+    float *y = a->out->data;
+    for (int64_t i = 0; i < a->out->numel; i++) {
+        const float v = x[i];
+        y[i] = v < p->lo ? p->lo : v > p->hi ? p->hi : v;
+    }
+    return DUET_OK;
+}
+
+static int clamp_backward_k(const duet__op_args *a) {
+    const clamp_params *p = a->params;
+    const float *x = a->in[0]->data, *g = a->gout;
+    float *gx = a->gin[0];
+    for (int64_t i = 0; i < a->out->numel; i++)
+        if (x[i] >= p->lo && x[i] <= p->hi) gx[i] += g[i];
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_clamp = {
+    .id = DUET__OP_CLAMP,
+    .inputs = "x",
+    .params_size = sizeof(clamp_params),
+    .check = clamp_check,
+    DUET__OP_CPU(clamp_k, clamp_backward_k),
+};
+
 int duet_clamp(duet_tensor *x, float lo, float hi, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "clamp", "x", x);
-    if (!(lo <= hi))
-        return duet__error(DUET_EINVAL, "clamp: min %g must not exceed max %g", lo, hi);
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
-    for (int64_t i = 0; i < x->numel; i++) {
-        const float v = x->data[i];
-        y->data[i] = v < lo ? lo : v > hi ? hi : v;
-    }
-    clamp_ctx *c = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "clamp: out of memory recording the op");
-        }
-        *c = (clamp_ctx){lo, hi};
-    }
-    return duet__op_finish(y, "clamp", clamp_backward, c, free, 1, &x, out);
+    return DUET__OP_RUN(DUET__OP_CLAMP, (&(clamp_params){lo, hi}), out, x);
 }

@@ -39,10 +39,6 @@ typedef struct conv_geom {
     int stride, pad;
 } conv_geom;
 
-typedef struct conv_ctx {
-    int stride, pad;
-} conv_ctx;
-
 /* A 1x1 stride-1 unpadded conv needs no columns: the sample is the matrix. */
 static bool is_pointwise(const conv_geom *g) {
     return g->kh == 1 && g->kw == 1 && g->stride == 1 && g->pad == 0;
@@ -542,15 +538,18 @@ static duet__conv_dims conv_dims(const conv_geom *g) {
                              .pad = g->pad};
 }
 
-static int conv2d_backward(duet_node *node) {
-    const conv_ctx *cc = node->ctx;
-    duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
+/* conv2d's params: stride and padding, and the geometry the check found. */
+typedef struct conv_params {
+    int stride, pad;
     conv_geom g;
-    DUET_TRY(conv_geometry(x, w, b, cc->stride, cc->pad, &g));
-    const float *dy = node->output->grad; /* (N, O, P) */
-    float *dx = duet_node_input_grad(node, 0);
-    float *dw = duet_node_input_grad(node, 1);
-    float *db = b != NULL ? duet_node_input_grad(node, 2) : NULL;
+} conv_params;
+
+static int conv2d_backward_k(const duet__op_args *a) {
+    const conv_params *cp = a->params;
+    const conv_geom g = cp->g;
+    const duet_tensor *x = a->in[0], *w = a->in[1];
+    const float *dy = a->gout; /* (N, O, P) */
+    float *dx = a->gin[0], *dw = a->gin[1], *db = a->nin > 2 ? a->gin[2] : NULL;
     const bool pointwise = is_pointwise(&g);
     const int64_t chw = g.c * g.h * g.w;
 
@@ -630,7 +629,7 @@ static int conv2d_backward(duet_node *node) {
  * that gives back x's size, dw = conv2d_weight_grad(x, dy), db = dy summed
  * over all but its channels. Each is differentiable once more. */
 static int conv2d_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
-    const conv_ctx *cc = node->ctx;
+    const conv_params *cc = duet__op_node_params(node);
     duet_tensor *x = node->inputs[0], *w = node->inputs[1];
     const int64_t kh = w->shape[2], kw = w->shape[3];
     if (want[0]) {
@@ -650,67 +649,44 @@ static int conv2d_graph(duet_node *node, duet_tensor *gy, const bool *want, duet
     return DUET_OK;
 }
 
-/* Records y = conv2d(x, w, b) on the tape when needed; *out = y. */
-static int record_conv(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
-                       duet_tensor *y, duet_tensor **out) {
-    duet_tensor *ins[3] = {x, w, b};
-    conv_ctx *cc = NULL;
-    if (duet_autograd_needs_record(3, ins)) {
-        cc = malloc(sizeof *cc);
-        if (cc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "conv2d: out of memory recording the op");
-        }
-        cc->stride = stride;
-        cc->pad = padding;
-    }
-    DUET_TRY(duet__op_finish(y, "conv2d", conv2d_backward, cc, free, 3, ins, out));
-    duet__op_output_unread(*out);
-    duet_autograd_set_graph_backward(*out, conv2d_graph);
+static int conv2d_check(int nin, duet_tensor *const *in, void *params, bool record,
+                        duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    conv_params *p = params;
+    DUET_TRY(conv_geometry(in[0], in[1], in[2], p->stride, p->pad, &p->g));
+    plan->ndim = 4;
+    plan->shape[0] = p->g.n;
+    plan->shape[1] = p->g.o;
+    plan->shape[2] = p->g.oh;
+    plan->shape[3] = p->g.ow;
     return DUET_OK;
 }
 
-int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
-                duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "conv2d", "x,weight,bias", &dev, x, w, b);
-    conv_geom g;
-    DUET_TRY(conv_geometry(x, w, b, stride, padding, &g));
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("conv2d", dev,
-                             duet__cuda_conv2d_op((duet__conv_dims[]){conv_dims(&g)}, x, w, b, out));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){g.n, g.o, g.oh, g.ow}, &y));
+static int conv2d_k(const duet__op_args *a) {
+    const conv_geom g = ((const conv_params *)a->params)->g;
+    const duet_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    duet_tensor *y = a->out;
     bool bf16_on;
     if (duet__conv_onednn_on(&bf16_on)) {
         const duet__conv_dims d = conv_dims(&g);
         bool done;
         int rc = duet__conv_onednn_forward(&d, bf16_on, x->data, w->data,
                                            b != NULL ? b->data : NULL, y->data, &done);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
-        if (done) return record_conv(x, w, b, stride, padding, y, out);
+        if (rc != DUET_OK) return rc;
+        if (done) return DUET_OK;
     }
     if (g.nb == 1) {
         int rc = conv_forward_by_sample(y->data, x->data, w->data, b != NULL ? b->data : NULL,
                                         &g);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return duet__error(rc, "conv2d: out of memory for the columns");
-        }
-        return record_conv(x, w, b, stride, padding, y, out);
+        return rc == DUET_OK ? DUET_OK : duet__error(rc, "conv2d: out of memory for the columns");
     }
     /* Chunks of several samples per GEMM (few output pixels per sample). */
     const int64_t ldmax = g.nb * g.p, chw = g.c * g.h * g.w;
     const bool bf16 = bf16_columns(&g);
     float *col = NULL, *tmp = NULL;
     if ((col = col_scratch(0, g.k * ldmax, bf16)) == NULL ||
-        (tmp = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL) {
-        duet_tensor_release(y);
+        (tmp = duet__scratch(2, (size_t)(g.o * ldmax))) == NULL)
         return DUET_ENOMEM;
-    }
     for (int64_t n0 = 0; n0 < g.n; n0 += g.nb) {
         const int64_t cnt = g.n - n0 < g.nb ? g.n - n0 : g.nb, ld = cnt * g.p;
         const float *cols = chunk_columns(col, bf16, x->data + n0 * chw, cnt, &g);
@@ -719,10 +695,7 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
          * (O, P) block out to y with the bias. */
         int rc = gemm_cols(false, g.o, ld, g.k, w->data, g.k, cols, ld, bf16, 0.0f, tmp, ld,
                            false);
-        if (rc != DUET_OK) {
-            duet_tensor_release(y);
-            return rc;
-        }
+        if (rc != DUET_OK) return rc;
 #pragma omp parallel for collapse(2) num_threads(duet__par_threads(g.o * ld)) schedule(static)
         for (int64_t j = 0; j < cnt; j++) {
             for (int64_t o = 0; o < g.o; o++) {
@@ -737,5 +710,30 @@ int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int 
             }
         }
     }
-    return record_conv(x, w, b, stride, padding, y, out);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_conv2d = {
+    .id = DUET__OP_CONV2D,
+    .inputs = "x,weight,bias",
+    .params_size = sizeof(conv_params),
+    .check = conv2d_check,
+    .forward = {DUET__OP_CPU_SIM(conv2d_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_conv2d)},
+    .backward = {DUET__OP_CPU_SIM(conv2d_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_conv2d_backward)},
+    .graph_backward = conv2d_graph,
+    .output_unread = true,
+};
+
+int duet_conv2d(duet_tensor *x, duet_tensor *w, duet_tensor *b, int stride, int padding,
+                duet_tensor **out) {
+    DUET_ASSERT(x != NULL && w != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_CONV2D, (&(conv_params){.stride = stride, .pad = padding}), out,
+                        x, w, b);
+}
+
+/* The conv2d geometry of a CUDA kernel's params (cuda/ops_cuda.c). */
+duet__conv_dims duet__conv2d_params_dims(const void *params) {
+    return conv_dims(&((const conv_params *)params)->g);
 }

@@ -6,7 +6,6 @@
  * contributions land. */
 #include "ops/ops_internal.h"
 
-#include <inttypes.h>
 #include <string.h>
 
 /* ---- kernels ---------------------------------------------------------------- */
@@ -62,38 +61,61 @@ static void channel_affine_backward(float *gx, const float *gout, const float *s
 
 /* ---- add, sub, mul ---------------------------------------------------------- */
 
-static int add_backward(duet_node *node) {
-    const float *go = node->output->grad;
-    int64_t n = node->output->numel;
-    float *ga = duet_node_input_grad(node, 0);
-    if (ga != NULL) axpy_backward(ga, go, 1.0f, n);
-    float *gb = duet_node_input_grad(node, 1);
-    if (gb != NULL) axpy_backward(gb, go, 1.0f, n);
+static int binary_check(int nin, duet_tensor *const *in, void *params, bool record,
+                        duet_device dev, duet__op_plan *plan, const char *op) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    DUET_TRY(duet__op_check_same_shape(op, in[0], in[1]));
+    duet__op_plan_like(plan, in[0]);
     return DUET_OK;
 }
 
-static int sub_backward(duet_node *node) {
-    const float *go = node->output->grad;
-    int64_t n = node->output->numel;
-    float *ga = duet_node_input_grad(node, 0);
-    if (ga != NULL) axpy_backward(ga, go, 1.0f, n);
-    float *gb = duet_node_input_grad(node, 1);
-    if (gb != NULL) axpy_backward(gb, go, -1.0f, n);
+static int add_check(int nin, duet_tensor *const *in, void *params, bool record, duet_device dev,
+                     duet__op_plan *plan) {
+    return binary_check(nin, in, params, record, dev, plan, "add");
+}
+
+static int sub_check(int nin, duet_tensor *const *in, void *params, bool record, duet_device dev,
+                     duet__op_plan *plan) {
+    return binary_check(nin, in, params, record, dev, plan, "sub");
+}
+
+static int mul_check(int nin, duet_tensor *const *in, void *params, bool record, duet_device dev,
+                     duet__op_plan *plan) {
+    return binary_check(nin, in, params, record, dev, plan, "mul");
+}
+
+static int add_k(const duet__op_args *a) {
+    add_forward(a->out->data, a->in[0]->data, a->in[1]->data, a->out->numel);
     return DUET_OK;
 }
 
-static int mul_backward_node(duet_node *node) {
-    const float *go = node->output->grad;
-    int64_t n = node->output->numel;
-    const float *a = node->inputs[0]->data, *b = node->inputs[1]->data;
-    float *ga = duet_node_input_grad(node, 0);
-    if (ga != NULL) mul_backward(ga, go, b, n);
-    float *gb = duet_node_input_grad(node, 1);
-    if (gb != NULL) mul_backward(gb, go, a, n);
+static int sub_k(const duet__op_args *a) {
+    sub_forward(a->out->data, a->in[0]->data, a->in[1]->data, a->out->numel);
     return DUET_OK;
 }
 
-typedef void (*binary_kernel)(float *out, const float *a, const float *b, int64_t n);
+static int mul_k(const duet__op_args *a) {
+    mul_forward(a->out->data, a->in[0]->data, a->in[1]->data, a->out->numel);
+    return DUET_OK;
+}
+
+/* ga += gout, gb += sign * gout */
+static int add_sub_backward(const duet__op_args *a, float sign) {
+    const int64_t n = a->out->numel;
+    if (a->gin[0] != NULL) axpy_backward(a->gin[0], a->gout, 1.0f, n);
+    if (a->gin[1] != NULL) axpy_backward(a->gin[1], a->gout, sign, n);
+    return DUET_OK;
+}
+
+static int add_backward_k(const duet__op_args *a) { return add_sub_backward(a, 1.0f); }
+static int sub_backward_k(const duet__op_args *a) { return add_sub_backward(a, -1.0f); }
+
+static int mul_backward_k(const duet__op_args *a) {
+    const int64_t n = a->out->numel;
+    if (a->gin[0] != NULL) mul_backward(a->gin[0], a->gout, a->in[1]->data, n);
+    if (a->gin[1] != NULL) mul_backward(a->gin[1], a->gout, a->in[0]->data, n);
+    return DUET_OK;
+}
 
 /* ---- the backwards in recorded ops (autograd.h's duet_graph_backward_fn) ---- */
 
@@ -118,164 +140,174 @@ static int mul_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_te
     return DUET_OK;
 }
 
-static duet_graph_backward_fn binary_graph(duet_backward_fn backward);
+const duet__op_def duet__op_def_add = {
+    .id = DUET__OP_ADD,
+    .inputs = "a,b",
+    .check = add_check,
+    .forward = {DUET__OP_CPU_SIM(add_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_add)},
+    .backward = {DUET__OP_CPU_SIM(add_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_add_backward)},
+    .graph_backward = add_graph,
+    .output_unread = true,
+};
 
-static int binary_op(const char *op, binary_kernel kernel, duet_backward_fn backward,
-                     duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
-    *out = NULL;
-    DUET_TRY(duet__op_check_same_shape(op, a, b));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &y));
-    kernel(y->data, a->data, b->data, y->numel);
-    duet_tensor *inputs[2] = {a, b};
-    DUET_TRY(duet__op_finish(y, op, backward, NULL, NULL, 2, inputs, out));
-    duet_autograd_set_graph_backward(*out, binary_graph(backward));
-    return DUET_OK;
-}
+const duet__op_def duet__op_def_sub = {
+    .id = DUET__OP_SUB,
+    .inputs = "a,b",
+    .check = sub_check,
+    .forward = {DUET__OP_CPU_SIM(sub_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sub)},
+    .backward = {DUET__OP_CPU_SIM(sub_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_sub_backward)},
+    .graph_backward = sub_graph,
+    .output_unread = true,
+};
+
+const duet__op_def duet__op_def_mul = {
+    .id = DUET__OP_MUL,
+    .inputs = "a,b",
+    .check = mul_check,
+    .forward = {DUET__OP_CPU_SIM(mul_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mul)},
+    .backward = {DUET__OP_CPU_SIM(mul_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mul_backward)},
+    .graph_backward = mul_graph,
+};
 
 int duet_add(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "add", "a,b", &dev, a, b);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("add", dev, duet__cuda_binary_op(DUET__BIN_ADD, a, b, out));
-    return duet__op_finish_unread(binary_op("add", add_forward, add_backward, a, b, out), out);
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_ADD, NULL, out, a, b);
 }
 
 int duet_add_inplace(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
     DUET_ASSERT(a != NULL && b != NULL && out != NULL);
-    duet_device dev;
-    DUET__OP_DEVICE(out, "add", "a,b", &dev, a, b);
-    /* On a GPU, a new output (the in-place form is the CPU's saving). */
-    if (dev.type == DUET_DEVICE_CUDA) return duet_add(a, b, out);
+    *out = NULL;
     if (a == b || b->data == a->data || !duet_can_overwrite(a)) return duet_add(a, b, out);
-    DUET_TRY(duet__op_check_same_shape("add", a, b));
-    duet_tensor *inputs[2] = {a, b};
-    duet_tensor *y = NULL;
-    if (duet_autograd_needs_record(2, inputs))
-        DUET_TRY(duet_tensor_view(a, a->ndim, a->shape, &y));
-    else
-        y = duet_tensor_retain(a);
-    add_forward(a->data, a->data, b->data, a->numel);
-    if (y == a) {
-        *out = y;
-        return DUET_OK;
-    }
-    DUET_TRY(duet__op_finish(y, "add", add_backward, NULL, NULL, 2, inputs, out));
-    duet_autograd_set_graph_backward(*out, add_graph);
-    return DUET_OK;
+    return duet__op_run(DUET__OP_ADD,
+                        &(duet__op_call){.nin = 2, .in = (duet_tensor *[]){a, b}, .nrecord = 2,
+                                         .inplace = true},
+                        out);
 }
 
 int duet_sub(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "sub", "a,b", &dev, a, b);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("sub", dev, duet__cuda_binary_op(DUET__BIN_SUB, a, b, out));
-    return duet__op_finish_unread(binary_op("sub", sub_forward, sub_backward, a, b, out), out);
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_SUB, NULL, out, a, b);
 }
 
 int duet_mul(duet_tensor *a, duet_tensor *b, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "mul", "a,b", &dev, a, b);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("mul", dev, duet__cuda_binary_op(DUET__BIN_MUL, a, b, out));
-    return binary_op("mul", mul_forward, mul_backward_node, a, b, out);
-}
-
-static duet_graph_backward_fn binary_graph(duet_backward_fn backward) {
-    if (backward == add_backward) return add_graph;
-    if (backward == sub_backward) return sub_graph;
-    return backward == mul_backward_node ? mul_graph : NULL;
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_MUL, NULL, out, a, b);
 }
 
 /* ---- scale ------------------------------------------------------------------ */
 
-typedef struct scale_ctx {
+typedef struct scale_params {
     float s;
-} scale_ctx;
+} scale_params;
 
-static int scale_backward(duet_node *node) {
-    const scale_ctx *c = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL) axpy_backward(gx, node->output->grad, c->s, node->output->numel);
+static int scale_check(int nin, duet_tensor *const *in, void *params, bool record,
+                       duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    duet__op_plan_like(plan, in[0]);
+    return DUET_OK;
+}
+
+static int scale_k(const duet__op_args *a) {
+    const float s = ((const scale_params *)a->params)->s;
+    const float *x = a->in[0]->data;
+    float *y = a->out->data;
+    for (int64_t i = 0; i < a->out->numel; i++) y[i] = s * x[i];
+    return DUET_OK;
+}
+
+static int scale_backward_k(const duet__op_args *a) {
+    axpy_backward(a->gin[0], a->gout, ((const scale_params *)a->params)->s, a->out->numel);
     return DUET_OK;
 }
 
 static int scale_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
-    return want[0] ? duet_scale(gy, ((const scale_ctx *)node->ctx)->s, &gx[0]) : DUET_OK;
+    const scale_params *p = duet__op_node_params(node);
+    return want[0] ? duet_scale(gy, p->s, &gx[0]) : DUET_OK;
 }
+
+const duet__op_def duet__op_def_scale = {
+    .id = DUET__OP_SCALE,
+    .inputs = "x",
+    .params_size = sizeof(scale_params),
+    .check = scale_check,
+    .forward = {DUET__OP_CPU_SIM(scale_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_scale)},
+    .backward = {DUET__OP_CPU_SIM(scale_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_scale_backward)},
+    .graph_backward = scale_graph,
+    .output_unread = true,
+};
 
 int duet_scale(duet_tensor *x, float s, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    duet_device dev;
-    DUET__OP_DEVICE(out, "scale", "x", &dev, x);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("scale", dev, duet__cuda_scale_op(x, s, out));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(x->ndim, x->shape, &y));
-    for (int64_t i = 0; i < y->numel; i++) y->data[i] = s * x->data[i];
-    scale_ctx *c = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "scale: out of memory for the saved factor");
-        }
-        c->s = s;
-    }
-    DUET_TRY(duet__op_finish_unread(
-        duet__op_finish(y, "scale", scale_backward, c, free, 1, &x, out), out));
-    duet_autograd_set_graph_backward(*out, scale_graph);
-    return DUET_OK;
+    return DUET__OP_RUN(DUET__OP_SCALE, &(scale_params){s}, out, x);
 }
 
 /* ---- channel_affine -------------------------------------------------------------- */
 
-/* scale then shift, C floats each, copied so that the caller's arrays may go
- * away before backward. */
-typedef struct affine_ctx {
-    int64_t c;
-    float v[];
-} affine_ctx;
+/* scale (saved buffer 0) and shift (1), C floats each, copied to the
+ * device; NULL means 1 and 0. The arrays are read by the check only. */
+typedef struct affine_params {
+    const float *scale, *shift;
+    int64_t n, c, inner;
+} affine_params;
 
-static int channel_affine_backward_node(duet_node *node) {
-    const affine_ctx *ac = node->ctx;
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        channel_affine_backward(gx, node->output->grad, ac->v, x->shape[0], ac->c,
-                                x->numel / (x->shape[0] * ac->c));
-    return DUET_OK;
-}
-
-int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
-                        duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "channel_affine", "x", x);
+static int channel_affine_check(int nin, duet_tensor *const *in, void *params, bool record,
+                                duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const duet_tensor *x = in[0];
+    affine_params *p = params;
     if (x->ndim < 2) {
         char sx[DUET_SHAPE_STR_MAX];
         return duet__error(DUET_ESHAPE, "channel_affine: input %s has no channel dimension; "
                            "expected (N, C, ...)", duet_shape_str(x, sx, sizeof sx));
     }
-    int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
-    /* NULL scale means 1, NULL shift means 0. */
-    affine_ctx *ac = malloc(sizeof *ac + 2 * (size_t)c * sizeof(float));
-    if (ac == NULL)
-        return duet__error(DUET_ENOMEM, "channel_affine: out of memory for %" PRId64
-                           " channels", c);
-    ac->c = c;
-    for (int64_t i = 0; i < c; i++) {
-        ac->v[i] = scale != NULL ? scale[i] : 1.0f;
-        ac->v[c + i] = shift != NULL ? shift[i] : 0.0f;
+    p->n = x->shape[0];
+    p->c = x->shape[1];
+    p->inner = x->numel / (p->n * p->c);
+    duet__op_plan_like(plan, x);
+    for (int k = 0; k < 2; k++) {
+        const float *v = k == 0 ? p->scale : p->shift;
+        plan->saved_bytes[k] = (size_t)p->c * sizeof(float);
+        plan->saved_from[k] = v;
+        plan->saved_zero[k] = v == NULL && k == 1;
     }
-    duet_tensor *y = NULL;
-    int rc = duet_tensor_create_uninit(x->ndim, x->shape, &y);
-    if (rc != DUET_OK) {
-        free(ac);
-        return rc;
-    }
-    channel_affine_forward(y->data, x->data, ac->v, ac->v + c, n, c, inner);
-    return duet__op_finish_unread(
-        duet__op_finish(y, "channel_affine", channel_affine_backward_node, ac, free, 1, &x, out),
-        out);
+    return DUET_OK;
+}
+
+/* The scale on the device: saved buffer 0 filled with 1 when no scale was
+ * given (the check left it uninitialised). */
+static int channel_affine_k(const duet__op_args *a) {
+    const affine_params *p = a->params;
+    float *scale = a->saved[0];
+    if (p->scale == NULL)
+        for (int64_t i = 0; i < p->c; i++) scale[i] = 1.0f;
+    channel_affine_forward(a->out->data, a->in[0]->data, scale, a->saved[1], p->n, p->c,
+                           p->inner);
+    return DUET_OK;
+}
+
+static int channel_affine_backward_k(const duet__op_args *a) {
+    const affine_params *p = a->params;
+    channel_affine_backward(a->gin[0], a->gout, a->saved[0], p->n, p->c, p->inner);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_channel_affine = {
+    .id = DUET__OP_CHANNEL_AFFINE,
+    .inputs = "x",
+    .params_size = sizeof(affine_params),
+    .check = channel_affine_check,
+    DUET__OP_CPU(channel_affine_k, channel_affine_backward_k),
+    .output_unread = true,
+};
+
+int duet_channel_affine(duet_tensor *x, const float *scale, const float *shift,
+                        duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    const affine_params p = {.scale = scale, .shift = shift};
+    return DUET__OP_RUN(DUET__OP_CHANNEL_AFFINE, &p, out, x);
 }

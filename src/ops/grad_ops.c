@@ -164,11 +164,29 @@ static void transpose_add(float *dst, const float *src, int64_t r, int64_t c) {
         for (int64_t j = 0; j < c; j++) dst[j * r + i] += src[i * c + j];
 }
 
-static int transpose2d_backward(duet_node *node) {
-    float *gx = duet_node_input_grad(node, 0);
-    /* The output is (C, R): its gradient transposed back to (R, C). */
-    if (gx != NULL)
-        transpose_add(gx, node->output->grad, node->output->shape[0], node->output->shape[1]);
+static int transpose2d_check(int nin, duet_tensor *const *in, void *params, bool record,
+                             duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    const duet_tensor *x = in[0];
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim != 2)
+        return duet__error(DUET_ESHAPE, "transpose2d: input %s must be 2-D",
+                           duet_shape_str(x, sx, sizeof sx));
+    plan->ndim = 2;
+    plan->shape[0] = x->shape[1];
+    plan->shape[1] = x->shape[0];
+    plan->zero_out = true; /* the kernel adds */
+    return DUET_OK;
+}
+
+static int transpose2d_k(const duet__op_args *a) {
+    transpose_add(a->out->data, a->in[0]->data, a->in[0]->shape[0], a->in[0]->shape[1]);
+    return DUET_OK;
+}
+
+/* The output is (C, R): its gradient transposed back to (R, C). */
+static int transpose2d_backward_k(const duet__op_args *a) {
+    transpose_add(a->gin[0], a->gout, a->out->shape[0], a->out->shape[1]);
     return DUET_OK;
 }
 
@@ -178,90 +196,91 @@ static int transpose2d_graph(duet_node *node, duet_tensor *gy, const bool *want,
     return want[0] ? duet_transpose2d(gy, &gx[0]) : DUET_OK;
 }
 
+const duet__op_def duet__op_def_transpose2d = {
+    .id = DUET__OP_TRANSPOSE2D,
+    .inputs = "x",
+    .check = transpose2d_check,
+    DUET__OP_CPU(transpose2d_k, transpose2d_backward_k),
+    .graph_backward = transpose2d_graph,
+    .output_unread = true,
+};
+
 int duet_transpose2d(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "transpose2d", "x", x);
-    char sx[DUET_SHAPE_STR_MAX];
-    if (x->ndim != 2)
-        return duet__error(DUET_ESHAPE, "transpose2d: input %s must be 2-D",
-                           duet_shape_str(x, sx, sizeof sx));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(2, (int64_t[]){x->shape[1], x->shape[0]}, &y));
-    transpose_add(y->data, x->data, x->shape[0], x->shape[1]);
-    DUET_TRY(duet__op_finish_unread(
-        duet__op_finish(y, "transpose2d", transpose2d_backward, NULL, NULL, 1, &x, out), out));
-    duet_autograd_set_graph_backward(*out, transpose2d_graph);
-    return DUET_OK;
+    return DUET__OP_RUN(DUET__OP_TRANSPOSE2D, NULL, out, x);
 }
 
 /* ---- sum_channels --------------------------------------------------------------- */
 
-static int sum_channels_backward(duet_node *node) {
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
+static int channels_check(const char *op, const duet_tensor *x) {
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim < 2)
+        return duet__error(DUET_ESHAPE, "%s: input %s must be (N, C, ...)", op,
+                           duet_shape_str(x, sx, sizeof sx));
+    return DUET_OK;
+}
+
+static int sum_channels_check(int nin, duet_tensor *const *in, void *params, bool record,
+                              duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    DUET_TRY(channels_check("sum_channels", in[0]));
+    plan->ndim = 1;
+    plan->shape[0] = in[0]->shape[1];
+    return DUET_OK;
+}
+
+static int sum_channels_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
     const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
-    const float *go = node->output->grad;
+    for (int64_t ch = 0; ch < c; ch++) {
+        double s = 0.0;
+        for (int64_t b = 0; b < n; b++) s += duet__sum_f32(x->data + (b * c + ch) * inner, inner);
+        a->out->data[ch] = (float)s;
+    }
+    return DUET_OK;
+}
+
+static int sum_channels_backward_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
+    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
     for (int64_t s = 0; s < n; s++)
         for (int64_t ch = 0; ch < c; ch++) {
-            float *d = gx + (s * c + ch) * inner;
-            for (int64_t i = 0; i < inner; i++) d[i] += go[ch];
+            float *d = a->gin[0] + (s * c + ch) * inner;
+            for (int64_t i = 0; i < inner; i++) d[i] += a->gout[ch];
         }
     return DUET_OK;
 }
 
+const duet__op_def duet__op_def_sum_channels = {
+    .id = DUET__OP_SUM_CHANNELS,
+    .inputs = "x",
+    .check = sum_channels_check,
+    DUET__OP_CPU(sum_channels_k, sum_channels_backward_k),
+    .output_unread = true,
+};
+
 int duet_sum_channels(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "sum_channels", "x", x);
-    char sx[DUET_SHAPE_STR_MAX];
-    if (x->ndim < 2)
-        return duet__error(DUET_ESHAPE, "sum_channels: input %s must be (N, C, ...)",
-                           duet_shape_str(x, sx, sizeof sx));
-    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(1, (int64_t[]){c}, &y));
-    for (int64_t ch = 0; ch < c; ch++) {
-        double s = 0.0;
-        for (int64_t b = 0; b < n; b++) s += duet__sum_f32(x->data + (b * c + ch) * inner, inner);
-        y->data[ch] = (float)s;
-    }
-    return duet__op_finish_unread(
-        duet__op_finish(y, "sum_channels", sum_channels_backward, NULL, NULL, 1, &x, out), out);
+    return DUET__OP_RUN(DUET__OP_SUM_CHANNELS, NULL, out, x);
 }
 
 /* ---- channel_norm --------------------------------------------------------------- */
 
-/* gx = gy * x / norm, 0 where the norm is 0 (PyTorch's norm backward). */
-static int channel_norm_backward(duet_node *node) {
-    const duet_tensor *x = node->inputs[0], *y = node->output;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
-    const float *go = y->grad;
-    for (int64_t s = 0; s < n; s++)
-        for (int64_t ch = 0; ch < c; ch++)
-            for (int64_t i = 0; i < inner; i++) {
-                const float nrm = y->data[s * inner + i];
-                if (nrm > 0.0f)
-                    gx[(s * c + ch) * inner + i] +=
-                        go[s * inner + i] * x->data[(s * c + ch) * inner + i] / nrm;
-            }
+static int channel_norm_check(int nin, duet_tensor *const *in, void *params, bool record,
+                              duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    const duet_tensor *x = in[0];
+    DUET_TRY(channels_check("channel_norm", x));
+    plan->ndim = x->ndim == 2 ? 1 : x->ndim - 1;
+    for (int d = 0; d < DUET_MAX_DIMS; d++) plan->shape[d] = 1;
+    plan->shape[0] = x->shape[0];
+    for (int d = 2; d < x->ndim; d++) plan->shape[d - 1] = x->shape[d];
     return DUET_OK;
 }
 
-int duet_channel_norm(duet_tensor *x, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "channel_norm", "x", x);
-    char sx[DUET_SHAPE_STR_MAX];
-    if (x->ndim < 2)
-        return duet__error(DUET_ESHAPE, "channel_norm: input %s must be (N, C, ...)",
-                           duet_shape_str(x, sx, sizeof sx));
+static int channel_norm_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
     const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
-    int64_t shape[DUET_MAX_DIMS];
-    shape[0] = n;
-    for (int d = 2; d < x->ndim; d++) shape[d - 1] = x->shape[d];
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(x->ndim == 2 ? 1 : x->ndim - 1, shape, &y));
     for (int64_t s = 0; s < n; s++)
         for (int64_t i = 0; i < inner; i++) {
             double acc = 0.0;
@@ -269,28 +288,34 @@ int duet_channel_norm(duet_tensor *x, duet_tensor **out) {
                 const double v = x->data[(s * c + ch) * inner + i];
                 acc += v * v;
             }
-            y->data[s * inner + i] = (float)sqrt(acc);
+            a->out->data[s * inner + i] = (float)sqrt(acc);
         }
-    return duet__op_finish(y, "channel_norm", channel_norm_backward, NULL, NULL, 1, &x, out);
+    return DUET_OK;
 }
 
-/* ---- helpers of the recorded backwards ----------------------------------------- */
+/* gx = gy * x / norm, 0 where the norm is 0 (PyTorch's norm backward). */
+static int channel_norm_backward_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0], *y = a->out;
+    const int64_t n = x->shape[0], c = x->shape[1], inner = x->numel / (n * c);
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t ch = 0; ch < c; ch++)
+            for (int64_t i = 0; i < inner; i++) {
+                const float nrm = y->data[s * inner + i];
+                if (nrm > 0.0f)
+                    a->gin[0][(s * c + ch) * inner + i] +=
+                        a->gout[s * inner + i] * x->data[(s * c + ch) * inner + i] / nrm;
+            }
+    return DUET_OK;
+}
 
-int duet__graph_expand_scalar(duet_tensor *g, int ndim, const int64_t *shape, float s,
-                              duet_tensor **out) {
-    /* ones (numel, 1) times g (1, 1) through linear: differentiable in g. */
-    *out = NULL;
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) numel *= shape[d];
-    duet_tensor *ones = NULL, *g11 = NULL, *col = NULL, *scaled = NULL;
-    int rc = duet_tensor_create(2, (int64_t[]){numel, 1}, &ones);
-    if (rc == DUET_OK) rc = duet_tensor_fill(ones, s);
-    if (rc == DUET_OK) rc = duet_reshape(g, 2, (int64_t[]){1, 1}, &g11);
-    if (rc == DUET_OK) rc = duet_linear(ones, g11, NULL, &col);
-    if (rc == DUET_OK) rc = duet_reshape(col, ndim, shape, out);
-    duet_tensor_release(ones);
-    duet_tensor_release(g11);
-    duet_tensor_release(col);
-    duet_tensor_release(scaled);
-    return rc;
+const duet__op_def duet__op_def_channel_norm = {
+    .id = DUET__OP_CHANNEL_NORM,
+    .inputs = "x",
+    .check = channel_norm_check,
+    DUET__OP_CPU(channel_norm_k, channel_norm_backward_k),
+};
+
+int duet_channel_norm(duet_tensor *x, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_CHANNEL_NORM, NULL, out, x);
 }

@@ -30,14 +30,41 @@ static int linear_sizes(const duet_tensor *x, const duet_tensor *w, const duet_t
     return DUET_OK;
 }
 
-static int linear_backward(duet_node *node) {
-    duet_tensor *x = node->inputs[0], *w = node->inputs[1], *b = node->inputs[2];
+/* The sizes linear_sizes found, for the kernels. */
+typedef struct linear_params {
     int64_t rows, in, outf;
-    DUET_TRY(linear_sizes(x, w, b, &rows, &in, &outf));
-    const float *dy = node->output->grad; /* (rows, OUT) */
-    float *dx = duet_node_input_grad(node, 0);
-    float *dw = duet_node_input_grad(node, 1);
-    float *db = b != NULL ? duet_node_input_grad(node, 2) : NULL;
+} linear_params;
+
+static int linear_check(int nin, duet_tensor *const *in, void *params, bool record,
+                        duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    linear_params *p = params;
+    const duet_tensor *x = in[0];
+    DUET_TRY(linear_sizes(x, in[1], in[2], &p->rows, &p->in, &p->outf));
+    duet__op_plan_like(plan, x);
+    plan->shape[x->ndim - 1] = p->outf;
+    return DUET_OK;
+}
+
+static int linear_k(const duet__op_args *a) {
+    const linear_params *p = a->params;
+    const duet_tensor *x = a->in[0], *w = a->in[1], *b = a->in[2];
+    float *y = a->out->data;
+    if (b != NULL)
+        for (int64_t r = 0; r < p->rows; r++)
+            for (int64_t o = 0; o < p->outf; o++) y[r * p->outf + o] = b->data[o];
+    /* Y (rows, OUT) = X (rows, IN) W^T (IN, OUT) (+ the bias already there) */
+    duet_sgemm(false, true, p->rows, p->outf, p->in, 1.0f, x->data, p->in, w->data, p->in,
+               b != NULL ? 1.0f : 0.0f, y, p->outf);
+    return DUET_OK;
+}
+
+static int linear_backward_k(const duet__op_args *a) {
+    const linear_params *p = a->params;
+    const int64_t rows = p->rows, in = p->in, outf = p->outf;
+    const duet_tensor *x = a->in[0], *w = a->in[1];
+    const float *dy = a->gout; /* (rows, OUT) */
+    float *dx = a->gin[0], *dw = a->gin[1], *db = a->nin > 2 ? a->gin[2] : NULL;
     /* dX (rows, IN) += dY (rows, OUT) W (OUT, IN) */
     if (dx != NULL)
         duet_sgemm(false, false, rows, in, outf, 1.0f, dy, outf, w->data, in, 1.0f, dx, in);
@@ -52,11 +79,13 @@ static int linear_backward(duet_node *node) {
 
 /* In recorded ops, with X (rows, IN) and dY (rows, OUT) the 2-D views:
  * dX = dY W = linear(dY, W^T), dW = dY^T X = linear(dY^T, X^T), db = the
- * column sums of dY = linear(ones (1, rows), dY^T). */
+ * column sums of dY = linear(ones (1, rows), dY^T), the ones on gy's
+ * device. */
 static int linear_graph(duet_node *node, duet_tensor *gy, const bool *want, duet_tensor **gx) {
     duet_tensor *x = node->inputs[0], *w = node->inputs[1];
-    int64_t rows, in, outf;
-    DUET_TRY(linear_sizes(x, w, node->inputs[2], &rows, &in, &outf));
+    const linear_params *p = duet__op_node_params(node);
+    const int64_t rows = p->rows, in = p->in, outf = p->outf;
+    const duet_device dev = duet_tensor_device(gy);
     duet_tensor *g2 = NULL, *gt = NULL, *wt = NULL, *x2 = NULL, *xt = NULL, *ones = NULL,
                 *dx2 = NULL, *db2 = NULL;
     int rc = duet_reshape(gy, 2, (int64_t[]){rows, outf}, &g2);
@@ -67,8 +96,9 @@ static int linear_graph(duet_node *node, duet_tensor *gy, const bool *want, duet
     if (rc == DUET_OK && want[1]) rc = duet_reshape(x, 2, (int64_t[]){rows, in}, &x2);
     if (rc == DUET_OK && want[1]) rc = duet_transpose2d(x2, &xt);
     if (rc == DUET_OK && want[1]) rc = duet_linear(gt, xt, NULL, &gx[1]);
-    if (rc == DUET_OK && want[2]) rc = duet_tensor_create(2, (int64_t[]){1, rows}, &ones);
-    if (rc == DUET_OK && want[2]) rc = duet_tensor_fill(ones, 1.0f);
+    if (rc == DUET_OK && want[2]) rc = duet_tensor_create_on(dev, 2, (int64_t[]){1, rows}, &ones);
+    if (rc == DUET_OK && want[2])
+        rc = duet__device_fill_f32(dev, ones->data, (size_t)rows, 1.0f, "linear");
     if (rc == DUET_OK && want[2]) rc = duet_linear(ones, gt, NULL, &db2);
     if (rc == DUET_OK && want[2]) rc = duet_reshape(db2, 1, (int64_t[]){outf}, &gx[2]);
     duet_tensor *tmp[] = {g2, gt, wt, x2, xt, ones, dx2, db2};
@@ -76,28 +106,20 @@ static int linear_graph(duet_node *node, duet_tensor *gy, const bool *want, duet
     return rc;
 }
 
+const duet__op_def duet__op_def_linear = {
+    .id = DUET__OP_LINEAR,
+    .inputs = "x,weight,bias",
+    .params_size = sizeof(linear_params),
+    .check = linear_check,
+    .forward = {DUET__OP_CPU_SIM(linear_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_linear)},
+    .backward = {DUET__OP_CPU_SIM(linear_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_linear_backward)},
+    .graph_backward = linear_graph,
+    .output_unread = true,
+};
+
 int duet_linear(duet_tensor *x, duet_tensor *w, duet_tensor *b, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "linear", "x,weight,bias", &dev, x, w, b);
-    int64_t rows, in, outf;
-    DUET_TRY(linear_sizes(x, w, b, &rows, &in, &outf));
-    int64_t shape[DUET_MAX_DIMS];
-    for (int d = 0; d < x->ndim - 1; d++) shape[d] = x->shape[d];
-    shape[x->ndim - 1] = outf;
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("linear", dev, duet__cuda_linear_op(x, w, b, rows, in, outf, x->ndim,
-                                                                 shape, out));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(x->ndim, shape, &y));
-    if (b != NULL)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t o = 0; o < outf; o++) y->data[r * outf + o] = b->data[o];
-    /* Y (rows, OUT) = X (rows, IN) W^T (IN, OUT) (+ the bias already there) */
-    duet_sgemm(false, true, rows, outf, in, 1.0f, x->data, in, w->data, in,
-               b != NULL ? 1.0f : 0.0f, y->data, outf);
-    duet_tensor *ins[3] = {x, w, b};
-    DUET_TRY(duet__op_finish(y, "linear", linear_backward, NULL, NULL, 3, ins, out));
-    duet_autograd_set_graph_backward(*out, linear_graph);
-    duet__op_output_unread(*out);
-    return DUET_OK;
+    DUET_ASSERT(x != NULL && w != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_LINEAR, (&(linear_params){0}), out, x, w, b);
 }

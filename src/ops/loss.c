@@ -66,149 +66,157 @@ static void bce_backward(float *gx, const float *x, const float *t, int64_t tstr
     for (int64_t i = 0; i < n; i++) gx[i] += duet__bce_logits_grad(x[i], t[i * tstride], c);
 }
 
-/* ---- L1 and MSE ------------------------------------------------------------------------ */
+/* ---- the rows ---------------------------------------------------------------------
+ * Each loss is weight * sum / n, the sum in double (loss.c's kernels). BCE's
+ * constant target is saved buffer 0 (one float on the device, read with
+ * stride 0), so that one kernel serves both BCE rows and every device. */
 
-typedef struct weight_ctx {
+typedef struct loss_params {
     float weight;
-} weight_ctx;
+    float target_const; /* bce_with_logits_const */
+} loss_params;
+
+static int loss_check(const char *op, int nin, duet_tensor *const *in, void *params,
+                      duet__op_plan *plan) {
+    if (nin > 1) DUET_TRY(duet__op_check_same_shape(op, in[0], in[1]));
+    plan->ndim = 1;
+    plan->shape[0] = 1;
+    if (nin == 1) {
+        plan->saved_bytes[0] = sizeof(float);
+        plan->saved_from[0] = &((const loss_params *)params)->target_const;
+    }
+    return DUET_OK;
+}
+
+#define LOSS_CHECK(name)                                                                   \
+    static int name##_check(int nin, duet_tensor *const *in, void *params, bool record,    \
+                            duet_device dev, duet__op_plan *plan) {                        \
+        (void)record, (void)dev;                                                           \
+        return loss_check(#name, nin, in, params, plan);                                   \
+    }
+LOSS_CHECK(l1_loss)
+LOSS_CHECK(mse_loss)
+LOSS_CHECK(bce_with_logits)
+LOSS_CHECK(bce_with_logits_const)
+
+/* weight * sum / n into the [1] output. */
+static int loss_store(const duet__op_args *a, double sum) {
+    const loss_params *p = a->params;
+    a->out->data[0] = (float)((double)p->weight * sum / (double)a->in[0]->numel);
+    return DUET_OK;
+}
+
+static int l1_k(const duet__op_args *a) {
+    return loss_store(a, l1_sum(a->in[0]->data, a->in[1]->data, a->in[0]->numel));
+}
+
+static int mse_k(const duet__op_args *a) {
+    return loss_store(a, mse_sum(a->in[0]->data, a->in[1]->data, a->in[0]->numel));
+}
+
+/* The target: in[1] (stride 1), or the saved constant (stride 0). */
+static int bce_k(const duet__op_args *a) {
+    const bool c = a->nin == 1;
+    return loss_store(a, bce_sum(a->in[0]->data, c ? a->saved[0] : a->in[1]->data, c ? 0 : 1,
+                                 a->in[0]->numel));
+}
 
 typedef void (*pair_backward)(float *g, const float *p, const float *t, float c, int64_t n);
 
 /* Shared backward of L1 (scale 1) and MSE (scale 2): the prediction gets
  * +c * f(p - t), the target -c * f(p - t). */
-static int pair_loss_backward(duet_node *node, pair_backward kernel, float scale) {
-    const weight_ctx *wc = node->ctx;
-    const duet_tensor *p = node->inputs[0], *t = node->inputs[1];
-    const float c = (float)((double)scale * wc->weight * node->output->grad[0] / (double)p->numel);
-    float *gp = duet_node_input_grad(node, 0);
-    if (gp != NULL) kernel(gp, p->data, t->data, c, p->numel);
-    float *gt = duet_node_input_grad(node, 1);
-    if (gt != NULL) kernel(gt, p->data, t->data, -c, p->numel);
+static int pair_loss_backward(const duet__op_args *a, pair_backward kernel, float scale) {
+    const loss_params *lp = a->params;
+    const duet_tensor *p = a->in[0], *t = a->in[1];
+    const float c = (float)((double)scale * lp->weight * a->gout[0] / (double)p->numel);
+    if (a->gin[0] != NULL) kernel(a->gin[0], p->data, t->data, c, p->numel);
+    if (a->gin[1] != NULL) kernel(a->gin[1], p->data, t->data, -c, p->numel);
     return DUET_OK;
 }
 
-static int l1_backward_node(duet_node *node) {
-    return pair_loss_backward(node, l1_backward, 1.0f);
+static int l1_backward_k(const duet__op_args *a) {
+    return pair_loss_backward(a, l1_backward, 1.0f);
 }
 
-static int mse_backward_node(duet_node *node) {
-    return pair_loss_backward(node, mse_backward, 2.0f);
+static int mse_backward_k(const duet__op_args *a) {
+    return pair_loss_backward(a, mse_backward, 2.0f);
 }
 
-typedef double (*pair_sum)(const float *p, const float *t, int64_t n);
-
-static int pair_loss(const char *op, pair_sum sum, duet_backward_fn backward, duet_tensor *pred,
-                     duet_tensor *target, float weight, duet_tensor **out) {
-    DUET_ASSERT(pred != NULL && target != NULL && out != NULL);
-    *out = NULL;
-    DUET_TRY(duet__op_check_same_shape(op, pred, target));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, &y));
-    y->data[0] = (float)((double)weight * sum(pred->data, target->data, pred->numel) /
-                         (double)pred->numel);
-    duet_tensor *inputs[2] = {pred, target};
-    weight_ctx *wc = NULL;
-    if (duet_autograd_needs_record(2, inputs)) {
-        wc = malloc(sizeof *wc);
-        if (wc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "%s: out of memory", op);
-        }
-        wc->weight = weight;
-    }
-    return duet__op_finish(y, op, backward, wc, free, 2, inputs, out);
+/* The logits only, the target gets no gradient. */
+static int bce_backward_k(const duet__op_args *a) {
+    const loss_params *lp = a->params;
+    const duet_tensor *x = a->in[0];
+    const bool cst = a->nin == 1;
+    const float c = (float)((double)lp->weight * a->gout[0] / (double)x->numel);
+    bce_backward(a->gin[0], x->data, cst ? a->saved[0] : a->in[1]->data, cst ? 0 : 1, c,
+                 x->numel);
+    return DUET_OK;
 }
+
+const duet__op_def duet__op_def_l1_loss = {
+    .id = DUET__OP_L1_LOSS,
+    .inputs = "pred,target",
+    .params_size = sizeof(loss_params),
+    .check = l1_loss_check,
+    .forward = {DUET__OP_CPU_SIM(l1_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_l1_loss)},
+    .backward = {DUET__OP_CPU_SIM(l1_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_l1_loss_backward)},
+};
+
+const duet__op_def duet__op_def_mse_loss = {
+    .id = DUET__OP_MSE_LOSS,
+    .inputs = "pred,target",
+    .params_size = sizeof(loss_params),
+    .check = mse_loss_check,
+    .forward = {DUET__OP_CPU_SIM(mse_k),
+                [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mse_loss)},
+    .backward = {DUET__OP_CPU_SIM(mse_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_mse_loss_backward)},
+};
+
+const duet__op_def duet__op_def_bce_with_logits = {
+    .id = DUET__OP_BCE_WITH_LOGITS,
+    .inputs = "logits,target",
+    .params_size = sizeof(loss_params),
+    .check = bce_with_logits_check,
+    .forward = {DUET__OP_CPU_SIM(bce_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce)},
+    .backward = {DUET__OP_CPU_SIM(bce_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce_backward)},
+    .no_grad_inputs = 1u << 1,
+};
+
+const duet__op_def duet__op_def_bce_with_logits_const = {
+    .id = DUET__OP_BCE_WITH_LOGITS_CONST,
+    .inputs = "logits",
+    .params_size = sizeof(loss_params),
+    .check = bce_with_logits_const_check,
+    .forward = {DUET__OP_CPU_SIM(bce_k), [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce)},
+    .backward = {DUET__OP_CPU_SIM(bce_backward_k),
+                 [DUET_DEVICE_CUDA] = DUET__OP_CUDA(duet__cuda_k_bce_backward)},
+};
 
 int duet_l1_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "l1_loss", "pred,target", &dev, pred, target);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("l1_loss", dev,
-                             duet__cuda_loss_op(DUET__LOSS_L1, pred, target, 0.0f, weight, out));
-    return pair_loss("l1_loss", l1_sum, l1_backward_node, pred, target, weight, out);
+    DUET_ASSERT(pred != NULL && target != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_L1_LOSS, (&(loss_params){.weight = weight}), out, pred, target);
 }
 
 int duet_mse_loss(duet_tensor *pred, duet_tensor *target, float weight, duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "mse_loss", "pred,target", &dev, pred, target);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("mse_loss", dev,
-                             duet__cuda_loss_op(DUET__LOSS_MSE, pred, target, 0.0f, weight, out));
-    return pair_loss("mse_loss", mse_sum, mse_backward_node, pred, target, weight, out);
+    DUET_ASSERT(pred != NULL && target != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_MSE_LOSS, (&(loss_params){.weight = weight}), out, pred, target);
 }
 
-/* ---- BCE with logits ----------------------------------------------------------------------
- * The node's only input is the logits (the target gets no gradient); the
- * target tensor is kept alive by the context instead. */
-
-typedef struct bce_ctx {
-    float weight;
-    float target_const;  /* used when target is NULL */
-    duet_tensor *target; /* retained, or NULL */
-} bce_ctx;
-
-static void bce_ctx_free(void *p) {
-    bce_ctx *c = p;
-    if (c == NULL) return;
-    duet_tensor_release(c->target);
-    free(c);
-}
-
-static int bce_backward_node(duet_node *node) {
-    const bce_ctx *bc = node->ctx;
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    const float c = (float)((double)bc->weight * node->output->grad[0] / (double)x->numel);
-    if (bc->target != NULL) bce_backward(gx, x->data, bc->target->data, 1, c, x->numel);
-    else bce_backward(gx, x->data, &bc->target_const, 0, c, x->numel);
-    return DUET_OK;
-}
-
-/* target NULL: every target is target_const. */
-static int bce_loss(const char *op, duet_tensor *logits, duet_tensor *target, float target_const,
-                    float weight, duet_tensor **out) {
-    DUET_ASSERT(logits != NULL && out != NULL);
-    *out = NULL;
-    if (target != NULL) DUET_TRY(duet__op_check_same_shape(op, logits, target));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create(1, (int64_t[]){1}, &y));
-    const float *t = target != NULL ? target->data : &target_const;
-    y->data[0] = (float)((double)weight * bce_sum(logits->data, t, target != NULL ? 1 : 0,
-                                                  logits->numel) / (double)logits->numel);
-    bce_ctx *bc = NULL;
-    if (duet_autograd_needs_record(1, &logits)) {
-        bc = malloc(sizeof *bc);
-        if (bc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "%s: out of memory", op);
-        }
-        bc->weight = weight;
-        bc->target_const = target_const;
-        bc->target = duet_tensor_retain(target);
-    }
-    return duet__op_finish(y, op, bce_backward_node, bc, bce_ctx_free, 1, &logits, out);
-}
-
+/* The node's inputs are the logits and the target, the target without a
+ * gradient (no_grad_inputs): the node keeps it alive. */
 int duet_bce_with_logits(duet_tensor *logits, duet_tensor *target, float weight,
                          duet_tensor **out) {
-    DUET_ASSERT(target != NULL);
-    duet_device dev;
-    DUET__OP_DEVICE(out, "bce_with_logits", "logits,target", &dev, logits, target);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("bce_with_logits", dev,
-                             duet__cuda_loss_op(DUET__LOSS_BCE_LOGITS, logits, target, 0.0f,
-                                                weight, out));
-    return bce_loss("bce_with_logits", logits, target, 0.0f, weight, out);
+    DUET_ASSERT(logits != NULL && target != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_BCE_WITH_LOGITS, (&(loss_params){.weight = weight}), out,
+                        logits, target);
 }
 
 int duet_bce_with_logits_const(duet_tensor *logits, float target, float weight,
                                duet_tensor **out) {
-    duet_device dev;
-    DUET__OP_DEVICE(out, "bce_with_logits_const", "logits", &dev, logits);
-    if (dev.type == DUET_DEVICE_CUDA)
-        return DUET__ON_CUDA("bce_with_logits_const", dev,
-                             duet__cuda_loss_op(DUET__LOSS_BCE_LOGITS, logits, NULL, target,
-                                                weight, out));
-    return bce_loss("bce_with_logits_const", logits, NULL, target, weight, out);
+    DUET_ASSERT(logits != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_BCE_WITH_LOGITS_CONST,
+                        (&(loss_params){.weight = weight, .target_const = target}), out, logits);
 }

@@ -1,5 +1,6 @@
 /* The ops layer's private header (the .c files of src/ops, its tests, bench):
- * the one finish helper that records an op on the tape, shape checks,
+ * the op table (op_table.h: every op's row and the shared entry
+ * duet__op_run), the finish helper of the ops not yet on it, shape checks,
  * branch-free selection, the GEMM's set-up and scratch buffers, and the
  * summation the ops share. Not installed. */
 #ifndef DUET_OPS_INTERNAL_H
@@ -7,6 +8,7 @@
 
 #include "duet/ops.h"
 #include "ops/ops_math.h"
+#include "ops/op_table.h"
 
 #include <signal.h>
 #include <string.h>
@@ -66,31 +68,12 @@ int duet__op_on_cpu(const char *op, const char *names, int n, duet_tensor *const
                                  duet__in));                                   \
     } while (0)
 
-/* *out = NULL, then duet__op_device over the listed inputs into *dev,
- * returning its status on failure: the entry of an op that dispatches. */
-#define DUET__OP_DEVICE(out, op, names, dev, ...)                               \
-    do {                                                                       \
-        *(out) = NULL;                                                         \
-        duet_tensor *duet__in[] = {__VA_ARGS__};                               \
-        DUET_TRY(duet__op_device(op, names, (int)(sizeof duet__in / sizeof duet__in[0]), \
-                                 duet__in, dev));                              \
-    } while (0)
 /* DUET_EUNSUPPORTED "op: its inputs are on cuda:N, and duet's op runs on the
  * CPU only so far" (duet__op_on_cpu's refusal). */
 int duet__op_no_kernel(const char *op, duet_device dev);
-/* An op's CUDA branch: `call` (one of the duet__cuda_*_op below) in a CUDA
- * build; without CUDA no tensor can be on a GPU, and a header that claims
- * it (the tests') is refused. */
-#ifdef DUET_HAVE_CUDA
-#define DUET__ON_CUDA(op, dev, call) (call)
-#else
-#define DUET__ON_CUDA(op, dev, call) duet__op_no_kernel(op, dev)
-#endif
-
-/* ---- ops on a CUDA device (src/ops/cuda/ops_cuda.c, CUDA builds) ----------
- * Each makes its output on the inputs' device, runs its kernel or library
- * call there and records a backward that runs there too (the gradients are
- * device tensors). The op's entry has checked the devices. */
+/* ---- what the CUDA kernels of the rows select (src/ops/cuda/, CUDA builds) ----
+ * The rows' CUDA kernels (op_table.h's duet__cuda_k_*, ops_cuda.c) call the
+ * launchers of cuda_ops.h with these. */
 typedef enum duet__cuda_act {
     DUET__ACT_RELU,
     DUET__ACT_LEAKY_RELU,
@@ -108,22 +91,6 @@ typedef enum duet__cuda_binary {
     DUET__BIN_SUB,
     DUET__BIN_MUL
 } duet__cuda_binary;
-/* a + b, a - b, a * b (same shapes). */
-int duet__cuda_binary_op(duet__cuda_binary op, duet_tensor *a, duet_tensor *b, duet_tensor **out);
-/* s * x */
-int duet__cuda_scale_op(duet_tensor *x, float s, duet_tensor **out);
-/* sum (mean: / numel) of x, a [1] tensor on the device. */
-int duet__cuda_reduce_op(bool mean, duet_tensor *x, duet_tensor **out);
-/* x (rows, in) w^T + b into a new tensor of y_shape (ndim dims), sizes as
- * linear.c checked them. */
-int duet__cuda_linear_op(duet_tensor *x, duet_tensor *w, duet_tensor *b, int64_t rows, int64_t in,
-                         int64_t outf, int ndim, const int64_t *y_shape, duet_tensor **out);
-/* relu, leaky_relu (slope), sigmoid, tanh of x. */
-int duet__cuda_act_op(duet__cuda_act act, duet_tensor *x, float slope, duet_tensor **out);
-/* weight * mean of the loss's terms, a [1] tensor on the device. target
- * NULL (BCE only): every target is target_const. */
-int duet__cuda_loss_op(duet__cuda_loss loss, duet_tensor *pred, duet_tensor *target,
-                       float target_const, float weight, duet_tensor **out);
 
 /* DUET_ESHAPE "op: shapes [..] and [..] differ" unless a and b have the same
  * shape; DUET_OK otherwise. */
@@ -205,10 +172,9 @@ typedef struct duet__conv_dims {
     int64_t n, c, h, w, o, kh, kw, oh, ow, stride, pad;
 } duet__conv_dims;
 
-/* conv2d of x by w plus b (may be NULL) on a CUDA device, sizes d (from
- * conv.c's checks): cuDNN forward and backward (ops_cuda.c, CUDA builds). */
-int duet__cuda_conv2d_op(const duet__conv_dims *d, duet_tensor *x, duet_tensor *w, duet_tensor *b,
-                         duet_tensor **out);
+/* The sizes of a conv2d call from its row params (conv.c), for the CUDA
+ * kernels (cuDNN, ops_cuda.c). */
+duet__conv_dims duet__conv2d_params_dims(const void *params);
 
 /* Whether conv2d tries oneDNN's convolution primitives (conv_onednn.c)
  * before its own im2col + SGEMM: in bf16 mixed precision unless the

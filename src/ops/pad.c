@@ -5,11 +5,10 @@
  * pixel it was read from, so edge-near pixels collect several. */
 #include "ops/ops_internal.h"
 
-#include <inttypes.h>
 
-typedef struct pad_ctx {
-    int left, top;
-} pad_ctx;
+typedef struct pad_params {
+    int left, right, top, bottom;
+} pad_params;
 
 /* Valid for -n < i < 2n - 1, which the padding check guarantees. */
 static int64_t reflect(int64_t i, int64_t n) {
@@ -40,44 +39,57 @@ static void reflection_pad_backward(float *gx, const float *gout, int64_t planes
         }
 }
 
-static int reflection_pad2d_backward(duet_node *node) {
-    const pad_ctx *c = node->ctx;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    const duet_tensor *x = node->inputs[0], *y = node->output;
-    reflection_pad_backward(gx, y->grad, x->shape[0] * x->shape[1], x->shape[2], x->shape[3],
-                            y->shape[2], y->shape[3], c->top, c->left);
-    return DUET_OK;
-}
-
-int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bottom,
-                          duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "reflection_pad2d", "x", x);
+static int pad_check(int nin, duet_tensor *const *in, void *params, bool record,
+                     duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const pad_params *p = params;
+    const duet_tensor *x = in[0];
     char sx[DUET_SHAPE_STR_MAX];
     if (x->ndim != 4)
         return duet__error(DUET_ESHAPE, "reflection_pad2d: input %s must be 4-D (N, C, H, W)",
                            duet_shape_str(x, sx, sizeof sx));
     const int64_t h = x->shape[2], w = x->shape[3];
-    if (left < 0 || right < 0 || top < 0 || bottom < 0 || left >= w || right >= w ||
-        top >= h || bottom >= h)
+    if (p->left < 0 || p->right < 0 || p->top < 0 || p->bottom < 0 || p->left >= w ||
+        p->right >= w || p->top >= h || p->bottom >= h)
         return duet__error(DUET_ESHAPE, "reflection_pad2d: padding (left %d, right %d, top %d, "
                            "bottom %d) does not fit input %s: each must be >= 0 and smaller "
-                           "than the dimension it pads", left, right, top, bottom,
+                           "than the dimension it pads", p->left, p->right, p->top, p->bottom,
                            duet_shape_str(x, sx, sizeof sx));
-    const int64_t oh = h + top + bottom, ow = w + left + right;
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}, &y));
-    reflection_pad_forward(y->data, x->data, x->shape[0] * x->shape[1], h, w, oh, ow, top, left);
-    pad_ctx *c = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        c = malloc(sizeof *c);
-        if (c == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "reflection_pad2d: out of memory recording the op");
-        }
-        *c = (pad_ctx){left, top};
-    }
-    return duet__op_finish(y, "reflection_pad2d", reflection_pad2d_backward, c, free, 1, &x,
-                            out);
+    plan->ndim = 4;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1];
+    plan->shape[2] = h + p->top + p->bottom;
+    plan->shape[3] = w + p->left + p->right;
+    return DUET_OK;
+}
+
+static int pad_k(const duet__op_args *a) {
+    const pad_params *p = a->params;
+    const duet_tensor *x = a->in[0], *y = a->out;
+    reflection_pad_forward(y->data, x->data, x->shape[0] * x->shape[1], x->shape[2],
+                           x->shape[3], y->shape[2], y->shape[3], p->top, p->left);
+    return DUET_OK;
+}
+
+static int pad_backward_k(const duet__op_args *a) {
+    const pad_params *p = a->params;
+    const duet_tensor *x = a->in[0], *y = a->out;
+    reflection_pad_backward(a->gin[0], a->gout, x->shape[0] * x->shape[1], x->shape[2],
+                            x->shape[3], y->shape[2], y->shape[3], p->top, p->left);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_reflection_pad2d = {
+    .id = DUET__OP_REFLECTION_PAD2D,
+    .inputs = "x",
+    .params_size = sizeof(pad_params),
+    .check = pad_check,
+    DUET__OP_CPU(pad_k, pad_backward_k),
+};
+
+int duet_reflection_pad2d(duet_tensor *x, int left, int right, int top, int bottom,
+                          duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_REFLECTION_PAD2D, (&(pad_params){left, right, top, bottom}), out,
+                        x);
 }

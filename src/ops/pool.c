@@ -5,30 +5,26 @@
 #include <inttypes.h>
 #include <math.h>
 
-typedef struct pool_ctx {
-    int32_t *argmax; /* (N, C, OH, OW): index in the input plane (H*W) */
-} pool_ctx;
+/* max_pool2d's params; saved buffer 0: the argmax (N, C, OH, OW), each an
+ * index in its input plane (H*W), when recorded. */
+typedef struct pool_params {
+    int kernel, stride;
+} pool_params;
 
-static void pool_ctx_free(void *p) {
-    pool_ctx *c = p;
-    if (c == NULL) return;
-    free(c->argmax);
-    free(c);
-}
-
-static int max_pool_backward(duet_node *node) {
-    const pool_ctx *c = node->ctx;
-    duet_tensor *x = node->inputs[0], *y = node->output;
-    float *dx = duet_node_input_grad(node, 0);
-    if (dx == NULL) return DUET_OK;
+static int max_pool_backward_k(const duet__op_args *a) {
+    const pool_params *p = a->params;
+    (void)p;
+    const duet_tensor *x = a->in[0], *y = a->out;
+    const int32_t *argmax = a->saved[0];
+    float *dx = a->gin[0];
     const int64_t planes = x->shape[0] * x->shape[1];
     const int64_t hw = x->shape[2] * x->shape[3], ohw = y->shape[2] * y->shape[3];
-    const float *dy = y->grad;
+    const float *dy = a->gout;
     /* Each plane's window maxima lie in its own plane of dx. */
 #pragma omp parallel for num_threads(duet__par_threads(x->numel)) schedule(static)
     for (int64_t pl = 0; pl < planes; pl++)
         for (int64_t q = 0; q < ohw; q++)
-            dx[pl * hw + c->argmax[pl * ohw + q]] += dy[pl * ohw + q];
+            dx[pl * hw + argmax[pl * ohw + q]] += dy[pl * ohw + q];
     return DUET_OK;
 }
 
@@ -64,8 +60,12 @@ static void pool2x2_plane(float *restrict py, int32_t *restrict argmax, const fl
     }
 }
 
-int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
-    DUET__OP_ON_CPU(out, "max_pool2d", "x", x);
+static int max_pool_check(int nin, duet_tensor *const *in, void *params, bool record,
+                          duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)dev;
+    const pool_params *p = params;
+    const int kernel = p->kernel, stride = p->stride;
+    const duet_tensor *x = in[0];
     char sx[DUET_SHAPE_STR_MAX];
     duet_shape_str(x, sx, sizeof sx);
     if (kernel < 1 || stride < 1)
@@ -79,37 +79,40 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
                            sx, kernel, kernel);
     if (h * w > INT32_MAX)
         return duet__error(DUET_EINVAL, "max_pool2d: input %s has too large planes", sx);
-    const int64_t oh = (h - kernel) / stride + 1, ow = (w - kernel) / stride + 1;
+    plan->ndim = 4;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1];
+    plan->shape[2] = (h - kernel) / stride + 1;
+    plan->shape[3] = (w - kernel) / stride + 1;
+    if (record)
+        plan->saved_bytes[0] = (size_t)(x->shape[0] * x->shape[1] * plan->shape[2] *
+                                        plan->shape[3]) * sizeof(int32_t);
+    return DUET_OK;
+}
+
+static int max_pool_k(const duet__op_args *a) {
+    const pool_params *p = a->params;
+    const int kernel = p->kernel, stride = p->stride;
+    const duet_tensor *x = a->in[0];
+    duet_tensor *y = a->out;
+    int32_t *argmax = a->saved[0];
+    const int64_t h = x->shape[2], w = x->shape[3], oh = y->shape[2], ow = y->shape[3];
     const int64_t planes = x->shape[0] * x->shape[1];
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){x->shape[0], x->shape[1], oh, ow}, &y));
-    bool record = duet_autograd_needs_record(1, &x);
-    pool_ctx *c = NULL;
-    if (record) {
-        c = calloc(1, sizeof *c);
-        if (c != NULL) c->argmax = malloc((size_t)y->numel * sizeof(int32_t));
-        if (c == NULL || c->argmax == NULL) {
-            pool_ctx_free(c);
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "max_pool2d: out of memory for the argmax of %s",
-                               sx);
-        }
-    }
 #pragma omp parallel for num_threads(duet__par_threads(x->numel)) schedule(static)
     for (int64_t pl = 0; pl < planes; pl++) {
         const float *px = x->data + pl * h * w;
         float *py = y->data + pl * oh * ow;
         if (kernel == 2 && stride == 2) {
-            pool2x2_plane(py, c != NULL ? c->argmax + pl * oh * ow : NULL, px, w, oh, ow);
+            pool2x2_plane(py, argmax != NULL ? argmax + pl * oh * ow : NULL, px, w, oh, ow);
             continue;
         }
         for (int64_t i = 0; i < oh; i++) {
             for (int64_t j = 0; j < ow; j++) {
                 int64_t best = i * stride * w + j * stride;
                 float m = px[best];
-                for (int64_t a = 0; a < kernel && !isnan(m); a++) {
+                for (int64_t a2 = 0; a2 < kernel && !isnan(m); a2++) {
                     for (int64_t b = 0; b < kernel; b++) {
-                        int64_t idx = (i * stride + a) * w + j * stride + b;
+                        int64_t idx = (i * stride + a2) * w + j * stride + b;
                         float v = px[idx];
                         if (v > m || isnan(v)) {
                             m = v;
@@ -119,10 +122,23 @@ int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
                     }
                 }
                 py[i * ow + j] = m;
-                if (c != NULL) c->argmax[pl * oh * ow + i * ow + j] = (int32_t)best;
+                if (argmax != NULL) argmax[pl * oh * ow + i * ow + j] = (int32_t)best;
             }
         }
     }
-    return duet__op_finish_unread(
-        duet__op_finish(y, "max_pool2d", max_pool_backward, c, pool_ctx_free, 1, &x, out), out);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_max_pool2d = {
+    .id = DUET__OP_MAX_POOL2D,
+    .inputs = "x",
+    .params_size = sizeof(pool_params),
+    .check = max_pool_check,
+    DUET__OP_CPU(max_pool_k, max_pool_backward_k),
+    .output_unread = true,
+};
+
+int duet_max_pool2d(duet_tensor *x, int kernel, int stride, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_MAX_POOL2D, (&(pool_params){kernel, stride}), out, x);
 }

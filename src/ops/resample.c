@@ -49,23 +49,15 @@ static void pixel_shuffle_backward(float *gx, const float *gout, int64_t nc, int
     }
 }
 
-typedef struct shuffle_ctx {
+typedef struct shuffle_params {
     int r;
-} shuffle_ctx;
+} shuffle_params;
 
-static int pixel_shuffle_backward_node(duet_node *node) {
-    const shuffle_ctx *c = node->ctx;
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        pixel_shuffle_backward(gx, node->output->grad, node->output->shape[0] *
-                               node->output->shape[1], c->r, x->shape[2], x->shape[3]);
-    return DUET_OK;
-}
-
-int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "pixel_shuffle", "x", x);
+static int pixel_shuffle_check(int nin, duet_tensor *const *in, void *params, bool record,
+                               duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const int r = ((const shuffle_params *)params)->r;
+    const duet_tensor *x = in[0];
     char sx[DUET_SHAPE_STR_MAX];
     if (r < 1)
         return duet__error(DUET_EINVAL, "pixel_shuffle: upscale factor %d; it must be at least 1",
@@ -74,23 +66,42 @@ int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
         return duet__error(DUET_ESHAPE, "pixel_shuffle: input %s must be (N, C*r*r, H, W) with "
                            "r = %d, i.e. 4-D with channels divisible by %d",
                            duet_shape_str(x, sx, sizeof sx), r, r * r);
-    int64_t n = x->shape[0], c = x->shape[1] / ((int64_t)r * r), h = x->shape[2],
-            w = x->shape[3];
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){n, c, h * r, w * r}, &y));
-    pixel_shuffle_forward(y->data, x->data, n * c, r, h, w);
-    shuffle_ctx *sc = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        sc = malloc(sizeof *sc);
-        if (sc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "pixel_shuffle: out of memory");
-        }
-        sc->r = r;
-    }
-    return duet__op_finish_unread(
-        duet__op_finish(y, "pixel_shuffle", pixel_shuffle_backward_node, sc, free, 1, &x, out),
-        out);
+    plan->ndim = 4;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1] / ((int64_t)r * r);
+    plan->shape[2] = x->shape[2] * r;
+    plan->shape[3] = x->shape[3] * r;
+    return DUET_OK;
+}
+
+static int pixel_shuffle_k(const duet__op_args *a) {
+    const int r = ((const shuffle_params *)a->params)->r;
+    const duet_tensor *x = a->in[0], *y = a->out;
+    pixel_shuffle_forward(y->data, x->data, y->shape[0] * y->shape[1], r, x->shape[2],
+                          x->shape[3]);
+    return DUET_OK;
+}
+
+static int pixel_shuffle_backward_k(const duet__op_args *a) {
+    const int r = ((const shuffle_params *)a->params)->r;
+    const duet_tensor *x = a->in[0], *y = a->out;
+    pixel_shuffle_backward(a->gin[0], a->gout, y->shape[0] * y->shape[1], r, x->shape[2],
+                           x->shape[3]);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_pixel_shuffle = {
+    .id = DUET__OP_PIXEL_SHUFFLE,
+    .inputs = "x",
+    .params_size = sizeof(shuffle_params),
+    .check = pixel_shuffle_check,
+    DUET__OP_CPU(pixel_shuffle_k, pixel_shuffle_backward_k),
+    .output_unread = true,
+};
+
+int duet_pixel_shuffle(duet_tensor *x, int r, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_PIXEL_SHUFFLE, (&(shuffle_params){r}), out, x);
 }
 
 /* ---- bilinear ----------------------------------------------------------------------
@@ -187,32 +198,15 @@ static void bilinear_backward(float *gx, const float *gout, int64_t nc, int64_t 
     }
 }
 
-typedef struct bilinear_ctx {
+typedef struct bilinear_params {
     int factor;
-} bilinear_ctx;
+} bilinear_params;
 
-static int bilinear_backward_node(duet_node *node) {
-    const bilinear_ctx *c = node->ctx;
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
-    axis_lerp ay, ax;
-    DUET_TRY(axis_lerp_make(&ay, x->shape[2], c->factor));
-    int rc = axis_lerp_make(&ax, x->shape[3], c->factor);
-    if (rc != DUET_OK) {
-        axis_lerp_free(&ay);
-        return rc;
-    }
-    bilinear_backward(gx, node->output->grad, x->shape[0] * x->shape[1], x->shape[2],
-                      x->shape[3], &ay, &ax, c->factor);
-    axis_lerp_free(&ay);
-    axis_lerp_free(&ax);
-    return DUET_OK;
-}
-
-int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "upsample_bilinear", "x", x);
+static int bilinear_check(int nin, duet_tensor *const *in, void *params, bool record,
+                          duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const int factor = ((const bilinear_params *)params)->factor;
+    const duet_tensor *x = in[0];
     char sx[DUET_SHAPE_STR_MAX];
     if (factor < 1)
         return duet__error(DUET_EINVAL, "upsample_bilinear: scale factor %d; it must be at "
@@ -220,29 +214,50 @@ int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
     if (x->ndim != 4)
         return duet__error(DUET_ESHAPE, "upsample_bilinear: input %s must be 4-D (N, C, H, W)",
                            duet_shape_str(x, sx, sizeof sx));
-    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
+    plan->ndim = 4;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1];
+    plan->shape[2] = x->shape[2] * factor;
+    plan->shape[3] = x->shape[3] * factor;
+    return DUET_OK;
+}
+
+/* The interpolation tables of both axes, made per call (kernel-side host
+ * memory of the device the kernel runs for: the CPU's). */
+static int bilinear_run(const duet__op_args *a, bool backward) {
+    const int factor = ((const bilinear_params *)a->params)->factor;
+    const duet_tensor *x = a->in[0];
     axis_lerp ay, ax;
-    DUET_TRY(axis_lerp_make(&ay, h, factor));
-    int rc = axis_lerp_make(&ax, w, factor);
+    DUET_TRY(axis_lerp_make(&ay, x->shape[2], factor));
+    int rc = axis_lerp_make(&ax, x->shape[3], factor);
     if (rc != DUET_OK) {
         axis_lerp_free(&ay);
         return rc;
     }
-    duet_tensor *y = NULL;
-    rc = duet_tensor_create_uninit(4, (int64_t[]){n, c, h * factor, w * factor}, &y);
-    if (rc == DUET_OK) bilinear_forward(y->data, x->data, n * c, h, w, &ay, &ax, factor);
+    if (backward)
+        bilinear_backward(a->gin[0], a->gout, x->shape[0] * x->shape[1], x->shape[2],
+                          x->shape[3], &ay, &ax, factor);
+    else
+        bilinear_forward(a->out->data, x->data, x->shape[0] * x->shape[1], x->shape[2],
+                         x->shape[3], &ay, &ax, factor);
     axis_lerp_free(&ay);
     axis_lerp_free(&ax);
-    if (rc != DUET_OK) return rc;
-    bilinear_ctx *bc = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        bc = malloc(sizeof *bc);
-        if (bc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "upsample_bilinear: out of memory");
-        }
-        bc->factor = factor;
-    }
-    return duet__op_finish_unread(
-        duet__op_finish(y, "upsample_bilinear", bilinear_backward_node, bc, free, 1, &x, out), out);
+    return DUET_OK;
+}
+
+static int bilinear_k(const duet__op_args *a) { return bilinear_run(a, false); }
+static int bilinear_backward_k(const duet__op_args *a) { return bilinear_run(a, true); }
+
+const duet__op_def duet__op_def_upsample_bilinear = {
+    .id = DUET__OP_UPSAMPLE_BILINEAR,
+    .inputs = "x",
+    .params_size = sizeof(bilinear_params),
+    .check = bilinear_check,
+    DUET__OP_CPU(bilinear_k, bilinear_backward_k),
+    .output_unread = true,
+};
+
+int duet_upsample_bilinear(duet_tensor *x, int factor, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_UPSAMPLE_BILINEAR, (&(bilinear_params){factor}), out, x);
 }

@@ -41,23 +41,15 @@ static void nearest_backward(float *gx, const float *gout, int64_t nc, int64_t h
         }
 }
 
-typedef struct nearest_ctx {
+typedef struct factor_params {
     int factor;
-} nearest_ctx;
+} factor_params;
 
-static int nearest_backward_node(duet_node *node) {
-    const nearest_ctx *c = node->ctx;
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx != NULL)
-        nearest_backward(gx, node->output->grad, x->shape[0] * x->shape[1], x->shape[2],
-                         x->shape[3], c->factor);
-    return DUET_OK;
-}
-
-int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
-    DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "upsample_nearest", "x", x);
+static int nearest_check(int nin, duet_tensor *const *in, void *params, bool record,
+                         duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const int factor = ((const factor_params *)params)->factor;
+    const duet_tensor *x = in[0];
     char sx[DUET_SHAPE_STR_MAX];
     if (factor < 1)
         return duet__error(DUET_EINVAL, "upsample_nearest: scale factor %d; it must be at "
@@ -65,20 +57,39 @@ int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
     if (x->ndim != 4)
         return duet__error(DUET_ESHAPE, "upsample_nearest: input %s must be 4-D (N, C, H, W)",
                            duet_shape_str(x, sx, sizeof sx));
-    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(4, (int64_t[]){n, c, h * factor, w * factor}, &y));
-    nearest_forward(y->data, x->data, n * c, h, w, factor);
-    nearest_ctx *nc = NULL;
-    if (duet_autograd_needs_record(1, &x)) {
-        nc = malloc(sizeof *nc);
-        if (nc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "upsample_nearest: out of memory");
-        }
-        nc->factor = factor;
-    }
-    return duet__op_finish(y, "upsample_nearest", nearest_backward_node, nc, free, 1, &x, out);
+    plan->ndim = 4;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1];
+    plan->shape[2] = x->shape[2] * factor;
+    plan->shape[3] = x->shape[3] * factor;
+    return DUET_OK;
+}
+
+static int nearest_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
+    nearest_forward(a->out->data, x->data, x->shape[0] * x->shape[1], x->shape[2], x->shape[3],
+                    ((const factor_params *)a->params)->factor);
+    return DUET_OK;
+}
+
+static int nearest_backward_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
+    nearest_backward(a->gin[0], a->gout, x->shape[0] * x->shape[1], x->shape[2], x->shape[3],
+                     ((const factor_params *)a->params)->factor);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_upsample_nearest = {
+    .id = DUET__OP_UPSAMPLE_NEAREST,
+    .inputs = "x",
+    .params_size = sizeof(factor_params),
+    .check = nearest_check,
+    DUET__OP_CPU(nearest_k, nearest_backward_k),
+};
+
+int duet_upsample_nearest(duet_tensor *x, int factor, duet_tensor **out) {
+    DUET_ASSERT(x != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_UPSAMPLE_NEAREST, (&(factor_params){factor}), out, x);
 }
 
 /* ---- bilinear, align_corners=True, to a size -------------------------------------
@@ -136,62 +147,109 @@ static void ac_apply(float *out, const float *x, int64_t nc, int64_t h, int64_t 
         }
 }
 
-static int resize_backward_node(duet_node *node) {
-    const duet_tensor *x = node->inputs[0], *y = node->output;
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
+typedef struct resize_params {
+    int64_t out_h, out_w;
+} resize_params;
+
+static int resize_check(int nin, duet_tensor *const *in, void *params, bool record,
+                        duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const resize_params *p = params;
+    const duet_tensor *x = in[0];
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim != 4 || x->shape[2] < 1 || x->shape[3] < 1)
+        return duet__error(DUET_ESHAPE, "resize_bilinear_ac: input %s must be 4-D (N, C, H, W)",
+                           duet_shape_str(x, sx, sizeof sx));
+    if (p->out_h < 1 || p->out_w < 1)
+        return duet__error(DUET_EINVAL, "resize_bilinear_ac: output size %" PRId64 "x%" PRId64
+                           " must be positive", p->out_h, p->out_w);
+    plan->ndim = 4;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1];
+    plan->shape[2] = p->out_h;
+    plan->shape[3] = p->out_w;
+    return DUET_OK;
+}
+
+/* Forward (out = the output) or backward (gx += from gout), the axes' tables
+ * made per call. */
+static int resize_run(const duet__op_args *a, bool backward) {
+    const duet_tensor *x = a->in[0], *y = a->out;
     ac_axis *ay = ac_axis_make(x->shape[2], y->shape[2]);
     ac_axis *ax = ac_axis_make(x->shape[3], y->shape[3]);
     if (ay == NULL || ax == NULL) {
         free(ay);
         free(ax);
-        return duet__error(DUET_ENOMEM, "resize_bilinear_ac backward: out of memory");
+        return duet__error(DUET_ENOMEM, "resize_bilinear_ac: out of memory");
     }
-    ac_apply(gx, y->grad, x->shape[0] * x->shape[1], x->shape[2], x->shape[3], y->shape[2],
-             y->shape[3], ay, ax, true);
+    if (backward)
+        ac_apply(a->gin[0], a->gout, x->shape[0] * x->shape[1], x->shape[2], x->shape[3],
+                 y->shape[2], y->shape[3], ay, ax, true);
+    else
+        ac_apply(y->data, x->data, x->shape[0] * x->shape[1], x->shape[2], x->shape[3],
+                 y->shape[2], y->shape[3], ay, ax, false);
     free(ay);
     free(ax);
     return DUET_OK;
 }
 
+static int resize_k(const duet__op_args *a) { return resize_run(a, false); }
+static int resize_backward_k(const duet__op_args *a) { return resize_run(a, true); }
+
+const duet__op_def duet__op_def_resize_bilinear_ac = {
+    .id = DUET__OP_RESIZE_BILINEAR_AC,
+    .inputs = "x",
+    .params_size = sizeof(resize_params),
+    .check = resize_check,
+    DUET__OP_CPU(resize_k, resize_backward_k),
+};
+
 int duet_resize_bilinear_ac(duet_tensor *x, int64_t out_h, int64_t out_w, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "resize_bilinear_ac", "x", x);
-    char sx[DUET_SHAPE_STR_MAX];
-    if (x->ndim != 4 || x->shape[2] < 1 || x->shape[3] < 1)
-        return duet__error(DUET_ESHAPE, "resize_bilinear_ac: input %s must be 4-D (N, C, H, W)",
-                           duet_shape_str(x, sx, sizeof sx));
-    if (out_h < 1 || out_w < 1)
-        return duet__error(DUET_EINVAL, "resize_bilinear_ac: output size %" PRId64 "x%" PRId64
-                           " must be positive", out_h, out_w);
-    int64_t n = x->shape[0], c = x->shape[1], h = x->shape[2], w = x->shape[3];
-    ac_axis *ay = ac_axis_make(h, out_h), *ax = ac_axis_make(w, out_w);
-    duet_tensor *y = NULL;
-    int rc = ay == NULL || ax == NULL
-                 ? duet__error(DUET_ENOMEM, "resize_bilinear_ac: out of memory")
-                 : duet_tensor_create_uninit(4, (int64_t[]){n, c, out_h, out_w}, &y);
-    if (rc == DUET_OK) ac_apply(y->data, x->data, n * c, h, w, out_h, out_w, ay, ax, false);
-    free(ay);
-    free(ax);
-    DUET_TRY(rc);
-    return duet__op_finish(y, "resize_bilinear_ac", resize_backward_node, NULL, NULL, 1, &x, out);
+    return DUET__OP_RUN(DUET__OP_RESIZE_BILINEAR_AC, (&(resize_params){out_h, out_w}), out, x);
 }
 
 /* ---- Gram matrix ----------------------------------------------------------------------
  * F = x viewed as (N, C, HW); G = F F^T / (C H W), one SGEMM per sample.
  * dL/dF = (dG + dG^T) F / (C H W). */
 
-static int gram_backward_node(duet_node *node) {
-    const duet_tensor *x = node->inputs[0];
-    float *gx = duet_node_input_grad(node, 0);
-    if (gx == NULL) return DUET_OK;
+static int gram_check(int nin, duet_tensor *const *in, void *params, bool record,
+                      duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)params, (void)record, (void)dev;
+    const duet_tensor *x = in[0];
+    char sx[DUET_SHAPE_STR_MAX];
+    if (x->ndim != 4)
+        return duet__error(DUET_ESHAPE, "gram_matrix: input %s must be 4-D (N, C, H, W)",
+                           duet_shape_str(x, sx, sizeof sx));
+    plan->ndim = 3;
+    plan->shape[0] = x->shape[0];
+    plan->shape[1] = x->shape[1];
+    plan->shape[2] = x->shape[1];
+    return DUET_OK;
+}
+
+static int gram_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
     const int64_t n = x->shape[0], c = x->shape[1], hw = x->shape[2] * x->shape[3];
-    const float s = 1.0f / (float)(c * hw);
-    const float *gg = node->output->grad;
     for (int64_t b = 0; b < n; b++) {
         const float *f = x->data + b * c * hw;
-        const float *g = gg + b * c * c;
-        float *gf = gx + b * c * hw;
+        float *g = a->out->data + b * c * c;
+        duet_sgemm(false, true, c, c, hw, 1.0f, f, hw, f, hw, 0.0f, g, c);
+        /* PyTorch divides the bmm result by c*h*w (an integer): same here,
+         * as a division, not a multiplication by its rounded inverse. */
+        for (int64_t i = 0; i < c * c; i++) g[i] /= (float)(c * hw);
+    }
+    return DUET_OK;
+}
+
+static int gram_backward_k(const duet__op_args *a) {
+    const duet_tensor *x = a->in[0];
+    const int64_t n = x->shape[0], c = x->shape[1], hw = x->shape[2] * x->shape[3];
+    const float s = 1.0f / (float)(c * hw);
+    for (int64_t b = 0; b < n; b++) {
+        const float *f = x->data + b * c * hw;
+        const float *g = a->gout + b * c * c;
+        float *gf = a->gin[0] + b * c * hw;
         /* gf += s * G^T F + s * G F (two GEMMs, accumulating) */
         duet_sgemm(false, false, c, hw, c, s, g, c, f, hw, 1.0f, gf, hw);
         duet_sgemm(true, false, c, hw, c, s, g, c, f, hw, 1.0f, gf, hw);
@@ -199,25 +257,16 @@ static int gram_backward_node(duet_node *node) {
     return DUET_OK;
 }
 
+const duet__op_def duet__op_def_gram_matrix = {
+    .id = DUET__OP_GRAM_MATRIX,
+    .inputs = "x",
+    .check = gram_check,
+    DUET__OP_CPU(gram_k, gram_backward_k),
+};
+
 int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
     DUET_ASSERT(x != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "gram_matrix", "x", x);
-    char sx[DUET_SHAPE_STR_MAX];
-    if (x->ndim != 4)
-        return duet__error(DUET_ESHAPE, "gram_matrix: input %s must be 4-D (N, C, H, W)",
-                           duet_shape_str(x, sx, sizeof sx));
-    const int64_t n = x->shape[0], c = x->shape[1], hw = x->shape[2] * x->shape[3];
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(3, (int64_t[]){n, c, c}, &y));
-    for (int64_t b = 0; b < n; b++) {
-        const float *f = x->data + b * c * hw;
-        duet_sgemm(false, true, c, c, hw, 1.0f, f, hw, f, hw, 0.0f, y->data + b * c * c, c);
-        /* PyTorch divides the bmm result by c*h*w (an integer): same here,
-         * as a division, not a multiplication by its rounded inverse. */
-        float *g = y->data + b * c * c;
-        for (int64_t i = 0; i < c * c; i++) g[i] /= (float)(c * hw);
-    }
-    return duet__op_finish(y, "gram_matrix", gram_backward_node, NULL, NULL, 1, &x, out);
+    return DUET__OP_RUN(DUET__OP_GRAM_MATRIX, NULL, out, x);
 }
 
 /* ---- a - mean(b) per group of samples ---------------------------------------------------
@@ -225,29 +274,15 @@ int duet_gram_matrix(duet_tensor *x, duet_tensor **out) {
  * contiguous groups; out[n] = a[n] - mean(b[group(n)]) (the mean over every
  * element of the group's samples). groups 1: a - mean(b). */
 
-typedef struct group_ctx {
+typedef struct group_params {
     int groups;
-} group_ctx;
+} group_params;
 
-static int sub_group_mean_backward_node(duet_node *node) {
-    const group_ctx *c = node->ctx;
-    const duet_tensor *y = node->output;
-    float *ga = duet_node_input_grad(node, 0), *gb = duet_node_input_grad(node, 1);
-    const int64_t per = y->numel / c->groups; /* elements per group */
-    if (ga != NULL)
-        for (int64_t i = 0; i < y->numel; i++) ga[i] += y->grad[i];
-    if (gb != NULL)
-        for (int g = 0; g < c->groups; g++) {
-            /* d out[i] / d b[j] = -1 / per for i, j in the same group */
-            const float s = (float)(duet__sum_f32(y->grad + g * per, per) / (double)per);
-            for (int64_t j = 0; j < per; j++) gb[g * per + j] -= s;
-        }
-    return DUET_OK;
-}
-
-int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out) {
-    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
-    DUET__OP_ON_CPU(out, "sub_group_mean", "a,b", a, b);
+static int group_check(int nin, duet_tensor *const *in, void *params, bool record,
+                       duet_device dev, duet__op_plan *plan) {
+    (void)nin, (void)record, (void)dev;
+    const int groups = ((const group_params *)params)->groups;
+    const duet_tensor *a = in[0], *b = in[1];
     char sa[DUET_SHAPE_STR_MAX], sb[DUET_SHAPE_STR_MAX];
     DUET_TRY(duet__op_check_same_shape("sub_group_mean", a, b));
     if (groups < 1 || a->ndim < 1 || a->shape[0] % groups != 0)
@@ -255,24 +290,47 @@ int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor 
                            "samples (dim 0) must split into equal groups",
                            groups, duet_shape_str(a, sa, sizeof sa),
                            duet_shape_str(b, sb, sizeof sb));
-    duet_tensor *y = NULL;
-    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &y));
-    const int64_t per = a->numel / groups;
+    duet__op_plan_like(plan, a);
+    return DUET_OK;
+}
+
+static int group_k(const duet__op_args *a) {
+    const int groups = ((const group_params *)a->params)->groups;
+    const float *av = a->in[0]->data, *bv = a->in[1]->data;
+    float *y = a->out->data;
+    const int64_t per = a->out->numel / groups;
     for (int g = 0; g < groups; g++) {
         /* As duet_mean: the sum in double, the mean rounded to float. */
-        const float m = (float)(duet__sum_f32(b->data + g * per, per) / (double)per);
-        for (int64_t i = g * per; i < (g + 1) * per; i++) y->data[i] = a->data[i] - m;
+        const float m = (float)(duet__sum_f32(bv + g * per, per) / (double)per);
+        for (int64_t i = g * per; i < (g + 1) * per; i++) y[i] = av[i] - m;
     }
-    group_ctx *gc = NULL;
-    duet_tensor *inputs[2] = {a, b};
-    if (duet_autograd_needs_record(2, inputs)) {
-        gc = malloc(sizeof *gc);
-        if (gc == NULL) {
-            duet_tensor_release(y);
-            return duet__error(DUET_ENOMEM, "sub_group_mean: out of memory");
+    return DUET_OK;
+}
+
+static int group_backward_k(const duet__op_args *a) {
+    const int groups = ((const group_params *)a->params)->groups;
+    const int64_t n = a->out->numel, per = n / groups; /* elements per group */
+    float *ga = a->gin[0], *gb = a->gin[1];
+    if (ga != NULL)
+        for (int64_t i = 0; i < n; i++) ga[i] += a->gout[i];
+    if (gb != NULL)
+        for (int g = 0; g < groups; g++) {
+            /* d out[i] / d b[j] = -1 / per for i, j in the same group */
+            const float s = (float)(duet__sum_f32(a->gout + g * per, per) / (double)per);
+            for (int64_t j = 0; j < per; j++) gb[g * per + j] -= s;
         }
-        gc->groups = groups;
-    }
-    return duet__op_finish(y, "sub_group_mean", sub_group_mean_backward_node, gc, free, 2,
-                            inputs, out);
+    return DUET_OK;
+}
+
+const duet__op_def duet__op_def_sub_group_mean = {
+    .id = DUET__OP_SUB_GROUP_MEAN,
+    .inputs = "a,b",
+    .params_size = sizeof(group_params),
+    .check = group_check,
+    DUET__OP_CPU(group_k, group_backward_k),
+};
+
+int duet_sub_group_mean(duet_tensor *a, duet_tensor *b, int groups, duet_tensor **out) {
+    DUET_ASSERT(a != NULL && b != NULL && out != NULL);
+    return DUET__OP_RUN(DUET__OP_SUB_GROUP_MEAN, (&(group_params){groups}), out, a, b);
 }
