@@ -27,7 +27,7 @@ typedef struct gate {
 static int gate_kernel(void *arg) {
     gate *g = arg;
     atomic_store(&g->reached, 1);
-    for (long i = 0; i < 10 * 1000 * 100 && !atomic_load(&g->open); i++) usleep(10);
+    for (long i = 0; i < 10 * 1000 && !atomic_load(&g->open); i++) usleep(1000);
     if (!atomic_load(&g->open))
         return duet__error(DUET_ETIMEOUT, "gate: the host never opened it (did a launch "
                            "block the host?)");
