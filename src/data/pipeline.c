@@ -556,10 +556,12 @@ static int read_io_backend(duet_config *c, const duet_pipeline_spec *spec, int s
                               spec->dataset);
     DUET_TRY(duet_config_get_string(c, "db_path", &s));
     const char *want = slot >= 0 ? spec->db_paths[slot] : NULL;
+    /* the dataset's folder of the key: gt_folder, lq_folder */
+    const char *key = slot >= 0 ? spec->path_keys[slot] : "?";
     if (want == NULL || strcmp(s, want) != 0)
-        return duet_config_error(c, "db_path", "'db_path' \"%s\" is not the dataset's LMDB "
-                                 "\"%s\" of this key: duet reads the key from there", s,
-                                 want ? want : "?");
+        return duet_config_error(c, "db_path", "'db_path' \"%s\" is not the dataset's "
+                                 "%s_folder \"%s\": duet reads %s from there", s, key,
+                                 want ? want : "?", key);
     return DUET_OK;
 }
 
