@@ -11,7 +11,7 @@
  * shared machine's load moves both sides alike.
  *
  *   bench_mmedit [--models srgan_tiny,srgan_full,deepfillv1,edsr_tiny,rdn_tiny,
- *                 pconv_tiny]
+ *                 pconv_tiny,realesrgan_tiny]
  *                [--nproc 1,2]
  *                [--reps 3] [--threads T] [--steps N] [--warmup N]
  *                [--timeout S] [--python PYTHON] [--script PATH]
@@ -32,6 +32,9 @@
  *   edsr_tiny   configs/edsr_x4_tiny.cfg (BasicRestorer, EDSR 32x4);
  *   rdn_tiny    configs/rdn_x4_tiny.cfg (RDN 16, 3 blocks of 4 layers);
  *               both batch 8 of 64x64 gt
+ *   realesrgan_tiny configs/realesrgan_x4_tiny.cfg (RealESRGAN's GAN stage:
+ *               RRDBNet 16x2, U-Net discriminator 16, the tiny VGG) from its
+ *               own init (load_from = ""); batch 8 of 64x64 gt
  *   pconv_tiny  configs/pconv_tiny.cfg (PConvInpaintor, 4 layers, L1 and TV
  *               losses); batch 4 of 64x64 with bbox masks (32x32 at most,
  *               margin 8) in place of its irregular ones
@@ -80,6 +83,7 @@ static mm_model MODELS[] = {
     {"deepfillv1", "configs/deepfillv1_256x256_8x2_places.cfg", {NULL}, true, 5, 1},
     {"edsr_tiny", "configs/edsr_x4_tiny.cfg", {NULL}, false, 5, 1},
     {"rdn_tiny", "configs/rdn_x4_tiny.cfg", {NULL}, false, 5, 1},
+    {"realesrgan_tiny", "configs/realesrgan_x4_tiny.cfg", {"load_from=\"\"", NULL}, false, 5, 1},
     {"pconv_tiny", "configs/pconv_tiny.cfg",
      {"data.train.pipeline.[1].mask_mode=\"bbox\"",
       "data.train.pipeline.[1].mask_config.max_bbox_shape=32",
@@ -365,7 +369,7 @@ int main(int argc, char **argv) {
     for (char *save = NULL, *m = strtok_r(mlist, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
         const mm_model *mm = find_model(m);
         if (mm == NULL) {
-            fprintf(stderr, "bench_mmedit: unknown model %s (srgan_tiny, srgan_full, edsr_tiny, rdn_tiny, pconv_tiny, "
+            fprintf(stderr, "bench_mmedit: unknown model %s (srgan_tiny, srgan_full, edsr_tiny, rdn_tiny, pconv_tiny, realesrgan_tiny, "
                             "deepfillv1)\n", m);
             return 2;
         }

@@ -37,6 +37,10 @@ Models (the same names as bench_mmedit's):
                configs/rdn_x4_tiny.cfg's: RDN 16 channels, 3 blocks of 4
                layers growing by 16; both batch 8 of 64x64 gt, lq its 4x4
                box average.
+  realesrgan_tiny  restorers/real_esrgan/realesrgan_c64b23g32_12x4_lr1e-4_400k_df2k_ost.py
+               shrunk to configs/realesrgan_x4_tiny.cfg: RRDBNet 16x2 growth
+               8, U-Net discriminator 16, the tiny VGG's layer 12, no
+               sharpened GT; batch 8 of 64x64 gt
   pconv_tiny   inpainting/partial_conv/pconv_256x256_stage1_8x1_places.py
                shrunk to configs/pconv_tiny.cfg: 4 layers, BN for SyncBN,
                no perceptual loss; batch 4 of 64x64 in [-1, 1] with bbox
@@ -78,7 +82,9 @@ sys.path.insert(0, os.path.join(here, "..", "tests", "ref"))
 SRGAN_CFG = "restorers/srresnet_srgan/srgan_x4c64b16_g1_1000k_div2k.py"
 DEEPFILLV1_CFG = "inpainting/deepfillv1/deepfillv1_256x256_8x2_places.py"
 TINY_VGG = [16, 16, "M", 32, 32, "M", 64, 64]  # configs/srgan_x4_tiny.cfg's cfg
-MODELS = ("srgan_full", "srgan_tiny", "deepfillv1", "edsr_tiny", "rdn_tiny", "pconv_tiny")
+MODELS = ("srgan_full", "srgan_tiny", "deepfillv1", "edsr_tiny", "rdn_tiny", "pconv_tiny",
+          "realesrgan_tiny")
+REALESRGAN_CFG = "restorers/real_esrgan/realesrgan_c64b23g32_12x4_lr1e-4_400k_df2k_ost.py"
 PCONV_CFG = "inpainting/partial_conv/pconv_256x256_stage1_8x1_places.py"
 EDSR_CFG = "restorers/edsr/edsr_x4c64b16_g1_300k_div2k.py"
 RDN_CFG = "restorers/rdn/rdn_x4c64b16_g1_1000k_div2k.py"
@@ -127,6 +133,22 @@ def build(name, tmp, mo):
             cfg = mo.config(RDN_CFG)
             cfg.model.generator.update(mid_channels=16, num_blocks=3, num_layers=4,
                                        channel_growth=16)
+        batch, crop, scale = 8, 64, 4
+
+        def data(rank):
+            g = torch.Generator().manual_seed(1 + rank)
+            gt = torch.rand(batch, 3, crop, crop, generator=g)
+            return dict(lq=torch.nn.functional.avg_pool2d(gt, scale), gt=gt)
+    elif name == "realesrgan_tiny":
+        cfg = mo.config(REALESRGAN_CFG)
+        cfg.model.generator.update(mid_channels=16, num_blocks=2, growth_channels=8)
+        cfg.model.discriminator.mid_channels = 16
+        cfg.model.perceptual_loss.vgg_type = "duet_tiny_vgg"
+        cfg.model.perceptual_loss.layer_weights = {"12": 1.0}
+        cfg.model.perceptual_loss.pretrained = mo.add_tiny_vgg(
+            "duet_tiny_vgg", TINY_VGG, os.path.join(tmp, "tiny_vgg.pth"), 1)
+        cfg.model.update(is_use_sharpened_gt_in_pixel=False, is_use_sharpened_gt_in_percep=False)
+        cfg.train_cfg = dict()
         batch, crop, scale = 8, 64, 4
 
         def data(rank):

@@ -345,6 +345,73 @@ bool tu_distance_within(duet_module *root, const duet_st *st, int step,
     return ok;
 }
 
+/* PyTorch float32's distances over the whole run of the reference file
+ * (f32dist1.<part>, f32dist2.<part>, ...): its farthest and its jumps. */
+static void scan_torch_run(tu_kink_gate *g, const duet_st *st, const char *part, int p) {
+    double prev = 0;
+    for (int s = 1;; s++) {
+        char key[320];
+        snprintf(key, sizeof key, "f32dist%d.%s", s, part);
+        if (!duet_st_has(st, key)) break;
+        duet_tensor *t = tu_ref_tensor(st, key);
+        float v = 0;
+        TU_OK(duet_tensor_copy_to_host(t, &v));
+        duet_tensor_release(t);
+        if (s > 1 && prev > 0 && v > TU_KINK_JUMP * prev) g->torch_jumps[p]++;
+        if (v > g->torch_max[p]) g->torch_max[p] = v;
+        prev = v;
+    }
+}
+
+bool tu_distance_kink_gate(tu_kink_gate *g, duet_module *root, const duet_st *st, int step,
+                           const char *const *parts, int nparts, char *why, size_t why_size) {
+    assert_true(nparts <= TU_KINK_MAX_PARTS);
+    char key[320];
+    snprintf(key, sizeof key, "f32dist%d.%s", step, parts[0]);
+    if (!duet_st_has(st, key)) {
+        assert_null(duet_st_meta(st, "oracle"));
+        return true;
+    }
+    duet_named_tensors l = {0};
+    TU_OK(duet_module_state(root, &l));
+    bool ok = true;
+    printf("    step %2d, distance from float64 (duet, PyTorch float32; jumps):", step);
+    for (int p = 0; p < nparts; p++) {
+        tu_part_distance pd;
+        part_distance(&l, st, step, parts[p], &pd);
+        snprintf(key, sizeof key, "f32dist%d.%s", step, parts[p]);
+        duet_tensor *torch = tu_ref_tensor(st, key);
+        float theirs_f = 0;
+        TU_OK(duet_tensor_copy_to_host(torch, &theirs_f));
+        duet_tensor_release(torch);
+        const double ours = relative_distance(pd.dd, pd.moved), theirs = theirs_f;
+        if (!g->scanned) scan_torch_run(g, st, parts[p], p);
+        const bool in_band = ours <= TU_KINK_BAND * theirs;
+        const bool prev_in_band = g->prev[p] <= TU_KINK_BAND * g->prev_torch[p];
+        if (!in_band && (prev_in_band || ours > TU_KINK_JUMP * g->prev[p])) g->jumps[p]++;
+        const double cap = TU_KINK_CAP * g->torch_max[p];
+        printf(" %s %.3g, %.3g; %d, %d;", parts[p], ours, theirs, g->jumps[p], g->torch_jumps[p]);
+        if (ok && g->jumps[p] > g->torch_jumps[p] + 1) {
+            ok = false;
+            snprintf(why, why_size, "step %d: %s's distance from MMEditing's float64 run jumped "
+                     "%d times (now %.3g, PyTorch float32 %.3g); PyTorch float32's jumped %d "
+                     "times over the run: at most one more kink than PyTorch's may stand", step, parts[p],
+                     g->jumps[p], ours, theirs, g->torch_jumps[p]);
+        } else if (ok && !(ours <= cap)) {
+            ok = false;
+            snprintf(why, why_size, "step %d: %s's distance from MMEditing's float64 run is "
+                     "%.3g, above the cap %.3g (%g times PyTorch float32's farthest over the "
+                     "run, %.3g)", step, parts[p], ours, cap, TU_KINK_CAP, g->torch_max[p]);
+        }
+        g->prev[p] = ours;
+        g->prev_torch[p] = theirs;
+    }
+    g->scanned = true;
+    printf("\n");
+    duet_named_tensors_clear(&l);
+    return ok;
+}
+
 duet_st *tu_ref_load(const char *name) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", tu_ref_dir(), name);
@@ -1255,4 +1322,53 @@ size_t tu_ref_compare_grads(duet_module *root, const duet_st *st, int step) {
     size_t n = l.count;
     duet_named_tensors_clear(&l);
     return n;
+}
+
+/* gen_mmedit_refs.py's RealESRGANSpec over the model groups of
+ * realesrnet_c64b23g32_12x4_lr2e-4_1000k_df2k_ost.py and
+ * realesrgan_c64b23g32_12x4_lr1e-4_400k_df2k_ost.py (layer_weights
+ * {'2': 0.1, '7': 1.0} written as duet's layer_ids / layer_weights). */
+static const char real_esrgan_ref_cfg[] =
+    "realesrnet = {\n"
+    "  type = \"RealESRGAN\";\n"
+    "  generator = { type = \"RRDBNet\"; in_channels = 3; out_channels = 3; mid_channels = 8;\n"
+    "                num_blocks = 2; growth_channels = 4; upscale_factor = 4; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1.0; reduction = \"mean\"; };\n"
+    "  is_use_sharpened_gt_in_pixel = true;\n"
+    "  is_use_ema = true;\n"
+    "  train_cfg = {};\n"
+    "  test_cfg = { metrics = [\"PSNR\"]; crop_border = 0; };\n"
+    "};\n"
+    "realesrgan = {\n"
+    "  type = \"RealESRGAN\";\n"
+    "  generator = { type = \"RRDBNet\"; in_channels = 3; out_channels = 3; mid_channels = 8;\n"
+    "                num_blocks = 2; growth_channels = 4; upscale_factor = 4; };\n"
+    "  discriminator = { type = \"UNetDiscriminatorWithSpectralNorm\"; in_channels = 3;\n"
+    "                    mid_channels = 4; skip_connection = true; };\n"
+    "  pixel_loss = { type = \"L1Loss\"; loss_weight = 1.0; reduction = \"mean\"; };\n"
+    "  perceptual_loss = { type = \"PerceptualLoss\"; cfg = [8, 8, 0, 16, 16];\n"
+    "    layer_ids = [2, 7]; layer_weights = [0.1, 1.0]; perceptual_weight = 1.0;\n"
+    "    style_weight = 0; norm_img = false; pretrained = \"random\"; };\n"
+    "  gan_loss = { type = \"GANLoss\"; gan_type = \"vanilla\"; loss_weight = 0.1;\n"
+    "               real_label_val = 1.0; fake_label_val = 0.0; };\n"
+    "  is_use_sharpened_gt_in_pixel = true;\n"
+    "  is_use_sharpened_gt_in_percep = true;\n"
+    "  is_use_sharpened_gt_in_gan = false;\n"
+    "  is_use_ema = true;\n"
+    "  train_cfg = { start_iter = 0; };\n"
+    "  test_cfg = { metrics = [\"PSNR\", \"SSIM\"]; crop_border = 0; };\n"
+    "};\n";
+
+duet_model *tu_real_esrgan_ref_model(const char *stage, uint64_t seed) {
+    duet_config *cfg = NULL;
+    TU_OK(duet_config_load_string(real_esrgan_ref_cfg, "<real_esrgan>", &cfg));
+    duet_rng rng = duet_rng_make(seed, 0);
+    duet_model *m = NULL;
+    TU_OK(duet_build_model(cfg, stage, &rng, &m));
+    duet_config *group = NULL;
+    TU_OK(duet_config_sub(cfg, stage, &group));
+    TU_OK(duet_config_check_unused(group));
+    duet_config_destroy(group);
+    duet_config_destroy(cfg);
+    return m;
 }

@@ -149,6 +149,37 @@ void tu_compare_distance(duet_module *root, const duet_st *st, int step,
  * reason in why, where a part is farther than 3 times PyTorch's. */
 bool tu_distance_within(duet_module *root, const duet_st *st, int step,
                         const char *const *parts, int nparts, char *why, size_t why_size);
+/* The fast float32 path's yardstick (issue 36: DUET_CONV=winograd, whose
+ * 3x3 convolutions round 4-8 times as much as the direct ones): the same
+ * distances as tu_distance_within, judged step by step per part with
+ * room for a few kinks, the float64 run's ReLU or batch-norm inputs that
+ * sit within float32's error of a corner and land on the other side (one
+ * such flip in GL's discriminator moves its gradient 4.4e-2; issue 36).
+ * Let d be duet's distance at a step and p PyTorch float32's. The step is
+ * in band when d <= TU_KINK_BAND p. A step out of band is a jump when the
+ * previous step was in band, or d grew more than TU_KINK_JUMP times since
+ * it; PyTorch's own jumps are its steps (from the second, after a nonzero
+ * distance) where p grew more than TU_KINK_JUMP times, over the file's
+ * whole run. The gate fails where duet has jumped more often than PyTorch
+ * float32 over its run plus one, or where d exceeds the cap, TU_KINK_CAP
+ * times the farthest PyTorch float32 gets over its run (a kink sends a
+ * GAN's two runs apart, and float32's own run goes as far in its later
+ * steps). With Adam's bias correction planted one step off, every model
+ * tried fails the cap (SRGAN at step 1: 0.474 against 0.0208). Keep one
+ * tu_kink_gate (zeroed) over the run's steps; each call prints the step's
+ * line and returns false with the reason in why. */
+#define TU_KINK_BAND 10.0
+#define TU_KINK_JUMP 4.0
+#define TU_KINK_CAP 3.0
+#define TU_KINK_MAX_PARTS 4
+typedef struct tu_kink_gate {
+    double prev[TU_KINK_MAX_PARTS], prev_torch[TU_KINK_MAX_PARTS];
+    double torch_max[TU_KINK_MAX_PARTS];
+    int jumps[TU_KINK_MAX_PARTS], torch_jumps[TU_KINK_MAX_PARTS];
+    bool scanned; /* torch_max and torch_jumps read from the file */
+} tu_kink_gate;
+bool tu_distance_kink_gate(tu_kink_gate *g, duet_module *root, const duet_st *st, int step,
+                           const char *const *parts, int nparts, char *why, size_t why_size);
 /* The network checks against MMEditing's own modules (tests/mmedit/
  * test_ref_{gl_nets,deepfill_nets,deepfill_discs}.c): got (n values)
  * against st's entry `key` within rtol of each value plus rtol times the
@@ -292,6 +323,14 @@ duet_model *tu_sr_backbone_ref_model(const char *name, uint64_t seed);
  * tiny VGG ([8, 8, M, 16, 16], layers 2 and 7) for the perceptual and
  * style terms, L1 hole 6 and valid 1, TV 0.1, loss_out_percep. */
 duet_model *tu_pconv_ref_model(uint64_t seed);
+/* The RealESRGANs of the `mmedit` Real-ESRGAN tests (gen_mmedit_refs.py's
+ * RealESRGANSpec), built by the registry from the keys of MMEditing's two
+ * Real-ESRGAN configs shrunk: stage "realesrnet" (RRDBNet mid 8, 2 blocks,
+ * growth 4; L1 on gt_unsharp; generator_ema) or "realesrgan" (the same
+ * with UNetDiscriminatorWithSpectralNorm mid 4, vanilla GAN 0.1, the tiny
+ * VGG's layers 2 and 7 on gt_unsharp, start_iter 0). Its init is duet's
+ * from seed (the tests load MMEditing's). */
+duet_model *tu_real_esrgan_ref_model(const char *stage, uint64_t seed);
 /* A batch of n samples: "lq" (n, 3, 8, 8) and "gt" (n, 3, 32, 32), uniform
  * in [0, 1) from the seed. */
 void tu_sr_batch(duet_batch *b, uint64_t seed, int64_t n);

@@ -10,7 +10,7 @@
  * and the caching allocator's cached allocation. Medians over the
  * repetitions after 3 warm-ups, timed with CUDA events on duet's compute
  * stream; float32, TF32 off unless said. */
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <stdio.h>

@@ -135,46 +135,89 @@ void duet_alloc_stats(size_t *live_bytes, size_t *peak_bytes);
 void duet_alloc_reset_peak(void);
 
 /* ---- devices ---------------------------------------------------------------
- * Where a tensor's storage lives: the CPU, or CUDA device N. A plain value;
- * zero-initialised it is the CPU. The CUDA backend exists when duet was
- * built with the CUDA toolkit (duet_cuda_built()); a CUDA device must also
- * be visible to the process (duet_cuda_device_count()). */
+ * Where a tensor's storage lives: the CPU, CUDA device N, or the simulated
+ * device sim:N. A plain value; zero-initialised it is the CPU. The CUDA
+ * backend exists when duet was built with the CUDA toolkit
+ * (duet_cuda_built()); a CUDA device must also be visible to the process
+ * (duet_cuda_device_count()).
+ *
+ * sim:N (N = 0..DUET_SIM_MAX_DEVICES-1) is a GPU played by the CPU, in
+ * every build: its memory is reserved address space the host cannot read
+ * (a sim tensor's duet_tensor_host_data is NULL, and its data pointer is a
+ * handle: dereferenced on the host it faults at once), its kernels are the
+ * CPU kernels run on a worker thread per stream, asynchronously from the
+ * host, and its copies to and from the host are counted (duet_sim_stats).
+ * A missing synchronisation shows up on the CPU as a wrong result. Its
+ * environment: DUET_SIM_MEMORY (arena bytes per device, default 8 GiB of
+ * address space, with an optional K, M or G suffix), DUET_SIM_SYNC=1
+ * (every launch waits until it ran). */
 
 typedef enum duet_device_type {
     DUET_DEVICE_CPU = 0,
-    DUET_DEVICE_CUDA = 1
+    DUET_DEVICE_CUDA = 1,
+    DUET_DEVICE_SIM = 2
 } duet_device_type;
 
 typedef struct duet_device {
     duet_device_type type;
-    int index; /* CUDA device ordinal; 0 for the CPU */
+    int index; /* CUDA device ordinal or sim device number; 0 for the CPU */
 } duet_device;
 
 #define DUET_DEVICE_STR_MAX 24
+#define DUET_SIM_MAX_DEVICES 8
 
 static inline duet_device duet_device_cpu(void) { return (duet_device){DUET_DEVICE_CPU, 0}; }
 static inline duet_device duet_device_cuda(int index) {
     return (duet_device){DUET_DEVICE_CUDA, index};
 }
+static inline duet_device duet_device_sim(int index) {
+    return (duet_device){DUET_DEVICE_SIM, index};
+}
 static inline bool duet_device_equal(duet_device a, duet_device b) {
     return a.type == b.type && (a.type == DUET_DEVICE_CPU || a.index == b.index);
 }
-/* "cpu", "cuda" (device 0) or "cuda:N", as PyTorch writes them. Only the
- * spelling is checked: DUET_EINVAL names the text otherwise. Whether the
- * device exists is duet_device_check's question. */
+/* "cpu", "cuda" (device 0), "cuda:N" (as PyTorch writes them), "sim" (sim:0)
+ * or "sim:N". Only the spelling is checked: DUET_EINVAL names the text
+ * otherwise. Whether the device exists is duet_device_check's question. */
 int duet_device_parse(const char *s, duet_device *out);
-/* "cpu" or "cuda:N" into buf (DUET_DEVICE_STR_MAX is enough); returns buf. */
+/* "cpu", "cuda:N" or "sim:N" into buf (DUET_DEVICE_STR_MAX is enough);
+ * returns buf. */
 char *duet_device_str(duet_device d, char *buf, size_t size);
-/* DUET_OK when tensors can be made on d: always for the CPU; for CUDA, when
- * duet was built with CUDA and device d.index is visible. Otherwise
- * DUET_EDEVICE with a message that says which ("duet was built without
- * CUDA", "no CUDA device is visible", "cuda:3 asked for, 1 visible"). */
+/* DUET_OK when tensors can be made on d: always for the CPU and for sim:0
+ * to sim:7; for CUDA, when duet was built with CUDA and device d.index is
+ * visible. Otherwise DUET_EDEVICE with a message that says which ("duet
+ * was built without CUDA", "no CUDA device is visible", "cuda:3 asked for,
+ * 1 visible", "sim:9 asked for, sim:0 to sim:7 exist"). */
 int duet_device_check(duet_device d);
+/* `git describe --always --dirty --tags` of the source duet was built from
+ * ("unknown" outside a git checkout); in `duet --version`, `duet info` and
+ * every run's header records. */
+const char *duet_git_describe(void);
+
+/* Waits until every stream of device d has run what was queued on it, and
+ * returns the first kernel error that stuck to one of them (DUET_EDEVICE or
+ * the kernel's own status, its message naming the op). DUET_OK at once on
+ * the CPU. */
+int duet_device_synchronize(duet_device d);
 /* Whether this build has the CUDA backend (CMake's DUET_CUDA). */
 bool duet_cuda_built(void);
 /* CUDA devices visible to this process: 0 without the CUDA backend, without
  * a driver, or with none visible (never an error). */
 int duet_cuda_device_count(void);
+/* The counters of sim:N since the start or the last duet_sim_stats_reset:
+ * copies host to device (h2d), device to host (d2h) and device to device
+ * (d2d) with their bytes, kernels queued (launches, fills included) and
+ * host waits (syncs: duet_device_synchronize, stream and event waits;
+ * a blocking copy counts as a copy only). */
+typedef struct duet_sim_stats {
+    uint64_t h2d_copies, d2h_copies, d2d_copies;
+    uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
+    uint64_t launches, syncs;
+} duet_sim_stats;
+/* sim:index's counters into *out; DUET_EINVAL for an index outside 0..7. */
+int duet_sim_stats_get(int index, duet_sim_stats *out);
+/* Sets sim:index's counters to zero (an index outside 0..7: nothing). */
+void duet_sim_stats_reset(int index);
 /* Bytes of device memory the caching allocator of device d has handed out
  * and not yet taken back, and the most at once since the last reset (or
  * the start), like duet_alloc_stats; and the bytes it holds from the driver
@@ -254,6 +297,8 @@ int duet_cpu_online_cores(void);
 char *duet__strdup(const char *s);
 /* "dir/name" in a malloc'd string (free with free); NULL when out of memory. */
 char *duet__path_join(const char *dir, const char *name);
+/* mkdir -p (safe_file.c); DUET_EIO naming the folder. */
+int duet__mkdirs(const char *path);
 /* printf into a malloc'd string of the size it needs (free with free); NULL
  * when out of memory. For names and paths built from a model's or a user's
  * text, which no fixed buffer bounds. */
@@ -336,7 +381,8 @@ void duet__str_free(duet__str *b);
  * may be on a device: on the CPU these are duet_aligned_alloc/calloc/free
  * and memcpy; on a CUDA device the caching allocator (src/cuda/alloc.c) on
  * the calling thread's current stream of that device, and copies ordered
- * on that stream. A copy that reads or writes host memory returns when the
+ * on that stream; on sim:N the arena and the compute stream of src/sim/
+ * (the fill and the sum queued, not waited for). A copy that reads or writes host memory returns when the
  * host side may be used. Errors are DUET_EDEVICE (or DUET_ENOMEM) with a
  * message naming the CUDA call; `op` names the caller for it ("tensor",
  * "relu"). */
@@ -346,6 +392,10 @@ int duet__device_copy(duet_device dst_dev, void *dst, duet_device src_dev, const
                       size_t bytes, const char *op);
 /* n floats at p on device d set to v. */
 int duet__device_fill_f32(duet_device d, float *p, size_t n, float v, const char *op);
+/* dst[i] = a[i] + b[i] for n floats on device d (dst may be a or b): the
+ * tape's sums of gradients. DUET_EUNSUPPORTED on CUDA (no kernel yet). */
+int duet__device_add_f32(duet_device d, float *dst, const float *a, const float *b, size_t n,
+                         const char *op);
 
 #ifdef __cplusplus
 }

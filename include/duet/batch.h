@@ -4,6 +4,8 @@
  * "gt", paired translation data "img_a" / "img_b", any dataset its own
  * names. (Tensor layer: no knowledge of models or data.)
  *
+ * Usage:
+ *
  *   duet_batch b = {0};
  *   DUET_TRY(duet_batch_add_tensor(&b, "lq", lq));       // (N, 3, h, w)
  *   DUET_TRY(duet_batch_add_meta(&b, "gt_path", n, names));

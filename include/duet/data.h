@@ -503,7 +503,7 @@ int duet_loader_set_state(duet_loader *l, duet_sampler_state state);
 
 /* ---- image-to-image translation datasets -------------------------------------
  * MMEditing 0.x's GenerationPairedDataset and GenerationUnpairedDataset.
- * Configs reach them through the registry (src/runner/registry_data.c). A
+ * Configs reach them through the registry (src/registry/registry_data.c). A
  * paired dataset's pipeline loads "pair" with LoadPairedImageFromFile (its
  * halves "img_a" and "img_b"); an unpaired one loads "img_a" and "img_b"
  * with LoadImageFromFile. The pipeline must end with Collect. */

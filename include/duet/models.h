@@ -65,6 +65,25 @@ typedef struct duet_rrdbnet_opts {
 duet_rrdbnet_opts duet_rrdbnet_opts_default(void); /* 3, 3, 64, 23, 32, 4 */
 int duet_rrdbnet_create(const duet_rrdbnet_opts *opts, duet_rng *rng, duet_module **out);
 
+/* MMEditing's UNetDiscriminatorWithSpectralNorm (components/discriminators/
+ * unet_disc.py), Real-ESRGAN's discriminator: conv_0 (3x3, bias), conv_1..3
+ * (4x4 stride 2, mid * 2, 4, 8 channels), conv_4..6 (3x3 back to mid * 4,
+ * 2, 1, each after a bilinear x2 upsampling, align_corners=False, plus the
+ * down path's feature of the same size when skip_connection), conv_7 and
+ * conv_8 (3x3), every one of conv_1..conv_8 without bias under
+ * spectral_norm (weight_orig, weight_u, weight_v; eps 1e-12, one power
+ * iteration per training forward); LeakyReLU 0.2 after each but conv_9
+ * (3x3 to 1 channel, bias). Input (N, in_channels, H, W) with H and W
+ * multiples of 8; output (N, 1, H, W) logits. PyTorch's default init. */
+typedef struct duet_unet_disc_sn_opts {
+    int in_channels, mid_channels;
+    bool skip_connection;
+} duet_unet_disc_sn_opts;
+duet_unet_disc_sn_opts duet_unet_disc_sn_opts_default(void); /* 3, 64, skip_connection */
+/* Free *out with duet_module_destroy. */
+int duet_unet_disc_sn_create(const duet_unet_disc_sn_opts *opts, duet_rng *rng,
+                             duet_module **out);
+
 /* MMEditing's EDSR (sr_backbones/edsr.py): x = (x - rgb_mean) / rgb_std,
  * conv_first, body.<i> (ResidualBlockNoBN conv1/conv2, ReLU, the residual
  * times res_scale), conv_after_body (conv_first's output added),
@@ -1028,6 +1047,55 @@ typedef struct duet_esrgan_opts {
 } duet_esrgan_opts;
 duet_esrgan_opts duet_esrgan_opts_default(void); /* MMEditing's esrgan_x4c64b23g32 config */
 int duet_esrgan_create(const duet_esrgan_opts *opts, duet_rng *rng, duet_model **out);
+
+/* Real-ESRGAN (mmedit/models/restorers/real_esrgan.py, a subclass of
+ * SRGAN): an RRDBNet generator trained on synthetic degradations in two
+ * stages from MMEditing's two configs. RealESRNet (gan false: no
+ * discriminator or gan_loss part) trains the generator on the pixel loss
+ * only; the GAN stage adds a UNetDiscriminatorWithSpectralNorm, the
+ * vanilla GAN and the perceptual loss. train_step, as MMEditing's:
+ *   when step_counter == start_iter and the model has generator_ema, the
+ *     generator takes generator_ema's weights (the GAN stage starts from
+ *     the RealESRNet's moving average: its config's start_iter is the
+ *     RealESRNet's last iteration, whose step_counter load_from brings);
+ *   gt_pixel, gt_percep, gt_gan = the batch's "gt", or its "gt_unsharp"
+ *     where sharpened_gt_in_pixel / percep / gan say so;
+ *   fake = G(lq); when step_counter % disc_steps == 0 and step_counter >=
+ *     disc_init_steps, one generator update on pixel(fake, gt_pixel) +
+ *     perceptual(fake, gt_percep) (+ style) + gan(D(fake), real) with the
+ *     discriminator frozen;
+ *   with a discriminator: loss_d_real = gan(D(gt_gan), real, disc),
+ *     backward; loss_d_fake = gan(D(fake.detach()), fake, disc), backward;
+ *     one discriminator update;
+ *   step_counter += 1.
+ * step_counter is a buffer of the model's root module (MMEditing's
+ * register_buffer('step_counter', torch.zeros(1))): checkpointed, resumed
+ * and brought by load_from as a state entry "step_counter". use_ema adds
+ * the part generator_ema, a frozen copy of the generator (MMEditing's
+ * deepcopy), which forward and val_step use and the runner's
+ * ExponentialMovingAverageHook averages. Log values: loss_pix,
+ * loss_perceptual, loss_style (when on), loss_gan, loss (the generator's
+ * total) when the generator stepped; loss_d_real, loss_d_fake with a
+ * discriminator. Optimizers "generator" (and "discriminator"). */
+typedef struct duet_real_esrgan_opts {
+    duet_rrdbnet_opts generator;
+    bool gan;                          /* discriminator and gan_loss parts */
+    duet_unet_disc_sn_opts discriminator;
+    duet_gan_loss_opts gan_loss;       /* vanilla, weight 0.1 */
+    float pixel_loss_weight;           /* L1, 1.0; <= 0: no pixel loss */
+    bool perceptual;                   /* true: a perceptual_loss part */
+    duet_perceptual_loss_opts perceptual_loss; /* MMEditing's GAN config's */
+    bool sharpened_gt_in_pixel, sharpened_gt_in_percep, sharpened_gt_in_gan;
+    bool use_ema;                      /* true: a generator_ema part */
+    int64_t start_iter;                /* train_cfg.start_iter, -1 (never) */
+    int disc_steps;                    /* 1 */
+    int disc_init_steps;               /* 0 */
+    duet_test_cfg test_cfg;            /* PSNR, crop_border 0 */
+} duet_real_esrgan_opts;
+/* MMEditing's realesrgan_c64b23g32 config's model (gan true; RealESRNet's:
+ * gan false, perceptual false, sharpened_gt_in_percep false). */
+duet_real_esrgan_opts duet_real_esrgan_opts_default(void);
+int duet_real_esrgan_create(const duet_real_esrgan_opts *opts, duet_rng *rng, duet_model **out);
 
 /* BasicRestorer: generator + pixel loss, PSNR-oriented pretraining. Log
  * values loss_pix, loss. Optimizer "generator". */

@@ -1,6 +1,19 @@
 /* duet/registry.h — building networks, losses, models, wrappers, optimizers
  * and datasets from a config by type name, and registering new types (the
  * open model contract).
+ *
+ * Usage:
+ *
+ *   duet_config *cfg = NULL;
+ *   DUET_TRY(duet_config_load_string("net = { type = \"MSRResNet\"; mid_channels = 8; "
+ *                                    "num_blocks = 1; };", "example.cfg", &cfg));
+ *   duet_rng rng = duet_rng_make(0, 0);
+ *   duet_module *net = NULL;
+ *   DUET_TRY(duet_build_module(cfg, "net", &rng, &net));  // by its type name
+ *   DUET_TRY(duet_config_check_unused(cfg));              // every key was read
+ *   int64_t nparams = duet_module_num_parameters(net, true);  // 6867
+ *   duet_module_destroy(net);
+ *   duet_config_destroy(cfg);
  */
 #ifndef DUET_REGISTRY_H
 #define DUET_REGISTRY_H
@@ -15,7 +28,7 @@ extern "C" {
 #endif
 
 /* ---- registry: building parts, models, wrappers and optimizers from a
- * config by type name (src/runner/registry.c) ----------------------------
+ * config by type name (src/registry/registry.c) ----------------------------
  * Each builder reads the group at `path` (its `type` and the options it
  * knows, each marked used, so duet_config_check_unused catches typos) and
  * fails with DUET_ECONFIG naming the path and the known type names when the

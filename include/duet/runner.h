@@ -26,12 +26,16 @@ extern "C" {
  * its rank and the whole job is aborted (MPI_Abort), leaving the last good
  * checkpoint intact.
  *
+ * Usage:
+ *
  *   duet_runner_opts o = duet_runner_opts_default();
  *   o.config = "configs/msrresnet_x4_tiny.cfg";
- *   const char *sets[] = {"total_iters=100"};
- *   o.sets = sets; o.nsets = 1;
- *   if (duet_runner_train(&o) != DUET_OK) ...   // message already printed
+ *   const char *sets[] = {"total_iters=2"};    // as `--set total_iters=2`
+ *   o.sets = sets;
+ *   o.nsets = 1;
+ *   int rc = duet_runner_train(&o);            // a failure's message is printed
  *   duet_comm_finalize();
+ *   DUET_TRY(rc);
  */
 /* The `duet` command line as a call: argc and argv as main() gets them
  * (argv[0] the program, argv[1] the command: train, test, infer, info,
@@ -112,10 +116,6 @@ typedef struct duet_test_result {
  * and the environment variables that change them, like
  * torch.__config__.show(). DUET_EIO when f cannot be written. */
 int duet_info_print(FILE *f);
-/* `git describe --always --dirty --tags` of the source duet was built from
- * ("unknown" outside a git checkout); in `duet --version`, `duet info` and
- * every run's header records. */
-const char *duet_git_describe(void);
 
 /* Trains the config's model for total_iters iterations with its hooks (LR
  * schedule, logging, evaluation, checkpoints); see docs/pipeline.md. */

@@ -1,6 +1,6 @@
 /* duet/tensor.h — float32 N-d arrays (up to 4-D, NCHW, contiguous) on a
- * device (the CPU or a CUDA GPU) with reference counting, and safetensors
- * files.
+ * device (the CPU, a CUDA GPU or the simulated device sim:N) with reference
+ * counting, and safetensors files.
  *
  * Usage:
  *
@@ -13,14 +13,12 @@
  *
  *   duet_tensor *h = NULL, *d = NULL, *back = NULL;
  *   DUET_TRY(duet_tensor_from_data(1, (int64_t[]){3}, (float[]){1, 2, 3}, &h));
- *   duet_device gpu;
- *   DUET_TRY(duet_device_parse("cuda:0", &gpu));
- *   if (duet_device_check(gpu) == DUET_OK) {       // built with CUDA, GPU visible
- *       DUET_TRY(duet_tensor_to(h, gpu, &d));      // a copy on the GPU
- *       // duet_tensor_host_data(d) == NULL: its data is not host memory
- *       DUET_TRY(duet_tensor_to(d, duet_device_cpu(), &back));
- *       // duet_tensor_host_data(back)[2] == 3.0f
- *   }
+ *   duet_device dev;
+ *   DUET_TRY(duet_device_parse("sim:0", &dev));     // "cuda:0" on a GPU
+ *   DUET_TRY(duet_tensor_to(h, dev, &d));           // a copy on the device
+ *   // duet_tensor_host_data(d) == NULL: its data is not host memory
+ *   DUET_TRY(duet_tensor_to(d, duet_device_cpu(), &back));
+ *   // duet_tensor_host_data(back)[2] == 3.0f
  *   duet_tensor_release(back);
  *   duet_tensor_release(d);
  *   duet_tensor_release(h);
@@ -132,14 +130,16 @@ bool duet_tensor_owns_data(const duet_tensor *t);
 /* Makes sure t->grad exists (zero-filled on first allocation), on t's
  * device. */
 int duet_tensor_ensure_grad(duet_tensor *t);
-/* Points t->grad at external storage of numel floats (not freed by the
- * tensor; used by DDP's contiguous gradient buffer). Existing gradient values
- * are copied into it, else it is left as is. t on the CPU (DDP on devices
- * comes with its device buffers). */
-void duet_tensor_set_grad_storage(duet_tensor *t, float *storage);
+/* Points t->grad at external storage of numel floats on t's device (not
+ * freed by the tensor; used by DDP's contiguous gradient buffer). Existing
+ * gradient values are copied into it (on a device, queued on its compute
+ * stream), else it is left as is. Fails only when the copy cannot be
+ * queued (t keeps its gradient). */
+int duet_tensor_set_grad_storage(duet_tensor *t, float *storage);
 /* Gives t its own gradient storage again after duet_tensor_set_grad_storage,
- * keeping the values (a DDP unwrapping a module). Nothing to do when t owns
- * its gradient or has none. DUET_ENOMEM (t keeps the external storage). */
+ * keeping the values (a DDP unwrapping a module), on t's device. Nothing to
+ * do when t owns its gradient or has none. DUET_ENOMEM (t keeps the external
+ * storage). */
 int duet_tensor_own_grad(duet_tensor *t);
 /* Both on t's device; DUET_EDEVICE when a device fill fails (on the CPU
  * they cannot fail). */

@@ -521,7 +521,8 @@ static int grad_sum_backward(duet_node *node) {
     for (int k = 0; k < 2; k++) {
         float *g = duet_node_input_grad(node, k);
         if (g != NULL)
-            for (int64_t i = 0; i < y->numel; i++) g[i] += y->grad[i];
+            DUET_TRY(duet__device_add_f32(y->device, g, g, y->grad, (size_t)y->numel,
+                                          "grad_sum backward"));
     }
     return DUET_OK;
 }
@@ -541,16 +542,26 @@ static int accumulate(duet_tensor **slot, duet_tensor *g) {
         return DUET_OK;
     }
     duet_tensor *a = *slot, *sum = NULL;
-    if (a->numel != g->numel || a->device.type != DUET_DEVICE_CPU ||
-        g->device.type != DUET_DEVICE_CPU)
-        return duet__error(DUET_EUNSUPPORTED, "autograd grad: summing gradients of %lld and %lld "
-                           "elements (on the CPU only)", (long long)a->numel,
-                           (long long)g->numel);
-    DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &sum));
-    for (int64_t i = 0; i < a->numel; i++) sum->data[i] = a->data[i] + g->data[i];
+    if (a->numel != g->numel || !duet_device_equal(a->device, g->device)) {
+        char da[DUET_DEVICE_STR_MAX], dg[DUET_DEVICE_STR_MAX];
+        return duet__error(DUET_EINVAL, "autograd grad: summing gradients of %lld elements on "
+                           "%s and %lld on %s", (long long)a->numel,
+                           duet_device_str(a->device, da, sizeof da), (long long)g->numel,
+                           duet_device_str(g->device, dg, sizeof dg));
+    }
+    if (a->device.type == DUET_DEVICE_CPU)
+        DUET_TRY(duet_tensor_create_uninit(a->ndim, a->shape, &sum));
+    else
+        DUET_TRY(duet_tensor_create_on(a->device, a->ndim, a->shape, &sum));
+    int rc = duet__device_add_f32(a->device, sum->data, a->data, g->data, (size_t)a->numel,
+                                  "autograd grad");
+    if (rc != DUET_OK) {
+        duet_tensor_release(sum);
+        return rc;
+    }
     duet_tensor *ins[2] = {a, g};
     if (duet_autograd_needs_record(2, ins)) {
-        int rc = duet_autograd_record(sum, "grad_sum", grad_sum_backward, NULL, NULL, 2, ins);
+        rc = duet_autograd_record(sum, "grad_sum", grad_sum_backward, NULL, NULL, 2, ins);
         if (rc != DUET_OK) {
             duet_tensor_release(sum);
             return rc;
@@ -591,7 +602,7 @@ static int grad_run(int noutputs, duet_tensor *const *outputs, duet_tensor *cons
         if (slot == NULL) continue;
         duet_tensor *ones = NULL;
         if (g == NULL) {
-            DUET_TRY(duet_tensor_create(t->ndim, t->shape, &ones));
+            DUET_TRY(duet_tensor_create_on(t->device, t->ndim, t->shape, &ones));
             int rc = duet_tensor_fill(ones, 1.0f);
             if (rc != DUET_OK) {
                 duet_tensor_release(ones);

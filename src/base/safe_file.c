@@ -159,3 +159,22 @@ int duet__safe_check_inputs(const char *out, const char *const *inputs, size_t n
     }
     return DUET_OK;
 }
+
+int duet__mkdirs(const char *path) {
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf) return duet__error(DUET_EINVAL, "bad folder name '%s'", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return duet__error(DUET_EIO, "cannot create folder %s: %s", buf, strerror(errno));
+        buf[i] = c;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return duet__error(DUET_EIO, "%s exists and is not a folder", path);
+    return DUET_OK;
+}

@@ -1,4 +1,4 @@
-/* Library versions and the GPUs, for duet info (cuda_internal.h,
+/* Library versions and the GPUs, for duet info (cuda/cuda.h,
  * duet_cuda_info_print in base.h). */
 #include "cuda/cuda_internal.h"
 

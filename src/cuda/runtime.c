@@ -1,5 +1,5 @@
 /* Devices, the compute stream of each, the caching allocator's CUDA
- * backend and pools, and copies (cuda_internal.h). */
+ * backend and pools, and copies (cuda/cuda.h). */
 #include "cuda/cuda_internal.h"
 
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* CUDA, cuBLAS, cuDNN and NCCL statuses as duet statuses with a message
- * naming the op, the call and the place (cuda_internal.h). */
+ * naming the op, the call and the place (cuda/cuda.h). */
 #include "cuda/cuda_internal.h"
 
 #include <string.h>

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "runner/grid.h"
+#include "outputs/grid.h"
 #include "runner/runner_internal.h"
 
 int duet__save_tensor_png(const duet_tensor *t, const char *dir, const char *name) {

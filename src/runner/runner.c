@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "runner/runner_ckpt.h"
-#include "runner/registry_data.h"
+#include "registry/registry_data.h"
 #include "runner/runner_internal.h"
 
 duet_runner_opts duet_runner_opts_default(void) {
@@ -38,25 +38,6 @@ duet_runner_opts duet_runner_opts_default(void) {
     memset(&o, 0, sizeof o);
     o.tile_pad = -1; /* infer --tile: the measured receptive radius */
     return o;
-}
-
-int duet__mkdirs(const char *path) {
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof buf) return duet__error(DUET_EINVAL, "bad folder name '%s'", path);
-    memcpy(buf, path, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (buf[i] != '/' && buf[i] != '\0') continue;
-        char c = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return duet__error(DUET_EIO, "cannot create folder %s: %s", buf, strerror(errno));
-        buf[i] = c;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return duet__error(DUET_EIO, "%s exists and is not a folder", path);
-    return DUET_OK;
 }
 
 /* ---- errors across ranks ---------------------------------------------------- */
@@ -118,7 +99,7 @@ static int open_run(duet__run *r, const duet_runner_opts *o) {
     r->world = duet_comm_size(r->comm);
     duet_log_set_rank(r->rank, false);
     duet_comm_set_name(r->comm, "runner");
-    DUET_TRY(duet__run_load_config(o->config, r->rank == 0 && !o->quiet, &r->cfg));
+    DUET_TRY(duet__load_config_any(o->config, r->rank == 0 && !o->quiet, &r->cfg));
     r->read_files[0] = o->config;
     for (size_t i = 0; i < o->nsets; i++) {
         int rc = duet_config_set(r->cfg, o->sets[i]);
@@ -1163,4 +1144,9 @@ int duet_runner_infer(const duet_runner_opts *o) {
                  o->out_dir);
     close_run(&r);
     return rc;
+}
+
+int duet_runner_plot(const char *work_dir, const char *out_png, const char *const *keys,
+                     size_t nkeys, FILE *report) {
+    return duet__plot(work_dir, out_png, keys, nkeys, report);
 }

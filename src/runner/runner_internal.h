@@ -10,7 +10,9 @@
 #include "duet/models.h"
 #include "duet/train.h"
 #include "duet/wrapper.h"
-#include "runner/logger.h"
+#include "export/export.h"
+#include "outputs/logger.h"
+#include "outputs/plot.h"
 
 /* custom_hooks: MMEditing's ExponentialMovingAverageHook (ema.c; n 0: none),
  * with as many module_keys as the config gives, of any length. */
@@ -93,15 +95,13 @@ void duet__run_warn_busy(const duet__run *r);
  * (duet_last_error()) as one of the run's problems. */
 int duet__run_problem(duet__run *r, int rc);
 
-/* mkdir -p; DUET_EIO naming the folder. */
-int duet__mkdirs(const char *path);
 
 /* ---- system.c ---- */
 /* The config's num_threads and gemm keys into duet_kernels_configure (with
  * the ranks on this node), and the startup line naming what runs. */
 int duet__run_setup_kernels(duet__run *r);
 
-/* ---- outputs.c: infer and test --out ---- */
+/* ---- out_paths.c: infer and test --out ---- */
 /* "<dir>/<stem>.png" for input file `name` (any folder and extension
  * dropped). New string; NULL when out of memory. */
 char *duet__output_path(const char *dir, const char *name);
@@ -147,28 +147,6 @@ int duet__workdir_write_file(const duet__run *r, const char *name, const char *t
 int duet__workdir_check_data(duet__run *r);
 
 /* ---- helper.c ---- */
-/* Runs scripts/<script> (found through $DUET_SCRIPTS, or beside the
- * program) with $DUET_PYTHON (default python3) as `script INPUT -o OUT`,
- * OUT a new temporary file ending in `suffix`; *out_path (free it, and
- * unlink the file) on success. The converter's own lines go to stderr
- * when show_notes, else nowhere. DUET_ENOTFOUND naming where it looked
- * when the script or Python is missing; DUET_ECONFIG when it refused the
- * file (its message is on stderr). */
-int duet__helper_convert(const char *script, const char *input, const char *suffix,
-                         bool show_notes, char **out_path);
-/* duet_config_load, and for an MMEditing .py config its conversion through
- * scripts/convert-config.py (no code of it run); messages then name "X.py
- * (converted)" and the converted text's lines. */
-int duet__run_load_config(const char *path, bool show_notes, duet_config **out);
-/* path ends in ".pth" (a PyTorch file, for scripts/convert-pth.py). */
-bool duet__is_pth(const char *path);
-/* torchvision's file name for a model name MMEditing writes as
- * torchvision://<name> ("vgg19" -> "vgg19-dcbb9e9d.pth"), or NULL. */
-const char *duet__torchvision_file(const char *name);
-/* That file in torch.hub's folder ($TORCH_HOME/hub/checkpoints, else
- * $XDG_CACHE_HOME/torch/..., else ~/.cache/torch/...): *out_path (free it);
- * DUET_ENOTFOUND naming the folder, the file and where it comes from. */
-int duet__torchvision_find(const char *name, char **out_path);
 
 /* ---- build.c ---- */
 /* seed, total_iters, the hook settings, lr_config and model.test_cfg. */
@@ -186,20 +164,6 @@ int duet__run_read_mmedit_keys(duet__run *r, bool notes);
  * the limit); forwards over 32 and 64 pixel squares measure the bytes per
  * input pixel. Inputs up to 512 x 512 pass unmeasured. */
 int duet__check_forward_memory(duet__run *r, const duet_tensor *x, const char *what);
-/* The network `net` (named `part` in messages and the graph) as an ONNX
- * model at `path` (onnx.c) in `opset` (DUET__ONNX_OPSET_MIN..MAX, else
- * DUET_EINVAL); batch_stats: BatchNorm2d normalises with the
- * batch's statistics (the network tests in training mode) rather than the
- * running ones. What was written goes to *stats: the graph's nodes, the
- * BatchNorm2d layers, the Dropout layers with p > 0 (written as
- * identities). */
-enum { DUET__ONNX_OPSET_MIN = 13, DUET__ONNX_OPSET_MAX = 18, DUET__ONNX_OPSET_DEFAULT = 17 };
-typedef struct duet__onnx_stats {
-    size_t nodes;
-    int batch_norms, dropouts;
-} duet__onnx_stats;
-int duet__onnx_export(duet_module *net, const char *part, const char *path, int opset,
-                      bool batch_stats, duet__onnx_stats *stats);
 /* infer --tile (tile.c): the SR generator's output of x (1, C, H, W) made
  * tile by tile (tile x tile input pixels, `pad` pixels of context around
  * each; pad < 0: the receptive radius, measured), equal to the whole-image

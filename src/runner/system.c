@@ -3,7 +3,6 @@
  * the startup line that says what runs) and `duet info`: what a bug report
  * or a benchmark needs to know about this machine and build. */
 #include "runner/runner_internal.h"
-#include "duet_git.h" /* generated: DUET_GIT_DESCRIBE */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,8 +82,6 @@ int duet__run_setup_kernels(duet__run *r) {
     return DUET_OK;
 }
 
-const char *duet_git_describe(void) { return DUET_GIT_DESCRIBE; }
-
 int duet_info_print(FILE *f) {
     duet_cpu_info ci = duet_cpu_info_get();
     char features[256];
@@ -93,7 +90,7 @@ int duet_info_print(FILE *f) {
     DUET_TRY(duet_kernels_info_get(&ki));
     char mpi[256];
     duet_comm_library_version(mpi, sizeof mpi);
-    fprintf(f, "duet %s (git %s)\n", DUET_VERSION_STRING, DUET_GIT_DESCRIBE);
+    fprintf(f, "duet %s (git %s)\n", DUET_VERSION_STRING, duet_git_describe());
     fprintf(f, "  CPU:        %s (%s family %d model %d stepping %d)\n",
             ci.brand[0] ? ci.brand : "unknown", ci.vendor[0] ? ci.vendor : "?", ci.family,
             ci.model, ci.stepping);

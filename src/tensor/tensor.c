@@ -1,7 +1,8 @@
 /* Tensor creation, views, reference counting, gradient storage, and where
  * the data is (devices and the copies between them). CPU storage is
  * duet_aligned_alloc's; device storage is the device's caching allocator's
- * (duet__device_alloc). */
+ * (duet__device_alloc: CUDA's, or sim:N's arena, whose addresses the host
+ * cannot dereference). */
 #include "duet/tensor.h"
 
 #include <inttypes.h>
@@ -210,24 +211,28 @@ int duet_tensor_ensure_grad(duet_tensor *t) {
     return DUET_OK;
 }
 
-void duet_tensor_set_grad_storage(duet_tensor *t, float *storage) {
-    DUET_ASSERT(t->device.type == DUET_DEVICE_CPU);
+int duet_tensor_set_grad_storage(duet_tensor *t, float *storage) {
     if (t->grad != NULL) {
-        memcpy(storage, t->grad, (size_t)t->numel * sizeof(float));
-        if (t->owns_grad) duet_aligned_free(t->grad);
+        /* On a device the copy is queued before the old storage's free. */
+        DUET_TRY(duet__device_copy(t->device, storage, t->device, t->grad,
+                                   (size_t)t->numel * sizeof(float), "gradient storage"));
+        if (t->owns_grad) duet__device_free(t->device, t->grad);
     }
     t->grad = storage;
     t->owns_grad = false;
+    return DUET_OK;
 }
 
 int duet_tensor_own_grad(duet_tensor *t) {
     if (t->grad == NULL || t->owns_grad) return DUET_OK;
-    DUET_ASSERT(t->device.type == DUET_DEVICE_CPU);
-    float *g = duet_aligned_alloc((size_t)t->numel * sizeof(float));
-    if (g == NULL)
-        return duet__error(DUET_ENOMEM, "tensor: out of memory for a gradient of %" PRId64
-                           " floats", t->numel);
-    memcpy(g, t->grad, (size_t)t->numel * sizeof(float));
+    float *g = NULL;
+    DUET_TRY(alloc_storage(t, false, "a gradient of ", &g));
+    int rc = duet__device_copy(t->device, g, t->device, t->grad, (size_t)t->numel * sizeof(float),
+                               "gradient storage");
+    if (rc != DUET_OK) {
+        duet__device_free(t->device, g);
+        return rc;
+    }
     t->grad = g;
     t->owns_grad = true;
     return DUET_OK;

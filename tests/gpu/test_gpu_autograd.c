@@ -7,7 +7,7 @@
  * first. Needs a GPU; exits 77 (skipped) without. */
 #include "testutil.h"
 
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "gpu/gpu_skip.h"
 
 #include <math.h>

@@ -5,7 +5,7 @@
  * off). Needs a GPU; exits 77 (skipped) without. */
 #include "testutil.h"
 
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "gpu/gpu_skip.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_math.h"

@@ -4,7 +4,7 @@
  * CUDA failures as duet statuses. Needs a GPU; exits 77 (skipped) without. */
 #include "testutil.h"
 
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "gpu/gpu_skip.h"
 
 #include <string.h>

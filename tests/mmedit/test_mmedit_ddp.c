@@ -22,7 +22,8 @@
  *
  * Usage: mpiexec -n N test_mmedit_ddp MODEL (srgan, esrgan, pix2pix,
  * cyclegan, basic_restorer, edsr, rdn, pconv_inpaintor, gl_inpaintor,
- * deepfill_v1_inpaintor, deepfillv2), with DUET_REF_DIR the directory of the files. */
+ * deepfill_v1_inpaintor, deepfillv2, realesrnet, realesrgan), with DUET_REF_DIR the
+ * directory of the files. */
 #include "testutil_gan.h"
 
 #include <stdio.h>
@@ -40,6 +41,7 @@ typedef struct ddp_model {
     int nparts;
     int steps;             /* the file's: 10; DeepFillv1 and PConv 4, DeepFillv2 3 (ddp_steps) */
     bool state_identical;  /* every state entry bit-identical on every rank (no BatchNorm) */
+    double beta2;          /* 0: Adam's 0.999 */
 } ddp_model;
 
 /* The tiny models of test_ref_<model>.c, as gen_mmedit_refs.py's specs
@@ -152,19 +154,26 @@ static duet_model *deepfill_v1_inpaintor(void) {
  * whose spectral-norm buffers each rank moves on its own (not broadcast). */
 static duet_model *deepfillv2(void) { return tu_deepfillv2_ref_model(); }
 
+/* test_ref_real_esrgan.c's models: both stages of RealESRGAN (the GAN
+ * stage's spectral-norm u and v moved by each rank on its own). */
+static duet_model *realesrnet(void) { return tu_real_esrgan_ref_model("realesrnet", 3); }
+static duet_model *realesrgan(void) { return tu_real_esrgan_ref_model("realesrgan", 3); }
+
 static const ddp_model models[] = {
-    {"srgan", srgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, false},
-    {"esrgan", esrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, false},
-    {"pix2pix", pix2pix, 2e-4, 0.5, {"generator", "discriminator"}, 2, 10, false},
-    {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2, 10, false},
-    {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1, 10, false},
-    {"edsr", edsr, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
-    {"rdn", rdn, 1e-4, 0.9, {"generator", NULL}, 1, 10, true},
-    {"pconv_inpaintor", pconv_inpaintor, 2e-4, 0.9, {"generator", NULL}, 1, 4, false},
-    {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2, 10, false},
+    {"srgan", srgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, false, 0},
+    {"esrgan", esrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, false, 0},
+    {"pix2pix", pix2pix, 2e-4, 0.5, {"generator", "discriminator"}, 2, 10, false, 0},
+    {"cyclegan", cyclegan, 2e-4, 0.5, {"generators", "discriminators"}, 2, 10, false, 0},
+    {"basic_restorer", basic_restorer, 2e-4, 0.9, {"generator", NULL}, 1, 10, false, 0},
+    {"edsr", edsr, 1e-4, 0.9, {"generator", NULL}, 1, 10, true, 0},
+    {"rdn", rdn, 1e-4, 0.9, {"generator", NULL}, 1, 10, true, 0},
+    {"pconv_inpaintor", pconv_inpaintor, 2e-4, 0.9, {"generator", NULL}, 1, 4, false, 0},
+    {"gl_inpaintor", gl_inpaintor, 4e-4, 0.9, {"generator", "disc"}, 2, 10, false, 0},
     {"deepfill_v1_inpaintor", deepfill_v1_inpaintor, 1e-4, 0.9, {"generator", "disc"}, 2, 4,
-     true},
-    {"deepfillv2", deepfillv2, 1e-4, 0.9, {"generator", "disc"}, 2, 3, true},
+     true, 0},
+    {"deepfillv2", deepfillv2, 1e-4, 0.9, {"generator", "disc"}, 2, 3, true, 0},
+    {"realesrnet", realesrnet, 2e-4, 0.9, {"generator", NULL}, 1, 10, true, 0.99},
+    {"realesrgan", realesrgan, 1e-4, 0.9, {"generator", "discriminator"}, 2, 10, true, 0.99},
 };
 
 /* The batch keys of each model's file: the SR models' lq and gt, the
@@ -174,6 +183,11 @@ static void add_batch(duet_batch *b, const duet_st *st) {
     if (duet_st_has(st, "gt_img")) { /* an inpaintor's (mask_bbox for box holes) */
         static const char *const keys[4] = {"gt_img", "mask", "masked_img", "mask_bbox"};
         tu_ref_batch(b, st, keys, 4);
+        return;
+    }
+    if (duet_st_has(st, "gt_unsharp")) { /* RealESRGAN's (the sharpened GT) */
+        static const char *const keys[3] = {"lq", "gt", "gt_unsharp"};
+        assert_int_equal(tu_ref_batch(b, st, keys, 3), 3);
         return;
     }
     static const char *const keys[2][2] = {{"lq", "gt"}, {"img_a", "img_b"}};
@@ -231,6 +245,7 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
     duet_adam_opts a = duet_adam_opts_default();
     a.lr = (float)spec->lr;
     a.beta1 = (float)spec->beta1;
+    if (spec->beta2 != 0.0) a.beta2 = (float)spec->beta2;
     for (int p = 0; p < spec->nparts; p++)
         TU_OK(duet_optimizer_set_add_adam(opts, wm, spec->parts[p], &a));
     duet_batch whole = {0}, local = {0};
@@ -238,6 +253,10 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
     const int64_t n = whole.nsamples / tu_size;
     assert_int_equal(n * tu_size, whole.nsamples);
     TU_OK(duet_batch_slice(&local, &whole, tu_rank * n, n));
+    /* DUET_TEST_GATE=kinks: the fast path's yardstick (tu_distance_kink_gate). */
+    const char *gate_env = getenv("DUET_TEST_GATE");
+    const bool kinks = gate_env != NULL && strcmp(gate_env, "kinks") == 0;
+    tu_kink_gate gate = {0};
     int step = 1;
     for (char key[32] = "f32dist1."; ; snprintf(key, sizeof key, "f32dist%d.", ++step)) {
         char k0[64];
@@ -249,7 +268,10 @@ static void test_ddp_distance_from_mmedit_float64(void **state) {
          * none is left waiting in the next step's allreduce. */
         char why[512] = "";
         int32_t ok = 1;
-        if (tu_rank == 0)
+        if (tu_rank == 0 && kinks)
+            ok = tu_distance_kink_gate(&gate, duet_model_module(wm), st, step, spec->parts,
+                                       spec->nparts, why, sizeof why);
+        else if (tu_rank == 0)
             ok = tu_distance_within(duet_model_module(wm), st, step, spec->parts, spec->nparts,
                                     why, sizeof why);
         TU_OK(duet_comm_bcast(tu_comm, &ok, 1, DUET_DTYPE_I32, 0));

@@ -1018,6 +1018,77 @@ def rdn_spec(n=4):
                               RDN_GENERATOR, 3, 20261231, 14, n=n)
 
 
+class RealESRGANSpec(Spec):
+    """RealESRGAN from MMEditing's two Real-ESRGAN configs (stage
+    "realesrnet": realesrnet_c64b23g32_12x4_lr2e-4_1000k_df2k_ost.py, the
+    pixel loss on the sharpened GT; "realesrgan":
+    realesrgan_c64b23g32_12x4_lr1e-4_400k_df2k_ost.py with
+    train_cfg.start_iter 0, so that its first step reloads the generator
+    from generator_ema): RRDBNet mid 8, 2 blocks, growth 4;
+    UNetDiscriminatorWithSpectralNorm mid 4; PerceptualLoss over the tiny
+    VGG (layers '2' 0.1 and '7' 1.0); 10 train_steps on one batch of n
+    (lq 32x32, gt and gt_unsharp 128x128), Adam from the config. After each
+    step MMEditing's ExponentialMovingAverageHook (the config's: interval 1,
+    momentum 0.999) averages the generator into generator_ema, whose init is
+    the generator's moved by noise (so that the reload and the average
+    show); under --ranks the hook is left out (duet's DDP test runs the
+    train_step only)."""
+    name = "RealESRGAN"
+
+    def __init__(self, stage, n=4):
+        self.stage, self.n = stage, n
+        self.gan = stage == "realesrgan"
+        self.file = f"{stage}.safetensors"
+        self.parts = ("generator", "discriminator") if self.gan else ("generator",)
+        self.lr = 1e-4 if self.gan else 2e-4
+        self.cfg_path = ("restorers/real_esrgan/realesrgan_c64b23g32_12x4_lr1e-4_400k_df2k_ost.py"
+                         if self.gan else
+                         "restorers/real_esrgan/realesrnet_c64b23g32_12x4_lr2e-4_1000k_df2k_ost.py")
+        self.make_batch()
+
+    def make_batch(self):
+        g, n = self.batch_rng(15 if self.gan else 16), self.n
+        gt = torch.rand(n, 3, 128, 128, generator=g)
+        self.batch = dict(lq=torch.rand(n, 3, 32, 32, generator=g), gt=gt,
+                          gt_unsharp=(gt + 0.2 * torch.rand(n, 3, 128, 128, generator=g) - 0.1))
+
+    def build(self, tmp):
+        cfg = mo.config(self.cfg_path)
+        cfg.model.generator.update(mid_channels=8, num_blocks=2, growth_channels=4)
+        if self.gan:
+            cfg.model.discriminator.mid_channels = 4
+            cfg.model.perceptual_loss.vgg_type = "duet_tiny_vgg"
+            cfg.model.perceptual_loss.layer_weights = {'2': 0.1, '7': 1.0}
+            cfg.model.perceptual_loss.pretrained = mo.add_tiny_vgg(
+                "duet_tiny_vgg", TINY_VGG, os.path.join(tmp, "tiny_vgg.pth"), 20261241)
+            cfg.train_cfg = dict(start_iter=0)
+        torch.manual_seed(20261240 if self.gan else 20261239)
+        model = mo.build(cfg)
+        g = torch.Generator().manual_seed(20261242)
+        with torch.no_grad():
+            for p in model.generator_ema.parameters():
+                p.add_(0.01 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+        from mmedit.core.hooks import ExponentialMovingAverageHook
+        self.ema = ExponentialMovingAverageHook(module_keys=('generator_ema', ), interval=1,
+                                                interp_cfg=dict(momentum=0.999))
+        self.iter = 0
+        return model, cfg
+
+    def step(self, model, batch, opt):
+        log = model.train_step(batch, opt)['log_vars']
+        if not self.ddp:
+            runner = type("Runner", (), dict(model=model, iter=self.iter))()
+            self.ema.after_train_iter(runner)
+            self.iter += 1
+        return log
+
+    def grad_tol(self, g):
+        return 1e-3, max(1e-4 * g.abs().max().item(), 6e-8)
+
+    def noisy_bound(self, step):
+        return 2.1 * self.lr * step
+
+
 class PConvInpaintorSpec(Spec):
     """pconv_256x256_stage1_8x1_places.py on 32x32 images: PConvEncoderDecoder
     of 4 layers (64, 128, 256, 512 channels, as MMEditing's fixed widths)
@@ -1946,6 +2017,8 @@ MODELS = {
     "deepfill_discs": DeepFillDiscs,
     "deepfill_v1_inpaintor": DeepFillv1Inpaintor,
     "deepfillv2": DeepFillv2,
+    "realesrnet": lambda: RealESRGANSpec("realesrnet"),
+    "realesrgan": lambda: RealESRGANSpec("realesrgan"),
 }
 
 
@@ -1965,6 +2038,8 @@ DDP_SPECS = {
     "pconv_inpaintor": lambda: PConvInpaintorSpec(n=DDP_BATCH),
     "deepfill_v1_inpaintor": lambda: DeepFillv1Inpaintor(n=DDP_BATCH),
     "deepfillv2": lambda: DeepFillv2(n=DDP_BATCH),
+    "realesrnet": lambda: RealESRGANSpec("realesrnet", n=DDP_BATCH),
+    "realesrgan": lambda: RealESRGANSpec("realesrgan", n=DDP_BATCH),
 }
 
 

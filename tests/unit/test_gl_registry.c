@@ -1,4 +1,4 @@
-/* The Global&Local networks through the registry (src/runner/registry_modules.c):
+/* The Global&Local networks through the registry (src/registry/registry_modules.c):
  * MMEditing's config keys build the same networks, under the same
  * state-dict names, as the C options (GLEncoderDecoder with SyncBN norms
  * and 'clip', GLDiscs with MMEditing's global/local cfgs,

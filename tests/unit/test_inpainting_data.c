@@ -1,4 +1,4 @@
-/* ImgInpaintingDataset (src/data/inpainting.c, src/runner/registry_inpainting.c):
+/* ImgInpaintingDataset (src/data/inpainting.c, src/registry/registry_inpainting.c):
  * random masks by their properties (bbox inside MMEditing's limits and
  * shrink range; irregular masks binary, inside the area ratio, stroke and
  * segment counts in range, stroke widths seen), the sample's tensors

@@ -739,7 +739,8 @@ static void test_registry_errors(void **state) {
     assert_string_equal(t[6], "TwoStageInpaintor");
     assert_string_equal(t[7], "DeepFillv1Inpaintor");
     assert_string_equal(t[8], "PConvInpaintor");
-    assert_null(t[9]);
+    assert_string_equal(t[9], "RealESRGAN");
+    assert_null(t[10]);
 }
 
 int main(void) {

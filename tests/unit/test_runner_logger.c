@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runner/logger.h"
+#include "outputs/logger.h"
 
 static void test_duration(void **state) {
     (void)state;

@@ -1,5 +1,5 @@
 /* GenerationPairedDataset / GenerationUnpairedDataset (src/data/translation.c,
- * src/runner/registry_data.c): MMEditing's pipeline steps pixel for pixel
+ * src/registry/registry_data.c): MMEditing's pipeline steps pixel for pixel
  * (crop windows and flips drawn from the sample rng in MMEditing's order,
  * one window and one flip for both halves of a pair, separate ones in the
  * unpaired pipeline), normalisation values and channel order, the unpaired

@@ -1,7 +1,7 @@
 // duet_adam_update on the GPU: one kernel over every tensor of the list,
 // each cut into chunks of kChunk elements, one block per chunk, running
 // ops_math.h's duet__adam_element (the CPU loop's own).
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <stdlib.h>

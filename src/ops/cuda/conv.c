@@ -6,7 +6,7 @@
  * come from the caching allocator, released stream-ordered after the call.
  * cuDNN 9 still has this (legacy) convolution API; the graph API is the
  * later move. */
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <pthread.h>

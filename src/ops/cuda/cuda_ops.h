@@ -3,7 +3,7 @@
  * the gpu tests. Compiled only with the toolkit (DUET_HAVE_CUDA). Every
  * launcher takes the device ordinal, runs on that device's compute stream
  * (duet__cuda_stream) and returns a duet status naming the op and the
- * failing call (cuda_internal.h); pointers are device memory of that
+ * failing call (cuda/cuda.h); pointers are device memory of that
  * device. Not installed. */
 #ifndef DUET_OPS_CUDA_OPS_H
 #define DUET_OPS_CUDA_OPS_H

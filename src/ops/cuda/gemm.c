@@ -4,7 +4,7 @@
  * one workspace (from the caching allocator) per device, made on first use;
  * the algorithm of a product's shape is asked of cuBLASLt's heuristics once
  * and cached. */
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <pthread.h>

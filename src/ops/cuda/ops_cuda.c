@@ -4,7 +4,7 @@
  * CPU backward does not read does not apply to them (their backward reads
  * every input and the output). Scalars the host needs (a loss's value, the
  * gradient reaching a loss) are read with a copy. */
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 
 #include <math.h>

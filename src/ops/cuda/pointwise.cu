@@ -1,6 +1,6 @@
 // Activations and losses on the GPU: ops_math.h's per-element functions
 // (the CPU ops' own) in grid-stride kernels.
-#include "cuda/cuda_internal.h"
+#include "cuda/cuda.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_math.h"
 
