@@ -37,7 +37,7 @@ target_include_directories(duet_testutil PUBLIC ${PROJECT_SOURCE_DIR}/tests)
 # headers alone.
 set(DUET_WHITEBOX_TESTS
   test_comm_single test_fixed_limits test_kernels test_ops_conv test_ops_layers
-  test_ops_threads test_reliability test_runner_logger test_translation_data
+  test_ops_threads test_reliability test_runner_logger test_translation_data test_pipeline
   test_comm test_esrgan_mpi test_watchdog test_tile lr_dump
   # the device layer's own: op entries' device checks, the CUDA allocator
   # and statuses, the GPU kernels against the CPU loops

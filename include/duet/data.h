@@ -35,6 +35,7 @@
 
 #include "duet/base.h"
 #include "duet/batch.h"
+#include "duet/config.h"
 #include "duet/tensor.h"
 
 #ifdef __cplusplus
@@ -192,6 +193,61 @@ int duet_imresize_tensor(const duet_tensor *in, double scale, duet_tensor **out)
  * values, then rounded half to even and clamped to [0, 255]. */
 int duet_image_resize(const duet_image *in, double scale, duet_image **out);
 
+/* ---- the pipeline engine ----------------------------------------------------
+ * MMEditing's `pipeline` lists, one engine for every dataset: a list entry
+ * ({type = "Flip"; keys = ["lq", "gt"]; flip_ratio = 0.5; ...}) is one row
+ * of a table of transforms, each with its MMEditing type name, a reader of
+ * its keys (every key read or refused with its file and line) and an apply
+ * function on a keyed sample ("img_a", "gt", "mask", ...). A sample is
+ * built as MMEditing builds it: images stay 8-bit HWC until
+ * RescaleToZeroOne or Normalize makes them float, in the channel order
+ * MMEditing would have them (its loaders give BGR; Normalize's to_rgb
+ * swaps), and every random choice is drawn from the sample's rng
+ * (duet_dataset_sample_rng) in MMEditing's order of np.random calls, so
+ * any process that builds sample i of epoch e sees the same values.
+ *
+ * The transforms: LoadImageFromFile, LoadPairedImageFromFile, LoadMask,
+ * Resize, Crop, FixedCrop, PairedRandomCrop, Flip, RandomTransposeHW,
+ * RescaleToZeroOne, Normalize, GetMaskedImage, ImageToTensor, ToTensor,
+ * Collect (duet_pipeline_transform_names). An unknown type is refused by
+ * name with the closest known one and the list. */
+
+typedef struct duet_pipeline duet_pipeline;
+
+/* What a dataset offers its pipeline. Plain value; its strings must live
+ * while duet_pipeline_read runs (the pipeline copies them). */
+typedef struct duet_pipeline_spec {
+    const char *dataset;         /* its type, for messages ("GenerationPairedDataset") */
+    const char *path_keys[4];    /* keys LoadImageFromFile may load (NULL-ended) */
+    const char *pair_key;        /* LoadPairedImageFromFile's key (its halves img_a, img_b);
+                                    NULL: this dataset has no pairs */
+    const char *load_hint;       /* added to the refusal of a load of another key */
+    const char *optional_key;    /* a key rows pass over while it is absent (SR's lq before
+                                    PairedRandomCrop makes it from gt), or NULL */
+    bool lmdb;                   /* images in LMDB: LoadImageFromFile's io_backend "lmdb" */
+    const char *db_paths[4];     /* lmdb: the LMDB folder of each path key */
+    bool require_collect;        /* the pipeline must have Collect */
+    int scale;                   /* SR factor for PairedRandomCrop (0: not an SR set) */
+} duet_pipeline_spec;
+
+/* Reads group's `pipeline` list (the group at config path `path`, named in
+ * messages) into a new pipeline; free with duet_pipeline_destroy. Errors
+ * (DUET_ECONFIG, DUET_EUNSUPPORTED) name the entry's file and line and the
+ * key. */
+int duet_pipeline_read(duet_config *group, const char *path, const duet_pipeline_spec *spec,
+                       duet_pipeline **out);
+/* The same from the text of a pipeline list ("( {type = ...}, ... )"),
+ * named `name` in messages: how C callers build one without a file. */
+int duet_pipeline_parse(const char *text, const char *name, const duet_pipeline_spec *spec,
+                        duet_pipeline **out);
+/* NULL ok. */
+void duet_pipeline_destroy(duet_pipeline *p);
+/* Steps of the pipeline, and the type name of step i. */
+size_t duet_pipeline_length(const duet_pipeline *p);
+const char *duet_pipeline_step_type(const duet_pipeline *p, size_t i);
+/* The transform type names, NULL-terminated; borrowed, static. */
+const char *const *duet_pipeline_transform_names(void);
+
 /* ---- datasets ---------------------------------------------------------------
  * A dataset maps an index in [0, size) to a sample. Its randomness (crops,
  * flips) comes only from (seed, epoch, index) through duet_dataset_sample_rng,
@@ -248,7 +304,17 @@ typedef struct duet_sr_dataset_opts {
      * '.'), each read from both LMDBs under the same key. A missing key is
      * an error naming the key and the LMDB; ann_file must be NULL. */
     bool lmdb;
+    /* MMEditing's pipeline list, read with duet_sr_pipeline_spec (borrowed,
+     * copied by the dataset). NULL: the pipeline the fields above describe
+     * (load, RescaleToZeroOne, PairedRandomCrop, Flip horizontal and
+     * vertical, RandomTransposeHW, each with p = 0.5, or 0 when switched
+     * off, Collect). gt_size and the flips are then ignored. */
+    const duet_pipeline *pipeline;
 } duet_sr_dataset_opts;
+
+/* The spec of an SR set's pipeline (o's folders, scale and lmdb; train:
+ * PairedRandomCrop makes lq from gt without lq_dir). */
+duet_pipeline_spec duet_sr_pipeline_spec(const duet_sr_dataset_opts *o, bool train);
 
 /* The largest SR factor datasets and configs accept. */
 #define DUET_MAX_SCALE 64
@@ -443,74 +509,35 @@ duet_sampler_state duet_loader_get_state(const duet_loader *l);
 int duet_loader_set_state(duet_loader *l, duet_sampler_state state);
 
 /* ---- image-to-image translation datasets -------------------------------------
- * MMEditing 0.x's GenerationPairedDataset and GenerationUnpairedDataset and
- * the pipeline steps their configs use. Configs reach them through the
- * registry (src/registry/registry_data.c), which turns a `pipeline = ( {type
- * = ...}, ... )` list into steps.
- *
- * A sample is built as MMEditing builds it: images are kept as 8-bit HWC
- * until RescaleToZeroOne or Normalize turns them into float, in the channel
- * order MMEditing would have them (its loaders give BGR; Normalize's to_rgb
- * swaps), and every random choice is drawn from the sample's rng in
- * MMEditing's order of np.random calls. */
+ * MMEditing 0.x's GenerationPairedDataset and GenerationUnpairedDataset.
+ * Configs reach them through the registry (src/registry/registry_data.c). A
+ * paired dataset's pipeline loads "pair" with LoadPairedImageFromFile (its
+ * halves "img_a" and "img_b"); an unpaired one loads "img_a" and "img_b"
+ * with LoadImageFromFile. The pipeline must end with Collect. */
 
-/* The images a pipeline works on ("keys" in MMEditing's steps). */
-enum { DUET_TSLOT_A, DUET_TSLOT_B, DUET_TSLOT_PAIR, DUET_TSLOT_COUNT };
-
-typedef enum duet_tstep_kind {
-    DUET_TSTEP_LOAD,        /* LoadImageFromFile: key img_a or img_b */
-    DUET_TSTEP_LOAD_PAIRED, /* LoadPairedImageFromFile: key pair, split into img_a | img_b */
-    DUET_TSTEP_RESIZE,      /* Resize to (width, height), mmcv's bicubic */
-    DUET_TSTEP_FIXED_CROP,  /* FixedCrop: one window for all keys */
-    DUET_TSTEP_CROP,        /* Crop: a window per key (random or centred) */
-    DUET_TSTEP_FLIP,        /* Flip: one draw for all keys */
-    DUET_TSTEP_RESCALE,     /* RescaleToZeroOne */
-    DUET_TSTEP_NORMALIZE,   /* Normalize (mean, std, to_rgb) */
-    DUET_TSTEP_TO_TENSOR,   /* ImageToTensor */
-    DUET_TSTEP_COLLECT      /* Collect: the sample's tensors and meta columns */
-} duet_tstep_kind;
-
-typedef struct duet_tstep {
-    duet_tstep_kind kind;
-    int nkeys;
-    int keys[DUET_TSLOT_COUNT];   /* DUET_TSLOT_* */
-    bool bgr;                     /* LOAD: channel_order 'bgr' (MMEditing's default) */
-    int64_t width, height;        /* RESIZE: output size; crops: crop size */
-    bool random_crop;             /* CROP: random (true) or centred window */
-    bool has_pos;                 /* FIXED_CROP: crop_pos given */
-    int64_t pos_x, pos_y;
-    double flip_ratio;            /* FLIP */
-    bool vertical;                /* FLIP: direction 'vertical' */
-    float mean[3], std[3];        /* NORMALIZE, in the order of the image's channels */
-    bool to_rgb;                  /* NORMALIZE: BGR -> RGB first */
-    bool meta_path[2];            /* COLLECT: meta_keys img_a_path, img_b_path */
-    char where[160]; /* a label for messages only ("x.cfg:12: data.train.pipeline.[2] (type)"),
-                        cut with "..." when longer */
-} duet_tstep;
+/* The spec of their pipelines. */
+duet_pipeline_spec duet_translation_pipeline_spec(bool paired);
 
 typedef struct duet_translation_opts {
     const char *dataroot;   /* train/ test/ (paired) or trainA ... testB (unpaired) */
     bool paired;
     bool test_mode;         /* test folders; unpaired: img_b by index, not at random */
-    const duet_tstep *steps;
-    size_t nsteps;
+    const duet_pipeline *pipeline; /* read with duet_translation_pipeline_spec(paired); borrowed */
     int64_t max_pixels;     /* decompression-bomb limit, 0: none */
 } duet_translation_opts;
 
-/* Checks the pipeline (every key loaded before use, Resize on 8-bit images,
- * Collect last with tensors), lists the folders and makes the dataset. Errors
- * name the step (its `where`) or the folder. Steps are copied. */
+/* Lists the folders and makes the dataset. Errors name the folder. The
+ * pipeline is copied. */
 int duet_translation_dataset_create(const duet_translation_opts *o, duet_dataset **out);
 
-/* duet infer's input: the image at `path` as image `slot` (DUET_TSLOT_A or
- * _B) of a sample, through the pipeline's steps for that key. The file is
- * that image alone (for a paired pipeline the A or B half, loaded as
+/* duet infer's input: the image at `path` as image `key` ("img_a" or
+ * "img_b") of a sample, through the pipeline's steps for that key. The file
+ * is that image alone (for a paired pipeline the A or B half, loaded as
  * LoadPairedImageFromFile loads a pair, without the split); steps on other
  * keys are skipped, random steps draw from a fixed rng (a test pipeline has
- * none). The pipeline is checked as the dataset checks it; *out is (1, 3,
- * H, W) as Collect gives it. */
-int duet_translation_one_image(const duet_tstep *steps, size_t nsteps, bool paired, int slot,
-                               const char *path, int64_t max_pixels, duet_tensor **out);
+ * none). *out is (1, 3, H, W) as Collect gives it. */
+int duet_translation_one_image(const duet_pipeline *p, const char *key, const char *path,
+                               int64_t max_pixels, duet_tensor **out);
 
 
 /* ---- inpainting ------------------------------------------------------------------
@@ -568,31 +595,10 @@ void duet_mask_random_bbox(const duet_mask_opts *o, duet_rng *rng, int64_t bbox[
 int duet_mask_irregular(const duet_mask_opts *o, duet_rng *rng, uint8_t *mask, int64_t *strokes,
                         int64_t *segments);
 
-typedef enum duet_istep_kind {
-    DUET_ISTEP_LOAD,        /* LoadImageFromFile key gt_img */
-    DUET_ISTEP_LOAD_MASK,   /* LoadMask (the dataset's mask options) */
-    DUET_ISTEP_CROP,        /* Crop keys [gt_img]: random or centred window */
-    DUET_ISTEP_RESIZE,      /* Resize keys [gt_img] to (height, width) */
-    DUET_ISTEP_FLIP,        /* Flip keys [gt_img] or [gt_img, mask]: one draw */
-    DUET_ISTEP_RESCALE,     /* RescaleToZeroOne keys [gt_img] */
-    DUET_ISTEP_NORMALIZE,   /* Normalize keys [gt_img] (mean, std, to_rgb) */
-    DUET_ISTEP_MASKED,      /* GetMaskedImage: masked_img = gt_img * (1 - mask) */
-    DUET_ISTEP_FORMAT       /* Collect, ImageToTensor, ToTensor: the sample's tensors */
-} duet_istep_kind;
-
-typedef struct duet_istep {
-    duet_istep_kind kind;
-    bool bgr;              /* LOAD: channel_order 'bgr' (the default) */
-    int64_t height, width; /* CROP: crop_size; RESIZE: output size */
-    bool random_crop;      /* CROP */
-    bool cubic;            /* RESIZE: 'bicubic' (else OpenCV's 'bilinear', the default) */
-    double flip_ratio;     /* FLIP */
-    bool vertical;         /* FLIP: direction 'vertical' */
-    bool flip_mask;        /* FLIP: keys include mask */
-    float mean[3], std[3]; /* NORMALIZE */
-    bool to_rgb;           /* NORMALIZE */
-    char where[160];       /* a label for messages only */
-} duet_istep;
+/* The spec of its pipeline: LoadImageFromFile key "gt_img", the mask
+ * options in LoadMask; Collect optional (without it a sample is gt_img,
+ * masked_img, mask and, for bbox masks, mask_bbox). */
+duet_pipeline_spec duet_inpainting_pipeline_spec(void);
 
 typedef struct duet_inpainting_opts {
     /* One image per line, the first word a path relative to data_prefix. A
@@ -600,25 +606,22 @@ typedef struct duet_inpainting_opts {
      * data_prefix too), which mask mode 'file' reads. */
     const char *ann_file;
     const char *data_prefix;
-    duet_mask_opts mask;
-    const duet_istep *steps; /* copied */
-    size_t nsteps;
+    const duet_pipeline *pipeline; /* read with duet_inpainting_pipeline_spec(); copied */
     int64_t max_pixels; /* decompression-bomb limit, 0: none */
 } duet_inpainting_opts;
 
-/* Checks the pipeline (LoadImageFromFile first, LoadMask before
- * GetMaskedImage, images 8-bit for Crop and Resize, one size for the image
- * and the mask at GetMaskedImage is checked per sample), reads the
- * annotation file (a missing image is an error naming file and line) and
- * makes the dataset. */
+/* Reads the annotation file (a missing image is an error naming file and
+ * line; mask_mode 'file' wants a mask on every line) and the mask set of
+ * LoadMask's mode 'set', and makes the dataset. The pipeline (which must
+ * have GetMaskedImage) is copied. */
 int duet_inpainting_dataset_create(const duet_inpainting_opts *o, duet_dataset **out);
 
 /* duet infer's input: image `path` and mask file `mask_path` (nonzero =
  * hole; its first channel) through `steps` (LoadMask reads mask_path
  * whatever its mode; random steps draw from a fixed rng), as a batch of
  * one with the dataset's names. */
-int duet_inpainting_one_image(const duet_istep *steps, size_t nsteps, const char *path,
-                              const char *mask_path, int64_t max_pixels, duet_batch *out);
+int duet_inpainting_one_image(const duet_pipeline *p, const char *path, const char *mask_path,
+                              int64_t max_pixels, duet_batch *out);
 
 /* OpenCV's cv::resize(..., INTER_LINEAR) of an 8-bit (h, w, c) image into
  * dst (oh, ow, c), which mmcv.imresize's default 'bilinear' runs: half-pixel

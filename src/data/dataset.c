@@ -1,9 +1,11 @@
 /* Super-resolution datasets (random-crop training set, whole-image
- * validation set, from a GT folder and optionally a paired LQ folder) and
- * the repeat wrapper. After creation a dataset is read-only, so
- * duet_dataset_get may run on several threads at once. */
+ * validation set, from a GT folder and optionally a paired LQ folder, an
+ * annotation file or LMDBs; their samples made by a pipeline run by the
+ * engine, pipeline.c) and the repeat wrapper. After creation a dataset is
+ * read-only, so duet_dataset_get may run on several threads at once. */
 #include "duet/data.h"
 #include "data/data_internal.h"
+#include "data/pipeline.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -34,6 +36,7 @@ struct duet_dataset {
     duet__lmdb *gt_db; /* SRLmdbDataset: the stores; items' paths are keys */
     duet__lmdb *lq_db;
     sr_item *items;
+    duet_pipeline *pipeline;
     /* repeat */
     duet_dataset *inner;
     int64_t times;
@@ -267,6 +270,97 @@ static int load_item(const duet_dataset *ds, const sr_item *it, duet_image **gt,
     return rc;
 }
 
+duet_pipeline_spec duet_sr_pipeline_spec(const duet_sr_dataset_opts *o, bool train) {
+    duet_pipeline_spec s = {.scale = o->scale, .lmdb = o->lmdb};
+    s.dataset = o->lmdb ? "SRLmdbDataset" : o->ann_file ? "SRAnnotationDataset"
+                : o->lq_dir ? "SRFolderDataset" : "SRFolderGTDataset";
+    s.path_keys[0] = "gt";
+    s.db_paths[0] = o->gt_dir;
+    if (o->lq_dir != NULL) {
+        s.path_keys[1] = "lq";
+        s.db_paths[1] = o->lq_dir;
+    } else {
+        /* made from the GT: by PairedRandomCrop in training, after the
+         * pipeline for validation */
+        s.optional_key = "lq";
+    }
+    (void)train;
+    return s;
+}
+
+/* A pipeline of one's own must give the network RGB values in [0, 1]
+ * (duet's SR networks and metrics take those) and, in training, crop. Its
+ * PairedRandomCrop's size is the one the images are checked against. */
+static int sr_check_pipeline(duet_dataset *ds, bool train) {
+    const duet_pipeline *p = ds->pipeline;
+    const char *last = p->n ? p->steps[p->n - 1].where : "pipeline";
+    const duet__step *crop = duet__pipeline_find(p, &duet__t_paired_random_crop);
+    ds->opts.gt_size = crop ? *(const int64_t *)crop->opts : 0;
+    if (train && crop == NULL)
+        return duet__error(DUET_ECONFIG, "%s: the pipeline lacks PairedRandomCrop: duet's SR "
+                           "training crops lq and gt", last);
+    bool gt = false;
+    for (int i = 0; i < p->nfinal; i++) gt |= strcmp(p->final[i].key, "gt") == 0;
+    if (!gt)
+        return duet__error(DUET_ECONFIG, "%s: the pipeline lacks LoadImageFromFile for gt", last);
+    for (int i = 0; i < p->nfinal; i++) {
+        const duet__pkey_state *k = &p->final[i];
+        if (strcmp(k->key, "lq") != 0 && strcmp(k->key, "gt") != 0) continue;
+        if (!k->unit)
+            return duet__error(DUET_ECONFIG, "%s: the pipeline gives the network '%s' outside "
+                               "[0, 1]: duet's SR networks take RescaleToZeroOne's values (a "
+                               "Normalize there must have mean 0 and std 1)", last, k->key);
+        if (k->bgr)
+            return duet__error(DUET_ECONFIG, "%s: the pipeline gives the network BGR images "
+                               "('%s': a BGR load without a Normalize with to_rgb = true): "
+                               "duet's SR data is RGB; load with channel_order = \"rgb\"",
+                               last, k->key);
+    }
+    return DUET_OK;
+}
+
+/* The dataset's pipeline: the options' list, or the one its fields say. */
+static int sr_pipeline(duet_dataset *ds, const duet_sr_dataset_opts *o, bool train) {
+    if (o->pipeline != NULL) {
+        if (o->pipeline->spec.scale != o->scale)
+            return duet__error(DUET_EINVAL, "SR dataset: its pipeline was read for scale %d, "
+                               "the dataset's is %d", o->pipeline->spec.scale, o->scale);
+        ds->pipeline = duet__pipeline_retain(o->pipeline);
+        return sr_check_pipeline(ds, train);
+    }
+    /* switched-off flips still draw (ratio 0), so the crops stay the same */
+    const char *keys = "[\"lq\", \"gt\"]";
+    duet__str t = {0};
+    duet__str_addf(&t, "( { type = \"LoadImageFromFile\"; key = \"gt\"; channel_order = \"rgb\"; },\n");
+    if (o->lq_dir != NULL)
+        duet__str_addf(&t, "{ type = \"LoadImageFromFile\"; key = \"lq\"; channel_order = "
+                       "\"rgb\"; },\n");
+    duet__str_addf(&t, "{ type = \"RescaleToZeroOne\"; keys = %s; },\n", keys);
+    if (train) {
+        duet__str_addf(&t, "{ type = \"PairedRandomCrop\"; gt_patch_size = %lld; },\n",
+                       (long long)o->gt_size);
+        duet__str_addf(&t, "{ type = \"Flip\"; keys = %s; flip_ratio = %s; direction = "
+                       "\"horizontal\"; },\n", keys, o->use_hflip ? "0.5" : "0.0");
+        duet__str_addf(&t, "{ type = \"Flip\"; keys = %s; flip_ratio = %s; direction = "
+                       "\"vertical\"; },\n", keys, o->use_vflip ? "0.5" : "0.0");
+        duet__str_addf(&t, "{ type = \"RandomTransposeHW\"; keys = %s; transpose_ratio = %s; "
+                       "},\n", keys, o->use_transpose ? "0.5" : "0.0");
+    }
+    duet__str_addf(&t, "{ type = \"ImageToTensor\"; keys = %s; },\n", keys);
+    duet__str_addf(&t, "{ type = \"Collect\"; keys = %s; } )", keys);
+    if (t.failed) {
+        duet__str_free(&t);
+        return duet__error(DUET_ENOMEM, "SR dataset: out of memory");
+    }
+    const char *text = duet__str_get(&t);
+    duet_sr_dataset_opts disk = *o;
+    disk.lmdb = false; /* the dataset reads its images itself: the steps load from it */
+    duet_pipeline_spec spec = duet_sr_pipeline_spec(&disk, train);
+    int rc = duet_pipeline_parse(text, "<SR dataset>", &spec, &ds->pipeline);
+    duet__str_free(&t);
+    return rc;
+}
+
 static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum ds_kind kind) {
     *out = NULL;
     const char *what = kind == DS_SR_TRAIN ? "SR training set" : "SR validation set";
@@ -275,7 +369,8 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum 
     if (opts->scale < 1 || opts->scale > DUET_MAX_SCALE)
         return duet__error(DUET_EINVAL, "%s: scale %d must be in [1, %d]", what, opts->scale,
                            DUET_MAX_SCALE);
-    if (kind == DS_SR_TRAIN && (opts->gt_size < opts->scale || opts->gt_size % opts->scale != 0))
+    if (kind == DS_SR_TRAIN && opts->pipeline == NULL &&
+        (opts->gt_size < opts->scale || opts->gt_size % opts->scale != 0))
         return duet__error(DUET_EINVAL, "%s: gt_size %lld must be a positive multiple of the "
                            "scale %d", what, (long long)opts->gt_size, opts->scale);
     duet_dataset *ds = calloc(1, sizeof(*ds));
@@ -330,6 +425,7 @@ static int sr_create(duet_dataset **out, const duet_sr_dataset_opts *opts, enum 
     ds->size = n;
     for (int64_t i = 0; i < n; i++) ds->items[i].name = names[i]; /* now owned by items */
     free(names);
+    rc = sr_pipeline(ds, opts, kind == DS_SR_TRAIN);
     for (int64_t i = 0; i < n && rc == DUET_OK; i++) {
         sr_item *it = &ds->items[i];
         if (opts->lmdb) { /* MMEditing's key: the name up to its first '.' */
@@ -433,6 +529,7 @@ void duet_dataset_destroy(duet_dataset *ds) {
     free(ds->ann_file);
     duet__lmdb_close(ds->gt_db);
     duet__lmdb_close(ds->lq_db);
+    duet_pipeline_destroy(ds->pipeline);
     duet_dataset_destroy(ds->inner);
     if (ds->kind == DS_CUSTOM && ds->ops->destroy != NULL) ds->ops->destroy(ds->impl);
     free(ds);
@@ -467,21 +564,7 @@ duet_rng duet_dataset_sample_rng(uint64_t seed, int64_t epoch, int64_t index) {
     return duet_rng_make(seed, stream);
 }
 
-/* A (3, h, w) float tensor in [0, 1] from the rectangle of `img` at
- * (top, left). */
-static int crop_to_tensor(const duet_image *img, int64_t top, int64_t left, int64_t h, int64_t w,
-                          duet_tensor **out) {
-    DUET_TRY(duet_tensor_create(3, (int64_t[]){3, h, w}, out));
-    float *d = (*out)->data;
-    for (int64_t y = 0; y < h; y++) {
-        const uint8_t *row = img->data + ((top + y) * img->width + left) * 3;
-        for (int64_t x = 0; x < w; x++)
-            for (int64_t c = 0; c < 3; c++) d[(c * h + y) * w + x] = row[x * 3 + c] / 255.0f;
-    }
-    return DUET_OK;
-}
-
-/* The LQ of a GT tensor (3, H, W): bicubic downscale by 1/scale, then
+/* The LQ of a GT tensor (1, 3, H, W): bicubic downscale by 1/scale, then
  * rounded to 8 bits as an LQ file written by MATLAB or BasicSR would be. */
 static int downscale(const duet_tensor *gt, int scale, duet_tensor **out) {
     DUET_TRY(duet_imresize_tensor(gt, 1.0 / scale, out));
@@ -491,88 +574,78 @@ static int downscale(const duet_tensor *gt, int scale, duet_tensor **out) {
     return DUET_OK;
 }
 
-/* In-place flips of a (C, H, W) tensor. */
-static void hflip(duet_tensor *t) {
-    int64_t w = t->shape[2], rows = t->shape[0] * t->shape[1];
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = t->data + r * w;
-        for (int64_t x = 0; x < w / 2; x++) {
-            float v = row[x];
-            row[x] = row[w - 1 - x];
-            row[w - 1 - x] = v;
-        }
+/* The images of one SR sample, handed to the pipeline's loads. */
+typedef struct sr_io {
+    const duet_dataset *ds;
+    const duet_image *gt, *lq;
+    duet_image *trimmed; /* validation: the GT cut to the LQ's grid */
+} sr_io;
+
+static int sr_load(void *ctx, const char *key, const char *path, duet_image **img,
+                   bool *borrowed) {
+    sr_io *io = ctx;
+    (void)path;
+    *borrowed = true;
+    if (strcmp(key, "lq") == 0) {
+        *img = (duet_image *)io->lq;
+        return DUET_OK;
     }
-}
-
-static void vflip(duet_tensor *t) {
-    int64_t c = t->shape[0], h = t->shape[1], w = t->shape[2];
-    for (int64_t k = 0; k < c; k++)
-        for (int64_t y = 0; y < h / 2; y++) {
-            float *a = t->data + (k * h + y) * w, *b = t->data + (k * h + h - 1 - y) * w;
-            for (int64_t x = 0; x < w; x++) {
-                float v = a[x];
-                a[x] = b[x];
-                b[x] = v;
-            }
-        }
-}
-
-/* (C, H, W) -> new (C, W, H). */
-static int transpose_hw(duet_tensor **t) {
-    duet_tensor *src = *t, *dst = NULL;
-    int64_t c = src->shape[0], h = src->shape[1], w = src->shape[2];
-    DUET_TRY(duet_tensor_create(3, (int64_t[]){c, w, h}, &dst));
-    for (int64_t k = 0; k < c; k++)
+    const duet_image *gt = io->gt;
+    int64_t s = io->ds->scale, h = gt->height - gt->height % s, w = gt->width - gt->width % s;
+    if (io->lq != NULL) h = io->lq->height * s, w = io->lq->width * s;
+    if (io->ds->kind == DS_SR_TRAIN || (h == gt->height && w == gt->width)) {
+        *img = (duet_image *)gt;
+        return DUET_OK;
+    }
+    /* validation: the whole image, cut at the bottom and right to the LQ's grid */
+    if (io->trimmed == NULL) {
+        DUET_TRY(duet_image_create(h, w, 3, &io->trimmed));
         for (int64_t y = 0; y < h; y++)
-            for (int64_t x = 0; x < w; x++)
-                dst->data[(k * w + x) * h + y] = src->data[(k * h + y) * w + x];
-    duet_tensor_release(src);
-    *t = dst;
+            memcpy(io->trimmed->data + y * w * 3, gt->data + y * gt->width * 3, (size_t)(w * 3));
+    }
+    *img = io->trimmed;
     return DUET_OK;
 }
 
-static int sr_train_get(const duet_dataset *ds, const sr_item *it, const duet_image *gt,
-                        const duet_image *lq, duet_rng *rng, duet_sample *out) {
-    int64_t s = ds->scale, gs = ds->opts.gt_size, ls = gs / s;
-    /* Crop corner in LQ pixels (MMEditing's PairedRandomCrop draws top then
-     * left); the GT corner is that times the scale. Without an LQ image
-     * the "LQ grid" is the GT's divided by the scale. */
-    int64_t lh = lq ? lq->height : gt->height / s, lw = lq ? lq->width : gt->width / s;
-    int64_t top = duet_rng_int(rng, 0, lh - ls), left = duet_rng_int(rng, 0, lw - ls);
-    bool do_h = duet_rng_uniform(rng) < 0.5f;
-    bool do_v = duet_rng_uniform(rng) < 0.5f;
-    bool do_t = duet_rng_uniform(rng) < 0.5f;
-    int rc = crop_to_tensor(gt, top * s, left * s, gs, gs, &out->gt);
-    if (rc == DUET_OK)
-        rc = lq ? crop_to_tensor(lq, top, left, ls, ls, &out->lq) : downscale(out->gt, (int)s, &out->lq);
-    if (rc != DUET_OK) return duet__error_context(rc, "%s", it->gt_path);
-    if (ds->opts.use_hflip && do_h) {
-        hflip(out->gt);
-        hflip(out->lq);
+/* Sample i of an SR set: its pipeline's lq and gt (lq made from gt after
+ * a validation pipeline of a GT-only set), and gt_path its file name. */
+static int sr_get_item(const duet_dataset *d, int64_t i, duet_rng *rng, duet_batch *out) {
+    const sr_item *it = &d->items[i];
+    duet_image *own_gt = NULL, *own_lq = NULL;
+    sr_io io = {.ds = d, .gt = it->gt, .lq = it->lq};
+    if (d->opts.lazy) {
+        DUET_TRY(load_item(d, it, &own_gt, &own_lq));
+        io.gt = own_gt;
+        io.lq = own_lq;
     }
-    if (ds->opts.use_vflip && do_v) {
-        vflip(out->gt);
-        vflip(out->lq);
+    duet__pipe_io pio = {.load = sr_load, .ctx = &io, .max_pixels = d->opts.max_pixels};
+    duet__psample s;
+    memset(&s, 0, sizeof s);
+    s.rng = rng;
+    s.io = &pio;
+    s.paths[0] = it->gt_path;
+    s.paths[1] = it->lq_path;
+    static const char *const pair[] = {"lq", "gt", NULL};
+    duet_batch b = {0};
+    duet_tensor *lq = NULL;
+    int rc = duet__pipeline_run(d->pipeline, &s);
+    if (rc == DUET_OK) rc = duet__psample_to_batch(&s, pair, false, &b);
+    duet__psample_clear(&s);
+    duet_tensor *gt = duet_batch_tensor_get(&b, "gt");
+    if (rc == DUET_OK && gt == NULL)
+        rc = duet__error(DUET_ECONFIG, "SR dataset: its pipeline gives no 'gt'");
+    if (rc == DUET_OK) {
+        lq = duet_batch_tensor_get(&b, "lq");
+        rc = lq ? (duet_tensor_retain(lq), DUET_OK) : downscale(gt, d->scale, &lq);
     }
-    if (ds->opts.use_transpose && do_t) {
-        rc = transpose_hw(&out->gt);
-        if (rc == DUET_OK) rc = transpose_hw(&out->lq);
-    }
-    return rc;
-}
-
-static int sr_val_get(const duet_dataset *ds, const sr_item *it, const duet_image *gt,
-                      const duet_image *lq, duet_sample *out) {
-    int64_t s = ds->scale;
-    int rc;
-    if (lq != NULL) {
-        rc = crop_to_tensor(lq, 0, 0, lq->height, lq->width, &out->lq);
-        if (rc == DUET_OK) rc = crop_to_tensor(gt, 0, 0, lq->height * s, lq->width * s, &out->gt);
-    } else {
-        rc = crop_to_tensor(gt, 0, 0, gt->height - gt->height % s, gt->width - gt->width % s,
-                            &out->gt);
-        if (rc == DUET_OK) rc = downscale(out->gt, (int)s, &out->lq);
-    }
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(out, "lq", lq);
+    if (rc == DUET_OK) rc = duet_batch_add_tensor(out, "gt", gt);
+    if (rc == DUET_OK) rc = duet_batch_add_meta(out, "gt_path", 1, (const char *[]){it->name});
+    duet_tensor_release(lq);
+    duet_batch_clear(&b);
+    duet_image_destroy(io.trimmed);
+    duet_image_destroy(own_gt);
+    duet_image_destroy(own_lq);
     return rc == DUET_OK ? rc : duet__error_context(rc, "%s", it->gt_path);
 }
 
@@ -582,34 +655,9 @@ int duet_dataset_get(const duet_dataset *ds, int64_t index, uint64_t seed, int64
     if (index < 0 || index >= ds->size)
         return duet__error(DUET_EINVAL, "dataset: index %lld out of range [0, %lld)",
                            (long long)index, (long long)ds->size);
-    /* The randomness belongs to the outer index: repeats of one image get
-     * different crops. */
-    duet_rng rng = duet_dataset_sample_rng(seed, epoch, index);
     const duet_dataset *d = ds;
-    int64_t i = index;
-    while (d->kind == DS_REPEAT) {
-        i %= d->inner->size;
-        d = d->inner;
-    }
-    if (d->kind == DS_CUSTOM) return custom_get_sr(ds, d, index, seed, epoch, out);
-    const sr_item *it = &d->items[i];
-    duet_image *gt = it->gt, *lq = it->lq, *own_gt = NULL, *own_lq = NULL;
-    if (d->opts.lazy) {
-        DUET_TRY(load_item(d, it, &own_gt, &own_lq));
-        gt = own_gt;
-        lq = own_lq;
-    }
-    int rc = d->kind == DS_SR_TRAIN ? sr_train_get(d, it, gt, lq, &rng, out)
-                                    : sr_val_get(d, it, gt, lq, out);
-    duet_image_destroy(own_gt);
-    duet_image_destroy(own_lq);
-    if (rc != DUET_OK) {
-        duet_sample_clear(out);
-        return rc;
-    }
-    out->name = it->name;
-    out->index = index;
-    return DUET_OK;
+    while (d->kind == DS_REPEAT) d = d->inner;
+    return custom_get_sr(ds, d, index, seed, epoch, out);
 }
 
 /* ---- samples as named tensors ------------------------------------------------- */
@@ -637,16 +685,6 @@ int duet_dataset_create(const duet_dataset_ops *ops, void *impl, int64_t size,
     return DUET_OK;
 }
 
-/* (C, H, W) sample tensor -> (1, C, H, W) view sharing its data. */
-static int add_as_one(duet_batch *b, const char *name, duet_tensor *t) {
-    int64_t shape[4] = {1, t->shape[0], t->shape[1], t->shape[2]};
-    duet_tensor *v = NULL;
-    DUET_TRY(duet_tensor_view(t, 4, shape, &v));
-    int rc = duet_batch_add_tensor(b, name, v);
-    duet_tensor_release(v);
-    return rc;
-}
-
 int duet_dataset_get_item(const duet_dataset *ds, int64_t index, uint64_t seed, int64_t epoch,
                           duet_batch *out) {
     DUET_ASSERT(out->ntensors == 0 && out->nmeta == 0);
@@ -659,23 +697,16 @@ int duet_dataset_get_item(const duet_dataset *ds, int64_t index, uint64_t seed, 
         i %= d->inner->size;
         d = d->inner;
     }
-    if (d->kind == DS_CUSTOM) {
-        /* The randomness belongs to the outer index, as for the SR sets. */
-        duet_rng rng = duet_dataset_sample_rng(seed, epoch, index);
-        int rc = d->ops->get(d->impl, i, &rng, out);
-        if (rc == DUET_OK && out->nsamples != 1)
-            rc = duet__error(DUET_ESHAPE, "dataset %s: sample %lld has %lld samples in dim 0 "
-                             "(a sample is a batch of one)", d->ops->name, (long long)i,
-                             (long long)out->nsamples);
-        if (rc != DUET_OK) duet_batch_clear(out);
-        return rc;
-    }
-    duet_sample s;
-    DUET_TRY(duet_dataset_get(ds, index, seed, epoch, &s));
-    int rc = add_as_one(out, "lq", s.lq);
-    if (rc == DUET_OK) rc = add_as_one(out, "gt", s.gt);
-    if (rc == DUET_OK) rc = duet_batch_add_meta(out, "gt_path", 1, &s.name);
-    duet_sample_clear(&s);
+    /* The randomness belongs to the outer index: repeats of one image get
+     * different crops. */
+    duet_rng rng = duet_dataset_sample_rng(seed, epoch, index);
+    int rc = d->kind == DS_CUSTOM ? d->ops->get(d->impl, i, &rng, out)
+                                  : sr_get_item(d, i, &rng, out);
+    if (rc == DUET_OK && out->nsamples != 1)
+        rc = duet__error(DUET_ESHAPE, "dataset %s: sample %lld has %lld samples in dim 0 "
+                         "(a sample is a batch of one)", d->kind == DS_CUSTOM ? d->ops->name
+                                                                               : "SR",
+                         (long long)i, (long long)out->nsamples);
     if (rc != DUET_OK) duet_batch_clear(out);
     return rc;
 }

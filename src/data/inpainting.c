@@ -1,12 +1,13 @@
-/* MMEditing 0.x's ImgInpaintingDataset with its pipeline (LoadImageFromFile,
- * LoadMask, Crop, Resize, Flip, Normalize, GetMaskedImage, Collect) as a
- * duet dataset of named tensors, the mask generators of mmedit.core.mask
- * (random_bbox, get_irregular_mask) and OpenCV's bilinear resize that
- * mmcv.imresize runs by default. Every random choice comes from the
- * sample's rng, in MMEditing's order of np.random calls. */
+/* MMEditing 0.x's ImgInpaintingDataset as a duet dataset of named tensors
+ * (its pipeline runs through the engine, pipeline.c), the pipeline rows of
+ * its masks (LoadMask, GetMaskedImage), the mask generators of
+ * mmedit.core.mask (random_bbox, get_irregular_mask) and OpenCV's bilinear
+ * resize that mmcv.imresize runs by default. Every random choice comes from
+ * the sample's rng, in MMEditing's order of np.random calls. */
 #include <math.h>
 #include <string.h>
 
+#include "data/pipeline.h"
 #include "data/translation.h"
 
 /* ---- masks ------------------------------------------------------------------ */
@@ -255,6 +256,238 @@ int duet_image_resize_bilinear_u8(const uint8_t *src, int64_t h, int64_t w, int 
     return DUET_OK;
 }
 
+/* ---- LoadMask, GetMaskedImage ------------------------------------------------------ */
+
+/* An int n is the range [n, n + 1), as MMEditing's; else a pair [lo, hi). */
+static int read_range(duet_config *k, const char *key, int64_t lo_def, int64_t hi_def,
+                      int64_t v[2]) {
+    if (duet_config_kind(k, key) == DUET_CONFIG_INT) {
+        DUET_TRY(duet_config_get_int_in(k, key, 0, 16384, &v[0]));
+        v[1] = v[0] + 1;
+        return DUET_OK;
+    }
+    if (!duet_config_has(k, key)) {
+        v[0] = lo_def, v[1] = hi_def;
+        return DUET_OK;
+    }
+    return duet__pipe_int_pair(k, key, 0, 0, false, v);
+}
+
+static int read_mask_config(duet_config *k, duet_mask_opts *m) {
+    duet_mask_mode mm = m->mode;
+    int64_t v[2];
+    if (mm == DUET_MASK_BBOX || mm == DUET_MASK_IRREGULAR) {
+        DUET_TRY(duet__pipe_int_pair(k, "img_shape", 256, 1, false, v));
+        m->img_h = v[0], m->img_w = v[1];
+    }
+    if (mm == DUET_MASK_BBOX) {
+        DUET_TRY(duet__pipe_int_pair(k, "max_bbox_shape", 128, 1, false, m->max_bbox));
+        DUET_TRY(duet__pipe_int_pair(k, "max_bbox_delta", 40, 0, false, m->max_delta));
+        DUET_TRY(duet__pipe_int_pair(k, "min_margin", 20, 0, false, m->min_margin));
+    }
+    if (mm == DUET_MASK_IRREGULAR) {
+        DUET_TRY(read_range(k, "num_vertices", 4, 8, m->num_vertices));
+        DUET_TRY(read_range(k, "length_range", 10, 100, m->length_range));
+        DUET_TRY(read_range(k, "brush_width", 10, 40, m->brush_width));
+        DUET_TRY(duet_config_get_double_in_or(k, "max_angle", 4.0, 1e-9, 1e6, &m->max_angle));
+        if (duet_config_has(k, "area_ratio_range")) {
+            double d[3];
+            size_t n = 0;
+            DUET_TRY(duet_config_get_double_array(k, "area_ratio_range", d, 3, &n));
+            if (n != 2)
+                return duet__pipe_bad(k, "area_ratio_range", "must be two numbers [min, max]");
+            m->area_ratio[0] = d[0], m->area_ratio[1] = d[1];
+        }
+    }
+    if (mm == DUET_MASK_SET) {
+        const char *s = NULL;
+        DUET_TRY(duet_config_get_string(k, "mask_list_file", &m->mask_list_file));
+        DUET_TRY(duet_config_get_string(k, "prefix", &m->prefix));
+        DUET_TRY(duet__pipe_string_in(k, "io_backend", "disk", (const char *const[]){"disk", NULL},
+                                      &s));
+        DUET_TRY(duet_config_get_string_or(k, "flag", "unchanged", &s));
+        if (duet_config_has(k, "file_client_kwargs"))
+            DUET_TRY(duet_config_mark_used(k, "file_client_kwargs"));
+    }
+    return DUET_OK;
+}
+
+/* LoadMask's options; mask_list_file and prefix are copied here (the
+ * config's strings do not outlive the read). */
+typedef struct load_mask_opts {
+    duet_mask_opts mask;
+    char *list_file, *prefix;
+} load_mask_opts;
+
+static void free_load_mask(void *p) {
+    load_mask_opts *o = p;
+    if (o == NULL) return;
+    free(o->list_file);
+    free(o->prefix);
+    free(o);
+}
+
+static int read_load_mask(duet_config *c, duet__pipe_read *r, duet__step *st) {
+    static const char *const modes[] = {"bbox", "irregular", "set", "file", NULL};
+    const char *mode = NULL;
+    DUET_TRY(duet__pipe_string_in(c, "mask_mode", "bbox", modes, &mode));
+    DUET_TRY(duet__pipe_opts(st, sizeof(load_mask_opts)));
+    load_mask_opts *o = st->opts;
+    duet_mask_mode mm = mode[0] == 'b' ? DUET_MASK_BBOX : mode[0] == 'i' ? DUET_MASK_IRREGULAR
+                        : mode[0] == 's' ? DUET_MASK_SET : DUET_MASK_FILE;
+    o->mask = duet_mask_options_default(mm);
+    if (!duet_config_has(c, "mask_config")) {
+        if (mm == DUET_MASK_SET)
+            return duet__pipe_bad(c, "mask_mode", "= \"set\" needs mask_config.mask_list_file "
+                                  "and prefix");
+    } else {
+        duet_config *k = NULL;
+        DUET_TRY(duet_config_sub(c, "mask_config", &k));
+        int rc = read_mask_config(k, &o->mask);
+        if (rc == DUET_OK && mm == DUET_MASK_SET) {
+            o->list_file = duet__strdup(o->mask.mask_list_file);
+            o->prefix = duet__strdup(o->mask.prefix);
+            if (o->list_file == NULL || o->prefix == NULL)
+                rc = duet__error(DUET_ENOMEM, "LoadMask: out of memory");
+            o->mask.mask_list_file = o->list_file;
+            o->mask.prefix = o->prefix;
+        }
+        if (rc == DUET_OK && duet_mask_options_check(&o->mask) != DUET_OK) {
+            char *msg = duet__strdup(duet_last_error());
+            rc = duet_config_error(c, "mask_config", "'mask_config': %s",
+                                   msg ? msg : "invalid mask options");
+            free(msg);
+        }
+        duet_config_destroy(k);
+        DUET_TRY(rc);
+    }
+    duet__pkey_state *k = NULL;
+    DUET_TRY(duet__pipe_state_add(r, c, "type", "mask", &k));
+    if (mm == DUET_MASK_BBOX) {
+        DUET_TRY(duet__pipe_state_add(r, c, "type", "mask_bbox", &k));
+        k->is_image = false;
+    }
+    return DUET_OK;
+}
+
+/* A mask file: its first channel (the decoder gives RGB; gray is replicated),
+ * nonzero -> 1, as mmcv.imfrombytes(flag='unchanged')[..., 0:1] > 0. */
+static int load_mask_file(const char *path, int64_t max_pixels, duet__pentry *e) {
+    duet_image *im = NULL;
+    DUET_TRY(duet_image_load_limited(path, max_pixels, &im));
+    duet__pimage *m = &e->im;
+    m->h = im->height;
+    m->w = im->width;
+    m->c = 1;
+    m->owned = true;
+    m->u8 = malloc((size_t)(m->h * m->w) + 1);
+    if (m->u8 == NULL) {
+        duet_image_destroy(im);
+        return duet__error(DUET_ENOMEM, "%s: out of memory", path);
+    }
+    /* BGR's channel 0 is the file's blue */
+    for (int64_t i = 0; i < m->h * m->w; i++) m->u8[i] = im->data[i * 3 + 2] > 0;
+    duet_image_destroy(im);
+    return DUET_OK;
+}
+
+static int apply_load_mask(const duet__step *st, duet__psample *s) {
+    const duet_mask_opts *o = &((const load_mask_opts *)st->opts)->mask;
+    duet__pentry *e = NULL;
+    DUET_TRY(duet__psample_put(s, "mask", &e));
+    e->is_image = true;
+    if (s->mask_file != NULL) return load_mask_file(s->mask_file, s->io->max_pixels, e);
+    if (o->mode == DUET_MASK_SET) {
+        if (s->nmask_set < 1)
+            return duet__error(DUET_ESTATE, "%s: no mask set given", st->where);
+        int64_t k = randint(s->rng, 0, s->nmask_set);
+        return load_mask_file(s->mask_set[k], s->io->max_pixels, e);
+    }
+    if (o->mode == DUET_MASK_FILE) {
+        if (s->mask_path == NULL)
+            return duet__error(DUET_ECONFIG, "%s: mask_mode 'file' and the sample has no mask "
+                               "file", st->where);
+        return load_mask_file(s->mask_path, s->io->max_pixels, e);
+    }
+    duet__pimage *m = &e->im;
+    m->h = o->img_h;
+    m->w = o->img_w;
+    m->c = 1;
+    m->owned = true;
+    m->u8 = calloc((size_t)(m->h * m->w), 1);
+    if (m->u8 == NULL) return duet__error(DUET_ENOMEM, "LoadMask: out of memory");
+    if (o->mode == DUET_MASK_IRREGULAR) return duet_mask_irregular(o, s->rng, m->u8, NULL, NULL);
+    int64_t bbox[4];
+    duet_mask_random_bbox(o, s->rng, bbox);
+    for (int64_t y = bbox[0]; y < bbox[0] + bbox[2]; y++)
+        memset(m->u8 + y * m->w + bbox[1], 1, (size_t)bbox[3]);
+    DUET_TRY(duet__psample_put(s, "mask_bbox", &e));
+    e->nints = 4;
+    memcpy(e->ints, bbox, sizeof bbox);
+    return DUET_OK;
+}
+
+const duet__transform duet__t_load_mask = {
+    .name = "LoadMask", .read = read_load_mask, .apply = apply_load_mask,
+    .free_opts = free_load_mask, .random = true,
+};
+
+static int read_masked_image(duet_config *c, duet__pipe_read *r, duet__step *st) {
+    const char *img = NULL, *mask = NULL;
+    DUET_TRY(duet_config_get_string_or(c, "img_name", "gt_img", &img));
+    DUET_TRY(duet_config_get_string_or(c, "mask_name", "mask", &mask));
+    st->nkeys = 2;
+    snprintf(st->keys[0], DUET__PIPE_KEY_LEN, "%s", img);
+    snprintf(st->keys[1], DUET__PIPE_KEY_LEN, "%s", mask);
+    for (int i = 0; i < 2; i++)
+        if (duet__pipe_state(r, st->keys[i]) == NULL)
+            return duet__error(DUET_ECONFIG, "%s: GetMaskedImage needs '%s'%s", st->where,
+                               st->keys[i], i ? " (LoadMask before it)" : "");
+    DUET_TRY(duet__pipe_need_images(r, st, false, "masks"));
+    duet__pkey_state *k = NULL;
+    DUET_TRY(duet__pipe_state_add(r, c, "type", "masked_img", &k));
+    *k = *duet__pipe_state(r, st->keys[0]);
+    snprintf(k->key, sizeof k->key, "masked_img");
+    k->is_float = true;
+    return DUET_OK;
+}
+
+/* masked_img = img * (1. - mask): float32 times float64 0/1. */
+static int apply_masked_image(const duet__step *st, duet__psample *s) {
+    duet__pentry *g = duet__psample_get(s, st->keys[0]), *k = duet__psample_get(s, st->keys[1]);
+    const duet__pimage *mk = &k->im;
+    duet__pimage *im = &g->im;
+    if (mk->h != im->h || mk->w != im->w)
+        return duet__error(DUET_ESHAPE, "%s: GetMaskedImage: the mask is %lldx%lld (WxH), "
+                           "but %s is %lldx%lld after the pipeline's Crop/Resize: the "
+                           "mask must be %lldx%lld (duet infer --mask: a %lldx%lld image; "
+                           "a config: LoadMask's img_shape)", st->where, (long long)mk->w,
+                           (long long)mk->h, g->path, (long long)im->w, (long long)im->h,
+                           (long long)im->w, (long long)im->h, (long long)im->w,
+                           (long long)im->h);
+    DUET_TRY(duet__pimage_to_float(im, g->path));
+    duet__pentry *out = NULL;
+    DUET_TRY(duet__psample_put(s, "masked_img", &out));
+    g = duet__psample_get(s, st->keys[0]);
+    k = duet__psample_get(s, st->keys[1]);
+    out->is_image = true;
+    out->bgr = g->bgr;
+    out->path = g->path;
+    out->im = (duet__pimage){.h = g->im.h, .w = g->im.w, .c = g->im.c};
+    const int64_t hw = g->im.h * g->im.w, c = g->im.c;
+    out->im.f = malloc(sizeof(float) * (size_t)(hw * c) + 1);
+    if (out->im.f == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", g->path);
+    for (int64_t i = 0; i < hw; i++)
+        for (int64_t ch = 0; ch < c; ch++)
+            out->im.f[i * c + ch] =
+                k->im.u8[i] ? g->im.f[i * c + ch] * 0.0f : g->im.f[i * c + ch];
+    return DUET_OK;
+}
+
+const duet__transform duet__t_masked_image = {
+    .name = "GetMaskedImage", .read = read_masked_image, .apply = apply_masked_image,
+};
+
 /* ---- the dataset ----------------------------------------------------------------- */
 
 typedef struct inpainting {
@@ -262,11 +495,16 @@ typedef struct inpainting {
     int64_t n;
     char **set;             /* mask set files (mode set) */
     int64_t nset;
-    duet_mask_opts mask;
-    duet_istep *steps;
-    size_t nsteps;
+    duet_pipeline *pipeline;
     int64_t max_pixels;
 } inpainting;
+
+duet_pipeline_spec duet_inpainting_pipeline_spec(void) {
+    /* mask_bbox: only bbox masks have one; Collect passes over it otherwise */
+    duet_pipeline_spec s = {.dataset = "ImgInpaintingDataset", .path_keys = {"gt_img"},
+                            .optional_key = "mask_bbox"};
+    return s;
+}
 
 static void free_list(char **l, int64_t n) {
     if (l == NULL) return;
@@ -280,7 +518,7 @@ static void inpainting_destroy(void *impl) {
     free_list(t->images, t->n);
     free_list(t->masks, t->n);
     free_list(t->set, t->nset);
-    free(t->steps);
+    duet_pipeline_destroy(t->pipeline);
     free(t);
 }
 
@@ -346,57 +584,6 @@ static int read_list(const char *file, const char *prefix, const char *what, cha
     return DUET_OK;
 }
 
-static int check_steps(const duet_istep *s, size_t n, const duet_mask_opts *mask) {
-    bool loaded = false, has_mask = false, is_float = false, formatted = false, masked = false;
-    for (size_t i = 0; i < n; i++) {
-        const duet_istep *st = &s[i];
-        if (formatted && st->kind != DUET_ISTEP_FORMAT)
-            return duet__error(DUET_ECONFIG, "%s: only ImageToTensor/ToTensor/Collect may follow "
-                               "Collect", st->where);
-        if (st->kind == DUET_ISTEP_LOAD) {
-            if (loaded) return duet__error(DUET_ECONFIG, "%s: gt_img is loaded twice", st->where);
-            loaded = true;
-            continue;
-        }
-        if (!loaded)
-            return duet__error(DUET_ECONFIG, "%s: comes before LoadImageFromFile (key gt_img)",
-                               st->where);
-        switch (st->kind) {
-        case DUET_ISTEP_LOAD_MASK:
-            if (has_mask) return duet__error(DUET_ECONFIG, "%s: a second LoadMask", st->where);
-            has_mask = true;
-            break;
-        case DUET_ISTEP_CROP:
-        case DUET_ISTEP_RESIZE:
-            if (is_float)
-                return duet__error(DUET_EUNSUPPORTED, "%s: duet crops and resizes 8-bit images "
-                                   "only: put it before Normalize and RescaleToZeroOne",
-                                   st->where);
-            break;
-        case DUET_ISTEP_FLIP:
-            if (st->flip_mask && !has_mask)
-                return duet__error(DUET_ECONFIG, "%s: flips 'mask' before LoadMask", st->where);
-            break;
-        case DUET_ISTEP_RESCALE:
-        case DUET_ISTEP_NORMALIZE: is_float = true; break;
-        case DUET_ISTEP_MASKED:
-            if (!has_mask)
-                return duet__error(DUET_ECONFIG, "%s: GetMaskedImage needs LoadMask before it",
-                                   st->where);
-            masked = true;
-            break;
-        case DUET_ISTEP_FORMAT: formatted = true; break;
-        default: break;
-        }
-    }
-    if (!masked)
-        return duet__error(DUET_ECONFIG, "%s: the pipeline needs LoadMask and GetMaskedImage "
-                           "(the model takes masked_img and mask)",
-                           n ? s[n - 1].where : "pipeline");
-    (void)mask;
-    return DUET_OK;
-}
-
 static int inpainting_get(const void *impl, int64_t index, duet_rng *rng, duet_batch *out);
 
 static const char *inpainting_name(const void *impl, int64_t index) {
@@ -413,26 +600,32 @@ static const duet_dataset_ops inpainting_ops = {
     .destroy = inpainting_destroy,
 };
 
+/* The pipeline must give the model its masked image. */
+static int check_pipeline(const duet_pipeline *p) {
+    if (duet__pipeline_find(p, &duet__t_masked_image) == NULL)
+        return duet__error(DUET_ECONFIG, "%s: the pipeline needs LoadMask and GetMaskedImage "
+                           "(the model takes masked_img and mask)",
+                           p->n ? p->steps[p->n - 1].where : "pipeline");
+    return DUET_OK;
+}
+
 int duet_inpainting_dataset_create(const duet_inpainting_opts *o, duet_dataset **out) {
     *out = NULL;
-    if (o->ann_file == NULL)
-        return duet__error(DUET_EINVAL, "ImgInpaintingDataset: ann_file is required");
-    DUET_TRY(check_steps(o->steps, o->nsteps, &o->mask));
-    DUET_TRY(duet_mask_options_check(&o->mask));
+    if (o->ann_file == NULL || o->pipeline == NULL)
+        return duet__error(DUET_EINVAL, "ImgInpaintingDataset: ann_file and the pipeline are "
+                           "required");
+    DUET_TRY(check_pipeline(o->pipeline));
+    const duet__step *lm = duet__pipeline_find(o->pipeline, &duet__t_load_mask);
+    const duet_mask_opts *mask = lm ? &((const load_mask_opts *)lm->opts)->mask : NULL;
     inpainting *t = calloc(1, sizeof *t);
     if (t == NULL) return duet__error(DUET_ENOMEM, "ImgInpaintingDataset: out of memory");
-    t->mask = o->mask;
     t->max_pixels = o->max_pixels;
-    t->nsteps = o->nsteps;
-    t->steps = malloc(sizeof(duet_istep) * (o->nsteps ? o->nsteps : 1));
-    int rc = t->steps ? DUET_OK : duet__error(DUET_ENOMEM, "ImgInpaintingDataset: out of memory");
-    if (rc == DUET_OK) memcpy(t->steps, o->steps, sizeof(duet_istep) * o->nsteps);
+    t->pipeline = duet__pipeline_retain(o->pipeline);
     const char *prefix = o->data_prefix ? o->data_prefix : ".";
-    if (rc == DUET_OK)
-        rc = read_list(o->ann_file, prefix, "image", &t->images, &t->masks, &t->n);
-    if (rc == DUET_OK && o->mask.mode == DUET_MASK_SET)
-        rc = read_list(o->mask.mask_list_file, o->mask.prefix, "mask", &t->set, NULL, &t->nset);
-    if (rc == DUET_OK && o->mask.mode == DUET_MASK_FILE)
+    int rc = read_list(o->ann_file, prefix, "image", &t->images, &t->masks, &t->n);
+    if (rc == DUET_OK && mask && mask->mode == DUET_MASK_SET)
+        rc = read_list(mask->mask_list_file, mask->prefix, "mask", &t->set, NULL, &t->nset);
+    if (rc == DUET_OK && mask && mask->mode == DUET_MASK_FILE)
         for (int64_t i = 0; i < t->n && rc == DUET_OK; i++)
             if (t->masks[i] == NULL)
                 rc = duet__error(DUET_ECONFIG, "%s: line of %s has no mask file (mask_mode "
@@ -442,282 +635,50 @@ int duet_inpainting_dataset_create(const duet_inpainting_opts *o, duet_dataset *
         inpainting_destroy(t);
         return duet__error_context(rc, "ImgInpaintingDataset");
     }
-    t->mask.mask_list_file = t->mask.prefix = NULL; /* read; not kept */
     return duet_dataset_create(&inpainting_ops, t, t->n, out);
 }
 
 /* ---- samples ------------------------------------------------------------------------ */
 
-typedef struct sample {
-    int64_t h, w;      /* gt_img */
-    uint8_t *u8;       /* gt_img, HWC 3 channels, until it turns float */
-    float *f;
-    int64_t mh, mw;    /* mask */
-    uint8_t *mask;     /* 0/1 */
-    bool has_bbox;
-    int64_t bbox[4];
-    float *masked;     /* masked_img, HWC */
-    bool bgr;          /* the channels' order so far: loaded BGR, swapped by to_rgb */
-    const char *path;
-} sample;
-
-static void sample_free(sample *s) {
-    free(s->u8);
-    free(s->f);
-    free(s->mask);
-    free(s->masked);
-}
-
-static int load_image(const char *path, int64_t max_pixels, bool bgr, sample *s) {
-    duet_image *im = NULL;
-    DUET_TRY(duet_image_load_limited(path, max_pixels, &im));
-    s->h = im->height;
-    s->w = im->width;
-    s->u8 = im->data;
-    im->data = NULL;
-    duet_image_destroy(im);
-    if (bgr)
-        for (int64_t i = 0; i < s->h * s->w; i++) {
-            uint8_t v = s->u8[i * 3];
-            s->u8[i * 3] = s->u8[i * 3 + 2];
-            s->u8[i * 3 + 2] = v;
-        }
-    return DUET_OK;
-}
-
-/* A mask file: its first channel (the decoder gives RGB; gray is replicated),
- * nonzero -> 1, as mmcv.imfrombytes(flag='unchanged')[..., 0:1] > 0. */
-static int load_mask_file(const char *path, int64_t max_pixels, sample *s) {
-    duet_image *im = NULL;
-    DUET_TRY(duet_image_load_limited(path, max_pixels, &im));
-    s->mh = im->height;
-    s->mw = im->width;
-    s->mask = malloc((size_t)(s->mh * s->mw));
-    if (s->mask == NULL) {
-        duet_image_destroy(im);
-        return duet__error(DUET_ENOMEM, "%s: out of memory", path);
-    }
-    /* BGR's channel 0 is the file's blue */
-    for (int64_t i = 0; i < s->mh * s->mw; i++) s->mask[i] = im->data[i * 3 + 2] > 0;
-    duet_image_destroy(im);
-    return DUET_OK;
-}
-
-static int make_mask(const inpainting *t, int64_t index, duet_rng *rng, sample *s) {
-    const duet_mask_opts *o = &t->mask;
-    if (o->mode == DUET_MASK_SET) {
-        int64_t k = randint(rng, 0, t->nset);
-        return load_mask_file(t->set[k], t->max_pixels, s);
-    }
-    if (o->mode == DUET_MASK_FILE) return load_mask_file(t->masks[index], t->max_pixels, s);
-    s->mh = o->img_h;
-    s->mw = o->img_w;
-    s->mask = calloc((size_t)(s->mh * s->mw), 1);
-    if (s->mask == NULL) return duet__error(DUET_ENOMEM, "LoadMask: out of memory");
-    if (o->mode == DUET_MASK_IRREGULAR) return duet_mask_irregular(o, rng, s->mask, NULL, NULL);
-    duet_mask_random_bbox(o, rng, s->bbox);
-    s->has_bbox = true;
-    for (int64_t y = s->bbox[0]; y < s->bbox[0] + s->bbox[2]; y++)
-        memset(s->mask + y * s->mw + s->bbox[1], 1, (size_t)s->bbox[3]);
-    return DUET_OK;
-}
-
-static int crop_u8(sample *s, int64_t x, int64_t y, int64_t cw, int64_t ch) {
-    uint8_t *d = malloc((size_t)(cw * ch * 3));
-    if (d == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", s->path);
-    for (int64_t r = 0; r < ch; r++)
-        memcpy(d + r * cw * 3, s->u8 + ((y + r) * s->w + x) * 3, (size_t)(cw * 3));
-    free(s->u8);
-    s->u8 = d;
-    s->h = ch;
-    s->w = cw;
-    return DUET_OK;
-}
-
-static int to_float(sample *s) {
-    if (s->f != NULL) return DUET_OK;
-    s->f = malloc(sizeof(float) * (size_t)(s->h * s->w * 3));
-    if (s->f == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", s->path);
-    for (int64_t i = 0; i < s->h * s->w * 3; i++) s->f[i] = (float)s->u8[i];
-    free(s->u8);
-    s->u8 = NULL;
-    return DUET_OK;
-}
-
-/* Flip of an (h, w) array of `px`-byte pixels in place. */
-static void flip_bytes(uint8_t *d, int64_t h, int64_t w, size_t px, bool vertical) {
-    uint8_t tmp[16];
-    if (!vertical) {
-        for (int64_t y = 0; y < h; y++)
-            for (int64_t x = 0; x < w / 2; x++) {
-                uint8_t *a = d + (size_t)(y * w + x) * px, *b = d + (size_t)(y * w + w - 1 - x) * px;
-                memcpy(tmp, a, px), memcpy(a, b, px), memcpy(b, tmp, px);
-            }
-        return;
-    }
-    size_t row = (size_t)w * px;
-    for (int64_t y = 0; y < h / 2; y++) {
-        uint8_t *a = d + (size_t)y * row, *b = d + (size_t)(h - 1 - y) * row;
-        for (size_t i = 0; i < row; i++) {
-            uint8_t v = a[i];
-            a[i] = b[i];
-            b[i] = v;
-        }
-    }
-}
-
-static int run_step(const inpainting *t, const duet_istep *st, int64_t index, duet_rng *rng,
-                    const char *mask_path, sample *s) {
-    switch (st->kind) {
-    case DUET_ISTEP_LOAD:
-        s->bgr = st->bgr;
-        return load_image(s->path, t->max_pixels, st->bgr, s);
-    case DUET_ISTEP_LOAD_MASK:
-        if (mask_path != NULL) return load_mask_file(mask_path, t->max_pixels, s);
-        return make_mask(t, index, rng, s);
-    case DUET_ISTEP_CROP: {
-        /* Crop: min(size, crop) windows; random: x then y offset drawn */
-        int64_t ch = st->height < s->h ? st->height : s->h;
-        int64_t cw = st->width < s->w ? st->width : s->w;
-        int64_t x = (s->w - cw) / 2, y = (s->h - ch) / 2;
-        if (st->random_crop) {
-            x = randint(rng, 0, s->w - cw + 1);
-            y = randint(rng, 0, s->h - ch + 1);
-        }
-        return crop_u8(s, x, y, cw, ch);
-    }
-    case DUET_ISTEP_RESIZE: {
-        uint8_t *d = malloc((size_t)(st->width * st->height * 3));
-        if (d == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", s->path);
-        int rc = st->cubic
-                     ? duet__cv_resize_cubic_u8(s->u8, s->h, s->w, 3, d, st->height, st->width)
-                     : duet_image_resize_bilinear_u8(s->u8, s->h, s->w, 3, d, st->height,
-                                                     st->width);
-        if (rc != DUET_OK) {
-            free(d);
-            return duet__error_context(rc, "%s", s->path);
-        }
-        free(s->u8);
-        s->u8 = d;
-        s->h = st->height;
-        s->w = st->width;
-        return DUET_OK;
-    }
-    case DUET_ISTEP_FLIP:
-        if (duet_rng_uniform_double(rng) < st->flip_ratio) {
-            if (s->u8) flip_bytes(s->u8, s->h, s->w, 3, st->vertical);
-            else flip_bytes((uint8_t *)s->f, s->h, s->w, 3 * sizeof(float), st->vertical);
-            if (st->flip_mask) flip_bytes(s->mask, s->mh, s->mw, 1, st->vertical);
-        }
-        return DUET_OK;
-    case DUET_ISTEP_RESCALE:
-        DUET_TRY(to_float(s));
-        for (int64_t i = 0; i < s->h * s->w * 3; i++) s->f[i] = s->f[i] / 255.0f;
-        return DUET_OK;
-    case DUET_ISTEP_NORMALIZE: {
-        /* mmcv.imnormalize as translation.c: float32 subtract, double multiply */
-        DUET_TRY(to_float(s));
-        double inv[3];
-        for (int c = 0; c < 3; c++) inv[c] = 1.0 / (double)st->std[c];
-        if (st->to_rgb) s->bgr = !s->bgr;
-        for (int64_t i = 0; i < s->h * s->w; i++) {
-            if (st->to_rgb) {
-                float v = s->f[i * 3];
-                s->f[i * 3] = s->f[i * 3 + 2];
-                s->f[i * 3 + 2] = v;
-            }
-            for (int c = 0; c < 3; c++)
-                s->f[i * 3 + c] = (float)((double)(s->f[i * 3 + c] - st->mean[c]) * inv[c]);
-        }
-        return DUET_OK;
-    }
-    case DUET_ISTEP_MASKED: {
-        if (s->mh != s->h || s->mw != s->w)
-            return duet__error(DUET_ESHAPE, "%s: GetMaskedImage: the mask is %lldx%lld (WxH), "
-                               "but %s is %lldx%lld after the pipeline's Crop/Resize: the "
-                               "mask must be %lldx%lld (duet infer --mask: a %lldx%lld image; "
-                               "a config: LoadMask's img_shape)", st->where,
-                               (long long)s->mw, (long long)s->mh, s->path, (long long)s->w,
-                               (long long)s->h, (long long)s->w, (long long)s->h,
-                               (long long)s->w, (long long)s->h);
-        DUET_TRY(to_float(s));
-        free(s->masked);
-        s->masked = malloc(sizeof(float) * (size_t)(s->h * s->w * 3));
-        if (s->masked == NULL) return duet__error(DUET_ENOMEM, "%s: out of memory", s->path);
-        /* clean_img * (1. - mask): float32 times float64 0/1 */
-        for (int64_t i = 0; i < s->h * s->w; i++)
-            for (int c = 0; c < 3; c++)
-                s->masked[i * 3 + c] = s->mask[i] ? s->f[i * 3 + c] * 0.0f : s->f[i * 3 + c];
-        return DUET_OK;
-    }
-    case DUET_ISTEP_FORMAT:
-        return DUET_OK;
-    }
-    return DUET_OK;
-}
-
-/* HWC float -> (1, 3, H, W) named tensor. */
-static int add_image(duet_batch *out, const char *name, const float *hwc, int64_t h, int64_t w) {
-    duet_tensor *t = NULL;
-    DUET_TRY(duet_tensor_create(4, (int64_t[]){1, 3, h, w}, &t));
-    for (int64_t i = 0; i < h * w; i++)
-        for (int c = 0; c < 3; c++) t->data[c * h * w + i] = hwc[i * 3 + c];
-    int rc = duet_batch_add_tensor(out, name, t);
-    duet_tensor_release(t);
-    return rc;
-}
-
-static int build_batch(const sample *s, duet_batch *out) {
-    DUET_TRY(add_image(out, "gt_img", s->f, s->h, s->w));
-    DUET_TRY(add_image(out, "masked_img", s->masked, s->h, s->w));
-    duet_tensor *m = NULL;
-    DUET_TRY(duet_tensor_create(4, (int64_t[]){1, 1, s->mh, s->mw}, &m));
-    for (int64_t i = 0; i < s->mh * s->mw; i++) m->data[i] = (float)s->mask[i];
-    int rc = duet_batch_add_tensor(out, "mask", m);
-    duet_tensor_release(m);
-    DUET_TRY(rc);
-    if (s->has_bbox) {
-        duet_tensor *b = NULL;
-        DUET_TRY(duet_tensor_create(2, (int64_t[]){1, 4}, &b));
-        for (int k = 0; k < 4; k++) b->data[k] = (float)s->bbox[k];
-        rc = duet_batch_add_tensor(out, "mask_bbox", b);
-        duet_tensor_release(b);
-        DUET_TRY(rc);
-    }
+static int run_pipeline(const duet_pipeline *p, duet__psample *s, duet_batch *out) {
+    static const char *const all[] = {"gt_img", "masked_img", "mask", "mask_bbox", NULL};
+    int rc = duet__pipeline_run(p, s);
+    if (rc == DUET_OK) rc = duet__psample_to_batch(s, all, false, out);
+    duet__pentry *g = duet__psample_get(s, "gt_img");
     /* what a writer of these images needs: MMEditing's inpainting data is
      * BGR (LoadImageFromFile's default, Normalize without to_rgb), which its
      * cv2.imwrite writes as such; a PNG writer of RGB must swap it back */
-    const char *order = s->bgr ? "bgr" : "rgb";
-    DUET_TRY(duet_batch_add_meta(out, "channel_order", 1, &order));
-    return duet_batch_add_meta(out, "gt_img_path", 1, &s->path);
-}
-
-static int run_pipeline(const inpainting *t, int64_t index, duet_rng *rng, const char *path,
-                        const char *mask_path, duet_batch *out) {
-    sample s;
-    memset(&s, 0, sizeof s);
-    s.path = path;
-    int rc = DUET_OK;
-    for (size_t i = 0; i < t->nsteps && rc == DUET_OK; i++)
-        rc = run_step(t, &t->steps[i], index, rng, mask_path, &s);
-    if (rc == DUET_OK) rc = build_batch(&s, out);
-    sample_free(&s);
+    const char *order = g && g->bgr ? "bgr" : "rgb";
+    if (rc == DUET_OK) rc = duet_batch_add_meta(out, "channel_order", 1, &order);
+    if (rc == DUET_OK) rc = duet_batch_add_meta(out, "gt_img_path", 1, &s->paths[0]);
+    duet__psample_clear(s);
     return rc;
 }
 
 static int inpainting_get(const void *impl, int64_t index, duet_rng *rng, duet_batch *out) {
     const inpainting *t = impl;
-    return run_pipeline(t, index, rng, t->images[index], NULL, out);
+    duet__pipe_io io = {.max_pixels = t->max_pixels};
+    duet__psample s;
+    memset(&s, 0, sizeof s);
+    s.rng = rng;
+    s.io = &io;
+    s.paths[0] = t->images[index];
+    s.mask_path = t->masks[index];
+    s.mask_set = t->set;
+    s.nmask_set = t->nset;
+    return run_pipeline(t->pipeline, &s, out);
 }
 
-int duet_inpainting_one_image(const duet_istep *steps, size_t nsteps, const char *path,
-                              const char *mask_path, int64_t max_pixels, duet_batch *out) {
-    DUET_TRY(check_steps(steps, nsteps, NULL));
-    inpainting t;
-    memset(&t, 0, sizeof t);
-    t.steps = (duet_istep *)steps;
-    t.nsteps = nsteps;
-    t.max_pixels = max_pixels;
+int duet_inpainting_one_image(const duet_pipeline *p, const char *path, const char *mask_path,
+                              int64_t max_pixels, duet_batch *out) {
+    DUET_TRY(check_pipeline(p));
     duet_rng rng = duet_rng_make(0, 0);
-    return run_pipeline(&t, 0, &rng, path, mask_path, out);
+    duet__pipe_io io = {.max_pixels = max_pixels};
+    duet__psample s;
+    memset(&s, 0, sizeof s);
+    s.rng = &rng;
+    s.io = &io;
+    s.paths[0] = path;
+    s.mask_file = mask_path;
+    return run_pipeline(p, &s, out);
 }

@@ -390,8 +390,9 @@ static void test_errors(void **state) {
     expect_build_error(fx->dir, P, PAIR_LOAD "{ type = \"Blur\"; keys = [\"img_a\"]; }",
                        DUET_ECONFIG, "<test>:2", "Blur");
     expect_build_error(fx->dir, P, PAIR_LOAD "{ type = \"Resize\"; keys = [\"img_a\"]; "
-                       "scale = [8, 8]; }," NORM_STEPS("[\"img_a\"]", "true"), DUET_ECONFIG,
-                       "interpolation", "bilinear");
+                       "scale = [8, 8]; interpolation = \"area\"; },"
+                       NORM_STEPS("[\"img_a\"]", "true"), DUET_ECONFIG, "interpolation",
+                       "bilinear");
     expect_build_error(fx->dir, P, PAIR_LOAD "{ type = \"RescaleToZeroOne\"; keys = [\"img_a\"]; },"
                        "{ type = \"Resize\"; keys = [\"img_a\"]; scale = [8, 8]; "
                        "interpolation = \"bicubic\"; }," NORM_STEPS("[\"img_a\"]", "true"),
