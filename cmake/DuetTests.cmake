@@ -234,7 +234,7 @@ set(DUET_MMEDIT_REF_DIR ${CMAKE_BINARY_DIR}/ref-mmedit)
 set(DUET_MMEDIT_RUN ${PROJECT_SOURCE_DIR}/tests/mmedit/run.sh)
 add_test(NAME mmedit_gen_refs
   COMMAND bash ${DUET_MMEDIT_RUN} gen ${DUET_MMEDIT_VENV} ${DUET_MMEDIT_REF_DIR})
-set_tests_properties(mmedit_gen_refs PROPERTIES FIXTURES_SETUP mmedit_refs TIMEOUT 600
+set_tests_properties(mmedit_gen_refs PROPERTIES FIXTURES_SETUP mmedit_refs TIMEOUT 1500
   SKIP_RETURN_CODE 77 LABELS mmedit)
 foreach(model srgan esrgan pix2pix cyclegan basic_restorer)
   add_test(NAME mmedit_${model}
@@ -288,7 +288,7 @@ set(DUET_MMEDIT_DDP_MODELS
 add_test(NAME mmedit_gen_refs_ddp
   COMMAND bash ${DUET_MMEDIT_RUN} gen ${DUET_MMEDIT_VENV} ${DUET_MMEDIT_REF_DIR}-ddp --ranks 2,3
           ${DUET_MMEDIT_DDP_MODELS})
-set_tests_properties(mmedit_gen_refs_ddp PROPERTIES FIXTURES_SETUP mmedit_refs_ddp TIMEOUT 900
+set_tests_properties(mmedit_gen_refs_ddp PROPERTIES FIXTURES_SETUP mmedit_refs_ddp TIMEOUT 1800
   SKIP_RETURN_CODE 77 LABELS mmedit)
 foreach(model ${DUET_MMEDIT_DDP_MODELS})
   foreach(np 2 3)
